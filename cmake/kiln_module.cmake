@@ -1,0 +1,21 @@
+# kiln_module(NAME DIR <dir> DEPS <targets...>)
+# One static library per source folder (DESIGN.md §3): every *.cc in DIR except *_test.cc and
+# *_benchmark.cc. Tests beside the code (*_test.cc) become one GoogleTest binary, <name>_test,
+# registered with ctest. Sources are globbed so that adding a file needs no CMake edit.
+function(kiln_module name)
+  cmake_parse_arguments(KM "" "DIR" "DEPS;TEST_DEPS" ${ARGN})
+  if(NOT KM_DIR)
+    set(KM_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+  endif()
+  file(GLOB srcs CONFIGURE_DEPENDS ${KM_DIR}/*.cc)
+  file(GLOB tests CONFIGURE_DEPENDS ${KM_DIR}/*_test.cc ${KM_DIR}/test_util/*.cc)
+  list(FILTER srcs EXCLUDE REGEX "(_test|_benchmark)\\.cc$")
+  add_library(kiln_${name} STATIC ${srcs})
+  target_include_directories(kiln_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(kiln_${name} PUBLIC ${KM_DEPS})
+  if(KILN_BUILD_TESTS AND tests)
+    add_executable(${name}_test ${tests})
+    target_link_libraries(${name}_test PRIVATE kiln_${name} ${KM_TEST_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+    gtest_discover_tests(${name}_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+  endif()
+endfunction()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs everything Kiln needs to build, run and test on Debian 12, by package name.
+# Idempotent: packages already present are left alone. Run as root (or with sudo available).
+#   scripts/install-deps.sh          build + run dependencies
+#   scripts/install-deps.sh --test   also the test clients (boto3, awscli, pytest, ...)
+set -euo pipefail
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+  esac
+done
+
+build_pkgs=(
+  build-essential cmake pkg-config git ca-certificates
+  libboost-dev libboost-system-dev         # Beast/Asio: HTTP server and client
+  nlohmann-json3-dev                       # JSON codec for the AWS JSON protocols
+  libsqlite3-dev                           # durable state
+  libssl-dev                               # SHA-256/HMAC/MD5 for SigV4 and ETags
+  libspdlog-dev libfmt-dev                 # structured logging
+  libcli11-dev                             # command-line parsing
+  libcurl4-openssl-dev                     # the s3 ObjectStore backend's HTTP client
+  zlib1g-dev                               # CRC32 checksums
+  libpugixml-dev                           # XML parsing for S3 request bodies
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+test_pkgs=(
+  python3 python3-boto3 python3-botocore python3-pytest python3-requests awscli
+  curl procps
+)
+
+pkgs=("${build_pkgs[@]}")
+if [ "$want_test" = 1 ]; then pkgs+=("${test_pkgs[@]}"); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include "base/encoding.h"
+#include "base/hash.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "base/time.h"
+
+namespace kiln {
+namespace {
+
+Result<int> Half(int v) {
+  if (v % 2) return Status::InvalidArgument("odd");
+  return v / 2;
+}
+
+Status UseHalf(int v, int* out) {
+  ASSIGN_OR_RETURN(*out, Half(v));
+  return Status::Ok();
+}
+
+TEST(StatusTest, OkAndErrors) {
+  EXPECT_TRUE(Status::Ok().ok());
+  Status s = Status::NotFound("x");
+  EXPECT_TRUE(s.IsNotFound());
+  EXPECT_EQ(s.ToString(), "NotFound: x");
+  int v = 0;
+  EXPECT_TRUE(UseHalf(4, &v).ok());
+  EXPECT_EQ(v, 2);
+  EXPECT_TRUE(UseHalf(3, &v).IsInvalidArgument());
+  Result<int> from_ok(Status::Ok());
+  EXPECT_EQ(from_ok.status().code(), StatusCode::kInternal);
+}
+
+TEST(EncodingTest, Base64RoundTripAndRejects) {
+  for (std::string s : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
+    EXPECT_EQ(Base64Decode(Base64Encode(s)).value(), s);
+  }
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+  EXPECT_FALSE(Base64Decode("Zm9=v").has_value());
+  EXPECT_FALSE(Base64Decode("Zg=").has_value());
+  EXPECT_FALSE(Base64Decode("Z===").has_value());
+}
+
+TEST(EncodingTest, UriEncodeIsRfc3986) {
+  EXPECT_EQ(UriEncode("a b/c~d*e"), "a%20b%2Fc~d%2Ae");
+  EXPECT_EQ(UriEncode("a b/c", true), "a%20b/c");
+  EXPECT_EQ(UriDecode("a%2Fb+c", true).value(), "a/b c");
+  EXPECT_FALSE(UriDecode("%zz").has_value());
+  EXPECT_FALSE(UriDecode("%4").has_value());
+}
+
+TEST(HashTest, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(HexEncode(Md5("")), "d41d8cd98f00b204e9800998ecf8427e");
+  // Published check values for "123456789".
+  EXPECT_EQ(Crc32Update(0, "123456789"), 0xCBF43926u);
+  EXPECT_EQ(Crc32cUpdate(0, "123456789"), 0xE3069283u);
+  // Incremental equals one-shot.
+  EXPECT_EQ(Crc32cUpdate(Crc32cUpdate(0, "1234"), "56789"), 0xE3069283u);
+  S3Checksum c(S3Checksum::Algorithm::kCrc32);
+  c.Update("hello world");
+  EXPECT_EQ(c.FinalBase64(), "DUoRhQ==");
+}
+
+TEST(TimeTest, FormatsAndParses) {
+  int64_t t = 1714557600123;  // 2024-05-01T10:00:00.123Z
+  EXPECT_EQ(FormatIso8601Millis(t), "2024-05-01T10:00:00.123Z");
+  EXPECT_EQ(FormatAmzDate(t), "20240501T100000Z");
+  EXPECT_EQ(FormatRfc1123(t), "Wed, 01 May 2024 10:00:00 GMT");
+  EXPECT_EQ(ParseAmzDate("20240501T100000Z").value(), 1714557600000);
+  EXPECT_EQ(ParseRfc1123("Wed, 01 May 2024 10:00:00 GMT").value(), 1714557600000);
+  EXPECT_EQ(ParseIso8601("2024-05-01T10:00:00.123Z").value(), t);
+  EXPECT_EQ(ParseIso8601("2024-05-01T12:00:00+02:00").value(), 1714557600000);
+  EXPECT_FALSE(ParseAmzDate("2024-05-01").has_value());
+  EXPECT_FALSE(ParseIso8601("garbage").has_value());
+}
+
+TEST(StringsTest, SplitTrimParse) {
+  auto parts = Split("a,,b", ',');
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[1], "");
+  EXPECT_EQ(Trim("  x \r\n"), "x");
+  EXPECT_EQ(ParseUint64("18446744073709551615").value(), UINT64_MAX);
+  EXPECT_FALSE(ParseUint64("18446744073709551616").has_value());
+  EXPECT_FALSE(ParseUint64("12a").has_value());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,53 @@
+#include "base/status.h"
+
+namespace kiln {
+
+std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
+    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
+    case StatusCode::kUnauthenticated: return "Unauthenticated";
+    case StatusCode::kResourceExhausted: return "ResourceExhausted";
+    case StatusCode::kOutOfRange: return "OutOfRange";
+    case StatusCode::kAborted: return "Aborted";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
+    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kUnimplemented: return "Unimplemented";
+    case StatusCode::kDataLoss: return "DataLoss";
+    case StatusCode::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+Status::Status(StatusCode code, std::string message) {
+  if (code != StatusCode::kOk) {
+    state_ = std::make_shared<const State>(State{code, std::move(message)});
+  }
+}
+
+const std::string& Status::message() const {
+  static const std::string kEmpty;
+  return state_ ? state_->message : kEmpty;
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  std::string out(StatusCodeName(code()));
+  out += ": ";
+  out += state_->message;
+  return out;
+}
+
+Status Status::WithPrefix(std::string_view prefix) const {
+  if (ok()) return *this;
+  std::string m(prefix);
+  m += ": ";
+  m += state_->message;
+  return Status(code(), std::move(m));
+}
+
+}  // namespace kiln
