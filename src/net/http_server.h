@@ -1,0 +1,107 @@
+#pragma once
+// HTTP/1.1 server (Boost.Beast/Asio underneath; nothing here exposes Beast).
+//
+// Model: one acceptor thread; each accepted connection is served by a thread from a pool
+// (threads are reused; at most `max_connections` connections are served at once, further ones
+// get 503 and are closed). A connection serves requests one after another (keep-alive). For each
+// request the server reads and bounds the header, then calls the Handler with an HttpRequest
+// whose body is a ByteSource pulling from the socket: bodies stream through, never buffered whole.
+//
+// Thread-safety: the Handler is called concurrently from many threads.
+//
+//   auto server = HttpServer::Create(options, [](HttpRequest& req, ResponseWriter& out) {
+//     out.Send(200, {{"Content-Type", "text/plain"}}, "hello");
+//   });
+//   RETURN_IF_ERROR((*server)->Start());
+//   ... (*server)->Stop();
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/io.h"
+#include "base/status.h"
+
+namespace kiln::net {
+
+struct HttpRequest {
+  std::string method;      // "GET", "PUT", ... as sent (upper-case by HTTP convention)
+  std::string target;      // the raw request-target: "/bucket/a%20b?list-type=2"
+  std::string raw_path;    // target up to '?', still percent-encoded
+  std::string raw_query;   // after the first '?', without it; empty when absent
+  int http_version = 11;   // 10 or 11
+  HeaderMap headers;
+  std::string remote_address;  // "ip:port"
+  // The request body. Never null; owned by the server; valid until the handler returns. Handles
+  // Content-Length and Transfer-Encoding: chunked; 0 at the end. When the client sent
+  // `Expect: 100-continue`, the first Read sends "100 Continue".
+  ByteSource* body = nullptr;
+
+  const std::string* Header(std::string_view name) const { return FindHeader(headers, name); }
+  std::string HeaderOr(std::string_view name, std::string_view fallback) const {
+    const std::string* v = Header(name);
+    return v ? *v : std::string(fallback);
+  }
+};
+
+// Writes one response. Start() once, then Write() zero or more times, then Finish(). The server
+// adds `Date`, `Server`, `Connection` and (for a known length) `Content-Length`, or uses chunked
+// encoding when the length is unknown. For HEAD requests, pass the length the GET would have and
+// write nothing. Errors mean the connection is gone; the handler should stop writing.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual Status Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) = 0;
+  virtual Status Write(std::string_view data) = 0;
+  virtual Status Finish() = 0;
+  virtual bool started() const = 0;
+  // Start + Write + Finish for a body held in memory.
+  Status Send(int status, const HeaderMap& headers, std::string_view body);
+  // Asks the server to close the connection after this response (e.g. unread body on error).
+  virtual void CloseAfterResponse() = 0;
+};
+
+using Handler = std::function<void(HttpRequest& request, ResponseWriter& response)>;
+
+struct HttpServerOptions {
+  // "host:port"; port 0 picks a free port (see HttpServer::port()). IPv6 as "[::1]:5456".
+  std::string listen = "127.0.0.1:5456";
+  // Request line + headers. Larger → 431 and close. Raising it costs memory per connection.
+  size_t max_header_bytes = 64 * 1024;
+  // Upper bound for any request body; larger declared bodies → 413 before the handler runs, and
+  // streamed bodies fail with ResourceExhausted once past it. Handlers apply tighter limits.
+  uint64_t max_body_bytes = 5ull * 1024 * 1024 * 1024 + 64 * 1024 * 1024;
+  // Connections served at once (each holds one thread while open).
+  size_t max_connections = 512;
+  // A keep-alive connection idle this long between requests is closed.
+  int idle_timeout_seconds = 75;
+  // A read or write that makes no progress this long fails (slowloris protection).
+  int io_timeout_seconds = 120;
+  // After the handler returns with body bytes unread, up to this many are drained to keep the
+  // connection; beyond that it is closed.
+  uint64_t max_drain_bytes = 1 << 20;
+};
+
+class HttpServer {
+ public:
+  virtual ~HttpServer() = default;
+  // Binds and listens (so port() is valid), but serves nothing until Start().
+  // Errors: InvalidArgument (bad listen string), Unavailable (address in use), PermissionDenied.
+  static Result<std::unique_ptr<HttpServer>> Create(HttpServerOptions options, Handler handler);
+  virtual uint16_t port() const = 0;
+  // Starts the acceptor and returns immediately.
+  virtual Status Start() = 0;
+  // Stops accepting, lets requests in flight finish (up to `grace_seconds`), then closes every
+  // connection and joins all threads. Idempotent.
+  virtual void Stop(int grace_seconds = 10) = 0;
+};
+
+// Splits "host:port" / "[v6]:port" into parts. InvalidArgument when malformed.
+Status ParseHostPort(std::string_view text, std::string* host, uint16_t* port);
+// True when `host` is a loopback name or address (localhost, 127.0.0.0/8, ::1).
+bool IsLoopbackHost(std::string_view host);
+
+}  // namespace kiln::net
