@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# README command 2: install everything the tests need, build, and run every test:
+#   1. unit tests (ctest) on the normal build,
+#   2. the same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. the integration suite (pytest + boto3 + AWS CLI against a live server).
+# Exits non-zero when anything fails; pytest's summary line is the last thing printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --test || exit 1
+
+failed=0
+echo "== build"
+scripts/build.sh || exit 1
+
+echo "== unit tests"
+(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600) || failed=1
+
+if [ "${KILN_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== unit tests under ASan+UBSan"
+  KILN_BUILD_DIR=build-asan KILN_BUILD_TYPE=Debug scripts/build.sh -DKILN_SANITIZE=ON || exit 1
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$(nproc)" --timeout 900) || failed=1
+fi
+
+if [ $failed -ne 0 ]; then echo "test.sh: unit tests FAILED (see above); running the integration suite anyway"; fi
+echo "== integration tests"
+KILN_BIN="$(pwd)/build/src/cli/kiln" KILN_BUILD_DIR="$(pwd)/build" \
+  /usr/bin/python3 -m pytest tests/integration -v -rs --durations=15
+rc=$?
+# Nothing is printed after pytest's summary line.
+if [ $rc -ne 0 ]; then failed=1; fi
+exit $failed

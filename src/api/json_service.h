@@ -1,0 +1,49 @@
+#pragma once
+// An AWS JSON 1.0/1.1 service (SageMaker, CloudWatch Logs, Application Auto Scaling, ...):
+// `POST /` with `X-Amz-Target: <prefix>.<Operation>` and a JSON object body
+// (spec/control-plane-api.md §2). Operations are registered once at start-up; the table is
+// read-only afterwards, so Handle() is thread-safe.
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "aws/errors.h"
+#include "aws/request_context.h"
+
+namespace kiln::api {
+
+// What an operation returns: its output structure, or the error to answer.
+using JsonOutcome = std::variant<nlohmann::json, aws::AwsError>;
+using JsonHandler = std::function<JsonOutcome(const aws::RequestContext& context, const nlohmann::json& input)>;
+
+class JsonService {
+ public:
+  // `target_prefix`: "SageMaker", "Logs_20140328", ...; `signing_name`: "sagemaker", "logs", ...
+  JsonService(std::string target_prefix, std::string signing_name, aws::Protocol protocol);
+
+  const std::string& target_prefix() const { return target_prefix_; }
+  const std::string& signing_name() const { return signing_name_; }
+  aws::Protocol protocol() const { return protocol_; }
+
+  void Register(std::string operation, JsonHandler handler);
+  bool Has(std::string_view operation) const { return handlers_.count(std::string(operation)) > 0; }
+
+  // Decodes `body`, runs the operation and encodes the answer. Unknown operation →
+  // UnknownOperationException naming it; malformed JSON or a non-object body →
+  // SerializationException; a handler that throws → InternalFailure (logged).
+  aws::WireResponse Handle(const aws::RequestContext& context, std::string_view operation,
+                           std::string_view body) const;
+
+ private:
+  std::string target_prefix_;
+  std::string signing_name_;
+  aws::Protocol protocol_;
+  std::map<std::string, JsonHandler> handlers_;
+};
+
+}  // namespace kiln::api

@@ -1,0 +1,159 @@
+#include "cli/config.h"
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "base/fs.h"
+#include "net/http_server.h"
+
+namespace kiln::cli {
+
+namespace {
+using nlohmann::json;
+
+Status Field(const json& doc, const char* name, std::string* out, const std::string& path) {
+  if (!doc.contains(name)) return Status::Ok();
+  if (!doc[name].is_string()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a string");
+  *out = doc[name].get<std::string>();
+  return Status::Ok();
+}
+
+Status Field(const json& doc, const char* name, bool* out, const std::string& path) {
+  if (!doc.contains(name)) return Status::Ok();
+  if (!doc[name].is_boolean()) return Status::InvalidArgument(path + ": \"" + name + "\" must be true or false");
+  *out = doc[name].get<bool>();
+  return Status::Ok();
+}
+
+Status StringList(const json& doc, const char* name, std::vector<std::string>* out, const std::string& path) {
+  if (!doc.contains(name)) return Status::Ok();
+  if (!doc[name].is_array()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a list of strings");
+  out->clear();
+  for (const auto& v : doc[name]) {
+    if (!v.is_string()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a list of strings");
+    out->push_back(v.get<std::string>());
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status LoadConfigFile(const std::string& path, Config* config) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Status::InvalidArgument(path + ": not a JSON object");
+  }
+  RETURN_IF_ERROR(Field(doc, "listen", &config->listen, path));
+  RETURN_IF_ERROR(Field(doc, "data_dir", &config->data_dir, path));
+  if (doc.contains("region")) {
+    std::string region;
+    RETURN_IF_ERROR(Field(doc, "region", &region, path));
+    config->regions = {region};
+  }
+  RETURN_IF_ERROR(StringList(doc, "regions", &config->regions, path));
+  RETURN_IF_ERROR(Field(doc, "accept_any_region", &config->accept_any_region, path));
+  RETURN_IF_ERROR(Field(doc, "account_id", &config->account_id, path));
+  if (doc.contains("auth")) {
+    std::string auth;
+    RETURN_IF_ERROR(Field(doc, "auth", &auth, path));
+    if (auth != "sigv4" && auth != "off") return Status::InvalidArgument(path + ": \"auth\" must be \"sigv4\" or \"off\"");
+    config->auth_enabled = auth == "sigv4";
+  }
+  RETURN_IF_ERROR(Field(doc, "log_level", &config->log_level, path));
+  RETURN_IF_ERROR(Field(doc, "log_format", &config->log_format, path));
+  RETURN_IF_ERROR(Field(doc, "public_endpoint", &config->public_endpoint, path));
+  RETURN_IF_ERROR(StringList(doc, "virtual_host_suffixes", &config->virtual_host_suffixes, path));
+  if (doc.contains("credentials")) {
+    if (!doc["credentials"].is_array()) return Status::InvalidArgument(path + ": \"credentials\" must be a list");
+    config->credentials.clear();
+    for (const auto& k : doc["credentials"]) {
+      if (!k.is_object() || !k.contains("access_key_id") || !k.contains("secret_access_key") ||
+          !k["access_key_id"].is_string() || !k["secret_access_key"].is_string()) {
+        return Status::InvalidArgument(path + ": each credential needs string access_key_id and secret_access_key");
+      }
+      aws::Credential c;
+      c.access_key_id = k["access_key_id"].get<std::string>();
+      c.secret_access_key = k["secret_access_key"].get<std::string>();
+      if (c.access_key_id.empty() || c.secret_access_key.size() < 16) {
+        return Status::InvalidArgument(path + ": credential " + c.access_key_id +
+                                       " needs a non-empty key id and a secret of at least 16 characters");
+      }
+      c.session_token = k.value("session_token", "");
+      c.account_id = k.value("account_id", "");
+      c.principal_arn = k.value("principal_arn", "");
+      c.user_id = k.value("user_id", "");
+      config->credentials.push_back(std::move(c));
+    }
+  }
+  if (doc.contains("object_store")) {
+    const json& os = doc["object_store"];
+    if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");
+    RETURN_IF_ERROR(Field(os, "backend", &config->object_store.backend, path));
+    RETURN_IF_ERROR(Field(os, "endpoint", &config->object_store.endpoint, path));
+    RETURN_IF_ERROR(Field(os, "region", &config->object_store.region, path));
+    RETURN_IF_ERROR(Field(os, "access_key_id", &config->object_store.access_key_id, path));
+    RETURN_IF_ERROR(Field(os, "secret_access_key", &config->object_store.secret_access_key, path));
+    RETURN_IF_ERROR(Field(os, "session_token", &config->object_store.session_token, path));
+  }
+  return Status::Ok();
+}
+
+void ApplyEnvironment(Config* config) {
+  if (const char* dir = std::getenv("KILN_DATA_DIR"); dir != nullptr && *dir != '\0') {
+    config->data_dir = dir;
+  }
+}
+
+Status Validate(Config* config) {
+  std::string host;
+  uint16_t port = 0;
+  RETURN_IF_ERROR(net::ParseHostPort(config->listen, &host, &port));
+  if (config->account_id.size() != 12 ||
+      config->account_id.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument("account_id must be 12 digits, got \"" + config->account_id + "\"");
+  }
+  if (config->regions.empty()) return Status::InvalidArgument("at least one region is required");
+  if (config->data_dir.empty()) return Status::InvalidArgument("data_dir must not be empty");
+  config->data_dir = ExpandHome(config->data_dir);
+  if (config->log_format != "logfmt" && config->log_format != "json") {
+    return Status::InvalidArgument("log_format must be \"logfmt\" or \"json\"");
+  }
+  for (auto& c : config->credentials) {
+    if (c.account_id.empty()) c.account_id = config->account_id;
+    if (c.principal_arn.empty()) c.principal_arn = "arn:aws:iam::" + c.account_id + ":user/kiln";
+    if (c.user_id.empty()) c.user_id = "AIDA" + c.access_key_id;
+  }
+  const ObjectStoreConfig& os = config->object_store;
+  if (os.backend != "fs" && os.backend != "s3") {
+    return Status::InvalidArgument("object_store.backend must be \"fs\" or \"s3\", got \"" + os.backend + "\"");
+  }
+  if (os.backend == "s3" && (os.endpoint.empty() || os.access_key_id.empty() || os.secret_access_key.empty())) {
+    return Status::InvalidArgument("object_store backend \"s3\" needs endpoint, access_key_id and secret_access_key");
+  }
+  if (!net::IsLoopbackHost(host)) {
+    if (config->credentials.empty()) {
+      return Status::PermissionDenied(
+          "refusing to listen on " + config->listen +
+          " (not a loopback address) without explicitly configured credentials: add a \"credentials\" list to the "
+          "config file (see README), or listen on 127.0.0.1");
+    }
+    if (!config->auth_enabled) {
+      return Status::PermissionDenied("refusing to listen on " + config->listen + " with \"auth\": \"off\"");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ClientEndpoint(const Config& config) {
+  if (!config.public_endpoint.empty()) return config.public_endpoint;
+  std::string host;
+  uint16_t port = 0;
+  if (!net::ParseHostPort(config.listen, &host, &port).ok()) return "http://" + config.listen;
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port);
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,66 @@
+#pragma once
+// Server configuration: defaults, then the JSON config file (--config), then KILN_DATA_DIR, then
+// command-line flags. Every field is optional in the file.
+//
+//   {
+//     "listen": "127.0.0.1:5456",
+//     "data_dir": "~/.kiln",
+//     "region": "us-east-1",            // or "regions": ["us-east-1", "eu-west-1"]
+//     "accept_any_region": false,
+//     "account_id": "000000000000",
+//     "auth": "sigv4",                  // or "off" (loopback only)
+//     "log_level": "info", "log_format": "logfmt",   // or "json"
+//     "public_endpoint": "http://kiln.example:5456",  // what `kiln env` prints
+//     "virtual_host_suffixes": ["localhost"],
+//     "credentials": [{"access_key_id": "...", "secret_access_key": "..."}],
+//     "object_store": {"backend": "fs"}
+//       or {"backend": "s3", "endpoint": "http://host:9000", "region": "us-east-1",
+//           "access_key_id": "...", "secret_access_key": "...", "session_token": ""}
+//   }
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aws/credentials.h"
+#include "base/status.h"
+
+namespace kiln::cli {
+
+struct ObjectStoreConfig {
+  std::string backend = "fs";  // "fs" | "s3"
+  std::string endpoint;
+  std::string region = "us-east-1";
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:5456";
+  std::string data_dir = "~/.kiln";
+  std::vector<std::string> regions = {"us-east-1"};
+  bool accept_any_region = false;
+  std::string account_id = "000000000000";
+  bool auth_enabled = true;
+  std::string log_level = "info";
+  std::string log_format = "logfmt";
+  std::string public_endpoint;
+  std::vector<std::string> virtual_host_suffixes = {"localhost"};
+  std::vector<aws::Credential> credentials;  // explicitly configured key pairs
+  ObjectStoreConfig object_store;
+};
+
+// Applies the JSON document at `path` over `config`. Errors name the file and the bad field.
+Status LoadConfigFile(const std::string& path, Config* config);
+// Applies KILN_DATA_DIR when set.
+void ApplyEnvironment(Config* config);
+// Checks the combination: listen parses, account id is 12 digits, regions non-empty, backend
+// known and complete, and that a non-loopback listen address has explicitly configured
+// credentials and auth on. Expands "~" in data_dir.
+Status Validate(Config* config);
+
+// The URL clients use: public_endpoint, or http://<listen> (0.0.0.0/:: shown as 127.0.0.1).
+std::string ClientEndpoint(const Config& config);
+
+}  // namespace kiln::cli

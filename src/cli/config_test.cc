@@ -1,0 +1,74 @@
+#include "cli/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "base/fs.h"
+#include "base/ids.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string WriteTemp(const std::string& content) {
+  std::string path = (std::filesystem::temp_directory_path() / ("kiln-config-" + RandomHex(6) + ".json")).string();
+  EXPECT_TRUE(WriteFileAtomic(path, content).ok());
+  return path;
+}
+
+TEST(ConfigTest, DefaultsValidate) {
+  Config c;
+  ASSERT_TRUE(Validate(&c).ok());
+  EXPECT_EQ(ClientEndpoint(c), "http://127.0.0.1:5456");
+}
+
+TEST(ConfigTest, NonLoopbackWithoutCredentialsIsRefused) {
+  Config c;
+  c.listen = "0.0.0.0:5456";
+  Status s = Validate(&c);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("credentials"), std::string::npos);
+}
+
+TEST(ConfigTest, NonLoopbackWithCredentialsIsAllowed) {
+  std::string path = WriteTemp(R"({"listen": "0.0.0.0:7000",
+    "credentials": [{"access_key_id": "AKIAOPERATOR", "secret_access_key": "0123456789abcdefXYZ"}]})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  ASSERT_TRUE(Validate(&c).ok());
+  EXPECT_EQ(c.credentials.size(), 1u);
+  EXPECT_EQ(c.credentials[0].account_id, "000000000000");
+  EXPECT_EQ(ClientEndpoint(c), "http://127.0.0.1:7000");
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, BadFieldsNameTheProblem) {
+  for (const char* bad : {R"({"listen": 5})", R"({"auth": "maybe"})", R"([1,2])", "{not json",
+                          R"({"object_store": {"backend": "s3"}})", R"({"account_id": "12"})"}) {
+    std::string path = WriteTemp(bad);
+    Config c;
+    Status s = LoadConfigFile(path, &c);
+    if (s.ok()) s = Validate(&c);
+    EXPECT_FALSE(s.ok()) << bad;
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(ConfigTest, ParsesEverything) {
+  std::string path = WriteTemp(R"({
+    // comments are allowed
+    "listen": "127.0.0.1:0", "data_dir": "/tmp/x", "regions": ["eu-west-1", "us-east-1"],
+    "account_id": "123456789012", "auth": "off", "log_level": "debug", "log_format": "json",
+    "object_store": {"backend": "s3", "endpoint": "http://127.0.0.1:9000", "access_key_id": "a",
+                     "secret_access_key": "b"}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  ASSERT_TRUE(Validate(&c).ok());
+  EXPECT_EQ(c.regions.front(), "eu-west-1");
+  EXPECT_FALSE(c.auth_enabled);
+  EXPECT_EQ(c.object_store.backend, "s3");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace kiln::cli

@@ -1,0 +1,172 @@
+// The `kiln` command. Thin: parses the command line and calls into cli/ (STYLE.md §1).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "api/credential_store.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "cli/config.h"
+#include "cli/server.h"
+#include "cli/version.h"
+
+namespace kiln::cli {
+namespace {
+
+struct CommonFlags {
+  std::string config_path;
+  std::string data_dir;
+  std::string listen;
+  std::string log_level;
+};
+
+Result<Config> LoadConfig(const CommonFlags& flags) {
+  Config config;
+  if (!flags.config_path.empty()) RETURN_IF_ERROR(LoadConfigFile(flags.config_path, &config));
+  ApplyEnvironment(&config);
+  if (!flags.data_dir.empty()) config.data_dir = flags.data_dir;
+  if (!flags.listen.empty()) config.listen = flags.listen;
+  if (!flags.log_level.empty()) config.log_level = flags.log_level;
+  RETURN_IF_ERROR(Validate(&config));
+  return config;
+}
+
+int Fail(const Status& status) {
+  std::cerr << "kiln: " << status.message() << "\n";
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int RunServer(const CommonFlags& flags) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  InitLogging(config->log_level, config->log_format == "json" ? LogFormat::kJson : LogFormat::kLogfmt);
+
+  // Block the stop signals in every thread; the main thread waits for them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = Server::Create(std::move(config).value());
+  if (!server.ok()) {
+    KLOG(error, "server failed to start", {{"error", server.status().ToString()}});
+    return Fail(server.status());
+  }
+  Status started = (*server)->Start();
+  if (!started.ok()) return Fail(started);
+  const Config& c = (*server)->config();
+  std::string address = c.listen.substr(0, c.listen.rfind(':')) + ":" + std::to_string((*server)->port());
+  KLOG(info, "listening", {{"address", address},
+                           {"data_dir", c.data_dir},
+                           {"object_store", c.object_store.backend},
+                           {"version", KilnVersion()}});
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  KLOG(info, "stopping", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  (*server)->Stop();
+  server->reset();
+  KLOG(info, "stopped", {});
+  spdlog::shutdown();
+  return 0;
+}
+
+int RunEnv(const CommonFlags& flags, const std::string& endpoint) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  std::optional<aws::Credential> key;
+  if (!config->credentials.empty()) {
+    key = config->credentials.front();
+  } else {
+    auto keys = api::CredentialStore::ReadFile(config->data_dir + "/credentials.json", config->account_id);
+    if (!keys.ok() || keys->empty()) {
+      std::cerr << "kiln: no credentials in " << config->data_dir
+                << "/credentials.json; start `kiln server` once (it creates them) or run `kiln keys add`\n";
+      return 1;
+    }
+    key = keys->front();
+  }
+  std::string url = endpoint.empty() ? ClientEndpoint(*config) : endpoint;
+  std::cout << "export AWS_ENDPOINT_URL=" << url << "\n"
+            << "export AWS_ACCESS_KEY_ID=" << key->access_key_id << "\n"
+            << "export AWS_SECRET_ACCESS_KEY=" << key->secret_access_key << "\n"
+            << "export AWS_DEFAULT_REGION=" << config->regions.front() << "\n"
+            << "export AWS_REGION=" << config->regions.front() << "\n";
+  if (!key->session_token.empty()) std::cout << "export AWS_SESSION_TOKEN=" << key->session_token << "\n";
+  return 0;
+}
+
+int RunKeysAdd(const CommonFlags& flags, const std::string& user) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  Status dir = MakeDirs(config->data_dir, 0700);
+  if (!dir.ok()) return Fail(dir);
+  auto key = api::CredentialStore::AddKey(config->data_dir + "/credentials.json", config->account_id, user);
+  if (!key.ok()) return Fail(key.status());
+  std::cout << "access_key_id=" << key->access_key_id << "\nsecret_access_key=" << key->secret_access_key << "\n";
+  return 0;
+}
+
+int RunKeysList(const CommonFlags& flags) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  auto keys = api::CredentialStore::ReadFile(config->data_dir + "/credentials.json", config->account_id);
+  if (!keys.ok()) return Fail(keys.status());
+  for (const auto& k : *keys) std::cout << k.access_key_id << "\t" << k.principal_arn << "\n";
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"kiln: a self-hosted, SageMaker-compatible platform"};
+  app.require_subcommand(1);
+  CommonFlags flags;
+  auto add_common = [&flags](CLI::App* cmd) {
+    cmd->add_option("--config", flags.config_path, "JSON config file");
+    cmd->add_option("--data-dir", flags.data_dir, "state directory (default ~/.kiln, or $KILN_DATA_DIR)");
+  };
+
+  CLI::App* server = app.add_subcommand("server", "run the Kiln server");
+  add_common(server);
+  server->add_option("--listen", flags.listen, "address to listen on (default 127.0.0.1:5456)");
+  server->add_option("--log-level", flags.log_level, "trace|debug|info|warn|error");
+
+  std::string endpoint;
+  CLI::App* env = app.add_subcommand("env", "print export lines that point AWS clients at Kiln");
+  add_common(env);
+  env->add_option("--endpoint", endpoint, "URL to export (default: from the config's listen address)");
+  env->add_option("--listen", flags.listen, "the server's listen address, if not the default");
+
+  app.add_subcommand("version", "print the version");
+
+  CLI::App* keys = app.add_subcommand("keys", "manage access keys");
+  keys->require_subcommand(1);
+  std::string user = "kiln-user";
+  CLI::App* keys_add = keys->add_subcommand("add", "create a new access key pair");
+  add_common(keys_add);
+  keys_add->add_option("--user", user, "user name for the key's principal ARN");
+  CLI::App* keys_list = keys->add_subcommand("list", "list access key ids");
+  add_common(keys_list);
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (server->parsed()) return RunServer(flags);
+  if (env->parsed()) return RunEnv(flags, endpoint);
+  if (app.got_subcommand("version")) {
+    std::cout << "kiln " << KilnVersion() << "\n";
+    return 0;
+  }
+  if (keys_add->parsed()) return RunKeysAdd(flags, user);
+  if (keys_list->parsed()) return RunKeysList(flags);
+  return 2;
+}
+
+}  // namespace
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) { return kiln::cli::Main(argc, argv); }

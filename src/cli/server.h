@@ -1,0 +1,46 @@
+#pragma once
+// `kiln server`: the composition root. Opens the state (SQLite), the object store backend, the
+// credentials, builds the front door with every service, and serves HTTP until Stop().
+
+#include <memory>
+
+#include "api/credential_store.h"
+#include "api/front_door.h"
+#include "cli/config.h"
+#include "net/http_server.h"
+#include "objects/object_store.h"
+#include "objects/s3api/s3_api.h"
+#include "store/database.h"
+
+namespace kiln::cli {
+
+class Server {
+ public:
+  // Creates the data dir, opens every component and binds the listen address. Errors name the
+  // component that failed (bad data dir, database newer than this binary, address in use, ...).
+  static Result<std::unique_ptr<Server>> Create(Config config);
+  ~Server();
+
+  Status Start();
+  // Stops serving: in-flight requests get `grace_seconds` to finish. Idempotent.
+  void Stop(int grace_seconds = 10);
+  uint16_t port() const { return http_->port(); }
+  const Config& config() const { return config_; }
+
+ private:
+  explicit Server(Config config) : config_(std::move(config)) {}
+
+  Config config_;
+  // Declared in dependency order: destroyed in reverse.
+  std::unique_ptr<store::Database> database_;
+  std::unique_ptr<objects::ObjectStore> object_store_;
+  std::unique_ptr<api::CredentialStore> credentials_;
+  std::unique_ptr<objects::S3Api> s3_;
+  std::unique_ptr<api::FrontDoor> front_door_;
+  std::unique_ptr<net::HttpServer> http_;
+};
+
+// Builds the configured ObjectStore backend (fs under <data-dir>/objects, or s3).
+Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& config, store::Database* database);
+
+}  // namespace kiln::cli
