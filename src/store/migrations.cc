@@ -1,0 +1,53 @@
+#include "store/migrations.h"
+
+namespace kiln::store {
+
+const std::vector<Migration>& AllMigrations() {
+  // Object keys are BLOBs so that SQLite compares them with memcmp: S3 lists keys in UTF-8 byte
+  // order, and any byte string is a valid key. Tables keyed by (bucket, key) are WITHOUT ROWID so
+  // that the primary key is the clustered index and prefix listings are range scans.
+  static const std::vector<Migration> kMigrations = {
+      {1, "object store metadata", R"sql(
+CREATE TABLE buckets (
+  name TEXT PRIMARY KEY NOT NULL,
+  region TEXT NOT NULL,
+  created_millis INTEGER NOT NULL
+);
+CREATE TABLE objects (
+  bucket TEXT NOT NULL REFERENCES buckets(name),
+  key BLOB NOT NULL,
+  file_id TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  etag TEXT NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  headers_json TEXT NOT NULL,
+  checksums_json TEXT NOT NULL,
+  part_sizes_json TEXT NOT NULL,
+  storage_class TEXT NOT NULL,
+  PRIMARY KEY (bucket, key)
+) WITHOUT ROWID;
+CREATE TABLE multipart_uploads (
+  upload_id TEXT PRIMARY KEY NOT NULL,
+  bucket TEXT NOT NULL REFERENCES buckets(name),
+  key BLOB NOT NULL,
+  initiated_millis INTEGER NOT NULL,
+  headers_json TEXT NOT NULL,
+  checksum_algorithm TEXT NOT NULL
+);
+CREATE INDEX multipart_uploads_by_key ON multipart_uploads(bucket, key, upload_id);
+CREATE TABLE multipart_parts (
+  upload_id TEXT NOT NULL REFERENCES multipart_uploads(upload_id) ON DELETE CASCADE,
+  part_number INTEGER NOT NULL,
+  file_id TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  etag TEXT NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  checksums_json TEXT NOT NULL,
+  PRIMARY KEY (upload_id, part_number)
+) WITHOUT ROWID;
+)sql"},
+  };
+  return kMigrations;
+}
+
+}  // namespace kiln::store
