@@ -1,0 +1,706 @@
+#include "aws/sigv4.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "base/encoding.h"
+#include "base/hash.h"
+#include "base/strings.h"
+#include "base/time.h"
+
+namespace kiln::aws {
+namespace {
+
+constexpr std::string_view kAlgorithm = "AWS4-HMAC-SHA256";
+constexpr std::string_view kTerminator = "aws4_request";
+constexpr int64_t kMaxPresignSeconds = 604800;
+
+// ---- Signing-key cache ----
+//
+// Deriving kSigning costs four HMACs; every request of a client reuses the same one for a day.
+// Entries remember a fingerprint of the secret so that a rotated secret never hits a stale key.
+// Bounded: when full it is simply cleared (entries are cheap to rebuild, and there are few
+// distinct keys per day in practice).
+class SigningKeyCache {
+ public:
+  std::string Get(std::string_view key_id, std::string_view secret, std::string_view date,
+                  std::string_view region, std::string_view service) {
+    std::string cache_key;
+    cache_key.reserve(key_id.size() + date.size() + region.size() + service.size() + 3);
+    cache_key.append(key_id).append("\n").append(date).append("\n").append(region).append("\n").append(service);
+    std::string fingerprint = Sha256(secret);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = entries_.find(cache_key);
+      if (it != entries_.end() && it->second.first == fingerprint) {
+        return it->second.second;
+      }
+    }
+    std::string key = DeriveSigningKey(secret, date, region, service);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() >= kMaxEntries) {
+      entries_.clear();
+    }
+    entries_[cache_key] = {std::move(fingerprint), key};
+    return key;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1024;
+  std::mutex mutex_;
+  // cache key → (SHA-256 of secret, kSigning). Guarded by mutex_.
+  std::map<std::string, std::pair<std::string, std::string>> entries_;
+};
+
+SigningKeyCache& KeyCache() {
+  static SigningKeyCache* cache = new SigningKeyCache();  // never destroyed: used from any thread
+  return *cache;
+}
+
+bool IsHex64(std::string_view s) {
+  if (s.size() != 64) {
+    return false;
+  }
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+}
+
+bool IsPayloadLiteral(std::string_view s) {
+  return s == kUnsignedPayload || s == kStreamingSigned || s == kStreamingSignedTrailer ||
+         s == kStreamingUnsignedTrailer;
+}
+
+// Decodes %XX escapes; a malformed escape is kept literally (it is then re-encoded as %25..),
+// which is what AWS's signers do with such input.
+std::string DecodeLenient(std::string_view s) {
+  std::optional<std::string> decoded = UriDecode(s);
+  return decoded ? *decoded : std::string(s);
+}
+
+struct QueryParam {
+  std::string name;   // decoded
+  std::string value;  // decoded
+};
+
+std::vector<QueryParam> ParseQuery(std::string_view raw_query) {
+  std::vector<QueryParam> params;
+  if (raw_query.empty()) {
+    return params;
+  }
+  for (std::string_view part : Split(raw_query, '&')) {
+    if (part.empty()) {
+      continue;
+    }
+    size_t eq = part.find('=');
+    QueryParam param;
+    if (eq == std::string_view::npos) {
+      param.name = DecodeLenient(part);
+    } else {
+      param.name = DecodeLenient(part.substr(0, eq));
+      param.value = DecodeLenient(part.substr(eq + 1));
+    }
+    params.push_back(std::move(param));
+  }
+  return params;
+}
+
+const std::string* FindParam(const std::vector<QueryParam>& params, std::string_view name) {
+  for (const QueryParam& param : params) {
+    if (param.name == name) {
+      return &param.value;
+    }
+  }
+  return nullptr;
+}
+
+// RFC 3986 §5.2.4 dot-segment removal plus the collapsing of empty segments that AWS services
+// (not S3) apply, as botocore's remove_dot_segments does.
+std::string NormalizePath(std::string_view path) {
+  if (path.empty()) {
+    return "/";
+  }
+  std::vector<std::string_view> output;
+  for (std::string_view segment : Split(path, '/')) {
+    if (segment.empty() || segment == ".") {
+      continue;
+    }
+    if (segment == "..") {
+      if (!output.empty()) {
+        output.pop_back();
+      }
+      continue;
+    }
+    output.push_back(segment);
+  }
+  std::string result = path.front() == '/' ? "/" : "";
+  for (size_t i = 0; i < output.size(); ++i) {
+    if (i > 0) {
+      result += '/';
+    }
+    result.append(output[i]);
+  }
+  if (path.back() == '/' && !output.empty()) {
+    result += '/';
+  }
+  return result.empty() ? "/" : result;
+}
+
+// Trims and collapses runs of spaces (and tabs) inside a header value.
+std::string CanonicalHeaderValue(std::string_view value) {
+  std::string_view trimmed = Trim(value);
+  std::string out;
+  out.reserve(trimmed.size());
+  bool in_space = false;
+  for (char c : trimmed) {
+    if (c == ' ' || c == '\t') {
+      if (!in_space) {
+        out += ' ';
+      }
+      in_space = true;
+    } else {
+      out += c;
+      in_space = false;
+    }
+  }
+  return out;
+}
+
+// All values of `name`, canonicalised and joined with ','; nullopt when absent.
+std::optional<std::string> JoinedHeader(const HeaderMap& headers, std::string_view name) {
+  auto [begin, end] = headers.equal_range(std::string(name));
+  if (begin == end) {
+    return std::nullopt;
+  }
+  std::string joined;
+  for (auto it = begin; it != end; ++it) {
+    if (it != begin) {
+      joined += ',';
+    }
+    joined += CanonicalHeaderValue(it->second);
+  }
+  return joined;
+}
+
+std::string Scope(std::string_view date, std::string_view region, std::string_view service) {
+  std::string scope;
+  scope.append(date).append("/").append(region).append("/").append(service).append("/").append(kTerminator);
+  return scope;
+}
+
+void SetHeader(HeaderMap& headers, const std::string& name, std::string value) {
+  headers.erase(name);
+  headers.emplace(name, std::move(value));
+}
+
+// ---- Verification helpers ----
+
+struct ParsedAuth {
+  bool presigned = false;
+  std::string access_key_id;
+  std::string date;     // credential scope date
+  std::string region;
+  std::string service;
+  std::string terminator;
+  std::vector<std::string> signed_headers;
+  std::string signed_headers_text;
+  std::string signature;
+  std::string amz_date;  // the request time as yyyymmddThhmmssZ
+  bool amz_date_from_header = false;  // X-Amz-Date header (header form) rather than Date
+  int64_t expires_seconds = 0;        // presigned only
+  std::string security_token;         // from header or query, "" if none
+  bool has_security_token = false;
+};
+
+AuthError Fail(AuthFailure failure, std::string message) {
+  return AuthError{failure, std::move(message), "", ""};
+}
+
+// Splits "AKID/yyyymmdd/region/service/aws4_request".
+bool ParseCredential(std::string_view text, ParsedAuth* out) {
+  std::vector<std::string_view> parts = Split(text, '/');
+  if (parts.size() != 5 || parts[0].empty()) {
+    return false;
+  }
+  out->access_key_id = std::string(parts[0]);
+  out->date = std::string(parts[1]);
+  out->region = std::string(parts[2]);
+  out->service = std::string(parts[3]);
+  out->terminator = std::string(parts[4]);
+  return true;
+}
+
+std::string CredentialMalformedMessage(bool s3, std::string_view credential) {
+  if (s3) {
+    return "The authorization header is malformed; the Credential is mal-formed; expecting "
+           "\"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\".";
+  }
+  return "Credential should be scoped to a valid region, not ''. Credential=" + std::string(credential);
+}
+
+std::variant<ParsedAuth, AuthError> ParseHeaderForm(const SignableRequest& request, const std::string& authorization,
+                                                   const VerifyOptions& options) {
+  ParsedAuth parsed;
+  std::string_view text = Trim(authorization);
+  if (!StartsWith(text, kAlgorithm) || (text.size() > kAlgorithm.size() && text[kAlgorithm.size()] != ' ')) {
+    return Fail(AuthFailure::kMalformed,
+                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.");
+  }
+  text.remove_prefix(kAlgorithm.size());
+  std::optional<std::string> credential, signed_headers, signature;
+  for (std::string_view part : Split(text, ',')) {
+    part = Trim(part);
+    size_t eq = part.find('=');
+    if (eq == std::string_view::npos) {
+      continue;
+    }
+    std::string_view name = Trim(part.substr(0, eq));
+    std::string value(Trim(part.substr(eq + 1)));
+    if (name == "Credential") {
+      credential = value;
+    } else if (name == "SignedHeaders") {
+      signed_headers = value;
+    } else if (name == "Signature") {
+      signature = value;
+    }
+  }
+  const std::string* amz_date = FindHeader(request.headers, "x-amz-date");
+  const std::string* date = FindHeader(request.headers, "date");
+  std::string missing;
+  if (!credential) {
+    missing += "Authorization header requires 'Credential' parameter. ";
+  }
+  if (!signature) {
+    missing += "Authorization header requires 'Signature' parameter. ";
+  }
+  if (!signed_headers) {
+    missing += "Authorization header requires 'SignedHeaders' parameter. ";
+  }
+  if (amz_date == nullptr && date == nullptr) {
+    missing += "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. ";
+  }
+  if (!missing.empty()) {
+    return Fail(AuthFailure::kMalformed, missing + "Authorization=" + authorization);
+  }
+  if (!ParseCredential(*credential, &parsed)) {
+    return Fail(AuthFailure::kMalformed, CredentialMalformedMessage(options.s3, *credential));
+  }
+  parsed.signed_headers_text = *signed_headers;
+  for (std::string_view name : Split(*signed_headers, ';')) {
+    parsed.signed_headers.emplace_back(name);
+  }
+  parsed.signature = *signature;
+  if (amz_date != nullptr) {
+    std::optional<int64_t> t = ParseAmzDate(Trim(*amz_date));
+    if (!t) {
+      return Fail(AuthFailure::kMalformed, "Invalid X-Amz-Date '" + *amz_date + "'; expected yyyyMMddTHHmmssZ.");
+    }
+    parsed.amz_date = std::string(Trim(*amz_date));
+    parsed.amz_date_from_header = true;
+  } else {
+    std::optional<int64_t> t = ParseRfc1123(Trim(*date));
+    if (!t) {
+      return Fail(AuthFailure::kMalformed, "Invalid Date header '" + *date + "'.");
+    }
+    parsed.amz_date = FormatAmzDate(*t);
+  }
+  if (const std::string* token = FindHeader(request.headers, "x-amz-security-token")) {
+    parsed.security_token = *token;
+    parsed.has_security_token = true;
+  }
+  return parsed;
+}
+
+std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryParam>& params,
+                                                      const VerifyOptions& options) {
+  ParsedAuth parsed;
+  parsed.presigned = true;
+  const std::string* algorithm = FindParam(params, "X-Amz-Algorithm");
+  const std::string* credential = FindParam(params, "X-Amz-Credential");
+  const std::string* date = FindParam(params, "X-Amz-Date");
+  const std::string* expires = FindParam(params, "X-Amz-Expires");
+  const std::string* signed_headers = FindParam(params, "X-Amz-SignedHeaders");
+  const std::string* signature = FindParam(params, "X-Amz-Signature");
+  std::string missing;
+  for (auto [value, name] : {std::pair{algorithm, "X-Amz-Algorithm"}, std::pair{credential, "X-Amz-Credential"},
+                             std::pair{signature, "X-Amz-Signature"}, std::pair{date, "X-Amz-Date"},
+                             std::pair{signed_headers, "X-Amz-SignedHeaders"},
+                             std::pair{expires, "X-Amz-Expires"}}) {
+    if (value == nullptr) {
+      missing += missing.empty() ? "" : ", ";
+      missing += name;
+    }
+  }
+  if (!missing.empty()) {
+    return Fail(AuthFailure::kMalformed,
+                "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
+                "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters. Missing: " +
+                    missing + ".");
+  }
+  if (*algorithm != kAlgorithm) {
+    return Fail(AuthFailure::kMalformed, "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"");
+  }
+  if (!ParseCredential(*credential, &parsed)) {
+    return Fail(AuthFailure::kMalformed, CredentialMalformedMessage(options.s3, *credential));
+  }
+  if (!ParseAmzDate(*date)) {
+    return Fail(AuthFailure::kMalformed, "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"");
+  }
+  parsed.amz_date = *date;
+  std::optional<int64_t> expires_value = ParseInt64(*expires);
+  if (!expires_value) {
+    return Fail(AuthFailure::kMalformed, "X-Amz-Expires should be a number");
+  }
+  if (*expires_value < 1) {
+    return Fail(AuthFailure::kMalformed, "X-Amz-Expires must be non-negative");
+  }
+  if (*expires_value > kMaxPresignSeconds) {
+    return Fail(AuthFailure::kMalformed, "X-Amz-Expires must be less than a week (in seconds) that is 604800");
+  }
+  parsed.expires_seconds = *expires_value;
+  parsed.signed_headers_text = *signed_headers;
+  for (std::string_view name : Split(*signed_headers, ';')) {
+    parsed.signed_headers.emplace_back(name);
+  }
+  parsed.signature = *signature;
+  if (const std::string* token = FindParam(params, "X-Amz-Security-Token")) {
+    parsed.security_token = *token;
+    parsed.has_security_token = true;
+  }
+  return parsed;
+}
+
+std::string SignatureMismatchMessage(bool s3) {
+  return s3 ? "The request signature we calculated does not match the signature you provided. Check your key "
+              "and signing method."
+            : "The request signature we calculated does not match the signature you provided. Check your AWS "
+              "Secret Access Key and signing method. Consult the service documentation for details.";
+}
+
+}  // namespace
+
+std::string DeriveSigningKey(std::string_view secret, std::string_view yyyymmdd, std::string_view region,
+                             std::string_view service) {
+  std::string k_date = HmacSha256("AWS4" + std::string(secret), yyyymmdd);
+  std::string k_region = HmacSha256(k_date, region);
+  std::string k_service = HmacSha256(k_region, service);
+  return HmacSha256(k_service, kTerminator);
+}
+
+std::string CanonicalUri(std::string_view raw_path, bool s3_rules) {
+  if (raw_path.empty()) {
+    return "/";
+  }
+  if (s3_rules) {
+    // S3 signs the key as sent: no normalisation, so "a//b/./c" stays; each byte is encoded once.
+    return UriEncode(DecodeLenient(raw_path), /*keep_slash=*/true);
+  }
+  // Other services: clients encode the (already-encoded) path a second time, which relative to
+  // the wire form is a single encoding of the normalised raw path.
+  return UriEncode(NormalizePath(raw_path), /*keep_slash=*/true);
+}
+
+std::string CanonicalQuery(std::string_view raw_query) {
+  std::vector<std::pair<std::string, std::string>> encoded;
+  for (const QueryParam& param : ParseQuery(raw_query)) {
+    if (param.name == "X-Amz-Signature") {
+      continue;
+    }
+    encoded.emplace_back(UriEncode(param.name), UriEncode(param.value));
+  }
+  std::sort(encoded.begin(), encoded.end());
+  std::string out;
+  for (const auto& [name, value] : encoded) {
+    if (!out.empty()) {
+      out += '&';
+    }
+    out.append(name).append("=").append(value);
+  }
+  return out;
+}
+
+std::string CanonicalRequest(const SignableRequest& request, const std::vector<std::string>& signed_headers,
+                             std::string_view payload_hash, bool s3_rules) {
+  std::string out;
+  out.append(request.method).append("\n");
+  out.append(CanonicalUri(request.raw_path, s3_rules)).append("\n");
+  out.append(CanonicalQuery(request.raw_query)).append("\n");
+  for (const std::string& name : signed_headers) {
+    out.append(ToLower(name)).append(":");
+    out.append(JoinedHeader(request.headers, name).value_or("")).append("\n");
+  }
+  out.append("\n");
+  for (size_t i = 0; i < signed_headers.size(); ++i) {
+    if (i > 0) {
+      out += ';';
+    }
+    out.append(ToLower(signed_headers[i]));
+  }
+  out.append("\n").append(payload_hash);
+  return out;
+}
+
+std::string StringToSign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request) {
+  std::string out;
+  out.append(kAlgorithm).append("\n").append(amz_date).append("\n").append(scope).append("\n");
+  out.append(Sha256Hex(canonical_request));
+  return out;
+}
+
+std::string SignRequest(SignableRequest& request, const SignOptions& options) {
+  int64_t now = options.time_millis != 0 ? options.time_millis : NowMillis();
+  std::string amz_date = FormatAmzDate(now);
+  std::string date = FormatAmzDateShort(now);
+  std::string payload_hash = options.payload_hash.empty() ? std::string(kEmptySha256) : options.payload_hash;
+  request.headers.erase("authorization");
+  SetHeader(request.headers, "X-Amz-Date", amz_date);
+  if (options.s3) {
+    SetHeader(request.headers, "X-Amz-Content-Sha256", payload_hash);
+  }
+  if (!options.session_token.empty()) {
+    SetHeader(request.headers, "X-Amz-Security-Token", options.session_token);
+  }
+  std::vector<std::string> signed_headers;
+  for (const auto& [name, value] : request.headers) {
+    std::string lower = ToLower(name);
+    if (signed_headers.empty() || signed_headers.back() != lower) {
+      signed_headers.push_back(std::move(lower));
+    }
+  }
+  std::sort(signed_headers.begin(), signed_headers.end());
+  signed_headers.erase(std::unique(signed_headers.begin(), signed_headers.end()), signed_headers.end());
+  std::string scope = Scope(date, options.region, options.service);
+  std::string canonical = CanonicalRequest(request, signed_headers, payload_hash, options.s3);
+  std::string key =
+      KeyCache().Get(options.access_key_id, options.secret_access_key, date, options.region, options.service);
+  std::string signature = HexEncode(HmacSha256(key, StringToSign(amz_date, scope, canonical)));
+  request.headers.emplace("Authorization", std::string(kAlgorithm) + " Credential=" + options.access_key_id + "/" +
+                                               scope + ", SignedHeaders=" + Join(signed_headers, ";") +
+                                               ", Signature=" + signature);
+  return signature;
+}
+
+std::string PresignQuery(const SignableRequest& request, const SignOptions& options, int64_t expires_seconds) {
+  int64_t now = options.time_millis != 0 ? options.time_millis : NowMillis();
+  std::string amz_date = FormatAmzDate(now);
+  std::string date = FormatAmzDateShort(now);
+  std::string scope = Scope(date, options.region, options.service);
+  std::string query = request.raw_query;
+  auto add = [&query](std::string_view name, std::string_view value) {
+    if (!query.empty()) {
+      query += '&';
+    }
+    query.append(name).append("=").append(UriEncode(value));
+  };
+  add("X-Amz-Algorithm", kAlgorithm);
+  add("X-Amz-Credential", options.access_key_id + "/" + scope);
+  add("X-Amz-Date", amz_date);
+  add("X-Amz-Expires", std::to_string(expires_seconds));
+  add("X-Amz-SignedHeaders", "host");
+  if (!options.session_token.empty()) {
+    add("X-Amz-Security-Token", options.session_token);
+  }
+  std::string payload_hash = options.payload_hash;
+  if (payload_hash.empty()) {
+    payload_hash = options.s3 ? std::string(kUnsignedPayload) : std::string(kEmptySha256);
+  }
+  SignableRequest presigned{request.method, request.raw_path, query, {}};
+  if (const std::string* host = FindHeader(request.headers, "host")) {
+    presigned.headers.emplace("host", *host);
+  }
+  std::string canonical = CanonicalRequest(presigned, {"host"}, payload_hash, options.s3);
+  std::string key =
+      KeyCache().Get(options.access_key_id, options.secret_access_key, date, options.region, options.service);
+  add("X-Amz-Signature", HexEncode(HmacSha256(key, StringToSign(amz_date, scope, canonical))));
+  return query;
+}
+
+std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& request,
+                                                      const CredentialProvider& credentials,
+                                                      const VerifyOptions& options, int64_t now_millis,
+                                                      std::optional<std::string_view> body_sha256_hex) {
+  // Step 1: parse the header or presigned form.
+  std::vector<QueryParam> params = ParseQuery(request.raw_query);
+  const std::string* authorization = FindHeader(request.headers, "authorization");
+  std::variant<ParsedAuth, AuthError> parse_result;
+  if (authorization != nullptr) {
+    parse_result = ParseHeaderForm(request, *authorization, options);
+  } else if (FindParam(params, "X-Amz-Algorithm") || FindParam(params, "X-Amz-Credential") ||
+             FindParam(params, "X-Amz-Signature")) {
+    parse_result = ParsePresignedForm(params, options);
+  } else {
+    return Fail(AuthFailure::kMissing, "Missing Authentication Token");
+  }
+  if (auto* error = std::get_if<AuthError>(&parse_result)) {
+    return std::move(*error);
+  }
+  ParsedAuth parsed = std::move(std::get<ParsedAuth>(parse_result));
+
+  // Step 2: the key, and its security token when it has one.
+  std::optional<Credential> credential = credentials.Lookup(parsed.access_key_id);
+  if (!credential) {
+    return Fail(AuthFailure::kUnknownKey, options.s3
+                                              ? "The AWS Access Key Id you provided does not exist in our records."
+                                              : "The security token included in the request is invalid.");
+  }
+  if (!credential->session_token.empty() || parsed.has_security_token) {
+    bool token_signed = parsed.presigned || std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(),
+                                                      "x-amz-security-token") != parsed.signed_headers.end();
+    if (!parsed.has_security_token || !token_signed ||
+        !ConstantTimeEquals(parsed.security_token, credential->session_token)) {
+      return Fail(AuthFailure::kBadToken, "The security token included in the request is invalid.");
+    }
+  }
+
+  // Step 3: the credential scope.
+  if (parsed.date != std::string_view(parsed.amz_date).substr(0, 8)) {
+    return Fail(AuthFailure::kBadSignature,
+                "Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: '" +
+                    parsed.date + "' != '" + parsed.amz_date.substr(0, 8) + "', from '" + parsed.amz_date + "'.");
+  }
+  bool region_ok = options.accept_any_region ? !parsed.region.empty()
+                                             : std::find(options.regions.begin(), options.regions.end(),
+                                                         parsed.region) != options.regions.end();
+  if (!region_ok) {
+    std::string expected = options.regions.empty() ? "" : options.regions.front();
+    if (options.s3) {
+      return Fail(AuthFailure::kMalformed, "The authorization header is malformed; the region '" + parsed.region +
+                                               "' is wrong; expecting '" + expected + "'");
+    }
+    return Fail(AuthFailure::kBadSignature, "Credential should be scoped to a valid region. ");
+  }
+  if (parsed.service != options.expected_service) {
+    return Fail(AuthFailure::kBadSignature,
+                "Credential should be scoped to correct service: '" + options.expected_service + "'. ");
+  }
+  if (parsed.terminator != kTerminator) {
+    return Fail(AuthFailure::kMalformed,
+                "Credential should be scoped with a valid terminator: 'aws4_request', not '" + parsed.terminator +
+                    "'. ");
+  }
+
+  // Step 4: time.
+  int64_t request_millis = *ParseAmzDate(parsed.amz_date);
+  if (parsed.presigned) {
+    if (request_millis - options.max_skew_millis > now_millis) {
+      return Fail(AuthFailure::kExpired, "Request is not yet valid");
+    }
+    if (now_millis > request_millis + parsed.expires_seconds * 1000) {
+      return Fail(AuthFailure::kExpired, "Request has expired");
+    }
+  } else if (request_millis < now_millis - options.max_skew_millis) {
+    return Fail(AuthFailure::kSkewed, "Signature expired: " + parsed.amz_date + " is now earlier than " +
+                                          FormatAmzDate(now_millis - options.max_skew_millis) + " (" +
+                                          FormatAmzDate(now_millis) + " - 15 min.)");
+  } else if (request_millis > now_millis + options.max_skew_millis) {
+    return Fail(AuthFailure::kSkewed, "Signature not yet current: " + parsed.amz_date + " is still later than " +
+                                          FormatAmzDate(now_millis + options.max_skew_millis) + " (" +
+                                          FormatAmzDate(now_millis) + " + 15 min.)");
+  }
+
+  // Step 5: signed headers.
+  auto is_signed = [&parsed](std::string_view name) {
+    return std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(), name) != parsed.signed_headers.end();
+  };
+  if (!is_signed("host")) {
+    return Fail(AuthFailure::kMalformed, parsed.presigned ? "X-Amz-SignedHeaders must include 'host'."
+                                                          : "'Host' must be a signed header. SignedHeaders=" +
+                                                                parsed.signed_headers_text);
+  }
+  if (!parsed.presigned && parsed.amz_date_from_header && !is_signed("x-amz-date")) {
+    return Fail(AuthFailure::kMalformed,
+                "'X-Amz-Date' must be a signed header. SignedHeaders=" + parsed.signed_headers_text);
+  }
+  for (const std::string& name : parsed.signed_headers) {
+    if (name.empty() || name != ToLower(name) || FindHeader(request.headers, name) == nullptr) {
+      AuthError error = Fail(AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3) +
+                                                             " Signed header '" + name +
+                                                             "' is not present in the request.");
+      return error;
+    }
+  }
+
+  // The payload hash that went into the canonical request.
+  std::string payload_hash;
+  std::string payload_mode;
+  const std::string* content_sha256 = FindHeader(request.headers, "x-amz-content-sha256");
+  if (content_sha256 != nullptr) {
+    payload_hash = std::string(Trim(*content_sha256));
+    if (!IsHex64(payload_hash) && !IsPayloadLiteral(payload_hash)) {
+      return Fail(AuthFailure::kBadContentSha256,
+                  "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, "
+                  "STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid "
+                  "sha256 value.");
+    }
+    if (!options.s3 && body_sha256_hex && IsHex64(payload_hash) &&
+        ToLower(payload_hash) != ToLower(*body_sha256_hex)) {
+      return Fail(AuthFailure::kBadContentSha256,
+                  "The provided 'x-amz-content-sha256' header does not match what was computed.");
+    }
+    payload_mode = payload_hash;
+  } else if (options.s3) {
+    if (!parsed.presigned) {
+      return Fail(AuthFailure::kBadContentSha256, "Missing required header for this request: x-amz-content-sha256");
+    }
+    payload_hash = std::string(kUnsignedPayload);
+    payload_mode = payload_hash;
+  } else if (body_sha256_hex) {
+    payload_hash = std::string(*body_sha256_hex);
+  } else {
+    payload_hash = std::string(kEmptySha256);
+  }
+
+  // Step 6: the signature.
+  std::string scope = Scope(parsed.date, parsed.region, parsed.service);
+  std::string signing_key =
+      KeyCache().Get(credential->access_key_id, credential->secret_access_key, parsed.date, parsed.region,
+                     parsed.service);
+  std::string canonical = CanonicalRequest(request, parsed.signed_headers, payload_hash, options.s3);
+  std::string string_to_sign = StringToSign(parsed.amz_date, scope, canonical);
+  std::string expected = HexEncode(HmacSha256(signing_key, string_to_sign));
+  if (!ConstantTimeEquals(expected, ToLower(parsed.signature))) {
+    return AuthError{AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3), std::move(canonical),
+                     std::move(string_to_sign)};
+  }
+
+  VerifiedRequest verified;
+  verified.credential = std::move(*credential);
+  verified.region = parsed.region;
+  verified.service = parsed.service;
+  verified.amz_date = parsed.amz_date;
+  verified.scope = std::move(scope);
+  verified.signing_key = std::move(signing_key);
+  verified.seed_signature = std::move(expected);
+  verified.payload_mode = std::move(payload_mode);
+  verified.presigned = parsed.presigned;
+  return verified;
+}
+
+std::string ScopeServiceOf(const SignableRequest& request) {
+  std::string credential;
+  if (const std::string* authorization = FindHeader(request.headers, "authorization")) {
+    size_t pos = authorization->find("Credential=");
+    if (pos == std::string::npos) {
+      return "";
+    }
+    std::string_view rest = std::string_view(*authorization).substr(pos + 11);
+    credential = std::string(Trim(rest.substr(0, rest.find(','))));
+  } else {
+    const std::vector<QueryParam> params = ParseQuery(request.raw_query);
+    const std::string* value = FindParam(params, "X-Amz-Credential");
+    if (value == nullptr) {
+      return "";
+    }
+    credential = *value;
+  }
+  ParsedAuth parsed;
+  if (!ParseCredential(credential, &parsed)) {
+    return "";
+  }
+  return parsed.service;
+}
+
+}  // namespace kiln::aws
