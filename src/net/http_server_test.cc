@@ -1,0 +1,829 @@
+#include "net/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/strings.h"
+
+namespace kiln::net {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// A tiny raw-socket HTTP client, so the tests see exactly the bytes on the wire.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    timeval tv{5, 0};  // a broken server fails the test instead of hanging it
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~RawClient() { Close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+  void Close() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+
+  bool Send(std::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) {
+        return false;
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads exactly `n` bytes (fewer on EOF/timeout).
+  std::string ReadExactly(size_t n) {
+    std::string out;
+    while (out.size() < n) {
+      if (pending_.empty() && !Fill()) {
+        break;
+      }
+      size_t take = std::min(n - out.size(), pending_.size());
+      out.append(pending_, 0, take);
+      pending_.erase(0, take);
+    }
+    return out;
+  }
+
+  // Reads until EOF (or timeout); returns everything including buffered bytes.
+  std::string ReadToEof() {
+    while (Fill()) {
+    }
+    std::string out = std::move(pending_);
+    pending_.clear();
+    return out;
+  }
+
+  // True when the server closed the connection within `ms` (no more bytes arrive).
+  bool ClosedWithin(int ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) {
+      return false;
+    }
+    char c;
+    return ::recv(fd_, &c, 1, 0) <= 0;
+  }
+
+  struct Response {
+    int status = 0;
+    std::string head;  // status line + headers, as sent
+    HeaderMap headers;
+    std::string body;
+    bool ok = false;
+  };
+
+  // Parses one response. `head_request` means no body follows whatever the headers say.
+  Response ReadResponse(bool head_request = false) {
+    Response r;
+    size_t end;
+    while ((end = pending_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) {
+        return r;
+      }
+    }
+    r.head = pending_.substr(0, end + 4);
+    pending_.erase(0, end + 4);
+    std::vector<std::string_view> lines = Split(r.head, '\n');
+    if (lines.empty() || !kiln::StartsWith(lines[0], "HTTP/1.1 ")) {
+      return r;
+    }
+    r.status = std::stoi(std::string(lines[0].substr(9, 3)));
+    for (size_t i = 1; i < lines.size(); ++i) {
+      std::string_view line = Trim(lines[i]);
+      size_t colon = line.find(':');
+      if (colon != std::string_view::npos) {
+        r.headers.emplace(std::string(line.substr(0, colon)), std::string(Trim(line.substr(colon + 1))));
+      }
+    }
+    if (head_request || r.status == 204 || r.status == 304 || r.status / 100 == 1) {
+      r.ok = true;
+      return r;
+    }
+    const std::string* te = FindHeader(r.headers, "Transfer-Encoding");
+    const std::string* cl = FindHeader(r.headers, "Content-Length");
+    if (te != nullptr && *te == "chunked") {
+      for (;;) {
+        size_t eol;
+        while ((eol = pending_.find("\r\n")) == std::string::npos) {
+          if (!Fill()) {
+            return r;
+          }
+        }
+        size_t size = std::stoul(pending_.substr(0, eol), nullptr, 16);
+        pending_.erase(0, eol + 2);
+        std::string data = ReadExactly(size + 2);
+        if (data.size() != size + 2 || data.substr(size) != "\r\n") {
+          return r;
+        }
+        if (size == 0) {
+          break;
+        }
+        r.body += data.substr(0, size);
+      }
+    } else if (cl != nullptr) {
+      size_t n = std::stoul(*cl);
+      r.body = ReadExactly(n);
+      if (r.body.size() != n) {
+        return r;
+      }
+    } else {
+      r.body = ReadToEof();
+    }
+    r.ok = true;
+    return r;
+  }
+
+ private:
+  bool Fill() {
+    char buf[8192];
+    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      return false;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string pending_;
+};
+
+std::string Get(std::string_view path, std::string_view extra = "") {
+  return "GET " + std::string(path) + " HTTP/1.1\r\nHost: x\r\n" + std::string(extra) + "\r\n";
+}
+
+// Reads the whole body in `chunk`-byte reads; records the outcome for the test.
+struct BodyResult {
+  std::string data;
+  Status status;
+  int reads = 0;
+};
+BodyResult ReadBody(ByteSource& body, size_t chunk) {
+  BodyResult r;
+  std::vector<char> buf(chunk);
+  for (;;) {
+    Result<size_t> n = body.Read(buf.data(), buf.size());
+    if (!n.ok()) {
+      r.status = n.status();
+      return r;
+    }
+    if (*n == 0) {
+      return r;
+    }
+    ++r.reads;
+    r.data.append(buf.data(), *n);
+  }
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(Handler handler, HttpServerOptions options = {}) {
+    options.listen = "127.0.0.1:0";
+    auto server = HttpServer::Create(options, std::move(handler));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_NE(server_->port(), 0);
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->Stop(1);
+    }
+  }
+  uint16_t port() const { return server_->port(); }
+
+  // A handler that echoes the request body (read in 7-byte reads) with request facts in headers.
+  static void Echo(HttpRequest& req, ResponseWriter& out) {
+    BodyResult body = ReadBody(*req.body, 7);
+    if (!body.status.ok()) {
+      (void)out.Send(400, {{"X-Body-Error", body.status.ToString()}}, "");
+      return;
+    }
+    (void)out.Send(200,
+             {{"X-Method", req.method},
+              {"X-Path", req.raw_path},
+              {"X-Query", req.raw_query},
+              {"X-Reads", std::to_string(body.reads)},
+              {"X-Remote", req.remote_address},
+              {"X-Version", std::to_string(req.http_version)}},
+             body.data);
+  }
+
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, SimpleGet) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send(Get("/bucket/a%20b?list-type=2&x=1")));
+  auto r = c.ReadResponse();
+  ASSERT_TRUE(r.ok) << r.head;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_THAT(r.head, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_EQ(*FindHeader(r.headers, "X-Method"), "GET");
+  EXPECT_EQ(*FindHeader(r.headers, "X-Path"), "/bucket/a%20b");
+  EXPECT_EQ(*FindHeader(r.headers, "X-Query"), "list-type=2&x=1");
+  EXPECT_EQ(*FindHeader(r.headers, "Server"), "kiln");
+  EXPECT_EQ(*FindHeader(r.headers, "Content-Length"), "0");
+  EXPECT_THAT(*FindHeader(r.headers, "X-Remote"), StartsWith("127.0.0.1:"));
+  ASSERT_NE(FindHeader(r.headers, "Date"), nullptr);
+  EXPECT_THAT(*FindHeader(r.headers, "Date"), HasSubstr(" GMT"));
+  EXPECT_EQ(FindHeader(r.headers, "Connection"), nullptr);
+}
+
+TEST_F(HttpServerTest, KeepAliveServesTwoRequestsOnOneConnection) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/one")));
+  auto r1 = c.ReadResponse();
+  ASSERT_TRUE(c.Send(Get("/two")));
+  auto r2 = c.ReadResponse();
+  ASSERT_TRUE(r1.ok && r2.ok);
+  EXPECT_EQ(*FindHeader(r1.headers, "X-Path"), "/one");
+  EXPECT_EQ(*FindHeader(r2.headers, "X-Path"), "/two");
+  EXPECT_EQ(*FindHeader(r1.headers, "X-Remote"), *FindHeader(r2.headers, "X-Remote"));
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc" + Get("/b")));
+  auto r1 = c.ReadResponse();
+  auto r2 = c.ReadResponse();
+  EXPECT_EQ(r1.body, "abc");
+  EXPECT_EQ(*FindHeader(r2.headers, "X-Path"), "/b");
+}
+
+TEST_F(HttpServerTest, ConnectionCloseIsHonoured) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/", "Connection: close\r\n")));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(2000));
+}
+
+TEST_F(HttpServerTest, Http10ClosesUnlessKeepAlive) {
+  StartServer(Echo);
+  {
+    RawClient c(port());
+    ASSERT_TRUE(c.Send("GET /x HTTP/1.0\r\n\r\n"));
+    auto r = c.ReadResponse();
+    EXPECT_EQ(*FindHeader(r.headers, "X-Version"), "10");
+    EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+    EXPECT_TRUE(c.ClosedWithin(2000));
+  }
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "keep-alive");
+  ASSERT_TRUE(c.Send("GET /y HTTP/1.0\r\n\r\n"));
+  auto r2 = c.ReadResponse();
+  EXPECT_EQ(*FindHeader(r2.headers, "X-Path"), "/y");
+}
+
+TEST_F(HttpServerTest, PostBodyWithContentLengthStreamsInSeveralReads) {
+  StartServer(Echo);
+  RawClient c(port());
+  std::string body(100, 'x');
+  for (size_t i = 0; i < body.size(); ++i) {
+    body[i] = static_cast<char>('a' + i % 26);
+  }
+  ASSERT_TRUE(c.Send("POST /up HTTP/1.1\r\nContent-Length: 100\r\n\r\n" + body.substr(0, 10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(c.Send(body.substr(10, 50)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(c.Send(body.substr(60)));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, body);
+  EXPECT_GE(std::stoi(*FindHeader(r.headers, "X-Reads")), 15);  // 100 bytes / 7 per read
+}
+
+TEST_F(HttpServerTest, ChunkedRequestBody) {
+  std::optional<uint64_t> hint = 1;
+  StartServer([&](HttpRequest& req, ResponseWriter& out) {
+    hint = req.body->size_hint();
+    Echo(req, out);
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(c.Send("6;ext=1\r\n world\r\n10\r\n0123456789abcdef\r\n0\r\nX-Trailer: t\r\n\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello world0123456789abcdef");
+  EXPECT_EQ(hint, std::nullopt);
+  // The connection survives the chunked body.
+  ASSERT_TRUE(c.Send(Get("/after")));
+  EXPECT_EQ(*FindHeader(c.ReadResponse().headers, "X-Path"), "/after");
+}
+
+TEST_F(HttpServerTest, MalformedChunkedBodyFailsTheReadAndCloses) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(*FindHeader(r.headers, "X-Body-Error"), HasSubstr("InvalidArgument"));
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+}
+
+TEST_F(HttpServerTest, Expect100ContinueGetsInterimResponseThenBody) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /obj HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  EXPECT_EQ(c.ReadExactly(25), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(c.Send("hello"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
+  EXPECT_EQ(FindHeader(r.headers, "Connection"), nullptr);
+}
+
+TEST_F(HttpServerTest, Expect100ContinueUnreadBodyClosesWithoutInterimResponse) {
+  StartServer([](HttpRequest&, ResponseWriter& out) { (void)out.Send(403, {}, "denied"); });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /obj HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.body, "denied");
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(3000));
+}
+
+TEST_F(HttpServerTest, UnreadSmallBodyIsDrainedAndConnectionKept) {
+  StartServer([](HttpRequest& req, ResponseWriter& out) { (void)out.Send(200, {}, req.raw_path); });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /a HTTP/1.1\r\nContent-Length: 20\r\n\r\n01234567890123456789"));
+  auto r1 = c.ReadResponse();
+  EXPECT_EQ(FindHeader(r1.headers, "Connection"), nullptr);
+  ASSERT_TRUE(c.Send(Get("/b")));
+  auto r2 = c.ReadResponse();
+  EXPECT_EQ(r2.body, "/b");
+}
+
+TEST_F(HttpServerTest, UnreadLargeBodyClosesConnection) {
+  HttpServerOptions options;
+  options.max_drain_bytes = 10;
+  StartServer([](HttpRequest&, ResponseWriter& out) { (void)out.Send(200, {}, "x"); }, options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /a HTTP/1.1\r\nContent-Length: 20\r\n\r\n01234567890123456789"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(3000));
+}
+
+TEST_F(HttpServerTest, TruncatedBodyReportsUnavailable) {
+  std::promise<Status> seen;
+  StartServer([&](HttpRequest& req, ResponseWriter& out) {
+    BodyResult body = ReadBody(*req.body, 64);
+    seen.set_value(body.status);
+    (void)out.Send(400, {}, "");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /t HTTP/1.1\r\nContent-Length: 100\r\n\r\n0123456789"));
+  c.ShutdownWrite();
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(HttpServerTest, TruncatedChunkedBodyReportsUnavailable) {
+  std::promise<Status> seen;
+  StartServer([&](HttpRequest& req, ResponseWriter& out) {
+    seen.set_value(ReadBody(*req.body, 64).status);
+    (void)out.Send(400, {}, "");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /t HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc"));
+  c.ShutdownWrite();
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(HttpServerTest, StalledBodyTimesOut) {
+  HttpServerOptions options;
+  options.io_timeout_seconds = 1;
+  std::promise<Status> seen;
+  StartServer(
+      [&](HttpRequest& req, ResponseWriter& out) {
+        seen.set_value(ReadBody(*req.body, 64).status);
+        (void)out.Send(400, {}, "");
+      },
+      options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /t HTTP/1.1\r\nContent-Length: 100\r\n\r\n0123456789"));
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(HttpServerTest, OversizeHeaderGets431) {
+  HttpServerOptions options;
+  options.max_header_bytes = 1024;
+  StartServer(Echo, options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/", "X-Big: " + std::string(4000, 'a') + "\r\n")));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 431);
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(3000));
+}
+
+TEST_F(HttpServerTest, GarbageGets400AndServerKeepsServing) {
+  std::atomic<int> calls{0};
+  StartServer([&](HttpRequest& req, ResponseWriter& out) {
+    ++calls;
+    Echo(req, out);
+  });
+  for (std::string bad : {std::string("\x01\x02garbage\r\n\r\n"), std::string("GET\r\n\r\n"),
+                          std::string("GET / HTTP/1.1\r\nBad Header\r\n\r\n"),
+                          std::string("GET / HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n"),
+                          std::string("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")}) {
+    RawClient c(port());
+    ASSERT_TRUE(c.Send(bad));
+    auto r = c.ReadResponse();
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_TRUE(c.ClosedWithin(3000)) << bad;
+  }
+  EXPECT_EQ(calls.load(), 0);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/fine")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+}
+
+TEST_F(HttpServerTest, DeclaredBodyOverMaxGets413BeforeHandler) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  std::atomic<int> calls{0};
+  StartServer(
+      [&](HttpRequest& req, ResponseWriter& out) {
+        ++calls;
+        Echo(req, out);
+      },
+      options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /big HTTP/1.1\r\nContent-Length: 1001\r\n\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST_F(HttpServerTest, ChunkedBodyOverMaxIsResourceExhausted) {
+  HttpServerOptions options;
+  options.max_body_bytes = 10;
+  std::promise<Status> seen;
+  StartServer(
+      [&](HttpRequest& req, ResponseWriter& out) {
+        seen.set_value(ReadBody(*req.body, 4).status);
+        (void)out.Send(413, {}, "");
+      },
+      options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n0\r\n\r\n"));
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.ReadResponse().status, 413);
+}
+
+TEST_F(HttpServerTest, HeadResponseHasLengthButNoBody) {
+  StartServer([](HttpRequest& req, ResponseWriter& out) {
+    if (req.method == "HEAD") {
+      (void)out.Start(200, {{"ETag", "\"e\""}}, 1234);
+      (void)out.Finish();
+      return;
+    }
+    (void)out.Send(200, {}, "get-body");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("HEAD /o HTTP/1.1\r\n\r\n"));
+  auto r = c.ReadResponse(/*head_request=*/true);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(*FindHeader(r.headers, "Content-Length"), "1234");
+  // If any body byte had been sent, the next response would not parse.
+  ASSERT_TRUE(c.Send(Get("/o")));
+  auto r2 = c.ReadResponse();
+  EXPECT_EQ(r2.status, 200);
+  EXPECT_EQ(r2.body, "get-body");
+}
+
+TEST_F(HttpServerTest, HeadWithSendDiscardsBody) {
+  StartServer([](HttpRequest&, ResponseWriter& out) { (void)out.Send(200, {}, "hello"); });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("HEAD /o HTTP/1.1\r\n\r\n" + Get("/o")));
+  auto r = c.ReadResponse(true);
+  EXPECT_EQ(*FindHeader(r.headers, "Content-Length"), "5");
+  EXPECT_EQ(c.ReadResponse().body, "hello");
+}
+
+TEST_F(HttpServerTest, UnknownLengthUsesChunkedResponse) {
+  StartServer([](HttpRequest&, ResponseWriter& out) {
+    ASSERT_TRUE(out.Start(200, {{"Content-Type", "text/plain"}}, std::nullopt).ok());
+    ASSERT_TRUE(out.Write("abc").ok());
+    ASSERT_TRUE(out.Write("defg").ok());
+    ASSERT_TRUE(out.Finish().ok());
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/s")));
+  auto r = c.ReadResponse();
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(*FindHeader(r.headers, "Transfer-Encoding"), "chunked");
+  EXPECT_EQ(FindHeader(r.headers, "Content-Length"), nullptr);
+  EXPECT_EQ(r.body, "abcdefg");
+  // Still keep-alive after the last chunk.
+  ASSERT_TRUE(c.Send(Get("/s")));
+  EXPECT_EQ(c.ReadResponse().body, "abcdefg");
+
+  // HTTP/1.0 cannot take chunked: the body is delimited by close.
+  RawClient old(port());
+  ASSERT_TRUE(old.Send("GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  auto r10 = old.ReadResponse();
+  EXPECT_EQ(FindHeader(r10.headers, "Transfer-Encoding"), nullptr);
+  EXPECT_EQ(*FindHeader(r10.headers, "Connection"), "close");
+  EXPECT_EQ(r10.body, "abcdefg");
+}
+
+TEST_F(HttpServerTest, HandlerWithoutResponseGets500) {
+  StartServer([](HttpRequest&, ResponseWriter&) {});
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  EXPECT_EQ(c.ReadResponse().status, 500);
+  ASSERT_TRUE(c.Send(Get("/")));  // connection still usable
+  EXPECT_EQ(c.ReadResponse().status, 500);
+}
+
+TEST_F(HttpServerTest, ThrowingHandlerGets500) {
+  StartServer([](HttpRequest&, ResponseWriter&) { throw std::runtime_error("boom"); });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  EXPECT_EQ(c.ReadResponse().status, 500);
+}
+
+TEST_F(HttpServerTest, ShortWriteClosesConnection) {
+  StartServer([](HttpRequest&, ResponseWriter& out) {
+    (void)out.Start(200, {}, 10);
+    (void)out.Write("abc");
+    (void)out.Finish();
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  std::string all = c.ReadToEof();  // returns only because the server closed
+  EXPECT_THAT(all, HasSubstr("Content-Length: 10\r\n"));
+  EXPECT_TRUE(kiln::EndsWith(all, "\r\n\r\nabc"));
+}
+
+TEST_F(HttpServerTest, WritePastContentLengthFails) {
+  std::promise<Status> seen;
+  StartServer([&](HttpRequest&, ResponseWriter& out) {
+    (void)out.Start(200, {}, 2);
+    seen.set_value(out.Write("abc"));
+    (void)out.Finish();
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(future.get().ok());
+}
+
+TEST_F(HttpServerTest, HandlerHeadersCannotOverrideFraming) {
+  StartServer([](HttpRequest&, ResponseWriter& out) {
+    (void)out.Send(200, {{"Content-Length", "99"}, {"Connection", "close"}, {"X-Evil", "a\r\nInjected: 1"}},
+             "ok");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(*FindHeader(r.headers, "Content-Length"), "2");
+  EXPECT_EQ(FindHeader(r.headers, "Connection"), nullptr);
+  EXPECT_EQ(FindHeader(r.headers, "Injected"), nullptr);
+}
+
+TEST_F(HttpServerTest, CloseAfterResponseCloses) {
+  StartServer([](HttpRequest&, ResponseWriter& out) {
+    out.CloseAfterResponse();
+    (void)out.Send(200, {}, "bye");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(2000));
+}
+
+TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosedAfterIdleTimeout) {
+  HttpServerOptions options;
+  options.idle_timeout_seconds = 1;
+  StartServer(Echo, options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(c.ClosedWithin(4000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST_F(HttpServerTest, StopWithIdleKeepAliveConnectionReturnsPromptly) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+  RawClient silent(port());  // connected, never sends
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto start = std::chrono::steady_clock::now();
+  server_->Stop(10);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(c.ClosedWithin(1000));
+  server_->Stop(10);  // idempotent
+  RawClient late(port());
+  EXPECT_FALSE(late.connected());
+}
+
+TEST_F(HttpServerTest, StopLetsInFlightRequestFinish) {
+  std::promise<void> entered;
+  StartServer([&](HttpRequest&, ResponseWriter& out) {
+    entered.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    (void)out.Send(200, {}, "done");
+  });
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  entered.get_future().wait();
+  server_->Stop(5);
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "done");
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+}
+
+TEST_F(HttpServerTest, ManyConcurrentConnectionsAllServed) {
+  StartServer(Echo);
+  constexpr int kThreads = 50;
+  constexpr int kRequests = 5;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      RawClient c(port());
+      for (int i = 0; i < kRequests; ++i) {
+        std::string body = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!c.Send("POST /p HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\n\r\n" + body)) {
+          return;
+        }
+        auto r = c.ReadResponse();
+        if (r.status == 200 && r.body == body) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(ok.load(), kThreads * kRequests);
+}
+
+TEST_F(HttpServerTest, OverMaxConnectionsGets503) {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  StartServer(Echo, options);
+  RawClient a(port());
+  RawClient b(port());
+  ASSERT_TRUE(a.Send(Get("/")));
+  ASSERT_TRUE(b.Send(Get("/")));
+  EXPECT_EQ(a.ReadResponse().status, 200);
+  EXPECT_EQ(b.ReadResponse().status, 200);
+  RawClient c(port());
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 503);
+  a.Close();
+  // Once a slot frees up, new connections are served again.
+  bool served = false;
+  for (int i = 0; i < 50 && !served; ++i) {
+    RawClient d(port());
+    d.Send(Get("/"));
+    served = d.ReadResponse().status == 200;
+    if (!served) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_TRUE(served);
+}
+
+TEST_F(HttpServerTest, LargeBodyRoundTrip) {
+  StartServer([](HttpRequest& req, ResponseWriter& out) {
+    BodyResult body = ReadBody(*req.body, 64 * 1024);
+    ASSERT_TRUE(body.status.ok());
+    (void)out.Start(200, {}, std::nullopt);
+    for (size_t off = 0; off < body.data.size(); off += 100000) {
+      (void)out.Write(std::string_view(body.data).substr(off, 100000));
+    }
+    (void)out.Finish();
+  });
+  std::string big(3 * 1024 * 1024 + 17, 0);
+  for (size_t i = 0; i < big.size(); ++i) {
+    big[i] = static_cast<char>(i * 31 % 251);
+  }
+  RawClient c(port());
+  std::thread sender([&] {
+    c.Send("PUT /big HTTP/1.1\r\nContent-Length: " + std::to_string(big.size()) + "\r\n\r\n");
+    c.Send(big);
+  });
+  auto r = c.ReadResponse();
+  sender.join();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.body == big);
+}
+
+TEST(HttpServerCreateTest, RejectsBadListenAndAddressInUse) {
+  HttpServerOptions options;
+  auto noop = [](HttpRequest&, ResponseWriter& out) { (void)out.Send(200, {}, ""); };
+  options.listen = "nonsense";
+  EXPECT_TRUE(HttpServer::Create(options, noop).status().IsInvalidArgument());
+  options.listen = "127.0.0.1:0";
+  auto first = HttpServer::Create(options, noop);
+  ASSERT_TRUE(first.ok());
+  options.listen = "127.0.0.1:" + std::to_string((*first)->port());
+  EXPECT_EQ(HttpServer::Create(options, noop).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(HttpServerCreateTest, ListensOnIpv6Loopback) {
+  HttpServerOptions options;
+  options.listen = "[::1]:0";
+  auto server = HttpServer::Create(options, [](HttpRequest&, ResponseWriter& out) { (void)out.Send(200, {}, ""); });
+  if (!server.ok()) {
+    GTEST_SKIP() << "no IPv6 loopback: " << server.status().ToString();
+  }
+  EXPECT_NE((*server)->port(), 0);
+}
+
+TEST(HostPortTest, ParseHostPort) {
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(ParseHostPort("127.0.0.1:5456", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 5456);
+  ASSERT_TRUE(ParseHostPort("[::1]:80", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 80);
+  ASSERT_TRUE(ParseHostPort("localhost:0", &host, &port).ok());
+  EXPECT_EQ(host, "localhost");
+  EXPECT_EQ(port, 0);
+  for (std::string_view bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "::1:80",
+                               "[::1]", "[::1]80", "[nope]:80", "host:80x"}) {
+    EXPECT_TRUE(ParseHostPort(bad, &host, &port).IsInvalidArgument()) << bad;
+  }
+}
+
+TEST(HostPortTest, IsLoopbackHost) {
+  for (std::string_view yes : {"localhost", "LOCALHOST", "127.0.0.1", "127.1.2.3", "::1", "[::1]",
+                               "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(IsLoopbackHost(yes)) << yes;
+  }
+  for (std::string_view no : {"", "0.0.0.0", "10.0.0.1", "example.com", "::", "128.0.0.1",
+                              "localhost.example.com"}) {
+    EXPECT_FALSE(IsLoopbackHost(no)) << no;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::net
