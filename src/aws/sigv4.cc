@@ -396,7 +396,17 @@ std::string CanonicalUri(std::string_view raw_path, bool s3_rules) {
   }
   if (s3_rules) {
     // S3 signs the key as sent: no normalisation, so "a//b/./c" stays; each byte is encoded once.
-    return UriEncode(DecodeLenient(raw_path), /*keep_slash=*/true);
+    // Segments are decoded one by one so that an escaped slash (%2F) stays escaped.
+    std::string out;
+    bool first = true;
+    for (std::string_view segment : Split(raw_path, '/')) {
+      if (!first) {
+        out += '/';
+      }
+      first = false;
+      out += UriEncode(DecodeLenient(segment));
+    }
+    return out;
   }
   // Other services: clients encode the (already-encoded) path a second time, which relative to
   // the wire form is a single encoding of the normalised raw path.
@@ -601,28 +611,6 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
                                           FormatAmzDate(now_millis) + " + 15 min.)");
   }
 
-  // Step 5: signed headers.
-  auto is_signed = [&parsed](std::string_view name) {
-    return std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(), name) != parsed.signed_headers.end();
-  };
-  if (!is_signed("host")) {
-    return Fail(AuthFailure::kMalformed, parsed.presigned ? "X-Amz-SignedHeaders must include 'host'."
-                                                          : "'Host' must be a signed header. SignedHeaders=" +
-                                                                parsed.signed_headers_text);
-  }
-  if (!parsed.presigned && parsed.amz_date_from_header && !is_signed("x-amz-date")) {
-    return Fail(AuthFailure::kMalformed,
-                "'X-Amz-Date' must be a signed header. SignedHeaders=" + parsed.signed_headers_text);
-  }
-  for (const std::string& name : parsed.signed_headers) {
-    if (name.empty() || name != ToLower(name) || FindHeader(request.headers, name) == nullptr) {
-      AuthError error = Fail(AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3) +
-                                                             " Signed header '" + name +
-                                                             "' is not present in the request.");
-      return error;
-    }
-  }
-
   // The payload hash that went into the canonical request.
   std::string payload_hash;
   std::string payload_mode;
@@ -651,6 +639,28 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
     payload_hash = std::string(*body_sha256_hex);
   } else {
     payload_hash = std::string(kEmptySha256);
+  }
+
+  // Step 5: signed headers.
+  auto is_signed = [&parsed](std::string_view name) {
+    return std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(), name) != parsed.signed_headers.end();
+  };
+  if (!is_signed("host")) {
+    return Fail(AuthFailure::kMalformed, parsed.presigned ? "X-Amz-SignedHeaders must include 'host'."
+                                                          : "'Host' must be a signed header. SignedHeaders=" +
+                                                                parsed.signed_headers_text);
+  }
+  if (!parsed.presigned && parsed.amz_date_from_header && !is_signed("x-amz-date")) {
+    return Fail(AuthFailure::kMalformed,
+                "'X-Amz-Date' must be a signed header. SignedHeaders=" + parsed.signed_headers_text);
+  }
+  for (const std::string& name : parsed.signed_headers) {
+    if (name.empty() || name != ToLower(name) || FindHeader(request.headers, name) == nullptr) {
+      AuthError error = Fail(AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3) +
+                                                             " Signed header '" + name +
+                                                             "' is not present in the request.");
+      return error;
+    }
   }
 
   // Step 6: the signature.
