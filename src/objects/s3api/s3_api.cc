@@ -1,0 +1,364 @@
+#include "objects/s3api/s3_api.h"
+
+#include <array>
+#include <utility>
+
+#include "base/encoding.h"
+#include "base/hash.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "objects/s3api/s3_handlers.h"
+
+namespace kiln::objects {
+
+using s3::Call;
+using s3::Outcome;
+
+namespace s3 {
+
+Result<size_t> TrackingSource::Read(char* buf, size_t n) {
+  if (finished_) return size_t{0};
+  auto r = upstream_->Read(buf, n);
+  if (r.ok() && *r == 0) finished_ = true;
+  return r;
+}
+
+HeaderMap BaseHeaders(const Call& call) {
+  HeaderMap headers;
+  headers.emplace("x-amz-request-id", call.context.request_id);
+  headers.emplace("x-amz-id-2", Base64Encode(Sha256(call.context.request_id)));
+  return headers;
+}
+
+void SendBody(Call& call, int status, HeaderMap headers, std::string_view body) {
+  Status s = call.response.Start(status, headers, body.size());
+  if (s.ok() && !body.empty() && !call.head) s = call.response.Write(body);
+  if (s.ok()) s = call.response.Finish();
+  (void)s;  // the connection is gone; there is no one to tell
+}
+
+void SendXml(Call& call, int status, HeaderMap headers, const std::string& xml) {
+  headers.emplace("Content-Type", "application/xml");
+  SendBody(call, status, std::move(headers), xml);
+}
+
+void SendEmpty(Call& call, int status, HeaderMap headers) { SendBody(call, status, std::move(headers), ""); }
+
+aws::AwsError InvalidArgument(std::string message, std::string name, std::string value) {
+  aws::AwsError e("InvalidArgument", std::move(message), 400);
+  if (!name.empty()) e.With("ArgumentName", std::move(name)).With("ArgumentValue", std::move(value));
+  return e;
+}
+
+aws::AwsError MalformedXml() {
+  return aws::AwsError("MalformedXML",
+                       "The XML you provided was not well-formed or did not validate against our published schema",
+                       400);
+}
+
+aws::AwsError StoreError(const Call& call, const Status& status, const std::string& upload_id) {
+  const std::string& m = status.message();
+  switch (status.code()) {
+    case StatusCode::kNotFound:
+      if (StartsWith(m, "NoSuchUpload")) {
+        return aws::AwsError("NoSuchUpload",
+                             "The specified upload does not exist. The upload ID may be invalid, or the upload "
+                             "may have been aborted or completed.",
+                             404)
+            .With("UploadId", upload_id);
+      }
+      if (StartsWith(m, "NoSuchKey")) {
+        return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", call.key());
+      }
+      return aws::AwsError("NoSuchBucket", "The specified bucket does not exist.", 404)
+          .With("BucketName", call.bucket());
+    case StatusCode::kAlreadyExists:
+      return aws::AwsError("BucketAlreadyOwnedByYou",
+                           "Your previous request to create the named bucket succeeded and you already own it.", 409)
+          .With("BucketName", call.bucket());
+    case StatusCode::kFailedPrecondition:
+      if (StartsWith(m, "PreconditionFailed")) {
+        return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold",
+                             412)
+            .With("Condition", call.Header("If-Match") ? "If-Match" : "If-None-Match");
+      }
+      return aws::AwsError("BucketNotEmpty", "The bucket you tried to delete is not empty", 409)
+          .With("BucketName", call.bucket());
+    case StatusCode::kInvalidArgument:
+      if (StartsWith(m, "InvalidPartOrder")) {
+        return aws::AwsError("InvalidPartOrder",
+                             "The list of parts was not in ascending order. Parts must be ordered by part number.",
+                             400)
+            .With("UploadId", upload_id);
+      }
+      if (StartsWith(m, "InvalidPart")) {
+        return aws::AwsError("InvalidPart",
+                             "One or more of the specified parts could not be found.  The part may not have been "
+                             "uploaded, or the specified entity tag may not match the part's entity tag.",
+                             400)
+            .With("UploadId", upload_id);
+      }
+      if (StartsWith(m, "EntityTooSmall")) {
+        return aws::AwsError("EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size.",
+                             400);
+      }
+      if (StartsWith(m, "InvalidRange")) {
+        return aws::AwsError("InvalidRange", "The requested range is not satisfiable", 416);
+      }
+      if (StartsWith(m, "InvalidBucketName")) {
+        return aws::AwsError("InvalidBucketName", "The specified bucket is not valid.", 400)
+            .With("BucketName", call.bucket());
+      }
+      return aws::AwsError("InvalidArgument", m, 400);
+    case StatusCode::kResourceExhausted:
+      if (StartsWith(m, "EntityTooLarge") || ToLower(m).find("too large") != std::string::npos) {
+        return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size.", 400);
+      }
+      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+    case StatusCode::kDataLoss:
+      if (StartsWith(m, "BadDigest")) {
+        return aws::AwsError("BadDigest", "The Content-MD5 or checksum value that you specified did not match what "
+                                          "the server received.",
+                             400);
+      }
+      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+    default:
+      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+  }
+}
+
+aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload) {
+  aws::PayloadErrorKind kind = payload ? payload->error_kind() : aws::PayloadErrorKind::kNone;
+  switch (kind) {
+    case aws::PayloadErrorKind::kSha256Mismatch:
+      return aws::AwsError("XAmzContentSHA256Mismatch",
+                           "The provided 'x-amz-content-sha256' header does not match what was computed.", 400);
+    case aws::PayloadErrorKind::kBadDigest:
+      // S3 answers BadDigest for both Content-MD5 and x-amz-checksum-* mismatches.
+      return aws::AwsError("BadDigest", status.message().empty() ? "The Content-MD5 you specified did not match "
+                                                                   "what we received."
+                                                                 : status.message(),
+                           400);
+    case aws::PayloadErrorKind::kSignatureMismatch:
+      return aws::AwsError("SignatureDoesNotMatch",
+                           "The request signature we calculated does not match the signature you provided. Check "
+                           "your key and signing method.",
+                           403);
+    case aws::PayloadErrorKind::kMalformed:
+      return aws::AwsError("InvalidRequest", status.message(), 400);
+    case aws::PayloadErrorKind::kIncomplete:
+      return aws::AwsError("IncompleteBody", "You did not provide the number of bytes specified by the "
+                                             "Content-Length HTTP header",
+                           400);
+    case aws::PayloadErrorKind::kTooLarge:
+      return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size.", 400);
+    case aws::PayloadErrorKind::kNone:
+      break;
+  }
+  switch (status.code()) {
+    case StatusCode::kResourceExhausted:
+      return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size.", 400);
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+      return aws::AwsError("IncompleteBody",
+                           "You did not provide the number of bytes specified by the Content-Length HTTP header",
+                           400);
+    case StatusCode::kUnauthenticated:
+      return aws::AwsError("SignatureDoesNotMatch", status.message(), 403);
+    case StatusCode::kDataLoss:
+      return aws::AwsError("BadDigest", status.message(), 400);
+    case StatusCode::kInvalidArgument:
+      return aws::AwsError("InvalidRequest", status.message(), 400);
+    default:
+      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+  }
+}
+
+Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes) {
+  aws::PayloadOptions options;
+  options.verified = call.context.auth;
+  options.headers = &call.request.headers;
+  options.max_bytes = max_bytes;
+  return aws::OpenPayload(call.body, options);
+}
+
+std::variant<std::string, aws::AwsError> ReadSmallBody(Call& call, uint64_t max_bytes) {
+  auto payload = OpenBody(call, max_bytes);
+  if (!payload.ok()) return aws::AwsError("InvalidRequest", payload.status().message(), 400);
+  auto text = ReadAll(**payload, max_bytes);
+  if (!text.ok()) {
+    if ((*payload)->error_kind() == aws::PayloadErrorKind::kNone &&
+        text.status().code() == StatusCode::kResourceExhausted) {
+      return MalformedXml();  // S3 rejects oversized XML documents as malformed
+    }
+    return BodyError(text.status(), payload->get());
+  }
+  return std::move(*text);
+}
+
+std::string OwnerId(const S3ApiOptions& options) { return Sha256Hex("kiln-account:" + options.account_id); }
+
+void WriteOwner(XmlWriter& xml, std::string_view element, const S3ApiOptions& options) {
+  xml.Open(element).Element("ID", OwnerId(options)).Element("DisplayName", options.owner_display_name).Close(element);
+}
+
+std::string Quote(std::string_view etag) {
+  std::string out = "\"";
+  out += etag;
+  out += '"';
+  return out;
+}
+
+void AddChecksumHeaders(const std::map<std::string, std::string>& checksums, HeaderMap* headers) {
+  for (const auto& [alg, value] : checksums) {
+    if (alg == "md5") continue;
+    headers->emplace("x-amz-checksum-" + alg, value);
+  }
+}
+
+}  // namespace s3
+
+namespace {
+
+// Sub-resources S3 has and Kiln does not serve; asking for one gets NotImplemented naming it.
+constexpr std::array<std::string_view, 27> kUnsupportedSubresources = {
+    "acl",         "policy",     "policyStatus",    "cors",           "lifecycle",    "website",
+    "logging",     "notification", "replication",   "encryption",     "ownershipControls",
+    "publicAccessBlock", "accelerate", "requestPayment", "object-lock", "analytics", "metrics",
+    "inventory",   "intelligent-tiering", "tagging", "versions", "retention", "legal-hold",
+    "torrent",     "restore",    "select",          "attributes"};
+
+std::string UnsupportedSubresource(const s3::QueryParams& query) {
+  for (std::string_view name : kUnsupportedSubresources) {
+    if (query.Has(name)) return std::string(name);
+  }
+  return "";
+}
+
+aws::AwsError NotImplemented(std::string what) {
+  return aws::AwsError("NotImplemented", "Kiln does not implement this S3 operation: " + what, 501);
+}
+
+aws::AwsError MethodNotAllowed(const std::string& method, const char* resource_type) {
+  return aws::AwsError("MethodNotAllowed", "The specified method is not allowed against this resource.", 405)
+      .With("Method", method)
+      .With("ResourceType", resource_type);
+}
+
+Outcome Dispatch(Call& call) {
+  const std::string& method = call.request.method;
+  const s3::QueryParams& q = call.query;
+  if (call.bucket().empty()) {
+    if (method == "GET") return s3::ListBuckets(call);
+    return MethodNotAllowed(method, "SERVICE");
+  }
+  if (const std::string* owner = call.Header("x-amz-expected-bucket-owner");
+      owner && *owner != call.options.account_id) {
+    return aws::AwsError("AccessDenied", "Access Denied", 403);
+  }
+  std::string unsupported = UnsupportedSubresource(q);
+  if (call.key().empty()) {
+    if (method == "GET" || method == "HEAD") {
+      if (method == "HEAD") return s3::HeadBucket(call);
+      if (q.Has("location")) return s3::GetBucketLocation(call);
+      if (q.Has("versioning")) return s3::GetBucketVersioning(call);
+      if (!unsupported.empty()) return NotImplemented("GET ?" + unsupported);
+      if (q.Has("uploads")) return s3::ListMultipartUploads(call);
+      if (q.GetOr("list-type", "") == "2") return s3::ListObjectsV2(call);
+      return s3::ListObjectsV1(call);
+    }
+    if (method == "PUT") {
+      if (q.Has("versioning")) return NotImplemented("PUT ?versioning");
+      if (!unsupported.empty()) return NotImplemented("PUT ?" + unsupported);
+      return s3::CreateBucket(call);
+    }
+    if (method == "DELETE") {
+      if (!unsupported.empty()) return NotImplemented("DELETE ?" + unsupported);
+      return s3::DeleteBucket(call);
+    }
+    if (method == "POST") {
+      if (q.Has("delete")) return s3::DeleteObjects(call);
+      return NotImplemented("POST (browser form upload)");
+    }
+    return MethodNotAllowed(method, "BUCKET");
+  }
+  if (method == "GET" || method == "HEAD") {
+    if (!unsupported.empty()) return NotImplemented(method + " ?" + unsupported);
+    if (method == "GET" && q.Has("uploadId")) return s3::ListParts(call);
+    return s3::GetObject(call);
+  }
+  if (method == "PUT") {
+    if (!unsupported.empty()) return NotImplemented("PUT ?" + unsupported);
+    if (q.Has("uploadId") || q.Has("partNumber")) {
+      if (call.Header("x-amz-copy-source")) return s3::UploadPartCopy(call);
+      return s3::UploadPart(call);
+    }
+    if (call.Header("x-amz-copy-source")) return s3::CopyObject(call);
+    return s3::PutObject(call);
+  }
+  if (method == "DELETE") {
+    if (!unsupported.empty()) return NotImplemented("DELETE ?" + unsupported);
+    if (q.Has("uploadId")) return s3::AbortMultipartUpload(call);
+    return s3::DeleteObject(call);
+  }
+  if (method == "POST") {
+    if (!unsupported.empty()) return NotImplemented("POST ?" + unsupported);
+    if (q.Has("uploads")) return s3::CreateMultipartUpload(call);
+    if (q.Has("uploadId")) return s3::CompleteMultipartUpload(call);
+    return MethodNotAllowed(method, "OBJECT");
+  }
+  return MethodNotAllowed(method, "OBJECT");
+}
+
+// True when the request declared a body the handler may have left unread.
+bool HasBody(const net::HttpRequest& request) {
+  if (request.Header("Transfer-Encoding")) return true;
+  const std::string* length = request.Header("Content-Length");
+  if (!length) return false;
+  auto n = ParseUint64(Trim(*length));
+  return !n || *n > 0;
+}
+
+}  // namespace
+
+S3Api::S3Api(S3ApiOptions options, ObjectStore* store) : options_(std::move(options)), store_(store) {}
+
+void S3Api::Handle(const aws::RequestContext& context, net::HttpRequest& request, net::ResponseWriter& response) {
+  Call call{options_, store_, context, request, response, {}, {}, s3::TrackingSource(request.body), false};
+  call.head = request.method == "HEAD";
+  Outcome outcome;
+  auto address = s3::ResolveAddress(request.HeaderOr("Host", ""), request.raw_path, options_.virtual_host_suffixes);
+  if (!address.ok()) {
+    outcome = aws::AwsError("InvalidURI", "Couldn't parse the specified URI.", 400);
+  } else {
+    call.address = std::move(*address);
+    call.query = s3::QueryParams::Parse(request.raw_query);
+    outcome = Dispatch(call);
+  }
+  if (!outcome) return;
+  const aws::AwsError& error = *outcome;
+  std::string status_text = std::to_string(error.http_status);
+  KLOG(debug, "s3 error", {{"request_id", context.request_id},
+                           {"method", request.method},
+                           {"bucket", call.bucket()},
+                           {"code", error.code},
+                           {"status", status_text}});
+  if (HasBody(request) && !call.body.finished()) response.CloseAfterResponse();
+  if (response.started()) {
+    // Too late for an error document: the only honest signal left is a cut connection.
+    response.CloseAfterResponse();
+    (void)response.Finish();
+    return;
+  }
+  aws::WireResponse wire = aws::SerializeError(aws::Protocol::kRestXml, error, context.request_id, call.head);
+  if (wire.headers.find("x-amz-id-2") == wire.headers.end()) {
+    wire.headers.emplace("x-amz-id-2", Base64Encode(Sha256(context.request_id)));
+  }
+  if (call.head) wire.body.clear();
+  Status s = response.Start(wire.status, wire.headers, wire.body.size());
+  if (s.ok() && !wire.body.empty()) s = response.Write(wire.body);
+  if (s.ok()) s = response.Finish();
+  (void)s;
+}
+
+}  // namespace kiln::objects
