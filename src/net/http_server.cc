@@ -31,6 +31,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -138,7 +139,9 @@ struct Connection {
   HttpRequest request;
   std::string head;  // response header scratch
 
-  explicit Connection(size_t buffer_limit) : buffer(buffer_limit) {}
+  explicit Connection(size_t buffer_limit) : buffer(buffer_limit) {
+    buffer.reserve(std::min<size_t>(buffer_limit, 16 * 1024));  // typical headers in one read
+  }
 };
 
 struct Limits {
@@ -777,7 +780,19 @@ class HttpServerImpl final : public HttpServer {
       return;
     }
     // Every worker is busy: grow the pool. Bounded by max_connections through active_.
-    workers_.emplace_back([this] { WorkerLoop(); });
+    try {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    } catch (const std::system_error& e) {
+      // Out of threads: shed this connection rather than let the acceptor die.
+      KLOG(error, "http worker thread creation failed", {{"error", e.what()}});
+      queue_.pop_back();
+      Reject(p.fd);
+      {
+        std::lock_guard<std::mutex> active_lock(mu_);
+        --active_;
+      }
+      active_cv_.notify_all();
+    }
   }
 
   void WorkerLoop() {
