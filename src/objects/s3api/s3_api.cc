@@ -109,6 +109,11 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
         return aws::AwsError("InvalidBucketName", "The specified bucket is not valid.", 400)
             .With("BucketName", call.bucket());
       }
+      for (std::string_view code : {"KeyTooLongError", "InvalidArgument", "InvalidRequest"}) {
+        if (StartsWith(m, code) && m.size() > code.size() && m[code.size()] == ':') {
+          return aws::AwsError(std::string(code), std::string(Trim(m.substr(code.size() + 1))), 400);
+        }
+      }
       return aws::AwsError("InvalidArgument", m, 400);
     case StatusCode::kResourceExhausted:
       if (StartsWith(m, "EntityTooLarge") || ToLower(m).find("too large") != std::string::npos) {
@@ -174,6 +179,13 @@ aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload)
   }
 }
 
+aws::AwsError OpenBodyError(const Status& status) {
+  if (status.message().find("Content-MD5") != std::string::npos) {
+    return aws::AwsError("InvalidDigest", "The Content-MD5 you specified was invalid.", 400);
+  }
+  return aws::AwsError("InvalidRequest", status.message(), 400);
+}
+
 Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes) {
   aws::PayloadOptions options;
   options.verified = call.context.auth;
@@ -184,7 +196,7 @@ Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_by
 
 std::variant<std::string, aws::AwsError> ReadSmallBody(Call& call, uint64_t max_bytes) {
   auto payload = OpenBody(call, max_bytes);
-  if (!payload.ok()) return aws::AwsError("InvalidRequest", payload.status().message(), 400);
+  if (!payload.ok()) return OpenBodyError(payload.status());
   auto text = ReadAll(**payload, max_bytes);
   if (!text.ok()) {
     if ((*payload)->error_kind() == aws::PayloadErrorKind::kNone &&
@@ -310,13 +322,16 @@ Outcome Dispatch(Call& call) {
   return MethodNotAllowed(method, "OBJECT");
 }
 
-// True when the request declared a body the handler may have left unread.
-bool HasBody(const net::HttpRequest& request) {
+// Unread bodies up to this size are cheaper to drain (the server does) than to reconnect for.
+constexpr uint64_t kDrainableBodyBytes = 64 * 1024;
+
+// True when the request declared a body too large (or of unknown length) to drain cheaply.
+bool HasLargeBody(const net::HttpRequest& request) {
   if (request.Header("Transfer-Encoding")) return true;
   const std::string* length = request.Header("Content-Length");
   if (!length) return false;
   auto n = ParseUint64(Trim(*length));
-  return !n || *n > 0;
+  return !n || *n > kDrainableBodyBytes;
 }
 
 }  // namespace
@@ -343,7 +358,7 @@ void S3Api::Handle(const aws::RequestContext& context, net::HttpRequest& request
                            {"bucket", call.bucket()},
                            {"code", error.code},
                            {"status", status_text}});
-  if (HasBody(request) && !call.body.finished()) response.CloseAfterResponse();
+  if (HasLargeBody(request) && !call.body.finished()) response.CloseAfterResponse();
   if (response.started()) {
     // Too late for an error document: the only honest signal left is a cut connection.
     response.CloseAfterResponse();

@@ -67,6 +67,9 @@ aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload)
 aws::AwsError InvalidArgument(std::string message, std::string name = "", std::string value = "");
 aws::AwsError MalformedXml();
 
+// The S3 error for an OpenPayload failure (an invalid Content-MD5 or checksum header, an
+// unsupported payload mode).
+aws::AwsError OpenBodyError(const Status& status);
 // Opens the verifying reader over the request body.
 Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes);
 // Reads a small (XML) request body through the verifying reader. Errors are S3 errors.

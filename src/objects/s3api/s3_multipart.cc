@@ -103,7 +103,7 @@ Outcome UploadPart(Call& call) {
   PutOptions options;
   if (auto e = ChecksumOptions(call, &options)) return e;
   auto payload = OpenBody(call, kMaxPartSize);
-  if (!payload.ok()) return aws::AwsError("InvalidRequest", payload.status().message(), 400);
+  if (!payload.ok()) return OpenBodyError(payload.status());
   auto part = call.store->UploadPart(call.bucket(), call.key(), upload_id, part_number, **payload, options);
   if (!part.ok()) {
     if ((*payload)->error_kind() != aws::PayloadErrorKind::kNone) return BodyError(part.status(), payload->get());

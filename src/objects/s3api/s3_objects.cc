@@ -154,7 +154,7 @@ Outcome PutObject(Call& call) {
     options.if_match = std::string(tag);
   }
   auto payload = OpenBody(call, kMaxObjectSize);
-  if (!payload.ok()) return aws::AwsError("InvalidRequest", payload.status().message(), 400);
+  if (!payload.ok()) return OpenBodyError(payload.status());
   auto info = call.store->PutObject(call.bucket(), call.key(), **payload, options);
   if (!info.ok()) {
     if ((*payload)->error_kind() != aws::PayloadErrorKind::kNone) return BodyError(info.status(), payload->get());
