@@ -138,7 +138,8 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const 
   // WAL lets readers in other processes (kiln CLI, backups) proceed during writes; FULL makes
   // every commit durable before it returns, which is what "acknowledged" means in DESIGN.md §4.
   RETURN_IF_ERROR(db->Exec("PRAGMA journal_mode=WAL"));
-  RETURN_IF_ERROR(db->Exec("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
+  RETURN_IF_ERROR(db->Exec(options.durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON"));
   RETURN_IF_ERROR(db->Migrate(options.migrations != nullptr ? *options.migrations : AllMigrations()));
   return db;
 }

@@ -86,6 +86,10 @@ class Database {
     // How long a statement waits for a lock held by another connection (another process) before
     // failing with Unavailable. Longer waits trade latency for fewer spurious failures.
     int busy_timeout_ms = 5000;
+    // true: synchronous=FULL, every commit is durable before it returns. false: synchronous=NORMAL,
+    // several times faster per commit, but a power loss may drop the last commits (WAL never
+    // corrupts). Only tests should turn it off.
+    bool durable = true;
     // The migrations to apply; nullptr means store::AllMigrations(). Tests pass their own list.
     const std::vector<Migration>* migrations = nullptr;
   };

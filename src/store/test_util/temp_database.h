@@ -32,9 +32,12 @@ class TempDir {
   std::string path_;
 };
 
-// Opens <dir>/kiln.db with every migration; throws on failure (tests only).
-inline std::unique_ptr<Database> OpenTestDatabase(const std::string& dir) {
-  auto db = Database::Open(dir + "/kiln.db", Database::Options{});
+// Opens <dir>/kiln.db with every migration; throws on failure (tests only). `durable` false
+// skips fsync at commit (faster; fine for tests that do not simulate power loss).
+inline std::unique_ptr<Database> OpenTestDatabase(const std::string& dir, bool durable = true) {
+  Database::Options options;
+  options.durable = durable;
+  auto db = Database::Open(dir + "/kiln.db", options);
   if (!db.ok()) throw std::runtime_error(db.status().ToString());
   return std::move(db).value();
 }
