@@ -1,6 +1,7 @@
 #include "objects/s3api/s3_api.h"
 
 #include <array>
+#include <exception>
 #include <utility>
 
 #include "base/encoding.h"
@@ -348,7 +349,13 @@ void S3Api::Handle(const aws::RequestContext& context, net::HttpRequest& request
   } else {
     call.address = std::move(*address);
     call.query = s3::QueryParams::Parse(request.raw_query);
-    outcome = Dispatch(call);
+    // Nothing below throws by design; this guards the contract (no exception leaves Handle)
+    // against allocation failures and third-party surprises.
+    try {
+      outcome = Dispatch(call);
+    } catch (const std::exception& e) {
+      outcome = aws::AwsError("InternalError", std::string("We encountered an internal error: ") + e.what(), 500);
+    }
   }
   if (!outcome) return;
   const aws::AwsError& error = *outcome;
