@@ -16,6 +16,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "objects/validation.h"
 
 namespace kiln::objects {
 namespace {
@@ -23,7 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr size_t kMaxKeyBytes = 1024;
 constexpr uint32_t kMaxPartNumber = 10000;
 // Retries of "read the row, open its file" when a concurrent overwrite unlinks the file between
 // the two steps. Each retry sees a newer commit, so a handful always suffices in practice.
@@ -79,15 +79,6 @@ std::string StripQuotes(std::string_view etag) {
   return ToLower(etag);
 }
 
-bool IsIpv4Like(const std::string& name) {
-  auto fields = Split(name, '.');
-  if (fields.size() != 4) return false;
-  for (auto f : fields) {
-    if (f.empty() || f.size() > 3 || !ParseUint64(f).has_value()) return false;
-  }
-  return true;
-}
-
 // Reads an open data file from `pos` up to `end` (exclusive).
 class FsObjectReader final : public ObjectReader {
  public:
@@ -134,31 +125,6 @@ class FdRangeSource final : public ByteSource {
 };
 
 }  // namespace
-
-Status ValidateBucketName(const std::string& bucket) {
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("InvalidBucketName: the specified bucket is not valid (" + why + "): " + bucket);
-  };
-  if (bucket.size() < 3 || bucket.size() > 63) return bad("length must be 3-63");
-  for (char c : bucket) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
-    if (!ok) return bad("only lower-case letters, digits, '.' and '-'");
-  }
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(bucket.front()) || !alnum(bucket.back())) return bad("must start and end with a letter or digit");
-  if (bucket.find("..") != std::string::npos) return bad("no adjacent periods");
-  if (IsIpv4Like(bucket)) return bad("must not be formatted as an IP address");
-  return Status::Ok();
-}
-
-Status ValidateObjectKey(const std::string& key) {
-  if (key.empty()) return Status::InvalidArgument("InvalidArgument: the object key must not be empty");
-  if (key.size() > kMaxKeyBytes) {
-    return Status::InvalidArgument("KeyTooLongError: your key is too long (" + std::to_string(key.size()) +
-                                   " bytes; the limit is 1024)");
-  }
-  return Status::Ok();
-}
 
 // What Stage() produced: a published data file not yet referenced by any row.
 struct FsObjectStore::StagedFile {

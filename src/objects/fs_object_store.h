@@ -122,10 +122,4 @@ class FsObjectStore final : public ObjectStore {
   store::ObjectRepository repo_;
 };
 
-// S3 bucket-name rules: 3–63 characters of a-z 0-9 . -, starting and ending with a letter or
-// digit, no "..", not shaped like an IPv4 address. InvalidArgument("InvalidBucketName: ...").
-Status ValidateBucketName(const std::string& bucket);
-// 1..1024 bytes; longer: InvalidArgument("KeyTooLongError: ...").
-Status ValidateObjectKey(const std::string& key);
-
 }  // namespace kiln::objects

@@ -16,6 +16,7 @@
 #include "base/hash.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "objects/validation.h"
 
 namespace kiln::objects {
 
@@ -396,6 +397,8 @@ Result<S3ObjectStore::Response> S3ObjectStore::Perform(Request& request) {
 // ---- Buckets ----
 
 Status S3ObjectStore::CreateBucket(const std::string& bucket, const std::string& region) {
+  // Same rules as the fs backend, checked here so that a bad name never reaches a URL.
+  RETURN_IF_ERROR(ValidateBucketName(bucket));
   Request req;
   req.method = "PUT";
   req.bucket = bucket;
@@ -496,7 +499,7 @@ Status AddPutHeaders(S3ObjectStore::Request& req, const PutOptions& options) {
 
 Result<ObjectInfo> S3ObjectStore::PutObject(const std::string& bucket, const std::string& key, ByteSource& data,
                                             const PutOptions& options) {
-  if (key.size() > 1024) return Status::InvalidArgument("KeyTooLongError: your key is too long");
+  RETURN_IF_ERROR(ValidateObjectKey(key));
   Request req;
   req.method = "PUT";
   req.bucket = bucket;
@@ -538,7 +541,7 @@ Result<ObjectInfo> S3ObjectStore::PutObject(const std::string& bucket, const std
 }
 
 Result<ObjectInfo> S3ObjectStore::HeadObject(const std::string& bucket, const std::string& key) {
-  if (key.size() > 1024) return Status::InvalidArgument("KeyTooLongError: your key is too long");
+  RETURN_IF_ERROR(ValidateObjectKey(key));
   Request req;
   req.method = "HEAD";
   req.bucket = bucket;
@@ -681,7 +684,7 @@ class S3ObjectReader final : public ObjectReader {
 
 Result<std::unique_ptr<ObjectReader>> S3ObjectStore::GetObject(const std::string& bucket, const std::string& key,
                                                                std::optional<ByteRange> range) {
-  if (key.size() > 1024) return Status::InvalidArgument("KeyTooLongError: your key is too long");
+  RETURN_IF_ERROR(ValidateObjectKey(key));
   // Sign like Perform does, but run the transfer through the streaming reader.
   std::string host = options_.path_style ? authority_ : bucket + "." + authority_;
   std::string path = base_path_ + (options_.path_style ? "/" + bucket : "") + "/" + UriEncode(key, true);
@@ -733,7 +736,7 @@ Result<std::unique_ptr<ObjectReader>> S3ObjectStore::GetObject(const std::string
 }
 
 Status S3ObjectStore::DeleteObject(const std::string& bucket, const std::string& key) {
-  if (key.size() > 1024) return Status::InvalidArgument("KeyTooLongError: your key is too long");
+  RETURN_IF_ERROR(ValidateObjectKey(key));
   Request req;
   req.method = "DELETE";
   req.bucket = bucket;
@@ -814,7 +817,7 @@ Result<ObjectInfo> S3ObjectStore::CopyObject(const std::string& src_bucket, cons
 Result<MultipartUpload> S3ObjectStore::CreateMultipartUpload(const std::string& bucket, const std::string& key,
                                                              const std::map<std::string, std::string>& headers,
                                                              const std::string& checksum_algorithm) {
-  if (key.size() > 1024) return Status::InvalidArgument("KeyTooLongError: your key is too long");
+  RETURN_IF_ERROR(ValidateObjectKey(key));
   Request req;
   req.method = "POST";
   req.bucket = bucket;
