@@ -210,6 +210,8 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
 void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_response) {
   RecordingWriter response(raw_response);
   aws::RequestContext context;
+  // Outlives the service call and the access log line; context.auth points into it.
+  std::optional<aws::VerifiedRequest> verified;
   context.start_millis = NowMillis();
   context.account_id = options_.account_id;
   context.region = options_.regions.empty() ? "us-east-1" : options_.regions.front();
@@ -225,8 +227,8 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
         (void)response.Send(200, {{"Content-Type", "application/json"}}, body.dump());
         break;
       }
-      case Route::Kind::kS3: ServeS3(request, response, context); break;
-      default: ServeRpc(route, request, response, context); break;
+      case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
+      default: ServeRpc(route, request, response, context, verified); break;
     }
   } catch (const std::exception& e) {
     KLOG(error, "request failed with exception", {{"what", e.what()}, {"request_id", context.request_id}});
@@ -258,12 +260,12 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
                          {"duration_ms", millis}});
 }
 
-void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context) {
+void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                        std::optional<aws::VerifiedRequest>& verified) {
   aws::SignableRequest signable = ToSignable(request);
   bool has_auth = request.Header("Authorization") != nullptr ||
                   request.raw_query.find("X-Amz-Signature=") != std::string::npos ||
                   request.raw_query.find("X-Amz-Credential=") != std::string::npos;
-  std::optional<aws::VerifiedRequest> verified;
   if (has_auth || options_.auth_enabled) {
     aws::VerifyOptions verify;
     verify.expected_service = "s3";
@@ -288,7 +290,7 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
 }
 
 void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
-                         aws::RequestContext& context) {
+                         aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified) {
   auto body = ReadAll(*request.body, options_.max_rpc_body_bytes);
   if (!body.ok()) {
     if (body.status().code() == StatusCode::kResourceExhausted) {
@@ -307,7 +309,6 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
   aws::SignableRequest signable = ToSignable(request);
   bool has_auth = request.Header("Authorization") != nullptr ||
                   request.raw_query.find("X-Amz-Signature=") != std::string::npos;
-  std::optional<aws::VerifiedRequest> verified;
   if (has_auth || options_.auth_enabled) {
     aws::VerifyOptions verify;
     verify.expected_service = route.signing_name;

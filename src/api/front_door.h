@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,9 +52,11 @@ class FrontDoor {
  private:
   struct Route;
   Route Classify(const net::HttpRequest& request) const;
+  // Both verify the signature into `verified` (owned by Handle) and point context.auth at it.
   void ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
-                aws::RequestContext& context);
-  void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context);
+                aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified);
+  void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+               std::optional<aws::VerifiedRequest>& verified);
 
   FrontDoorOptions options_;
   const aws::CredentialProvider* credentials_;
