@@ -16,7 +16,7 @@
 //   - GetMultipartUpload finds the upload through ListMultipartUploads; its headers are empty.
 //
 // Thread-safe: each call uses its own curl easy handle, taken from a small pool so that
-// connections are reused.
+// connections are reused. Readers returned by GetObject must be destroyed before the store.
 
 #include <cstdint>
 #include <memory>
