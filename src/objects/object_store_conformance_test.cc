@@ -87,6 +87,9 @@ struct Backend {
   std::string name;
 };
 
+// Lets gtest and ctest print the parameter as its name instead of raw bytes.
+void PrintTo(const Backend& backend, std::ostream* os) { *os << backend.name; }
+
 class ObjectStoreConformanceTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
