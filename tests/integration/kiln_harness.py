@@ -307,8 +307,9 @@ def canonical_uri(raw_path, service):
     if not raw_path:
         return "/"
     if service == "s3":
-        # S3: the path as sent, encoded once (the client already encoded it), not normalised.
-        return raw_path
+        # S3: not normalised; each segment as the key's bytes encoded once (decode what was sent,
+        # encode again: "%2E%2E" signs as "..", an escaped slash stays escaped).
+        return "/".join(uri_encode(urllib.parse.unquote_to_bytes(seg)) for seg in raw_path.split("/"))
     # Others: normalised, each segment encoded again.
     return uri_encode(_normalize_path(raw_path), safe="/-_.~")
 
