@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/sts.h"
+#include "aws/sigv2.h"
 #include "base/encoding.h"
 #include "base/hash.h"
 #include "base/ids.h"
@@ -263,7 +264,8 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
 void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                         std::optional<aws::VerifiedRequest>& verified) {
   aws::SignableRequest signable = ToSignable(request);
-  bool has_auth = request.Header("Authorization") != nullptr ||
+  bool sigv2 = aws::IsSigV2(signable);
+  bool has_auth = sigv2 || request.Header("Authorization") != nullptr ||
                   request.raw_query.find("X-Amz-Signature=") != std::string::npos ||
                   request.raw_query.find("X-Amz-Credential=") != std::string::npos;
   if (has_auth || options_.auth_enabled) {
@@ -272,7 +274,8 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
     verify.regions = options_.regions;
     verify.accept_any_region = options_.accept_any_region;
     verify.s3 = true;
-    auto outcome = aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt);
+    auto outcome = sigv2 ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
+                         : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt);
     if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
       KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
                                          {"canonical_request", error->canonical_request},

@@ -65,6 +65,14 @@ std::string HmacSha256(std::string_view key, std::string_view data) {
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
+std::string HmacSha1(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha1(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
