@@ -175,10 +175,10 @@ def main():
         print("Kiln object store, %d MiB file, data dir on %s, %d CPUs" % (args.size_mib, args.dir, os.cpu_count()))
         print("server idle RSS %.1f MiB; clean shutdown exit %s" % (idle_rss / 1024, rc))
         print()
-        print("| %-30s | %8s | %9s | %10s | %15s |" % ("operation", "seconds", "MB/s", "cp time / t", "peak RSS (MiB)"))
-        print("|%s|%s|%s|%s|%s|" % ("-" * 32, "-" * 10, "-" * 11, "-" * 12, "-" * 17))
+        print("| %-32s | %8s | %9s | %10s | %15s |" % ("operation", "seconds", "MB/s", "cp time / t", "peak RSS (MiB)"))
+        print("|%s|%s|%s|%s|%s|" % ("-" * 34, "-" * 10, "-" * 11, "-" * 12, "-" * 17))
         for name, t, peak in rows:
-            print("| %-30s | %8.2f | %9.1f | %10.2f | %15s |" % (
+            print("| %-32s | %8.2f | %9.1f | %10.2f | %15s |" % (
                 name, t, mb / t, cp_time / t, "-" if peak is None else "%.1f" % (peak / 1024)))
         print()
         print("'cp time / t' = how fast the operation is relative to a plain cp on the same disk (1.00 = as fast).")

@@ -240,8 +240,9 @@ def make_client(service, endpoint, access_key, secret_key, region="us-east-1", r
     import boto3
     from botocore.config import Config
     s3 = config_kwargs.pop("s3", {"addressing_style": "path"})
-    config = Config(retries={"max_attempts": retries, "mode": "standard"}, s3=s3,
-                    connect_timeout=10, read_timeout=300, **config_kwargs)
+    config_kwargs.setdefault("connect_timeout", 10)
+    config_kwargs.setdefault("read_timeout", 300)
+    config = Config(retries={"max_attempts": retries, "mode": "standard"}, s3=s3, **config_kwargs)
     return boto3.session.Session().client(service, endpoint_url=endpoint, aws_access_key_id=access_key,
                                           aws_secret_access_key=secret_key, region_name=region,
                                           config=config)

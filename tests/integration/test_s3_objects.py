@@ -362,3 +362,14 @@ def test_error_body_shape(kiln, bucket):
     # HEAD errors carry no body.
     status, headers, body = kh.signed_request(kiln, "HEAD", "/%s/missing" % bucket)
     assert status == 404 and body == b""
+
+
+def test_empty_put_then_small_put_does_not_stall(kiln, bucket):
+    """boto3 sends `Expect: 100-continue` even with Content-Length: 0. A 1-byte PutObject right
+    after an empty one on the same keep-alive connection must not wait for the server's idle
+    timeout (seen: 75 s)."""
+    c = kiln.client("s3", read_timeout=20)
+    for i, size in enumerate([0, 1, 0, 100, 0, 1]):
+        t = time.monotonic()
+        c.put_object(Bucket=bucket, Key="seq/%d" % i, Body=b"x" * size)
+        assert time.monotonic() - t < 5, "PutObject #%d (%d bytes) took %.1fs" % (i, size, time.monotonic() - t)
