@@ -106,9 +106,12 @@ TEST_F(FrontDoorTest, UnknownOperationIsNamed) {
 }
 
 TEST_F(FrontDoorTest, MalformedJsonIsSerializationException) {
-  auto w = SendJson("SageMaker.Echo", "{not json", secret_);
-  EXPECT_EQ(w.status(), 400);
-  EXPECT_EQ(ErrorType(w), "SerializationException");
+  for (const char* target : {"SageMaker.Echo", "SageMaker.ListTrainingJobs"}) {
+    auto w = SendJson(target, "{not json", secret_);
+    EXPECT_EQ(w.status(), 400);
+    EXPECT_EQ(ErrorType(w), "SerializationException") << target;
+  }
+  EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "[1, 2]", secret_)), "SerializationException");
 }
 
 TEST_F(FrontDoorTest, AuthenticationFailuresPerJsonProtocol) {

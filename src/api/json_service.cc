@@ -16,6 +16,16 @@ void JsonService::Register(std::string operation, JsonHandler handler) {
 
 aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::string_view operation,
                                       std::string_view body) const {
+  // The body is decoded first: a malformed body is the caller's error whatever the operation.
+  nlohmann::json input = nlohmann::json::object();
+  if (!body.empty()) {
+    input = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (input.is_discarded() || !input.is_object()) {
+      return aws::SerializeError(
+          protocol_, aws::AwsError("SerializationException", "The request body is not a valid JSON object."),
+          context.request_id);
+    }
+  }
   auto it = handlers_.find(std::string(operation));
   if (it == handlers_.end()) {
     // AWS answers an unknown target this way; naming the operation tells the user it is Kiln
@@ -25,15 +35,6 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
                                              "Operation " + target_prefix_ + "." + std::string(operation) +
                                                  " is not supported by Kiln."),
                                context.request_id);
-  }
-  nlohmann::json input = nlohmann::json::object();
-  if (!body.empty()) {
-    input = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (input.is_discarded() || !input.is_object()) {
-      return aws::SerializeError(
-          protocol_, aws::AwsError("SerializationException", "The request body is not a valid JSON object."),
-          context.request_id);
-    }
   }
   JsonOutcome outcome;
   try {

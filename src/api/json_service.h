@@ -33,9 +33,9 @@ class JsonService {
   void Register(std::string operation, JsonHandler handler);
   bool Has(std::string_view operation) const { return handlers_.count(std::string(operation)) > 0; }
 
-  // Decodes `body`, runs the operation and encodes the answer. Unknown operation →
-  // UnknownOperationException naming it; malformed JSON or a non-object body →
-  // SerializationException; a handler that throws → InternalFailure (logged).
+  // Decodes `body`, runs the operation and encodes the answer. Malformed JSON or a non-object
+  // body → SerializationException (checked first); unknown operation →
+  // UnknownOperationException naming it; a handler that throws → InternalFailure (logged).
   aws::WireResponse Handle(const aws::RequestContext& context, std::string_view operation,
                            std::string_view body) const;
 

@@ -270,6 +270,8 @@ class RequestBody final : public ByteSource {
   bool failed() const { return !error_.ok(); }
   // True when the client waits for "100 Continue" before sending a body we have not read.
   bool continue_pending() const { return expect_continue_ && !continue_sent_ && !done_; }
+  // True when the client asked for "100 Continue" on an empty body and none was sent yet.
+  bool empty_body_awaits_continue() const { return expect_continue_ && !continue_sent_ && done_; }
   // Body bytes still expected, when known.
   std::optional<uint64_t> known_remaining() const {
     if (mode_ == Mode::kLength) {
@@ -445,6 +447,13 @@ class ResponseWriterImpl final : public ResponseWriter {
 
     std::string& h = conn_->head;
     h.clear();
+    if (body_->empty_body_awaits_continue()) {
+      // botocore sends `Expect: 100-continue` even with Content-Length: 0. When it gets the final
+      // response instead of 100, it keeps that status line cached on the connection
+      // (AWSConnection.response_class) and misreads the next response on it, stalling until the
+      // idle timeout. Answering 100 first, as S3 does, keeps its connection state clean.
+      h.append(kContinue);
+    }
     h.append("HTTP/1.1 ");
     AppendNumber(h, static_cast<uint64_t>(status));
     h.push_back(' ');

@@ -376,6 +376,21 @@ TEST_F(HttpServerTest, Expect100ContinueGetsInterimResponseThenBody) {
   EXPECT_EQ(FindHeader(r.headers, "Connection"), nullptr);
 }
 
+// Regression: botocore's PutObject of an empty body (Expect: 100-continue, Content-Length: 0)
+// got the final response without a 100; botocore then misread the next response on the
+// connection and stalled until the idle timeout.
+TEST_F(HttpServerTest, Expect100ContinueOnEmptyBodyStillGetsInterimResponse) {
+  StartServer(Echo);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("PUT /obj HTTP/1.1\r\nContent-Length: 0\r\nExpect: 100-continue\r\n\r\n"));
+  EXPECT_EQ(c.ReadExactly(25), "HTTP/1.1 100 Continue\r\n\r\n");
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(FindHeader(r.headers, "Connection"), nullptr);
+  ASSERT_TRUE(c.Send(Get("/next")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+}
+
 TEST_F(HttpServerTest, Expect100ContinueUnreadBodyClosesWithoutInterimResponse) {
   StartServer([](HttpRequest&, ResponseWriter& out) { (void)out.Send(403, {}, "denied"); });
   RawClient c(port());
