@@ -46,6 +46,22 @@ CREATE TABLE multipart_parts (
   PRIMARY KEY (upload_id, part_number)
 ) WITHOUT ROWID;
 )sql"},
+      // A multipart object adopts its part files as an ordered list of extents instead of having
+      // them concatenated into one file. objects.file_id is '' for such an object; an object with
+      // a file_id and no extents rows (every row written before this migration, and every single
+      // PUT) is that one whole file. No foreign key to objects: rows are replaced with INSERT OR
+      // REPLACE, so the repository deletes an object's extents itself in the same transaction.
+      {2, "object extents", R"sql(
+CREATE TABLE object_extents (
+  bucket TEXT NOT NULL,
+  key BLOB NOT NULL,
+  seq INTEGER NOT NULL,
+  file_id TEXT NOT NULL,
+  file_offset INTEGER NOT NULL,
+  length INTEGER NOT NULL,
+  PRIMARY KEY (bucket, key, seq)
+) WITHOUT ROWID;
+)sql"},
   };
   return kMigrations;
 }

@@ -1,5 +1,6 @@
 #include "store/object_repository.h"
 
+#include <unordered_set>
 #include <utility>
 
 namespace kiln::store {
@@ -40,6 +41,59 @@ constexpr std::string_view kUploadColumns =
 
 Status NoSuchUpload(const std::string& upload_id) {
   return Status::NotFound("NoSuchUpload: the specified upload does not exist: " + upload_id);
+}
+
+void AppendUnique(std::vector<std::string>& out, const std::string& id) {
+  if (id.empty()) return;
+  for (const auto& existing : out) {
+    if (existing == id) return;
+  }
+  out.push_back(id);
+}
+
+Result<std::vector<Extent>> ReadExtents(Database& db, const std::string& bucket, const std::string& key) {
+  ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT file_id, file_offset, length FROM object_extents "
+                                       "WHERE bucket = ? AND key = ? ORDER BY seq"));
+  st.BindText(1, bucket).BindBlob(2, key);
+  std::vector<Extent> out;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(Extent{st.ColumnText(0), static_cast<uint64_t>(st.ColumnInt64(1)),
+                         static_cast<uint64_t>(st.ColumnInt64(2))});
+  }
+  return out;
+}
+
+// Deletes the extents rows of (bucket, key) and appends their file ids to `files`.
+Status DeleteExtents(Database& db, const std::string& bucket, const std::string& key,
+                     std::vector<std::string>& files) {
+  ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM object_extents WHERE bucket = ? AND key = ? RETURNING file_id"));
+  st.BindText(1, bucket).BindBlob(2, key);
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    AppendUnique(files, st.ColumnText(0));
+  }
+  return Status::Ok();
+}
+
+Status WriteExtents(Database& db, const ObjectRow& row) {
+  if (row.extents.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(auto ins, db.Prepare("INSERT INTO object_extents(bucket, key, seq, file_id, file_offset, length) "
+                                        "VALUES (?, ?, ?, ?, ?, ?)"));
+  for (size_t i = 0; i < row.extents.size(); ++i) {
+    const Extent& e = row.extents[i];
+    ins.Reset();
+    ins.BindText(1, row.bucket)
+        .BindBlob(2, row.key)
+        .BindInt64(3, static_cast<int64_t>(i))
+        .BindText(4, e.file_id)
+        .BindInt64(5, static_cast<int64_t>(e.offset))
+        .BindInt64(6, static_cast<int64_t>(e.length));
+    RETURN_IF_ERROR(ins.Run());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -118,7 +172,13 @@ Result<ObjectRow> ObjectRepository::GetObject(const std::string& bucket, const s
     st.BindText(1, bucket).BindBlob(2, key);
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (row) {
-      result = ReadObjectRow(st);
+      ObjectRow object = ReadObjectRow(st);
+      // Rows from before migration 2 and single PUTs have a file id and no extents.
+      if (object.file_id.empty()) {
+        ASSIGN_OR_RETURN(object.extents, ReadExtents(db, bucket, key));
+        if (object.extents.empty()) return Status::DataLoss("object has neither a data file nor extents");
+      }
+      result = std::move(object);
       return Status::Ok();
     }
     RETURN_IF_ERROR(RequireBucket(bucket));
@@ -128,9 +188,13 @@ Result<ObjectRow> ObjectRepository::GetObject(const std::string& bucket, const s
   return result;
 }
 
-Result<std::optional<std::string>> ObjectRepository::PutObject(const ObjectRow& row, const WriteCondition& condition) {
-  std::optional<std::string> old_file;
+Result<std::vector<std::string>> ObjectRepository::PutObject(const ObjectRow& row, const WriteCondition& condition) {
+  if (row.file_id.empty() == row.extents.empty()) {
+    return Status::InvalidArgument("object row needs exactly one of file_id and extents");
+  }
+  std::vector<std::string> old_files;
   Status s = db_->WithTransaction([&](Database& db) -> Status {
+    old_files.clear();
     RETURN_IF_ERROR(RequireBucket(row.bucket));
     {
       ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT file_id, etag FROM objects WHERE bucket = ? AND key = ?"));
@@ -142,8 +206,9 @@ Result<std::optional<std::string>> ObjectRepository::PutObject(const ObjectRow& 
       if (condition.if_match.has_value() && (!exists || st.ColumnText(1) != *condition.if_match)) {
         return Status::FailedPrecondition("PreconditionFailed: the object's ETag does not match If-Match");
       }
-      if (exists) old_file = st.ColumnText(0);
+      if (exists) AppendUnique(old_files, st.ColumnText(0));
     }
+    RETURN_IF_ERROR(DeleteExtents(db, row.bucket, row.key, old_files));
     ASSIGN_OR_RETURN(auto ins, db.Prepare("INSERT OR REPLACE INTO objects(" + std::string(kObjectColumns) +
                                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     ins.BindText(1, row.bucket)
@@ -156,24 +221,29 @@ Result<std::optional<std::string>> ObjectRepository::PutObject(const ObjectRow& 
         .BindText(8, row.checksums_json)
         .BindText(9, row.part_sizes_json)
         .BindText(10, row.storage_class);
-    return ins.Run();
+    RETURN_IF_ERROR(ins.Run());
+    return WriteExtents(db, row);
   });
   if (!s.ok()) return s;
-  return old_file;
+  return old_files;
 }
 
-Result<std::optional<std::string>> ObjectRepository::DeleteObject(const std::string& bucket, const std::string& key) {
-  std::optional<std::string> old_file;
+Result<std::vector<std::string>> ObjectRepository::DeleteObject(const std::string& bucket, const std::string& key) {
+  std::vector<std::string> old_files;
   Status s = db_->WithTransaction([&](Database& db) -> Status {
+    old_files.clear();
     RETURN_IF_ERROR(RequireBucket(bucket));
-    ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM objects WHERE bucket = ? AND key = ? RETURNING file_id"));
-    st.BindText(1, bucket).BindBlob(2, key);
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (row) old_file = st.ColumnText(0);
-    return st.Run();
+    {
+      ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM objects WHERE bucket = ? AND key = ? RETURNING file_id"));
+      st.BindText(1, bucket).BindBlob(2, key);
+      ASSIGN_OR_RETURN(bool row, st.Step());
+      if (row) AppendUnique(old_files, st.ColumnText(0));
+      RETURN_IF_ERROR(st.Run());
+    }
+    return DeleteExtents(db, bucket, key, old_files);
   });
   if (!s.ok()) return s;
-  return old_file;
+  return old_files;
 }
 
 Result<std::vector<ObjectRow>> ObjectRepository::ScanObjects(const std::string& bucket, const std::string& lower,
@@ -290,8 +360,20 @@ Result<std::vector<std::string>> ObjectRepository::CompleteUpload(const std::str
     unreferenced.clear();
     RETURN_IF_ERROR(GetUpload(bucket, key, upload_id));
     ASSIGN_OR_RETURN(auto parts, ListParts(upload_id, 0, 0));
+    std::unordered_set<std::string> part_files;
+    for (const PartRow& p : parts) part_files.insert(p.file_id);
+    // The caller chose the parts before this transaction; a part re-uploaded since then has a new
+    // file and its old one (which an extent may name) is already being unlinked.
+    std::unordered_set<std::string> adopted;
+    for (const Extent& e : object.extents) {
+      if (part_files.count(e.file_id) == 0) {
+        return Status::Aborted("a part was replaced during completion; retry");
+      }
+      adopted.insert(e.file_id);
+    }
+    if (!object.file_id.empty()) adopted.insert(object.file_id);
     for (const PartRow& p : parts) {
-      if (p.file_id != object.file_id) unreferenced.push_back(p.file_id);
+      if (adopted.count(p.file_id) == 0) unreferenced.push_back(p.file_id);
     }
     {
       ASSIGN_OR_RETURN(auto del, db.Prepare("DELETE FROM multipart_uploads WHERE upload_id = ?"));
@@ -299,7 +381,7 @@ Result<std::vector<std::string>> ObjectRepository::CompleteUpload(const std::str
       RETURN_IF_ERROR(del.Run());
     }
     ASSIGN_OR_RETURN(auto old, PutObject(object, WriteCondition{}));
-    if (old.has_value()) unreferenced.push_back(*old);
+    for (const auto& id : old) AppendUnique(unreferenced, id);
     return Status::Ok();
   });
   if (!s.ok()) return s;
@@ -355,12 +437,14 @@ Result<std::vector<UploadRow>> ObjectRepository::ListUploads(const std::string& 
 }
 
 Result<std::unordered_set<std::string>> ObjectRepository::AllFileIds() {
-  ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT file_id FROM objects UNION ALL SELECT file_id FROM multipart_parts"));
+  ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT file_id FROM objects UNION ALL SELECT file_id FROM object_extents "
+                                         "UNION ALL SELECT file_id FROM multipart_parts"));
   std::unordered_set<std::string> ids;
   for (;;) {
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
-    ids.insert(st.ColumnText(0));
+    std::string id = st.ColumnText(0);
+    if (!id.empty()) ids.insert(std::move(id));  // multi-extent objects have file_id ''
   }
   return ids;
 }

@@ -1,7 +1,10 @@
 #pragma once
 // ObjectRepository: the rows behind the embedded object store (objects/fs_object_store.h):
-// buckets, objects, multipart uploads and their parts. Bytes are never stored here; each object
-// and part row names the data file that holds its bytes by an internal id (`file_id`).
+// buckets, objects, multipart uploads and their parts. Bytes are never stored here; each part row
+// names the data file that holds its bytes by an internal id (`file_id`). An object is either one
+// whole data file (`ObjectRow::file_id`: single PUTs, copies, and every object written before
+// migration 2) or an ordered list of extents (`ObjectRow::extents`: a completed multipart upload
+// adopts its part files without copying them). No data file is referenced by more than one row.
 //
 // Errors carry the S3-style prefixes of objects/object_store.h ("NoSuchBucket:", "NoSuchKey:",
 // "NoSuchUpload:", "BucketNotEmpty:", "PreconditionFailed:") so the object store can pass them on.
@@ -29,10 +32,21 @@ struct BucketRow {
   int64_t created_millis = 0;
 };
 
+// A byte range of a data file; an object's extents, in order, concatenate to its bytes.
+struct Extent {
+  std::string file_id;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+
+  bool operator==(const Extent&) const = default;
+};
+
 struct ObjectRow {
   std::string bucket;
   std::string key;  // arbitrary bytes
+  // Exactly one of `file_id` (the whole object is this file) and `extents` is set.
   std::string file_id;
+  std::vector<Extent> extents;
   uint64_t size = 0;
   std::string etag;
   int64_t last_modified_millis = 0;
@@ -40,6 +54,12 @@ struct ObjectRow {
   std::string checksums_json = "{}";
   std::string part_sizes_json = "[]";
   std::string storage_class = "STANDARD";
+
+  // The object's bytes as extents: `extents`, or the whole of `file_id` as one extent.
+  std::vector<Extent> Layout() const {
+    if (!extents.empty()) return extents;
+    return {Extent{file_id, 0, size}};
+  }
 };
 
 struct UploadRow {
@@ -78,15 +98,18 @@ class ObjectRepository {
   Result<BucketRow> GetBucket(const std::string& name);
   Result<std::vector<BucketRow>> ListBuckets();  // by name
 
-  // NotFound "NoSuchBucket:" or "NoSuchKey:".
+  // NotFound "NoSuchBucket:" or "NoSuchKey:". The row and its extents are read in one
+  // transaction, so they always describe one version.
   Result<ObjectRow> GetObject(const std::string& bucket, const std::string& key);
-  // Inserts or replaces the object row. Returns the replaced row's file id, if any.
+  // Inserts or replaces the object row (and its extents). Returns the file ids of the replaced
+  // version (empty when there was none).
   // Errors: NoSuchBucket; FailedPrecondition("PreconditionFailed: ...") when `condition` fails.
-  Result<std::optional<std::string>> PutObject(const ObjectRow& row, const WriteCondition& condition);
-  // Removes the row; returns its file id (nullopt when absent). NoSuchBucket for a missing bucket.
-  Result<std::optional<std::string>> DeleteObject(const std::string& bucket, const std::string& key);
+  Result<std::vector<std::string>> PutObject(const ObjectRow& row, const WriteCondition& condition);
+  // Removes the row and its extents; returns its file ids (empty when absent). NoSuchBucket for a
+  // missing bucket.
+  Result<std::vector<std::string>> DeleteObject(const std::string& bucket, const std::string& key);
   // Rows of `bucket` with lower <(=) key < upper (no upper bound when nullopt), ascending by byte
-  // order, at most `limit`. Only listing columns are filled (not headers/checksums/parts).
+  // order, at most `limit`. Only listing columns are filled (not headers/checksums/parts/extents).
   Result<std::vector<ObjectRow>> ScanObjects(const std::string& bucket, const std::string& lower,
                                              bool lower_inclusive, const std::optional<std::string>& upper,
                                              uint32_t limit);
@@ -102,8 +125,10 @@ class ObjectRepository {
   // Parts with number > marker, ascending, at most `limit` (all when limit is 0).
   Result<std::vector<PartRow>> ListParts(const std::string& upload_id, uint32_t marker, uint32_t limit);
   // Removes the upload and its parts and stores `object` (replacing any current object) in one
-  // transaction. Returns every file id no longer referenced (all part files except
-  // `object.file_id`, and the replaced object's file). NoSuchUpload when the upload is gone.
+  // transaction; `object` may adopt part files as its extents (or `file_id`). Returns every file
+  // id no longer referenced: the part files `object` does not adopt, and the replaced object's
+  // files. NoSuchUpload when the upload is gone; Aborted when `object` names a file that is not
+  // (any longer) a part of this upload, e.g. because a part was re-uploaded meanwhile.
   Result<std::vector<std::string>> CompleteUpload(const std::string& bucket, const std::string& key,
                                                   const std::string& upload_id, const ObjectRow& object);
   // Removes the upload; returns its parts' file ids.
@@ -116,7 +141,8 @@ class ObjectRepository {
                                              const std::string& key_marker, const std::string& upload_id_marker,
                                              uint32_t limit);
 
-  // Every file id referenced by an object or a part (for garbage collection at startup).
+  // Every file id referenced by an object, an object extent or a part (for garbage collection at
+  // startup).
   Result<std::unordered_set<std::string>> AllFileIds();
 
  private:
