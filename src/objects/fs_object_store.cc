@@ -79,49 +79,48 @@ std::string StripQuotes(std::string_view etag) {
   return ToLower(etag);
 }
 
-// Reads an open data file from `pos` up to `end` (exclusive).
+// One open piece of an object: `length` bytes of `fd` from `offset`.
+struct OpenExtent {
+  UniqueFd fd;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// Reads the object bytes [pos, end) from its extents. `extents` are the object's extents that
+// overlap the range, in order; `pos` is relative to the first of them. Every file was opened when
+// the object was opened, so later unlinks do not affect the reader.
 class FsObjectReader final : public ObjectReader {
  public:
-  FsObjectReader(UniqueFd fd, ObjectInfo info, uint64_t pos, uint64_t end)
-      : fd_(std::move(fd)), info_(std::move(info)), pos_(pos), end_(end), length_(end - pos) {}
+  FsObjectReader(std::vector<OpenExtent> extents, ObjectInfo info, uint64_t pos, uint64_t length)
+      : extents_(std::move(extents)), info_(std::move(info)), pos_(pos), remaining_(length), length_(length) {}
 
   Result<size_t> Read(char* buf, size_t n) override {
-    if (pos_ >= end_) return size_t{0};
-    size_t want = static_cast<size_t>(std::min<uint64_t>(n, end_ - pos_));
-    ASSIGN_OR_RETURN(size_t got, PreadSome(fd_.get(), buf, want, pos_));
+    // Skip exhausted extents (and empty ones: a zero-byte last part).
+    while (remaining_ > 0 && index_ < extents_.size() && pos_ >= extents_[index_].length) {
+      pos_ -= extents_[index_].length;
+      ++index_;
+    }
+    if (remaining_ == 0 || n == 0) return size_t{0};
+    if (index_ >= extents_.size()) return Status::DataLoss("object extents are shorter than its recorded size");
+    const OpenExtent& e = extents_[index_];
+    // One pread per call, never across an extent boundary; callers loop until 0.
+    size_t want = static_cast<size_t>(std::min<uint64_t>({n, remaining_, e.length - pos_}));
+    ASSIGN_OR_RETURN(size_t got, PreadSome(e.fd.get(), buf, want, e.offset + pos_));
     if (got == 0) return Status::DataLoss("object data file is shorter than its recorded size");
     pos_ += got;
+    remaining_ -= got;
     return got;
   }
   std::optional<uint64_t> size_hint() const override { return length_; }
   const ObjectInfo& info() const override { return info_; }
 
  private:
-  UniqueFd fd_;
+  std::vector<OpenExtent> extents_;
   ObjectInfo info_;
-  uint64_t pos_;
-  uint64_t end_;
+  size_t index_ = 0;
+  uint64_t pos_;        // offset within extents_[index_]
+  uint64_t remaining_;  // bytes left to return
   uint64_t length_;
-};
-
-// A ByteSource over an open file descriptor region (for copying stored data).
-class FdRangeSource final : public ByteSource {
- public:
-  FdRangeSource(int fd, uint64_t pos, uint64_t end) : fd_(fd), pos_(pos), end_(end) {}
-  Result<size_t> Read(char* buf, size_t n) override {
-    if (pos_ >= end_) return size_t{0};
-    size_t want = static_cast<size_t>(std::min<uint64_t>(n, end_ - pos_));
-    ASSIGN_OR_RETURN(size_t got, PreadSome(fd_, buf, want, pos_));
-    if (got == 0) return Status::DataLoss("data file is shorter than its recorded size");
-    pos_ += got;
-    return got;
-  }
-  std::optional<uint64_t> size_hint() const override { return end_ - pos_; }
-
- private:
-  int fd_;
-  uint64_t pos_;
-  uint64_t end_;
 };
 
 }  // namespace
@@ -363,7 +362,7 @@ Result<ObjectInfo> FsObjectStore::PutObject(const std::string& bucket, const std
     RemoveDataFiles({staged.file_id});
     return old.status();
   }
-  if (old->has_value()) RemoveDataFiles({**old});
+  RemoveDataFiles(*old);
   return InfoFromRow(row, true);
 }
 
@@ -378,14 +377,6 @@ Result<std::unique_ptr<ObjectReader>> FsObjectStore::GetObject(const std::string
   RETURN_IF_ERROR(ValidateObjectKey(key));
   for (int attempt = 0; attempt < kOpenRetries; ++attempt) {
     ASSIGN_OR_RETURN(auto row, repo_.GetObject(bucket, key));
-    std::string path = DataPath(row.file_id);
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-      // A writer replaced or deleted the object after we read the row and unlinked its file:
-      // read the row again.
-      if (errno == ENOENT) continue;
-      return ErrnoStatus("open " + path, errno);
-    }
     ASSIGN_OR_RETURN(ObjectInfo info, InfoFromRow(row, true));
     uint64_t first = 0;
     uint64_t end = info.size;
@@ -396,7 +387,36 @@ Result<std::unique_ptr<ObjectReader>> FsObjectStore::GetObject(const std::string
       first = range->first;
       end = std::min<uint64_t>(range->last + 1, info.size);
     }
-    return std::unique_ptr<ObjectReader>(new FsObjectReader(std::move(fd), std::move(info), first, end));
+    // Open every file the range touches now (only those: a small range of a 10000-part object
+    // should not cost 10000 descriptors).
+    std::vector<OpenExtent> open;
+    uint64_t extent_start = 0;  // object offset of the current extent
+    uint64_t skip = 0;          // offset of `first` within the first opened extent
+    bool replaced = false;
+    for (const store::Extent& e : row.Layout()) {
+      uint64_t extent_end = extent_start + e.length;
+      bool overlaps = extent_end > first && extent_start < end;
+      if (overlaps) {
+        if (open.empty()) skip = first - extent_start;
+        std::string path = DataPath(e.file_id);
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd.valid()) {
+          // A writer replaced or deleted the object after we read the row and unlinked its
+          // files: read the row again.
+          if (errno == ENOENT) {
+            replaced = true;
+            break;
+          }
+          return ErrnoStatus("open " + path, errno);
+        }
+        open.push_back(OpenExtent{std::move(fd), e.offset, e.length});
+      }
+      extent_start = extent_end;
+      if (extent_start >= end) break;
+    }
+    if (replaced) continue;
+    if (open.empty() && end > first) return Status::DataLoss("object extents are shorter than its recorded size");
+    return std::unique_ptr<ObjectReader>(new FsObjectReader(std::move(open), std::move(info), skip, end - first));
   }
   return Status::Aborted("object kept changing while being opened; retry");
 }
@@ -404,7 +424,7 @@ Result<std::unique_ptr<ObjectReader>> FsObjectStore::GetObject(const std::string
 Status FsObjectStore::DeleteObject(const std::string& bucket, const std::string& key) {
   RETURN_IF_ERROR(ValidateObjectKey(key));
   ASSIGN_OR_RETURN(auto old, repo_.DeleteObject(bucket, key));
-  if (old.has_value()) RemoveDataFiles({*old});
+  RemoveDataFiles(old);
   return Status::Ok();
 }
 
@@ -584,21 +604,14 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
     chosen.push_back(it->second);
   }
 
-  // Open every part first: a concurrent re-upload of a part may unlink its old file, and an open
-  // descriptor keeps the bytes we validated.
-  std::vector<UniqueFd> fds;
   std::string md5_concat;
   std::vector<uint64_t> part_sizes;
+  std::vector<store::Extent> extents;
   uint64_t total = 0;
   for (const auto* p : chosen) {
-    UniqueFd fd(::open(DataPath(p->file_id).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-      if (errno == ENOENT) return Status::Aborted("a part was replaced during completion; retry");
-      return ErrnoStatus("open part", errno);
-    }
-    fds.push_back(std::move(fd));
     md5_concat += HexDecode(p->etag).value_or(std::string());
     part_sizes.push_back(p->size);
+    extents.push_back(store::Extent{p->file_id, 0, p->size});
     total += p->size;
   }
 
@@ -625,65 +638,23 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
     }
   }
 
-  // Concatenate the parts into one new data file. copy_file_range lets the kernel copy (or
-  // reflink) without passing the bytes through user space; fall back to read/write.
-  std::string tmp_path = tmp_dir_ + "/" + RandomHex(16);
-  UniqueFd out(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!out.valid()) return ErrnoStatus("create " + tmp_path, errno);
-  auto fail = [&](Status s) -> Status {
-    ::unlink(tmp_path.c_str());
-    return s;
-  };
-  std::string buffer;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    uint64_t remaining = chosen[i]->size;
-    loff_t in_off = 0;
-    while (remaining > 0) {
-      ssize_t n = ::copy_file_range(fds[i].get(), &in_off, out.get(), nullptr,
-                                    static_cast<size_t>(std::min<uint64_t>(remaining, 1ull << 30)), 0);
-      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-        if (buffer.empty()) buffer.resize(options_.buffer_size);
-        FdRangeSource src(fds[i].get(), static_cast<uint64_t>(in_off), chosen[i]->size);
-        for (;;) {
-          Result<size_t> r = src.Read(buffer.data(), buffer.size());
-          if (!r.ok()) return fail(r.status());
-          if (*r == 0) break;
-          Status w = WriteAll(out.get(), std::string_view(buffer.data(), *r));
-          if (!w.ok()) return fail(w);
-        }
-        remaining = 0;
-        break;
-      }
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return fail(ErrnoStatus("copy part data", errno));
-      }
-      if (n == 0) return fail(Status::DataLoss("part data file is shorter than its recorded size"));
-      remaining -= static_cast<uint64_t>(n);
-    }
-  }
-  if (options_.sync && ::fsync(out.get()) != 0) return fail(ErrnoStatus("fsync " + tmp_path, errno));
-  out.Reset();
-  std::string file_id = RandomHex(16);
-  Status published = Publish(tmp_path, file_id);
-  if (!published.ok()) return fail(published);
-
+  // The part files become the object's extents: no bytes are copied, and each part file was
+  // fsynced and published when it was uploaded, so the commit below is the only write. The
+  // transaction re-checks that every chosen part still has the file we listed (Aborted if a part
+  // was re-uploaded meanwhile) and deletes the upload's rows, so a crash leaves either the upload
+  // with its parts or the object.
   store::ObjectRow row;
   row.bucket = bucket;
   row.key = key;
-  row.file_id = file_id;
+  row.extents = std::move(extents);
   row.size = total;
   row.etag = HexEncode(Md5(md5_concat)) + "-" + std::to_string(chosen.size());
   row.last_modified_millis = Now();
   row.headers_json = upload.headers_json;
   row.checksums_json = ToJson(checksums);
   row.part_sizes_json = ToJson(part_sizes);
-  auto unreferenced = repo_.CompleteUpload(bucket, key, upload_id, row);
-  if (!unreferenced.ok()) {
-    RemoveDataFiles({file_id});
-    return unreferenced.status();
-  }
-  RemoveDataFiles(*unreferenced);
+  ASSIGN_OR_RETURN(auto unreferenced, repo_.CompleteUpload(bucket, key, upload_id, row));
+  RemoveDataFiles(unreferenced);
   return InfoFromRow(row, true);
 }
 

@@ -1,22 +1,28 @@
 #pragma once
 // FsObjectStore: the embedded ObjectStore backend (DESIGN.md §4). Metadata lives in SQLite
-// (store::ObjectRepository); bytes live in files under `root`, one file per object or part,
-// named by a random internal id and never by key:
+// (store::ObjectRepository); bytes live in files under `root`, one file per single-PUT object,
+// copy or part, named by a random internal id and never by key. A completed multipart object is
+// the ordered list of its part files (extents): CompleteMultipartUpload adopts them in one
+// transaction and copies no bytes.
 //
 //   <root>/data/<id[0:2]>/<id[2:4]>/<id>   committed object and part data
 //   <root>/tmp/<random>                     uploads in progress (removed at Open)
 //
-// Write protocol (PutObject, UploadPart, Copy*, Complete): stream into a temp file through a
+// Write protocol (PutObject, UploadPart, Copy*): stream into a temp file through a
 // bounded buffer while hashing, verify checksums, fsync, rename to the id path, fsync the
 // directory, then commit the metadata row in one transaction, and only then unlink the file of
 // the version it replaced. A failure before the commit removes the temp/data file, so nothing
 // becomes visible; a crash leaves only files that no row references, which Open deletes.
-// Readers open the data file when the object is opened and read it with pread, so an overwrite
-// or delete (which unlinks the old file) does not disturb them. Of concurrent writers of one key,
+// Complete only commits: the upload's rows go and the object (naming the chosen parts' files)
+// appears in one transaction; the unused parts' files and the replaced version's are unlinked
+// after it. Readers open the data files of the range they read when the object is opened (so a
+// whole read of an N-part object holds N descriptors) and read them with pread, so an overwrite
+// or delete (which unlinks the old files) does not disturb them. Of concurrent writers of one key,
 // the last to commit wins and every reader sees one whole version.
 //
-// Thread-safe. Exactly one FsObjectStore may use a given root at a time (Open collects files it
-// does not know about). The Database must outlive the store.
+// No data file is shared between objects (copies get their own file), so an object's files are
+// unlinked exactly when its row goes. Thread-safe. Exactly one FsObjectStore may use a given root
+// at a time (Open collects files it does not know about). The Database must outlive the store.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +43,7 @@ class FsObjectStore final : public ObjectStore {
   struct Options {
     // Directory holding data/ and tmp/ (created if missing), e.g. <data-dir>/objects.
     std::string root;
-    // The server's database; migration 1 must have been applied (Database::Open does it).
+    // The server's database; migrations 1-2 must have been applied (Database::Open does it).
     store::Database* database = nullptr;
     // Copy buffer per transfer. Larger buffers mean fewer syscalls and more memory per stream.
     size_t buffer_size = 1 << 20;
