@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/test_util/fake_response_writer.h"
+#include "net/test_util/fake_response_writer.h"
 #include "aws/sigv4.h"
 #include "base/hash.h"
 #include "base/time.h"
@@ -41,7 +41,7 @@ class FrontDoorTest : public ::testing::Test {
   }
 
   // Sends a request through the front door, signed with `secret` unless it is empty.
-  FakeResponseWriter Send(std::string method, std::string path, std::string query, HeaderMap headers,
+  net::FakeResponseWriter Send(std::string method, std::string path, std::string query, HeaderMap headers,
                           std::string body, const std::string& service, const std::string& key_id,
                           const std::string& secret, int64_t time_millis = 0) {
     headers.emplace("Host", "127.0.0.1:5456");
@@ -64,18 +64,18 @@ class FrontDoorTest : public ::testing::Test {
     request.target = query.empty() ? path : path + "?" + query;
     request.headers = headers;
     request.body = &source;
-    FakeResponseWriter writer;
+    net::FakeResponseWriter writer;
     door_->Handle(request, writer);
     return writer;
   }
 
-  FakeResponseWriter SendJson(const std::string& target, const std::string& body, const std::string& secret,
+  net::FakeResponseWriter SendJson(const std::string& target, const std::string& body, const std::string& secret,
                               const std::string& key_id = "AKIATESTKEY000000001", int64_t time_millis = 0) {
     return Send("POST", "/", "", {{"X-Amz-Target", target}, {"Content-Type", "application/x-amz-json-1.1"}}, body,
                 "sagemaker", key_id, secret, time_millis);
   }
 
-  static std::string ErrorType(const FakeResponseWriter& w) {
+  static std::string ErrorType(const net::FakeResponseWriter& w) {
     auto j = nlohmann::json::parse(w.body(), nullptr, false);
     return j.is_object() ? j.value("__type", "") : "";
   }

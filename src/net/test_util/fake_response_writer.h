@@ -1,14 +1,15 @@
 #pragma once
-// A ResponseWriter that records what a handler wrote, for unit tests of HTTP handlers.
+// A ResponseWriter that records what a handler wrote, for unit tests of HTTP handlers (the
+// front door, the S3 front). Not thread-safe.
 
 #include <optional>
 #include <string>
 
 #include "net/http_server.h"
 
-namespace kiln::objects {
+namespace kiln::net {
 
-class FakeResponseWriter : public net::ResponseWriter {
+class FakeResponseWriter : public ResponseWriter {
  public:
   Status Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) override {
     if (started_) return Status::Internal("Start called twice");
@@ -53,4 +54,4 @@ class FakeResponseWriter : public net::ResponseWriter {
   std::optional<uint64_t> content_length_;
 };
 
-}  // namespace kiln::objects
+}  // namespace kiln::net

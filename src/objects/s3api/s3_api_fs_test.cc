@@ -11,12 +11,13 @@
 #include "base/hash.h"
 #include "objects/fs_object_store.h"
 #include "objects/s3api/s3_api.h"
-#include "objects/s3api/test_util/fake_http.h"
+#include "net/test_util/fake_response_writer.h"
 
 namespace kiln::objects {
 namespace {
 
 using ::testing::HasSubstr;
+using net::FakeResponseWriter;
 
 class S3ApiFsTest : public ::testing::Test {
  protected:

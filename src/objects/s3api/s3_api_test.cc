@@ -7,13 +7,14 @@
 #include "base/hash.h"
 #include "base/time.h"
 #include "objects/s3api/s3_request.h"
-#include "objects/s3api/test_util/fake_http.h"
+#include "net/test_util/fake_response_writer.h"
 #include "objects/s3api/test_util/fake_object_store.h"
 
 namespace kiln::objects {
 namespace {
 
 using ::testing::HasSubstr;
+using net::FakeResponseWriter;
 using ::testing::Not;
 
 struct Reply {
