@@ -1,6 +1,7 @@
 // The `kiln` command. Thin: parses the command line and calls into cli/ (STYLE.md §1).
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,6 +42,18 @@ int Fail(const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// Each connection holds a socket, and a reader of a multipart object holds one descriptor per
+// part (up to 10,000), so the server runs with the hard limit rather than the usual soft 1024.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    KLOG(warn, "could not raise the open-file limit", {{"soft", std::to_string(before)}});
+  }
+}
+
 int RunServer(const CommonFlags& flags) {
   auto config = LoadConfig(flags);
   if (!config.ok()) return Fail(config.status());
@@ -53,6 +66,7 @@ int RunServer(const CommonFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  RaiseOpenFileLimit();
 
   auto server = Server::Create(std::move(config).value());
   if (!server.ok()) {
