@@ -126,8 +126,10 @@ class PayloadReaderBase : public PayloadReader {
       if (!raw || raw->size() != 16) {
         return Status::InvalidArgument("The Content-MD5 you specified was invalid.");
       }
-      expected_md5_ = *raw;
-      md5_ = std::make_unique<Digest>(Digest::Algorithm::kMd5);
+      if (options.verify_content_md5) {
+        expected_md5_ = *raw;
+        md5_ = std::make_unique<Digest>(Digest::Algorithm::kMd5);
+      }
     }
     for (const auto& [name, value] : headers) {
       std::string lower = ToLower(name);

@@ -44,6 +44,10 @@ struct PayloadOptions {
   // x-amz-trailer, Content-MD5, x-amz-checksum-*, x-amz-sdk-checksum-algorithm.
   const HeaderMap* headers = nullptr;
   uint64_t max_bytes = 5ull * 1024 * 1024 * 1024;  // decoded size limit
+  // Verify Content-MD5 while streaming. A caller that computes the MD5 of the data anyway (the
+  // object store does, for the ETag) sets this false and compares it itself, so the bytes are
+  // hashed once; the header's format is still checked here.
+  bool verify_content_md5 = true;
 };
 
 // Chooses and builds the reader for the request's payload mode. Errors (InvalidArgument) for an

@@ -39,9 +39,10 @@ struct Outcome {
 };
 
 Outcome Drain(std::string_view body, const HeaderMap& headers, const VerifiedRequest* verified, size_t step,
-              size_t read_size = 7000, uint64_t max_bytes = 5ull << 30) {
+              size_t read_size = 7000, uint64_t max_bytes = 5ull << 30, bool verify_content_md5 = true) {
   SteppingSource source(body, step);
   PayloadOptions options;
+  options.verify_content_md5 = verify_content_md5;
   options.verified = verified;
   options.headers = &headers;
   options.max_bytes = max_bytes;
@@ -114,6 +115,18 @@ TEST(PayloadTest, UnsignedPassThroughWithContentMd5AndChecksumHeader) {
 
   HeaderMap sha = Headers({{"x-amz-checksum-sha256", Base64Encode(Sha256(body))}});
   EXPECT_EQ(Drain(body, sha, &verified, 999).checksums.at("sha256"), Base64Encode(Sha256(body)));
+}
+
+TEST(PayloadTest, ContentMd5LeftToTheCallerIsOnlyFormatChecked) {
+  std::string body(5000, 'q');
+  VerifiedRequest verified;
+  verified.payload_mode = std::string(kUnsignedPayload);
+  HeaderMap wrong_md5 = Headers({{"Content-MD5", Base64Encode(Md5("other"))}});
+  Outcome passed = Drain(body, wrong_md5, &verified, 512, 7000, 5ull << 30, /*verify_content_md5=*/false);
+  ASSERT_TRUE(passed.status.ok()) << passed.status.ToString();
+  EXPECT_EQ(passed.data, body);
+  Outcome malformed = Drain(body, Headers({{"Content-MD5", "nope"}}), &verified, 512, 7000, 5ull << 30, false);
+  EXPECT_EQ(malformed.status.message(), "The Content-MD5 you specified was invalid.");
 }
 
 TEST(PayloadTest, OpenRejectsBadHeaders) {

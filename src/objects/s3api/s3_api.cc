@@ -187,8 +187,9 @@ aws::AwsError OpenBodyError(const Status& status) {
   return aws::AwsError("InvalidRequest", status.message(), 400);
 }
 
-Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes) {
+Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes, bool store_verifies_md5) {
   aws::PayloadOptions options;
+  options.verify_content_md5 = !store_verifies_md5;
   options.verified = call.context.auth;
   options.headers = &call.request.headers;
   options.max_bytes = max_bytes;

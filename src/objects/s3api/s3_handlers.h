@@ -71,7 +71,9 @@ aws::AwsError MalformedXml();
 // unsupported payload mode).
 aws::AwsError OpenBodyError(const Status& status);
 // Opens the verifying reader over the request body.
-Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes);
+// `store_verifies_md5`: the object store checks Content-MD5 (PutOptions::expected_checksums)
+// while computing the ETag, so the payload reader does not hash the bytes a second time.
+Result<std::unique_ptr<aws::PayloadReader>> OpenBody(Call& call, uint64_t max_bytes, bool store_verifies_md5 = false);
 // Reads a small (XML) request body through the verifying reader. Errors are S3 errors.
 std::variant<std::string, aws::AwsError> ReadSmallBody(Call& call, uint64_t max_bytes);
 

@@ -102,7 +102,7 @@ Outcome UploadPart(Call& call) {
   }
   PutOptions options;
   if (auto e = ChecksumOptions(call, &options)) return e;
-  auto payload = OpenBody(call, kMaxPartSize);
+  auto payload = OpenBody(call, kMaxPartSize, /*store_verifies_md5=*/true);
   if (!payload.ok()) return OpenBodyError(payload.status());
   auto part = call.store->UploadPart(call.bucket(), call.key(), upload_id, part_number, **payload, options);
   if (!part.ok()) {

@@ -153,7 +153,7 @@ Outcome PutObject(Call& call) {
     if (tag.size() >= 2 && tag.front() == '"' && tag.back() == '"') tag = tag.substr(1, tag.size() - 2);
     options.if_match = std::string(tag);
   }
-  auto payload = OpenBody(call, kMaxObjectSize);
+  auto payload = OpenBody(call, kMaxObjectSize, /*store_verifies_md5=*/true);
   if (!payload.ok()) return OpenBodyError(payload.status());
   auto info = call.store->PutObject(call.bucket(), call.key(), **payload, options);
   if (!info.ok()) {
