@@ -27,6 +27,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -136,6 +137,9 @@ struct Connection {
   bool idle_phase = false;
   // Set when the request stream may hold bytes we did not read (error paths, unread body).
   bool unread_input = false;
+  // While a request header is being read: when the whole header must have arrived. A client
+  // trickling one byte at a time cannot hold a worker past it (slowloris).
+  std::optional<std::chrono::steady_clock::time_point> header_deadline;
   HttpRequest request;
   std::string head;  // response header scratch
 
@@ -147,6 +151,7 @@ struct Connection {
 struct Limits {
   int io_timeout_ms;
   int idle_timeout_ms;
+  int header_timeout_ms;
   int wake_fd;
 };
 
@@ -166,8 +171,18 @@ class FdReadStream {
         continue;
       }
       const bool idle = conn_->idle_phase;
-      Result<size_t> r = internal::RecvSome(conn_->fd, static_cast<char*>(b.data()), b.size(),
-                                            idle ? limits_->idle_timeout_ms : limits_->io_timeout_ms,
+      int timeout_ms = idle ? limits_->idle_timeout_ms : limits_->io_timeout_ms;
+      if (!idle && conn_->header_deadline) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*conn_->header_deadline -
+                                                                          std::chrono::steady_clock::now())
+                        .count();
+        if (left <= 0) {
+          ec = boost::asio::error::timed_out;
+          return 0;
+        }
+        timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min<int>(timeout_ms, static_cast<int>(left));
+      }
+      Result<size_t> r = internal::RecvSome(conn_->fd, static_cast<char*>(b.data()), b.size(), timeout_ms,
                                             idle ? limits_->wake_fd : -1);
       if (!r.ok()) {
         switch (r.status().code()) {
@@ -185,6 +200,10 @@ class FdReadStream {
       if (*r == 0) {
         ec = boost::asio::error::eof;
         return 0;
+      }
+      if (idle && limits_->header_timeout_ms > 0) {
+        conn_->header_deadline =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_->header_timeout_ms);
       }
       conn_->idle_phase = false;
       return *r;
@@ -655,6 +674,7 @@ class HttpServerImpl final : public HttpServer {
         port_(port) {
     limits_.io_timeout_ms = MillisOrInfinite(options_.io_timeout_seconds);
     limits_.idle_timeout_ms = MillisOrInfinite(options_.idle_timeout_seconds);
+    limits_.header_timeout_ms = MillisOrInfinite(options_.header_timeout_seconds);
     limits_.wake_fd = wake_fd_;
   }
 
@@ -895,6 +915,7 @@ class HttpServerImpl final : public HttpServer {
   // Returns true to keep the connection for another request.
   bool ServeOne(Connection& conn) {
     conn.idle_phase = true;
+    conn.header_deadline.reset();
     RequestParser parser;
     parser.header_limit(static_cast<uint32_t>(
         std::min<size_t>(options_.max_header_bytes, std::numeric_limits<uint32_t>::max())));
@@ -902,6 +923,7 @@ class HttpServerImpl final : public HttpServer {
     FdReadStream stream(&conn, &limits_);
     error_code ec;
     http::read_header(stream, conn.buffer, parser, ec);
+    conn.header_deadline.reset();  // the body has its own (per-read) timeout
     if (ec) {
       if (conn.idle_phase || IsPeerGone(ec) || ec == boost::asio::error::timed_out ||
           ec == boost::asio::error::operation_aborted) {

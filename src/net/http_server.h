@@ -80,6 +80,9 @@ struct HttpServerOptions {
   int idle_timeout_seconds = 75;
   // A read or write that makes no progress this long fails (slowloris protection).
   int io_timeout_seconds = 120;
+  // The whole request header must arrive within this long of its first byte, however slowly it
+  // trickles; otherwise the connection is closed. 0 or less: no limit.
+  int header_timeout_seconds = 30;
   // After the handler returns with body bytes unread, up to this many are drained to keep the
   // connection; beyond that it is closed.
   uint64_t max_drain_bytes = 1 << 20;

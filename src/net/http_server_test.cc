@@ -676,6 +676,28 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosedAfterIdleTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
 
+TEST_F(HttpServerTest, TricklingHeaderIsCutAtTheHeaderDeadline) {
+  HttpServerOptions options;
+  options.header_timeout_seconds = 1;
+  StartServer(Echo, options);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("GET / HTTP/1.1\r\n"));
+  // One header byte every 200 ms keeps every single read well inside io_timeout_seconds, but
+  // the header as a whole never completes.
+  auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 20 && !closed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    closed = !c.Send("X");
+  }
+  EXPECT_TRUE(closed || c.ClosedWithin(2000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  // The server still serves others.
+  RawClient d(port());
+  ASSERT_TRUE(d.Send(Get("/after")));
+  EXPECT_EQ(d.ReadResponse().status, 200);
+}
+
 TEST_F(HttpServerTest, StopWithIdleKeepAliveConnectionReturnsPromptly) {
   StartServer(Echo);
   RawClient c(port());
