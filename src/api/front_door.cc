@@ -254,7 +254,7 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
                          {"path", std::string_view(request.raw_path).substr(0, 256)},
                          {"service", context.service},
                          {"protocol", ProtocolName(route.protocol)},
-                         {"operation", route.operation},
+                         {"operation", context.operation.empty() ? route.operation : context.operation},
                          {"key", principal},
                          {"status", status},
                          {"bytes_out", bytes},

@@ -20,6 +20,9 @@ struct RequestContext {
   std::string account_id;   // the account of the caller (Kiln's configured account)
   std::string region;       // the region the request was signed for (or Kiln's default)
   int64_t start_millis = 0;
+  // The operation the service resolved ("PutObject", "ListTrainingJobs", ...), for the access
+  // log. Services fill it in while handling; it is the only member they may change.
+  mutable std::string operation;
 };
 
 }  // namespace kiln::aws

@@ -259,11 +259,17 @@ aws::AwsError MethodNotAllowed(const std::string& method, const char* resource_t
       .With("ResourceType", resource_type);
 }
 
+// Records the operation for the access log, then runs it.
+Outcome Run(Call& call, const char* operation, Outcome (*handler)(Call&)) {
+  call.context.operation = operation;
+  return handler(call);
+}
+
 Outcome Dispatch(Call& call) {
   const std::string& method = call.request.method;
   const s3::QueryParams& q = call.query;
   if (call.bucket().empty()) {
-    if (method == "GET") return s3::ListBuckets(call);
+    if (method == "GET") return Run(call, "ListBuckets", s3::ListBuckets);
     return MethodNotAllowed(method, "SERVICE");
   }
   if (const std::string* owner = call.Header("x-amz-expected-bucket-owner");
@@ -273,52 +279,52 @@ Outcome Dispatch(Call& call) {
   std::string unsupported = UnsupportedSubresource(q);
   if (call.key().empty()) {
     if (method == "GET" || method == "HEAD") {
-      if (method == "HEAD") return s3::HeadBucket(call);
-      if (q.Has("location")) return s3::GetBucketLocation(call);
-      if (q.Has("versioning")) return s3::GetBucketVersioning(call);
+      if (method == "HEAD") return Run(call, "HeadBucket", s3::HeadBucket);
+      if (q.Has("location")) return Run(call, "GetBucketLocation", s3::GetBucketLocation);
+      if (q.Has("versioning")) return Run(call, "GetBucketVersioning", s3::GetBucketVersioning);
       if (!unsupported.empty()) return NotImplemented("GET ?" + unsupported);
-      if (q.Has("uploads")) return s3::ListMultipartUploads(call);
-      if (q.GetOr("list-type", "") == "2") return s3::ListObjectsV2(call);
-      return s3::ListObjectsV1(call);
+      if (q.Has("uploads")) return Run(call, "ListMultipartUploads", s3::ListMultipartUploads);
+      if (q.GetOr("list-type", "") == "2") return Run(call, "ListObjectsV2", s3::ListObjectsV2);
+      return Run(call, "ListObjects", s3::ListObjectsV1);
     }
     if (method == "PUT") {
       if (q.Has("versioning")) return NotImplemented("PUT ?versioning");
       if (!unsupported.empty()) return NotImplemented("PUT ?" + unsupported);
-      return s3::CreateBucket(call);
+      return Run(call, "CreateBucket", s3::CreateBucket);
     }
     if (method == "DELETE") {
       if (!unsupported.empty()) return NotImplemented("DELETE ?" + unsupported);
-      return s3::DeleteBucket(call);
+      return Run(call, "DeleteBucket", s3::DeleteBucket);
     }
     if (method == "POST") {
-      if (q.Has("delete")) return s3::DeleteObjects(call);
+      if (q.Has("delete")) return Run(call, "DeleteObjects", s3::DeleteObjects);
       return NotImplemented("POST (browser form upload)");
     }
     return MethodNotAllowed(method, "BUCKET");
   }
   if (method == "GET" || method == "HEAD") {
     if (!unsupported.empty()) return NotImplemented(method + " ?" + unsupported);
-    if (method == "GET" && q.Has("uploadId")) return s3::ListParts(call);
-    return s3::GetObject(call);
+    if (method == "GET" && q.Has("uploadId")) return Run(call, "ListParts", s3::ListParts);
+    return Run(call, call.head ? "HeadObject" : "GetObject", s3::GetObject);
   }
   if (method == "PUT") {
     if (!unsupported.empty()) return NotImplemented("PUT ?" + unsupported);
     if (q.Has("uploadId") || q.Has("partNumber")) {
-      if (call.Header("x-amz-copy-source")) return s3::UploadPartCopy(call);
-      return s3::UploadPart(call);
+      if (call.Header("x-amz-copy-source")) return Run(call, "UploadPartCopy", s3::UploadPartCopy);
+      return Run(call, "UploadPart", s3::UploadPart);
     }
-    if (call.Header("x-amz-copy-source")) return s3::CopyObject(call);
-    return s3::PutObject(call);
+    if (call.Header("x-amz-copy-source")) return Run(call, "CopyObject", s3::CopyObject);
+    return Run(call, "PutObject", s3::PutObject);
   }
   if (method == "DELETE") {
     if (!unsupported.empty()) return NotImplemented("DELETE ?" + unsupported);
-    if (q.Has("uploadId")) return s3::AbortMultipartUpload(call);
-    return s3::DeleteObject(call);
+    if (q.Has("uploadId")) return Run(call, "AbortMultipartUpload", s3::AbortMultipartUpload);
+    return Run(call, "DeleteObject", s3::DeleteObject);
   }
   if (method == "POST") {
     if (!unsupported.empty()) return NotImplemented("POST ?" + unsupported);
-    if (q.Has("uploads")) return s3::CreateMultipartUpload(call);
-    if (q.Has("uploadId")) return s3::CompleteMultipartUpload(call);
+    if (q.Has("uploads")) return Run(call, "CreateMultipartUpload", s3::CreateMultipartUpload);
+    if (q.Has("uploadId")) return Run(call, "CompleteMultipartUpload", s3::CompleteMultipartUpload);
     return MethodNotAllowed(method, "OBJECT");
   }
   return MethodNotAllowed(method, "OBJECT");
