@@ -224,6 +224,8 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
     context.request_id = route.kind == Route::Kind::kS3 ? NewS3RequestId() : NewUuid();
     switch (route.kind) {
       case Route::Kind::kHealth: {
+        context.service = "kiln";
+        context.operation = "Health";
         nlohmann::json body = {{"status", "ok"}, {"version", options_.version}};
         (void)response.Send(200, {{"Content-Type", "application/json"}}, body.dump());
         break;

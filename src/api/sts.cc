@@ -6,6 +6,7 @@ namespace kiln::api {
 
 aws::WireResponse HandleSts(const aws::RequestContext& context, const std::map<std::string, std::string>& params) {
   auto action = params.find("Action");
+  if (action != params.end()) context.operation = action->second;
   if (action == params.end()) {
     return aws::SerializeError(aws::Protocol::kQuery, aws::AwsError("MissingAction", "Missing Action"),
                                context.request_id);
