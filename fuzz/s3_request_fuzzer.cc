@@ -90,8 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.method = kMethods[data[0] % 6];
   size_t head_end = input.find("\n\n");
   std::string_view head = head_end == std::string_view::npos ? input : input.substr(0, head_end);
-  // An empty body still points into the input: StringByteSource memcpy()s from data() even for
-  // zero bytes, and memcpy from nullptr is UB that UBSan reports (see README.md, findings).
+  // The body view points into the input even when empty (an empty default view once made
+  // StringByteSource memcpy from nullptr; see README.md, findings).
   std::string_view body = input.substr(head_end == std::string_view::npos ? input.size() : head_end + 2);
   std::vector<std::string_view> lines = kiln::Split(head, '\n');
   request.target = lines.empty() || lines[0].empty() ? "/" : std::string(lines[0]);

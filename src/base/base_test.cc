@@ -2,6 +2,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/io.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "base/time.h"
@@ -74,6 +75,22 @@ TEST(TimeTest, FormatsAndParses) {
   EXPECT_EQ(ParseIso8601("2024-05-01T12:00:00+02:00").value(), 1714557600000);
   EXPECT_FALSE(ParseAmzDate("2024-05-01").has_value());
   EXPECT_FALSE(ParseIso8601("garbage").has_value());
+}
+
+// Found by fuzz/base_fuzzer: years before 1000 were formatted with fewer than four digits.
+TEST(TimeTest, EarlyYearsRoundTrip) {
+  int64_t t = *ParseRfc1123("Fri, 01 May 0296 10:00:00 GMT");
+  EXPECT_EQ(FormatRfc1123(t), "Fri, 01 May 0296 10:00:00 GMT");
+  EXPECT_EQ(ParseIso8601(FormatIso8601Millis(t)).value(), t);
+  EXPECT_EQ(ParseAmzDate(FormatAmzDate(t)).value(), t);
+  EXPECT_FALSE(ParseRfc1123("Wed, 01 May 2024 10:00:00XGMT").has_value());
+}
+
+// Found by fuzz/base_fuzzer (UBSan): memcpy from an empty view's null pointer.
+TEST(IoTest, EmptyStringByteSource) {
+  StringByteSource source{std::string_view()};
+  char b;
+  EXPECT_EQ(source.Read(&b, 1).value(), 0u);
 }
 
 TEST(StringsTest, SplitTrimParse) {

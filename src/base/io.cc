@@ -11,6 +11,7 @@ const std::string* FindHeader(const HeaderMap& headers, std::string_view name) {
 
 Result<size_t> StringByteSource::Read(char* buf, size_t n) {
   size_t take = std::min(n, data_.size() - pos_);
+  if (take == 0) return size_t{0};  // an empty view may have a null data(): no memcpy from it
   std::memcpy(buf, data_.data() + pos_, take);
   pos_ += take;
   return take;

@@ -27,13 +27,6 @@ std::tm ToTm(int64_t epoch_millis) {
   return tm;
 }
 
-std::string Format(int64_t epoch_millis, const char* fmt) {
-  std::tm tm = ToTm(epoch_millis);
-  char buf[64];
-  size_t n = std::strftime(buf, sizeof buf, fmt, &tm);
-  return std::string(buf, n);
-}
-
 // Days from civil date, valid for the proleptic Gregorian calendar (Howard Hinnant's algorithm).
 int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
   y -= m <= 2;
@@ -66,16 +59,36 @@ const Clock& Clock::System() {
   return clock;
 }
 
+// Formats with snprintf rather than strftime: strftime's %Y writes years before 1000 with fewer
+// than four digits, which the parsers (rightly) reject.
 std::string FormatIso8601Millis(int64_t epoch_millis) {
-  std::string s = Format(epoch_millis, "%Y-%m-%dT%H:%M:%S");
-  char frac[8];
-  std::snprintf(frac, sizeof frac, ".%03dZ", static_cast<int>(((epoch_millis % 1000) + 1000) % 1000));
-  return s + frac;
+  std::tm tm = ToTm(epoch_millis);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(((epoch_millis % 1000) + 1000) % 1000));
+  return buf;
 }
 
-std::string FormatRfc1123(int64_t epoch_millis) { return Format(epoch_millis, "%a, %d %b %Y %H:%M:%S GMT"); }
-std::string FormatAmzDate(int64_t epoch_millis) { return Format(epoch_millis, "%Y%m%dT%H%M%SZ"); }
-std::string FormatAmzDateShort(int64_t epoch_millis) { return Format(epoch_millis, "%Y%m%d"); }
+std::string FormatRfc1123(int64_t epoch_millis) {
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  std::tm tm = ToTm(epoch_millis);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday], tm.tm_mday,
+                kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return buf;
+}
+
+std::string FormatAmzDate(int64_t epoch_millis) {
+  std::tm tm = ToTm(epoch_millis);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return buf;
+}
+
+std::string FormatAmzDateShort(int64_t epoch_millis) { return FormatAmzDate(epoch_millis).substr(0, 8); }
 
 std::optional<int64_t> ParseAmzDate(std::string_view s) {
   if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z') return std::nullopt;
@@ -90,7 +103,7 @@ std::optional<int64_t> ParseRfc1123(std::string_view s) {
   static constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   s = Trim(s);
-  if (s.size() != 29 || s[3] != ',' || s.substr(26) != "GMT") return std::nullopt;
+  if (s.size() != 29 || s[3] != ',' || s[4] != ' ' || s[25] != ' ' || s.substr(26) != "GMT") return std::nullopt;
   auto d = Digits(s, 5, 2), y = Digits(s, 12, 4), h = Digits(s, 17, 2), mi = Digits(s, 20, 2),
        sec = Digits(s, 23, 2);
   if (!d || !y || !h || !mi || !sec || s[19] != ':' || s[22] != ':') return std::nullopt;
