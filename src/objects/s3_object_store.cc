@@ -247,6 +247,33 @@ Result<std::pair<UniqueFd, uint64_t>> Spool(ByteSource& data) {
   return std::make_pair(std::move(fd), total);
 }
 
+// An upload body with a known length, as S3 requires: the source itself when it knows its size,
+// otherwise a spooled copy. Not movable: `file` reads `spooled`'s descriptor.
+struct SizedBody {
+  std::optional<std::pair<UniqueFd, uint64_t>> spooled;
+  std::optional<FileSource> file;
+  uint64_t size = 0;
+  ByteSource* source = nullptr;
+
+  SizedBody() = default;
+  SizedBody(const SizedBody&) = delete;
+  SizedBody& operator=(const SizedBody&) = delete;
+
+  Status Prepare(ByteSource& data) {
+    if (data.size_hint().has_value()) {
+      size = *data.size_hint();
+      source = &data;
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(auto sp, Spool(data));
+    spooled.emplace(std::move(sp));
+    size = spooled->second;
+    file.emplace(spooled->first.get(), spooled->second);
+    source = &*file;
+    return Status::Ok();
+  }
+};
+
 }  // namespace
 
 // ---- Construction ----
@@ -505,25 +532,16 @@ Result<ObjectInfo> S3ObjectStore::PutObject(const std::string& bucket, const std
   req.bucket = bucket;
   req.key = key;
   RETURN_IF_ERROR(AddPutHeaders(req, options));
-  std::optional<std::pair<UniqueFd, uint64_t>> spooled;
-  std::optional<FileSource> file_source;
-  uint64_t size = 0;
-  if (data.size_hint().has_value()) {
-    size = *data.size_hint();
-    req.body = &data;
-  } else {
-    ASSIGN_OR_RETURN(auto sp, Spool(data));
-    spooled.emplace(std::move(sp));
-    file_source.emplace(spooled->first.get(), spooled->second);
-    req.body = &*file_source;
-  }
+  SizedBody body;
+  RETURN_IF_ERROR(body.Prepare(data));
+  req.body = body.source;
   ASSIGN_OR_RETURN(Response resp, Perform(req));
   if (resp.status >= 300) return MapError(resp.status, resp.body, "NoSuchBucket");
   ObjectInfo info;
   info.bucket = bucket;
   info.key = key;
   if (const std::string* e = FindHeader(resp.headers, "etag")) info.etag = StripQuotes(*e);
-  info.size = spooled.has_value() ? spooled->second : size;
+  info.size = body.size;
   info.last_modified_millis = NowMillis();
   info.headers = options.headers;
   for (auto& [name, hasher] : req.compute) info.checksums[name] = hasher.FinalBase64();
@@ -853,24 +871,14 @@ Result<PartInfo> S3ObjectStore::SendPart(const std::string& bucket, const std::s
   req.key = key;
   req.query = {{"partNumber", std::to_string(part_number)}, {"uploadId", upload_id}};
   RETURN_IF_ERROR(AddPutHeaders(req, options));
-  std::optional<std::pair<UniqueFd, uint64_t>> spooled;
-  std::optional<FileSource> file_source;
-  uint64_t size = 0;
-  if (data.size_hint().has_value()) {
-    size = *data.size_hint();
-    req.body = &data;
-  } else {
-    ASSIGN_OR_RETURN(auto sp, Spool(data));
-    spooled.emplace(std::move(sp));
-    size = spooled->second;
-    file_source.emplace(spooled->first.get(), spooled->second);
-    req.body = &*file_source;
-  }
+  SizedBody body;
+  RETURN_IF_ERROR(body.Prepare(data));
+  req.body = body.source;
   ASSIGN_OR_RETURN(Response resp, Perform(req));
   if (resp.status >= 300) return MapError(resp.status, resp.body, "NoSuchUpload");
   PartInfo part;
   part.part_number = part_number;
-  part.size = size;
+  part.size = body.size;
   if (const std::string* e = FindHeader(resp.headers, "etag")) part.etag = StripQuotes(*e);
   part.last_modified_millis = NowMillis();
   for (auto& [name, hasher] : req.compute) part.checksums[name] = hasher.FinalBase64();

@@ -16,6 +16,18 @@ constexpr uint64_t kMaxDeleteBody = 2 * 1024 * 1024;
 constexpr size_t kMaxDeleteKeys = 1000;
 constexpr uint32_t kMaxListKeys = 1000;
 
+void WriteContents(XmlWriter& xml, const ObjectInfo& object, bool url, bool owner, const S3ApiOptions& options) {
+  xml.Open("Contents")
+      .Element("Key", url ? ListEncode(object.key) : object.key)
+      .Element("LastModified", FormatIso8601Millis(object.last_modified_millis))
+      .Element("ETag", Quote(object.etag))
+      .Element("Size", std::to_string(object.size));
+  if (owner) WriteOwner(xml, "Owner", options);
+  xml.Element("StorageClass", object.storage_class.empty() ? "STANDARD" : object.storage_class).Close("Contents");
+}
+
+}  // namespace
+
 // Parses max-keys / max-uploads style parameters: default and cap `limit`, junk → InvalidArgument.
 std::variant<uint32_t, aws::AwsError> ParseMax(const Call& call, std::string_view name, uint32_t limit) {
   const std::string* text = call.query.Get(name);
@@ -36,18 +48,6 @@ std::variant<bool, aws::AwsError> ParseEncodingType(const Call& call) {
   }
   return true;
 }
-
-void WriteContents(XmlWriter& xml, const ObjectInfo& object, bool url, bool owner, const S3ApiOptions& options) {
-  xml.Open("Contents")
-      .Element("Key", url ? ListEncode(object.key) : object.key)
-      .Element("LastModified", FormatIso8601Millis(object.last_modified_millis))
-      .Element("ETag", Quote(object.etag))
-      .Element("Size", std::to_string(object.size));
-  if (owner) WriteOwner(xml, "Owner", options);
-  xml.Element("StorageClass", object.storage_class.empty() ? "STANDARD" : object.storage_class).Close("Contents");
-}
-
-}  // namespace
 
 Outcome ListBuckets(Call& call) {
   auto buckets = call.store->ListBuckets();

@@ -66,6 +66,11 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
 aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload);
 aws::AwsError InvalidArgument(std::string message, std::string name = "", std::string value = "");
 aws::AwsError MalformedXml();
+// Parses a max-keys / max-parts / max-uploads parameter: `limit` when absent, capped at `limit`,
+// junk or out of int range → InvalidArgument naming it.
+std::variant<uint32_t, aws::AwsError> ParseMax(const Call& call, std::string_view name, uint32_t limit);
+// `encoding-type`: absent → false, "url" → true, anything else → InvalidArgument.
+std::variant<bool, aws::AwsError> ParseEncodingType(const Call& call);
 
 // The S3 error for an OpenPayload failure (an invalid Content-MD5 or checksum header, an
 // unsupported payload mode).

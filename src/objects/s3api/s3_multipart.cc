@@ -48,17 +48,6 @@ std::variant<std::pair<uint32_t, std::string>, aws::AwsError> PartTarget(const C
   return std::make_pair(static_cast<uint32_t>(*part), *upload_id);
 }
 
-std::variant<uint32_t, aws::AwsError> ParseLimit(const Call& call, std::string_view name, uint32_t limit) {
-  const std::string* text = call.query.Get(name);
-  if (!text) return limit;
-  auto v = ParseInt64(Trim(*text));
-  if (!v || *v < 0 || *v > 2147483647) {
-    return InvalidArgument("Provided " + std::string(name) + " not an integer or within integer range",
-                           std::string(name), *text);
-  }
-  return static_cast<uint32_t>(std::min<int64_t>(*v, limit));
-}
-
 }  // namespace
 
 Outcome CreateMultipartUpload(Call& call) {
@@ -227,7 +216,7 @@ Outcome AbortMultipartUpload(Call& call) {
 
 Outcome ListParts(Call& call) {
   const std::string upload_id = call.query.GetOr("uploadId", "");
-  auto max_parts = ParseLimit(call, "max-parts", kMaxListParts);
+  auto max_parts = ParseMax(call, "max-parts", kMaxListParts);
   if (auto* e = std::get_if<aws::AwsError>(&max_parts)) return *e;
   uint32_t marker = 0;
   if (const std::string* text = call.query.Get("part-number-marker")) {
@@ -235,13 +224,9 @@ Outcome ListParts(Call& call) {
     if (!v) return InvalidArgument("Provided part-number-marker not an integer", "part-number-marker", *text);
     marker = static_cast<uint32_t>(*v);
   }
-  bool encode = false;
-  if (const std::string* encoding = call.query.Get("encoding-type")) {
-    if (*encoding != "url") {
-      return InvalidArgument("Invalid Encoding Method specified in Request", "encoding-type", *encoding);
-    }
-    encode = true;
-  }
+  auto encoding = ParseEncodingType(call);
+  if (auto* e = std::get_if<aws::AwsError>(&encoding)) return *e;
+  bool encode = std::get<bool>(encoding);
   auto upload = call.store->GetMultipartUpload(call.bucket(), call.key(), upload_id);
   if (!upload.ok()) return StoreError(call, upload.status(), upload_id);
   bool truncated = false;
@@ -277,15 +262,11 @@ Outcome ListParts(Call& call) {
 }
 
 Outcome ListMultipartUploads(Call& call) {
-  auto max_uploads = ParseLimit(call, "max-uploads", 1000);
+  auto max_uploads = ParseMax(call, "max-uploads", 1000);
   if (auto* e = std::get_if<aws::AwsError>(&max_uploads)) return *e;
-  bool encode = false;
-  if (const std::string* encoding = call.query.Get("encoding-type")) {
-    if (*encoding != "url") {
-      return InvalidArgument("Invalid Encoding Method specified in Request", "encoding-type", *encoding);
-    }
-    encode = true;
-  }
+  auto encoding = ParseEncodingType(call);
+  if (auto* e = std::get_if<aws::AwsError>(&encoding)) return *e;
+  bool encode = std::get<bool>(encoding);
   auto enc = [&](const std::string& s) { return encode ? ListEncode(s) : s; };
   ListUploadsOptions options;
   options.prefix = call.query.GetOr("prefix", "");
