@@ -36,6 +36,8 @@ size_t DigestBytes(S3Checksum::Algorithm algorithm) {
       return 20;
     case S3Checksum::Algorithm::kSha256:
       return 32;
+    case S3Checksum::Algorithm::kCrc64Nvme:
+      return 8;
   }
   return 0;
 }

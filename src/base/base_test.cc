@@ -62,6 +62,13 @@ TEST(HashTest, KnownVectors) {
   S3Checksum c(S3Checksum::Algorithm::kCrc32);
   c.Update("hello world");
   EXPECT_EQ(c.FinalBase64(), "DUoRhQ==");
+  // CRC-64/NVME catalogue check value; the base64 value is what S3 answers for "hello world".
+  EXPECT_EQ(Crc64NvmeUpdate(0, "123456789"), 0xAE8B14860A799888ull);
+  EXPECT_EQ(Crc64NvmeUpdate(Crc64NvmeUpdate(0, "1234567"), "89"), 0xAE8B14860A799888ull);
+  S3Checksum c64(S3Checksum::Algorithm::kCrc64Nvme);
+  c64.Update("hello ");
+  c64.Update("world");
+  EXPECT_EQ(c64.FinalBase64(), "jSnVw/bqjr4=");
 }
 
 TEST(TimeTest, FormatsAndParses) {

@@ -126,6 +126,45 @@ uint32_t Crc32cUpdate(uint32_t crc, std::string_view data) {
   return ~crc;
 }
 
+namespace {
+// Slicing-by-8 tables for CRC-64/NVME (reflected polynomial 0x9A6C9329AC4BC9B5).
+struct Crc64Tables {
+  std::array<std::array<uint64_t, 256>, 8> t{};
+  Crc64Tables() {
+    for (uint64_t i = 0; i < 256; ++i) {
+      uint64_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x9A6C9329AC4BC9B5ull : c >> 1;
+      t[0][i] = c;
+    }
+    for (int i = 0; i < 256; ++i) {
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    }
+  }
+};
+const Crc64Tables& Tables64() {
+  static const Crc64Tables tables;
+  return tables;
+}
+}  // namespace
+
+uint64_t Crc64NvmeUpdate(uint64_t crc, std::string_view data) {
+  const auto& t = Tables64().t;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  size_t n = data.size();
+  crc = ~crc;
+  while (n >= 8) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    v ^= crc;
+    crc = t[7][v & 0xff] ^ t[6][(v >> 8) & 0xff] ^ t[5][(v >> 16) & 0xff] ^ t[4][(v >> 24) & 0xff] ^
+          t[3][(v >> 32) & 0xff] ^ t[2][(v >> 40) & 0xff] ^ t[1][(v >> 48) & 0xff] ^ t[0][v >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
 std::string Crc32ToBytes(uint32_t crc) {
   std::string out(4, '\0');
   out[0] = static_cast<char>(crc >> 24);
@@ -141,6 +180,7 @@ bool S3Checksum::ParseAlgorithm(std::string_view name, Algorithm* out) {
   else if (n == "crc32c") *out = Algorithm::kCrc32c;
   else if (n == "sha1") *out = Algorithm::kSha1;
   else if (n == "sha256") *out = Algorithm::kSha256;
+  else if (n == "crc64nvme") *out = Algorithm::kCrc64Nvme;
   else return false;
   return true;
 }
@@ -151,6 +191,7 @@ std::string_view S3Checksum::Name(Algorithm algorithm) {
     case Algorithm::kCrc32c: return "crc32c";
     case Algorithm::kSha1: return "sha1";
     case Algorithm::kSha256: return "sha256";
+    case Algorithm::kCrc64Nvme: return "crc64nvme";
   }
   return "crc32";
 }
@@ -164,12 +205,18 @@ void S3Checksum::Update(std::string_view data) {
   switch (algorithm_) {
     case Algorithm::kCrc32: crc_ = Crc32Update(crc_, data); break;
     case Algorithm::kCrc32c: crc_ = Crc32cUpdate(crc_, data); break;
+    case Algorithm::kCrc64Nvme: crc64_ = Crc64NvmeUpdate(crc64_, data); break;
     default: digest_->Update(data);
   }
 }
 
 std::string S3Checksum::FinalBase64() {
   if (digest_) return Base64Encode(digest_->Final());
+  if (algorithm_ == Algorithm::kCrc64Nvme) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((crc64_ >> (56 - 8 * i)) & 0xff);
+    return Base64Encode(bytes);
+  }
   return Base64Encode(Crc32ToBytes(crc_));
 }
 

@@ -41,6 +41,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // CRC-32 (IEEE, as zlib and S3's x-amz-checksum-crc32) and CRC-32C (Castagnoli).
 uint32_t Crc32Update(uint32_t crc, std::string_view data);
 uint32_t Crc32cUpdate(uint32_t crc, std::string_view data);
+// CRC-64/NVME (S3's x-amz-checksum-crc64nvme; reflected poly 0xAD93D23594C93659, init and
+// xorout all ones). Like the CRC-32 functions, pass 0 to start and the previous value to continue.
+uint64_t Crc64NvmeUpdate(uint64_t crc, std::string_view data);
 // Big-endian 4 bytes, the form S3 base64-encodes in x-amz-checksum-crc32(c).
 std::string Crc32ToBytes(uint32_t crc);
 
@@ -48,8 +51,8 @@ std::string Crc32ToBytes(uint32_t crc);
 // them incrementally; Final() returns the base64 text S3 puts on the wire.
 class S3Checksum {
  public:
-  enum class Algorithm { kCrc32, kCrc32c, kSha1, kSha256 };
-  // Parses "crc32", "CRC32C", "sha1", "sha256" (any case); false for anything else.
+  enum class Algorithm { kCrc32, kCrc32c, kSha1, kSha256, kCrc64Nvme };
+  // Parses "crc32", "CRC32C", "sha1", "sha256", "crc64nvme" (any case); false for anything else.
   static bool ParseAlgorithm(std::string_view name, Algorithm* out);
   static std::string_view Name(Algorithm algorithm);  // lower-case: "crc32", ...
 
@@ -61,6 +64,7 @@ class S3Checksum {
  private:
   Algorithm algorithm_;
   uint32_t crc_ = 0;
+  uint64_t crc64_ = 0;
   std::unique_ptr<Digest> digest_;
 };
 

@@ -619,7 +619,10 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
   std::map<std::string, std::string> checksums;
   if (!upload.checksum_algorithm.empty()) {
     S3Checksum::Algorithm algorithm;
-    if (S3Checksum::ParseAlgorithm(upload.checksum_algorithm, &algorithm)) {
+    // CRC-64/NVME exists only as a full-object checksum in S3 (no composite "-N" form); Kiln
+    // does not combine part CRCs into one, so such objects carry no checksum.
+    if (S3Checksum::ParseAlgorithm(upload.checksum_algorithm, &algorithm) &&
+        algorithm != S3Checksum::Algorithm::kCrc64Nvme) {
       S3Checksum composite(algorithm);
       bool all = true;
       for (const auto* p : chosen) {

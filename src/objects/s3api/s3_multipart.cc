@@ -22,6 +22,7 @@ std::string ChecksumElement(std::string_view alg) {
   if (alg == "crc32c") return "ChecksumCRC32C";
   if (alg == "sha1") return "ChecksumSHA1";
   if (alg == "sha256") return "ChecksumSHA256";
+  if (alg == "crc64nvme") return "ChecksumCRC64NVME";
   return "";
 }
 

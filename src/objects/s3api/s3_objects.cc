@@ -443,6 +443,7 @@ Outcome CopyObject(Call& call) {
     if (alg == "crc32c") xml.Element("ChecksumCRC32C", value);
     if (alg == "sha1") xml.Element("ChecksumSHA1", value);
     if (alg == "sha256") xml.Element("ChecksumSHA256", value);
+    if (alg == "crc64nvme") xml.Element("ChecksumCRC64NVME", value);
   }
   SendXml(call, 200, BaseHeaders(call), xml.Finish());
   return std::nullopt;
