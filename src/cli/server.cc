@@ -1,5 +1,6 @@
 #include "cli/server.h"
 
+#include "api/logs.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/version.h"
@@ -57,8 +58,11 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   // answers UnknownOperationException naming it; later issues register operations here.
   server->front_door_->AddJsonService(
       std::make_unique<api::JsonService>("SageMaker", "sagemaker", aws::Protocol::kJson11));
-  server->front_door_->AddJsonService(
-      std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11));
+  auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
+  ASSIGN_OR_RETURN(server->log_store_,
+                   observe::LogStore::Open({c.data_dir + "/logs", server->database_.get(), nullptr}));
+  api::RegisterLogsOperations(logs.get(), server->log_store_.get(), c.account_id, c.regions.front());
+  server->front_door_->AddJsonService(std::move(logs));
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
       "AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(

@@ -10,6 +10,7 @@
 #include "net/http_server.h"
 #include "objects/object_store.h"
 #include "objects/s3api/s3_api.h"
+#include "observe/log_store.h"
 #include "store/database.h"
 
 namespace kiln::cli {
@@ -34,6 +35,7 @@ class Server {
   // Declared in dependency order: destroyed in reverse.
   std::unique_ptr<store::Database> database_;
   std::unique_ptr<objects::ObjectStore> object_store_;
+  std::unique_ptr<observe::LogStore> log_store_;
   std::unique_ptr<api::CredentialStore> credentials_;
   std::unique_ptr<objects::S3Api> s3_;
   std::unique_ptr<api::FrontDoor> front_door_;

@@ -62,6 +62,27 @@ CREATE TABLE object_extents (
   PRIMARY KEY (bucket, key, seq)
 ) WITHOUT ROWID;
 )sql"},
+      // CloudWatch Logs metadata (observe::LogStore). Events live in one file per stream, named
+      // by the stream's id; these rows only describe them. Names are TEXT: group names are ASCII
+      // by pattern and stream names are compared as UTF-8, both in byte order (BINARY collation).
+      {3, "log groups and streams", R"sql(
+CREATE TABLE log_groups (
+  name TEXT PRIMARY KEY NOT NULL,
+  created_millis INTEGER NOT NULL
+);
+CREATE TABLE log_streams (
+  id TEXT PRIMARY KEY NOT NULL,
+  group_name TEXT NOT NULL REFERENCES log_groups(name) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  created_millis INTEGER NOT NULL,
+  first_event_millis INTEGER,
+  last_event_millis INTEGER,
+  last_ingestion_millis INTEGER,
+  stored_bytes INTEGER NOT NULL DEFAULT 0,
+  event_count INTEGER NOT NULL DEFAULT 0,
+  UNIQUE (group_name, name)
+);
+)sql"},
   };
   return kMigrations;
 }
