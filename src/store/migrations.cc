@@ -83,6 +83,36 @@ CREATE TABLE log_streams (
   UNIQUE (group_name, name)
 );
 )sql"},
+      // SageMaker training jobs (api/training_jobs, control/training_controller). The validated
+      // request is kept verbatim so Describe echoes exactly what was asked; the observed state
+      // (secondary status transitions, failure reason, artifacts, metrics, instance bookkeeping)
+      // is one JSON document rewritten with each step. `seq` is the submission order the
+      // scheduler starts waiting jobs in. Names are unique case-insensitively (NOCASE), as AWS
+      // treats them.
+      {4, "training jobs and tags", R"sql(
+CREATE TABLE training_jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  status TEXT NOT NULL,
+  secondary_status TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  training_end_millis INTEGER,
+  state_json TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX training_jobs_by_creation ON training_jobs(creation_millis, name);
+CREATE INDEX training_jobs_by_status ON training_jobs(status, seq);
+CREATE TABLE resource_tags (
+  resource_arn TEXT NOT NULL COLLATE NOCASE,
+  seq INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (resource_arn, key)
+) WITHOUT ROWID;
+)sql"},
   };
   return kMigrations;
 }
