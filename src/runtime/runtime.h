@@ -1,0 +1,118 @@
+#pragma once
+// Runtime: runs instances (SageMaker "ML instances": a training host, an endpoint instance) on this
+// node (DESIGN.md §6). One implementation per backend; the process backend (runtime/process/) runs
+// each instance in a sandbox of Linux namespaces owned by a `kiln shim` process that outlives the
+// server, so restarting or killing `kiln server` never kills an instance: a new server finds the
+// instance again by id (List/Inspect) and goes on managing it.
+//
+// An instance's observable state lives on disk under the runtime's state dir, one directory per
+// instance id: the shim's socket, its pid, the captured output and the exit status. Everything
+// here is therefore valid across server restarts.
+//
+// Captured output (OutputPath): one record per line the instance wrote, in the order read:
+//     <unix millis when read> <SP> <'o' stdout | 'e' stderr> <SP> <line without its newline> <LF>
+// A line longer than kMaxOutputLineBytes is split into several records; a final line without a
+// newline is recorded when the stream closes. Readers may tail the file while it grows; a record
+// is complete once its LF is written.
+//
+// Thread-safety: every method may be called from any thread.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kiln::runtime {
+
+inline constexpr size_t kMaxOutputLineBytes = 256 * 1024;
+
+struct BindMount {
+  std::string host_path;
+  std::string sandbox_path;
+  bool read_only = false;
+};
+
+struct InstanceSpec {
+  // Unique on this node; [A-Za-z0-9._-]{1,128}. Names the instance's state directory.
+  std::string instance_id;
+  // Host directory bound at /opt/ml inside the sandbox (read-write).
+  std::string opt_ml_dir;
+  // Further binds (e.g. a read-only dataset directory); sandbox paths are created as needed.
+  std::vector<BindMount> extra_mounts;
+  // UTS hostname inside the sandbox, e.g. "algo-1".
+  std::string hostname;
+  // Lines for the sandbox's /etc/hosts (bound over the host's), e.g. "127.0.0.1 algo-1".
+  // Empty: the host's /etc/hosts is visible unchanged.
+  std::vector<std::string> hosts_file_lines;
+  // The program: argv[0] is an absolute path, or a name looked up in env["PATH"].
+  std::vector<std::string> argv;
+  // The complete environment of the program; nothing is inherited from the server.
+  std::map<std::string, std::string> env;
+  // Working directory inside the sandbox; empty means "/".
+  std::string working_dir;
+  // CPU indices for the instance's cpuset (sched_setaffinity, and a cgroup cpuset where the host
+  // allows). Empty: no restriction.
+  std::vector<int> cpus;
+  // Memory hard limit in bytes (cgroup v2 memory.max where the host allows); 0: none.
+  uint64_t memory_limit_bytes = 0;
+  // GPU indices assigned exclusively to this instance. The other /dev/nvidia<N> nodes are hidden
+  // in the sandbox where possible. (Environment variables are the caller's job.)
+  std::vector<int> gpus;
+};
+
+enum class InstanceState {
+  kRunning,  // the program runs (or the shim is starting it)
+  kExited,   // the program exited or was killed; exit_code / term_signal say how
+  kLost,     // the shim is gone without recording an exit (e.g. the node rebooted)
+};
+
+struct InstanceStatus {
+  std::string instance_id;
+  InstanceState state = InstanceState::kRunning;
+  int64_t started_millis = 0;   // when the program was exec'd
+  int64_t finished_millis = 0;  // kExited: when it ended
+  int exit_code = -1;           // kExited normally: its exit status; else -1
+  int term_signal = 0;          // kExited by a signal: the signal number; else 0
+  bool stop_requested = false;  // Stop() was called for this instance
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // Starts the instance and returns once its program has been exec'd inside the sandbox.
+  // A program that cannot be started (missing, not executable, bad sandbox) is an error whose
+  // message says what to fix, e.g. "cannot execute /usr/bin/pythn3: No such file or directory";
+  // nothing is left running then. AlreadyExists if the id is in use.
+  virtual Status Launch(const InstanceSpec& spec) = 0;
+
+  // The instance's status from its on-disk state. NotFound if the id is unknown.
+  virtual Result<InstanceStatus> Inspect(const std::string& instance_id) = 0;
+
+  // Sends `signal` to the program (PID 1 of the sandbox).
+  virtual Status Signal(const std::string& instance_id, int signal) = 0;
+
+  // `docker stop -t grace`: SIGTERM to the program now, SIGKILL to every process of the sandbox
+  // after `grace` unless it has exited. Returns at once; the shim carries the sequence out even if
+  // the caller (the server) goes away. Idempotent; a shorter grace on a later call wins.
+  virtual Status Stop(const std::string& instance_id, std::chrono::seconds grace) = 0;
+
+  // Blocks until the instance has exited or `timeout` passes; returns the status either way.
+  virtual Result<InstanceStatus> Wait(const std::string& instance_id, std::chrono::milliseconds timeout) = 0;
+
+  // The captured-output file of the instance (format above). Exists from Launch on.
+  virtual std::string OutputPath(const std::string& instance_id) const = 0;
+
+  // Ids of every instance with state on this node, running or not.
+  virtual Result<std::vector<std::string>> List() = 0;
+
+  // Forgets an exited (or lost) instance: removes its state directory. FailedPrecondition while
+  // it runs.
+  virtual Status Remove(const std::string& instance_id) = 0;
+};
+
+}  // namespace kiln::runtime
