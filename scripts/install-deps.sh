@@ -24,11 +24,14 @@ build_pkgs=(
   libcurl4-openssl-dev                     # the s3 ObjectStore backend's HTTP client
   zlib1g-dev                               # CRC32 checksums
   libpugixml-dev                           # XML parsing for S3 request bodies
+  libpcre2-dev                             # model patterns and MetricDefinitions regexes (Perl syntax)
+  libarchive-dev                           # model.tar.gz / sourcedir.tar.gz (tar + gzip), streamed
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_pkgs=(
   python3 python3-boto3 python3-botocore python3-pytest python3-requests awscli
   curl procps
+  python3-torch python3-numpy              # the real PyTorch training jobs of the integration tests
 )
 
 pkgs=("${build_pkgs[@]}")
