@@ -1,0 +1,91 @@
+#pragma once
+// TrainingJobRepository: the training_jobs and resource_tags tables (migration 4).
+//
+// A row keeps the validated CreateTrainingJob request verbatim (`request`), the typed columns
+// that lists filter and sort on, and the observed state as one JSON document (`state`: secondary
+// status transitions, failure reason, artifacts, final metrics, instance bookkeeping) that the
+// controller rewrites with every step. Names are unique case-insensitively; Get/Mutate/Delete
+// find a job by its name in any case.
+//
+// Thread-safety: all methods may be called from any thread (the Database serialises them).
+// Mutate() is the only read-modify-write: it runs in one transaction, so the API (a stop
+// request) and the controller (progress) never overwrite each other's changes.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "store/database.h"
+
+namespace kiln::store {
+
+struct TrainingJobRecord {
+  int64_t seq = 0;  // submission order (assigned by Insert)
+  std::string name;
+  std::string arn;
+  nlohmann::json request;  // the validated CreateTrainingJob input, as received
+  std::string status;      // TrainingJobStatus
+  std::string secondary_status;
+  int64_t creation_millis = 0;
+  int64_t last_modified_millis = 0;
+  std::optional<int64_t> training_end_millis;
+  nlohmann::json state = nlohmann::json::object();
+  int64_t version = 0;  // incremented by every write
+};
+
+struct TrainingJobListQuery {
+  std::optional<std::string> status_equals;
+  std::optional<std::string> name_contains;  // case-insensitive substring
+  std::optional<int64_t> creation_after_millis, creation_before_millis;          // exclusive bounds
+  std::optional<int64_t> modified_after_millis, modified_before_millis;          // exclusive bounds
+};
+
+class TrainingJobRepository {
+ public:
+  explicit TrainingJobRepository(Database* database) : database_(database) {}
+
+  // Inserts a new job; fills record.seq and version. AlreadyExists (with the existing job's ARN as
+  // message) when the name is taken in any case.
+  Status Insert(TrainingJobRecord& record);
+  // NotFound when there is no such job.
+  Result<TrainingJobRecord> Get(const std::string& name);
+  // Reads the job, lets `mutate` change it, and writes it back in one transaction (version + 1).
+  // An error from `mutate` aborts without writing and is returned. Returns the record as written.
+  Result<TrainingJobRecord> Mutate(const std::string& name,
+                                   const std::function<Status(TrainingJobRecord&)>& mutate);
+  // Every job matching `query`, in submission order (callers sort and page).
+  Result<std::vector<TrainingJobRecord>> List(const TrainingJobListQuery& query);
+  // Jobs whose status is InProgress or Stopping, in submission order.
+  Result<std::vector<TrainingJobRecord>> ListActive();
+  // Removes the job and its tags. NotFound when absent.
+  Status Delete(const std::string& name);
+
+ private:
+  Database* database_;
+};
+
+struct Tag {
+  std::string key;
+  std::string value;
+};
+
+// Tags of any SageMaker resource, keyed by ARN (case-insensitively, as spec/control-plane-api.md
+// §5 asks). Keys keep their insertion order; re-adding a key replaces its value in place.
+class TagRepository {
+ public:
+  explicit TagRepository(Database* database) : database_(database) {}
+  Status Add(const std::string& arn, const std::vector<Tag>& tags);
+  Result<std::vector<Tag>> List(const std::string& arn);
+  Status Remove(const std::string& arn, const std::vector<std::string>& keys);
+  Status RemoveAll(const std::string& arn);
+
+ private:
+  Database* database_;
+};
+
+}  // namespace kiln::store
