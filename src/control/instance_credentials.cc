@@ -1,0 +1,38 @@
+#include "control/instance_credentials.h"
+
+#include "base/ids.h"
+
+namespace kiln::control {
+
+aws::Credential InstanceCredentials::Issue(const std::string& role_arn, const std::string& session_name) const {
+  aws::Credential c;
+  // "ASIA" marks temporary (session) credentials in AWS; SDKs treat both prefixes alike.
+  c.access_key_id = "ASIA" + RandomAlnum(16, /*upper_only=*/true);
+  c.secret_access_key = RandomAlnum(40);
+  c.session_token = RandomAlnum(96);
+  std::string role_name = role_arn.substr(role_arn.rfind('/') == std::string::npos ? 0 : role_arn.rfind('/') + 1);
+  if (role_name.empty()) role_name = "kiln-instance";
+  c.account_id = account_id_;
+  c.principal_arn = "arn:aws:sts::" + account_id_ + ":assumed-role/" + role_name + "/" + session_name;
+  c.user_id = "AROA" + RandomAlnum(17, true) + ":" + session_name;
+  return c;
+}
+
+void InstanceCredentials::Register(const aws::Credential& credential) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  keys_[credential.access_key_id] = credential;
+}
+
+void InstanceCredentials::Revoke(const std::string& access_key_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  keys_.erase(access_key_id);
+}
+
+std::optional<aws::Credential> InstanceCredentials::Lookup(std::string_view access_key_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = keys_.find(access_key_id);
+  if (it == keys_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace kiln::control
