@@ -1,0 +1,108 @@
+#include "runtime/gpus.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace kiln::runtime {
+namespace {
+
+TEST(ParseNvidiaSmiCsvTest, ParsesQueryOutput) {
+  // nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id --format=csv,noheader,nounits
+  const char* text =
+      "1, GPU-7b2f1c9e-0000-1111-2222-333344445555, NVIDIA A10G, 23028, 00000000:00:1C.0\n"
+      "0, GPU-8c6d45a1-aaaa-bbbb-cccc-ddddeeeeffff, NVIDIA A10G, 23028, 00000000:00:1B.0\n";
+  std::vector<GpuInfo> gpus = ParseNvidiaSmiCsv(text);
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_EQ(gpus[0].uuid, "GPU-8c6d45a1-aaaa-bbbb-cccc-ddddeeeeffff");
+  EXPECT_EQ(gpus[0].name, "NVIDIA A10G");
+  EXPECT_EQ(gpus[0].memory_bytes, 23028ull * 1024 * 1024);
+  EXPECT_EQ(gpus[0].pci_bus_id, "0000:00:1b.0");
+  EXPECT_EQ(gpus[1].index, 1);
+  EXPECT_EQ(gpus[1].uuid, "GPU-7b2f1c9e-0000-1111-2222-333344445555");
+}
+
+TEST(ParseNvidiaSmiCsvTest, FourColumnsAndJunk) {
+  // The minimal query (no bus id), a CRLF line, an N/A memory and lines that must be skipped.
+  const char* text =
+      "0, GPU-aaaa, NVIDIA H200, 143771\r\n"
+      "\n"
+      "No devices were found\n"
+      "x, GPU-bbbb, Tesla T4, 15360\n"
+      "2, GPU-cccc, NVIDIA L4, [N/A]\n";
+  std::vector<GpuInfo> gpus = ParseNvidiaSmiCsv(text);
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].name, "NVIDIA H200");
+  EXPECT_EQ(gpus[0].memory_bytes, 143771ull << 20);
+  EXPECT_TRUE(gpus[0].pci_bus_id.empty());
+  EXPECT_EQ(gpus[0].minor, -1);
+  EXPECT_EQ(gpus[1].index, 2);
+  EXPECT_EQ(gpus[1].memory_bytes, 0u);
+  EXPECT_TRUE(ParseNvidiaSmiCsv("").empty());
+}
+
+constexpr const char* kProcInfo =
+    "Model: \t\t NVIDIA H100 80GB HBM3\n"
+    "IRQ:   \t\t 156\n"
+    "GPU UUID: \t GPU-4f3e2d1c-0000-1111-2222-333344445555\n"
+    "Video BIOS: \t 96.00.99.00.01\n"
+    "Bus Type: \t PCIe\n"
+    "DMA Size: \t 52 bits\n"
+    "DMA Mask: \t 0xfffffffffffff\n"
+    "Bus Location: \t 0000:53:00.0\n"
+    "Device Minor: \t 3\n"
+    "GPU Excluded:\t No\n";
+
+TEST(ProcGpuTest, ParsesInformationFile) {
+  GpuInfo gpu;
+  ASSERT_TRUE(ParseProcGpuInformation(kProcInfo, &gpu));
+  EXPECT_EQ(gpu.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(gpu.uuid, "GPU-4f3e2d1c-0000-1111-2222-333344445555");
+  EXPECT_EQ(gpu.pci_bus_id, "0000:53:00.0");
+  EXPECT_EQ(gpu.minor, 3);
+  EXPECT_FALSE(ParseProcGpuInformation("IRQ: 5\n", &gpu));
+}
+
+TEST(ProcGpuTest, ReadsDirectoryInBusOrder) {
+  std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "kiln_proc_gpus";
+  std::filesystem::remove_all(dir);
+  auto write = [&](const std::string& bus, const std::string& uuid, int minor) {
+    std::filesystem::create_directories(dir / bus);
+    std::ofstream(dir / bus / "information") << "Model: \t NVIDIA A100-SXM4-40GB\nGPU UUID: \t " << uuid
+                                             << "\nBus Location: \t " << bus << "\nDevice Minor: \t "
+                                             << minor << "\n";
+  };
+  write("0000:90:00.0", "GPU-second", 0);  // minors need not follow bus order
+  write("0000:10:00.0", "GPU-first", 1);
+  std::vector<GpuInfo> gpus = ReadProcGpus(dir.string());
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_EQ(gpus[0].uuid, "GPU-first");
+  EXPECT_EQ(gpus[0].minor, 1);
+  EXPECT_EQ(gpus[1].index, 1);
+  EXPECT_EQ(gpus[1].uuid, "GPU-second");
+  EXPECT_TRUE(ReadProcGpus((dir / "missing").string()).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PciBusIdTest, Normalizes) {
+  EXPECT_EQ(NormalizePciBusId("00000000:19:00.0"), "0000:19:00.0");
+  EXPECT_EQ(NormalizePciBusId("0000:1B:00.0"), "0000:1b:00.0");
+  EXPECT_EQ(NormalizePciBusId(" 00000001:02:00.0 "), "0001:02:00.0");
+}
+
+TEST(DiscoverGpusTest, NeverFailsAndIndicesAreUnique) {
+  // Whatever this host has (often nothing): the call returns, and indices/uuids are distinct.
+  std::vector<GpuInfo> gpus = DiscoverGpus(std::chrono::seconds(10));
+  std::set<int> indices;
+  for (const GpuInfo& gpu : gpus) {
+    EXPECT_TRUE(indices.insert(gpu.index).second);
+    EXPECT_FALSE(gpu.uuid.empty());
+  }
+}
+
+}  // namespace
+}  // namespace kiln::runtime
