@@ -1,0 +1,325 @@
+#include "agent/pipe_feeder.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <numeric>
+
+#include "agent/training_layout.h"
+#include "agent/transfer.h"
+#include "base/fs.h"
+#include "base/log.h"
+
+namespace kiln::agent {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint32_t kRecordIoMagic = 0xced7230a;
+constexpr uint64_t kMaxRecordLength = (1u << 29) - 1;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void PutLe32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// Consumes a SIGPIPE pending on this thread (raised by a write to a FIFO without reader while
+// SIGPIPE is blocked here), so it is never delivered later.
+void DrainSigpipe() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  struct timespec zero = {0, 0};
+  while (sigtimedwait(&set, nullptr, &zero) == SIGPIPE) {
+  }
+}
+
+}  // namespace
+
+std::string RecordIoHeader(uint32_t length) {
+  std::string out;
+  PutLe32(out, kRecordIoMagic);
+  PutLe32(out, length & static_cast<uint32_t>(kMaxRecordLength));
+  return out;
+}
+
+size_t RecordIoPadding(uint64_t length) { return static_cast<size_t>((4 - length % 4) % 4); }
+
+std::vector<size_t> ShuffledOrder(size_t count, int64_t seed, int epoch) {
+  std::vector<size_t> order(count);
+  std::iota(order.begin(), order.end(), size_t{0});
+  uint64_t state = static_cast<uint64_t>(seed) * 0x2545f4914f6cdd1dull ^
+                   (static_cast<uint64_t>(epoch) + 1) * 0x9e3779b97f4a7c15ull;
+  for (size_t i = count; i > 1; --i) {
+    size_t j = static_cast<size_t>(SplitMix64(state) % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+struct PipeFeeder::Channel {
+  std::string name;
+  std::vector<SelectedObject> objects;  // key order
+  std::string distribution;
+  bool gzip = false;
+  bool recordio = false;
+  std::optional<int64_t> seed;
+};
+
+PipeFeeder::PipeFeeder(objects::ObjectStore& store, json request, int host_index, int host_count, std::string opt_ml,
+                       Options options)
+    : store_(store),
+      request_(std::move(request)),
+      host_index_(host_index),
+      host_count_(host_count),
+      opt_ml_(std::move(opt_ml)),
+      options_(std::move(options)) {}
+
+PipeFeeder::~PipeFeeder() { Stop(); }
+
+std::vector<std::string> PipeFeeder::channels() const {
+  std::vector<std::string> out;
+  for (const auto& c : channels_) out.push_back(c->name);
+  return out;
+}
+
+Status PipeFeeder::Start() {
+  std::string role_arn = request_.value("RoleArn", "");
+  std::vector<std::unique_ptr<Channel>> channels;
+  if (request_.contains("InputDataConfig") && request_["InputDataConfig"].is_array()) {
+    for (const json& ch : request_["InputDataConfig"]) {
+      if (ChannelInputMode(request_, ch) != "Pipe") continue;
+      auto c = std::make_unique<Channel>();
+      c->name = ch.value("ChannelName", "");
+      ASSIGN_OR_RETURN(c->objects, SelectChannelObjects(store_, ch, role_arn));
+      c->distribution = ch["DataSource"]["S3DataSource"].value("S3DataDistributionType", "FullyReplicated");
+      c->gzip = ch.value("CompressionType", "None") == "Gzip";
+      c->recordio = ch.value("RecordWrapperType", "None") == "RecordIO";
+      if (ch.contains("ShuffleConfig") && ch["ShuffleConfig"].is_object() && ch["ShuffleConfig"].contains("Seed") &&
+          ch["ShuffleConfig"]["Seed"].is_number_integer()) {
+        c->seed = ch["ShuffleConfig"]["Seed"].get<int64_t>();
+      }
+      channels.push_back(std::move(c));
+    }
+  }
+  if (channels.empty()) return Status::Ok();
+  std::string dir = opt_ml_ + "/input/data";
+  RETURN_IF_ERROR(MakeDirs(dir));
+  std::vector<std::string> created;
+  for (const auto& c : channels) {
+    std::string path = dir + "/" + c->name + "_0";
+    unlink(path.c_str());
+    if (mkfifo(path.c_str(), 0666) != 0) {
+      Status s = ErrnoStatus("mkfifo " + path, errno);
+      for (const auto& p : created) unlink(p.c_str());
+      return s;
+    }
+    created.push_back(path);
+  }
+  channels_ = std::move(channels);
+  stop_ = false;
+  for (auto& c : channels_) threads_.emplace_back([this, ch = c.get()] { Feed(*ch); });
+  return Status::Ok();
+}
+
+void PipeFeeder::Stop() {
+  stop_ = true;
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+namespace {
+
+// Result of writing into the FIFO.
+enum class WriteOutcome { kOk, kReaderGone, kStopped, kError };
+
+class FifoWriter {
+ public:
+  FifoWriter(int fd, const std::atomic<bool>& stop, std::chrono::milliseconds poll_interval)
+      : fd_(fd), stop_(stop), poll_ms_(static_cast<int>(poll_interval.count())) {}
+
+  WriteOutcome Write(const char* data, size_t n) {
+    while (n > 0) {
+      if (stop_.load()) return WriteOutcome::kStopped;
+      ssize_t w = write(fd_, data, n);
+      if (w > 0) {
+        data += w;
+        n -= static_cast<size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EAGAIN) {
+        struct pollfd p = {fd_, POLLOUT, 0};
+        poll(&p, 1, std::max(1, poll_ms_));
+        continue;
+      }
+      if (w < 0 && errno == EPIPE) {
+        DrainSigpipe();
+        return WriteOutcome::kReaderGone;
+      }
+      error_ = errno;
+      return WriteOutcome::kError;
+    }
+    return WriteOutcome::kOk;
+  }
+  int error() const { return error_; }
+
+ private:
+  int fd_;
+  const std::atomic<bool>& stop_;
+  int poll_ms_;
+  int error_ = 0;
+};
+
+}  // namespace
+
+void PipeFeeder::Feed(Channel& ch) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto fail = [&](const Status& s) {
+    KLOG(error, "pipe channel failed", {{"channel", ch.name}, {"error", s.message()}});
+    if (options_.on_error) options_.on_error(ch.name, s);
+  };
+  auto sleep_poll = [&] { std::this_thread::sleep_for(options_.poll_interval); };
+  const std::string dir = opt_ml_ + "/input/data/";
+  std::vector<char> buf(options_.buffer_size);
+
+  for (int epoch = 0; !stop_.load(); ++epoch) {
+    if (options_.max_epochs > 0 && epoch >= options_.max_epochs) break;
+    std::string path = dir + ch.name + "_" + std::to_string(epoch);
+    if (epoch > 0) {
+      unlink(path.c_str());
+      if (mkfifo(path.c_str(), 0666) != 0) return fail(ErrnoStatus("mkfifo " + path, errno));
+    }
+    UniqueFd fd;
+    while (!stop_.load()) {
+      fd = UniqueFd(open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+      if (fd.valid()) break;
+      if (errno != ENXIO && errno != EINTR) return fail(ErrnoStatus("open " + path, errno));
+      sleep_poll();
+    }
+    if (stop_.load()) return;
+
+    std::vector<SelectedObject> ordered;
+    if (ch.seed) {
+      for (size_t i : ShuffledOrder(ch.objects.size(), *ch.seed, epoch)) ordered.push_back(ch.objects[i]);
+    } else {
+      ordered = ch.objects;
+    }
+    auto share = ShardObjects(ordered, ch.distribution, host_index_, host_count_);
+
+    FifoWriter writer(fd.get(), stop_, options_.poll_interval);
+    WriteOutcome outcome = WriteOutcome::kOk;
+    Status error;
+    for (const auto& o : share) {
+      std::string uri = "s3://" + o.bucket + "/" + o.key;
+      auto reader = store_.GetObject(o.bucket, o.key, std::nullopt);
+      if (!reader.ok()) {
+        error = ObjectError(reader.status(), "Streaming", o.bucket, o.key);
+        break;
+      }
+      std::unique_ptr<GzipSource> gunzip;
+      ByteSource* source = reader->get();
+      if (ch.gzip) {
+        gunzip = std::make_unique<GzipSource>(**reader, "S3 object \"" + uri + "\"");
+        source = gunzip.get();
+      }
+      uint64_t length = (*reader)->info().size;
+      if (ch.recordio && ch.gzip) {
+        // The record header carries the decompressed length: count it in a first pass.
+        auto counting = store_.GetObject(o.bucket, o.key, std::nullopt);
+        if (!counting.ok()) {
+          error = ObjectError(counting.status(), "Streaming", o.bucket, o.key);
+          break;
+        }
+        GzipSource count_source(**counting, "S3 object \"" + uri + "\"");
+        length = 0;
+        while (!stop_.load()) {
+          auto n = count_source.Read(buf.data(), buf.size());
+          if (!n.ok()) {
+            error = n.status();
+            break;
+          }
+          if (*n == 0) break;
+          length += *n;
+        }
+        if (!error.ok() || stop_.load()) break;
+      }
+      if (ch.recordio) {
+        if (length > kMaxRecordLength) {
+          error = Status::InvalidArgument(
+              "ClientError: S3 object \"" + uri + "\" is " + std::to_string(length) +
+              " bytes, too large for one RecordIO record (at most 536870911 bytes) in Pipe channel \"" + ch.name +
+              "\". Please split it into smaller objects or use RecordWrapperType None.");
+          break;
+        }
+        std::string header = RecordIoHeader(static_cast<uint32_t>(length));
+        outcome = writer.Write(header.data(), header.size());
+        if (outcome != WriteOutcome::kOk) break;
+      }
+      uint64_t written = 0;
+      while (outcome == WriteOutcome::kOk) {
+        auto n = source->Read(buf.data(), buf.size());
+        if (!n.ok()) {
+          error = n.status();
+          break;
+        }
+        if (*n == 0) break;
+        written += *n;
+        outcome = writer.Write(buf.data(), *n);
+      }
+      if (!error.ok() || outcome != WriteOutcome::kOk) break;
+      if (ch.recordio) {
+        if (written != length) {
+          error = Status::Internal("InternalServerError: S3 object \"" + uri + "\" changed while it was streamed");
+          break;
+        }
+        static const char kZeros[4] = {0, 0, 0, 0};
+        outcome = writer.Write(kZeros, RecordIoPadding(length));
+        if (outcome != WriteOutcome::kOk) break;
+      }
+    }
+    fd.Reset();
+    if (!error.ok()) {
+      if (error.code() == StatusCode::kDataLoss) {
+        error = Status::InvalidArgument("ClientError: " + error.message() + " in Pipe channel \"" + ch.name +
+                                        "\" with CompressionType Gzip. Please make sure every object of the channel "
+                                        "is gzip-compressed, or set CompressionType to None.");
+      } else if (!StartsWith(error.message(), "ClientError: ") &&
+                 !StartsWith(error.message(), "InternalServerError: ")) {
+        error = Status(error.code(), "InternalServerError: Pipe channel \"" + ch.name + "\": " + error.ToString());
+      }
+      return fail(error);
+    }
+    if (outcome == WriteOutcome::kStopped) return;
+    if (outcome == WriteOutcome::kError) return fail(ErrnoStatus("write " + path, writer.error()));
+    // Wait until the reader has closed this epoch's FIFO before the next one appears.
+    while (!stop_.load()) {
+      UniqueFd probe(open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+      if (!probe.valid() && errno == ENXIO) break;
+      if (!probe.valid() && errno != EINTR) return fail(ErrnoStatus("open " + path, errno));
+      probe.Reset();
+      sleep_poll();
+    }
+    if (stop_.load()) return;
+    unlink(path.c_str());
+  }
+}
+
+}  // namespace kiln::agent

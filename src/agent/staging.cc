@@ -1,0 +1,258 @@
+#include "agent/staging.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "agent/training_layout.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/strings.h"
+
+namespace kiln::agent {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxManifestBytes = 256u << 20;
+
+std::string NoObjectsMessage(const std::string& uri, const std::string& bucket, const std::string& role_arn) {
+  return "ClientError: No S3 objects found under S3 URL \"" + uri +
+         "\" given in input data source. Please ensure that the bucket exists in the selected region, that "
+         "objects exist under that S3 prefix, and that the role \"" +
+         role_arn + "\" has \"s3:ListBucket\" permissions on bucket \"" + bucket + "\".";
+}
+
+Status BadManifest(const std::string& uri, const std::string& why) {
+  return Status::InvalidArgument("ClientError: The manifest file \"" + uri + "\" is invalid: " + why +
+                                 ". Please provide a JSON array whose first element is {\"prefix\": "
+                                 "\"s3://bucket/prefix/\"} followed by the object keys relative to that prefix.");
+}
+
+Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, const std::string& uri,
+                                                 const std::string& role_arn) {
+  ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
+  auto listed = ListAllObjects(store, loc.bucket, loc.key);
+  if (!listed.ok()) {
+    if (listed.status().IsNotFound()) {
+      return Status::InvalidArgument(NoObjectsMessage(uri, loc.bucket, role_arn));
+    }
+    return ObjectError(listed.status(), "Listing", loc.bucket, loc.key);
+  }
+  size_t slash = loc.key.rfind('/');
+  size_t strip = slash == std::string::npos ? 0 : slash + 1;
+  std::vector<SelectedObject> out;
+  for (const auto& o : *listed) {
+    if (EndsWith(o.key, "/")) continue;  // folder marker
+    ASSIGN_OR_RETURN(std::string rel,
+                     ConfinedRelativePath(std::string_view(o.key).substr(strip),
+                                          "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
+    out.push_back({loc.bucket, o.key, std::move(rel), o.size});
+  }
+  if (out.empty()) return Status::InvalidArgument(NoObjectsMessage(uri, loc.bucket, role_arn));
+  return out;
+}
+
+Result<std::vector<SelectedObject>> SelectManifest(objects::ObjectStore& store, const std::string& uri) {
+  ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
+  auto reader = store.GetObject(loc.bucket, loc.key, std::nullopt);
+  if (!reader.ok()) return ObjectError(reader.status(), "Reading the manifest file", loc.bucket, loc.key);
+  auto text = ReadAll(**reader, kMaxManifestBytes);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kResourceExhausted) return BadManifest(uri, "it is larger than 256 MiB");
+    return ObjectError(text.status(), "Reading the manifest file", loc.bucket, loc.key);
+  }
+  json manifest;
+  try {
+    manifest = json::parse(*text);
+  } catch (const json::exception& e) {
+    return BadManifest(uri, std::string("it is not valid JSON (") + e.what() + ")");
+  }
+  if (!manifest.is_array() || manifest.empty()) return BadManifest(uri, "it is not a non-empty JSON array");
+  const json& first = manifest[0];
+  if (!first.is_object() || !first.contains("prefix") || !first["prefix"].is_string()) {
+    return BadManifest(uri, "its first element is not an object with a \"prefix\" string");
+  }
+  std::string prefix_uri = first["prefix"].get<std::string>();
+  auto prefix = ParseS3Uri(prefix_uri);
+  if (!prefix.ok()) return BadManifest(uri, "its prefix \"" + prefix_uri + "\" is not an s3:// URI");
+  std::vector<SelectedObject> out;
+  for (size_t i = 1; i < manifest.size(); ++i) {
+    if (!manifest[i].is_string()) {
+      return BadManifest(uri, "element " + std::to_string(i) + " is not a string");
+    }
+    std::string rel = manifest[i].get<std::string>();
+    std::string key = prefix->key + rel;
+    ASSIGN_OR_RETURN(std::string path,
+                     ConfinedRelativePath(rel, "manifest entry \"" + rel + "\" of \"" + uri + "\""));
+    out.push_back({prefix->bucket, std::move(key), std::move(path), std::nullopt});
+  }
+  if (out.empty()) return BadManifest(uri, "it lists no objects after the prefix");
+  std::sort(out.begin(), out.end(), [](const SelectedObject& a, const SelectedObject& b) { return a.key < b.key; });
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<SelectedObject>> SelectChannelObjects(objects::ObjectStore& store, const json& channel,
+                                                         const std::string& role_arn) {
+  std::string name = channel.value("ChannelName", "");
+  const json* s3 = nullptr;
+  if (channel.contains("DataSource") && channel["DataSource"].is_object() &&
+      channel["DataSource"].contains("S3DataSource")) {
+    s3 = &channel["DataSource"]["S3DataSource"];
+  }
+  if (s3 == nullptr || !s3->is_object()) {
+    return Status::InvalidArgument("ClientError: channel \"" + name + "\" has no S3DataSource.");
+  }
+  std::string type = s3->value("S3DataType", "S3Prefix");
+  std::string uri = s3->value("S3Uri", "");
+  if (type == "S3Prefix") return SelectPrefix(store, uri, role_arn);
+  if (type == "ManifestFile") return SelectManifest(store, uri);
+  return Status::InvalidArgument("ClientError: S3DataType \"" + type + "\" of channel \"" + name +
+                                 "\" is not supported by Kiln. Please use S3Prefix or ManifestFile.");
+}
+
+std::vector<SelectedObject> ShardObjects(const std::vector<SelectedObject>& objects, const std::string& distribution,
+                                         int host_index, int host_count) {
+  if (distribution != "ShardedByS3Key" || host_count <= 1) return objects;
+  std::vector<SelectedObject> out;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(host_count)) == host_index) out.push_back(objects[i]);
+  }
+  return out;
+}
+
+namespace {
+
+struct Task {
+  size_t channel;
+  std::string dir;
+  SelectedObject object;
+};
+
+Status MakeReadOnly(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    struct stat st;
+    std::string p = it->path().string();
+    if (stat(p.c_str(), &st) != 0) return ErrnoStatus("stat " + p, errno);
+    if (chmod(p.c_str(), st.st_mode & ~static_cast<mode_t>(0222)) != 0) return ErrnoStatus("chmod " + p, errno);
+  }
+  if (ec) return Status::Internal("walking " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& request, int host_index,
+                                    int host_count, const std::string& opt_ml, const CancelFlag& cancel,
+                                    const StageOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  StagingReport report;
+  std::string role_arn = request.value("RoleArn", "");
+  std::vector<Task> tasks;
+  std::vector<bool> fast_file;
+  if (request.contains("InputDataConfig") && request["InputDataConfig"].is_array()) {
+    for (const json& ch : request["InputDataConfig"]) {
+      ChannelReport cr;
+      cr.name = ch.value("ChannelName", "");
+      cr.mode = ChannelInputMode(request, ch);
+      const json& ds = ch.contains("DataSource") ? ch["DataSource"] : json::object();
+      bool file_system = ds.is_object() && ds.contains("FileSystemDataSource");
+      bool other_group = false;
+      if (!options.instance_group.empty() && ds.is_object() && ds.contains("S3DataSource") &&
+          ds["S3DataSource"].contains("InstanceGroupNames")) {
+        const json& groups = ds["S3DataSource"]["InstanceGroupNames"];
+        other_group = std::find(groups.begin(), groups.end(), json(options.instance_group)) == groups.end();
+      }
+      if (cr.mode == "Pipe" || file_system || other_group) {
+        report.channels.push_back(cr);
+        fast_file.push_back(false);
+        continue;
+      }
+      cr.staged = true;
+      ASSIGN_OR_RETURN(auto selected, SelectChannelObjects(store, ch, role_arn));
+      std::string distribution = ds["S3DataSource"].value("S3DataDistributionType", "FullyReplicated");
+      auto share = ShardObjects(selected, distribution, host_index, host_count);
+      std::string dir = opt_ml + "/input/data/" + cr.name;
+      RETURN_IF_ERROR(MakeDirs(dir));
+      if (share.empty()) {
+        KLOG(warn, "channel share is empty",
+             {{"channel", cr.name}, {"host_index", std::to_string(host_index)},
+              {"objects", std::to_string(selected.size())}, {"hosts", std::to_string(host_count)}});
+      }
+      for (auto& o : share) tasks.push_back({report.channels.size(), dir, std::move(o)});
+      report.channels.push_back(cr);
+      fast_file.push_back(cr.mode == "FastFile");
+    }
+  }
+
+  std::mutex mu;
+  std::condition_variable done_cv;
+  Status first_error;
+  size_t next = 0;
+  int running = 0;
+  CancelFlag abort;  // set on the first error or on `cancel`
+  auto worker = [&] {
+    while (true) {
+      Task* task = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next < tasks.size() && !abort.cancelled()) task = &tasks[next++];
+      }
+      if (task == nullptr) break;
+      auto path = PrepareConfinedPath(task->dir, task->object.rel_path);
+      Result<uint64_t> bytes = path.ok() ? DownloadObjectToFile(store, task->object.bucket, task->object.key, *path,
+                                                                task->object.size, &abort, options.buffer_size)
+                                         : Result<uint64_t>(path.status());
+      std::lock_guard<std::mutex> lock(mu);
+      if (!bytes.ok()) {
+        if (first_error.ok() && !(abort.cancelled() && bytes.status().code() == StatusCode::kAborted)) {
+          first_error = bytes.status();
+        }
+        abort.Cancel();
+        break;
+      }
+      report.channels[task->channel].objects++;
+      report.channels[task->channel].bytes += *bytes;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    --running;
+    done_cv.notify_all();
+  };
+  int n = std::max(1, std::min<int>(options.parallelism, static_cast<int>(tasks.size())));
+  std::vector<std::thread> threads;
+  running = n;
+  for (int i = 0; i < n; ++i) threads.emplace_back(worker);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (running > 0) {
+      if (cancel.cancelled()) abort.Cancel();
+      done_cv.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (cancel.cancelled()) return Status::Aborted("input data download stopped");
+  if (!first_error.ok()) return first_error;
+  for (size_t i = 0; i < report.channels.size(); ++i) {
+    if (fast_file[i]) RETURN_IF_ERROR(MakeReadOnly(opt_ml + "/input/data/" + report.channels[i].name));
+    report.objects += report.channels[i].objects;
+    report.bytes += report.channels[i].bytes;
+  }
+  report.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  KLOG(info, "input data staged",
+       {{"objects", std::to_string(report.objects)}, {"bytes", std::to_string(report.bytes)},
+        {"seconds", std::to_string(report.elapsed_seconds)}});
+  return report;
+}
+
+}  // namespace kiln::agent
