@@ -26,6 +26,13 @@ Status Field(const json& doc, const char* name, bool* out, const std::string& pa
   return Status::Ok();
 }
 
+Status Field(const json& doc, const char* name, int* out, const std::string& path) {
+  if (!doc.contains(name)) return Status::Ok();
+  if (!doc[name].is_number_integer()) return Status::InvalidArgument(path + ": \"" + name + "\" must be an integer");
+  *out = doc[name].get<int>();
+  return Status::Ok();
+}
+
 Status StringList(const json& doc, const char* name, std::vector<std::string>* out, const std::string& path) {
   if (!doc.contains(name)) return Status::Ok();
   if (!doc[name].is_array()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a list of strings");
@@ -84,6 +91,29 @@ Status LoadConfigFile(const std::string& path, Config* config) {
       c.principal_arn = k.value("principal_arn", "");
       c.user_id = k.value("user_id", "");
       config->credentials.push_back(std::move(c));
+    }
+  }
+  for (const char* section : {"scheduler", "instance_types"}) {
+    if (doc.contains(section) && !doc[section].is_object()) {
+      return Status::InvalidArgument(path + ": \"" + section + "\" must be an object");
+    }
+  }
+  if (doc.contains("scheduler")) config->scheduler = doc["scheduler"];
+  if (doc.contains("instance_types")) config->instance_types = doc["instance_types"];
+  if (doc.contains("environments")) {
+    if (!doc["environments"].is_array()) return Status::InvalidArgument(path + ": \"environments\" must be a list");
+    config->environments = doc["environments"];
+  }
+  if (doc.contains("training")) {
+    const json& t = doc["training"];
+    if (!t.is_object()) return Status::InvalidArgument(path + ": \"training\" must be an object");
+    RETURN_IF_ERROR(Field(t, "stop_grace_seconds", &config->training.stop_grace_seconds, path));
+    RETURN_IF_ERROR(Field(t, "keep_host_dirs", &config->training.keep_host_dirs, path));
+    RETURN_IF_ERROR(Field(t, "staging_parallelism", &config->training.staging_parallelism, path));
+    RETURN_IF_ERROR(Field(t, "toolkit_dir", &config->training.toolkit_dir, path));
+    if (config->training.stop_grace_seconds < 0 || config->training.staging_parallelism < 1) {
+      return Status::InvalidArgument(path + ": training.stop_grace_seconds must be >= 0 and "
+                                     "training.staging_parallelism >= 1");
     }
   }
   if (doc.contains("object_store")) {

@@ -16,11 +16,21 @@
 //     "object_store": {"backend": "fs"}
 //       or {"backend": "s3", "endpoint": "http://host:9000", "region": "us-east-1",
 //           "access_key_id": "...", "secret_access_key": "...", "session_token": ""}
+//     "scheduler": {"policy": "strict",         // or "shrink" (development boxes)
+//                   "allow_cpu_fallback": false, // GPU shapes on a GPU-less host
+//                   "cpus": 8, "memory_gib": 30, "gpus": [0, 1]},   // override what is discovered
+//     "environments": [{"name": "torch", "images": ["*pytorch-training*"],
+//                       "interpreter": "/opt/venvs/torch/bin/python", "env": {"K": "V"}}],
+//     "instance_types": {...},                   // extends the built-in ml.* catalog
+//     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
+//                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"}
 //   }
 
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "aws/credentials.h"
 #include "base/status.h"
@@ -36,6 +46,13 @@ struct ObjectStoreConfig {
   std::string session_token;
 };
 
+struct TrainingConfig {
+  int stop_grace_seconds = 120;  // SIGTERM → SIGKILL, as `docker stop -t 120` (AWS behaviour)
+  bool keep_host_dirs = false;   // keep <data-dir>/training/<job> after the job (debugging)
+  int staging_parallelism = 8;
+  std::string toolkit_dir;       // where python/kiln_toolkit lives; empty: next to the binary's sources
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -49,6 +66,12 @@ struct Config {
   std::vector<std::string> virtual_host_suffixes = {"localhost"};
   std::vector<aws::Credential> credentials;  // explicitly configured key pairs
   ObjectStoreConfig object_store;
+  // Sections parsed by their owners (control::SchedulerOptionsFromJson,
+  // runtime::EnvironmentTable::FromJson, control::InstanceCatalog::FromJson); null when absent.
+  nlohmann::json scheduler;
+  nlohmann::json environments;
+  nlohmann::json instance_types;
+  TrainingConfig training;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.
