@@ -230,8 +230,12 @@ def num_cpus():
 
 
 def which(name):
-    import shutil
-    return shutil.which(name)
+    """shutil.which without importing shutil (start-up time is on the job's critical path)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        p = os.path.join(d or ".", name)
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return p
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -677,13 +681,13 @@ def s3_download(url, dst, environ):
 
 
 def download_and_extract(uri, path, environ):
-    import shutil
-    import tarfile
-    import tempfile
     if not os.path.exists(path):
         os.makedirs(path)
     if os.listdir(path):
-        return
+        return  # pre-staged by Kiln's agent (the usual case): nothing to import or copy
+    import shutil
+    import tarfile
+    import tempfile
     if uri.startswith("s3://"):
         tmp = tempfile.mkdtemp()
         try:
@@ -791,11 +795,13 @@ def wait_hostname_resolution(hosts, current_host, environ):
 # Launchers (ProcessRunner, TorchDistributedRunner, MPI / SMDataParallel master).
 
 def _tool(name):
-    """The tool installed beside this interpreter (a venv's bin/), else the one on PATH."""
+    """The tool on PATH (the toolkit runs it through a shell), else the one installed beside
+    this interpreter (a venv's bin/ that is not on PATH)."""
+    found = which(name)
+    if found:
+        return found
     beside = os.path.join(os.path.dirname(sys.executable), name)
-    if os.access(beside, os.X_OK):
-        return beside
-    return which(name)
+    return beside if os.access(beside, os.X_OK) else None
 
 
 def process_command(kind, name, args):
