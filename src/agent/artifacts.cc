@@ -362,7 +362,7 @@ Status ExtractArchive(struct archive* a, const std::string& code_dir, const std:
 }
 
 struct StoreReadContext {
-  objects::ObjectReader* reader;
+  objects::ObjectReader* reader = nullptr;
   std::unique_ptr<char[]> buf{new char[kBufferSize]};
   Status error;
 };
@@ -426,7 +426,8 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
   if (!loc.ok()) return loc.status();
   auto reader = store.GetObject(loc->bucket, loc->key, std::nullopt);
   if (!reader.ok()) return ObjectError(reader.status(), "Downloading the source code", loc->bucket, loc->key);
-  StoreReadContext ctx{reader->get()};
+  StoreReadContext ctx;
+  ctx.reader = reader->get();
   if (archive_read_open(a.get(), &ctx, nullptr, StoreRead, nullptr) != ARCHIVE_OK) {
     if (!ctx.error.ok()) return ObjectError(ctx.error, "Downloading the source code", loc->bucket, loc->key);
     const char* m = archive_error_string(a.get());
