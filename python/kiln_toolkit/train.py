@@ -666,7 +666,7 @@ def s3_download(url, dst, environ):
     parsed = urlparse(url)
     bucket, key = parsed.netloc, parsed.path.lstrip("/")
     try:
-        import boto3  # noqa: F401 (only when Kiln did not pre-stage the code)
+        import boto3  # only when Kiln did not pre-stage the code
     except ImportError:
         raise ClientError(
             "Kiln toolkit: the code at %s was not pre-staged into /opt/ml/code and boto3 is not "
@@ -675,7 +675,6 @@ def s3_download(url, dst, environ):
     region = environ.get("AWS_REGION", environ.get("SAGEMAKER_REGION"))
     endpoint = environ.get("S3_ENDPOINT_URL") or environ.get("AWS_ENDPOINT_URL_S3") or \
         environ.get("AWS_ENDPOINT_URL")
-    import boto3
     s3 = boto3.resource("s3", region_name=region, endpoint_url=endpoint)
     s3.Bucket(bucket).download_file(key, dst)
 
@@ -752,6 +751,7 @@ def install(sup, name, path, env):
         target = env.get("KILN_PIP_TARGET")
         if target:
             cmd[4:4] = ["--target", target]
+            env["PYTHONPATH"] = target + ":" + env["PYTHONPATH"]
         if not _pip_available():
             raise err(" ".join(cmd), return_code=1,
                       output="%s: No module named pip" % py, info=PIP_HINT)
