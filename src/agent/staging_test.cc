@@ -1,0 +1,199 @@
+#include "agent/staging.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <thread>
+
+#include "agent/test_util/agent_fixture.h"
+#include "base/strings.h"
+
+namespace kiln::agent {
+namespace {
+
+using nlohmann::json;
+using testing::AgentTest;
+
+json Channel(const std::string& name, const std::string& uri, const std::string& type = "S3Prefix",
+             const std::string& distribution = "FullyReplicated") {
+  return json{{"ChannelName", name},
+              {"DataSource",
+               {{"S3DataSource", {{"S3DataType", type}, {"S3Uri", uri}, {"S3DataDistributionType", distribution}}}}}};
+}
+
+json Request(std::vector<json> channels, const std::string& mode = "File") {
+  return json{{"RoleArn", "arn:aws:iam::1:role/r"},
+              {"AlgorithmSpecification", {{"TrainingInputMode", mode}}},
+              {"InputDataConfig", channels}};
+}
+
+class StagingTest : public AgentTest {
+ protected:
+  Result<StagingReport> Stage(const json& request, int index = 0, int count = 1, const std::string& host = "h") {
+    CancelFlag cancel;
+    StageOptions options;
+    options.parallelism = 3;
+    options.buffer_size = 4096;  // several buffers per object
+    return StageChannels(*store_, request, index, count, work() + "/" + host, cancel, options);
+  }
+  std::string Data(const std::string& host, const std::string& rel) { return Slurp(work() + "/" + host + "/input/data/" + rel); }
+};
+
+TEST_F(StagingTest, PrefixLocalPathsFollowTheLastSlash) {
+  Put("data/train/a/1.csv", "one");
+  Put("data/train/2.csv", std::string(100000, 'x'));
+  Put("data/train/", "");       // folder marker
+  Put("data/train/sub/", "");   // folder marker
+  Put("data/train.lst", "list");
+  Put("data/training-extra/z", "z");
+  auto r = Stage(Request({Channel("train", "s3://bkt/data/train/"), Channel("lst", "s3://bkt/data/train.lst"),
+                          Channel("loose", "s3://bkt/data/train")}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Data("h", "train/a/1.csv"), "one");
+  EXPECT_EQ(Data("h", "train/2.csv"), std::string(100000, 'x'));
+  EXPECT_FALSE(PathExists(work() + "/h/input/data/train/sub"));
+  EXPECT_EQ(Data("h", "lst/train.lst"), "list");
+  // s3://bkt/data/train (no trailing slash) selects train/..., train.lst and training-extra/...
+  EXPECT_EQ(Data("h", "loose/train/a/1.csv"), "one");
+  EXPECT_EQ(Data("h", "loose/train.lst"), "list");
+  EXPECT_EQ(Data("h", "loose/training-extra/z"), "z");
+  ASSERT_EQ(r->channels.size(), 3u);
+  EXPECT_EQ(r->channels[0].objects, 2u);
+  EXPECT_EQ(r->channels[0].bytes, 100003u);
+  EXPECT_EQ(r->objects, 2u + 1u + 4u);
+  EXPECT_EQ(r->bytes, 100003u + 4u + 100003u + 4u + 1u);
+  EXPECT_GT(r->elapsed_seconds, 0);
+  EXPECT_GT(r->BytesPerSecond(), 0);
+}
+
+TEST_F(StagingTest, EmptyPrefixFailsWithAwsWording) {
+  Put("other/x", "x");
+  auto r = Stage(Request({Channel("train", "s3://bkt/data/train/")}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "ClientError: No S3 objects found under S3 URL \"s3://bkt/data/train/\" given in input data source. "
+            "Please ensure that the bucket exists in the selected region, that objects exist under that S3 prefix, "
+            "and that the role \"arn:aws:iam::1:role/r\" has \"s3:ListBucket\" permissions on bucket \"bkt\".");
+  auto missing_bucket = Stage(Request({Channel("train", "s3://nobucket/x/")}));
+  ASSERT_FALSE(missing_bucket.ok());
+  EXPECT_TRUE(StartsWith(missing_bucket.status().message(), "ClientError: No S3 objects found under S3 URL "
+                                                            "\"s3://nobucket/x/\""));
+  auto bad_scheme = Stage(Request({Channel("train", "https://bkt/x/")}));
+  ASSERT_FALSE(bad_scheme.ok());
+  EXPECT_TRUE(StartsWith(bad_scheme.status().message(), "ClientError: ")) << bad_scheme.status().message();
+}
+
+TEST_F(StagingTest, ShardedByS3KeyAcrossThreeHosts) {
+  for (int i = 0; i < 8; ++i) Put("s/k" + std::to_string(i), "v" + std::to_string(i));
+  json request = Request({Channel("c", "s3://bkt/s/", "S3Prefix", "ShardedByS3Key"), Channel("all", "s3://bkt/s/")});
+  for (int host = 0; host < 3; ++host) {
+    std::string name = "algo-" + std::to_string(host + 1);
+    auto r = Stage(request, host, 3, name);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (int i = 0; i < 8; ++i) {
+      std::string rel = "c/k" + std::to_string(i);
+      EXPECT_EQ(PathExists(work() + "/" + name + "/input/data/" + rel), i % 3 == host) << name << " " << rel;
+      EXPECT_EQ(Data(name, "all/k" + std::to_string(i)), "v" + std::to_string(i));
+    }
+  }
+  // More hosts than objects: an empty share is allowed.
+  auto r = Stage(request, 9, 10, "algo-10");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->channels[0].objects, 0u);
+  EXPECT_TRUE(PathExists(work() + "/algo-10/input/data/c"));
+}
+
+TEST_F(StagingTest, ManifestFile) {
+  Put("imgs/a/1.jpg", "A1");
+  Put("imgs/b/2.jpg", "B2");
+  Put("imgs/c.jpg", "C");
+  Put("manifest.json", R"([{"prefix": "s3://bkt/imgs/"}, "b/2.jpg", "a/1.jpg", "c.jpg"])");
+  auto r = Stage(Request({Channel("m", "s3://bkt/manifest.json", "ManifestFile", "ShardedByS3Key")}), 0, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Sorted keys: a/1.jpg, b/2.jpg, c.jpg; host 0 of 2 gets a/1.jpg and c.jpg.
+  EXPECT_EQ(Data("h", "m/a/1.jpg"), "A1");
+  EXPECT_EQ(Data("h", "m/c.jpg"), "C");
+  EXPECT_FALSE(PathExists(work() + "/h/input/data/m/b/2.jpg"));
+
+  Put("bad1.json", "{not json");
+  Put("bad2.json", R"(["a", "b"])");
+  Put("bad3.json", R"([{"prefix": "s3://bkt/imgs/"}, "missing.jpg"])");
+  Put("bad4.json", R"([{"prefix": "s3://bkt/imgs/"}])");
+  for (const char* m : {"bad1.json", "bad2.json", "bad3.json", "bad4.json", "nosuch.json"}) {
+    auto bad = Stage(Request({Channel("m", std::string("s3://bkt/") + m, "ManifestFile")}), 0, 1, "x");
+    ASSERT_FALSE(bad.ok()) << m;
+    EXPECT_TRUE(StartsWith(bad.status().message(), "ClientError: ")) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("Please"), std::string::npos) << bad.status().message();
+  }
+}
+
+TEST_F(StagingTest, TraversalKeysAreRejected) {
+  Put("d/../../escape", "evil");
+  auto r = Stage(Request({Channel("c", "s3://bkt/d/")}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(StartsWith(r.status().message(), "ClientError: ")) << r.status().message();
+  EXPECT_NE(r.status().message().find(".."), std::string::npos);
+  EXPECT_FALSE(PathExists(work() + "/escape"));
+  EXPECT_FALSE(PathExists(work() + "/h/input/escape"));
+
+  Put("imgs/x", "x");
+  Put("trav.json", R"([{"prefix": "s3://bkt/imgs/"}, "../../../../tmp/pwned"])");
+  auto m = Stage(Request({Channel("m", "s3://bkt/trav.json", "ManifestFile")}), 0, 1, "y");
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(StartsWith(m.status().message(), "ClientError: ")) << m.status().message();
+
+  // Odd but safe keys are normalised inside the channel.
+  Put("n/a//b/./c", "abc");
+  auto ok = Stage(Request({Channel("n", "s3://bkt/n/")}), 0, 1, "z");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(Data("z", "n/a/b/c"), "abc");
+}
+
+TEST_F(StagingTest, FastFileIsReadOnlyAndPipeIsSkipped) {
+  Put("f/x/y", "data");
+  json request = Request({Channel("fast", "s3://bkt/f/"), Channel("pipe", "s3://bkt/f/")});
+  request["InputDataConfig"][0]["InputMode"] = "FastFile";
+  request["InputDataConfig"][1]["InputMode"] = "Pipe";
+  auto r = Stage(request);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Data("h", "fast/x/y"), "data");
+  struct stat st;
+  ASSERT_EQ(stat((work() + "/h/input/data/fast/x/y").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0222, 0u);
+  EXPECT_FALSE(PathExists(work() + "/h/input/data/pipe"));
+  EXPECT_TRUE(r->channels[0].staged);
+  EXPECT_FALSE(r->channels[1].staged);
+}
+
+TEST_F(StagingTest, FileAndFolderWithTheSameNameFail) {
+  Put("c/a", "file");
+  Put("c/a/b", "nested");
+  auto r = Stage(Request({Channel("c", "s3://bkt/c/")}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(StartsWith(r.status().message(), "ClientError: ")) << r.status().message();
+}
+
+TEST_F(StagingTest, CancelStopsTheDownload) {
+  for (int i = 0; i < 50; ++i) Put("big/o" + std::to_string(i), std::string(200000, 'q'));
+  CancelFlag cancel;
+  cancel.Cancel();
+  StageOptions options;
+  auto r = StageChannels(*store_, Request({Channel("c", "s3://bkt/big/")}), 0, 1, work() + "/h", cancel, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+}
+
+// Throughput figure for the lead's measurements (printed, not asserted).
+TEST_F(StagingTest, ReportsThroughput) {
+  std::string blob(4 << 20, 'z');
+  for (int i = 0; i < 16; ++i) Put("tp/o" + std::to_string(i), blob);
+  CancelFlag cancel;
+  auto r = StageChannels(*store_, Request({Channel("c", "s3://bkt/tp/")}), 0, 1, work() + "/h", cancel, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->bytes, 16u * blob.size());
+  std::printf("staging: %llu bytes in %.3f s = %.1f MiB/s\n", static_cast<unsigned long long>(r->bytes),
+              r->elapsed_seconds, r->BytesPerSecond() / (1 << 20));
+}
+
+}  // namespace
+}  // namespace kiln::agent
