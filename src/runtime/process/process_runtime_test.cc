@@ -1,0 +1,441 @@
+// Real processes in real namespaces: these tests need root (or unprivileged user namespaces, for
+// the one test that drops to nobody) and run the shim binary built beside them (KILN_TEST_SHIM).
+#include "runtime/process/process_runtime.h"
+
+#include <dirent.h>
+#include <grp.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/fs.h"
+#include "base/strings.h"
+#include "base/time.h"
+#include "runtime/process/state.h"
+
+namespace kiln::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Record {
+  int64_t millis;
+  char tag;
+  std::string line;
+};
+
+std::vector<Record> ReadRecords(const std::string& path) {
+  std::vector<Record> records;
+  std::string text = ReadFile(path).value_or("");
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    EXPECT_NE(nl, std::string::npos) << "record without LF";
+    if (nl == std::string::npos) break;
+    std::string rec = text.substr(start, nl - start);
+    start = nl + 1;
+    size_t sp = rec.find(' ');
+    EXPECT_NE(sp, std::string::npos) << rec;
+    EXPECT_GE(rec.size(), sp + 3) << rec;
+    EXPECT_EQ(rec[sp + 2], ' ') << rec;
+    std::optional<int64_t> millis = ParseInt64(rec.substr(0, sp));
+    EXPECT_TRUE(millis.has_value()) << rec;
+    records.push_back({millis.value_or(0), rec[sp + 1], rec.substr(sp + 3)});
+  }
+  return records;
+}
+
+std::vector<std::string> Lines(const std::vector<Record>& records, char tag) {
+  std::vector<std::string> out;
+  for (const Record& r : records) {
+    if (r.tag == tag) out.push_back(r.line);
+  }
+  return out;
+}
+
+// True if a process whose command line contains `needle` (NULs read as spaces) exists.
+bool ProcessWithCmdline(const std::string& needle) {
+  DIR* d = opendir("/proc");
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmd = ReadFile(std::string("/proc/") + e->d_name + "/cmdline").value_or("");
+    for (char& c : cmd) {
+      if (c == '\0') c = ' ';
+    }
+    // Zombies have an empty cmdline; they are not running.
+    if (cmd.find(needle) != std::string::npos && getpid() != std::atoi(e->d_name)) found = true;
+  }
+  closedir(d);
+  return found;
+}
+
+class ProcessRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln-rt-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    state_dir_ = root_ + "/state";
+    opt_ml_ = root_ + "/optml";
+    ASSERT_TRUE(MakeDirs(opt_ml_).ok());
+    runtime_ = Open();
+  }
+  void TearDown() override {
+    if (runtime_) {
+      for (const std::string& id : runtime_->List().value_or({})) {
+        runtime_->Stop(id, std::chrono::seconds(0)).ok();
+        runtime_->Wait(id, std::chrono::seconds(5)).ok();
+      }
+    }
+    RemoveAll(root_).ok();
+  }
+  std::unique_ptr<Runtime> Open() {
+    Result<std::unique_ptr<Runtime>> r = OpenProcessRuntime({state_dir_, {KILN_TEST_SHIM}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  InstanceSpec Spec(const std::string& id, const std::string& script) {
+    InstanceSpec spec;
+    spec.instance_id = id;
+    spec.opt_ml_dir = opt_ml_;
+    spec.hostname = "algo-1";
+    spec.argv = {"sh", "-c", script};
+    spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/root"}};
+    return spec;
+  }
+  InstanceStatus RunToEnd(const InstanceSpec& spec) {
+    Status s = runtime_->Launch(spec);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    Result<InstanceStatus> st = runtime_->Wait(spec.instance_id, std::chrono::seconds(10));
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    EXPECT_EQ(st->state, InstanceState::kExited);
+    return *st;
+  }
+  // Waits until the captured output contains `text`.
+  bool WaitForOutput(const std::string& id, const std::string& text) {
+    for (int i = 0; i < 500; ++i) {
+      if (ReadFile(runtime_->OutputPath(id)).value_or("").find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  std::string root_, state_dir_, opt_ml_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+TEST_F(ProcessRuntimeTest, CapturesStdoutAndStderrAsRecordsInOrder) {
+  InstanceStatus st = RunToEnd(Spec("echo", "echo out1; sleep 0.05; echo err1 >&2; sleep 0.05; echo; echo out2; printf partial"));
+  EXPECT_EQ(st.exit_code, 0);
+  EXPECT_EQ(st.term_signal, 0);
+  EXPECT_FALSE(st.stop_requested);
+  std::vector<Record> records = ReadRecords(runtime_->OutputPath("echo"));
+  ASSERT_EQ(records.size(), 5u);
+  EXPECT_EQ(records[0].tag, 'o');
+  EXPECT_EQ(records[0].line, "out1");
+  EXPECT_EQ(records[1].tag, 'e');
+  EXPECT_EQ(records[1].line, "err1");
+  EXPECT_EQ(records[2].line, "");
+  EXPECT_EQ(records[3].line, "out2");
+  EXPECT_EQ(records[4].line, "partial");  // flushed at EOF without a newline
+  EXPECT_GE(records[0].millis, st.started_millis);
+  EXPECT_LE(records[4].millis, st.finished_millis + 100);
+  EXPECT_GE(records[1].millis, records[0].millis + 40);
+  EXPECT_LE(st.started_millis, st.finished_millis);
+}
+
+TEST_F(ProcessRuntimeTest, SplitsLongLines) {
+  RunToEnd(Spec("long", "head -c 600000 /dev/zero | tr '\\0' a; echo; echo short"));
+  std::vector<std::string> lines = Lines(ReadRecords(runtime_->OutputPath("long")), 'o');
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].size(), kMaxOutputLineBytes);
+  EXPECT_EQ(lines[1].size(), kMaxOutputLineBytes);
+  EXPECT_EQ(lines[2].size(), 600000 - 2 * kMaxOutputLineBytes);
+  EXPECT_EQ(lines[2], std::string(lines[2].size(), 'a'));
+  EXPECT_EQ(lines[3], "short");
+}
+
+TEST_F(ProcessRuntimeTest, SandboxHasHostnameOptMlPrivateTmpHostsAndOwnPidNamespace) {
+  ASSERT_TRUE(WriteFileAtomic(opt_ml_ + "/input.txt", "hello from the host\n").ok());
+  ASSERT_TRUE(WriteFileAtomic("/tmp/kiln-rt-host-marker", "x").ok());
+  std::string data = root_ + "/data";
+  ASSERT_TRUE(MakeDirs(data).ok());
+  ASSERT_TRUE(WriteFileAtomic(data + "/d.txt", "dataset\n").ok());
+  InstanceSpec spec = Spec("sandbox",
+                           "hostname; cat /opt/ml/input.txt; ls -A /tmp | wc -l; echo pid=$$; "
+                           "ps -e --no-headers | wc -l; echo written > /opt/ml/out.txt; cat /etc/hosts; "
+                           "cat /data/d.txt; touch /data/x 2>/dev/null || echo ro; pwd; "
+                           "grep Cpus_allowed_list /proc/self/status");
+  spec.hosts_file_lines = {"10.0.0.1 algo-1", "10.0.0.2 algo-2"};
+  spec.extra_mounts = {{data, "/data", true}};
+  spec.working_dir = "/opt/ml";
+  spec.cpus = {0};
+  InstanceStatus st = RunToEnd(spec);
+  unlink("/tmp/kiln-rt-host-marker");
+  EXPECT_EQ(st.exit_code, 0);
+  std::vector<Record> records = ReadRecords(runtime_->OutputPath("sandbox"));
+  EXPECT_THAT(Lines(records, 'e'), ::testing::IsEmpty());
+  std::vector<std::string> out = Lines(records, 'o');
+  ASSERT_EQ(out.size(), 11u) << Join(out, "\n");
+  EXPECT_EQ(out[0], "algo-1");
+  EXPECT_EQ(out[1], "hello from the host");
+  EXPECT_EQ(out[2], "0");      // the host's /tmp is not visible
+  EXPECT_EQ(out[3], "pid=1");  // the program is PID 1 of the sandbox
+  EXPECT_EQ(out[4], "3");      // ps sees only sh, itself and wc
+  EXPECT_EQ(out[5], "10.0.0.1 algo-1");
+  EXPECT_EQ(out[6], "10.0.0.2 algo-2");
+  EXPECT_EQ(out[7], "dataset");
+  EXPECT_EQ(out[8], "ro");
+  EXPECT_EQ(out[9], "/opt/ml");
+  EXPECT_EQ(out[10], "Cpus_allowed_list:\t0");
+  EXPECT_EQ(ReadFile(opt_ml_ + "/out.txt").value_or(""), "written\n");
+  EXPECT_FALSE(PathExists(data + "/x"));
+}
+
+TEST_F(ProcessRuntimeTest, RecordsExitCodeAndSignal) {
+  InstanceStatus st = RunToEnd(Spec("code", "exit 7"));
+  EXPECT_EQ(st.exit_code, 7);
+  EXPECT_EQ(st.term_signal, 0);
+
+  InstanceSpec spec = Spec("sig", "");
+  spec.argv = {"sleep", "30"};
+  ASSERT_TRUE(runtime_->Launch(spec).ok());
+  Result<InstanceStatus> running = runtime_->Inspect("sig");
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state, InstanceState::kRunning);
+  EXPECT_GT(running->started_millis, 0);
+  ASSERT_TRUE(runtime_->Signal("sig", SIGKILL).ok());
+  Result<InstanceStatus> done = runtime_->Wait("sig", std::chrono::seconds(5));
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state, InstanceState::kExited);
+  EXPECT_EQ(done->exit_code, -1);
+  EXPECT_EQ(done->term_signal, SIGKILL);
+  EXPECT_FALSE(done->stop_requested);
+  EXPECT_EQ(runtime_->Signal("sig", SIGTERM).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ProcessRuntimeTest, StopDeliversSigtermToTheProgramsHandler) {
+  ASSERT_TRUE(runtime_->Launch(Spec("term", "trap 'echo term > /opt/ml/termed; exit 3' TERM; echo ready; "
+                                            "while :; do sleep 0.05; done"))
+                  .ok());
+  ASSERT_TRUE(WaitForOutput("term", "ready"));
+  int64_t t0 = NowMillis();
+  ASSERT_TRUE(runtime_->Stop("term", std::chrono::seconds(10)).ok());
+  Result<InstanceStatus> st = runtime_->Wait("term", std::chrono::seconds(5));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, InstanceState::kExited);
+  EXPECT_EQ(st->exit_code, 3);
+  EXPECT_TRUE(st->stop_requested);
+  EXPECT_LT(NowMillis() - t0, 2000);
+  EXPECT_EQ(ReadFile(opt_ml_ + "/termed").value_or(""), "term\n");
+  EXPECT_TRUE(runtime_->Stop("term", std::chrono::seconds(1)).ok());  // idempotent after exit
+}
+
+TEST_F(ProcessRuntimeTest, StopKillsAfterTheShortestGraceWhenSigtermIsIgnored) {
+  // sh without a trap, as PID 1, ignores SIGTERM (Docker semantics); its child must die too.
+  ASSERT_TRUE(runtime_->Launch(Spec("stubborn", "sleep 876543 & echo ready; while :; do sleep 0.05; done")).ok());
+  ASSERT_TRUE(WaitForOutput("stubborn", "ready"));
+  EXPECT_TRUE(ProcessWithCmdline("sleep 876543"));
+  int64_t t0 = NowMillis();
+  ASSERT_TRUE(runtime_->Stop("stubborn", std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(runtime_->Stop("stubborn", std::chrono::seconds(1)).ok());  // a shorter grace wins
+  Result<InstanceStatus> mid = runtime_->Wait("stubborn", std::chrono::milliseconds(500));
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(mid->state, InstanceState::kRunning);
+  EXPECT_TRUE(mid->stop_requested);
+  Result<InstanceStatus> st = runtime_->Wait("stubborn", std::chrono::seconds(5));
+  ASSERT_TRUE(st.ok());
+  int64_t elapsed = NowMillis() - t0;
+  EXPECT_EQ(st->state, InstanceState::kExited);
+  EXPECT_EQ(st->term_signal, SIGKILL);
+  EXPECT_TRUE(st->stop_requested);
+  EXPECT_GE(elapsed, 950);
+  EXPECT_LT(elapsed, 2500);
+  EXPECT_FALSE(ProcessWithCmdline("sleep 876543"));
+}
+
+TEST_F(ProcessRuntimeTest, ChildrenDieWithTheProgram) {
+  InstanceStatus st = RunToEnd(Spec("orphans", "sleep 765432 & sleep 765432 & echo spawned"));
+  EXPECT_EQ(st.exit_code, 0);
+  EXPECT_FALSE(ProcessWithCmdline("sleep 765432"));
+}
+
+TEST_F(ProcessRuntimeTest, MissingProgramFailsLaunchAndLeavesNothing) {
+  InstanceSpec spec = Spec("missing", "");
+  spec.argv = {"/nonexistent/pythn3", "train"};
+  Status s = runtime_->Launch(spec);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("cannot execute /nonexistent/pythn3: No such file or directory"));
+  EXPECT_FALSE(PathExists(state_dir_ + "/missing"));
+  EXPECT_FALSE(ProcessWithCmdline(state_dir_ + "/missing"));
+
+  spec.argv = {"no-such-program-kiln"};
+  s = runtime_->Launch(spec);
+  EXPECT_THAT(s.message(), HasSubstr("cannot execute no-such-program-kiln: No such file or directory"));
+  EXPECT_THAT(s.message(), HasSubstr("/usr/bin:/bin"));
+
+  ASSERT_TRUE(WriteFileAtomic(opt_ml_ + "/data.txt", "not a program", 0644).ok());
+  spec.argv = {"/opt/ml/data.txt"};
+  s = runtime_->Launch(spec);
+  EXPECT_THAT(s.message(), HasSubstr("cannot execute /opt/ml/data.txt: Permission denied"));
+
+  spec = Spec("missing", "true");
+  spec.working_dir = "/no/such/dir";
+  s = runtime_->Launch(spec);
+  EXPECT_THAT(s.message(), HasSubstr("cannot change to working directory /no/such/dir"));
+  EXPECT_THAT(runtime_->List().value(), ::testing::IsEmpty());
+  EXPECT_FALSE(ProcessWithCmdline(state_dir_ + "/missing"));
+}
+
+TEST_F(ProcessRuntimeTest, RejectsBadSpecsAndDuplicateIds) {
+  EXPECT_EQ(runtime_->Launch(Spec("bad/id", "true")).code(), StatusCode::kInvalidArgument);
+  InstanceSpec spec = Spec("noml", "true");
+  spec.opt_ml_dir = root_ + "/nope";
+  EXPECT_EQ(runtime_->Launch(spec).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(runtime_->Launch(Spec("dup", "sleep 5")).ok());
+  EXPECT_EQ(runtime_->Launch(Spec("dup", "true")).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(runtime_->Inspect("unknown").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ProcessRuntimeTest, InstanceOutlivesTheProcessThatLaunchedIt) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::unique_ptr<Runtime> rt = Open();
+    bool ok = rt && rt->Launch(Spec("survivor", "echo one; sleep 0.5; echo two; exit 4")).ok();
+    if (!ok) _exit(1);
+    kill(getpid(), SIGKILL);  // the "server" dies without any cleanup
+  }
+  int wstatus;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(wstatus)) << "launch in the child failed";
+  std::unique_ptr<Runtime> fresh = Open();
+  Result<InstanceStatus> now = fresh->Inspect("survivor");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->state, InstanceState::kRunning);
+  EXPECT_THAT(fresh->List().value(), ::testing::ElementsAre("survivor"));
+  Result<InstanceStatus> st = fresh->Wait("survivor", std::chrono::seconds(5));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, InstanceState::kExited);
+  EXPECT_EQ(st->exit_code, 4);
+  EXPECT_THAT(Lines(ReadRecords(fresh->OutputPath("survivor")), 'o'), ::testing::ElementsAre("one", "two"));
+}
+
+TEST_F(ProcessRuntimeTest, WaitTimesOutListAndRemove) {
+  ASSERT_TRUE(runtime_->Launch(Spec("a", "sleep 0.3")).ok());
+  ASSERT_TRUE(runtime_->Launch(Spec("b", "true")).ok());
+  EXPECT_THAT(runtime_->List().value(), ::testing::ElementsAre("a", "b"));
+  int64_t t0 = NowMillis();
+  Result<InstanceStatus> st = runtime_->Wait("a", std::chrono::milliseconds(100));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, InstanceState::kRunning);
+  EXPECT_GE(NowMillis() - t0, 95);
+  EXPECT_EQ(runtime_->Remove("a").code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(runtime_->Wait("a", std::chrono::seconds(5))->state, InstanceState::kExited);
+  ASSERT_EQ(runtime_->Wait("b", std::chrono::seconds(5))->state, InstanceState::kExited);
+  EXPECT_TRUE(runtime_->Remove("a").ok());
+  EXPECT_EQ(runtime_->Inspect("a").status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(runtime_->List().value(), ::testing::ElementsAre("b"));
+  EXPECT_EQ(runtime_->Remove("a").code(), StatusCode::kNotFound);
+}
+
+TEST_F(ProcessRuntimeTest, InstanceIsLostWhenItsShimDiesAndTheProgramGoesWithIt) {
+  InstanceSpec spec = Spec("lost", "");
+  spec.argv = {"sleep", "654321"};
+  ASSERT_TRUE(runtime_->Launch(spec).ok());
+  Result<process_state::StartedRecord> started = process_state::DecodeStarted(
+      ReadFile(state_dir_ + "/lost/" + process_state::kStartedFile).value_or(""));
+  ASSERT_TRUE(started.ok());
+  ASSERT_EQ(kill(started->shim_pid, SIGKILL), 0);
+  InstanceState state = InstanceState::kRunning;
+  for (int i = 0; i < 200 && state == InstanceState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    state = runtime_->Inspect("lost")->state;
+  }
+  EXPECT_EQ(state, InstanceState::kLost);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = !ProcessWithCmdline("sleep 654321");
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+  EXPECT_EQ(runtime_->Wait("lost", std::chrono::seconds(1))->state, InstanceState::kLost);
+  EXPECT_TRUE(runtime_->Remove("lost").ok());
+}
+
+TEST_F(ProcessRuntimeTest, LongStateDirUsesAShortSocketPath) {
+  std::string long_dir = root_ + "/" + std::string(100, 'd');
+  Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({long_dir, {KILN_TEST_SHIM}});
+  ASSERT_TRUE(rt.ok());
+  InstanceSpec spec = Spec("long-socket", "sleep 5");
+  ASSERT_TRUE((*rt)->Launch(spec).ok());
+  std::string socket = process_state::SocketPath(long_dir + "/long-socket");
+  EXPECT_TRUE(StartsWith(socket, "/tmp/kiln-"));
+  EXPECT_TRUE(PathExists(socket));
+  ASSERT_TRUE((*rt)->Stop("long-socket", std::chrono::seconds(0)).ok());
+  EXPECT_EQ((*rt)->Wait("long-socket", std::chrono::seconds(5))->term_signal, SIGKILL);
+  EXPECT_TRUE((*rt)->Remove("long-socket").ok());
+  EXPECT_FALSE(PathExists(socket));
+}
+
+// Unprivileged: the shim enters a user namespace in which the caller is root. The mount point of
+// the extra mount cannot be created in the host's /opt by nobody, which exercises the fallback that
+// rebuilds /opt on a tmpfs inside the sandbox.
+TEST_F(ProcessRuntimeTest, RunsUnprivilegedInAUserNamespace) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to nobody";
+  std::string data = root_ + "/userns-data";
+  ASSERT_TRUE(MakeDirs(data).ok());
+  ASSERT_TRUE(WriteFileAtomic(data + "/f", "visible\n").ok());
+  std::string state = root_ + "/userns-state";
+  ASSERT_TRUE(MakeDirs(state).ok());
+  for (const std::string& p : {root_, state, opt_ml_, data}) chmod(p.c_str(), 0777);
+  chmod((data + "/f").c_str(), 0644);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(10);
+    if (access(KILN_TEST_SHIM, X_OK) != 0) _exit(77);
+    pid_t probe = fork();  // can nobody create a user namespace here?
+    if (probe == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
+    int probe_status;
+    if (waitpid(probe, &probe_status, 0) != probe || !WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) _exit(78);
+    Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({state, {KILN_TEST_SHIM}});
+    if (!rt.ok()) _exit(11);
+    InstanceSpec spec = Spec("userns", "id -u; hostname; echo pid=$$; cat /opt/kiln-userns-test/data/f; ls -d /opt/ml");
+    spec.extra_mounts = {{data, "/opt/kiln-userns-test/data", true}};
+    Status s = (*rt)->Launch(spec);
+    if (!s.ok()) {
+      std::fprintf(stderr, "launch: %s\n", s.ToString().c_str());
+      _exit(12);
+    }
+    Result<InstanceStatus> st = (*rt)->Wait("userns", std::chrono::seconds(10));
+    _exit(st.ok() && st->state == InstanceState::kExited && st->exit_code == 0 ? 0 : 13);
+  }
+  int wstatus;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  if (WEXITSTATUS(wstatus) == 77) GTEST_SKIP() << KILN_TEST_SHIM << " is not executable by nobody";
+  if (WEXITSTATUS(wstatus) == 78) GTEST_SKIP() << "this host does not allow unprivileged user namespaces";
+  std::string output = ReadFile(state + "/userns/output").value_or("");
+  std::string shim_log = ReadFile(state + "/userns/shim.log").value_or("");
+  ASSERT_EQ(WEXITSTATUS(wstatus), 0) << output << shim_log;
+  EXPECT_THAT(Lines(ReadRecords(state + "/userns/output"), 'o'),
+              ::testing::ElementsAre("0", "algo-1", "pid=1", "visible", "/opt/ml"));
+  EXPECT_FALSE(PathExists("/opt/kiln-userns-test"));  // only inside the sandbox
+}
+
+}  // namespace
+}  // namespace kiln::runtime
