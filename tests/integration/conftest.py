@@ -100,3 +100,17 @@ def _shared_server_still_healthy(request):
         srv = request.getfixturevalue("kiln")
         assert srv.alive(), "shared kiln server died; log tail:\n%s" % srv.log_tail()
         assert srv.healthy(), "shared kiln server unhealthy after test; log tail:\n%s" % srv.log_tail()
+
+
+@pytest.fixture(scope="module")
+def module_kiln(kiln_binary, tmp_path_factory, request):
+    """A server of its own for one test module, configured with the module's KILN_CONFIG (a dict,
+    passed as --config) when it has one; SIGTERMed after the module (exit status must be 0)."""
+    config = getattr(request.module, "KILN_CONFIG", None)
+    base = tmp_path_factory.mktemp("kiln-" + request.module.__name__.rsplit(".", 1)[-1])
+    server = kh.KilnServer(str(base / "data"), config=config)
+    server.start()
+    yield server
+    if server.alive():
+        rc = server.stop(timeout=60)
+        assert rc == 0, "kiln server exited %s on SIGTERM; log tail:\n%s" % (rc, server.log_tail())

@@ -1,0 +1,126 @@
+"""How training jobs end other than Completed (training-contract.md §2, §8, §10, §11, §14):
+the failure file, a non-zero exit without it, StopTrainingJob with a SIGTERM handler, and
+MaxRuntimeInSeconds. Artifacts are uploaded in every case. All jobs are submitted at once."""
+
+import pytest
+
+import training_helpers as th
+
+KILN_CONFIG = th.SHRINK_CONFIG
+
+LONG_REASON = "ValueError: custom failure from the training script. " + "".join(
+    "detail %04d; " % i for i in range(200))  # ~2,600 characters
+
+
+@pytest.fixture(scope="module")
+def sm(module_kiln):
+    return module_kiln.client("sagemaker")
+
+
+@pytest.fixture(scope="module")
+def s3(module_kiln):
+    return module_kiln.client("s3")
+
+
+@pytest.fixture(scope="module")
+def logs(module_kiln):
+    return module_kiln.client("logs")
+
+
+@pytest.fixture(scope="module")
+def bucket(s3):
+    name = th.unique_name("fail")
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def jobs(sm, bucket):
+    specs = {
+        "failure_file": {"failure": LONG_REASON, "write_model": "partial model", "write_output": "partial output",
+                         "exit_code": "2"},
+        "exit_code": {"stderr": "RuntimeError: boom in step 7", "exit_code": "3", "write_model": "before crash"},
+        "stop": {"sigterm": "1", "ticks": "300", "tick_interval": "0.5"},
+        "max_runtime": {"sleep": "120", "write_model": "slept"},
+    }
+    names = {}
+    for key, hps in specs.items():
+        name = th.unique_name("f-" + key.replace("_", "-"))
+        req = th.training_request(name, bucket, hyperparameters=hps)
+        if key == "max_runtime":
+            req["StoppingCondition"] = {"MaxRuntimeInSeconds": 3}
+        sm.create_training_job(**req)
+        names[key] = name
+    return names
+
+
+def test_failure_file_becomes_failure_reason(module_kiln, sm, s3, jobs):
+    d = th.wait_for_status(sm, jobs["failure_file"], timeout=180, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert d["SecondaryStatus"] == "Failed"
+    assert d["FailureReason"] == LONG_REASON[:1024]
+    tr = d["SecondaryStatusTransitions"]
+    assert tr[-1]["Status"] == "Failed" and tr[-1]["StatusMessage"], tr
+    assert [t["Status"] for t in tr][:3] == ["Starting", "Downloading", "Training"], tr
+    assert all(t.get("StatusMessage") for t in tr), tr
+    # Artifacts are uploaded for failed jobs too.
+    files = th.model_files(s3, d)
+    assert files["partial.txt"] == b"partial model"
+    out = th.untar(th.get_s3(s3, d["ModelArtifacts"]["S3ModelArtifacts"].replace("model.tar.gz", "output.tar.gz")))
+    assert out["out.txt"] == b"partial output"
+    assert d["TrainingEndTime"] >= d["TrainingStartTime"]
+
+
+def test_nonzero_exit_without_failure_file(module_kiln, sm, s3, jobs):
+    d = th.wait_for_status(sm, jobs["exit_code"], timeout=180, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert "exit code: 3" in reason, reason
+    assert reason.startswith("AlgorithmError:"), reason
+    assert "RuntimeError: boom in step 7" in reason, reason  # last stderr line is the summary
+    assert len(reason) <= 1024
+    assert th.model_files(s3, d)["partial.txt"] == b"before crash"
+
+
+def test_stop_training_job_runs_sigterm_handler(module_kiln, sm, s3, logs, jobs):
+    name = jobs["stop"]
+    th.wait_for_secondary(sm, name, "Training", timeout=180)
+    th.wait_for_log_line(logs, name, lambda line: line.startswith("tick "), timeout=60)
+    sm.stop_training_job(TrainingJobName=name)
+    d = sm.describe_training_job(TrainingJobName=name)
+    assert d["TrainingJobStatus"] in ("Stopping", "Stopped"), d["TrainingJobStatus"]
+    timeline = th.Timeline()
+    timeline.add(d)
+    d = th.wait_for_status(sm, name, timeout=120, timeline=timeline, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Stopped", (d["TrainingJobStatus"], d.get("FailureReason"))
+    assert d["SecondaryStatus"] == "Stopped"
+    statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    assert statuses[-2:] == ["Stopping", "Stopped"], statuses
+    assert statuses[:3] == ["Starting", "Downloading", "Training"], statuses
+    assert all(t.get("StatusMessage") for t in d["SecondaryStatusTransitions"])
+    if "Stopping" in [p for p, _, _ in timeline.seen]:
+        assert timeline.primaries()[-2:] == ["Stopping", "Stopped"]
+    # The handler ran: its file is in model.tar.gz and its line in the log.
+    files = th.model_files(s3, d)
+    assert files.get("sigterm.txt") == b"terminated gracefully\n", sorted(files)
+    assert "caught SIGTERM" in th.job_log_lines(logs, name)
+    # Stopping a stopped job is a ValidationException.
+    from botocore.exceptions import ClientError
+    with pytest.raises(ClientError) as e:
+        sm.stop_training_job(TrainingJobName=name)
+    assert e.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_max_runtime_exceeded(module_kiln, sm, s3, jobs):
+    d = th.wait_for_status(sm, jobs["max_runtime"], timeout=180, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Stopped", (d["TrainingJobStatus"], d.get("FailureReason"))
+    assert d["SecondaryStatus"] == "MaxRuntimeExceeded"
+    statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    assert statuses[-1] == "MaxRuntimeExceeded", statuses
+    assert "Training" in statuses and "Stopping" in statuses, statuses
+    assert all(t.get("StatusMessage") for t in d["SecondaryStatusTransitions"])
+    # It ran about 3 s, far less than the 120 s sleep.
+    run = (d["TrainingEndTime"] - d["TrainingStartTime"]).total_seconds()
+    assert 0 <= run < 60, run
+    assert (d["TrainingEndTime"] - d["CreationTime"]).total_seconds() >= 3
+    assert th.model_files(s3, d)["partial.txt"] == b"slept"

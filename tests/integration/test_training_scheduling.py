@@ -1,0 +1,118 @@
+"""Queueing on a host that fits two jobs (training-contract.md §1 step 2, §14 `Pending`): twenty
+ml.m5.large jobs (2 vCPU, 8 GiB each) on a strict 4-CPU / 16-GiB host all complete, start in
+submission order, never run more than two at a time, and the waiting ones report `Pending`."""
+
+import threading
+import time
+
+import pytest
+
+import training_helpers as th
+
+KILN_CONFIG = {
+    "scheduler": {"policy": "strict", "allow_cpu_fallback": True, "cpus": 4, "memory_gib": 16},
+    "training": {"stop_grace_seconds": 10},
+}
+JOBS = 20
+
+
+def _transition(d, status):
+    for t in d["SecondaryStatusTransitions"]:
+        if t["Status"] == status:
+            return t
+    raise AssertionError("%s never went through %s: %s" % (d["TrainingJobName"], status, d["SecondaryStatusTransitions"]))
+
+
+@pytest.fixture(scope="module")
+def sm(module_kiln):
+    return module_kiln.client("sagemaker")
+
+
+@pytest.fixture(scope="module")
+def s3(module_kiln):
+    return module_kiln.client("s3")
+
+
+def test_twenty_jobs_on_a_host_that_fits_two(module_kiln, sm, s3):
+    bucket = th.unique_name("sched")
+    s3.create_bucket(Bucket=bucket)
+    prefix = th.unique_name("q")
+    names = ["%s-%02d" % (prefix, i) for i in range(JOBS)]
+    for name in names:
+        sm.create_training_job(**th.training_request(name, bucket, hyperparameters={"sleep": "1.5", "lines": "2"}))
+
+    # Watch the queue while it drains: the waiting jobs say Pending (with a message).
+    pending_seen = {}
+    stop = threading.Event()
+    watcher_sm = module_kiln.client("sagemaker")
+
+    def watch():
+        while not stop.is_set():
+            for name in names:
+                d = watcher_sm.describe_training_job(TrainingJobName=name)
+                if d.get("SecondaryStatus") == "Pending":
+                    msg = d["SecondaryStatusTransitions"][-1].get("StatusMessage")
+                    pending_seen.setdefault(name, msg)
+            time.sleep(0.2)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        done = [th.wait_for_status(sm, name, timeout=600, server=module_kiln) for name in names]
+    finally:
+        stop.set()
+        t.join(30)
+
+    assert [d["TrainingJobStatus"] for d in done] == ["Completed"] * JOBS, [
+        (d["TrainingJobName"], d["TrainingJobStatus"], d.get("FailureReason")) for d in done
+        if d["TrainingJobStatus"] != "Completed"]
+
+    # None lost: the list has all twenty (paged 7 at a time).
+    listed, token = [], None
+    while True:
+        kwargs = dict(NameContains=prefix, MaxResults=7, SortBy="Name", SortOrder="Ascending")
+        if token:
+            kwargs["NextToken"] = token
+        r = sm.list_training_jobs(**kwargs)
+        listed += [s["TrainingJobName"] for s in r["TrainingJobSummaries"]]
+        token = r.get("NextToken")
+        if not token:
+            break
+    assert listed == names
+
+    # Started in submission order. Two jobs admitted together may reach their first instruction a
+    # moment apart in either order, so neighbours get a small tolerance; anything further apart
+    # must be strictly ordered.
+    starts = [d["TrainingStartTime"].timestamp() for d in done]
+    order = [(d["TrainingJobName"], d["TrainingStartTime"]) for d in done]
+    for i in range(1, JOBS):
+        assert starts[i] >= starts[i - 1] - 1.0, order
+        if i >= 2:
+            assert starts[i] >= starts[i - 2], order
+    admitted = [_transition(d, "Downloading")["StartTime"].timestamp() for d in done]
+    for i in range(1, JOBS):
+        assert admitted[i] >= admitted[i - 1] - 0.25, [(d["TrainingJobName"], a) for d, a in zip(done, admitted)]
+
+    # Never more than two running at once (ends before starts at equal instants).
+    events = []
+    for d in done:
+        events.append((d["TrainingStartTime"], 1))
+        events.append((d["TrainingEndTime"], -1))
+    running = peak = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        running += delta
+        peak = max(peak, running)
+    assert peak <= 2, "more than two jobs trained at once"
+    assert peak == 2, "the host fits two: two jobs should have overlapped at some point"
+
+    # Waiting jobs went through Pending with a message, recorded in their transitions.
+    with_pending = [d for d in done if "Pending" in [x["Status"] for x in d["SecondaryStatusTransitions"]]]
+    assert len(with_pending) >= JOBS - 4, "expected most jobs to wait in Pending"
+    for d in with_pending:
+        statuses = [x["Status"] for x in d["SecondaryStatusTransitions"]]
+        assert statuses[0] == "Starting" and statuses[-1] == "Completed", statuses
+        assert statuses.index("Pending") < statuses.index("Downloading") < statuses.index("Training"), statuses
+        tr = d["SecondaryStatusTransitions"][statuses.index("Pending")]
+        assert tr.get("StatusMessage"), tr
+    assert pending_seen, "no job was ever observed in Pending while polling"
+    assert all(msg for msg in pending_seen.values()), pending_seen
