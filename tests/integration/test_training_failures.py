@@ -41,7 +41,7 @@ def jobs(sm, bucket):
                          "exit_code": "2"},
         "exit_code": {"stderr": "RuntimeError: boom in step 7", "exit_code": "3", "write_model": "before crash"},
         "stop": {"sigterm": "1", "ticks": "300", "tick_interval": "0.5"},
-        "max_runtime": {"sleep": "120", "write_model": "slept"},
+        "max_runtime": {"sleep": "120", "write_model": "slept", "sigterm": "1"},
     }
     names = {}
     for key, hps in specs.items():

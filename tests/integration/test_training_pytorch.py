@@ -16,7 +16,7 @@ import kiln_harness as kh
 import training_helpers as th
 
 KILN_CONFIG = th.SHRINK_CONFIG
-EPOCHS = 6
+EPOCHS = 8
 TRUE_W = (2.0, -3.0)
 TRUE_B = 1.0
 LOSS_RE = re.compile(r"^epoch=(\d+) loss=([0-9.]+)$")

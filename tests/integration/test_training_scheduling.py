@@ -47,13 +47,18 @@ def test_twenty_jobs_on_a_host_that_fits_two(module_kiln, sm, s3):
     watcher_sm = module_kiln.client("sagemaker")
 
     def watch():
+        finished = set()
         while not stop.is_set():
             for name in names:
+                if name in finished:
+                    continue
                 d = watcher_sm.describe_training_job(TrainingJobName=name)
                 if d.get("SecondaryStatus") == "Pending":
                     msg = d["SecondaryStatusTransitions"][-1].get("StatusMessage")
                     pending_seen.setdefault(name, msg)
-            time.sleep(0.2)
+                if d["TrainingJobStatus"] in th.TERMINAL:
+                    finished.add(name)
+            time.sleep(0.3)
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
