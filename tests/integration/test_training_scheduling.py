@@ -1,6 +1,10 @@
 """Queueing on a host that fits two jobs (training-contract.md §1 step 2, §14 `Pending`): twenty
-ml.m5.large jobs (2 vCPU, 8 GiB each) on a strict 4-CPU / 16-GiB host all complete, start in
-submission order, never run more than two at a time, and the waiting ones report `Pending`."""
+ml.m5.large jobs on a strict host sized for exactly two of them all complete, start in submission
+order, never run more than two at a time, and the waiting ones report `Pending`.
+
+The build host has 2 CPUs and `scheduler.cpus` can only narrow what the process may use, so the
+module's server overrides the catalog row of ml.m5.large (operator instance_types, extending the
+built-in catalog) to 1 vCPU / 4 GiB and offers 2 CPUs / 8 GiB with nothing reserved."""
 
 import threading
 import time
@@ -10,7 +14,9 @@ import pytest
 import training_helpers as th
 
 KILN_CONFIG = {
-    "scheduler": {"policy": "strict", "allow_cpu_fallback": True, "cpus": 4, "memory_gib": 16},
+    "scheduler": {"policy": "strict", "allow_cpu_fallback": True, "cpus": 2, "memory_gib": 8,
+                  "reserved_cpus": 0, "reserved_memory_gib": 0},
+    "instance_types": [{"type": "ml.m5.large", "vcpus": 1, "memory_gib": 4}],
     "training": {"stop_grace_seconds": 10},
 }
 JOBS = 20
