@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +16,7 @@
 #include "cli/config.h"
 #include "cli/server.h"
 #include "cli/version.h"
+#include "runtime/process/process_runtime.h"
 
 namespace kiln::cli {
 namespace {
@@ -137,6 +139,9 @@ int RunKeysList(const CommonFlags& flags) {
 }
 
 int Main(int argc, char** argv) {
+  // `kiln shim` is started by the process runtime, not by people: RunShim parses its own
+  // arguments, and building the CLI is skipped on the job-start path.
+  if (argc >= 2 && std::string_view(argv[1]) == "shim") return runtime::RunShim(argc - 1, argv + 1);
   CLI::App app{"kiln: a self-hosted, SageMaker-compatible platform"};
   app.require_subcommand(1);
   CommonFlags flags;
@@ -157,6 +162,8 @@ int Main(int argc, char** argv) {
   env->add_option("--listen", flags.listen, "the server's listen address, if not the default");
 
   app.add_subcommand("version", "print the version");
+  // Listed for --help only; dispatched above.
+  app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
 
   CLI::App* keys = app.add_subcommand("keys", "manage access keys");
   keys->require_subcommand(1);
