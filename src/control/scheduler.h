@@ -1,0 +1,223 @@
+#pragma once
+// Scheduler: hands this node's capacity (CPUs by index, memory, GPUs by index) to requests for
+// `ml.*` instances, in submission order (DESIGN.md §5, training-contract.md §1 and §13).
+//
+// A request asks for `instance_count` instances of one catalog type; it is granted all of them at
+// once (a training job's hosts start together) or waits. Each instance gets concrete CPU indices
+// (for its cpuset), a memory limit and whole GPUs that no other instance holds.
+//
+// Shapes (InstanceCatalog) under the policy:
+//   kStrict  an instance gets exactly its type's vCPUs, memory and GPUs. A request larger than the
+//            whole host can never run: CheckFeasible/Enqueue reject it (ResourceExhausted, which
+//            the API answers as ResourceLimitExceeded), saying by how much and naming the option.
+//   kShrink  (development boxes) each dimension is capped at what the host has, shared between
+//            the request's instances: min(shape, usable / instance_count). Allocation::note says
+//            what the instance got instead of its shape.
+// GPU types on a host without (suitable) GPUs are rejected unless allow_cpu_fallback; then they
+// run with 0 GPUs and the note says so. Reserved CPUs (the lowest-numbered ones) and memory are
+// kept back for the server and never granted.
+//
+// Ordering: Schedule() grants queued requests strictly in `seq` order while they fit and stops at
+// the first that does not (head-of-line blocking), so jobs start in the order they were submitted
+// even when a later, smaller one would fit. Twenty requests on a host that fits two start two at a
+// time, in order, as Release() frees capacity.
+//
+// Typical use by a controller:
+//   RETURN_IF_ERROR(scheduler.CheckFeasible(type, count));      // at create: reject the impossible
+//   RETURN_IF_ERROR(scheduler.Enqueue({job, seq, type, count})); // Pending
+//   for (Grant& g : scheduler.Schedule()) { ...persist g.allocations, launch... }
+//   status_message = scheduler.WaitingMessage(job);               // while still Pending
+//   scheduler.Release(job);                                       // when its instances have exited
+// After a server restart, Adopt() each running job's persisted allocations before Schedule().
+//
+// Thread-safety: every method may be called from any thread (one internal mutex).
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "control/capacity.h"
+#include "control/instance_catalog.h"
+
+namespace kiln::control {
+
+enum class ShapePolicy { kStrict, kShrink };
+
+struct SchedulerOptions {
+  // What the node has (usually DiscoverHostCapacity(), possibly overridden by config).
+  HostCapacity capacity;
+  // kShrink lets types larger than the host run on what it has (development boxes); instances then
+  // get less than their type promises (SM_NUM_CPUS etc. follow the allocation).
+  ShapePolicy policy = ShapePolicy::kStrict;
+  // Run GPU instance types with 0 GPUs on a host without GPUs instead of rejecting them.
+  bool allow_cpu_fallback = false;
+  // Kept back for the server itself; never granted. Reserved CPUs are the lowest-numbered ones.
+  uint64_t reserved_memory_bytes = 0;
+  int reserved_cpus = 0;
+  // Which host GPUs serve a catalog GPU model (limits.md §8: "operators map e.g. A10G-class to
+  // their actual cards"): catalog gpu_model -> fnmatch globs over the host GPU name, e.g.
+  // {"NVIDIA A10G": ["*A10*", "*RTX 4090*"]}. A model without an entry may use any host GPU.
+  std::map<std::string, std::vector<std::string>> gpu_classes;
+};
+
+// Applies the `scheduler` section of the Kiln config on top of the discovered capacity:
+//   {"policy": "strict"|"shrink", "allow_cpu_fallback": bool,
+//    "cpus": N | [indices],          N: the first N discovered CPUs; a list: exactly those
+//    "memory_gib": x,                replaces the discovered memory
+//    "gpus": [index, ...] | [{"index": 0, "uuid": "GPU-..", "name": "..", "memory_gib": 24}, ...],
+//                                    indices select discovered GPUs; objects declare GPUs outright
+//    "reserved_cpus": N, "reserved_memory_gib": x,
+//    "gpu_classes": {"NVIDIA A10G": ["*A10*"]}}
+// Every key is optional; null or {} means the discovered capacity with strict shapes.
+// InvalidArgument naming the key for bad values or unknown keys (so typos do not pass silently).
+Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& config_section, HostCapacity discovered);
+
+// One instance (host) of a granted request.
+struct Allocation {
+  std::vector<int> cpus;            // CPU indices (the instance's cpuset)
+  uint64_t memory_bytes = 0;        // memory limit
+  std::vector<int> gpus;            // GPU indices (nvidia-smi's), exclusive to this instance
+  std::vector<std::string> gpu_uuids;  // same order as gpus
+  // Empty when the instance got its type's full shape; otherwise what it got instead, e.g.
+  // "shrunk ml.g5.12xlarge (48 vCPUs, 192 GiB, 4 GPUs) to 2 vCPUs, 23 GiB, 0 GPUs (scheduler policy shrink)".
+  std::string note;
+
+  bool operator==(const Allocation&) const = default;
+};
+// JSON form (persisted in job state for adoption after a restart):
+//   {"cpus": [0, 1], "memory_bytes": 8589934592, "gpus": [0], "gpu_uuids": ["GPU-.."], "note": ""}
+// from_json throws nlohmann::json exceptions on wrong types, like every get<T>(); catch at the call
+// site. Missing fields take their defaults.
+void to_json(nlohmann::json& j, const Allocation& a);
+void from_json(const nlohmann::json& j, Allocation& a);
+
+struct ScheduleRequest {
+  std::string id;      // unique among queued and granted requests, e.g. the job's ARN or name
+  int64_t seq = 0;     // submission order; lower starts first (ties: enqueue order)
+  std::string instance_type;
+  int instance_count = 1;
+};
+
+struct Grant {
+  std::string id;
+  std::vector<Allocation> allocations;  // one per instance, algo-1 first
+};
+
+// For `kiln status` and tests.
+struct SchedulerSnapshot {
+  struct Queued {
+    std::string id;
+    int64_t seq = 0;
+    std::string instance_type;
+    int instance_count = 0;
+  };
+  std::vector<int> cpus;           // usable (not reserved) CPU indices
+  std::vector<int> free_cpus;
+  uint64_t memory_bytes = 0;       // usable (not reserved)
+  uint64_t free_memory_bytes = 0;
+  std::vector<int> gpus;           // GPU indices
+  std::vector<int> free_gpus;
+  std::vector<Queued> queue;       // in grant order
+  std::map<std::string, std::vector<Allocation>> granted;
+};
+void to_json(nlohmann::json& j, const SchedulerSnapshot& s);
+
+class Scheduler {
+ public:
+  // `catalog` must outlive the scheduler.
+  Scheduler(SchedulerOptions options, const InstanceCatalog* catalog);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Whether `instance_count` instances of `instance_type` could EVER run on this host under the
+  // options (ignoring what is in use now). OK, or:
+  //   ResourceExhausted "no capacity for ml.x ..." for a type not in the catalog;
+  //   ResourceExhausted for a GPU type on a host without (suitable) GPUs, naming allow_cpu_fallback;
+  //   ResourceExhausted for a request larger than the host under strict, with the shortfall per
+  //     dimension and the `"policy": "shrink"` option (under shrink: more instances than CPUs);
+  //   InvalidArgument for instance_count < 1.
+  Status CheckFeasible(const std::string& instance_type, int instance_count) const;
+
+  // Queues a request (CheckFeasible first; its errors are returned and nothing is queued).
+  // Idempotent while queued: enqueuing the same id again is OK and changes nothing.
+  // AlreadyExists if the id holds a grant.
+  Status Enqueue(const ScheduleRequest& request);
+
+  // Grants queued requests in seq order while they fit; stops at the first that does not. The
+  // granted requests leave the queue and hold their resources until Release().
+  std::vector<Grant> Schedule();
+
+  // Removes a queued request (a job stopped while Pending). No-op if not queued; a granted id
+  // keeps its grant (use Release).
+  void Cancel(const std::string& id);
+
+  // Frees a granted request's resources. No-op for an unknown id. Call Schedule() afterwards to
+  // start what now fits.
+  void Release(const std::string& id);
+
+  // Re-reserves exactly `allocations` for `id` after a server restart (before Schedule(), so
+  // that nothing else is granted the same CPUs or GPUs). All or nothing: FailedPrecondition if a
+  // CPU or GPU is not usable on this host (unknown, reserved) or already held, if a GPU index now
+  // has another UUID than recorded, or if the memory is not free; AlreadyExists if the id is
+  // queued or granted.
+  Status Adopt(const std::string& id, const std::vector<Allocation>& allocations);
+
+  // For StatusMessage while Pending: what the request waits for and its place in line, e.g.
+  // "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)".
+  // Empty if the id is not queued.
+  std::string WaitingMessage(const std::string& id) const;
+
+  // The grant of `id`, or nullopt if it holds none.
+  std::optional<std::vector<Allocation>> Granted(const std::string& id) const;
+  bool IsQueued(const std::string& id) const;
+  SchedulerSnapshot Snapshot() const;
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  // What one instance of a request receives (the shape after policy).
+  struct Need {
+    int cpus = 0;
+    uint64_t memory_bytes = 0;
+    int gpus = 0;
+    std::vector<int> eligible_gpus;  // GPU indices of a compatible class
+    std::string note;
+  };
+  struct Queued {
+    ScheduleRequest request;
+    Need need;
+  };
+
+  // The per-instance shape of a request under the options, or why it can never run.
+  // Uses only constant members: no lock needed.
+  Result<Need> ComputeNeed(const std::string& instance_type, int instance_count) const;
+  std::vector<int> EligibleGpus(const std::string& gpu_model) const;
+  // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
+  // and changes nothing.
+  std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count);
+  void FreeLocked(const std::vector<Allocation>& allocations);
+  std::string HolderOfCpuLocked(int cpu) const;
+  std::string HolderOfGpuLocked(int gpu) const;
+
+  // Constant after construction.
+  const SchedulerOptions options_;
+  const InstanceCatalog* const catalog_;
+  std::vector<int> usable_cpus_;          // capacity.cpus minus the reserved ones, ascending
+  uint64_t usable_memory_ = 0;            // capacity.memory_bytes minus reserved_memory_bytes
+  std::map<int, std::string> gpu_uuids_;  // GPU index -> UUID
+
+  mutable std::mutex mu_;
+  std::vector<int> free_cpus_;            // GUARDED_BY(mu_), ascending
+  uint64_t free_memory_ = 0;              // GUARDED_BY(mu_)
+  std::vector<int> free_gpus_;            // GUARDED_BY(mu_), ascending
+  std::vector<Queued> queue_;             // GUARDED_BY(mu_), sorted by seq (stable)
+  std::map<std::string, std::vector<Allocation>> granted_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace kiln::control
