@@ -18,8 +18,6 @@
 #include "base/fs.h"
 #include "runtime/process/process_runtime.h"
 
-extern char** environ;
-
 namespace {
 
 double NowMicros() {
@@ -80,7 +78,9 @@ int main(int argc, char** argv) {
     char* args[] = {arg0, arg1, nullptr};
     pid_t pid;
     double b0 = NowMicros();
-    posix_spawn(&pid, arg0, &actions, nullptr, args, environ);
+    char path_env[] = "PATH=/usr/bin:/bin";
+    char* envp[] = {path_env, nullptr};  // the same environment as the sandboxed program
+    posix_spawn(&pid, arg0, &actions, nullptr, args, envp);
     close(fds[1]);
     char buf[64];
     if (read(fds[0], buf, sizeof(buf)) <= 0) return 1;

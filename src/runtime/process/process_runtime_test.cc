@@ -30,6 +30,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The shim binary: built beside this test; KILN_TEST_SHIM in the environment overrides the path
+// (for running the binaries on another machine).
+const char* ShimPath() {
+  const char* env = std::getenv("KILN_TEST_SHIM");
+  return env != nullptr && *env != '\0' ? env : KILN_TEST_SHIM;
+}
+
 struct Record {
   int64_t millis;
   char tag;
@@ -103,7 +110,7 @@ class ProcessRuntimeTest : public ::testing::Test {
     RemoveAll(root_).ok();
   }
   std::unique_ptr<Runtime> Open() {
-    Result<std::unique_ptr<Runtime>> r = OpenProcessRuntime({state_dir_, {KILN_TEST_SHIM}});
+    Result<std::unique_ptr<Runtime>> r = OpenProcessRuntime({state_dir_, {ShimPath()}});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -378,7 +385,7 @@ TEST_F(ProcessRuntimeTest, InstanceIsLostWhenItsShimDiesAndTheProgramGoesWithIt)
 
 TEST_F(ProcessRuntimeTest, LongStateDirUsesAShortSocketPath) {
   std::string long_dir = root_ + "/" + std::string(100, 'd');
-  Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({long_dir, {KILN_TEST_SHIM}});
+  Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({long_dir, {ShimPath()}});
   ASSERT_TRUE(rt.ok());
   InstanceSpec spec = Spec("long-socket", "sleep 5");
   ASSERT_TRUE((*rt)->Launch(spec).ok());
@@ -389,6 +396,37 @@ TEST_F(ProcessRuntimeTest, LongStateDirUsesAShortSocketPath) {
   EXPECT_EQ((*rt)->Wait("long-socket", std::chrono::seconds(5))->term_signal, SIGKILL);
   EXPECT_TRUE((*rt)->Remove("long-socket").ok());
   EXPECT_FALSE(PathExists(socket));
+}
+
+// Where cgroup v2 offers the memory controller, the program runs in its own cgroup with memory.max
+// set, and the cgroup goes away with the instance.
+TEST_F(ProcessRuntimeTest, MemoryLimitUsesACgroupWhereAvailable) {
+  std::string controllers = ReadFile("/sys/fs/cgroup/cgroup.controllers").value_or("");
+  if (controllers.find("memory") == std::string::npos) GTEST_SKIP() << "no cgroup v2 memory controller here";
+  InstanceSpec spec = Spec("mem", "cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max; cut -d: -f3 /proc/self/cgroup");
+  spec.memory_limit_bytes = 64 << 20;
+  RunToEnd(spec);
+  std::vector<std::string> lines = Lines(ReadRecords(runtime_->OutputPath("mem")), 'o');
+  ASSERT_EQ(lines.size(), 2u) << ReadFile(state_dir_ + "/mem/shim.log").value_or("");
+  EXPECT_EQ(lines[0], std::to_string(64 << 20));
+  EXPECT_EQ(lines[1], "/kiln/mem");
+  EXPECT_FALSE(PathExists("/sys/fs/cgroup/kiln/mem"));
+}
+
+// /dev/nvidia<N> of GPUs not assigned are /dev/null inside (needs a host with NVIDIA devices).
+TEST_F(ProcessRuntimeTest, HidesUnassignedGpus) {
+  struct stat st;
+  if (stat("/dev/nvidia0", &st) != 0) GTEST_SKIP() << "no /dev/nvidia0 on this host";
+  InstanceSpec spec = Spec("gpu-none", "stat -c %t,%T /dev/nvidia0; ls /dev/nvidiactl");
+  RunToEnd(spec);
+  EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("gpu-none")), 'o'),
+              ::testing::ElementsAre("1,3", "/dev/nvidiactl"));  // /dev/null's numbers
+  spec.instance_id = "gpu-0";
+  spec.gpus = {0};
+  RunToEnd(spec);
+  std::vector<std::string> lines = Lines(ReadRecords(runtime_->OutputPath("gpu-0")), 'o');
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "c3,0");  // NVIDIA's major 195
 }
 
 // Unprivileged: the shim enters a user namespace in which the caller is root. The mount point of
@@ -407,12 +445,12 @@ TEST_F(ProcessRuntimeTest, RunsUnprivilegedInAUserNamespace) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(10);
-    if (access(KILN_TEST_SHIM, X_OK) != 0) _exit(77);
+    if (access(ShimPath(), X_OK) != 0) _exit(77);
     pid_t probe = fork();  // can nobody create a user namespace here?
     if (probe == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
     int probe_status;
     if (waitpid(probe, &probe_status, 0) != probe || !WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) _exit(78);
-    Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({state, {KILN_TEST_SHIM}});
+    Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({state, {ShimPath()}});
     if (!rt.ok()) _exit(11);
     InstanceSpec spec = Spec("userns", "id -u; hostname; echo pid=$$; cat /opt/kiln-userns-test/data/f; ls -d /opt/ml");
     spec.extra_mounts = {{data, "/opt/kiln-userns-test/data", true}};
@@ -427,7 +465,7 @@ TEST_F(ProcessRuntimeTest, RunsUnprivilegedInAUserNamespace) {
   int wstatus;
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   ASSERT_TRUE(WIFEXITED(wstatus));
-  if (WEXITSTATUS(wstatus) == 77) GTEST_SKIP() << KILN_TEST_SHIM << " is not executable by nobody";
+  if (WEXITSTATUS(wstatus) == 77) GTEST_SKIP() << ShimPath() << " is not executable by nobody";
   if (WEXITSTATUS(wstatus) == 78) GTEST_SKIP() << "this host does not allow unprivileged user namespaces";
   std::string output = ReadFile(state + "/userns/output").value_or("");
   std::string shim_log = ReadFile(state + "/userns/shim.log").value_or("");
