@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", rt.status().ToString().c_str());
     return 1;
   }
-  std::vector<double> launch, first_line, bare;
+  std::vector<double> launch, first_line, bare, shim_main, sandbox_exec;
   for (int i = 0; i < iterations; ++i) {
     kiln::runtime::InstanceSpec spec;
     spec.instance_id = "bench-" + std::to_string(i);
@@ -67,6 +67,18 @@ int main(int argc, char** argv) {
     launch.push_back(t1 - t0);
     first_line.push_back(t2 - t0);
     (*rt)->Wait(spec.instance_id, std::chrono::seconds(5)).ok();
+    // "... (X ms after the shim's main, of which sandbox + exec Y ms)"
+    std::string log = kiln::ReadFile(root + "/state/" + spec.instance_id + "/shim.log").value_or("");
+    double in_shim = 0, sandbox = 0;
+    size_t at = log.find(" ms after the shim's main");
+    if (at != std::string::npos) {
+      size_t open = log.rfind('(', at);
+      in_shim = std::atof(log.c_str() + open + 1);
+      size_t of = log.find("sandbox + exec ", at);
+      sandbox = std::atof(log.c_str() + of + 15);
+    }
+    shim_main.push_back(in_shim * 1000);
+    sandbox_exec.push_back(sandbox * 1000);
     (*rt)->Remove(spec.instance_id).ok();
 
     int fds[2];
@@ -92,6 +104,8 @@ int main(int argc, char** argv) {
   std::printf("%d launches of /bin/echo (shim %s)\n", iterations, shim.c_str());
   Print("Launch returns", launch);
   Print("first line in the output file", first_line);
+  Print("  of which shim main -> exec'd", shim_main);
+  Print("  of which sandbox + exec", sandbox_exec);
   Print("bare posix_spawn -> first line", bare);
   kiln::RemoveAll(root).ok();
   return 0;

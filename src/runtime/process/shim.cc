@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
@@ -101,6 +102,10 @@ struct Client {
   std::string request;
 };
 
+double MillisSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 class Shim {
  public:
   explicit Shim(Args args) : args_(std::move(args)) {}
@@ -125,6 +130,8 @@ class Shim {
   void Finish();
 
   Args args_;
+  const std::chrono::steady_clock::time_point shim_start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point fork_start_;
   InstanceSpec spec_;
   std::string socket_path_;
   std::string cgroup_dir_;  // empty: no cgroup
@@ -291,6 +298,7 @@ std::string Shim::StartProgram() {
   // does not wrap PID 1 in an init that would swallow SIGTERM"). So, as under Docker, a program
   // without a SIGTERM handler ignores SIGTERM and dies by Stop's SIGKILL after the grace; the
   // training toolkit installs its own handlers. Killing that PID 1 kills the whole sandbox.
+  fork_start_ = std::chrono::steady_clock::now();
   if (unshare(CLONE_NEWPID) != 0) return std::string("internal cannot create a PID namespace: ") + std::strerror(errno);
   pid_t pid = fork();
   if (pid < 0) return std::string("internal fork: ") + std::strerror(errno);
@@ -387,7 +395,9 @@ int Shim::Run() {
     Log("%s", s.ToString().c_str());
   }
   Report("ok");
-  Log("started pid %d: %s", child_, spec_.argv[0].c_str());
+  // Launch latency is on the job-start path: say where it goes.
+  Log("started pid %d: %s (%.2f ms after the shim's main, of which sandbox + exec %.2f ms)", child_,
+      spec_.argv[0].c_str(), MillisSince(shim_start_), MillisSince(fork_start_));
   Loop();
   Finish();
   return 0;
@@ -588,6 +598,11 @@ void Shim::Finish() {
   } else if (WIFSIGNALED(wait_status_)) {
     record.term_signal = WTERMSIG(wait_status_);
   }
+  // Every process of the sandbox is gone (its init was reaped), so the cgroup is empty now; remove
+  // it before the exit is visible, so that a caller who saw the exit finds no leftovers.
+  if (!cgroup_dir_.empty() && rmdir(cgroup_dir_.c_str()) != 0) {
+    Log("cannot remove %s: %s", cgroup_dir_.c_str(), std::strerror(errno));
+  }
   // Durable: the exit status is what the controller acts on, also after a node crash.
   if (Status s = WriteFileAtomic(ps::Join(args_.state_dir, ps::kExitFile), ps::EncodeExit(record)); !s.ok()) {
     Log("cannot record the exit: %s", s.ToString().c_str());
@@ -600,9 +615,6 @@ void Shim::Finish() {
   for (const Client& c : clients_) close(c.fd);
   close(listen_fd_);
   unlink(socket_path_.c_str());
-  if (!cgroup_dir_.empty() && rmdir(cgroup_dir_.c_str()) != 0) {
-    Log("cannot remove %s: %s", cgroup_dir_.c_str(), std::strerror(errno));
-  }
 }
 
 }  // namespace
