@@ -36,6 +36,11 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
                                                  " is not supported by Kiln."),
                                context.request_id);
   }
+  if (model_) {
+    if (auto invalid = model_->ValidateInput(operation, input)) {
+      return aws::SerializeError(protocol_, *invalid, context.request_id);
+    }
+  }
   JsonOutcome outcome;
   try {
     outcome = it->second(context, input);

@@ -6,12 +6,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
 
 #include <nlohmann/json.hpp>
 
+#include "api/service_model.h"
 #include "aws/errors.h"
 #include "aws/request_context.h"
 
@@ -31,11 +33,16 @@ class JsonService {
   aws::Protocol protocol() const { return protocol_; }
 
   void Register(std::string operation, JsonHandler handler);
+  // Validates every request against `model` before its handler runs (call at start-up, before
+  // serving). Operations the model does not know are not validated; nullptr turns validation off.
+  void SetModel(std::shared_ptr<const ServiceModel> model) { model_ = std::move(model); }
   bool Has(std::string_view operation) const { return handlers_.count(std::string(operation)) > 0; }
 
   // Decodes `body`, runs the operation and encodes the answer. Malformed JSON or a non-object
   // body → SerializationException (checked first); unknown operation →
-  // UnknownOperationException naming it; a handler that throws → InternalFailure (logged).
+  // UnknownOperationException naming it; with a model set, an input that fails the model →
+  // the model's ValidationException/SerializationException (the handler does not run); a handler
+  // that throws → InternalFailure (logged).
   aws::WireResponse Handle(const aws::RequestContext& context, std::string_view operation,
                            std::string_view body) const;
 
@@ -44,6 +51,7 @@ class JsonService {
   std::string signing_name_;
   aws::Protocol protocol_;
   std::map<std::string, JsonHandler> handlers_;
+  std::shared_ptr<const ServiceModel> model_;
 };
 
 }  // namespace kiln::api
