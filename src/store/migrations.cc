@@ -113,6 +113,26 @@ CREATE TABLE resource_tags (
   PRIMARY KEY (resource_arn, key)
 ) WITHOUT ROWID;
 )sql"},
+      // Metric time series (observe/metric_store): one row per (namespace, name, dimensions)
+      // with its latest point (DescribeTrainingJob.FinalMetricDataList reads it without a
+      // scan), and the points, read back in time order per series.
+      {5, "metric series and points", R"sql(
+CREATE TABLE metric_series (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  namespace TEXT NOT NULL,
+  name TEXT NOT NULL,
+  dimensions TEXT NOT NULL,
+  last_millis INTEGER,
+  last_value REAL,
+  UNIQUE (namespace, name, dimensions)
+);
+CREATE TABLE metric_points (
+  series_id INTEGER NOT NULL,
+  timestamp_millis INTEGER NOT NULL,
+  value REAL NOT NULL
+);
+CREATE INDEX metric_points_by_series_time ON metric_points(series_id, timestamp_millis);
+)sql"},
   };
   return kMigrations;
 }
