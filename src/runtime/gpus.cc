@@ -21,8 +21,9 @@ namespace {
 
 constexpr uint64_t kMiB = 1024ull * 1024;
 
-// Finds an executable named `name` on $PATH, then in /usr/bin and /usr/local/bin (the server may
-// run with a minimal PATH under systemd).
+// Finds an executable named `name` on $PATH, then in /usr/bin, /usr/local/bin and
+// /usr/local/nvidia/bin (where NVIDIA's container toolkit puts it): the server may run with a
+// minimal PATH under systemd.
 std::optional<std::string> FindExecutable(const std::string& name) {
   std::vector<std::string> dirs;
   if (const char* path = std::getenv("PATH")) {
@@ -32,6 +33,7 @@ std::optional<std::string> FindExecutable(const std::string& name) {
   }
   dirs.emplace_back("/usr/bin");
   dirs.emplace_back("/usr/local/bin");
+  dirs.emplace_back("/usr/local/nvidia/bin");
   for (const std::string& dir : dirs) {
     std::string candidate = dir + "/" + name;
     if (access(candidate.c_str(), X_OK) == 0) return candidate;

@@ -25,6 +25,18 @@ TEST(ParseNvidiaSmiCsvTest, ParsesQueryOutput) {
   EXPECT_EQ(gpus[1].uuid, "GPU-7b2f1c9e-0000-1111-2222-333344445555");
 }
 
+TEST(ParseNvidiaSmiCsvTest, RealH200Output) {
+  // Captured on an H200 host with the exact query DiscoverGpus runs.
+  std::vector<GpuInfo> gpus =
+      ParseNvidiaSmiCsv("0, GPU-c4d2d59e-faa2-dd7d-004b-07edf6f41891, NVIDIA H200, 143771, 00000000:00:06.0\n");
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_EQ(gpus[0].uuid, "GPU-c4d2d59e-faa2-dd7d-004b-07edf6f41891");
+  EXPECT_EQ(gpus[0].name, "NVIDIA H200");
+  EXPECT_EQ(gpus[0].memory_bytes, 150754820096u);
+  EXPECT_EQ(gpus[0].pci_bus_id, "0000:00:06.0");
+}
+
 TEST(ParseNvidiaSmiCsvTest, FourColumnsAndJunk) {
   // The minimal query (no bus id), a CRLF line, an N/A memory and lines that must be skipped.
   const char* text =
@@ -55,6 +67,20 @@ constexpr const char* kProcInfo =
     "Bus Location: \t 0000:53:00.0\n"
     "Device Minor: \t 3\n"
     "GPU Excluded:\t No\n";
+
+TEST(ProcGpuTest, ParsesRealH200InformationFile) {
+  // /proc/driver/nvidia/gpus/0000:00:06.0/information on the same H200 host (driver 580).
+  const char* text =
+      "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t GPU-c4d2d59e-faa2-dd7d-004b-07edf6f41891\n"
+      "Video BIOS: \t 96.00.a5.00.1a\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+      "Bus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n";
+  GpuInfo gpu;
+  ASSERT_TRUE(ParseProcGpuInformation(text, &gpu));
+  EXPECT_EQ(gpu.name, "NVIDIA H200");
+  EXPECT_EQ(gpu.uuid, "GPU-c4d2d59e-faa2-dd7d-004b-07edf6f41891");
+  EXPECT_EQ(gpu.pci_bus_id, "0000:00:06.0");
+  EXPECT_EQ(gpu.minor, 0);
+}
 
 TEST(ProcGpuTest, ParsesInformationFile) {
   GpuInfo gpu;
