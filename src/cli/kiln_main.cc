@@ -14,6 +14,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/config.h"
+#include "cli/logs_command.h"
 #include "cli/server.h"
 #include "cli/version.h"
 #include "runtime/process/process_runtime.h"
@@ -93,21 +94,52 @@ int RunServer(const CommonFlags& flags) {
   return 0;
 }
 
+// The key a local client uses: the config's first, else the first of <data-dir>/credentials.json.
+std::optional<aws::Credential> ClientKey(const Config& config) {
+  if (!config.credentials.empty()) return config.credentials.front();
+  auto keys = api::CredentialStore::ReadFile(config.data_dir + "/credentials.json", config.account_id);
+  if (!keys.ok() || keys->empty()) {
+    std::cerr << "kiln: no credentials in " << config.data_dir
+              << "/credentials.json; start `kiln server` once (it creates them) or run `kiln keys add`\n";
+    return std::nullopt;
+  }
+  return keys->front();
+}
+
+int RunLogs(const CommonFlags& flags, const std::string& endpoint, const std::string& job, bool follow) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  LogsCommandOptions options;
+  // AWS_* variables win, so `kiln logs` works against any Kiln the shell is pointed at.
+  const char* env_key = std::getenv("AWS_ACCESS_KEY_ID");
+  const char* env_secret = std::getenv("AWS_SECRET_ACCESS_KEY");
+  if (env_key != nullptr && env_secret != nullptr) {
+    options.credential.access_key_id = env_key;
+    options.credential.secret_access_key = env_secret;
+    if (const char* token = std::getenv("AWS_SESSION_TOKEN")) options.credential.session_token = token;
+  } else {
+    auto key = ClientKey(*config);
+    if (!key) return 1;
+    options.credential = *key;
+  }
+  const char* env_endpoint = std::getenv("AWS_ENDPOINT_URL");
+  options.endpoint = !endpoint.empty() ? endpoint : env_endpoint != nullptr ? env_endpoint : ClientEndpoint(*config);
+  options.region = config->regions.front();
+  options.job_name = job;
+  options.follow = follow;
+  Status s = RunLogsCommand(options, std::cout);
+  if (!s.ok()) {
+    std::cerr << "kiln logs: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int RunEnv(const CommonFlags& flags, const std::string& endpoint) {
   auto config = LoadConfig(flags);
   if (!config.ok()) return Fail(config.status());
-  std::optional<aws::Credential> key;
-  if (!config->credentials.empty()) {
-    key = config->credentials.front();
-  } else {
-    auto keys = api::CredentialStore::ReadFile(config->data_dir + "/credentials.json", config->account_id);
-    if (!keys.ok() || keys->empty()) {
-      std::cerr << "kiln: no credentials in " << config->data_dir
-                << "/credentials.json; start `kiln server` once (it creates them) or run `kiln keys add`\n";
-      return 1;
-    }
-    key = keys->front();
-  }
+  std::optional<aws::Credential> key = ClientKey(*config);
+  if (!key) return 1;
   std::string url = endpoint.empty() ? ClientEndpoint(*config) : endpoint;
   std::cout << "export AWS_ENDPOINT_URL=" << url << "\n"
             << "export AWS_ACCESS_KEY_ID=" << key->access_key_id << "\n"
@@ -161,6 +193,15 @@ int Main(int argc, char** argv) {
   env->add_option("--endpoint", endpoint, "URL to export (default: from the config's listen address)");
   env->add_option("--listen", flags.listen, "the server's listen address, if not the default");
 
+  std::string logs_job;
+  bool logs_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "print a training job's logs (like the SageMaker SDK's logs=True)");
+  add_common(logs);
+  logs->add_option("job", logs_job, "training job name")->required();
+  logs->add_flag("-f,--follow", logs_follow, "keep printing until the job ends");
+  logs->add_option("--endpoint", endpoint, "Kiln URL (default: $AWS_ENDPOINT_URL, else the config's listen address)");
+  logs->add_option("--listen", flags.listen, "the server's listen address, if not the default");
+
   app.add_subcommand("version", "print the version");
   // Listed for --help only; dispatched above.
   app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
@@ -178,6 +219,7 @@ int Main(int argc, char** argv) {
 
   if (server->parsed()) return RunServer(flags);
   if (env->parsed()) return RunEnv(flags, endpoint);
+  if (logs->parsed()) return RunLogs(flags, endpoint, logs_job, logs_follow);
   if (app.got_subcommand("version")) {
     std::cout << "kiln " << KilnVersion() << "\n";
     return 0;

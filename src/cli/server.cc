@@ -1,6 +1,14 @@
 #include "cli/server.h"
 
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+
 #include "api/logs.h"
+#include "api/service_model.h"
+#include "api/training_jobs.h"
+#include "runtime/process/process_runtime.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/version.h"
@@ -8,6 +16,33 @@
 #include "objects/s3_object_store.h"
 
 namespace kiln::cli {
+
+namespace {
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "kiln";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// python/kiln_toolkit/train.py: configured, else beside an installed binary
+// (<prefix>/bin/kiln → <prefix>/lib/kiln/python), else the source tree this binary was built from.
+std::string ToolkitScript(const Config& config) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> candidates;
+  if (!config.training.toolkit_dir.empty()) candidates.push_back(config.training.toolkit_dir);
+  fs::path exe = SelfExecutable();
+  candidates.push_back((exe.parent_path().parent_path() / "lib/kiln/python").string());
+  candidates.push_back(KILN_SOURCE_DIR "/python");
+  for (const auto& dir : candidates) {
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / "kiln_toolkit/train.py", ec)) return dir + "/kiln_toolkit/train.py";
+  }
+  return candidates.back() + "/kiln_toolkit/train.py";
+}
+
+}  // namespace
 
 Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& config, store::Database* database) {
   if (config.object_store.backend == "s3") {
@@ -41,6 +76,48 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   cred_options.configured = c.credentials;
   ASSIGN_OR_RETURN(server->credentials_, api::CredentialStore::Open(std::move(cred_options), true));
 
+  // Training: instance credentials, metrics, the process runtime, capacity and the controller.
+  server->instance_credentials_ = std::make_unique<control::InstanceCredentials>(c.account_id);
+  server->all_credentials_ = std::make_unique<control::ChainedCredentialProvider>(
+      server->credentials_.get(), server->instance_credentials_.get());
+  server->metric_store_ = std::make_unique<observe::MetricStore>(server->database_.get());
+  runtime::ProcessRuntimeOptions runtime_options;
+  runtime_options.state_dir = c.data_dir + "/instances";
+  runtime_options.shim_command = {SelfExecutable(), "shim"};
+  ASSIGN_OR_RETURN(server->runtime_, runtime::OpenProcessRuntime(runtime_options));
+  if (c.instance_types.is_object()) {
+    ASSIGN_OR_RETURN(auto catalog, control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
+    server->catalog_ = std::make_unique<control::InstanceCatalog>(std::move(catalog));
+  } else {
+    server->catalog_ = std::make_unique<control::InstanceCatalog>(control::InstanceCatalog::BuiltIn());
+  }
+  ASSIGN_OR_RETURN(auto scheduler_options,
+                   control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
+                                                     control::DiscoverHostCapacity()));
+  server->scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, server->catalog_.get());
+  if (c.environments.is_array()) {
+    ASSIGN_OR_RETURN(auto table, runtime::EnvironmentTable::FromJson(c.environments));
+    server->environments_ = std::make_unique<runtime::EnvironmentTable>(std::move(table));
+  } else {
+    server->environments_ = std::make_unique<runtime::EnvironmentTable>(runtime::EnvironmentTable::Default());
+  }
+  control::TrainingControllerOptions training;
+  training.work_dir = c.data_dir + "/training";
+  training.region = c.regions.front();
+  training.endpoint_url = ClientEndpoint(c);
+  training.toolkit_script = ToolkitScript(c);
+  training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
+  training.staging_parallelism = c.training.staging_parallelism;
+  training.keep_host_dirs = c.training.keep_host_dirs;
+  control::TrainingControllerDeps deps;
+  deps.database = server->database_.get();
+  deps.object_store = server->object_store_.get();
+  deps.metric_store = server->metric_store_.get();
+  deps.runtime = server->runtime_.get();
+  deps.scheduler = server->scheduler_.get();
+  deps.environments = server->environments_.get();
+  deps.credentials = server->instance_credentials_.get();
+
   objects::S3ApiOptions s3_options;
   s3_options.virtual_host_suffixes = c.virtual_host_suffixes;
   s3_options.default_region = c.regions.front();
@@ -53,14 +130,25 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   door.accept_any_region = c.accept_any_region;
   door.account_id = c.account_id;
   door.version = KilnVersion();
-  server->front_door_ = std::make_unique<api::FrontDoor>(door, server->credentials_.get(), server->s3_.get());
-  // The JSON services exist from the start so that every operation Kiln does not implement yet
-  // answers UnknownOperationException naming it; later issues register operations here.
-  server->front_door_->AddJsonService(
-      std::make_unique<api::JsonService>("SageMaker", "sagemaker", aws::Protocol::kJson11));
-  auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
+  server->front_door_ = std::make_unique<api::FrontDoor>(door, server->all_credentials_.get(), server->s3_.get());
   ASSIGN_OR_RETURN(server->log_store_,
                    observe::LogStore::Open({c.data_dir + "/logs", server->database_.get(), nullptr}));
+  deps.log_store = server->log_store_.get();
+  server->training_ = std::make_unique<control::TrainingController>(training, deps);
+
+  // The JSON services exist from the start so that every operation Kiln does not implement yet
+  // answers UnknownOperationException naming it. SageMaker requests are validated against the
+  // botocore model before any handler runs.
+  auto sagemaker = std::make_unique<api::JsonService>("SageMaker", "sagemaker", aws::Protocol::kJson11);
+  sagemaker->SetModel(api::ServiceModel::SageMaker());
+  api::TrainingJobsContext training_api;
+  training_api.database = server->database_.get();
+  training_api.controller = server->training_.get();
+  training_api.account_id = c.account_id;
+  training_api.region = c.regions.front();
+  api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
+  server->front_door_->AddJsonService(std::move(sagemaker));
+  auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
   api::RegisterLogsOperations(logs.get(), server->log_store_.get(), c.account_id, c.regions.front());
   server->front_door_->AddJsonService(std::move(logs));
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
@@ -80,10 +168,15 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
 
 Server::~Server() { Stop(); }
 
-Status Server::Start() { return http_->Start(); }
+Status Server::Start() {
+  RETURN_IF_ERROR(training_->Start().WithPrefix("training controller"));
+  return http_->Start();
+}
 
 void Server::Stop(int grace_seconds) {
   if (http_) http_->Stop(grace_seconds);
+  // Instances keep running; the next server adopts them.
+  if (training_) training_->Shutdown();
 }
 
 }  // namespace kiln::cli

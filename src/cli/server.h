@@ -5,6 +5,12 @@
 #include <memory>
 
 #include "api/credential_store.h"
+#include "control/instance_credentials.h"
+#include "control/scheduler.h"
+#include "control/training_controller.h"
+#include "observe/metric_store.h"
+#include "runtime/environments.h"
+#include "runtime/runtime.h"
 #include "api/front_door.h"
 #include "cli/config.h"
 #include "net/http_server.h"
@@ -22,6 +28,7 @@ class Server {
   static Result<std::unique_ptr<Server>> Create(Config config);
   ~Server();
 
+  // Starts the controllers (adopting instances that survived a previous server) and serving.
   Status Start();
   // Stops serving: in-flight requests get `grace_seconds` to finish. Idempotent.
   void Stop(int grace_seconds = 10);
@@ -37,6 +44,14 @@ class Server {
   std::unique_ptr<objects::ObjectStore> object_store_;
   std::unique_ptr<observe::LogStore> log_store_;
   std::unique_ptr<api::CredentialStore> credentials_;
+  std::unique_ptr<control::InstanceCredentials> instance_credentials_;
+  std::unique_ptr<control::ChainedCredentialProvider> all_credentials_;
+  std::unique_ptr<observe::MetricStore> metric_store_;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<control::InstanceCatalog> catalog_;
+  std::unique_ptr<control::Scheduler> scheduler_;
+  std::unique_ptr<runtime::EnvironmentTable> environments_;
+  std::unique_ptr<control::TrainingController> training_;
   std::unique_ptr<objects::S3Api> s3_;
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;

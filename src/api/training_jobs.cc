@@ -1,0 +1,497 @@
+#include "api/training_jobs.h"
+
+#include "agent/artifacts.h"
+
+#include <algorithm>
+#include <set>
+
+#include "base/encoding.h"
+#include "base/hash.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "base/time.h"
+#include "observe/metric_extractor.h"
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kTokenLifetimeMillis = 24LL * 3600 * 1000;
+constexpr size_t kMaxTagsPerResource = 50;
+
+aws::AwsError Validation(std::string message) { return aws::AwsError("ValidationException", std::move(message)); }
+
+json Seconds(int64_t millis) { return static_cast<double>(millis) / 1000.0; }
+
+int64_t NowOf(const TrainingJobsContext& c) { return c.clock ? c.clock->NowMillis() : Clock::System().NowMillis(); }
+
+std::string TrainingJobArn(const TrainingJobsContext& c, const std::string& name) {
+  return "arn:aws:sagemaker:" + c.region + ":" + c.account_id + ":training-job/" + name;
+}
+
+// ModelArtifacts.S3ModelArtifacts is known from creation (§8).
+std::string ModelArtifactsUri(const json& request) {
+  return agent::ModelArtifactsUri(request.value("OutputDataConfig", json::object()),
+                                  request.value("TrainingJobName", ""));
+}
+
+// Timestamps in requests: epoch seconds (int or fractional) or ISO-8601 (§2.1).
+std::optional<int64_t> TimestampMillis(const json& v) {
+  if (v.is_number()) return static_cast<int64_t>(v.get<double>() * 1000.0);
+  if (v.is_string()) return ParseIso8601(v.get<std::string>());
+  return std::nullopt;
+}
+
+// Members AWS accepts for features Kiln does not offer (§8 of the control-plane spec).
+constexpr const char* kUnsupportedMembers[] = {"ServerlessJobConfig", "MlflowConfig", "SessionChainingConfig"};
+
+std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller) {
+  for (const char* member : kUnsupportedMembers) {
+    if (in.contains(member) && !in[member].is_null()) return Validation(std::string(member) + " is not supported by Kiln.");
+  }
+  const json algorithm = in.value("AlgorithmSpecification", json());
+  if (!algorithm.is_object()) {
+    return Validation("AlgorithmSpecification is required: Kiln runs training images, so give "
+                      "AlgorithmSpecification.TrainingImage and AlgorithmSpecification.TrainingInputMode.");
+  }
+  if (algorithm.contains("AlgorithmName") && !algorithm["AlgorithmName"].is_null()) {
+    return Validation("AlgorithmSpecification.AlgorithmName is not supported by Kiln (no algorithms are registered); "
+                      "give AlgorithmSpecification.TrainingImage instead.");
+  }
+  if (!algorithm.contains("TrainingImage") || !algorithm["TrainingImage"].is_string() ||
+      algorithm["TrainingImage"].get<std::string>().empty()) {
+    return Validation("AlgorithmSpecification.TrainingImage is required: Kiln runs training images.");
+  }
+  if (!algorithm.contains("TrainingInputMode")) {
+    return Validation("AlgorithmSpecification.TrainingInputMode is required (File, Pipe or FastFile).");
+  }
+  const json rc = in.value("ResourceConfig", json());
+  if (!rc.is_object()) {
+    return Validation("ResourceConfig is required: give ResourceConfig.InstanceType, InstanceCount and VolumeSizeInGB.");
+  }
+  if (rc.contains("InstanceGroups") && !rc["InstanceGroups"].is_null()) {
+    return Validation("ResourceConfig.InstanceGroups (heterogeneous clusters) is not supported by Kiln yet; give "
+                      "ResourceConfig.InstanceType and InstanceCount.");
+  }
+  for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
+    if (!rc.contains(member) || rc[member].is_null()) {
+      return Validation(std::string("ResourceConfig.") + member + " is required.");
+    }
+  }
+  // Stopping conditions (training-contract.md §9, §10).
+  const json sc = in.value("StoppingCondition", json::object());
+  const bool spot = in.value("EnableManagedSpotTraining", false);
+  if (sc.contains("MaxWaitTimeInSeconds") && !sc["MaxWaitTimeInSeconds"].is_null()) {
+    if (!spot) {
+      return Validation("Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to "
+                        "true.");
+    }
+    int64_t runtime = sc.value("MaxRuntimeInSeconds", int64_t{86400});
+    if (sc["MaxWaitTimeInSeconds"].get<int64_t>() < runtime) {
+      return Validation("Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds.");
+    }
+  } else if (spot) {
+    return Validation("Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to "
+                      "true.");
+  }
+  // Channels: unique names, mode/source combinations AWS refuses.
+  std::set<std::string> names;
+  const std::string default_mode = algorithm.value("TrainingInputMode", "File");
+  for (const json& channel : in.value("InputDataConfig", json::array())) {
+    std::string name = channel.value("ChannelName", "");
+    if (!names.insert(name).second) {
+      return Validation("Channel names must be unique. Channel '" + name + "' is given more than once.");
+    }
+    std::string mode = channel.value("InputMode", default_mode);
+    const json ds = channel.value("DataSource", json::object());
+    if (ds.contains("FileSystemDataSource") && mode != "File") {
+      return Validation("Channel '" + name + "': FileSystemDataSource requires InputMode File.");
+    }
+    if (ds.contains("FileSystemDataSource")) {
+      return Validation("Channel '" + name + "': FileSystemDataSource (EFS/FSx) is not supported by Kiln yet.");
+    }
+    const json s3 = ds.value("S3DataSource", json::object());
+    const std::string type = s3.value("S3DataType", "");
+    if (mode == "FastFile" && type != "S3Prefix") {
+      return Validation("Channel '" + name + "': FastFile input mode requires S3DataType S3Prefix.");
+    }
+    if (type == "AugmentedManifestFile" && mode != "Pipe") {
+      return Validation("Channel '" + name + "': AugmentedManifestFile requires InputMode Pipe.");
+    }
+    if (type == "AugmentedManifestFile") {
+      return Validation("Channel '" + name + "': AugmentedManifestFile is not supported by Kiln yet.");
+    }
+    std::string compression = channel.value("CompressionType", "None");
+    if (compression != "None" && mode != "Pipe") {
+      return Validation("Channel '" + name + "': CompressionType " + compression +
+                        " is only supported in Pipe input mode; use CompressionType None.");
+    }
+  }
+  if (algorithm.contains("MetricDefinitions")) {
+    auto extractor = observe::MetricExtractor::Create(control::MetricDefinitionsFromJson(algorithm["MetricDefinitions"]));
+    if (!extractor.ok()) return Validation(extractor.status().message());
+  }
+  Status feasible = controller->CheckFeasible(rc["InstanceType"].get<std::string>(), rc["InstanceCount"].get<int>());
+  if (!feasible.ok()) return aws::AwsError("ResourceLimitExceeded", feasible.message());
+  return std::nullopt;
+}
+
+// AWS fills these defaults into what Describe returns.
+json WithChannelDefaults(json channels) {
+  for (json& channel : channels) {
+    if (!channel.contains("CompressionType")) channel["CompressionType"] = "None";
+    if (!channel.contains("RecordWrapperType")) channel["RecordWrapperType"] = "None";
+    if (channel.contains("DataSource") && channel["DataSource"].contains("S3DataSource")) {
+      json& s3 = channel["DataSource"]["S3DataSource"];
+      if (!s3.contains("S3DataDistributionType")) s3["S3DataDistributionType"] = "FullyReplicated";
+    }
+  }
+  return channels;
+}
+
+std::string MetricsLastValues(const json&) { return ""; }
+
+}  // namespace
+
+json RenderTrainingJob(const store::TrainingJobRecord& record) {
+  const json& in = record.request;
+  const json& state = record.state;
+  json out = json::object();
+  out["TrainingJobName"] = record.name;
+  out["TrainingJobArn"] = record.arn;
+  if (in.contains("TuningJobArn")) out["TuningJobArn"] = in["TuningJobArn"];
+  out["ModelArtifacts"] = {{"S3ModelArtifacts", ModelArtifactsUri(in)}};
+  out["TrainingJobStatus"] = record.status;
+  out["SecondaryStatus"] = record.secondary_status;
+  if (state.contains("failure_reason")) out["FailureReason"] = state["failure_reason"];
+  out["HyperParameters"] = in.value("HyperParameters", json::object());
+  json algorithm = in.value("AlgorithmSpecification", json::object());
+  if (!algorithm.contains("EnableSageMakerMetricsTimeSeries")) algorithm["EnableSageMakerMetricsTimeSeries"] = false;
+  out["AlgorithmSpecification"] = algorithm;
+  if (in.contains("RoleArn")) out["RoleArn"] = in["RoleArn"];
+  if (in.contains("InputDataConfig")) out["InputDataConfig"] = WithChannelDefaults(in["InputDataConfig"]);
+  json output_config = in.value("OutputDataConfig", json::object());
+  if (!output_config.contains("CompressionType")) output_config["CompressionType"] = "GZIP";
+  out["OutputDataConfig"] = output_config;
+  out["ResourceConfig"] = in.value("ResourceConfig", json::object());
+  json stopping = in.value("StoppingCondition", json::object());
+  if (!stopping.contains("MaxRuntimeInSeconds")) stopping["MaxRuntimeInSeconds"] = 86400;
+  out["StoppingCondition"] = stopping;
+  out["CreationTime"] = Seconds(record.creation_millis);
+  if (state.contains("training_start_millis")) out["TrainingStartTime"] = Seconds(state["training_start_millis"].get<int64_t>());
+  if (record.training_end_millis) out["TrainingEndTime"] = Seconds(*record.training_end_millis);
+  out["LastModifiedTime"] = Seconds(record.last_modified_millis);
+  json transitions = json::array();
+  for (const json& t : state.value("transitions", json::array())) {
+    json entry = {{"Status", t.value("Status", "")},
+                  {"StartTime", Seconds(t.value("StartTime", int64_t{0}))},
+                  {"StatusMessage", t.value("StatusMessage", "")}};
+    if (t.contains("EndTime")) entry["EndTime"] = Seconds(t["EndTime"].get<int64_t>());
+    transitions.push_back(entry);
+  }
+  out["SecondaryStatusTransitions"] = transitions;
+  json metrics = json::array();
+  const json final_metrics = state.value("final_metrics", json::object());
+  for (const auto& [name, point] : final_metrics.items()) {
+    metrics.push_back({{"MetricName", name},
+                       {"Value", point.value("value", 0.0)},
+                       {"Timestamp", Seconds(point.value("timestamp_millis", int64_t{0}))}});
+  }
+  out["FinalMetricDataList"] = metrics;
+  for (const char* flag : {"EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining"}) {
+    out[flag] = in.value(flag, false);
+  }
+  if (state.contains("training_start_millis")) {
+    int64_t start = state["training_start_millis"].get<int64_t>();
+    int64_t end = record.training_end_millis.value_or(0);
+    if (end >= start && end > 0) {
+      // Whole seconds, rounded up, as AWS bills (a job that ran at all ran at least 1 s).
+      int64_t seconds = std::max<int64_t>(1, (end - start + 999) / 1000);
+      out["TrainingTimeInSeconds"] = seconds;
+      out["BillableTimeInSeconds"] = seconds;
+    }
+  }
+  for (const char* member : {"VpcConfig", "CheckpointConfig", "DebugHookConfig", "DebugRuleConfigurations",
+                             "TensorBoardOutputConfig", "ExperimentConfig", "ProfilerConfig",
+                             "ProfilerRuleConfigurations", "Environment", "RetryStrategy", "RemoteDebugConfig",
+                             "InfraCheckConfig"}) {
+    if (in.contains(member) && !in[member].is_null()) out[member] = in[member];
+  }
+  (void)MetricsLastValues;
+  return out;
+}
+
+namespace {
+
+// ListTrainingJobs / ListTags tokens: base64 of {"k": sort key, "n": last name, "f": filter
+// hash, "t": issue time}. Reusing a token with other filters, or after 24 h, is AWS's
+// "The provided NextToken is invalid." (control-plane-api.md §4).
+std::string EncodeToken(const json& cursor, const std::string& filter_hash, int64_t now) {
+  json token = {{"c", cursor}, {"f", filter_hash}, {"t", now}};
+  return Base64Encode(token.dump());
+}
+
+std::optional<json> DecodeToken(const std::string& token, const std::string& filter_hash, int64_t now) {
+  auto raw = Base64Decode(token);
+  if (!raw) return std::nullopt;
+  json parsed = json::parse(*raw, nullptr, false);
+  if (!parsed.is_object() || parsed.value("f", "") != filter_hash || !parsed.contains("c")) return std::nullopt;
+  int64_t issued = parsed.value("t", int64_t{0});
+  if (now - issued > kTokenLifetimeMillis) return std::nullopt;
+  return parsed["c"];
+}
+
+std::string FilterHash(const json& in) {
+  json filters = in;
+  filters.erase("NextToken");
+  filters.erase("MaxResults");
+  return Sha256Hex(filters.dump()).substr(0, 16);
+}
+
+// "arn:aws:sagemaker:<r>:<a>:training-job/<name>" → name (case kept).
+std::optional<std::string> TrainingJobNameFromArn(const std::string& arn) {
+  static const std::string kMarker = ":training-job/";
+  std::string lower = ToLower(arn);
+  if (!StartsWith(lower, "arn:aws:sagemaker:")) return std::nullopt;
+  size_t at = lower.find(kMarker);
+  if (at == std::string::npos) return std::nullopt;
+  return arn.substr(at + kMarker.size());
+}
+
+}  // namespace
+
+void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsContext& context) {
+  auto ctx = std::make_shared<TrainingJobsContext>(context);
+  auto jobs = std::make_shared<store::TrainingJobRepository>(context.database);
+  auto tags = std::make_shared<store::TagRepository>(context.database);
+
+  service->Register("CreateTrainingJob", [ctx, jobs, tags](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    if (auto error = CheckCreateRequest(in, ctx->controller)) return *error;
+    const std::string name = in["TrainingJobName"].get<std::string>();
+    const int64_t now = NowOf(*ctx);
+    store::TrainingJobRecord record;
+    record.name = name;
+    record.arn = TrainingJobArn(*ctx, name);
+    record.request = in;
+    record.request.erase("Tags");  // kept in the tag table; Describe does not return them
+    record.status = "InProgress";
+    record.creation_millis = now;
+    record.state = {{"phase", "queued"}};
+    control::RecordSecondaryStatus(record, "Starting", "Starting the training job", now);
+    Status inserted = jobs->Insert(record);
+    if (inserted.IsAlreadyExists()) {
+      return aws::AwsError("ResourceInUse",
+                           "Training job names must be unique within an AWS account and region, and a training job "
+                           "with this name already exists (" +
+                               inserted.message() + ")");
+    }
+    if (!inserted.ok()) return aws::AwsError("InternalFailure", inserted.message(), 500);
+    if (in.contains("Tags") && in["Tags"].is_array() && !in["Tags"].empty()) {
+      std::vector<store::Tag> list;
+      for (const json& t : in["Tags"]) list.push_back({t.value("Key", ""), t.value("Value", "")});
+      Status tagged = tags->Add(record.arn, list);
+      if (!tagged.ok()) KLOG(warn, "tags not stored", {{"job", name}, {"error", tagged.ToString()}});
+    }
+    ctx->controller->Submit(name);
+    return json{{"TrainingJobArn", record.arn}};
+  });
+
+  service->Register("DescribeTrainingJob", [jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    auto record = jobs->Get(in["TrainingJobName"].get<std::string>());
+    if (record.status().IsNotFound()) return Validation("Requested resource not found.");
+    if (!record.ok()) return aws::AwsError("InternalFailure", record.status().message(), 500);
+    return RenderTrainingJob(*record);
+  });
+
+  service->Register("ListTrainingJobs", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    store::TrainingJobListQuery query;
+    if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
+    if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
+    if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
+    if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
+    if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
+    if (in.contains("LastModifiedTimeBefore")) query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
+    const std::string sort_by = in.value("SortBy", "CreationTime");
+    const bool descending = in.value("SortOrder", "Ascending") == "Descending";
+    const int max_results = in.value("MaxResults", 10);
+    const int64_t now = NowOf(*ctx);
+    const std::string filter_hash = FilterHash(in);
+
+    auto listed = jobs->List(query);
+    if (!listed.ok()) return aws::AwsError("InternalFailure", listed.status().message(), 500);
+    std::vector<store::TrainingJobRecord> rows = std::move(listed).value();
+    // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
+    if (in.contains("WarmPoolStatusEquals") && !in["WarmPoolStatusEquals"].is_null()) rows.clear();
+    // Sort key, then the name (unique) as tie-breaker: a cursor on (key, name) stays valid while
+    // jobs are created between pages.
+    auto key_of = [&](const store::TrainingJobRecord& r) -> json {
+      if (sort_by == "Name") return ToLower(r.name);
+      if (sort_by == "Status") return r.status;
+      return r.creation_millis;
+    };
+    auto less = [&](const json& ka, const std::string& na, const json& kb, const std::string& nb) {
+      if (ka != kb) return descending ? kb < ka : ka < kb;
+      return descending ? ToLower(nb) < ToLower(na) : ToLower(na) < ToLower(nb);
+    };
+    std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return less(key_of(a), a.name, key_of(b), b.name); });
+    size_t start = 0;
+    if (in.contains("NextToken") && in["NextToken"].is_string()) {
+      auto cursor = DecodeToken(in["NextToken"].get<std::string>(), filter_hash, now);
+      if (!cursor) return Validation("The provided NextToken is invalid.");
+      json key = (*cursor)["k"];
+      std::string last = (*cursor)["n"];
+      while (start < rows.size() && !less(key, last, key_of(rows[start]), rows[start].name)) ++start;
+    }
+    json summaries = json::array();
+    size_t end = std::min(rows.size(), start + static_cast<size_t>(max_results));
+    for (size_t i = start; i < end; ++i) {
+      const auto& r = rows[i];
+      json s = {{"TrainingJobName", r.name},
+                {"TrainingJobArn", r.arn},
+                {"CreationTime", Seconds(r.creation_millis)},
+                {"LastModifiedTime", Seconds(r.last_modified_millis)},
+                {"TrainingJobStatus", r.status},
+                {"SecondaryStatus", r.secondary_status}};
+      if (r.training_end_millis) s["TrainingEndTime"] = Seconds(*r.training_end_millis);
+      summaries.push_back(s);
+    }
+    json out = {{"TrainingJobSummaries", summaries}};
+    if (end < rows.size() && end > start) {
+      out["NextToken"] = EncodeToken({{"k", key_of(rows[end - 1])}, {"n", rows[end - 1].name}}, filter_hash, now);
+    }
+    return out;
+  });
+
+  service->Register("StopTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["TrainingJobName"].get<std::string>();
+    const int64_t now = NowOf(*ctx);
+    std::string refused;
+    auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
+      if (r.status != "InProgress") {
+        refused = "The job status is " + r.status + "; only InProgress jobs can be stopped.";
+        return Status::FailedPrecondition(refused);
+      }
+      r.status = "Stopping";
+      r.state["stop_requested"] = "user";
+      control::RecordSecondaryStatus(r, "Stopping", "Stopping the training job", now);
+      return Status::Ok();
+    });
+    if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
+    if (!refused.empty()) return Validation(refused);
+    if (!updated.ok()) return aws::AwsError("InternalFailure", updated.status().message(), 500);
+    ctx->controller->RequestStop(updated->name);
+    return json::object();
+  });
+
+  service->Register("DeleteTrainingJob", [jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["TrainingJobName"].get<std::string>();
+    auto record = jobs->Get(name);
+    if (record.status().IsNotFound()) return Validation("Requested resource not found.");
+    if (!record.ok()) return aws::AwsError("InternalFailure", record.status().message(), 500);
+    if (record->status == "InProgress" || record->status == "Stopping") {
+      return Validation("The training job " + record->name + " is " + record->status +
+                        ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
+    }
+    Status deleted = jobs->Delete(record->name);
+    if (!deleted.ok() && !deleted.IsNotFound()) return aws::AwsError("InternalFailure", deleted.message(), 500);
+    return json::object();
+  });
+
+  service->Register("UpdateTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["TrainingJobName"].get<std::string>();
+    std::string refused;
+    auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
+      if (r.status != "InProgress") {
+        refused = "The training job " + r.name + " is " + r.status + "; only InProgress jobs can be updated.";
+        return Status::FailedPrecondition(refused);
+      }
+      // The members Kiln keeps: they are echoed by Describe. Profiler settings have no effect on
+      // the process runtime; KeepAlivePeriodInSeconds has none until warm pools exist.
+      for (const char* member : {"ProfilerConfig", "ProfilerRuleConfigurations", "RemoteDebugConfig"}) {
+        if (in.contains(member) && !in[member].is_null()) r.request[member] = in[member];
+      }
+      if (in.contains("ResourceConfig") && in["ResourceConfig"].contains("KeepAlivePeriodInSeconds")) {
+        r.request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = in["ResourceConfig"]["KeepAlivePeriodInSeconds"];
+      }
+      r.last_modified_millis = NowOf(*ctx);
+      return Status::Ok();
+    });
+    if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
+    if (!refused.empty()) return Validation(refused);
+    if (!updated.ok()) return aws::AwsError("InternalFailure", updated.status().message(), 500);
+    return json{{"TrainingJobArn", updated->arn}};
+  });
+
+  // Tags. Resources other than training jobs are accepted by ARN as they are added by later
+  // resource families; a training-job ARN must name an existing job.
+  auto check_resource = [jobs](const std::string& arn) -> std::optional<aws::AwsError> {
+    if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
+      return Validation("Invalid ResourceArn: " + arn + " is not a SageMaker resource ARN.");
+    }
+    if (auto name = TrainingJobNameFromArn(arn)) {
+      auto record = jobs->Get(*name);
+      if (!record.ok()) return Validation("Could not find resource \"" + arn + "\".");
+    }
+    return std::nullopt;
+  };
+
+  service->Register("AddTags", [tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string arn = in["ResourceArn"].get<std::string>();
+    if (auto error = check_resource(arn)) return *error;
+    std::vector<store::Tag> list;
+    for (const json& t : in["Tags"]) {
+      std::string key = t.value("Key", "");
+      if (StartsWith(ToLower(key), "aws:")) {
+        return Validation("Tag keys starting with 'aws:' are reserved for system use; rename the key '" + key + "'.");
+      }
+      list.push_back({key, t.value("Value", "")});
+    }
+    auto existing = tags->List(arn);
+    if (!existing.ok()) return aws::AwsError("InternalFailure", existing.status().message(), 500);
+    std::set<std::string> keys;
+    for (const auto& t : *existing) keys.insert(t.key);
+    for (const auto& t : list) keys.insert(t.key);
+    if (keys.size() > kMaxTagsPerResource) {
+      return aws::AwsError("ResourceLimitExceeded", "A resource can have at most 50 tags; this request would give " +
+                                                        arn + " " + std::to_string(keys.size()) + ".");
+    }
+    Status added = tags->Add(arn, list);
+    if (!added.ok()) return aws::AwsError("InternalFailure", added.message(), 500);
+    json out_tags = json::array();
+    for (const json& t : in["Tags"]) out_tags.push_back(t);
+    return json{{"Tags", out_tags}};
+  });
+
+  service->Register("ListTags", [ctx, tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string arn = in["ResourceArn"].get<std::string>();
+    if (auto error = check_resource(arn)) return *error;
+    auto list = tags->List(arn);
+    if (!list.ok()) return aws::AwsError("InternalFailure", list.status().message(), 500);
+    const size_t max_results = static_cast<size_t>(in.value("MaxResults", 50));
+    const std::string filter_hash = FilterHash(in);
+    const int64_t now = NowOf(*ctx);
+    size_t start = 0;
+    if (in.contains("NextToken") && in["NextToken"].is_string()) {
+      auto cursor = DecodeToken(in["NextToken"].get<std::string>(), filter_hash, now);
+      if (!cursor || !cursor->is_number_unsigned()) return Validation("The provided NextToken is invalid.");
+      start = cursor->get<size_t>();
+    }
+    json out_tags = json::array();
+    size_t end = std::min(list->size(), start + max_results);
+    for (size_t i = start; i < end; ++i) out_tags.push_back({{"Key", (*list)[i].key}, {"Value", (*list)[i].value}});
+    json out = {{"Tags", out_tags}};
+    if (end < list->size()) out["NextToken"] = EncodeToken(end, filter_hash, now);
+    return out;
+  });
+
+  service->Register("DeleteTags", [tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string arn = in["ResourceArn"].get<std::string>();
+    if (auto error = check_resource(arn)) return *error;
+    Status removed = tags->Remove(arn, in["TagKeys"].get<std::vector<std::string>>());
+    if (!removed.ok()) return aws::AwsError("InternalFailure", removed.message(), 500);
+    return json::object();
+  });
+}
+
+}  // namespace kiln::api

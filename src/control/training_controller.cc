@@ -1,0 +1,1117 @@
+#include "control/training_controller.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "agent/artifacts.h"
+#include "agent/checkpoints.h"
+#include "agent/pipe_feeder.h"
+#include "agent/staging.h"
+#include "agent/training_layout.h"
+#include "agent/transfer.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "observe/metric_extractor.h"
+
+namespace kiln::control {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
+constexpr size_t kFailureReasonMax = 1024;
+
+// Secondary statuses and their messages (training-contract.md §14).
+constexpr char kMsgStarting[] = "Starting the training job";
+constexpr char kMsgLaunching[] = "Launching requested ML instances";
+constexpr char kMsgPreparing[] = "Preparing the instances for training";
+constexpr char kMsgDownloading[] = "Downloading input data";
+constexpr char kMsgTraining[] = "Training image download completed. Training in progress.";
+constexpr char kMsgUploading[] = "Uploading generated training model";
+constexpr char kMsgCompleted[] = "Training job completed";
+constexpr char kMsgStopping[] = "Stopping the training job";
+constexpr char kMsgStopped[] = "Training job stopped";
+constexpr char kMsgMaxRuntime[] = "Job stopped because max runtime was exceeded";
+
+std::string Truncate(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  // Do not cut a UTF-8 sequence in half.
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  return s;
+}
+
+int64_t MaxRuntimeSeconds(const json& request) {
+  const json& sc = request.value("StoppingCondition", json::object());
+  if (sc.contains("MaxRuntimeInSeconds") && sc["MaxRuntimeInSeconds"].is_number_integer()) {
+    return sc["MaxRuntimeInSeconds"].get<int64_t>();
+  }
+  return 86400;
+}
+
+// The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
+std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
+  const json& hps = request.value("HyperParameters", json::object());
+  if (!hps.contains(key) || !hps[key].is_string()) return std::nullopt;
+  std::string raw = hps[key].get<std::string>();
+  json decoded = json::parse(raw, nullptr, false);
+  if (!decoded.is_discarded() && decoded.is_string()) return decoded.get<std::string>();
+  return raw;
+}
+
+}  // namespace
+
+std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const json& definitions) {
+  std::vector<observe::MetricDefinition> out;
+  if (!definitions.is_array()) return out;
+  for (const json& d : definitions) {
+    if (d.is_object()) out.push_back({d.value("Name", ""), d.value("Regex", "")});
+  }
+  return out;
+}
+
+void RecordSecondaryStatus(store::TrainingJobRecord& record, const std::string& secondary, const std::string& message,
+                           int64_t now_millis) {
+  json& transitions = record.state["transitions"];
+  if (!transitions.is_array()) transitions = json::array();
+  if (!transitions.empty() && transitions.back().value("Status", "") == secondary) {
+    transitions.back()["StatusMessage"] = message;
+  } else {
+    if (!transitions.empty()) transitions.back()["EndTime"] = now_millis;
+    transitions.push_back({{"Status", secondary}, {"StartTime", now_millis}, {"StatusMessage", message}});
+  }
+  record.secondary_status = secondary;
+  record.state["status_message"] = message;
+  record.last_modified_millis = now_millis;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JobRun: one job from grant (or adoption) to its terminal status, on its own monitor thread.
+
+class TrainingController::JobRun {
+ public:
+  JobRun(TrainingController* controller, std::string name, std::vector<Allocation> allocations, bool adopt)
+      : controller_(controller), name_(std::move(name)), allocations_(std::move(allocations)), adopt_(adopt) {}
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+  void RequestStop() {
+    stop_requested_.store(true);
+    cancel_.Cancel();
+    Wake();
+  }
+  void Shutdown() {
+    shutting_down_.store(true);
+    cancel_.Cancel();
+    Wake();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Host {
+    std::string host;  // algo-<n>
+    int shard_index = 0;  // position in the sorted hosts list (ShardedByS3Key)
+    std::string instance_id;
+    std::string root;    // <work_dir>/<job>/algo-<n>
+    std::string opt_ml;  // root/opt_ml
+    std::string log_stream;
+    int64_t started_millis = 0;
+    bool exited = false;
+    int exit_code = -1;
+    int term_signal = 0;
+    // Log pump.
+    std::thread pump;
+    std::atomic<bool> pump_stop{false};
+    std::atomic<bool> pump_done{false};
+    std::mutex pump_mutex;
+    std::string last_stderr_line;  // GUARDED_BY(pump_mutex)
+    std::unique_ptr<agent::PipeFeeder> feeder;
+    std::unique_ptr<agent::CheckpointSync> checkpoints;
+  };
+
+  const TrainingControllerOptions& options() const { return controller_->options_; }
+  const TrainingControllerDeps& deps() const { return controller_->deps_; }
+  int64_t Now() const { return deps().clock ? deps().clock->NowMillis() : Clock::System().NowMillis(); }
+
+  void Wake() {
+    std::lock_guard<std::mutex> lock(wait_mutex_);
+    wait_cv_.notify_all();
+  }
+  void Sleep(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(wait_mutex_);
+    wait_cv_.wait_for(lock, d, [&] { return shutting_down_.load() || stop_requested_.load(); });
+  }
+
+  Result<store::TrainingJobRecord> Update(const std::function<void(store::TrainingJobRecord&)>& fn) {
+    return controller_->jobs_.Mutate(name_, [&](store::TrainingJobRecord& r) {
+      fn(r);
+      return Status::Ok();
+    });
+  }
+  void SetSecondary(const std::string& secondary, const std::string& message) {
+    int64_t now = Now();
+    auto r = Update([&](store::TrainingJobRecord& rec) {
+      // A stop the API recorded wins over progress: keep showing Stopping.
+      if (rec.status == "Stopping" && secondary != "Stopping") return;
+      RecordSecondaryStatus(rec, secondary, message, now);
+    });
+    if (!r.ok()) KLOG(warn, "training job update failed", {{"job", name_}, {"error", r.status().ToString()}});
+  }
+
+  void Run();
+  Status Prepare(store::TrainingJobRecord& record);
+  Status Stage(const store::TrainingJobRecord& record);
+  Status Launch(store::TrainingJobRecord& record);
+  void Adopt(const store::TrainingJobRecord& record);
+  void Monitor(const store::TrainingJobRecord& record);
+  void Finish(bool ran);
+  void Fail(const std::string& reason, bool ran);
+  void StartPump(Host& host, const json& metric_definitions, int64_t offset);
+  void Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor, int64_t offset);
+  void StopPumps(bool drain);
+  void StopAgents();
+  Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
+  std::string FailureReasonFromHosts();
+  void Cleanup();
+
+  TrainingController* controller_;
+  std::string name_;
+  std::vector<Allocation> allocations_;
+  bool adopt_;
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> shutting_down_{false};
+  agent::CancelFlag cancel_;
+  std::mutex wait_mutex_;
+  std::condition_variable wait_cv_;
+
+  json request_;
+  std::string job_dir_;
+  std::vector<std::unique_ptr<Host>> hosts_;
+  std::string stop_reason_;  // "user" | "max_runtime" | "peer_failure"
+  int64_t training_start_millis_ = 0;
+
+  std::mutex metrics_mutex_;
+  json final_metrics_ = json::object();  // GUARDED_BY(metrics_mutex_)
+  bool metrics_dirty_ = false;           // GUARDED_BY(metrics_mutex_)
+};
+
+void TrainingController::JobRun::Run() {
+  auto loaded = controller_->jobs_.Get(name_);
+  if (!loaded.ok()) {
+    KLOG(error, "training job vanished before it ran", {{"job", name_}, {"error", loaded.status().ToString()}});
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  store::TrainingJobRecord record = std::move(loaded).value();
+  request_ = record.request;
+  job_dir_ = options().work_dir + "/" + record.name;
+  if (record.state.value("stop_requested", "") != "") {
+    stop_requested_.store(true);
+    stop_reason_ = record.state.value("stop_requested", "user");
+  }
+
+  const std::string phase = record.state.value("phase", "queued");
+  if (adopt_ && (phase == "running" || phase == "finishing")) {
+    Adopt(record);
+    if (phase == "running") Monitor(record);
+    if (shutting_down_.load()) {
+      StopPumps(false);
+      StopAgents();
+      controller_->OnRunFinished(name_);
+      return;
+    }
+    Finish(true);
+    controller_->OnRunFinished(name_);
+    return;
+  }
+
+  Status prepared = Prepare(record);
+  if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
+  if (shutting_down_.load()) {
+    StopAgents();
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  if (!prepared.ok() && !(prepared.code() == StatusCode::kAborted && stop_requested_.load())) {
+    StopAgents();
+    Fail(prepared.message(), false);
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  if (stop_requested_.load()) {
+    StopAgents();
+    Finish(false);
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  Status launched = Launch(record);
+  if (!launched.ok()) {
+    StopAgents();
+    Fail(launched.message(), false);
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  Monitor(record);
+  if (shutting_down_.load()) {
+    StopPumps(false);
+    StopAgents();
+    controller_->OnRunFinished(name_);
+    return;
+  }
+  Finish(true);
+  controller_->OnRunFinished(name_);
+}
+
+Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
+  SetSecondary("Starting", kMsgLaunching);
+  auto persisted = Update([&](store::TrainingJobRecord& r) {
+    r.state["phase"] = "staging";
+    json allocations = json::array();
+    for (const auto& a : allocations_) allocations.push_back(a);
+    r.state["allocations"] = allocations;
+  });
+  if (!persisted.ok()) return persisted.status();
+  SetSecondary("Starting", kMsgPreparing);
+
+  std::error_code ec;
+  fs::remove_all(job_dir_, ec);
+  std::vector<agent::HostLayout> layouts = agent::HostLayoutsForRequest(request_);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    auto host = std::make_unique<Host>();
+    host->host = layouts[i].current_host;
+    host->shard_index = layouts[i].ShardIndex();
+    host->root = job_dir_ + "/" + host->host;
+    host->opt_ml = host->root + "/opt_ml";
+    host->instance_id = "training-" + record.name + "-" + host->host;
+    // A previous attempt (a server that died while staging) may have left an instance behind.
+    if (deps().runtime->Inspect(host->instance_id).ok()) {
+      (void)deps().runtime->Stop(host->instance_id, std::chrono::seconds(0));
+      (void)deps().runtime->Wait(host->instance_id, std::chrono::seconds(5));
+      (void)deps().runtime->Remove(host->instance_id);
+    }
+    RETURN_IF_ERROR(MakeDirs(host->root, 0755).WithPrefix("InternalServerError: cannot create the host directory"));
+    RETURN_IF_ERROR(agent::WriteTrainingLayout(host->opt_ml, request_, layouts[i]));
+    hosts_.push_back(std::move(host));
+  }
+  return Status::Ok();
+}
+
+Status TrainingController::JobRun::Stage(const store::TrainingJobRecord& record) {
+  SetSecondary("Downloading", kMsgDownloading);
+  const int host_count = static_cast<int>(hosts_.size());
+  // Script-mode code (sagemaker_submit_directory) is fetched here, while the channels download,
+  // so that the toolkit finds /opt/ml/code filled and starts the user's script at once.
+  std::optional<std::string> submit_dir = DecodedHyperparameter(request_, "sagemaker_submit_directory");
+  for (int i = 0; i < host_count; ++i) {
+    Host& host = *hosts_[i];
+    agent::StageOptions stage_options;
+    stage_options.parallelism = options().staging_parallelism;
+    ASSIGN_OR_RETURN(agent::StagingReport report,
+                     agent::StageChannels(*deps().object_store, request_, host.shard_index, host_count, host.opt_ml,
+                                          cancel_, stage_options));
+    KLOG(info, "staged input channels",
+         {{"job", name_}, {"host", host.host}, {"objects", std::to_string(report.objects)},
+          {"bytes", std::to_string(report.bytes)}, {"seconds", std::to_string(report.elapsed_seconds)}});
+    if (submit_dir && (StartsWith(*submit_dir, "s3://") || StartsWith(*submit_dir, "file://"))) {
+      RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code"));
+    }
+    if (request_.contains("CheckpointConfig")) {
+      ASSIGN_OR_RETURN(host.checkpoints, MakeCheckpointSync(host));
+      RETURN_IF_ERROR(host.checkpoints->Restore(&cancel_));
+    }
+    agent::PipeFeeder::Options feeder_options;
+    feeder_options.on_error = [this](const std::string& channel, const Status& error) {
+      KLOG(warn, "pipe channel failed", {{"job", name_}, {"channel", channel}, {"error", error.ToString()}});
+    };
+    auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, host.shard_index, host_count,
+                                                      host.opt_ml, feeder_options);
+    RETURN_IF_ERROR(feeder->Start());
+    host.feeder = std::move(feeder);
+  }
+  (void)record;
+  return Status::Ok();
+}
+
+Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
+  const json& algorithm = request_.value("AlgorithmSpecification", json::object());
+  const std::string image = algorithm.value("TrainingImage", "");
+  auto resolved = deps().environments->Resolve(image);
+  if (!resolved.ok()) return Status::InvalidArgument("ClientError: " + resolved.status().message());
+  const runtime::ImageResolution& resolution = *resolved;
+
+  // Credentials for the instances: issued once per job and kept in its state, so that a
+  // restarted server can accept them again.
+  aws::Credential credential;
+  if (record.state.contains("credentials")) {
+    const json& c = record.state["credentials"];
+    credential.access_key_id = c.value("access_key_id", "");
+    credential.secret_access_key = c.value("secret_access_key", "");
+    credential.session_token = c.value("session_token", "");
+    credential.principal_arn = c.value("principal_arn", "");
+    credential.user_id = c.value("user_id", "");
+    credential.account_id = c.value("account_id", "");
+  } else {
+    credential = deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
+  }
+  deps().credentials->Register(credential);
+
+  std::vector<std::string> argv;
+  std::vector<std::string> entrypoint, arguments;
+  if (algorithm.contains("ContainerEntrypoint")) entrypoint = algorithm["ContainerEntrypoint"].get<std::vector<std::string>>();
+  if (algorithm.contains("ContainerArguments")) arguments = algorithm["ContainerArguments"].get<std::vector<std::string>>();
+  std::string working_dir = "/opt/ml/code";
+  if (resolution.kind == runtime::ImageResolution::Kind::kLocalExecutable) {
+    // `docker run IMAGE train`: the image's entrypoint (the executable) with `train`, unless the
+    // request overrides the entrypoint or the arguments (training-contract.md §2).
+    if (!entrypoint.empty()) {
+      argv = entrypoint;
+      argv.insert(argv.end(), arguments.begin(), arguments.end());
+    } else {
+      argv = {resolution.executable};
+      if (arguments.empty()) {
+        argv.push_back("train");
+      } else {
+        argv.insert(argv.end(), arguments.begin(), arguments.end());
+      }
+    }
+    working_dir = "/";
+  } else {
+    // Framework images have no ENTRYPOINT; `train` is the toolkit, which Kiln's toolkit plays.
+    if (!entrypoint.empty()) {
+      argv = entrypoint;
+      argv.insert(argv.end(), arguments.begin(), arguments.end());
+    } else if (!arguments.empty()) {
+      argv = arguments;
+    } else {
+      argv = {resolution.interpreter, options().toolkit_script};
+    }
+  }
+
+  std::map<std::string, std::string> base_env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"HOME", "/root"},
+      {"LANG", "C.UTF-8"},
+  };
+  for (const auto& [k, v] : resolution.env) base_env[k] = v;
+  base_env["AWS_REGION"] = options().region;
+  base_env["AWS_DEFAULT_REGION"] = options().region;
+  base_env["AWS_ENDPOINT_URL"] = options().endpoint_url;
+  base_env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
+  base_env["S3_ENDPOINT_URL"] = options().endpoint_url;
+  if (request_.contains("Environment") && request_["Environment"].is_object()) {
+    for (const auto& [k, v] : request_["Environment"].items()) {
+      if (v.is_string()) base_env[k] = v.get<std::string>();
+    }
+  }
+  // Credentials and TRAINING_JOB_* win over the request's Environment (§5.1).
+  base_env["AWS_ACCESS_KEY_ID"] = credential.access_key_id;
+  base_env["AWS_SECRET_ACCESS_KEY"] = credential.secret_access_key;
+  base_env["AWS_SESSION_TOKEN"] = credential.session_token;
+  base_env["TRAINING_JOB_NAME"] = record.name;
+  base_env["TRAINING_JOB_ARN"] = record.arn;
+
+  // The sandbox has a private /tmp: host files the program needs from there (a `local:`
+  // executable, the toolkit, an interpreter in a temporary venv) are bound in read-only, by their
+  // first directory under /tmp.
+  std::vector<runtime::BindMount> tmp_binds;
+  auto bind_if_in_tmp = [&tmp_binds](const std::string& path) {
+    if (!StartsWith(path, "/tmp/")) return;
+    size_t end = path.find('/', 5);
+    if (end == std::string::npos) end = path.size();
+    std::string top = path.substr(0, end);
+    for (const auto& b : tmp_binds) {
+      if (b.host_path == top) return;
+    }
+    tmp_binds.push_back({top, top, /*read_only=*/true});
+  };
+  bind_if_in_tmp(resolution.executable);
+  bind_if_in_tmp(resolution.interpreter);
+  if (!argv.empty()) bind_if_in_tmp(argv[0]);
+  if (argv.size() > 1) bind_if_in_tmp(argv[1]);
+
+  std::vector<std::string> hosts_lines = {"127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"};
+  {
+    // The process runtime shares the node's network: every algo-N is this node.
+    std::string line = "127.0.0.1";
+    for (const auto& h : hosts_) line += " " + h->host;
+    hosts_lines.push_back(line);
+  }
+
+  json hosts_state = json::array();
+  for (size_t i = 0; i < hosts_.size(); ++i) {
+    Host& host = *hosts_[i];
+    const Allocation& allocation = allocations_.at(std::min(i, allocations_.size() - 1));
+    runtime::InstanceSpec spec;
+    spec.instance_id = host.instance_id;
+    spec.opt_ml_dir = host.opt_ml;
+    spec.extra_mounts = tmp_binds;
+    spec.hostname = host.host;
+    spec.hosts_file_lines = hosts_lines;
+    spec.argv = argv;
+    spec.env = base_env;
+    if (allocation.gpus.empty()) {
+      spec.env["NVIDIA_VISIBLE_DEVICES"] = "void";
+    } else {
+      std::vector<std::string> ids, uuids;
+      for (int g : allocation.gpus) ids.push_back(std::to_string(g));
+      spec.env["CUDA_VISIBLE_DEVICES"] = kiln::Join(ids, ",");
+      spec.env["NVIDIA_VISIBLE_DEVICES"] =
+          allocation.gpu_uuids.empty() ? kiln::Join(ids, ",") : kiln::Join(allocation.gpu_uuids, ",");
+    }
+    spec.working_dir = working_dir;
+    spec.cpus = allocation.cpus;
+    spec.memory_limit_bytes = allocation.memory_bytes;
+    spec.gpus = allocation.gpus;
+    Status launched = deps().runtime->Launch(spec);
+    if (!launched.ok()) {
+      // Nothing of this job may keep running.
+      for (size_t j = 0; j < i; ++j) {
+        (void)deps().runtime->Stop(hosts_[j]->instance_id, std::chrono::seconds(0));
+      }
+      return Status::InvalidArgument("ClientError: the training program could not be started on " + host.host +
+                                     ": " + launched.message() +
+                                     ". Check AlgorithmSpecification.TrainingImage (and ContainerEntrypoint) and "
+                                     "the environment it maps to.");
+    }
+    host.started_millis = Now();
+    host.log_stream = record.name + "/" + host.host + "-" + std::to_string(host.started_millis / 1000);
+    json h = {{"host", host.host},
+              {"instance_id", host.instance_id},
+              {"root", host.root},
+              {"log_stream", host.log_stream},
+              {"started_millis", host.started_millis}};
+    hosts_state.push_back(h);
+  }
+  training_start_millis_ = hosts_.empty() ? Now() : hosts_.front()->started_millis;
+  json credential_state = {{"access_key_id", credential.access_key_id},
+                           {"secret_access_key", credential.secret_access_key},
+                           {"session_token", credential.session_token},
+                           {"principal_arn", credential.principal_arn},
+                           {"user_id", credential.user_id},
+                           {"account_id", credential.account_id}};
+  int64_t now = Now();
+  auto r = Update([&](store::TrainingJobRecord& rec) {
+    rec.state["phase"] = "running";
+    rec.state["hosts"] = hosts_state;
+    rec.state["credentials"] = credential_state;
+    rec.state["training_start_millis"] = training_start_millis_;
+    if (rec.status != "Stopping") RecordSecondaryStatus(rec, "Training", kMsgTraining, now);
+  });
+  if (!r.ok()) return r.status();
+
+  const json metric_definitions = algorithm.value("MetricDefinitions", json::array());
+  for (auto& host : hosts_) {
+    StartPump(*host, metric_definitions, 0);
+    if (host->checkpoints) host->checkpoints->Start();
+  }
+  return Status::Ok();
+}
+
+void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
+  training_start_millis_ = record.state.value("training_start_millis", int64_t{0});
+  if (record.state.contains("credentials")) {
+    const json& c = record.state["credentials"];
+    aws::Credential credential;
+    credential.access_key_id = c.value("access_key_id", "");
+    credential.secret_access_key = c.value("secret_access_key", "");
+    credential.session_token = c.value("session_token", "");
+    credential.principal_arn = c.value("principal_arn", "");
+    credential.user_id = c.value("user_id", "");
+    credential.account_id = c.value("account_id", "");
+    deps().credentials->Register(credential);
+  }
+  const json metric_definitions =
+      request_.value("AlgorithmSpecification", json::object()).value("MetricDefinitions", json::array());
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    final_metrics_ = record.state.value("final_metrics", json::object());
+  }
+  for (const json& h : record.state.value("hosts", json::array())) {
+    auto host = std::make_unique<Host>();
+    host->host = h.value("host", "");
+    host->instance_id = h.value("instance_id", "");
+    host->root = h.value("root", "");
+    host->opt_ml = host->root + "/opt_ml";
+    host->log_stream = h.value("log_stream", "");
+    host->started_millis = h.value("started_millis", int64_t{0});
+    int64_t offset = 0;
+    if (auto text = ReadFile(host->root + "/log.offset"); text.ok()) {
+      offset = std::strtoll(text->c_str(), nullptr, 10);
+    }
+    if (request_.contains("CheckpointConfig")) {
+      auto checkpoints = MakeCheckpointSync(*host);
+      if (checkpoints.ok()) {
+        host->checkpoints = std::move(checkpoints).value();
+        if (record.state.value("phase", "") == "running") host->checkpoints->Start();
+      }
+    }
+    hosts_.push_back(std::move(host));
+    StartPump(*hosts_.back(), metric_definitions, offset);
+  }
+  KLOG(info, "adopted running training job", {{"job", name_}, {"hosts", std::to_string(hosts_.size())}});
+}
+
+void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record) {
+  const int64_t deadline = training_start_millis_ + MaxRuntimeSeconds(request_) * 1000;
+  bool stop_sent = false;
+  int64_t last_metrics_flush = Now();
+  while (!shutting_down_.load()) {
+    // Exit statuses first: a host that ended is recorded even if a stop is also under way.
+    bool all_exited = true;
+    bool any_failed = false;
+    for (auto& host : hosts_) {
+      if (host->exited) {
+        if (host->exit_code != 0) any_failed = true;
+        continue;
+      }
+      auto status = deps().runtime->Inspect(host->instance_id);
+      if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
+        host->exited = true;
+        if (status.ok() && status->state == runtime::InstanceState::kExited) {
+          host->exit_code = status->exit_code;
+          host->term_signal = status->term_signal;
+        } else {
+          host->exit_code = -1;  // lost: the shim vanished without recording an exit
+        }
+        if (host->exit_code != 0) any_failed = true;
+      } else {
+        all_exited = false;
+      }
+    }
+    if (all_exited) break;
+
+    if (!stop_sent) {
+      std::string reason;
+      if (stop_requested_.load()) reason = stop_reason_.empty() ? "user" : stop_reason_;
+      if (reason.empty() && Now() >= deadline) reason = "max_runtime";
+      // A host failing fails the job; the other hosts are stopped like a stop (§11).
+      if (reason.empty() && any_failed) reason = "peer_failure";
+      if (!reason.empty()) {
+        stop_reason_ = reason;
+        if (reason == "max_runtime") {
+          int64_t now = Now();
+          (void)Update([&](store::TrainingJobRecord& rec) {
+            rec.status = "Stopping";
+            rec.state["stop_requested"] = "max_runtime";
+            RecordSecondaryStatus(rec, "Stopping", kMsgStopping, now);
+          });
+        }
+        for (auto& host : hosts_) {
+          if (!host->exited) (void)deps().runtime->Stop(host->instance_id, options().stop_grace);
+        }
+        stop_sent = true;
+      }
+    }
+
+    if (Now() - last_metrics_flush >= 2000) {
+      last_metrics_flush = Now();
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      if (metrics_dirty_) {
+        json snapshot = final_metrics_;
+        metrics_dirty_ = false;
+        (void)Update([&](store::TrainingJobRecord& rec) { rec.state["final_metrics"] = snapshot; });
+      }
+    }
+    // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
+    for (auto& host : hosts_) {
+      if (!host->exited) {
+        (void)deps().runtime->Wait(host->instance_id, std::chrono::milliseconds(250));
+        break;
+      }
+    }
+    if (stop_requested_.load() && !stop_sent) continue;
+  }
+  (void)record;
+}
+
+void TrainingController::JobRun::StartPump(Host& host, const json& metric_definitions, int64_t offset) {
+  std::shared_ptr<observe::MetricExtractor> extractor;
+  if (metric_definitions.is_array() && !metric_definitions.empty()) {
+    auto created = observe::MetricExtractor::Create(MetricDefinitionsFromJson(metric_definitions));
+    if (created.ok()) {
+      extractor = std::shared_ptr<observe::MetricExtractor>(std::move(created).value());
+    } else {
+      KLOG(warn, "metric definitions rejected", {{"job", name_}, {"error", created.status().ToString()}});
+    }
+  }
+  host.pump = std::thread([this, &host, extractor, offset] { Pump(host, extractor, offset); });
+}
+
+// Tails the shim's output file, appending each line to the job's log stream and matching it
+// against the metric definitions. The offset of the last appended byte is kept beside the host
+// directory so that an adopting server resumes exactly there.
+void TrainingController::JobRun::Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor,
+                                      int64_t offset) {
+  const std::string path = deps().runtime->OutputPath(host.instance_id);
+  const std::string offset_path = host.root + "/log.offset";
+  bool stream_ready = false;
+  std::string pending;
+  std::vector<char> buffer(256 * 1024);
+  UniqueFd fd;
+  bool final_pass = false;
+  while (true) {
+    if (!fd.valid()) fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    ssize_t n = 0;
+    if (fd.valid()) {
+      n = ::pread(fd.get(), buffer.data(), buffer.size(), offset + static_cast<int64_t>(pending.size()));
+      if (n > 0) pending.append(buffer.data(), static_cast<size_t>(n));
+    }
+    // Complete records only.
+    std::vector<observe::InputEvent> events;
+    size_t batch_bytes = 0;
+    size_t consumed = 0;
+    std::vector<observe::MetricPoint> points;
+    while (true) {
+      size_t nl = pending.find('\n', consumed);
+      if (nl == std::string::npos) break;
+      std::string_view record(pending.data() + consumed, nl - consumed);
+      size_t next = nl + 1;
+      // "<millis> <o|e> <text>"
+      size_t sp1 = record.find(' ');
+      if (sp1 != std::string_view::npos && record.size() >= sp1 + 3) {
+        int64_t ts = std::strtoll(std::string(record.substr(0, sp1)).c_str(), nullptr, 10);
+        char stream = record[sp1 + 1];
+        std::string text(record.substr(sp1 + 3));
+        if (!text.empty()) {
+          if (batch_bytes + text.size() + observe::kEventOverheadBytes > observe::kMaxBatchBytes ||
+              events.size() >= 5000) {
+            break;  // flush this batch first; the rest is read next round
+          }
+          if (extractor) {
+            auto found = extractor->Extract(text, ts);
+            points.insert(points.end(), found.begin(), found.end());
+          }
+          if (stream == 'e') {
+            std::lock_guard<std::mutex> lock(host.pump_mutex);
+            host.last_stderr_line = text;
+          }
+          batch_bytes += text.size() + observe::kEventOverheadBytes;
+          events.push_back({ts, std::move(text)});
+        }
+      }
+      consumed = next;
+    }
+    if (!events.empty()) {
+      std::stable_sort(events.begin(), events.end(),
+                       [](const observe::InputEvent& a, const observe::InputEvent& b) { return a.timestamp < b.timestamp; });
+      if (!stream_ready) {
+        Status g = deps().log_store->CreateGroup(kTrainingLogGroup);
+        Status s = deps().log_store->CreateStream(kTrainingLogGroup, host.log_stream);
+        (void)g;
+        (void)s;  // AlreadyExists is fine (adoption, several hosts)
+        stream_ready = true;
+      }
+      auto appended = deps().log_store->Append(kTrainingLogGroup, host.log_stream, events);
+      if (!appended.ok()) {
+        KLOG(warn, "training log append failed", {{"job", name_}, {"error", appended.status().ToString()}});
+      }
+    }
+    if (!points.empty()) {
+      // One transaction per batch of lines: a job printing thousands of metric lines per second
+      // costs one commit per read, not one per point.
+      std::vector<observe::MetricDatum> batch;
+      batch.reserve(points.size() * 2);
+      const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
+      const observe::Dimensions host_dims = {{"Host", name_ + "/" + host.host}};
+      for (const auto& p : points) {
+        batch.push_back({p.name, job_dims, p.timestamp_millis, p.value});
+        batch.push_back({p.name, host_dims, p.timestamp_millis, p.value});
+      }
+      if (deps().metric_store) {
+        Status put = deps().metric_store->Put(kMetricNamespace, batch);
+        if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
+      }
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      for (const auto& p : points) {
+        final_metrics_[p.name] = {{"value", p.value}, {"timestamp_millis", p.timestamp_millis}};
+      }
+      metrics_dirty_ = true;
+    }
+    if (consumed > 0) {
+      offset += static_cast<int64_t>(consumed);
+      pending.erase(0, consumed);
+      (void)WriteFileAtomic(offset_path, std::to_string(offset), false);
+    }
+    if (n > 0 || consumed > 0) continue;  // more may be ready
+    if (final_pass) break;
+    if (host.pump_stop.load()) {
+      // One more pass after the stop request reads what the shim wrote last.
+      if (host.pump_done.load()) final_pass = true;
+      else break;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void TrainingController::JobRun::StopPumps(bool drain) {
+  for (auto& host : hosts_) {
+    host->pump_done.store(drain);
+    host->pump_stop.store(true);
+  }
+  for (auto& host : hosts_) {
+    if (host->pump.joinable()) host->pump.join();
+  }
+}
+
+void TrainingController::JobRun::StopAgents() {
+  for (auto& host : hosts_) {
+    if (host->feeder) host->feeder->Stop();
+    host->checkpoints.reset();  // stops its background sync (no final sync)
+  }
+}
+
+Result<std::unique_ptr<agent::CheckpointSync>> TrainingController::JobRun::MakeCheckpointSync(const Host& host) {
+  const json& config = request_["CheckpointConfig"];
+  ASSIGN_OR_RETURN(std::string local_dir, agent::SandboxPathToHost(host.opt_ml, agent::CheckpointLocalPath(request_)));
+  agent::CheckpointSync::Options sync_options;
+  sync_options.scan_interval = options().checkpoint_scan_interval;
+  sync_options.quiet_period = options().checkpoint_quiet_period;
+  std::string job = name_;
+  sync_options.on_error = [job](const Status& error) {
+    KLOG(warn, "checkpoint sync failed", {{"job", job}, {"error", error.ToString()}});
+  };
+  return agent::CheckpointSync::Create(*deps().object_store, config.value("S3Uri", ""), local_dir, sync_options);
+}
+
+std::string TrainingController::JobRun::FailureReasonFromHosts() {
+  // The first host (in hosts order) that failed and wrote a failure file (§8).
+  for (auto& host : hosts_) {
+    if (host->exit_code == 0) continue;
+    std::string reason = agent::ReadFailureReason(host->opt_ml);
+    if (!reason.empty()) return Truncate(reason, kFailureReasonMax);
+  }
+  for (auto& host : hosts_) {
+    if (host->exit_code == 0) continue;
+    if (host->exit_code == -1 && host->term_signal == 0) {
+      return "InternalServerError: the instance " + host->host +
+             " was lost (its supervisor exited without recording an exit status).";
+    }
+    if (host->term_signal == SIGKILL || host->exit_code == 137) {
+      return "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
+             "training program. The process on " +
+             host->host + " was killed by SIGKILL (signal 9).";
+    }
+    std::string summary;
+    {
+      std::lock_guard<std::mutex> lock(host->pump_mutex);
+      summary = host->last_stderr_line;
+    }
+    int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
+    std::string tail = ", exit code: " + std::to_string(code);
+    if (summary.empty()) summary = "the training program exited with a non-zero status";
+    return "AlgorithmError: " + Truncate(summary, kFailureReasonMax - 16 - tail.size()) + tail;
+  }
+  return "";
+}
+
+void TrainingController::JobRun::Finish(bool ran) {
+  if (ran) {
+    // Wait for the pumps to read everything the instances wrote (the shims have exited).
+    StopPumps(true);
+  }
+  for (auto& host : hosts_) {
+    if (host->feeder) host->feeder->Stop();
+  }
+  if (ran) {
+    SetSecondary("Uploading", kMsgUploading);
+    (void)Update([&](store::TrainingJobRecord& rec) { rec.state["phase"] = "finishing"; });
+  }
+  std::string upload_error;
+  for (auto& host : hosts_) {
+    if (!host->checkpoints) continue;
+    Status s = ran ? host->checkpoints->Final() : Status::Ok();
+    host->checkpoints.reset();
+    if (!s.ok()) upload_error = "InternalServerError: checkpoint upload failed: " + s.message();
+  }
+  json model_artifacts, output_artifacts;
+  if (ran) {
+    std::vector<std::string> opt_ml_dirs;
+    for (auto& host : hosts_) opt_ml_dirs.push_back(host->opt_ml);
+    auto uploaded = agent::UploadJobArtifacts(*deps().object_store, opt_ml_dirs,
+                                              request_.value("OutputDataConfig", json::object()), name_);
+    if (uploaded.ok()) {
+      model_artifacts = uploaded->model_artifacts;
+      if (!uploaded->output_data.empty()) output_artifacts = uploaded->output_data;
+      for (const auto& clash : uploaded->clashes) {
+        KLOG(warn, "model file clash between hosts (lowest host kept)", {{"job", name_}, {"file", clash}});
+      }
+    } else if (upload_error.empty()) {
+      upload_error = uploaded.status().message();
+      if (!StartsWith(upload_error, "ClientError") && !StartsWith(upload_error, "InternalServerError")) {
+        upload_error = "InternalServerError: uploading the model artifacts failed: " + upload_error;
+      }
+    }
+  }
+
+  std::string failure = FailureReasonFromHosts();
+  bool any_failed = false;
+  for (auto& host : hosts_) any_failed |= host->exit_code != 0;
+  int64_t now = Now();
+  json final_metrics;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    final_metrics = final_metrics_;
+  }
+  int64_t end_millis = now;
+  for (auto& host : hosts_) {
+    auto status = deps().runtime->Inspect(host->instance_id);
+    if (status.ok() && status->finished_millis > 0) end_millis = std::max<int64_t>(status->finished_millis, 0);
+  }
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    std::string reason = rec.state.value("stop_requested", stop_reason_);
+    if (reason.empty()) reason = stop_reason_;
+    rec.state["phase"] = "done";
+    rec.state["final_metrics"] = final_metrics;
+    if (!model_artifacts.is_null()) rec.state["model_artifacts"] = model_artifacts;
+    if (!output_artifacts.is_null()) rec.state["output_artifacts"] = output_artifacts;
+    if (ran) {
+      rec.training_end_millis = end_millis;
+      rec.state["training_end_millis"] = end_millis;
+    }
+    if (reason == "user" || (reason.empty() && stop_requested_.load())) {
+      rec.status = "Stopped";
+      RecordSecondaryStatus(rec, "Stopped", kMsgStopped, now);
+    } else if (reason == "max_runtime") {
+      rec.status = "Stopped";
+      RecordSecondaryStatus(rec, "MaxRuntimeExceeded", kMsgMaxRuntime, now);
+    } else if (any_failed || !upload_error.empty()) {
+      std::string why = any_failed ? failure : upload_error;
+      rec.status = "Failed";
+      rec.state["failure_reason"] = why;
+      RecordSecondaryStatus(rec, "Failed", why, now);
+    } else {
+      rec.status = "Completed";
+      RecordSecondaryStatus(rec, "Completed", kMsgCompleted, now);
+    }
+    if (rec.state.contains("transitions") && !rec.state["transitions"].empty()) {
+      rec.state["transitions"].back()["EndTime"] = now;
+    }
+  });
+  Cleanup();
+}
+
+void TrainingController::JobRun::Fail(const std::string& reason, bool ran) {
+  (void)ran;
+  std::string why = reason;
+  if (!StartsWith(why, "ClientError") && !StartsWith(why, "InternalServerError") &&
+      !StartsWith(why, "AlgorithmError")) {
+    why = "InternalServerError: " + why;
+  }
+  why = Truncate(why, kFailureReasonMax);
+  int64_t now = Now();
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    rec.status = "Failed";
+    rec.state["phase"] = "done";
+    rec.state["failure_reason"] = why;
+    RecordSecondaryStatus(rec, "Failed", why, now);
+    rec.state["transitions"].back()["EndTime"] = now;
+  });
+  KLOG(info, "training job failed", {{"job", name_}, {"reason", why}});
+  Cleanup();
+}
+
+void TrainingController::JobRun::Cleanup() {
+  auto record = controller_->jobs_.Get(name_);
+  if (record.ok() && record->state.contains("credentials")) {
+    deps().credentials->Revoke(record->state["credentials"].value("access_key_id", ""));
+  }
+  for (auto& host : hosts_) {
+    if (!host->instance_id.empty()) (void)deps().runtime->Remove(host->instance_id);
+  }
+  if (!options().keep_host_dirs && !job_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(job_dir_, ec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TrainingController::TrainingController(TrainingControllerOptions options, TrainingControllerDeps deps)
+    : options_(std::move(options)), deps_(deps), jobs_(deps.database) {}
+
+TrainingController::~TrainingController() { Shutdown(); }
+
+Status TrainingController::Start() {
+  RETURN_IF_ERROR(MakeDirs(options_.work_dir, 0700).WithPrefix("training work dir"));
+  ASSIGN_OR_RETURN(auto active, jobs_.ListActive());
+  std::vector<std::string> to_queue;
+  for (auto& job : active) {
+    const std::string phase = job.state.value("phase", "queued");
+    if (phase == "running" || phase == "finishing") {
+      std::vector<Allocation> allocations;
+      for (const json& a : job.state.value("allocations", json::array())) allocations.push_back(a.get<Allocation>());
+      Status adopted = deps_.scheduler->Adopt(job.name, allocations);
+      if (!adopted.ok()) {
+        KLOG(warn, "could not re-reserve an adopted job's resources", {{"job", job.name}, {"error", adopted.ToString()}});
+      }
+      StartRun(job.name, allocations, /*adopt=*/true);
+    } else if (job.status == "Stopping") {
+      (void)FinishWithoutRunning(job.name, "user");
+    } else {
+      to_queue.push_back(job.name);
+    }
+  }
+  for (const auto& name : to_queue) Submit(name);
+  scheduler_thread_ = std::thread([this] { RunScheduler(); });
+  return Status::Ok();
+}
+
+void TrainingController::Shutdown() {
+  std::map<std::string, std::shared_ptr<JobRun>> runs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_ && !scheduler_thread_.joinable() && runs_.empty() && finished_runs_.empty()) return;
+    shutting_down_ = true;
+    runs = runs_;
+    wake_.notify_all();
+  }
+  for (auto& [name, run] : runs) run->Shutdown();
+  for (auto& [name, run] : runs) run->Join();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& run : finished_runs_) run->Join();
+  finished_runs_.clear();
+  runs_.clear();
+}
+
+void TrainingController::Submit(const std::string& name) {
+  auto record = jobs_.Get(name);
+  if (!record.ok()) return;
+  const json& rc = record->request.value("ResourceConfig", json::object());
+  ScheduleRequest request;
+  request.id = record->name;
+  request.seq = record->seq;
+  request.instance_type = rc.value("InstanceType", "");
+  request.instance_count = rc.value("InstanceCount", 1);
+  Status enqueued = deps_.scheduler->Enqueue(request);
+  if (!enqueued.ok()) {
+    int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+    std::string why = "ClientError: " + enqueued.message();
+    (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+      rec.status = "Failed";
+      rec.state["phase"] = "done";
+      rec.state["failure_reason"] = why;
+      RecordSecondaryStatus(rec, "Failed", why, now);
+      return Status::Ok();
+    });
+    return;
+  }
+  (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+    rec.state["phase"] = "queued";
+    return Status::Ok();
+  });
+  std::lock_guard<std::mutex> lock(mutex_);
+  schedule_needed_ = true;
+  wake_.notify_all();
+}
+
+void TrainingController::RequestStop(const std::string& name) {
+  std::shared_ptr<JobRun> run;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = runs_.find(name);
+    if (it != runs_.end()) run = it->second;
+  }
+  if (run) {
+    run->RequestStop();
+    return;
+  }
+  // Not granted yet: it leaves the queue and ends Stopped at once.
+  deps_.scheduler->Cancel(name);
+  (void)FinishWithoutRunning(name, "user");
+  std::lock_guard<std::mutex> lock(mutex_);
+  schedule_needed_ = true;
+  wake_.notify_all();
+}
+
+Status TrainingController::CheckFeasible(const std::string& instance_type, int instance_count) const {
+  return deps_.scheduler->CheckFeasible(instance_type, instance_count);
+}
+
+Status TrainingController::FinishWithoutRunning(const std::string& name, const std::string& why) {
+  int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  auto r = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+    if (rec.status != "InProgress" && rec.status != "Stopping") return Status::Ok();
+    rec.status = "Stopped";
+    rec.state["phase"] = "done";
+    RecordSecondaryStatus(rec, "Stopped", why == "user" ? kMsgStopped : kMsgMaxRuntime, now);
+    rec.state["transitions"].back()["EndTime"] = now;
+    return Status::Ok();
+  });
+  return r.status();
+}
+
+void TrainingController::MarkPending(const std::string& name) {
+  std::string message = deps_.scheduler->WaitingMessage(name);
+  if (message.empty()) message = "Waiting for compute capacity";
+  int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+    if (rec.status != "InProgress") return Status::Ok();
+    if (rec.secondary_status == "Pending" && rec.state.value("status_message", "") == message) return Status::Ok();
+    RecordSecondaryStatus(rec, "Pending", message, now);
+    return Status::Ok();
+  });
+}
+
+void TrainingController::RunScheduler() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!shutting_down_) {
+    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return shutting_down_ || schedule_needed_ || !finished_runs_.empty(); });
+    if (shutting_down_) break;
+    for (auto& run : finished_runs_) {
+      lock.unlock();
+      run->Join();
+      lock.lock();
+    }
+    finished_runs_.clear();
+    if (!schedule_needed_) continue;
+    schedule_needed_ = false;
+    lock.unlock();
+    std::vector<Grant> grants = deps_.scheduler->Schedule();
+    for (auto& grant : grants) StartRun(grant.id, std::move(grant.allocations), /*adopt=*/false);
+    // Whatever is still queued shows why it waits.
+    for (const auto& queued : deps_.scheduler->Snapshot().queue) MarkPending(queued.id);
+    lock.lock();
+  }
+}
+
+void TrainingController::StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt) {
+  auto run = std::make_shared<JobRun>(this, name, std::move(allocations), adopt);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_) return;
+    runs_[name] = run;
+  }
+  run->Start();
+}
+
+void TrainingController::OnRunFinished(const std::string& name) {
+  deps_.scheduler->Release(name);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = runs_.find(name);
+  if (it != runs_.end()) {
+    if (!shutting_down_) finished_runs_.push_back(it->second);
+    if (!shutting_down_) runs_.erase(it);
+  }
+  schedule_needed_ = true;
+  wake_.notify_all();
+}
+
+}  // namespace kiln::control

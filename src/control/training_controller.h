@@ -1,0 +1,139 @@
+#pragma once
+// TrainingController: runs SageMaker training jobs on this node (DESIGN.md §5–6,
+// spec/training-contract.md). The API layer validates a request, inserts the job row
+// (InProgress / Starting) and calls Submit(); from then on the controller owns the job's progress:
+//
+//   queued ──grant──► staging ──launch──► running ──all hosts exited──► finishing ──► terminal
+//   (Pending while     (Starting,          (Training:            (Uploading: checkpoints,
+//    capacity waits)    Downloading)        logs, metrics,         model.tar.gz, output.tar.gz)
+//                                           checkpoints, stop,
+//                                           MaxRuntimeInSeconds)
+//
+// Every step is written to the job row (store::TrainingJobRepository) before the next begins, so
+// a restarted server picks the job up where it was (Start()): queued and staging jobs are queued
+// again in submission order (staging is idempotent: the host directories are rebuilt); running
+// jobs are adopted — their shims still run them — with their resources re-reserved, their log
+// pumps resumed at the persisted offsets and their deadlines kept; finishing jobs redo the
+// upload. A server shutting down (Shutdown()) leaves every instance running.
+//
+// Job state document (TrainingJobRecord::state) members used here:
+//   phase              "queued" | "staging" | "running" | "finishing" | "done"
+//   transitions        SecondaryStatusTransitions as Describe returns them (millis inside)
+//   status_message     message of the current secondary status
+//   hosts[]            {host, instance_id, allocation, log_stream, started_millis, exit_code, term_signal}
+//   credentials        the instance credentials issued to the job
+//   stop_requested     "user" | "max_runtime" when a stop is under way
+//   training_start_millis, failure_reason, final_metrics {name: {value, timestamp_millis}},
+//   model_artifacts, output_artifacts
+//
+// Thread-safety: public methods may be called from any thread. Each running job has one
+// monitor thread, one log pump per host, and the agent's workers; the scheduler is driven from
+// Submit/RequestStop and from jobs releasing capacity.
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "base/time.h"
+#include "control/instance_credentials.h"
+#include "control/scheduler.h"
+#include "objects/object_store.h"
+#include "observe/log_store.h"
+#include "observe/metric_extractor.h"
+#include "observe/metric_store.h"
+#include "runtime/environments.h"
+#include "runtime/runtime.h"
+#include "store/database.h"
+#include "store/training_job_repository.h"
+
+namespace kiln::control {
+
+inline constexpr char kTrainingLogGroup[] = "/aws/sagemaker/TrainingJobs";
+
+struct TrainingControllerOptions {
+  std::string work_dir;     // host directories: <work_dir>/<job>/algo-<n>/opt_ml
+  std::string region;       // AWS_REGION inside instances
+  std::string endpoint_url;  // how instances reach Kiln (AWS_ENDPOINT_URL, S3_ENDPOINT_URL)
+  std::string toolkit_script;  // python/kiln_toolkit/train.py: the `train` of script-mode images
+  std::chrono::seconds stop_grace{120};  // SIGTERM → SIGKILL (training-contract.md §11)
+  std::chrono::milliseconds checkpoint_scan_interval{10000};
+  std::chrono::milliseconds checkpoint_quiet_period{2000};
+  int staging_parallelism = 8;
+  bool keep_host_dirs = false;  // keep <work_dir>/<job> after the job ends (debugging)
+};
+
+struct TrainingControllerDeps {
+  store::Database* database = nullptr;
+  objects::ObjectStore* object_store = nullptr;
+  observe::LogStore* log_store = nullptr;
+  observe::MetricStore* metric_store = nullptr;
+  runtime::Runtime* runtime = nullptr;
+  Scheduler* scheduler = nullptr;
+  const runtime::EnvironmentTable* environments = nullptr;
+  InstanceCredentials* credentials = nullptr;
+  const Clock* clock = nullptr;  // nullptr: the system clock
+};
+
+class TrainingController {
+ public:
+  TrainingController(TrainingControllerOptions options, TrainingControllerDeps deps);
+  ~TrainingController();
+  TrainingController(const TrainingController&) = delete;
+  TrainingController& operator=(const TrainingController&) = delete;
+
+  // Adopts running jobs and queues the others (see above). Call once, before serving requests.
+  Status Start();
+  // Stops the controller's threads; instances keep running for the next server to adopt.
+  void Shutdown();
+
+  // A job row was inserted (InProgress / Starting): schedule it.
+  void Submit(const std::string& name);
+  // The API marked the job Stopping (state.stop_requested = "user"): carry the stop out.
+  void RequestStop(const std::string& name);
+
+  // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
+  Status CheckFeasible(const std::string& instance_type, int instance_count) const;
+
+ private:
+  class JobRun;
+  friend class JobRun;
+
+  void ScheduleLocked();
+  void RunScheduler();
+  void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt);
+  void OnRunFinished(const std::string& name);
+  Status FinishWithoutRunning(const std::string& name, const std::string& why);
+  void MarkPending(const std::string& name);
+
+  TrainingControllerOptions options_;
+  TrainingControllerDeps deps_;
+  store::TrainingJobRepository jobs_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool shutting_down_ = false;                              // GUARDED_BY(mutex_)
+  bool schedule_needed_ = false;                            // GUARDED_BY(mutex_)
+  std::map<std::string, std::shared_ptr<JobRun>> runs_;     // GUARDED_BY(mutex_)
+  std::vector<std::shared_ptr<JobRun>> finished_runs_;      // GUARDED_BY(mutex_): to join
+  std::thread scheduler_thread_;
+};
+
+// Helpers shared with the API layer (api/training_jobs.cc renders Describe from these).
+
+// Appends or updates SecondaryStatusTransitions in `state` per training-contract.md §14: a new
+// entry only when the status changes (closing the previous one at `now`), otherwise the message
+// of the last entry is replaced.
+void RecordSecondaryStatus(store::TrainingJobRecord& record, const std::string& secondary, const std::string& message,
+                           int64_t now_millis);
+
+// AlgorithmSpecification.MetricDefinitions ([{Name, Regex}]) as the extractor takes them.
+std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const nlohmann::json& definitions);
+
+}  // namespace kiln::control
