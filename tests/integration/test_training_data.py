@@ -77,7 +77,7 @@ def jobs(sm, s3, bucket):
     for rel, data in CKPT_SEED.items():
         s3.put_object(Bucket=bucket, Key="ckpt/%s/%s" % (names["ckpt"], rel), Body=data)
     ckpt = th.training_request(
-        names["ckpt"], bucket, hyperparameters={"checkpoint": "step 200\n"},
+        names["ckpt"], bucket, hyperparameters={"checkpoint": "step 200"},
         CheckpointConfig={"S3Uri": "s3://%s/ckpt/%s/" % (bucket, names["ckpt"])})
     sm.create_training_job(**ckpt)
     return names
@@ -152,5 +152,5 @@ def test_checkpoints_restored_and_synced(module_kiln, sm, s3, bucket, jobs):
     listed = s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/%s/" % name)
     keys = sorted(o["Key"][len("ckpt/%s/" % name):] for o in listed.get("Contents", []))
     assert keys == ["ckpt-new.txt", "ckpt-old.txt", "sub/state.bin"], keys
-    assert s3.get_object(Bucket=bucket, Key="ckpt/%s/ckpt-new.txt" % name)["Body"].read() == b"step 200\n"
+    assert s3.get_object(Bucket=bucket, Key="ckpt/%s/ckpt-new.txt" % name)["Body"].read() == b"step 200"
     assert s3.get_object(Bucket=bucket, Key="ckpt/%s/sub/state.bin" % name)["Body"].read() == CKPT_SEED["sub/state.bin"]

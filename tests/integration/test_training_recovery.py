@@ -31,7 +31,7 @@ def test_job_survives_server_kill_9(kiln_factory):
     d = th.wait_for_status(sm, name, timeout=180, server=srv)
     assert d["TrainingJobStatus"] == "Completed", (d["TrainingJobStatus"], d.get("FailureReason"), srv.log_tail(40))
     assert d["SecondaryStatus"] == "Completed"
-    statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    statuses = th.main_statuses(d["SecondaryStatusTransitions"])
     assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"], statuses
     assert all(t.get("StatusMessage") for t in d["SecondaryStatusTransitions"])
     assert d["TrainingStartTime"].timestamp() < killed_at < d["TrainingEndTime"].timestamp()

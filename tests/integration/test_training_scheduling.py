@@ -16,7 +16,7 @@ import training_helpers as th
 KILN_CONFIG = {
     "scheduler": {"policy": "strict", "allow_cpu_fallback": True, "cpus": 2, "memory_gib": 8,
                   "reserved_cpus": 0, "reserved_memory_gib": 0},
-    "instance_types": [{"type": "ml.m5.large", "vcpus": 1, "memory_gib": 4}],
+    "instance_types": {"instance_types": [{"type": "ml.m5.large", "vcpus": 1, "memory_gib": 4}]},
     "training": {"stop_grace_seconds": 10},
 }
 JOBS = 20
