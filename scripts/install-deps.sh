@@ -26,6 +26,7 @@ build_pkgs=(
   libpugixml-dev                           # XML parsing for S3 request bodies
   libpcre2-dev                             # model patterns and MetricDefinitions regexes (Perl syntax)
   libarchive-dev                           # model.tar.gz / sourcedir.tar.gz (tar + gzip), streamed
+  python3                                  # the default training environment (script mode)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_pkgs=(

@@ -79,6 +79,18 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
       return Validation(std::string("ResourceConfig.") + member + " is required.");
     }
   }
+  // The model relaxed these minimums to 0 for serverless jobs, which Kiln does not offer; a
+  // training cluster needs at least one instance with a volume.
+  if (rc["InstanceCount"].get<int64_t>() < 1) {
+    return Validation("1 validation error detected: Value '" + rc["InstanceCount"].dump() +
+                      "' at 'resourceConfig.instanceCount' failed to satisfy constraint: Member must have value "
+                      "greater than or equal to 1");
+  }
+  if (rc["VolumeSizeInGB"].get<int64_t>() < 1) {
+    return Validation("1 validation error detected: Value '" + rc["VolumeSizeInGB"].dump() +
+                      "' at 'resourceConfig.volumeSizeInGB' failed to satisfy constraint: Member must have value "
+                      "greater than or equal to 1");
+  }
   // Stopping conditions (training-contract.md §9, §10).
   const json sc = in.value("StoppingCondition", json::object());
   const bool spot = in.value("EnableManagedSpotTraining", false);
@@ -150,8 +162,6 @@ json WithChannelDefaults(json channels) {
   return channels;
 }
 
-std::string MetricsLastValues(const json&) { return ""; }
-
 }  // namespace
 
 json RenderTrainingJob(const store::TrainingJobRecord& record) {
@@ -218,7 +228,6 @@ json RenderTrainingJob(const store::TrainingJobRecord& record) {
                              "InfraCheckConfig"}) {
     if (in.contains(member) && !in[member].is_null()) out[member] = in[member];
   }
-  (void)MetricsLastValues;
   return out;
 }
 

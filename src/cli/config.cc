@@ -93,10 +93,11 @@ Status LoadConfigFile(const std::string& path, Config* config) {
       config->credentials.push_back(std::move(c));
     }
   }
-  for (const char* section : {"scheduler", "instance_types"}) {
-    if (doc.contains(section) && !doc[section].is_object()) {
-      return Status::InvalidArgument(path + ": \"" + section + "\" must be an object");
-    }
+  if (doc.contains("scheduler") && !doc["scheduler"].is_object()) {
+    return Status::InvalidArgument(path + ": \"scheduler\" must be an object");
+  }
+  if (doc.contains("instance_types") && !doc["instance_types"].is_array() && !doc["instance_types"].is_object()) {
+    return Status::InvalidArgument(path + ": \"instance_types\" must be a list of instance-type rows");
   }
   if (doc.contains("scheduler")) config->scheduler = doc["scheduler"];
   if (doc.contains("instance_types")) config->instance_types = doc["instance_types"];

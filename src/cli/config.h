@@ -21,7 +21,7 @@
 //                   "cpus": 8, "memory_gib": 30, "gpus": [0, 1]},   // override what is discovered
 //     "environments": [{"name": "torch", "images": ["*pytorch-training*"],
 //                       "interpreter": "/opt/venvs/torch/bin/python", "env": {"K": "V"}}],
-//     "instance_types": {...},                   // extends the built-in ml.* catalog
+//     "instance_types": [{"type": "ml.g5.xlarge", "memory_gib": 12}],  // extends the built-in catalog
 //     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"}
 //   }

@@ -127,7 +127,7 @@ int RunLogs(const CommonFlags& flags, const std::string& endpoint, const std::st
   options.region = config->regions.front();
   options.job_name = job;
   options.follow = follow;
-  Status s = RunLogsCommand(options, std::cout);
+  Status s = RunLogsCommand(options, std::cout, std::cerr);
   if (!s.ok()) {
     std::cerr << "kiln logs: " << s.message() << "\n";
     return 1;

@@ -101,7 +101,7 @@ constexpr char kGroup[] = "/aws/sagemaker/TrainingJobs";
 
 }  // namespace
 
-Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out) {
+Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out, std::ostream& status_out) {
   JsonClient client(options);
   // The job must exist (as the SDK's logs_for_job checks first).
   ASSIGN_OR_RETURN(json job, client.Call("sagemaker", "SageMaker.DescribeTrainingJob",
@@ -147,9 +147,9 @@ Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out) {
   }
   if (options.follow) {
     std::string status = job.value("TrainingJobStatus", "");
-    out << "[kiln] training job " << options.job_name << ": " << status;
-    if (job.contains("FailureReason")) out << " (" << job["FailureReason"].get<std::string>() << ")";
-    out << "\n";
+    status_out << "kiln logs: training job " << options.job_name << " ended " << status;
+    if (job.contains("FailureReason")) status_out << ": " << job["FailureReason"].get<std::string>();
+    status_out << "\n";
   }
   return Status::Ok();
 }

@@ -22,8 +22,9 @@ struct LogsCommandOptions {
   int poll_millis = 500;
 };
 
-// Writes the lines to `out`. Errors: the job does not exist, the server is unreachable, or an
+// Writes the lines to `out`; with --follow, the job's final status to `status_out` (stderr) so
+// that stdout holds exactly the logged lines. Errors: the job does not exist, the server is unreachable, or an
 // error answer (its AWS code and message).
-Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out);
+Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out, std::ostream& status_out);
 
 }  // namespace kiln::cli

@@ -85,7 +85,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   runtime_options.state_dir = c.data_dir + "/instances";
   runtime_options.shim_command = {SelfExecutable(), "shim"};
   ASSIGN_OR_RETURN(server->runtime_, runtime::OpenProcessRuntime(runtime_options));
-  if (c.instance_types.is_object()) {
+  if (!c.instance_types.is_null()) {
     ASSIGN_OR_RETURN(auto catalog, control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
     server->catalog_ = std::make_unique<control::InstanceCatalog>(std::move(catalog));
   } else {

@@ -42,6 +42,7 @@ constexpr char kMsgCompleted[] = "Training job completed";
 constexpr char kMsgStopping[] = "Stopping the training job";
 constexpr char kMsgStopped[] = "Training job stopped";
 constexpr char kMsgMaxRuntime[] = "Job stopped because max runtime was exceeded";
+constexpr char kMsgMaxPending[] = "Job stopped because max pending time was exceeded";
 
 std::string Truncate(std::string s, size_t max) {
   if (s.size() <= max) return s;
@@ -279,7 +280,10 @@ void TrainingController::JobRun::Run() {
 }
 
 Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
-  SetSecondary("Starting", kMsgLaunching);
+  // A job that waited for capacity goes from Pending straight to Downloading (control-plane-api.md
+  // §9.1); one granted at once shows the provisioning messages under Starting.
+  const bool was_pending = record.secondary_status == "Pending";
+  if (!was_pending) SetSecondary("Starting", kMsgLaunching);
   auto persisted = Update([&](store::TrainingJobRecord& r) {
     r.state["phase"] = "staging";
     json allocations = json::array();
@@ -287,7 +291,7 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
     r.state["allocations"] = allocations;
   });
   if (!persisted.ok()) return persisted.status();
-  SetSecondary("Starting", kMsgPreparing);
+  if (!was_pending) SetSecondary("Starting", kMsgPreparing);
 
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
@@ -1051,7 +1055,7 @@ Status TrainingController::FinishWithoutRunning(const std::string& name, const s
     if (rec.status != "InProgress" && rec.status != "Stopping") return Status::Ok();
     rec.status = "Stopped";
     rec.state["phase"] = "done";
-    RecordSecondaryStatus(rec, "Stopped", why == "user" ? kMsgStopped : kMsgMaxRuntime, now);
+    RecordSecondaryStatus(rec, "Stopped", why == "max_pending" ? kMsgMaxPending : kMsgStopped, now);
     rec.state["transitions"].back()["EndTime"] = now;
     return Status::Ok();
   });
@@ -1059,6 +1063,18 @@ Status TrainingController::FinishWithoutRunning(const std::string& name, const s
 }
 
 void TrainingController::MarkPending(const std::string& name) {
+  // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
+  auto job = jobs_.Get(name);
+  if (!job.ok()) return;
+  const json& sc = job->request.value("StoppingCondition", json::object());
+  if (sc.contains("MaxPendingTimeInSeconds") && sc["MaxPendingTimeInSeconds"].is_number_integer()) {
+    int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+    if (now - job->creation_millis >= sc["MaxPendingTimeInSeconds"].get<int64_t>() * 1000) {
+      deps_.scheduler->Cancel(name);
+      (void)FinishWithoutRunning(name, "max_pending");
+      return;
+    }
+  }
   std::string message = deps_.scheduler->WaitingMessage(name);
   if (message.empty()) message = "Waiting for compute capacity";
   int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();

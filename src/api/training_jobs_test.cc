@@ -1,0 +1,76 @@
+#include "api/training_jobs.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+
+store::TrainingJobRecord Record() {
+  store::TrainingJobRecord r;
+  r.name = "Job-1";
+  r.arn = "arn:aws:sagemaker:us-east-1:000000000000:training-job/Job-1";
+  r.request = json::parse(R"({
+    "TrainingJobName": "Job-1", "RoleArn": "arn:aws:iam::000000000000:role/r",
+    "AlgorithmSpecification": {"TrainingImage": "local:/bin/true", "TrainingInputMode": "File"},
+    "InputDataConfig": [{"ChannelName": "train",
+                         "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/t/"}}}],
+    "OutputDataConfig": {"S3OutputPath": "s3://b/out/"},
+    "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+    "Environment": {"A": "1"}})");
+  r.status = "Completed";
+  r.secondary_status = "Completed";
+  r.creation_millis = 1714557600123;
+  r.last_modified_millis = 1714557700000;
+  r.training_end_millis = 1714557650500;
+  r.state = json::parse(R"({"training_start_millis": 1714557640000,
+    "transitions": [{"Status": "Training", "StartTime": 1714557640000, "EndTime": 1714557650500,
+                     "StatusMessage": "Training image download completed. Training in progress."},
+                    {"Status": "Completed", "StartTime": 1714557650500, "StatusMessage": "Training job completed"}],
+    "final_metrics": {"loss": {"value": 0.25, "timestamp_millis": 1714557650000}}})");
+  return r;
+}
+
+TEST(RenderTrainingJobTest, EchoesTheRequestWithAwsDefaults) {
+  json out = RenderTrainingJob(Record());
+  EXPECT_EQ(out["TrainingJobName"], "Job-1");
+  // One '/' between S3OutputPath and the job name, known from creation.
+  EXPECT_EQ(out["ModelArtifacts"]["S3ModelArtifacts"], "s3://b/out/Job-1/output/model.tar.gz");
+  EXPECT_EQ(out["StoppingCondition"]["MaxRuntimeInSeconds"], 86400);
+  EXPECT_EQ(out["OutputDataConfig"]["CompressionType"], "GZIP");
+  const json& channel = out["InputDataConfig"][0];
+  EXPECT_EQ(channel["CompressionType"], "None");
+  EXPECT_EQ(channel["RecordWrapperType"], "None");
+  EXPECT_EQ(channel["DataSource"]["S3DataSource"]["S3DataDistributionType"], "FullyReplicated");
+  EXPECT_EQ(out["Environment"]["A"], "1");
+  EXPECT_EQ(out["EnableManagedSpotTraining"], false);
+  EXPECT_EQ(out["HyperParameters"], json::object());
+}
+
+TEST(RenderTrainingJobTest, TimesAreEpochSecondsWithMillis) {
+  json out = RenderTrainingJob(Record());
+  EXPECT_DOUBLE_EQ(out["CreationTime"].get<double>(), 1714557600.123);
+  EXPECT_DOUBLE_EQ(out["TrainingStartTime"].get<double>(), 1714557640.0);
+  EXPECT_DOUBLE_EQ(out["TrainingEndTime"].get<double>(), 1714557650.5);
+  EXPECT_EQ(out["TrainingTimeInSeconds"], 11);  // 10.5 s rounded up
+  EXPECT_EQ(out["BillableTimeInSeconds"], 11);
+  const json& transitions = out["SecondaryStatusTransitions"];
+  ASSERT_EQ(transitions.size(), 2u);
+  EXPECT_TRUE(transitions[0].contains("EndTime"));
+  EXPECT_EQ(transitions[1]["StatusMessage"], "Training job completed");
+  ASSERT_EQ(out["FinalMetricDataList"].size(), 1u);
+  EXPECT_EQ(out["FinalMetricDataList"][0]["MetricName"], "loss");
+  EXPECT_DOUBLE_EQ(out["FinalMetricDataList"][0]["Value"].get<double>(), 0.25);
+}
+
+TEST(RenderTrainingJobTest, FailureReasonOnlyWhenFailed) {
+  auto r = Record();
+  EXPECT_FALSE(RenderTrainingJob(r).contains("FailureReason"));
+  r.status = "Failed";
+  r.state["failure_reason"] = "AlgorithmError: boom, exit code: 1";
+  EXPECT_EQ(RenderTrainingJob(r)["FailureReason"], "AlgorithmError: boom, exit code: 1");
+}
+
+}  // namespace
+}  // namespace kiln::api
