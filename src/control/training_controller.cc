@@ -143,6 +143,8 @@ class TrainingController::JobRun {
     std::string last_stderr_line;  // GUARDED_BY(pump_mutex)
     std::unique_ptr<agent::PipeFeeder> feeder;
     std::unique_ptr<agent::CheckpointSync> checkpoints;
+    // Debugger tensors, TensorBoard and profiler output: LocalPath synced to S3 during the run.
+    std::vector<std::unique_ptr<agent::CheckpointSync>> output_syncs;
   };
 
   const TrainingControllerOptions& options() const { return controller_->options_; }
@@ -175,18 +177,20 @@ class TrainingController::JobRun {
   }
 
   void Run();
+  void RunSteps();
   Status Prepare(store::TrainingJobRecord& record);
   Status Stage(const store::TrainingJobRecord& record);
   Status Launch(store::TrainingJobRecord& record);
   void Adopt(const store::TrainingJobRecord& record);
   void Monitor(const store::TrainingJobRecord& record);
   void Finish(bool ran);
-  void Fail(const std::string& reason, bool ran);
+  void Fail(const std::string& reason);
   void StartPump(Host& host, const json& metric_definitions, int64_t offset);
   void Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor, int64_t offset);
   void StopPumps(bool drain);
   void StopAgents();
   Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
+  Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> MakeOutputSyncs(const Host& host);
   std::string FailureReasonFromHosts();
   void Cleanup();
 
@@ -213,10 +217,14 @@ class TrainingController::JobRun {
 };
 
 void TrainingController::JobRun::Run() {
+  RunSteps();
+  controller_->OnRunFinished(name_);
+}
+
+void TrainingController::JobRun::RunSteps() {
   auto loaded = controller_->jobs_.Get(name_);
   if (!loaded.ok()) {
     KLOG(error, "training job vanished before it ran", {{"job", name_}, {"error", loaded.status().ToString()}});
-    controller_->OnRunFinished(name_);
     return;
   }
   store::TrainingJobRecord record = std::move(loaded).value();
@@ -231,52 +239,39 @@ void TrainingController::JobRun::Run() {
   if (adopt_ && (phase == "running" || phase == "finishing")) {
     Adopt(record);
     if (phase == "running") Monitor(record);
+  } else {
+    Status prepared = Prepare(record);
+    if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
     if (shutting_down_.load()) {
-      StopPumps(false);
+      // The next server stages the job again from the start.
       StopAgents();
-      controller_->OnRunFinished(name_);
       return;
     }
-    Finish(true);
-    controller_->OnRunFinished(name_);
-    return;
+    const bool stopped_while_staging = prepared.code() == StatusCode::kAborted && stop_requested_.load();
+    if (!prepared.ok() && !stopped_while_staging) {
+      StopAgents();
+      Fail(prepared.message());
+      return;
+    }
+    if (stop_requested_.load()) {
+      StopAgents();
+      Finish(/*ran=*/false);
+      return;
+    }
+    if (Status launched = Launch(record); !launched.ok()) {
+      StopAgents();
+      Fail(launched.message());
+      return;
+    }
+    Monitor(record);
   }
-
-  Status prepared = Prepare(record);
-  if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
   if (shutting_down_.load()) {
+    // Instances keep running; the next server adopts them and resumes the pumps.
+    StopPumps(/*drain=*/false);
     StopAgents();
-    controller_->OnRunFinished(name_);
     return;
   }
-  if (!prepared.ok() && !(prepared.code() == StatusCode::kAborted && stop_requested_.load())) {
-    StopAgents();
-    Fail(prepared.message(), false);
-    controller_->OnRunFinished(name_);
-    return;
-  }
-  if (stop_requested_.load()) {
-    StopAgents();
-    Finish(false);
-    controller_->OnRunFinished(name_);
-    return;
-  }
-  Status launched = Launch(record);
-  if (!launched.ok()) {
-    StopAgents();
-    Fail(launched.message(), false);
-    controller_->OnRunFinished(name_);
-    return;
-  }
-  Monitor(record);
-  if (shutting_down_.load()) {
-    StopPumps(false);
-    StopAgents();
-    controller_->OnRunFinished(name_);
-    return;
-  }
-  Finish(true);
-  controller_->OnRunFinished(name_);
+  Finish(/*ran=*/true);
 }
 
 Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
@@ -339,6 +334,7 @@ Status TrainingController::JobRun::Stage(const store::TrainingJobRecord& record)
       ASSIGN_OR_RETURN(host.checkpoints, MakeCheckpointSync(host));
       RETURN_IF_ERROR(host.checkpoints->Restore(&cancel_));
     }
+    ASSIGN_OR_RETURN(host.output_syncs, MakeOutputSyncs(host));
     agent::PipeFeeder::Options feeder_options;
     feeder_options.on_error = [this](const std::string& channel, const Status& error) {
       KLOG(warn, "pipe channel failed", {{"job", name_}, {"channel", channel}, {"error", error.ToString()}});
@@ -412,6 +408,12 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
       {"HOME", "/root"},
       {"LANG", "C.UTF-8"},
   };
+  if (resolution.kind == runtime::ImageResolution::Kind::kScriptMode && StartsWith(resolution.interpreter, "/usr/")) {
+    // A distribution's interpreter refuses `pip install` (PEP 668, EXTERNALLY-MANAGED): the
+    // toolkit installs requirements.txt into the job's volume instead and puts it on PYTHONPATH.
+    // An environment entry may override this (e.g. a venv that takes packages itself).
+    base_env["KILN_PIP_TARGET"] = "/opt/ml/.kiln/site-packages";
+  }
   for (const auto& [k, v] : resolution.env) base_env[k] = v;
   base_env["AWS_REGION"] = options().region;
   base_env["AWS_DEFAULT_REGION"] = options().region;
@@ -523,6 +525,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
   for (auto& host : hosts_) {
     StartPump(*host, metric_definitions, 0);
     if (host->checkpoints) host->checkpoints->Start();
+    for (auto& sync : host->output_syncs) sync->Start();
   }
   return Status::Ok();
 }
@@ -563,6 +566,12 @@ void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
       if (checkpoints.ok()) {
         host->checkpoints = std::move(checkpoints).value();
         if (record.state.value("phase", "") == "running") host->checkpoints->Start();
+      }
+    }
+    if (auto syncs = MakeOutputSyncs(*host); syncs.ok()) {
+      host->output_syncs = std::move(syncs).value();
+      if (record.state.value("phase", "") == "running") {
+        for (auto& sync : host->output_syncs) sync->Start();
       }
     }
     hosts_.push_back(std::move(host));
@@ -778,7 +787,45 @@ void TrainingController::JobRun::StopAgents() {
   for (auto& host : hosts_) {
     if (host->feeder) host->feeder->Stop();
     host->checkpoints.reset();  // stops its background sync (no final sync)
+    host->output_syncs.clear();
   }
+}
+
+// DebugHookConfig, TensorBoardOutputConfig and ProfilerConfig name an S3OutputPath that their
+// LocalPath is synced to every 30 s and once more at the end (training-contract.md §4.4, §8).
+Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> TrainingController::JobRun::MakeOutputSyncs(
+    const Host& host) {
+  struct OutputConfig {
+    const char* member;
+    const char* default_local_path;
+  };
+  static constexpr OutputConfig kConfigs[] = {{"DebugHookConfig", "/opt/ml/output/tensors"},
+                                              {"TensorBoardOutputConfig", "/opt/ml/output/tensorboard"},
+                                              {"ProfilerConfig", "/opt/ml/output/profiler"}};
+  std::vector<std::unique_ptr<agent::CheckpointSync>> syncs;
+  for (const OutputConfig& c : kConfigs) {
+    const json config = request_.value(c.member, json());
+    if (!config.is_object() || !config.contains("S3OutputPath") || !config["S3OutputPath"].is_string()) continue;
+    ASSIGN_OR_RETURN(std::string local_dir,
+                     agent::SandboxPathToHost(host.opt_ml, config.value("LocalPath", c.default_local_path)));
+    agent::CheckpointSync::Options sync_options;
+    sync_options.scan_interval = std::chrono::seconds(30);
+    sync_options.quiet_period = options().checkpoint_quiet_period;
+    std::string job = name_;
+    std::string what = c.member;
+    sync_options.on_error = [job, what](const Status& error) {
+      KLOG(warn, "output sync failed", {{"job", job}, {"config", what}, {"error", error.ToString()}});
+    };
+    // Each host writes under its own name so that hosts never overwrite each other.
+    std::string uri = config["S3OutputPath"].get<std::string>();
+    if (request_.value("ResourceConfig", json::object()).value("InstanceCount", 1) > 1) {
+      uri = agent::JoinKey(uri, host.host);
+    }
+    ASSIGN_OR_RETURN(auto sync, agent::CheckpointSync::Create(*deps().object_store, uri, local_dir, sync_options));
+    RETURN_IF_ERROR(MakeDirs(local_dir, 0755));
+    syncs.push_back(std::move(sync));
+  }
+  return syncs;
 }
 
 Result<std::unique_ptr<agent::CheckpointSync>> TrainingController::JobRun::MakeCheckpointSync(const Host& host) {
@@ -843,6 +890,13 @@ void TrainingController::JobRun::Finish(bool ran) {
     Status s = ran ? host->checkpoints->Final() : Status::Ok();
     host->checkpoints.reset();
     if (!s.ok()) upload_error = "InternalServerError: checkpoint upload failed: " + s.message();
+  }
+  for (auto& host : hosts_) {
+    for (auto& sync : host->output_syncs) {
+      Status s = ran ? sync->Final() : Status::Ok();
+      if (!s.ok()) KLOG(warn, "final output sync failed", {{"job", name_}, {"error", s.ToString()}});
+    }
+    host->output_syncs.clear();
   }
   json model_artifacts, output_artifacts;
   if (ran) {
@@ -911,8 +965,7 @@ void TrainingController::JobRun::Finish(bool ran) {
   Cleanup();
 }
 
-void TrainingController::JobRun::Fail(const std::string& reason, bool ran) {
-  (void)ran;
+void TrainingController::JobRun::Fail(const std::string& reason) {
   std::string why = reason;
   if (!StartsWith(why, "ClientError") && !StartsWith(why, "InternalServerError") &&
       !StartsWith(why, "AlgorithmError")) {

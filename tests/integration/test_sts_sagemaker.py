@@ -36,18 +36,18 @@ def test_sts_get_form_and_errors(kiln):
     assert (status, kh.xml_error_code(body)) == (400, "MissingAction"), body
 
 
-def test_sagemaker_list_training_jobs_not_yet_implemented(kiln):
-    """Documents the foundation issue's contract: the SageMaker front door authenticates and
-    dispatches, but no operation exists yet, so every operation answers 400
-    UnknownOperationException naming it. When the training-jobs issue implements
-    ListTrainingJobs, change this test to assert `TrainingJobSummaries`."""
+def test_sagemaker_list_training_jobs_through_the_front_door(kiln):
+    """The SageMaker front door authenticates and dispatches to an implemented operation; an
+    operation Kiln does not implement answers 400 UnknownOperationException naming it."""
     sm = kiln.client("sagemaker")
+    listed = sm.list_training_jobs()
+    assert isinstance(listed["TrainingJobSummaries"], list)
+    assert listed["ResponseMetadata"]["HTTPHeaders"].get("x-amzn-requestid")
     with pytest.raises(ClientError) as e:
-        sm.list_training_jobs()
+        sm.list_processing_jobs()
     assert e.value.response["Error"]["Code"] == "UnknownOperationException"
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    assert "ListTrainingJobs" in e.value.response["Error"]["Message"]
-    assert e.value.response["ResponseMetadata"]["HTTPHeaders"].get("x-amzn-requestid")
+    assert "ListProcessingJobs" in e.value.response["Error"]["Message"]
 
 
 def test_unknown_targets(kiln):

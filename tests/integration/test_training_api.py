@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 import kiln_harness as kh
 import training_helpers as th
+from training_helpers import sm, s3  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = th.SHRINK_CONFIG
 
@@ -22,16 +23,6 @@ NAME_PATTERN = "[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 S3_PATTERN = "(https|s3)://([^/]+)/?(.*)"
 MESSAGE_RE = re.compile(r"^(\d+) validation errors? detected: Value .+ at '[A-Za-z0-9.]+' failed to satisfy constraint: .+",
                         re.S)
-
-
-@pytest.fixture(scope="module")
-def sm(module_kiln):
-    return module_kiln.client("sagemaker")
-
-
-@pytest.fixture(scope="module")
-def s3(module_kiln):
-    return module_kiln.client("s3")
 
 
 @pytest.fixture(scope="module")

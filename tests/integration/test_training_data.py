@@ -9,6 +9,7 @@ import os
 import pytest
 
 import training_helpers as th
+from training_helpers import sm, s3  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = th.SHRINK_CONFIG
 
@@ -34,16 +35,6 @@ CKPT_SEED = {"ckpt-old.txt": b"step 100\n", "sub/state.bin": os.urandom(5000)}
 
 
 @pytest.fixture(scope="module")
-def sm(module_kiln):
-    return module_kiln.client("sagemaker")
-
-
-@pytest.fixture(scope="module")
-def s3(module_kiln):
-    return module_kiln.client("s3")
-
-
-@pytest.fixture(scope="module")
 def bucket(s3):
     name = th.unique_name("data")
     s3.create_bucket(Bucket=name)
@@ -58,7 +49,7 @@ def bucket(s3):
 
 @pytest.fixture(scope="module")
 def jobs(sm, s3, bucket):
-    names = {k: th.unique_name("d-" + k) for k in ("pipe", "file", "ckpt")}
+    names = {k: th.unique_name("d-" + k) for k in ("pipe", "file", "ckpt", "tensorboard")}
 
     pipe = th.training_request(
         names["pipe"], bucket, input_mode="Pipe", hyperparameters={"pipe_epochs": "2"},
@@ -80,6 +71,13 @@ def jobs(sm, s3, bucket):
         names["ckpt"], bucket, hyperparameters={"checkpoint": "step 200"},
         CheckpointConfig={"S3Uri": "s3://%s/ckpt/%s/" % (bucket, names["ckpt"])})
     sm.create_training_job(**ckpt)
+
+    # TensorBoard output (contract §4.4, §8): LocalPath synced to its S3OutputPath.
+    tensorboard = th.training_request(
+        names["tensorboard"], bucket,
+        hyperparameters={"checkpoint": "tb events", "checkpoint_dir": "/opt/ml/output/tensorboard"},
+        TensorBoardOutputConfig={"S3OutputPath": "s3://%s/tb/%s" % (bucket, names["tensorboard"])})
+    sm.create_training_job(**tensorboard)
     return names
 
 
@@ -154,3 +152,11 @@ def test_checkpoints_restored_and_synced(module_kiln, sm, s3, bucket, jobs):
     assert keys == ["ckpt-new.txt", "ckpt-old.txt", "sub/state.bin"], keys
     assert s3.get_object(Bucket=bucket, Key="ckpt/%s/ckpt-new.txt" % name)["Body"].read() == b"step 200"
     assert s3.get_object(Bucket=bucket, Key="ckpt/%s/sub/state.bin" % name)["Body"].read() == CKPT_SEED["sub/state.bin"]
+
+
+def test_tensorboard_output_synced(module_kiln, sm, s3, bucket, jobs):
+    name = jobs["tensorboard"]
+    d = _completed(module_kiln, sm, name)
+    assert d["TensorBoardOutputConfig"]["S3OutputPath"] == "s3://%s/tb/%s" % (bucket, name)
+    got = s3.get_object(Bucket=bucket, Key="tb/%s/ckpt-new.txt" % name)["Body"].read()
+    assert got == b"tb events"

@@ -5,26 +5,12 @@ MaxRuntimeInSeconds. Artifacts are uploaded in every case. All jobs are submitte
 import pytest
 
 import training_helpers as th
+from training_helpers import sm, s3, logs  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = th.SHRINK_CONFIG
 
 LONG_REASON = "ValueError: custom failure from the training script. " + "".join(
     "detail %04d; " % i for i in range(140))  # ~1,900 characters (values may have 2,500)
-
-
-@pytest.fixture(scope="module")
-def sm(module_kiln):
-    return module_kiln.client("sagemaker")
-
-
-@pytest.fixture(scope="module")
-def s3(module_kiln):
-    return module_kiln.client("s3")
-
-
-@pytest.fixture(scope="module")
-def logs(module_kiln):
-    return module_kiln.client("logs")
 
 
 @pytest.fixture(scope="module")

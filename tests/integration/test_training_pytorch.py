@@ -14,27 +14,13 @@ import pytest
 
 import kiln_harness as kh
 import training_helpers as th
+from training_helpers import sm, s3, logs  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = th.SHRINK_CONFIG
 EPOCHS = 8
 TRUE_W = (2.0, -3.0)
 TRUE_B = 1.0
 LOSS_RE = re.compile(r"^epoch=(\d+) loss=([0-9.]+)$")
-
-
-@pytest.fixture(scope="module")
-def sm(module_kiln):
-    return module_kiln.client("sagemaker")
-
-
-@pytest.fixture(scope="module")
-def s3(module_kiln):
-    return module_kiln.client("s3")
-
-
-@pytest.fixture(scope="module")
-def logs(module_kiln):
-    return module_kiln.client("logs")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import training_helpers as th
+from training_helpers import sm, s3  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = {
     "scheduler": {"policy": "strict", "allow_cpu_fallback": True, "cpus": 2, "memory_gib": 8,
@@ -27,16 +28,6 @@ def _transition(d, status):
         if t["Status"] == status:
             return t
     raise AssertionError("%s never went through %s: %s" % (d["TrainingJobName"], status, d["SecondaryStatusTransitions"]))
-
-
-@pytest.fixture(scope="module")
-def sm(module_kiln):
-    return module_kiln.client("sagemaker")
-
-
-@pytest.fixture(scope="module")
-def s3(module_kiln):
-    return module_kiln.client("s3")
 
 
 def test_twenty_jobs_on_a_host_that_fits_two(module_kiln, sm, s3):

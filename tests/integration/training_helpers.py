@@ -14,6 +14,7 @@ import tarfile
 import time
 import uuid
 
+import pytest
 from botocore.exceptions import ClientError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -315,3 +316,20 @@ def main_statuses(transitions):
         if i < len(statuses) and statuses[i] == "Starting":
             del statuses[i]
     return statuses
+
+
+# Module-scoped clients of the module's own server (conftest.py `module_kiln`). Test modules
+# import these by name: `from training_helpers import sm, s3, logs  # noqa: F401 (fixtures)`.
+@pytest.fixture(scope="module")
+def sm(module_kiln):
+    return module_kiln.client("sagemaker")
+
+
+@pytest.fixture(scope="module")
+def s3(module_kiln):
+    return module_kiln.client("s3")
+
+
+@pytest.fixture(scope="module")
+def logs(module_kiln):
+    return module_kiln.client("logs")
