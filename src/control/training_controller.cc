@@ -209,6 +209,7 @@ class TrainingController::JobRun {
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
   std::string stop_reason_;  // "user" | "max_runtime" | "peer_failure"
+  std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;
 
   std::mutex metrics_mutex_;
@@ -228,6 +229,10 @@ void TrainingController::JobRun::RunSteps() {
     return;
   }
   store::TrainingJobRecord record = std::move(loaded).value();
+  if (record.status != "InProgress" && record.status != "Stopping") {
+    // Stopped while its grant was on the way (RequestStop found no run yet): nothing to do.
+    return;
+  }
   request_ = record.request;
   job_dir_ = options().work_dir + "/" + record.name;
   if (record.state.value("stop_requested", "") != "") {
@@ -286,7 +291,15 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
     r.state["allocations"] = allocations;
   });
   if (!persisted.ok()) return persisted.status();
-  if (!was_pending) SetSecondary("Starting", kMsgPreparing);
+  // Under the `shrink` policy (or CPU fallback) the scheduler may give less than the instance
+  // type's shape; the status message says so (the job still shows it while it trains).
+  for (const auto& a : allocations_) {
+    if (!a.note.empty()) {
+      allocation_note_ = "; " + a.note;
+      break;
+    }
+  }
+  if (!was_pending) SetSecondary("Starting", kMsgPreparing + allocation_note_);
 
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
@@ -517,7 +530,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
     rec.state["hosts"] = hosts_state;
     rec.state["credentials"] = credential_state;
     rec.state["training_start_millis"] = training_start_millis_;
-    if (rec.status != "Stopping") RecordSecondaryStatus(rec, "Training", kMsgTraining, now);
+    if (rec.status != "Stopping") RecordSecondaryStatus(rec, "Training", kMsgTraining + allocation_note_, now);
   });
   if (!r.ok()) return r.status();
 

@@ -49,7 +49,7 @@ def bucket(s3):
 
 @pytest.fixture(scope="module")
 def jobs(sm, s3, bucket):
-    names = {k: th.unique_name("d-" + k) for k in ("pipe", "file", "ckpt", "tensorboard")}
+    names = {k: th.unique_name("d-" + k) for k in ("pipe", "file", "ckpt", "tensorboard", "shrunk")}
 
     pipe = th.training_request(
         names["pipe"], bucket, input_mode="Pipe", hyperparameters={"pipe_epochs": "2"},
@@ -78,6 +78,10 @@ def jobs(sm, s3, bucket):
         hyperparameters={"checkpoint": "tb events", "checkpoint_dir": "/opt/ml/output/tensorboard"},
         TensorBoardOutputConfig={"S3OutputPath": "s3://%s/tb/%s" % (bucket, names["tensorboard"])})
     sm.create_training_job(**tensorboard)
+
+    # ml.m5.4xlarge (16 vCPUs, 64 GiB) is larger than this host: the shrink policy runs it on what
+    # the host has and says so.
+    sm.create_training_job(**th.training_request(names["shrunk"], bucket, instance_type="ml.m5.4xlarge"))
     return names
 
 
@@ -160,3 +164,10 @@ def test_tensorboard_output_synced(module_kiln, sm, s3, bucket, jobs):
     assert d["TensorBoardOutputConfig"]["S3OutputPath"] == "s3://%s/tb/%s" % (bucket, name)
     got = s3.get_object(Bucket=bucket, Key="tb/%s/ckpt-new.txt" % name)["Body"].read()
     assert got == b"tb events"
+
+
+def test_shrink_policy_says_what_the_instance_got(module_kiln, sm, jobs):
+    d = _completed(module_kiln, sm, jobs["shrunk"])
+    training = [t for t in d["SecondaryStatusTransitions"] if t["Status"] == "Training"][0]
+    assert "shrunk ml.m5.4xlarge" in training["StatusMessage"], training
+    assert training["StatusMessage"].startswith("Training image download completed. Training in progress."), training

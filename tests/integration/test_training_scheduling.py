@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from botocore.exceptions import ClientError
 
 import training_helpers as th
 from training_helpers import sm, s3  # noqa: F401 (module-scoped client fixtures)
@@ -118,3 +119,15 @@ def test_twenty_jobs_on_a_host_that_fits_two(module_kiln, sm, s3):
         assert tr.get("StatusMessage"), tr
     assert pending_seen, "no job was ever observed in Pending while polling"
     assert all(msg for msg in pending_seen.values()), pending_seen
+
+
+def test_strict_policy_refuses_shapes_larger_than_the_host(sm, s3):
+    bucket = th.unique_name("strict")
+    s3.create_bucket(Bucket=bucket)
+    name = th.unique_name("too-big")
+    with pytest.raises(ClientError) as e:
+        sm.create_training_job(**th.training_request(name, bucket, instance_type="ml.m5.4xlarge"))
+    err = e.value.response["Error"]
+    assert err["Code"] == "ResourceLimitExceeded", err
+    assert "ml.m5.4xlarge" in err["Message"] and "shrink" in err["Message"], err
+    assert th.describe_error(sm, name) == ("ValidationException", "Requested resource not found.")  # nothing created
