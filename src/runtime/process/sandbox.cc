@@ -52,6 +52,10 @@ int MakeDirsErrno(const std::string& path) {
 }
 
 int CreateMountPoint(const std::string& path, bool directory) {
+  // An existing mount point of the right kind is used as it is: opening it for writing would fail
+  // for files the caller may not write (e.g. /etc/hosts inside an unprivileged user namespace).
+  struct stat existing;
+  if (stat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode) == directory) return 0;
   if (directory) return MakeDirsErrno(path);
   if (int err = MakeDirsErrno(Parent(path)); err != 0) return err;
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
