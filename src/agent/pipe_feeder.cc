@@ -70,6 +70,8 @@ std::vector<size_t> ShuffledOrder(size_t count, int64_t seed, int epoch) {
 
 struct PipeFeeder::Channel {
   std::string name;
+  int first_epoch = 0;          // where feeding starts (0, or the resumed epoch)
+  bool first_was_open = false;  // resumed: the first epoch was already open by the reader
   std::vector<SelectedObject> objects;  // key order
   std::string distribution;
   bool gzip = false;
@@ -116,9 +118,22 @@ Status PipeFeeder::Start() {
   if (channels.empty()) return Status::Ok();
   std::string dir = opt_ml_ + "/input/data";
   RETURN_IF_ERROR(MakeDirs(dir));
+  RETURN_IF_ERROR(MakeDirs(opt_ml_ + "/.kiln"));
+  if (options_.resume) {
+    for (auto& c : channels) {
+      auto text = ReadFile(ProgressPath(c->name));
+      if (!text.ok()) continue;  // never fed: start at _0 (created below when missing)
+      json progress = json::parse(*text, nullptr, false);
+      if (!progress.is_object()) continue;
+      c->first_epoch = progress.value("epoch", 0);
+      c->first_was_open = progress.value("phase", "") == "open";
+    }
+  }
   std::vector<std::string> created;
   for (const auto& c : channels) {
-    std::string path = dir + "/" + c->name + "_0";
+    std::string path = dir + "/" + c->name + "_" + std::to_string(c->first_epoch);
+    struct stat st;
+    if (options_.resume && stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) continue;  // a reader may wait on it
     unlink(path.c_str());
     if (mkfifo(path.c_str(), 0666) != 0) {
       Status s = ErrnoStatus("mkfifo " + path, errno);
@@ -131,6 +146,18 @@ Status PipeFeeder::Start() {
   stop_ = false;
   for (auto& c : channels_) threads_.emplace_back([this, ch = c.get()] { Feed(*ch); });
   return Status::Ok();
+}
+
+std::string PipeFeeder::ProgressPath(const std::string& channel) const {
+  return opt_ml_ + "/.kiln/pipe-" + channel + ".json";
+}
+
+void PipeFeeder::RecordProgress(const std::string& channel, int epoch, const char* phase) const {
+  // Not fsynced (ReplaceFile): it only has to survive the server process, not the machine (the
+  // instance does not survive a reboot either).
+  json progress = {{"epoch", epoch}, {"phase", phase}};
+  Status s = ReplaceFile(ProgressPath(channel), progress.dump());
+  if (!s.ok()) KLOG(warn, "pipe progress not recorded", {{"channel", channel}, {"error", s.ToString()}});
 }
 
 void PipeFeeder::Stop() {
@@ -200,13 +227,26 @@ void PipeFeeder::Feed(Channel& ch) {
   const std::string dir = opt_ml_ + "/input/data/";
   std::vector<char> buf(options_.buffer_size);
 
-  for (int epoch = 0; !stop_.load(); ++epoch) {
+  for (int epoch = ch.first_epoch; !stop_.load(); ++epoch) {
     if (options_.max_epochs > 0 && epoch >= options_.max_epochs) break;
     std::string path = dir + ch.name + "_" + std::to_string(epoch);
-    if (epoch > 0) {
+    if (epoch == ch.first_epoch && ch.first_was_open) {
+      // Resumed after the old feeder died while the reader had this epoch open: the reader got
+      // EOF early. Wait for it to close the FIFO, then go on with the next epoch.
+      while (!stop_.load()) {
+        UniqueFd probe(open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+        if (!probe.valid() && (errno == ENXIO || errno == ENOENT)) break;
+        probe.Reset();
+        sleep_poll();
+      }
+      unlink(path.c_str());
+      continue;
+    }
+    if (epoch > ch.first_epoch) {
       unlink(path.c_str());
       if (mkfifo(path.c_str(), 0666) != 0) return fail(ErrnoStatus("mkfifo " + path, errno));
     }
+    RecordProgress(ch.name, epoch, "waiting");
     UniqueFd fd;
     while (!stop_.load()) {
       fd = UniqueFd(open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
@@ -215,6 +255,7 @@ void PipeFeeder::Feed(Channel& ch) {
       sleep_poll();
     }
     if (stop_.load()) return;
+    RecordProgress(ch.name, epoch, "open");
 
     std::vector<SelectedObject> ordered;
     if (ch.seed) {

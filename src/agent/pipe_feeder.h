@@ -21,6 +21,13 @@
 //      ENXIO), then removes <channel>_k and goes on with k+1. Kiln decision: old epoch FIFOs are
 //      removed, so a reader that reopens a finished epoch gets ENOENT instead of hanging forever
 //      on a FIFO nobody will write again. _{k+1} is never created while _k is open by a reader.
+// Resumption (a restarted server adopting a running job): each feeding thread records its
+// progress in <opt_ml>/.kiln/pipe-<channel>.json ({"epoch": k, "phase": "waiting" | "open"})
+// before waiting for a reader and once the FIFO is open. Started with Options::resume, a feeder
+// reads that record instead of creating _0: an epoch still "waiting" is fed from its existing
+// FIFO (a reader may already block in open() on it, so it is not recreated); an epoch that was
+// "open" when the old server died has been cut short for the reader (it saw EOF early and that
+// cannot be undone), so the feeder waits for the reader to close it and goes on with k+1.
 // Channels are independent. A feeding error (object vanished, corrupt gzip, record too large)
 // ends that channel's feeding and is reported once through Options::on_error; the controller
 // then fails the job with the message.
@@ -55,6 +62,8 @@ class PipeFeeder {
     std::function<void(const std::string& channel, const Status& error)> on_error;
     // Stop after this many epochs per channel (tests); 0: until Stop().
     int max_epochs = 0;
+    // Continue from the progress recorded by an earlier feeder of the same instance (see above).
+    bool resume = false;
   };
 
   // `request` is the validated CreateTrainingJob request; host_index is this host's position in
@@ -81,6 +90,8 @@ class PipeFeeder {
  private:
   struct Channel;
   void Feed(Channel& channel);
+  std::string ProgressPath(const std::string& channel) const;
+  void RecordProgress(const std::string& channel, int epoch, const char* phase) const;
 
   objects::ObjectStore& store_;
   nlohmann::json request_;

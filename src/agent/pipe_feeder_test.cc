@@ -64,8 +64,9 @@ json PipeRequest(const json& channel_extra = json::object(), const std::string& 
 
 class PipeFeederTest : public AgentTest {
  protected:
-  std::unique_ptr<PipeFeeder> Make(const json& request, int index = 0, int count = 1) {
+  std::unique_ptr<PipeFeeder> Make(const json& request, int index = 0, int count = 1, bool resume = false) {
     PipeFeeder::Options o;
+    o.resume = resume;
     o.poll_interval = std::chrono::milliseconds(5);
     o.buffer_size = 4096;
     o.on_error = [this](const std::string& channel, const Status& s) {
@@ -114,6 +115,48 @@ TEST_F(PipeFeederTest, EarlyReaderCloseThenNextEpochIsComplete) {
   EXPECT_EQ(ReadFifo(Fifo(3)), big);
   feeder->Stop();
   EXPECT_TRUE(errors().empty());
+}
+
+// A restarted server adopts the job: the new feeder continues from the recorded progress.
+TEST_F(PipeFeederTest, ResumesAnEpochNobodyHadOpenedYet) {
+  Put("p/a", "abc");
+  auto old_feeder = Make(PipeRequest());
+  ASSERT_TRUE(old_feeder->Start().ok());
+  EXPECT_EQ(ReadFifo(Fifo(0)), "abc");
+  // Epoch 1 exists and its feeder waits for a reader when the old server goes away.
+  for (int i = 0; i < 1000 && !PathExists(Fifo(1)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  old_feeder->Stop();
+  ASSERT_TRUE(PathExists(Fifo(1)));
+  auto feeder = Make(PipeRequest(), 0, 1, /*resume=*/true);
+  ASSERT_TRUE(feeder->Start().ok());
+  EXPECT_FALSE(PathExists(Fifo(0)));  // not fed again from the start
+  EXPECT_EQ(ReadFifo(Fifo(1)), "abc");
+  EXPECT_EQ(ReadFifo(Fifo(2)), "abc");
+  feeder->Stop();
+}
+
+TEST_F(PipeFeederTest, ResumeAfterAnEpochWasCutShortGoesOnWithTheNext) {
+  Put("p/a", std::string(300000, 'a'));  // more than a pipe buffer: the old feeder is mid-epoch
+  auto old_feeder = Make(PipeRequest());
+  ASSERT_TRUE(old_feeder->Start().ok());
+  int fd = -1;
+  for (int i = 0; i < 1000 && fd < 0; ++i) fd = open(Fifo(0).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  char buf[1024];
+  ASSERT_GT(read(fd, buf, sizeof(buf)), 0);
+  old_feeder->Stop();  // the old server dies while the reader has epoch 0 open
+  std::string rest;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) rest.append(buf, static_cast<size_t>(n));
+  EXPECT_LT(rest.size() + 1024, 300000u);  // the reader saw EOF early
+  auto feeder = Make(PipeRequest(), 0, 1, /*resume=*/true);
+  ASSERT_TRUE(feeder->Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(PathExists(Fifo(1)));  // not while the reader still has epoch 0 open
+  close(fd);
+  EXPECT_EQ(ReadFifo(Fifo(1)), std::string(300000, 'a'));
+  feeder->Stop();
 }
 
 TEST_F(PipeFeederTest, NextFifoAppearsOnlyAfterTheReaderCloses) {

@@ -105,6 +105,18 @@ Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t
   return FsyncDir(dir);
 }
 
+Status ReplaceFile(const std::string& path, std::string_view content, mode_t mode) {
+  std::string tmp = path + ".tmp-" + RandomHex(6);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!fd.valid()) return ErrnoStatus("create " + tmp, errno);
+  ::fchmod(fd.get(), mode);
+  Status s = WriteAll(fd.get(), content);
+  fd.Reset();
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoStatus("rename to " + path, errno);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
 bool PathExists(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;

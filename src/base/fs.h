@@ -15,6 +15,10 @@ Status MakeDirs(const std::string& path, mode_t mode = 0755);
 Result<std::string> ReadFile(const std::string& path);
 // Writes `content` to `path` atomically and durably with the given mode.
 Status WriteFileAtomic(const std::string& path, std::string_view content, mode_t mode = 0644);
+// The same without fsync: the file is whole under its name even if this process dies at any
+// point, but a power loss may lose it. For progress records that only have to outlive the
+// process (e.g. state an adopting server reads back).
+Status ReplaceFile(const std::string& path, std::string_view content, mode_t mode = 0644);
 Status FsyncDir(const std::string& dir);
 bool PathExists(const std::string& path);
 Status RemoveAll(const std::string& path);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -511,6 +512,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
     host.started_millis = Now();
     host.log_stream = record.name + "/" + host.host + "-" + std::to_string(host.started_millis / 1000);
     json h = {{"host", host.host},
+              {"shard_index", host.shard_index},
               {"instance_id", host.instance_id},
               {"root", host.root},
               {"log_stream", host.log_stream},
@@ -585,6 +587,25 @@ void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
       host->output_syncs = std::move(syncs).value();
       if (record.state.value("phase", "") == "running") {
         for (auto& sync : host->output_syncs) sync->Start();
+      }
+    }
+    if (record.state.value("phase", "") == "running") {
+      // Pipe channels: a new feeder continues where the old server's stopped (its progress is
+      // recorded beside the FIFOs).
+      agent::PipeFeeder::Options feeder_options;
+      feeder_options.resume = true;
+      std::string job = name_;
+      feeder_options.on_error = [job](const std::string& channel, const Status& error) {
+        KLOG(warn, "pipe channel failed", {{"job", job}, {"channel", channel}, {"error", error.ToString()}});
+      };
+      int host_count = request_.value("ResourceConfig", json::object()).value("InstanceCount", 1);
+      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.value("shard_index", 0),
+                                                        host_count, host->opt_ml, feeder_options);
+      Status started = feeder->Start();
+      if (started.ok()) {
+        host->feeder = std::move(feeder);
+      } else {
+        KLOG(warn, "pipe feeding not resumed", {{"job", name_}, {"error", started.ToString()}});
       }
     }
     hosts_.push_back(std::move(host));
@@ -685,7 +706,9 @@ void TrainingController::JobRun::StartPump(Host& host, const json& metric_defini
 void TrainingController::JobRun::Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor,
                                       int64_t offset) {
   const std::string path = deps().runtime->OutputPath(host.instance_id);
-  const std::string offset_path = host.root + "/log.offset";
+  // The offset record: 20 zero-padded digits rewritten in place with one pwrite per batch (no
+  // fsync: it has to outlive the server process, not the machine, like the instance itself).
+  UniqueFd offset_fd(::open((host.root + "/log.offset").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   bool stream_ready = false;
   std::string pending;
   std::vector<char> buffer(256 * 1024);
@@ -772,7 +795,11 @@ void TrainingController::JobRun::Pump(Host& host, std::shared_ptr<observe::Metri
     if (consumed > 0) {
       offset += static_cast<int64_t>(consumed);
       pending.erase(0, consumed);
-      (void)WriteFileAtomic(offset_path, std::to_string(offset), false);
+      if (offset_fd.valid()) {
+        char digits[24];
+        int len = std::snprintf(digits, sizeof(digits), "%020lld\n", static_cast<long long>(offset));
+        (void)!::pwrite(offset_fd.get(), digits, static_cast<size_t>(len), 0);
+      }
     }
     if (n > 0 || consumed > 0) continue;  // more may be ready
     if (final_pass) break;

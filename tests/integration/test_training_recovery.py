@@ -2,6 +2,7 @@
 control plane): after a restart on the same data dir the job runs on and completes, Describe is
 right, the log holds every line exactly once, and the model is uploaded."""
 
+import os
 import re
 import time
 
@@ -52,3 +53,47 @@ def test_job_survives_server_restart(kiln_factory, how):
     assert files["partial.txt"] == b"survived"
     report = th.model_report(s3, d)
     assert report.get("finished") is True
+
+
+PIPE_READER = r'''#!/usr/bin/python3
+import hashlib, os, time
+for epoch in range(3):
+    path = "/opt/ml/input/data/train_%d" % epoch
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    with open(path, "rb") as f:
+        data = f.read()
+    print("epoch %d bytes=%d sha=%s" % (epoch, len(data), hashlib.sha256(data).hexdigest()), flush=True)
+    if epoch == 0:
+        time.sleep(float(os.environ["PAUSE"]))  # the server is killed and restarted meanwhile
+'''
+
+
+def test_pipe_feeding_resumes_after_kill_9(kiln_factory, tmp_path):
+    """Pipe mode across a server restart: the new server's feeder continues with the next epoch
+    (its progress is recorded beside the FIFOs), so the job reads every epoch whole."""
+    srv = kiln_factory("recovery-pipe", config=th.SHRINK_CONFIG)
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    bucket = th.unique_name("pipe-recover")
+    s3.create_bucket(Bucket=bucket)
+    objects = {"p/a": b"A" * 200000, "p/b": os.urandom(100000)}
+    for key, data in objects.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    expected = b"".join(objects[k] for k in sorted(objects))
+    program = tmp_path / "pipe_reader.py"
+    program.write_text(PIPE_READER)
+    program.chmod(0o755)
+    name = th.unique_name("pipe-survivor")
+    sm.create_training_job(**th.training_request(
+        name, bucket, image="local:%s" % program, input_mode="Pipe", Environment={"PAUSE": "5"},
+        channels=[th.s3_channel("train", "s3://%s/p/" % bucket)]))
+    th.wait_for_log_line(logs, name, lambda l: l.startswith("epoch 0 "), timeout=120)
+
+    srv.kill()
+    srv.start()
+    sm, logs = srv.client("sagemaker"), srv.client("logs")
+    d = th.wait_for_status(sm, name, timeout=120, server=srv)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), srv.log_tail(40))
+    want = "bytes=%d sha=%s" % (len(expected), th.sha256(expected))
+    epochs = [l for l in th.job_log_lines(logs, name) if l.startswith("epoch ")]
+    assert epochs == ["epoch %d %s" % (i, want) for i in range(3)], epochs
