@@ -159,12 +159,37 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
     unlink(tmp.c_str());
     return s;
   };
-  std::unique_ptr<char[]> buf(new char[buffer_size]);
+  std::unique_ptr<char[]> buf;
   uint64_t total = 0;
+  bool zero_copy = true;
   while (true) {
     if (cancel != nullptr && cancel->cancelled()) {
       return fail(Status::Aborted("download of s3://" + bucket + "/" + key + " cancelled"));
     }
+    // The fs backend's bytes are local files: the kernel copies them (copy_file_range), without
+    // passing through this process — several times faster than read/write on the same disk.
+    if (zero_copy) {
+      if (auto span = reader->NextFileSpan()) {
+        loff_t in_offset = static_cast<loff_t>(span->offset);
+        size_t chunk = static_cast<size_t>(std::min<uint64_t>(span->length, 64ull << 20));
+        ssize_t copied = copy_file_range(span->fd, &in_offset, fd.get(), nullptr, chunk, 0);
+        if (copied > 0) {
+          reader->Skip(static_cast<uint64_t>(copied));
+          total += static_cast<uint64_t>(copied);
+          continue;
+        }
+        if (copied == 0) {
+          *store_error = true;
+          return fail(Status::DataLoss("object data of s3://" + bucket + "/" + key + " is shorter than its size"));
+        }
+        if (errno == EINTR) continue;
+        if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+          return fail(ErrnoStatus("copy into " + tmp, errno));
+        }
+        zero_copy = false;  // not supported between these file systems: copy through the buffer
+      }
+    }
+    if (!buf) buf.reset(new char[buffer_size]);
     auto n = reader->Read(buf.get(), buffer_size);
     if (!n.ok()) {
       *store_error = true;

@@ -114,6 +114,21 @@ class FsObjectReader final : public ObjectReader {
   std::optional<uint64_t> size_hint() const override { return length_; }
   const ObjectInfo& info() const override { return info_; }
 
+  std::optional<FileSpan> NextFileSpan() override {
+    while (remaining_ > 0 && index_ < extents_.size() && pos_ >= extents_[index_].length) {
+      pos_ -= extents_[index_].length;
+      ++index_;
+    }
+    if (remaining_ == 0 || index_ >= extents_.size()) return std::nullopt;
+    const OpenExtent& e = extents_[index_];
+    return FileSpan{e.fd.get(), e.offset + pos_, std::min<uint64_t>(remaining_, e.length - pos_)};
+  }
+  void Skip(uint64_t n) override {
+    n = std::min(n, remaining_);
+    pos_ += n;
+    remaining_ -= n;
+  }
+
  private:
   std::vector<OpenExtent> extents_;
   ObjectInfo info_;

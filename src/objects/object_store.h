@@ -77,6 +77,20 @@ struct ByteRange {
 class ObjectReader : public ByteSource {
  public:
   virtual const ObjectInfo& info() const = 0;
+
+  // Zero-copy access for callers that write to local files (staging a channel): where the next
+  // bytes of the object lie in a local file (the fs backend), the file, offset and length of
+  // that contiguous span; nullopt otherwise (the s3 backend, or at the end). The caller copies
+  // any number n ≤ length of those bytes itself (copy_file_range, sendfile) and then calls
+  // Skip(n). The fd stays valid while the reader lives; Read() and the spans may be mixed.
+  struct FileSpan {
+    int fd = -1;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  virtual std::optional<FileSpan> NextFileSpan() { return std::nullopt; }
+  // Advances past `n` bytes obtained through NextFileSpan().
+  virtual void Skip(uint64_t n) { (void)n; }
 };
 
 struct ListOptions {
