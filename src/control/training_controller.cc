@@ -34,7 +34,6 @@ constexpr size_t kFailureReasonMax = 1024;
 
 // Secondary statuses and their messages (training-contract.md §14).
 constexpr char kMsgStarting[] = "Starting the training job";
-constexpr char kMsgLaunching[] = "Launching requested ML instances";
 constexpr char kMsgPreparing[] = "Preparing the instances for training";
 constexpr char kMsgDownloading[] = "Downloading input data";
 constexpr char kMsgTraining[] = "Training image download completed. Training in progress.";
@@ -284,14 +283,6 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
   // A job that waited for capacity goes from Pending straight to Downloading (control-plane-api.md
   // §9.1); one granted at once shows the provisioning messages under Starting.
   const bool was_pending = record.secondary_status == "Pending";
-  if (!was_pending) SetSecondary("Starting", kMsgLaunching);
-  auto persisted = Update([&](store::TrainingJobRecord& r) {
-    r.state["phase"] = "staging";
-    json allocations = json::array();
-    for (const auto& a : allocations_) allocations.push_back(a);
-    r.state["allocations"] = allocations;
-  });
-  if (!persisted.ok()) return persisted.status();
   // Under the `shrink` policy (or CPU fallback) the scheduler may give less than the instance
   // type's shape; the status message says so (the job still shows it while it trains).
   for (const auto& a : allocations_) {
@@ -300,7 +291,20 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
       break;
     }
   }
-  if (!was_pending) SetSecondary("Starting", kMsgPreparing + allocation_note_);
+  // One commit for the grant: the phase, the resources (for adoption) and the message. (The
+  // intermediate "Launching requested ML instances" would be replaced within the same status
+  // before anyone could read it; committing it would only lengthen the job start.)
+  const int64_t now = Now();
+  auto persisted = Update([&](store::TrainingJobRecord& r) {
+    r.state["phase"] = "staging";
+    json allocations = json::array();
+    for (const auto& a : allocations_) allocations.push_back(a);
+    r.state["allocations"] = allocations;
+    if (!was_pending && r.status != "Stopping") {
+      RecordSecondaryStatus(r, "Starting", kMsgPreparing + allocation_note_, now);
+    }
+  });
+  if (!persisted.ok()) return persisted.status();
 
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
