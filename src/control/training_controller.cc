@@ -71,6 +71,24 @@ std::optional<std::string> DecodedHyperparameter(const json& request, const std:
   return raw;
 }
 
+// The instance credentials as kept in the job's state (so that an adopting server accepts them).
+json CredentialToJson(const aws::Credential& c) {
+  return {{"access_key_id", c.access_key_id}, {"secret_access_key", c.secret_access_key},
+          {"session_token", c.session_token},   {"principal_arn", c.principal_arn},
+          {"user_id", c.user_id},               {"account_id", c.account_id}};
+}
+
+aws::Credential CredentialFromJson(const json& j) {
+  aws::Credential c;
+  c.access_key_id = j.value("access_key_id", "");
+  c.secret_access_key = j.value("secret_access_key", "");
+  c.session_token = j.value("session_token", "");
+  c.principal_arn = j.value("principal_arn", "");
+  c.user_id = j.value("user_id", "");
+  c.account_id = j.value("account_id", "");
+  return c;
+}
+
 }  // namespace
 
 std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const json& definitions) {
@@ -375,18 +393,9 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
 
   // Credentials for the instances: issued once per job and kept in its state, so that a
   // restarted server can accept them again.
-  aws::Credential credential;
-  if (record.state.contains("credentials")) {
-    const json& c = record.state["credentials"];
-    credential.access_key_id = c.value("access_key_id", "");
-    credential.secret_access_key = c.value("secret_access_key", "");
-    credential.session_token = c.value("session_token", "");
-    credential.principal_arn = c.value("principal_arn", "");
-    credential.user_id = c.value("user_id", "");
-    credential.account_id = c.value("account_id", "");
-  } else {
-    credential = deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
-  }
+  aws::Credential credential = record.state.contains("credentials")
+                                   ? CredentialFromJson(record.state["credentials"])
+                                   : deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
   deps().credentials->Register(credential);
 
   std::vector<std::string> argv;
@@ -524,12 +533,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
     hosts_state.push_back(h);
   }
   training_start_millis_ = hosts_.empty() ? Now() : hosts_.front()->started_millis;
-  json credential_state = {{"access_key_id", credential.access_key_id},
-                           {"secret_access_key", credential.secret_access_key},
-                           {"session_token", credential.session_token},
-                           {"principal_arn", credential.principal_arn},
-                           {"user_id", credential.user_id},
-                           {"account_id", credential.account_id}};
+  json credential_state = CredentialToJson(credential);
   int64_t now = Now();
   auto r = Update([&](store::TrainingJobRecord& rec) {
     rec.state["phase"] = "running";
@@ -552,15 +556,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
 void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
   training_start_millis_ = record.state.value("training_start_millis", int64_t{0});
   if (record.state.contains("credentials")) {
-    const json& c = record.state["credentials"];
-    aws::Credential credential;
-    credential.access_key_id = c.value("access_key_id", "");
-    credential.secret_access_key = c.value("secret_access_key", "");
-    credential.session_token = c.value("session_token", "");
-    credential.principal_arn = c.value("principal_arn", "");
-    credential.user_id = c.value("user_id", "");
-    credential.account_id = c.value("account_id", "");
-    deps().credentials->Register(credential);
+    deps().credentials->Register(CredentialFromJson(record.state["credentials"]));
   }
   const json metric_definitions =
       request_.value("AlgorithmSpecification", json::object()).value("MetricDefinitions", json::array());
