@@ -21,6 +21,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "control/training_launch.h"
 #include "observe/metric_extractor.h"
 
 namespace kiln::control {
@@ -398,93 +399,17 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
                                    : deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
   deps().credentials->Register(credential);
 
-  std::vector<std::string> argv;
-  std::vector<std::string> entrypoint, arguments;
-  if (algorithm.contains("ContainerEntrypoint")) entrypoint = algorithm["ContainerEntrypoint"].get<std::vector<std::string>>();
-  if (algorithm.contains("ContainerArguments")) arguments = algorithm["ContainerArguments"].get<std::vector<std::string>>();
-  std::string working_dir = "/opt/ml/code";
-  if (resolution.kind == runtime::ImageResolution::Kind::kLocalExecutable) {
-    // `docker run IMAGE train`: the image's entrypoint (the executable) with `train`, unless the
-    // request overrides the entrypoint or the arguments (training-contract.md §2).
-    if (!entrypoint.empty()) {
-      argv = entrypoint;
-      argv.insert(argv.end(), arguments.begin(), arguments.end());
-    } else {
-      argv = {resolution.executable};
-      if (arguments.empty()) {
-        argv.push_back("train");
-      } else {
-        argv.insert(argv.end(), arguments.begin(), arguments.end());
-      }
-    }
-    working_dir = "/";
-  } else {
-    // Framework images have no ENTRYPOINT; `train` is the toolkit, which Kiln's toolkit plays.
-    if (!entrypoint.empty()) {
-      argv = entrypoint;
-      argv.insert(argv.end(), arguments.begin(), arguments.end());
-    } else if (!arguments.empty()) {
-      argv = arguments;
-    } else {
-      argv = {resolution.interpreter, options().toolkit_script};
-    }
-  }
-
-  std::map<std::string, std::string> base_env = {
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-      {"HOME", "/root"},
-      {"LANG", "C.UTF-8"},
-  };
-  if (resolution.kind == runtime::ImageResolution::Kind::kScriptMode && StartsWith(resolution.interpreter, "/usr/")) {
-    // A distribution's interpreter refuses `pip install` (PEP 668, EXTERNALLY-MANAGED): the
-    // toolkit installs requirements.txt into the job's volume instead and puts it on PYTHONPATH.
-    // An environment entry may override this (e.g. a venv that takes packages itself).
-    base_env["KILN_PIP_TARGET"] = "/opt/ml/.kiln/site-packages";
-  }
-  for (const auto& [k, v] : resolution.env) base_env[k] = v;
-  base_env["AWS_REGION"] = options().region;
-  base_env["AWS_DEFAULT_REGION"] = options().region;
-  base_env["AWS_ENDPOINT_URL"] = options().endpoint_url;
-  base_env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
-  base_env["S3_ENDPOINT_URL"] = options().endpoint_url;
-  if (request_.contains("Environment") && request_["Environment"].is_object()) {
-    for (const auto& [k, v] : request_["Environment"].items()) {
-      if (v.is_string()) base_env[k] = v.get<std::string>();
-    }
-  }
-  // Credentials and TRAINING_JOB_* win over the request's Environment (§5.1).
-  base_env["AWS_ACCESS_KEY_ID"] = credential.access_key_id;
-  base_env["AWS_SECRET_ACCESS_KEY"] = credential.secret_access_key;
-  base_env["AWS_SESSION_TOKEN"] = credential.session_token;
-  base_env["TRAINING_JOB_NAME"] = record.name;
-  base_env["TRAINING_JOB_ARN"] = record.arn;
-
-  // The sandbox has a private /tmp: host files the program needs from there (a `local:`
-  // executable, the toolkit, an interpreter in a temporary venv) are bound in read-only, by their
-  // first directory under /tmp.
-  std::vector<runtime::BindMount> tmp_binds;
-  auto bind_if_in_tmp = [&tmp_binds](const std::string& path) {
-    if (!StartsWith(path, "/tmp/")) return;
-    size_t end = path.find('/', 5);
-    if (end == std::string::npos) end = path.size();
-    std::string top = path.substr(0, end);
-    for (const auto& b : tmp_binds) {
-      if (b.host_path == top) return;
-    }
-    tmp_binds.push_back({top, top, /*read_only=*/true});
-  };
-  bind_if_in_tmp(resolution.executable);
-  bind_if_in_tmp(resolution.interpreter);
-  if (!argv.empty()) bind_if_in_tmp(argv[0]);
-  if (argv.size() > 1) bind_if_in_tmp(argv[1]);
-
-  std::vector<std::string> hosts_lines = {"127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"};
-  {
-    // The process runtime shares the node's network: every algo-N is this node.
-    std::string line = "127.0.0.1";
-    for (const auto& h : hosts_) line += " " + h->host;
-    hosts_lines.push_back(line);
-  }
+  TrainingLaunchContext launch;
+  launch.job_name = record.name;
+  launch.job_arn = record.arn;
+  launch.region = options().region;
+  launch.endpoint_url = options().endpoint_url;
+  launch.toolkit_script = options().toolkit_script;
+  launch.credential = credential;
+  const TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
+  std::vector<std::string> host_names;
+  for (const auto& h : hosts_) host_names.push_back(h->host);
+  const std::vector<std::string> hosts_lines = HostsFileLines(host_names);
 
   json hosts_state = json::array();
   for (size_t i = 0; i < hosts_.size(); ++i) {
@@ -493,21 +418,13 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
     runtime::InstanceSpec spec;
     spec.instance_id = host.instance_id;
     spec.opt_ml_dir = host.opt_ml;
-    spec.extra_mounts = tmp_binds;
+    spec.extra_mounts = plan.binds;
     spec.hostname = host.host;
     spec.hosts_file_lines = hosts_lines;
-    spec.argv = argv;
-    spec.env = base_env;
-    if (allocation.gpus.empty()) {
-      spec.env["NVIDIA_VISIBLE_DEVICES"] = "void";
-    } else {
-      std::vector<std::string> ids, uuids;
-      for (int g : allocation.gpus) ids.push_back(std::to_string(g));
-      spec.env["CUDA_VISIBLE_DEVICES"] = kiln::Join(ids, ",");
-      spec.env["NVIDIA_VISIBLE_DEVICES"] =
-          allocation.gpu_uuids.empty() ? kiln::Join(ids, ",") : kiln::Join(allocation.gpu_uuids, ",");
-    }
-    spec.working_dir = working_dir;
+    spec.argv = plan.argv;
+    spec.env = plan.env;
+    AddGpuEnvironment(allocation, spec.env);
+    spec.working_dir = plan.working_dir;
     spec.cpus = allocation.cpus;
     spec.memory_limit_bytes = allocation.memory_bytes;
     spec.gpus = allocation.gpus;

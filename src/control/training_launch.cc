@@ -1,0 +1,113 @@
+#include "control/training_launch.h"
+
+#include "base/strings.h"
+
+namespace kiln::control {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> StringList(const json& algorithm, const char* member) {
+  std::vector<std::string> out;
+  if (!algorithm.contains(member) || !algorithm[member].is_array()) return out;
+  for (const json& v : algorithm[member]) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// The sandbox has a private /tmp: a host path under /tmp the program needs (a `local:`
+// executable, the toolkit, an interpreter in a temporary venv) is bound in read-only, by its
+// first directory under /tmp (so that files beside it come along).
+void BindIfInTmp(const std::string& path, std::vector<runtime::BindMount>& binds) {
+  if (!StartsWith(path, "/tmp/")) return;
+  size_t end = path.find('/', 5);
+  std::string top = path.substr(0, end == std::string::npos ? path.size() : end);
+  for (const auto& b : binds) {
+    if (b.host_path == top) return;
+  }
+  binds.push_back({top, top, /*read_only=*/true});
+}
+
+}  // namespace
+
+TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageResolution& image,
+                                      const TrainingLaunchContext& context) {
+  TrainingLaunchPlan plan;
+  const json algorithm = request.value("AlgorithmSpecification", json::object());
+  const std::vector<std::string> entrypoint = StringList(algorithm, "ContainerEntrypoint");
+  const std::vector<std::string> arguments = StringList(algorithm, "ContainerArguments");
+  const bool local = image.kind == runtime::ImageResolution::Kind::kLocalExecutable;
+  if (!entrypoint.empty()) {
+    plan.argv = entrypoint;
+    plan.argv.insert(plan.argv.end(), arguments.begin(), arguments.end());
+  } else if (local) {
+    plan.argv = {image.executable};
+    if (arguments.empty()) {
+      plan.argv.push_back("train");
+    } else {
+      plan.argv.insert(plan.argv.end(), arguments.begin(), arguments.end());
+    }
+  } else if (!arguments.empty()) {
+    plan.argv = arguments;
+  } else {
+    plan.argv = {image.interpreter, context.toolkit_script};
+  }
+  plan.working_dir = local ? "/" : "/opt/ml/code";
+
+  auto& env = plan.env;
+  env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+         {"HOME", "/root"},
+         {"LANG", "C.UTF-8"}};
+  if (!local && StartsWith(image.interpreter, "/usr/")) {
+    // A distribution's interpreter refuses `pip install` (PEP 668, EXTERNALLY-MANAGED): the
+    // toolkit installs requirements.txt into the job's volume instead and puts it on PYTHONPATH.
+    // An environment entry may override this (e.g. a venv that takes packages itself).
+    env["KILN_PIP_TARGET"] = "/opt/ml/.kiln/site-packages";
+  }
+  for (const auto& [k, v] : image.env) env[k] = v;
+  env["AWS_REGION"] = context.region;
+  env["AWS_DEFAULT_REGION"] = context.region;
+  env["AWS_ENDPOINT_URL"] = context.endpoint_url;
+  env["AWS_ENDPOINT_URL_S3"] = context.endpoint_url;
+  env["S3_ENDPOINT_URL"] = context.endpoint_url;
+  if (request.contains("Environment") && request["Environment"].is_object()) {
+    for (const auto& [k, v] : request["Environment"].items()) {
+      if (v.is_string()) env[k] = v.get<std::string>();
+    }
+  }
+  // Credentials and TRAINING_JOB_* win over the request's Environment (§5.1).
+  env["AWS_ACCESS_KEY_ID"] = context.credential.access_key_id;
+  env["AWS_SECRET_ACCESS_KEY"] = context.credential.secret_access_key;
+  env["AWS_SESSION_TOKEN"] = context.credential.session_token;
+  env["TRAINING_JOB_NAME"] = context.job_name;
+  env["TRAINING_JOB_ARN"] = context.job_arn;
+
+  BindIfInTmp(image.executable, plan.binds);
+  BindIfInTmp(image.interpreter, plan.binds);
+  for (size_t i = 0; i < plan.argv.size() && i < 2; ++i) BindIfInTmp(plan.argv[i], plan.binds);
+  return plan;
+}
+
+void AddGpuEnvironment(const Allocation& allocation, std::map<std::string, std::string>& env) {
+  if (allocation.gpus.empty()) {
+    env["NVIDIA_VISIBLE_DEVICES"] = "void";
+    env.erase("CUDA_VISIBLE_DEVICES");
+    return;
+  }
+  std::vector<std::string> indices;
+  for (int g : allocation.gpus) indices.push_back(std::to_string(g));
+  env["CUDA_VISIBLE_DEVICES"] = Join(indices, ",");
+  env["NVIDIA_VISIBLE_DEVICES"] = allocation.gpu_uuids.empty() ? Join(indices, ",") : Join(allocation.gpu_uuids, ",");
+}
+
+std::vector<std::string> HostsFileLines(const std::vector<std::string>& hosts) {
+  std::vector<std::string> lines = {"127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"};
+  std::string line = "127.0.0.1";
+  for (const auto& h : hosts) line += " " + h;
+  lines.push_back(line);
+  return lines;
+}
+
+}  // namespace kiln::control

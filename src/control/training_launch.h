@@ -1,0 +1,58 @@
+#pragma once
+// How a training host's program is started on the process runtime: the command line, the working
+// directory, the environment and the extra binds (training-contract.md §2, §5.1, §13). Pure
+// functions of the request, the image's resolution and what Kiln issued, so that every rule can
+// be unit-tested without running anything.
+//
+//   command     `local:` images: `<executable> train` (the image's entrypoint with `train`, as
+//               `docker run IMAGE train`); ContainerEntrypoint replaces the executable, and
+//               ContainerArguments replace `train`. Script-mode images (no ENTRYPOINT, `train`
+//               is the toolkit): `<interpreter> <toolkit>`; ContainerArguments alone become the
+//               command, ContainerEntrypoint (+ arguments) replaces it.
+//   environment nothing inherited from the server: a base PATH/HOME/LANG, the environment
+//               table's variables, Kiln's region and endpoint variables, the request's
+//               Environment, then (winning over it) the credentials and TRAINING_JOB_*; GPU
+//               variables per host (AddGpuEnvironment).
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aws/credentials.h"
+#include "control/scheduler.h"
+#include "runtime/environments.h"
+#include "runtime/runtime.h"
+
+namespace kiln::control {
+
+struct TrainingLaunchContext {
+  std::string job_name;
+  std::string job_arn;
+  std::string region;
+  std::string endpoint_url;    // Kiln as the instances reach it
+  std::string toolkit_script;  // python/kiln_toolkit/train.py
+  aws::Credential credential;  // the job's instance credentials
+};
+
+struct TrainingLaunchPlan {
+  std::vector<std::string> argv;
+  std::string working_dir;
+  std::map<std::string, std::string> env;
+  // Read-only binds of host paths under /tmp the program needs (the sandbox's /tmp is private).
+  std::vector<runtime::BindMount> binds;
+};
+
+TrainingLaunchPlan PlanTrainingLaunch(const nlohmann::json& request, const runtime::ImageResolution& image,
+                                      const TrainingLaunchContext& context);
+
+// GPU variables of one host (§13, process runtime): CUDA_VISIBLE_DEVICES with the indices and
+// NVIDIA_VISIBLE_DEVICES with the UUIDs (indices when unknown); "void" when it has none.
+void AddGpuEnvironment(const Allocation& allocation, std::map<std::string, std::string>& env);
+
+// /etc/hosts of a job's sandboxes on the process runtime: the hosts share the node's network, so
+// every algo-N is 127.0.0.1.
+std::vector<std::string> HostsFileLines(const std::vector<std::string>& hosts);
+
+}  // namespace kiln::control

@@ -1,0 +1,122 @@
+#include "control/training_launch.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::control {
+namespace {
+
+using nlohmann::json;
+using Kind = runtime::ImageResolution::Kind;
+
+runtime::ImageResolution Local(const std::string& exe) {
+  runtime::ImageResolution r;
+  r.kind = Kind::kLocalExecutable;
+  r.executable = exe;
+  return r;
+}
+
+runtime::ImageResolution Script(const std::string& interpreter) {
+  runtime::ImageResolution r;
+  r.kind = Kind::kScriptMode;
+  r.interpreter = interpreter;
+  r.environment_name = "system";
+  return r;
+}
+
+TrainingLaunchContext Context() {
+  TrainingLaunchContext c;
+  c.job_name = "job-1";
+  c.job_arn = "arn:aws:sagemaker:us-east-1:000000000000:training-job/job-1";
+  c.region = "us-east-1";
+  c.endpoint_url = "http://127.0.0.1:5456";
+  c.toolkit_script = "/srv/kiln/python/kiln_toolkit/train.py";
+  c.credential.access_key_id = "ASIAKILN";
+  c.credential.secret_access_key = "secret";
+  c.credential.session_token = "token";
+  return c;
+}
+
+json Request(const json& algorithm_extra = json::object()) {
+  json algorithm = {{"TrainingImage", "x"}, {"TrainingInputMode", "File"}};
+  for (auto it = algorithm_extra.begin(); it != algorithm_extra.end(); ++it) algorithm[it.key()] = it.value();
+  return {{"AlgorithmSpecification", algorithm}};
+}
+
+using Argv = std::vector<std::string>;
+
+TEST(PlanTrainingLaunchTest, LocalImagesRunLikeDockerRunImageTrain) {
+  EXPECT_EQ(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).argv, (Argv{"/opt/prog", "train"}));
+  EXPECT_EQ(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).working_dir, "/");
+  // ContainerArguments replace `train`; ContainerEntrypoint replaces the executable (§2).
+  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerArguments", {"fit", "--fast"}}}), Local("/opt/prog"), Context()).argv,
+            (Argv{"/opt/prog", "fit", "--fast"}));
+  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"/bin/sh", "-c"}}}), Local("/opt/prog"), Context()).argv,
+            (Argv{"/bin/sh", "-c"}));
+  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"python3"}}, {"ContainerArguments", {"a.py"}}}),
+                               Local("/opt/prog"), Context())
+                .argv,
+            (Argv{"python3", "a.py"}));
+}
+
+TEST(PlanTrainingLaunchTest, ScriptModeRunsTheToolkit) {
+  auto plan = PlanTrainingLaunch(Request(), Script("/usr/bin/python3"), Context());
+  EXPECT_EQ(plan.argv, (Argv{"/usr/bin/python3", "/srv/kiln/python/kiln_toolkit/train.py"}));
+  EXPECT_EQ(plan.working_dir, "/opt/ml/code");
+  // Framework images have no ENTRYPOINT: the arguments alone are the command.
+  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerArguments", {"python3", "x.py"}}}), Script("/usr/bin/python3"),
+                               Context())
+                .argv,
+            (Argv{"python3", "x.py"}));
+}
+
+TEST(PlanTrainingLaunchTest, EnvironmentPrecedence) {
+  json request = Request();
+  request["Environment"] = {{"AWS_REGION", "eu-west-1"},  // the request may override Kiln's region
+                            {"AWS_ACCESS_KEY_ID", "mine"},  // but never the credentials
+                            {"TRAINING_JOB_NAME", "other"},
+                            {"MY_VAR", "1"}};
+  auto image = Script("/opt/venvs/torch/bin/python");
+  image.env = {{"OMP_NUM_THREADS", "4"}, {"MY_VAR", "from-image"}};
+  auto env = PlanTrainingLaunch(request, image, Context()).env;
+  EXPECT_EQ(env["AWS_REGION"], "eu-west-1");
+  EXPECT_EQ(env["AWS_DEFAULT_REGION"], "us-east-1");
+  EXPECT_EQ(env["AWS_ACCESS_KEY_ID"], "ASIAKILN");
+  EXPECT_EQ(env["AWS_SESSION_TOKEN"], "token");
+  EXPECT_EQ(env["TRAINING_JOB_NAME"], "job-1");
+  EXPECT_EQ(env["TRAINING_JOB_ARN"], "arn:aws:sagemaker:us-east-1:000000000000:training-job/job-1");
+  EXPECT_EQ(env["MY_VAR"], "1");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(env["AWS_ENDPOINT_URL"], "http://127.0.0.1:5456");
+  EXPECT_EQ(env["S3_ENDPOINT_URL"], "http://127.0.0.1:5456");
+  EXPECT_EQ(env.count("KILN_PIP_TARGET"), 0u);  // a venv installs into itself
+  for (const auto& [k, v] : env) EXPECT_NE(k.rfind("SM_", 0), 0u) << k << " (the toolkit computes SM_*)";
+  EXPECT_EQ(PlanTrainingLaunch(Request(), Script("/usr/bin/python3"), Context()).env["KILN_PIP_TARGET"],
+            "/opt/ml/.kiln/site-packages");
+}
+
+TEST(PlanTrainingLaunchTest, HostPathsUnderTmpAreBoundReadOnly) {
+  auto plan = PlanTrainingLaunch(Request(), Local("/tmp/work/bin/prog"), Context());
+  ASSERT_EQ(plan.binds.size(), 1u);
+  EXPECT_EQ(plan.binds[0].host_path, "/tmp/work");
+  EXPECT_EQ(plan.binds[0].sandbox_path, "/tmp/work");
+  EXPECT_TRUE(plan.binds[0].read_only);
+  EXPECT_TRUE(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).binds.empty());
+}
+
+TEST(TrainingLaunchTest, GpuEnvironmentAndHostsFile) {
+  std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", "stale"}};
+  AddGpuEnvironment(Allocation{}, env);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  Allocation gpus;
+  gpus.gpus = {2, 3};
+  gpus.gpu_uuids = {"GPU-a", "GPU-b"};
+  AddGpuEnvironment(gpus, env);
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "2,3");
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-a,GPU-b");
+  auto lines = HostsFileLines({"algo-1", "algo-2"});
+  EXPECT_EQ(lines.back(), "127.0.0.1 algo-1 algo-2");
+}
+
+}  // namespace
+}  // namespace kiln::control
