@@ -21,6 +21,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "control/log_pump.h"
 #include "control/training_launch.h"
 #include "observe/metric_extractor.h"
 
@@ -154,12 +155,7 @@ class TrainingController::JobRun {
     bool exited = false;
     int exit_code = -1;
     int term_signal = 0;
-    // Log pump.
-    std::thread pump;
-    std::atomic<bool> pump_stop{false};
-    std::atomic<bool> pump_done{false};
-    std::mutex pump_mutex;
-    std::string last_stderr_line;  // GUARDED_BY(pump_mutex)
+    std::unique_ptr<LogPump> pump;
     std::unique_ptr<agent::PipeFeeder> feeder;
     std::unique_ptr<agent::CheckpointSync> checkpoints;
     // Debugger tensors, TensorBoard and profiler output: LocalPath synced to S3 during the run.
@@ -205,7 +201,7 @@ class TrainingController::JobRun {
   void Finish(bool ran);
   void Fail(const std::string& reason);
   void StartPump(Host& host, const json& metric_definitions, int64_t offset);
-  void Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor, int64_t offset);
+  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points);
   void StopPumps(bool drain);
   void StopAgents();
   Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
@@ -489,10 +485,7 @@ void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
     host->opt_ml = host->root + "/opt_ml";
     host->log_stream = h.value("log_stream", "");
     host->started_millis = h.value("started_millis", int64_t{0});
-    int64_t offset = 0;
-    if (auto text = ReadFile(host->root + "/log.offset"); text.ok()) {
-      offset = std::strtoll(text->c_str(), nullptr, 10);
-    }
+    const int64_t offset = LogPump::ReadOffset(host->root + "/log.offset");
     if (request_.contains("CheckpointConfig")) {
       auto checkpoints = MakeCheckpointSync(*host);
       if (checkpoints.ok()) {
@@ -605,138 +598,51 @@ void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record)
 }
 
 void TrainingController::JobRun::StartPump(Host& host, const json& metric_definitions, int64_t offset) {
-  std::shared_ptr<observe::MetricExtractor> extractor;
+  LogPump::Options pump;
+  pump.output_path = deps().runtime->OutputPath(host.instance_id);
+  pump.offset_path = host.root + "/log.offset";
+  pump.start_offset = offset;
+  pump.group = kTrainingLogGroup;
+  pump.stream = host.log_stream;
   if (metric_definitions.is_array() && !metric_definitions.empty()) {
     auto created = observe::MetricExtractor::Create(MetricDefinitionsFromJson(metric_definitions));
     if (created.ok()) {
-      extractor = std::shared_ptr<observe::MetricExtractor>(std::move(created).value());
+      pump.extractor = std::shared_ptr<const observe::MetricExtractor>(std::move(created).value());
     } else {
       KLOG(warn, "metric definitions rejected", {{"job", name_}, {"error", created.status().ToString()}});
     }
   }
-  host.pump = std::thread([this, &host, extractor, offset] { Pump(host, extractor, offset); });
+  const std::string host_name = host.host;
+  pump.on_metrics = [this, host_name](const std::vector<observe::MetricPoint>& points) {
+    RecordMetrics(host_name, points);
+  };
+  host.pump = std::make_unique<LogPump>(std::move(pump), deps().log_store);
+  host.pump->Start();
 }
 
-// Tails the shim's output file, appending each line to the job's log stream and matching it
-// against the metric definitions. The offset of the last appended byte is kept beside the host
-// directory so that an adopting server resumes exactly there.
-void TrainingController::JobRun::Pump(Host& host, std::shared_ptr<observe::MetricExtractor> extractor,
-                                      int64_t offset) {
-  const std::string path = deps().runtime->OutputPath(host.instance_id);
-  // The offset record: 20 zero-padded digits rewritten in place with one pwrite per batch (no
-  // fsync: it has to outlive the server process, not the machine, like the instance itself).
-  UniqueFd offset_fd(::open((host.root + "/log.offset").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  bool stream_ready = false;
-  std::string pending;
-  std::vector<char> buffer(256 * 1024);
-  UniqueFd fd;
-  bool final_pass = false;
-  while (true) {
-    if (!fd.valid()) fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    ssize_t n = 0;
-    if (fd.valid()) {
-      n = ::pread(fd.get(), buffer.data(), buffer.size(), offset + static_cast<int64_t>(pending.size()));
-      if (n > 0) pending.append(buffer.data(), static_cast<size_t>(n));
-    }
-    // Complete records only.
-    std::vector<observe::InputEvent> events;
-    size_t batch_bytes = 0;
-    size_t consumed = 0;
-    std::vector<observe::MetricPoint> points;
-    while (true) {
-      size_t nl = pending.find('\n', consumed);
-      if (nl == std::string::npos) break;
-      std::string_view record(pending.data() + consumed, nl - consumed);
-      size_t next = nl + 1;
-      // "<millis> <o|e> <text>"
-      size_t sp1 = record.find(' ');
-      if (sp1 != std::string_view::npos && record.size() >= sp1 + 3) {
-        int64_t ts = std::strtoll(std::string(record.substr(0, sp1)).c_str(), nullptr, 10);
-        char stream = record[sp1 + 1];
-        std::string text(record.substr(sp1 + 3));
-        if (!text.empty()) {
-          if (batch_bytes + text.size() + observe::kEventOverheadBytes > observe::kMaxBatchBytes ||
-              events.size() >= 5000) {
-            break;  // flush this batch first; the rest is read next round
-          }
-          if (extractor) {
-            auto found = extractor->Extract(text, ts);
-            points.insert(points.end(), found.begin(), found.end());
-          }
-          if (stream == 'e') {
-            std::lock_guard<std::mutex> lock(host.pump_mutex);
-            host.last_stderr_line = text;
-          }
-          batch_bytes += text.size() + observe::kEventOverheadBytes;
-          events.push_back({ts, std::move(text)});
-        }
-      }
-      consumed = next;
-    }
-    if (!events.empty()) {
-      std::stable_sort(events.begin(), events.end(),
-                       [](const observe::InputEvent& a, const observe::InputEvent& b) { return a.timestamp < b.timestamp; });
-      if (!stream_ready) {
-        Status g = deps().log_store->CreateGroup(kTrainingLogGroup);
-        Status s = deps().log_store->CreateStream(kTrainingLogGroup, host.log_stream);
-        (void)g;
-        (void)s;  // AlreadyExists is fine (adoption, several hosts)
-        stream_ready = true;
-      }
-      auto appended = deps().log_store->Append(kTrainingLogGroup, host.log_stream, events);
-      if (!appended.ok()) {
-        KLOG(warn, "training log append failed", {{"job", name_}, {"error", appended.status().ToString()}});
-      }
-    }
-    if (!points.empty()) {
-      // One transaction per batch of lines: a job printing thousands of metric lines per second
-      // costs one commit per read, not one per point.
-      std::vector<observe::MetricDatum> batch;
-      batch.reserve(points.size() * 2);
-      const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
-      const observe::Dimensions host_dims = {{"Host", name_ + "/" + host.host}};
-      for (const auto& p : points) {
-        batch.push_back({p.name, job_dims, p.timestamp_millis, p.value});
-        batch.push_back({p.name, host_dims, p.timestamp_millis, p.value});
-      }
-      if (deps().metric_store) {
-        Status put = deps().metric_store->Put(kMetricNamespace, batch);
-        if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
-      }
-      std::lock_guard<std::mutex> lock(metrics_mutex_);
-      for (const auto& p : points) {
-        final_metrics_[p.name] = {{"value", p.value}, {"timestamp_millis", p.timestamp_millis}};
-      }
-      metrics_dirty_ = true;
-    }
-    if (consumed > 0) {
-      offset += static_cast<int64_t>(consumed);
-      pending.erase(0, consumed);
-      if (offset_fd.valid()) {
-        char digits[24];
-        int len = std::snprintf(digits, sizeof(digits), "%020lld\n", static_cast<long long>(offset));
-        (void)!::pwrite(offset_fd.get(), digits, static_cast<size_t>(len), 0);
-      }
-    }
-    if (n > 0 || consumed > 0) continue;  // more may be ready
-    if (final_pass) break;
-    if (host.pump_stop.load()) {
-      // One more pass after the stop request reads what the shim wrote last.
-      if (host.pump_done.load()) final_pass = true;
-      else break;
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// Metric points of one batch of a host's lines: stored as time series (one transaction per
+// batch, with TrainingJobName and Host dimensions, §15) and kept as the last value per metric.
+void TrainingController::JobRun::RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points) {
+  std::vector<observe::MetricDatum> batch;
+  batch.reserve(points.size() * 2);
+  const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
+  const observe::Dimensions host_dims = {{"Host", name_ + "/" + host}};
+  for (const auto& p : points) {
+    batch.push_back({p.name, job_dims, p.timestamp_millis, p.value});
+    batch.push_back({p.name, host_dims, p.timestamp_millis, p.value});
   }
+  if (deps().metric_store) {
+    Status put = deps().metric_store->Put(kMetricNamespace, batch);
+    if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
+  }
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  for (const auto& p : points) final_metrics_[p.name] = {{"value", p.value}, {"timestamp_millis", p.timestamp_millis}};
+  metrics_dirty_ = true;
 }
 
 void TrainingController::JobRun::StopPumps(bool drain) {
   for (auto& host : hosts_) {
-    host->pump_done.store(drain);
-    host->pump_stop.store(true);
-  }
-  for (auto& host : hosts_) {
-    if (host->pump.joinable()) host->pump.join();
+    if (host->pump) host->pump->Stop(drain);
   }
 }
 
@@ -816,11 +722,7 @@ std::string TrainingController::JobRun::FailureReasonFromHosts() {
              "training program. The process on " +
              host->host + " was killed by SIGKILL (signal 9).";
     }
-    std::string summary;
-    {
-      std::lock_guard<std::mutex> lock(host->pump_mutex);
-      summary = host->last_stderr_line;
-    }
+    std::string summary = host->pump ? host->pump->last_stderr_line() : "";
     int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
     std::string tail = ", exit code: " + std::to_string(code);
     if (summary.empty()) summary = "the training program exited with a non-zero status";
