@@ -135,6 +135,16 @@ bool Transient(const Status& s) {
          s.code() == StatusCode::kDeadlineExceeded;
 }
 
+// A failed write while staging: a full disk is named as such, with what to do about it (AWS
+// reports a full training volume as a ClientError of the data download).
+Status WriteError(const Status& error, const std::string& bucket, const std::string& key, const std::string& path) {
+  if (error.code() != StatusCode::kResourceExhausted) return error;
+  return Status::ResourceExhausted(
+      "ClientError: Data download failed: no space left on device while staging s3://" + bucket + "/" + key +
+      " to " + path + ". The disk that holds the Kiln data directory (and with it the job's volume) is full: "
+      "free space there, or make the input data smaller.");
+}
+
 Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
                               const std::string& path, std::optional<uint64_t> expected_size,
                               const CancelFlag* cancel, size_t buffer_size, bool* store_error) {
@@ -184,7 +194,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
         }
         if (errno == EINTR) continue;
         if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-          return fail(ErrnoStatus("copy into " + tmp, errno));
+          return fail(WriteError(ErrnoStatus("copy into " + tmp, errno), bucket, key, path));
         }
         zero_copy = false;  // not supported between these file systems: copy through the buffer
       }
@@ -197,7 +207,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
     }
     if (*n == 0) break;
     Status w = WriteAll(fd.get(), std::string_view(buf.get(), *n));
-    if (!w.ok()) return fail(w);
+    if (!w.ok()) return fail(WriteError(w, bucket, key, path));
     total += *n;
   }
   if (total != size) {

@@ -1,9 +1,14 @@
 """How training jobs end other than Completed (training-contract.md §2, §8, §10, §11, §14):
 the failure file, a non-zero exit without it, StopTrainingJob with a SIGTERM handler, and
-MaxRuntimeInSeconds. Artifacts are uploaded in every case. All jobs are submitted at once."""
+MaxRuntimeInSeconds. Artifacts are uploaded in every case. All jobs are submitted at once. And a
+full disk while staging (its own server on a small tmpfs)."""
+
+import os
+import subprocess
 
 import pytest
 
+import kiln_harness as kh
 import training_helpers as th
 from training_helpers import sm, s3, logs  # noqa: F401 (module-scoped client fixtures)
 
@@ -110,3 +115,45 @@ def test_max_runtime_exceeded(module_kiln, sm, s3, jobs):
     assert 0 <= run < 60, run
     assert (d["TrainingEndTime"] - d["CreationTime"]).total_seconds() >= 3
     assert th.model_files(s3, d)["partial.txt"] == b"slept"
+
+
+def test_full_disk_fails_the_job_clearly_and_the_server_keeps_serving(tmp_path):
+    """A full disk while staging (issue: "a full disk: the job fails with a FailureReason that
+    tells the user what to fix, and the server keeps serving"). The server's data dir is a small
+    tmpfs (needs root to mount); the channel does not fit a second time."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs as the data dir")
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    srv = None
+    try:
+        srv = kh.KilnServer(str(mnt / "data"), config=th.SHRINK_CONFIG, log_path=str(tmp_path / "server.log"))
+        srv.start()
+        sm, s3 = srv.client("sagemaker"), srv.client("s3")
+        bucket = th.unique_name("full")
+        s3.create_bucket(Bucket=bucket)
+        for i in range(3):
+            s3.put_object(Bucket=bucket, Key="train/part-%d" % i, Body=os.urandom(10 * 1024 * 1024))
+        name = th.unique_name("full-disk")
+        sm.create_training_job(**th.training_request(
+            name, bucket, channels=[th.s3_channel("train", "s3://%s/train/" % bucket)]))
+        d = th.wait_for_status(sm, name, timeout=120, server=srv)
+        assert d["TrainingJobStatus"] == "Failed", d["TrainingJobStatus"]
+        reason = d["FailureReason"]
+        assert reason.startswith("ClientError: Data download failed: no space left on device"), reason
+        assert "free space" in reason, reason
+
+        # The server keeps serving, and the failed job's volume was given back: a job without the
+        # big channel runs.
+        for i in range(3):
+            s3.delete_object(Bucket=bucket, Key="train/part-%d" % i)
+        small = th.unique_name("after-full")
+        sm.create_training_job(**th.training_request(small, bucket, hyperparameters={"lines": "2"}))
+        d = th.wait_for_status(sm, small, timeout=120, server=srv)
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    finally:
+        if srv is not None and srv.alive():
+            srv.stop()
+        subprocess.run(["umount", "-l", str(mnt)])
