@@ -200,6 +200,7 @@ class TrainingController::JobRun {
   void Monitor(const store::TrainingJobRecord& record);
   void Finish(bool ran);
   void Fail(const std::string& reason);
+  bool RetryIfAllowed(const std::string& why);
   void StartPump(Host& host, const json& metric_definitions, int64_t offset);
   void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points);
   void StopPumps(bool drain);
@@ -224,6 +225,7 @@ class TrainingController::JobRun {
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
   std::string stop_reason_;  // "user" | "max_runtime" | "peer_failure"
+  bool retrying_ = false;  // set by RetryIfAllowed: Run() queues the job again
   std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;
 
@@ -235,6 +237,34 @@ class TrainingController::JobRun {
 void TrainingController::JobRun::Run() {
   RunSteps();
   controller_->OnRunFinished(name_);
+  if (retrying_) controller_->Submit(name_);  // queued again, behind nobody it overtook
+}
+
+// RetryStrategy (training-contract.md §10): a job that failed for Kiln's own reasons
+// ("InternalServerError: ...") starts again, up to MaximumRetryAttempts times, going through
+// Restarting → Starting. Returns true (and records the restart) when it will be retried.
+bool TrainingController::JobRun::RetryIfAllowed(const std::string& why) {
+  if (!StartsWith(why, "InternalServerError") || shutting_down_.load() || stop_requested_.load()) return false;
+  const int max_attempts = request_.value("RetryStrategy", json::object()).value("MaximumRetryAttempts", 0);
+  const int64_t now = Now();
+  bool retry = false;
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    const int retries = rec.state.value("retries", 0);
+    if (rec.status != "InProgress" || retries >= max_attempts) return;
+    rec.state["retries"] = retries + 1;
+    rec.state["phase"] = "queued";
+    rec.state["last_failure"] = why;
+    for (const char* member : {"hosts", "allocations"}) rec.state.erase(member);
+    RecordSecondaryStatus(rec, "Restarting", "Restarting the training job (attempt " + std::to_string(retries + 2) +
+                                                 " of " + std::to_string(max_attempts + 1) + "): " + why,
+                          now);
+    retry = true;
+  });
+  if (retry) {
+    KLOG(info, "training job restarting", {{"job", name_}, {"reason", why}});
+    retrying_ = true;
+  }
+  return retry;
 }
 
 void TrainingController::JobRun::RunSteps() {
@@ -408,6 +438,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
   const std::vector<std::string> hosts_lines = HostsFileLines(host_names);
 
   json hosts_state = json::array();
+  int64_t last_stream_epoch = 0;
   for (size_t i = 0; i < hosts_.size(); ++i) {
     Host& host = *hosts_[i];
     const Allocation& allocation = allocations_.at(std::min(i, allocations_.size() - 1));
@@ -436,7 +467,11 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
                                      "the environment it maps to.");
     }
     host.started_millis = Now();
-    host.log_stream = record.name + "/" + host.host + "-" + std::to_string(host.started_millis / 1000);
+    // A restarted job's container gets a new stream even when it starts within the same second.
+    const int64_t previous_epoch = record.state.value("last_stream_epoch", int64_t{0});
+    const int64_t epoch = std::max<int64_t>(host.started_millis / 1000, previous_epoch + 1);
+    last_stream_epoch = std::max(last_stream_epoch, epoch);
+    host.log_stream = record.name + "/" + host.host + "-" + std::to_string(epoch);
     json h = {{"host", host.host},
               {"shard_index", host.shard_index},
               {"instance_id", host.instance_id},
@@ -451,6 +486,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
   auto r = Update([&](store::TrainingJobRecord& rec) {
     rec.state["phase"] = "running";
     rec.state["hosts"] = hosts_state;
+    rec.state["last_stream_epoch"] = last_stream_epoch;
     rec.state["credentials"] = credential_state;
     rec.state["training_start_millis"] = training_start_millis_;
     if (rec.status != "Stopping") RecordSecondaryStatus(rec, "Training", kMsgTraining + allocation_note_, now);
@@ -780,6 +816,13 @@ void TrainingController::JobRun::Finish(bool ran) {
   std::string failure = FailureReasonFromHosts();
   bool any_failed = false;
   for (auto& host : hosts_) any_failed |= host->exit_code != 0;
+  if (stop_reason_.empty() || stop_reason_ == "peer_failure") {
+    const std::string why = any_failed ? failure : upload_error;
+    if (!why.empty() && RetryIfAllowed(why)) {
+      Cleanup();
+      return;
+    }
+  }
   int64_t now = Now();
   json final_metrics;
   {
@@ -831,6 +874,10 @@ void TrainingController::JobRun::Fail(const std::string& reason) {
     why = "InternalServerError: " + why;
   }
   why = Truncate(why, kFailureReasonMax);
+  if (RetryIfAllowed(why)) {
+    Cleanup();
+    return;
+  }
   int64_t now = Now();
   (void)Update([&](store::TrainingJobRecord& rec) {
     rec.status = "Failed";

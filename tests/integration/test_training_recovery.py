@@ -2,8 +2,10 @@
 control plane): after a restart on the same data dir the job runs on and completes, Describe is
 right, the log holds every line exactly once, and the model is uploaded."""
 
+import json
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -97,3 +99,46 @@ def test_pipe_feeding_resumes_after_kill_9(kiln_factory, tmp_path):
     want = "bytes=%d sha=%s" % (len(expected), th.sha256(expected))
     epochs = [l for l in th.job_log_lines(logs, name) if l.startswith("epoch ")]
     assert epochs == ["epoch %d %s" % (i, want) for i in range(3)], epochs
+
+
+def test_retry_strategy_restarts_after_an_internal_failure(kiln_factory):
+    """RetryStrategy (training-contract.md §10): an instance lost to Kiln (its shim killed) is an
+    InternalServerError; with MaximumRetryAttempts the job goes Restarting and runs again, in a new
+    log stream, and completes."""
+    srv = kiln_factory("retry", config=th.SHRINK_CONFIG)
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    bucket = th.unique_name("retry")
+    s3.create_bucket(Bucket=bucket)
+    name = th.unique_name("retried")
+    sm.create_training_job(**th.training_request(
+        name, bucket, hyperparameters={"ticks": "3", "tick_interval": "1"},
+        RetryStrategy={"MaximumRetryAttempts": 1}))
+    th.wait_for_log_line(logs, name, lambda l: l == "tick 0", timeout=120)
+    started = os.path.join(srv.data_dir, "instances", "training-%s-algo-1" % name, "started.json")
+    with open(started) as f:
+        shim_pid = json.load(f)["shim_pid"]
+    os.kill(shim_pid, signal.SIGKILL)  # Kiln's supervisor dies: the instance is lost
+
+    d = th.wait_for_status(sm, name, timeout=120, server=srv)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), srv.log_tail(30))
+    statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    assert "Restarting" in statuses, statuses
+    restarting = d["SecondaryStatusTransitions"][statuses.index("Restarting")]
+    assert "InternalServerError" in restarting["StatusMessage"], restarting
+    assert statuses.index("Restarting") < len(statuses) - 1 - statuses[::-1].index("Training"), statuses
+    assert len(th.job_streams(logs, name)) == 2  # a restarted container gets a new stream
+
+
+def test_without_retry_strategy_a_lost_instance_fails_the_job(kiln_factory):
+    srv = kiln_factory("no-retry", config=th.SHRINK_CONFIG)
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    bucket = th.unique_name("noretry")
+    s3.create_bucket(Bucket=bucket)
+    name = th.unique_name("lost")
+    sm.create_training_job(**th.training_request(name, bucket, hyperparameters={"ticks": "30", "tick_interval": "1"}))
+    th.wait_for_log_line(logs, name, lambda l: l == "tick 0", timeout=120)
+    with open(os.path.join(srv.data_dir, "instances", "training-%s-algo-1" % name, "started.json")) as f:
+        os.kill(json.load(f)["shim_pid"], signal.SIGKILL)
+    d = th.wait_for_status(sm, name, timeout=60, server=srv)
+    assert d["TrainingJobStatus"] == "Failed", d["TrainingJobStatus"]
+    assert d["FailureReason"].startswith("InternalServerError: "), d["FailureReason"]
