@@ -1050,12 +1050,15 @@ void TrainingController::RunScheduler() {
   while (!shutting_down_) {
     wake_.wait_for(lock, std::chrono::seconds(5), [&] { return shutting_down_ || schedule_needed_ || !finished_runs_.empty(); });
     if (shutting_down_) break;
-    for (auto& run : finished_runs_) {
-      lock.unlock();
-      run->Join();
-      lock.lock();
-    }
-    finished_runs_.clear();
+    // Take the finished runs out under the lock and join them without it: runs finishing
+    // meanwhile append to finished_runs_ (iterating it unlocked would race with them, and a
+    // JobRun destroyed unjoined terminates the process).
+    std::vector<std::shared_ptr<JobRun>> finished;
+    finished.swap(finished_runs_);
+    lock.unlock();
+    for (auto& run : finished) run->Join();
+    finished.clear();
+    lock.lock();
     if (!schedule_needed_) continue;
     schedule_needed_ = false;
     lock.unlock();
