@@ -1,0 +1,95 @@
+#pragma once
+// HTTP/1.1 client with pooled keep-alive connections, for the invoke path (a request from the
+// router to a serving container) and Kiln's own health pings.
+//
+// Model: blocking calls on the caller's thread over plain non-blocking fds with deadlines
+// (socket_io.h), like the server. Per target ("host:port") the pool keeps idle connections in
+// LIFO order (the most recently used one is the warmest); a call takes one (or connects), sends
+// the request, reads the whole response, and gives the connection back when the response allows
+// keep-alive. Nothing is allocated per request on the hot path beyond the response itself:
+// request heads are formatted into a thread-local buffer and sent with the body in one sendmsg.
+//
+// Retrying: a reused connection may have been closed by the peer while idle. When sending on a
+// reused connection fails, or it yields EOF/reset before the first byte of a response, the
+// request is sent once more on a fresh connection: the server cannot have processed it (it never
+// answered and HTTP/1.1 servers close idle connections only between requests). A fresh
+// connection is never retried here (the caller decides, e.g. the router tries another instance).
+//
+// Thread-safety: every method may be called from any thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/io.h"
+#include "base/status.h"
+
+namespace kiln::net {
+
+struct ClientRequest {
+  std::string_view method = "POST";
+  std::string_view target = "/";  // origin-form: "/invocations"
+  // Extra headers. The client adds Host and Content-Length itself (and ignores those two here).
+  const HeaderMap* headers = nullptr;
+  std::string_view body;  // the whole body (invoke bodies are read before signing anyway)
+};
+
+struct ClientResponse {
+  int status = 0;
+  HeaderMap headers;
+  std::string body;  // Content-Length, chunked and close-delimited bodies are all read whole
+};
+
+struct ClientTimeouts {
+  // TCP connect (spec/serving-contract.md §5.2: the container must accept within 250 ms).
+  int connect_ms = 250;
+  // From the request being sent until the whole response has been read.
+  int response_ms = 60000;
+};
+
+struct HttpClientOptions {
+  // Idle connections kept per target; further ones are closed when given back.
+  size_t max_idle_per_target = 256;
+  // An idle connection older than this is closed instead of reused (servers commonly close idle
+  // keep-alive connections after 60-75 s; staying below avoids racing them).
+  int max_idle_ms = 20000;
+  // A response body longer than this fails with ResourceExhausted (the connection is closed).
+  size_t max_response_body_bytes = 6 * 1024 * 1024;
+  // Response status line + headers.
+  size_t max_response_header_bytes = 64 * 1024;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpClientOptions options = {});
+  ~HttpClient();  // closes every idle connection
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Sends `request` to host:port (an IPv4/IPv6 literal or "localhost"; no DNS beyond that is
+  // needed on the invoke path) and reads the whole response.
+  // Errors (the router maps each to a runtime-API error, spec/runtime-api.md §5):
+  //   Unavailable       — could not connect (refused, unreachable, or not accepted in connect_ms)
+  //   Aborted           — connected and sent, but the peer closed or reset the connection before
+  //                       a complete response (also after the one retry described above)
+  //   DeadlineExceeded  — no complete response within response_ms
+  //   DataLoss          — the response is not valid HTTP/1.1
+  //   ResourceExhausted — the response body exceeds max_response_body_bytes
+  // Any HTTP status (including 4xx/5xx) is a successful result.
+  Result<ClientResponse> Send(const std::string& host, uint16_t port, const ClientRequest& request,
+                              const ClientTimeouts& timeouts);
+
+  // Closes the idle connections to host:port (an instance that is going away).
+  void Forget(const std::string& host, uint16_t port);
+
+  // Idle connections held, over all targets (tests and /metrics).
+  size_t idle_connections() const;
+
+ private:
+  struct Pool;
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace kiln::net

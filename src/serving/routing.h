@@ -1,0 +1,102 @@
+#pragma once
+// The routing snapshot (DESIGN.md §2, §7): what the invoke path needs to know about an endpoint,
+// published by the endpoint controller and read by the router without locks or SQLite.
+//
+// A snapshot is immutable once published: the controller builds a new EndpointRoute for every
+// change (an instance became healthy or was removed, weights changed, status changed) and swaps
+// it in with RoutingTable::Publish. The InstanceTarget objects are shared between successive
+// snapshots (the controller keeps one per live instance), so the in-flight counter of an instance
+// survives re-publishing, and the controller can drain an instance by removing it from the next
+// snapshot and waiting until `outstanding` reaches 0.
+//
+// Thread-safety: RoutingTable methods may be called from any thread. Readers hold a
+// shared_ptr to the snapshot they read for the whole request.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::serving {
+
+// One serving instance (a container listening on host:port).
+struct InstanceTarget {
+  std::string instance_id;  // Kiln's id, "i-0a1b2c3d4e5f60718"; stable for the instance's life
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string container_hostname;  // for error messages; AWS says "primary" for single-container
+  std::string log_stream;          // "<VariantName>/<instance-id>"
+  // Requests sent to this instance and not yet answered. Maintained by the router (increment
+  // before sending, decrement after the response is read or the call failed).
+  mutable std::atomic<int64_t> outstanding{0};
+};
+
+enum class RoutingStrategy {
+  kLeastOutstandingRequests,  // AWS: LEAST_OUTSTANDING_REQUESTS (Kiln default, as AWS's)
+  kRandom,                    // AWS: RANDOM
+};
+
+struct VariantRoute {
+  std::string name;     // VariantName
+  double weight = 1.0;  // CurrentWeight; 0 = only reachable through TargetVariant
+  RoutingStrategy strategy = RoutingStrategy::kLeastOutstandingRequests;
+  // Routable (healthy, not draining) instances. May be empty: requests to the variant then get
+  // ServiceUnavailable.
+  std::vector<std::shared_ptr<const InstanceTarget>> instances;
+};
+
+struct EndpointRoute {
+  std::string name;  // as created (lookups are case-sensitive, as AWS's are for invocations)
+  std::string arn;
+  // EndpointStatus. InvokeEndpoint is served in InService, Updating and SystemUpdating (and
+  // RollingBack, which still serves the old fleet); any other status → "not in service".
+  std::string status;
+  // "arn:aws:logs:<region>:<account>:log-group:/aws/sagemaker/Endpoints/<name>" (ModelError's
+  // LogStreamArn, which despite its name carries the group ARN in AWS's answers).
+  std::string log_group_arn;
+  std::vector<VariantRoute> variants;
+  bool async = false;  // AsyncInferenceConfig set: only InvokeEndpointAsync is allowed
+};
+
+// Name → current snapshot. Publish/Remove replace the whole map copy-on-write: writers are rare
+// (controller events), readers are every invocation.
+class RoutingTable {
+ public:
+  using Map = std::map<std::string, std::shared_ptr<const EndpointRoute>, std::less<>>;
+
+  // Adds or replaces the route of route->name.
+  void Publish(std::shared_ptr<const EndpointRoute> route) {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    auto next = std::make_shared<Map>(*std::atomic_load(&map_));
+    (*next)[route->name] = std::move(route);
+    std::atomic_store(&map_, std::shared_ptr<const Map>(std::move(next)));
+  }
+
+  void Remove(std::string_view name) {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    auto next = std::make_shared<Map>(*std::atomic_load(&map_));
+    auto it = next->find(name);
+    if (it == next->end()) return;
+    next->erase(it);
+    std::atomic_store(&map_, std::shared_ptr<const Map>(std::move(next)));
+  }
+
+  // The current route of `name`, or null. Lock-free for readers (one atomic shared_ptr load).
+  std::shared_ptr<const EndpointRoute> Find(std::string_view name) const {
+    std::shared_ptr<const Map> map = std::atomic_load(&map_);
+    auto it = map->find(name);
+    return it == map->end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<const Map> All() const { return std::atomic_load(&map_); }
+
+ private:
+  std::mutex write_mutex_;
+  std::shared_ptr<const Map> map_ = std::make_shared<const Map>();
+};
+
+}  // namespace kiln::serving

@@ -1,0 +1,120 @@
+#pragma once
+// Repositories for the real-time inference resources (migration 6): models, endpoint
+// configurations and endpoints. Names are unique per kind, compared case-insensitively
+// (spec/control-plane-api.md §6); Get/Mutate/Delete find a row by its name in any case.
+//
+// Models and endpoint configurations are immutable after creation: a row keeps the validated
+// Create* request verbatim. An endpoint row keeps a *deployment*: the endpoint configuration and
+// every model it names, copied at CreateEndpoint/UpdateEndpoint time, so that deleting a model or
+// configuration later never changes a running endpoint (AWS behaviour).
+//
+// Thread-safety: all methods may be called from any thread (the Database serialises them).
+// EndpointRepository::Mutate is the one read-modify-write: the API (updates, delete) and the
+// endpoint controller (observed state) never overwrite each other's changes.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "store/database.h"
+
+namespace kiln::store {
+
+// A model or an endpoint configuration.
+struct DefinitionRecord {
+  std::string name;
+  std::string arn;
+  nlohmann::json request;  // the validated CreateModel / CreateEndpointConfig input, as received
+  int64_t creation_millis = 0;
+};
+
+struct DefinitionListQuery {
+  std::optional<std::string> name_contains;  // case-insensitive substring
+  std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
+};
+
+// One repository class for both immutable kinds; `kind` picks the table.
+class DefinitionRepository {
+ public:
+  enum class Kind { kModel, kEndpointConfig };
+  DefinitionRepository(Database* database, Kind kind) : database_(database), kind_(kind) {}
+
+  // AlreadyExists (message = the existing row's ARN) when the name is taken in any case.
+  Status Insert(const DefinitionRecord& record);
+  // NotFound when absent.
+  Result<DefinitionRecord> Get(const std::string& name);
+  // Matching rows in creation order (callers sort and page).
+  Result<std::vector<DefinitionRecord>> List(const DefinitionListQuery& query);
+  // Removes the row and its tags. NotFound when absent.
+  Status Delete(const std::string& name);
+
+ private:
+  Database* database_;
+  Kind kind_;
+};
+
+// A deployment: what an endpoint runs. Shape (JSON, written by the API, read by the controller):
+//   {"EndpointConfigName": "cfg", "EndpointConfig": <CreateEndpointConfig request>,
+//    "Models": {"<ModelName>": <CreateModel request>, ...}, "DeployedMillis": <ms>}
+struct EndpointRecord {
+  std::string name;
+  std::string arn;
+  std::string config_name;  // EndpointConfigName as Describe shows it (the deployed one)
+  // EndpointStatus: Creating, InService, Updating, SystemUpdating, RollingBack, Deleting, Failed,
+  // OutOfService, UpdateRollbackFailed.
+  std::string status;
+  std::string failure_reason;  // empty when none
+  int64_t creation_millis = 0;
+  int64_t last_modified_millis = 0;
+  nlohmann::json request;     // the validated CreateEndpoint input (DeploymentConfig, Tags)
+  nlohmann::json deployment;  // the current deployment (shape above)
+  // The deployment an UpdateEndpoint asked for while it rolls out; null otherwise. The
+  // controller moves it into `deployment` when the new fleet is InService.
+  nlohmann::json pending = nullptr;
+  // Desired state per variant, written by the API (create, update, weights and capacities):
+  //   {"<VariantName>": {"DesiredWeight": 0.7, "DesiredInstanceCount": 2}, ...}
+  // for the variants of `pending` when set, else of `deployment`.
+  nlohmann::json desired = nlohmann::json::object();
+  // Observed state, written by the controller only:
+  //   {"ProductionVariants": [<AWS ProductionVariantSummary: VariantName, DeployedImages,
+  //     CurrentWeight, DesiredWeight, CurrentInstanceCount, DesiredInstanceCount, VariantStatus,
+  //     RoutingConfig>...],
+  //    "Instances": [...controller bookkeeping...]}
+  nlohmann::json state = nlohmann::json::object();
+  int64_t version = 0;  // incremented by every write
+};
+
+struct EndpointListQuery {
+  std::optional<std::string> status_equals;
+  std::optional<std::string> name_contains;  // case-insensitive substring
+  std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
+  std::optional<int64_t> modified_after_millis, modified_before_millis;  // exclusive bounds
+};
+
+class EndpointRepository {
+ public:
+  explicit EndpointRepository(Database* database) : database_(database) {}
+
+  // Fills version. AlreadyExists (message = the existing endpoint's ARN) when the name is taken.
+  Status Insert(EndpointRecord& record);
+  // NotFound when absent.
+  Result<EndpointRecord> Get(const std::string& name);
+  // Reads the row, lets `mutate` change it and writes it back in one transaction (version + 1;
+  // last_modified_millis is the mutator's business). An error from `mutate` aborts without
+  // writing and is returned. Returns the record as written. NotFound when absent.
+  Result<EndpointRecord> Mutate(const std::string& name, const std::function<Status(EndpointRecord&)>& mutate);
+  // Matching rows in creation order (callers sort and page).
+  Result<std::vector<EndpointRecord>> List(const EndpointListQuery& query);
+  // Removes the row and its tags. NotFound when absent.
+  Status Delete(const std::string& name);
+
+ private:
+  Database* database_;
+};
+
+}  // namespace kiln::store
