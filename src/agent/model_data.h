@@ -1,0 +1,54 @@
+#pragma once
+// Model data for an endpoint instance (spec/serving-contract.md §3): fills the instance's
+// /opt/ml/model from a ContainerDefinition before the container starts.
+//
+//   ModelDataUrl "s3://b/k.tar.gz"                          gzip tar, extracted into model_dir
+//   ModelDataSource.S3DataSource {S3DataType S3Object,
+//                                 CompressionType Gzip}     same
+//   ModelDataSource.S3DataSource {S3DataType S3Prefix,
+//                                 CompressionType None}     every object under the prefix (which
+//                                                           ends with "/") copied to
+//                                                           model_dir/<key relative to it>
+//   neither                                                 model_dir exists and stays empty
+//
+// Safety: no member may land outside model_dir. An archive containing an absolute path, a ".."
+// component, a symlink or hard link whose target is absolute or resolves outside model_dir, or a
+// device/FIFO member is refused as a whole: the call fails with InvalidArgument
+// "ClientError: ..." naming the object and the offending member, and model_dir is left empty
+// (extraction goes to a staging directory beside it that is renamed into place only on
+// success). Prefix keys are confined the same way.
+//
+// Cache: archives are kept under cache_dir by bucket/key/ETag, so a second instance of the same
+// model (or a replacement) extracts from the local copy without reading the store again. Entries
+// are written temp-file + rename; concurrent callers for the same object are safe.
+//
+// Errors: InvalidArgument "ClientError: ..." (missing object, unsafe or unreadable archive, bad
+// URI); DeadlineExceeded when `cancel` was raised (the caller's ModelDataDownloadTimeout);
+// ResourceExhausted when the disk is full.
+//
+// Thread-safety: free functions; concurrent calls for different model_dirs are safe.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/transfer.h"
+#include "base/status.h"
+#include "objects/object_store.h"
+
+namespace kiln::agent {
+
+struct ModelDataResult {
+  uint64_t files = 0;        // regular files written under model_dir
+  uint64_t bytes = 0;        // their total size
+  bool cache_hit = false;    // the archive came from cache_dir
+};
+
+// `container`: one ContainerDefinition of a CreateModel request (PrimaryContainer or an entry of
+// Containers), as stored. `model_dir` must not exist yet or be empty. `cache_dir` may be empty
+// (no caching). `cancel` may be null.
+Result<ModelDataResult> PrepareModelData(objects::ObjectStore& store, const nlohmann::json& container,
+                                         const std::string& model_dir, const std::string& cache_dir,
+                                         const CancelFlag* cancel);
+
+}  // namespace kiln::agent
