@@ -133,6 +133,45 @@ CREATE TABLE metric_points (
 );
 CREATE INDEX metric_points_by_series_time ON metric_points(series_id, timestamp_millis);
 )sql"},
+      // Real-time inference (store/endpoint_repository.h). Models and endpoint configurations are
+      // immutable: the validated Create* request verbatim. An endpoint keeps its deployment (the
+      // configuration and models copied at Create/UpdateEndpoint time), the pending deployment of
+      // an update in flight (NULL otherwise), the API's desired weights and counts, and the
+      // controller's observed state. Names are unique case-insensitively (NOCASE); `seq` is the
+      // creation order. Tags stay in resource_tags, keyed by ARN.
+      {6, "models, endpoint configurations and endpoints", R"sql(
+CREATE TABLE models (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL
+);
+CREATE TABLE endpoint_configs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL
+);
+CREATE TABLE endpoints (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  config_name TEXT NOT NULL,
+  status TEXT NOT NULL,
+  failure_reason TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  request_json TEXT NOT NULL,
+  deployment_json TEXT NOT NULL,
+  pending_json TEXT,
+  desired_json TEXT NOT NULL,
+  state_json TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX endpoints_by_status ON endpoints(status, seq);
+)sql"},
   };
   return kMigrations;
 }

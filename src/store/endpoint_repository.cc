@@ -1,0 +1,240 @@
+#include "store/endpoint_repository.h"
+
+#include "base/strings.h"
+
+namespace kiln::store {
+namespace {
+
+const char* TableOf(DefinitionRepository::Kind kind) {
+  return kind == DefinitionRepository::Kind::kModel ? "models" : "endpoint_configs";
+}
+
+const char* NounOf(DefinitionRepository::Kind kind) {
+  return kind == DefinitionRepository::Kind::kModel ? "model" : "endpoint configuration";
+}
+
+bool NameMatches(const std::optional<std::string>& needle_lower, const std::string& name) {
+  return !needle_lower || needle_lower->empty() || ToLower(name).find(*needle_lower) != std::string::npos;
+}
+
+std::optional<std::string> LowerNeedle(const std::optional<std::string>& needle) {
+  if (!needle) return std::nullopt;
+  return ToLower(*needle);
+}
+
+constexpr std::string_view kDefinitionColumns = "name, arn, request_json, creation_millis";
+
+Result<DefinitionRecord> ReadDefinition(const Statement& st, const char* noun) {
+  DefinitionRecord r;
+  r.name = st.ColumnText(0);
+  r.arn = st.ColumnText(1);
+  r.request = nlohmann::json::parse(st.ColumnText(2), nullptr, false);
+  r.creation_millis = st.ColumnInt64(3);
+  if (r.request.is_discarded()) {
+    return Status::Internal(std::string(noun) + " '" + r.name + "' has a corrupt row (unparsable JSON)");
+  }
+  return r;
+}
+
+constexpr std::string_view kEndpointColumns =
+    "seq, name, arn, config_name, status, failure_reason, creation_millis, last_modified_millis, request_json, "
+    "deployment_json, pending_json, desired_json, state_json, version";
+
+Result<EndpointRecord> ReadEndpoint(const Statement& st, int64_t* seq) {
+  EndpointRecord r;
+  if (seq != nullptr) *seq = st.ColumnInt64(0);
+  r.name = st.ColumnText(1);
+  r.arn = st.ColumnText(2);
+  r.config_name = st.ColumnText(3);
+  r.status = st.ColumnText(4);
+  r.failure_reason = st.ColumnText(5);
+  r.creation_millis = st.ColumnInt64(6);
+  r.last_modified_millis = st.ColumnInt64(7);
+  r.request = nlohmann::json::parse(st.ColumnText(8), nullptr, false);
+  r.deployment = nlohmann::json::parse(st.ColumnText(9), nullptr, false);
+  r.pending = st.IsNull(10) ? nlohmann::json(nullptr) : nlohmann::json::parse(st.ColumnText(10), nullptr, false);
+  r.desired = nlohmann::json::parse(st.ColumnText(11), nullptr, false);
+  r.state = nlohmann::json::parse(st.ColumnText(12), nullptr, false);
+  r.version = st.ColumnInt64(13);
+  if (r.request.is_discarded() || r.deployment.is_discarded() || r.pending.is_discarded() ||
+      r.desired.is_discarded() || r.state.is_discarded()) {
+    return Status::Internal("endpoint '" + r.name + "' has a corrupt row (unparsable JSON)");
+  }
+  return r;
+}
+
+// Binds the mutable endpoint columns at 1..10 in the order the INSERT and UPDATE below use.
+void BindEndpointState(Statement& st, const EndpointRecord& r) {
+  st.BindText(1, r.config_name)
+      .BindText(2, r.status)
+      .BindText(3, r.failure_reason)
+      .BindInt64(4, r.last_modified_millis)
+      .BindText(5, r.request.dump())
+      .BindText(6, r.deployment.dump());
+  if (r.pending.is_null()) {
+    st.BindNull(7);
+  } else {
+    st.BindText(7, r.pending.dump());
+  }
+  st.BindText(8, r.desired.dump()).BindText(9, r.state.dump());
+}
+
+Status DeleteTags(Database& db, const std::string& arn) {
+  ASSIGN_OR_RETURN(auto tags, db.Prepare("DELETE FROM resource_tags WHERE resource_arn = ?"));
+  tags.BindText(1, arn);
+  return tags.Run();
+}
+
+}  // namespace
+
+Status DefinitionRepository::Insert(const DefinitionRecord& record) {
+  const std::string table = TableOf(kind_);
+  return database_->WithTransaction([&](Database& db) -> Status {
+    {
+      ASSIGN_OR_RETURN(auto existing, db.Prepare("SELECT arn FROM " + table + " WHERE name = ?"));
+      existing.BindText(1, record.name);
+      ASSIGN_OR_RETURN(bool found, existing.Step());
+      if (found) return Status::AlreadyExists(existing.ColumnText(0));
+    }
+    ASSIGN_OR_RETURN(auto st, db.Prepare("INSERT INTO " + table +
+                                         "(name, arn, request_json, creation_millis) VALUES (?, ?, ?, ?)"));
+    st.BindText(1, record.name)
+        .BindText(2, record.arn)
+        .BindText(3, record.request.dump())
+        .BindInt64(4, record.creation_millis);
+    return st.Run();
+  });
+}
+
+Result<DefinitionRecord> DefinitionRepository::Get(const std::string& name) {
+  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kDefinitionColumns) + " FROM " +
+                                               TableOf(kind_) + " WHERE name = ?"));
+  st.BindText(1, name);
+  ASSIGN_OR_RETURN(bool found, st.Step());
+  if (!found) return Status::NotFound(std::string(NounOf(kind_)) + " " + name);
+  return ReadDefinition(st, NounOf(kind_));
+}
+
+Result<std::vector<DefinitionRecord>> DefinitionRepository::List(const DefinitionListQuery& query) {
+  std::string sql = "SELECT " + std::string(kDefinitionColumns) + " FROM " + TableOf(kind_) + " WHERE 1 = 1";
+  if (query.creation_after_millis) sql += " AND creation_millis > ?1";
+  if (query.creation_before_millis) sql += " AND creation_millis < ?2";
+  sql += " ORDER BY seq";
+  ASSIGN_OR_RETURN(auto st, database_->Prepare(sql));
+  if (query.creation_after_millis) st.BindInt64(1, *query.creation_after_millis);
+  if (query.creation_before_millis) st.BindInt64(2, *query.creation_before_millis);
+  const auto needle = LowerNeedle(query.name_contains);
+  std::vector<DefinitionRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(auto record, ReadDefinition(st, NounOf(kind_)));
+    if (!NameMatches(needle, record.name)) continue;
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+Status DefinitionRepository::Delete(const std::string& name) {
+  return database_->WithTransaction([&](Database& db) -> Status {
+    ASSIGN_OR_RETURN(auto record, Get(name));
+    RETURN_IF_ERROR(DeleteTags(db, record.arn));
+    ASSIGN_OR_RETURN(auto st, db.Prepare(std::string("DELETE FROM ") + TableOf(kind_) + " WHERE name = ?"));
+    st.BindText(1, record.name);
+    return st.Run();
+  });
+}
+
+Status EndpointRepository::Insert(EndpointRecord& record) {
+  return database_->WithTransaction([&](Database& db) -> Status {
+    {
+      ASSIGN_OR_RETURN(auto existing, db.Prepare("SELECT arn FROM endpoints WHERE name = ?"));
+      existing.BindText(1, record.name);
+      ASSIGN_OR_RETURN(bool found, existing.Step());
+      if (found) return Status::AlreadyExists(existing.ColumnText(0));
+    }
+    ASSIGN_OR_RETURN(auto st, db.Prepare(
+                                  "INSERT INTO endpoints(config_name, status, failure_reason, last_modified_millis, "
+                                  "request_json, deployment_json, pending_json, desired_json, state_json, name, arn, "
+                                  "creation_millis, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"));
+    BindEndpointState(st, record);
+    st.BindText(10, record.name).BindText(11, record.arn).BindInt64(12, record.creation_millis);
+    RETURN_IF_ERROR(st.Run());
+    record.version = 1;
+    return Status::Ok();
+  });
+}
+
+Result<EndpointRecord> EndpointRepository::Get(const std::string& name) {
+  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kEndpointColumns) +
+                                               " FROM endpoints WHERE name = ?"));
+  st.BindText(1, name);
+  ASSIGN_OR_RETURN(bool found, st.Step());
+  if (!found) return Status::NotFound("endpoint " + name);
+  return ReadEndpoint(st, nullptr);
+}
+
+Result<EndpointRecord> EndpointRepository::Mutate(const std::string& name,
+                                                  const std::function<Status(EndpointRecord&)>& mutate) {
+  EndpointRecord record;
+  RETURN_IF_ERROR(database_->WithTransaction([&](Database& db) -> Status {
+    int64_t seq = 0;
+    {
+      ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT " + std::string(kEndpointColumns) +
+                                           " FROM endpoints WHERE name = ?"));
+      st.BindText(1, name);
+      ASSIGN_OR_RETURN(bool found, st.Step());
+      if (!found) return Status::NotFound("endpoint " + name);
+      ASSIGN_OR_RETURN(record, ReadEndpoint(st, &seq));
+    }
+    RETURN_IF_ERROR(mutate(record));
+    ASSIGN_OR_RETURN(auto st, db.Prepare(
+                                  "UPDATE endpoints SET config_name = ?, status = ?, failure_reason = ?, "
+                                  "last_modified_millis = ?, request_json = ?, deployment_json = ?, pending_json = ?, "
+                                  "desired_json = ?, state_json = ?, version = version + 1 WHERE seq = ?"));
+    BindEndpointState(st, record);
+    st.BindInt64(10, seq);
+    RETURN_IF_ERROR(st.Run());
+    ++record.version;
+    return Status::Ok();
+  }));
+  return record;
+}
+
+Result<std::vector<EndpointRecord>> EndpointRepository::List(const EndpointListQuery& query) {
+  std::string sql = "SELECT " + std::string(kEndpointColumns) + " FROM endpoints WHERE 1 = 1";
+  if (query.status_equals) sql += " AND status = ?1";
+  if (query.creation_after_millis) sql += " AND creation_millis > ?2";
+  if (query.creation_before_millis) sql += " AND creation_millis < ?3";
+  if (query.modified_after_millis) sql += " AND last_modified_millis > ?4";
+  if (query.modified_before_millis) sql += " AND last_modified_millis < ?5";
+  sql += " ORDER BY seq";
+  ASSIGN_OR_RETURN(auto st, database_->Prepare(sql));
+  if (query.status_equals) st.BindText(1, *query.status_equals);
+  if (query.creation_after_millis) st.BindInt64(2, *query.creation_after_millis);
+  if (query.creation_before_millis) st.BindInt64(3, *query.creation_before_millis);
+  if (query.modified_after_millis) st.BindInt64(4, *query.modified_after_millis);
+  if (query.modified_before_millis) st.BindInt64(5, *query.modified_before_millis);
+  const auto needle = LowerNeedle(query.name_contains);
+  std::vector<EndpointRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(auto record, ReadEndpoint(st, nullptr));
+    if (!NameMatches(needle, record.name)) continue;
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+Status EndpointRepository::Delete(const std::string& name) {
+  return database_->WithTransaction([&](Database& db) -> Status {
+    ASSIGN_OR_RETURN(auto record, Get(name));
+    RETURN_IF_ERROR(DeleteTags(db, record.arn));
+    ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM endpoints WHERE name = ?"));
+    st.BindText(1, record.name);
+    return st.Run();
+  });
+}
+
+}  // namespace kiln::store
