@@ -1,0 +1,794 @@
+#include "net/http_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/io.h"
+#include "base/strings.h"
+#include "net/http_server.h"
+
+namespace kiln::net {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A raw TCP peer: each accepted connection is handed to `serve(fd, index)` on its own thread, so
+// tests control exactly what goes on the wire (and can misbehave).
+class RawServer {
+ public:
+  using Serve = std::function<void(int fd, int index)>;
+
+  explicit RawServer(Serve serve) : serve_(std::move(serve)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listen_fd_, 64), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  }
+
+  ~RawServer() {
+    stop_ = true;
+    acceptor_.join();
+    ::close(listen_fd_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
+
+  uint16_t port() const { return port_; }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void AcceptLoop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) {
+        continue;
+      }
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        continue;
+      }
+      timeval tv{5, 0};  // a confused test fails instead of hanging
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      int index = accepted_++;
+      std::lock_guard<std::mutex> lock(mu_);
+      threads_.emplace_back([this, fd, index] {
+        serve_(fd, index);
+        ::close(fd);
+      });
+    }
+  }
+
+  Serve serve_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+// Reads one request (head + Content-Length body) from a raw socket; "" on EOF or error.
+std::string ReadRequest(int fd) {
+  std::string data;
+  char buf[4096];
+  size_t head_end = std::string::npos;
+  while ((head_end = data.find("\r\n\r\n")) == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      return "";
+    }
+    data.append(buf, static_cast<size_t>(n));
+  }
+  size_t length = 0;
+  std::string lower = ToLower(data.substr(0, head_end));
+  size_t cl = lower.find("\r\ncontent-length:");
+  if (cl != std::string::npos) {
+    length = std::strtoul(lower.c_str() + cl + 17, nullptr, 10);
+  }
+  while (data.size() < head_end + 4 + length) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      return "";
+    }
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+void SendRaw(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      return;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// A RawServer that answers every request on every connection with `response`.
+RawServer::Serve Canned(std::string response, bool byte_by_byte = false) {
+  return [response, byte_by_byte](int fd, int) {
+    while (!ReadRequest(fd).empty()) {
+      if (byte_by_byte) {
+        for (char c : response) {
+          SendRaw(fd, std::string_view(&c, 1));
+        }
+      } else {
+        SendRaw(fd, response);
+      }
+    }
+  };
+}
+
+ClientRequest Post(std::string_view body, std::string_view target = "/invocations") {
+  ClientRequest r;
+  r.method = "POST";
+  r.target = target;
+  r.body = body;
+  return r;
+}
+
+ClientTimeouts Budget(int response_ms = 5000) {
+  ClientTimeouts t;
+  t.connect_ms = 1000;
+  t.response_ms = response_ms;
+  return t;
+}
+
+// An HttpServer that echoes the body and records which client connection (remote address)
+// served each request.
+class EchoServer {
+ public:
+  explicit EchoServer(HttpServerOptions options = {}) {
+    options.listen = "127.0.0.1:0";
+    auto server = HttpServer::Create(options, [this](HttpRequest& req, ResponseWriter& out) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        remotes_.insert(req.remote_address);
+      }
+      Result<std::string> body = ReadAll(*req.body, 1 << 24);
+      if (req.raw_path == "/status") {
+        int status = std::atoi(req.raw_query.c_str());
+        (void)out.Send(status, {{"Content-Type", "text/plain"}}, "status " + req.raw_query);
+        return;
+      }
+      if (req.raw_path == "/stream") {
+        // Unknown length: the server sends it chunked.
+        (void)out.Start(200, {}, std::nullopt);
+        for (int i = 0; i < 50; ++i) {
+          (void)out.Write(std::string(1000, static_cast<char>('a' + i % 26)));
+        }
+        (void)out.Finish();
+        return;
+      }
+      HeaderMap headers{{"Content-Type", "application/octet-stream"}};
+      (void)out.Send(200, headers, body.ok() ? *body : "?");
+    });
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    EXPECT_TRUE(server_->Start().ok());
+  }
+  ~EchoServer() { server_->Stop(1); }
+
+  uint16_t port() const { return server_->port(); }
+  size_t connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return remotes_.size();
+  }
+
+ private:
+  std::unique_ptr<HttpServer> server_;
+  std::mutex mu_;
+  std::set<std::string> remotes_;
+};
+
+TEST(HttpClientTest, KeepAliveReusesOneConnection) {
+  EchoServer server;
+  HttpClient client;
+  for (int i = 0; i < 100; ++i) {
+    std::string body = "request " + std::to_string(i);
+    auto r = client.Send("127.0.0.1", server.port(), Post(body), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, body);
+    EXPECT_EQ(client.idle_connections(), 1u);
+  }
+  EXPECT_EQ(server.connections(), 1u);
+}
+
+TEST(HttpClientTest, LocalhostAndEmptyBodies) {
+  EchoServer server;
+  HttpClient client;
+  ClientRequest get;
+  get.method = "GET";
+  get.target = "/ping";
+  auto r = client.Send("localhost", server.port(), get, Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "");
+  r = client.Send("localhost", server.port(), Post(""), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "");
+  EXPECT_EQ(server.connections(), 1u);
+}
+
+TEST(HttpClientTest, LargeBodiesBothWays) {
+  EchoServer server;
+  HttpClient client;
+  std::string body(3 * 1024 * 1024 + 17, 'x');
+  for (size_t i = 0; i < body.size(); i += 4093) {
+    body[i] = static_cast<char>('a' + i % 26);
+  }
+  auto r = client.Send("127.0.0.1", server.port(), Post(body), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, body);
+}
+
+TEST(HttpClientTest, ConcurrentCallers) {
+  EchoServer server;
+  HttpClient client;
+  constexpr int kThreads = 8;
+  constexpr int kRequests = 200;
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRequests; ++i) {
+        std::string body = "thread " + std::to_string(t) + " request " + std::to_string(i);
+        auto r = client.Send("127.0.0.1", server.port(), Post(body), Budget());
+        if (r.ok() && r->status == 200 && r->body == body) {
+          ++good;
+        } else {
+          ADD_FAILURE() << (r.ok() ? r->body : r.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(good.load(), kThreads * kRequests);
+  EXPECT_LE(server.connections(), static_cast<size_t>(kThreads));
+  EXPECT_LE(client.idle_connections(), static_cast<size_t>(kThreads));
+  EXPECT_GE(client.idle_connections(), 1u);
+}
+
+TEST(HttpClientTest, ErrorStatusesAreResults) {
+  EchoServer server;
+  HttpClient client;
+  for (int status : {400, 404, 500, 503}) {
+    ClientRequest req = Post("x", "/status?" + std::to_string(status));
+    std::string target = "/status?" + std::to_string(status);
+    req.target = target;
+    auto r = client.Send("127.0.0.1", server.port(), req, Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, status);
+    EXPECT_EQ(r->body, "status " + std::to_string(status));
+    const std::string* type = FindHeader(r->headers, "content-type");
+    ASSERT_NE(type, nullptr);
+    EXPECT_EQ(*type, "text/plain");
+  }
+  EXPECT_EQ(server.connections(), 1u);
+}
+
+TEST(HttpClientTest, ChunkedFromHttpServer) {
+  EchoServer server;
+  HttpClient client;
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), Post("", "/stream"), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->body.size(), 50000u);
+    EXPECT_EQ(r->body.substr(0, 3), "aaa");
+    EXPECT_EQ(r->body.substr(49997), "xxx");
+  }
+  EXPECT_EQ(server.connections(), 1u);
+}
+
+TEST(HttpClientTest, ChunkedWithExtensionsAndTrailersByteByByte) {
+  RawServer server(Canned(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A:  spaced value \r\n\r\n"
+      "5;name=value\r\nhello\r\n"
+      "1\r\n \r\n"
+      "A \r\n0123456789\r\n"
+      "0\r\nX-Trailer: t\r\n\r\n",
+      /*byte_by_byte=*/true));
+  HttpClient client;
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, "hello 0123456789");
+    ASSERT_NE(FindHeader(r->headers, "x-a"), nullptr);
+    EXPECT_EQ(*FindHeader(r->headers, "x-a"), "spaced value");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+TEST(HttpClientTest, ContentLengthByteByByte) {
+  RawServer server(Canned("HTTP/1.1 201 Created\nContent-Length: 4\n\nabcd", true));
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 201);
+  EXPECT_EQ(r->body, "abcd");
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+TEST(HttpClientTest, CloseDelimitedBody) {
+  RawServer server([](int fd, int) {
+    ReadRequest(fd);
+    SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil ");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    SendRaw(fd, "the close");
+  });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "until the close");
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST(HttpClientTest, InterimResponsesAreSkipped) {
+  RawServer server(Canned(
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+  EXPECT_EQ(FindHeader(r->headers, "Link"), nullptr);
+}
+
+TEST(HttpClientTest, ConnectionCloseAndHttp10AreNotPooled) {
+  for (std::string response : {"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\na",
+                               "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\na"}) {
+    RawServer server(Canned(response));
+    HttpClient client;
+    for (int i = 0; i < 3; ++i) {
+      auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->body, "a");
+      EXPECT_EQ(client.idle_connections(), 0u);
+    }
+    EXPECT_EQ(server.accepted(), 3);
+  }
+  // HTTP/1.0 with keep-alive is pooled.
+  RawServer server(Canned("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\na"));
+  HttpClient client;
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(HttpClientTest, NoBodyStatuses) {
+  RawServer server(Canned("HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n"));
+  HttpClient client;
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 204);
+    EXPECT_EQ(r->body, "");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(HttpClientTest, RequestHeadOnTheWire) {
+  std::mutex mu;
+  std::string seen;
+  RawServer server([&](int fd, int) {
+    std::string req = ReadRequest(fd);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen = req;
+    }
+    SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+  });
+  HttpClient client;
+  HeaderMap headers{{"Content-Type", "application/json"},
+                    {"X-Amzn-SageMaker-Custom-Attributes", "a=b"},
+                    {"Host", "evil"},
+                    {"Content-Length", "999"},
+                    {"Connection", "close"}};
+  ClientRequest req = Post("{\"a\":1}");
+  req.headers = &headers;
+  auto r = client.Send("127.0.0.1", server.port(), req, Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::lock_guard<std::mutex> lock(mu);
+  std::string port = std::to_string(server.port());
+  EXPECT_EQ(seen,
+            "POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:" + port +
+                "\r\nContent-Length: 7\r\nContent-Type: application/json\r\n"
+                "X-Amzn-SageMaker-Custom-Attributes: a=b\r\n\r\n{\"a\":1}");
+
+  HeaderMap bad{{"X-Evil", "a\r\nX-Injected: 1"}};
+  req.headers = &bad;
+  r = client.Send("127.0.0.1", server.port(), req, Budget());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HttpClientTest, ConnectionRefusedIsUnavailable) {
+  // A port that was just free: bind, read the port, close.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  uint16_t port = ntohs(addr.sin_port);
+  ::close(fd);
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", port, Post("x"), Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("connection refused by 127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(HttpClientTest, BadHostIsInvalidArgument) {
+  HttpClient client;
+  auto r = client.Send("example.com", 80, Post("x"), Budget());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HttpClientTest, ConnectTimeoutIsUnavailable) {
+  // A listener whose accept queue is full: Linux drops further SYNs, so connect hangs.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(lfd, 0), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    fillers.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  HttpClient client;
+  ClientTimeouts t = Budget();
+  t.connect_ms = 200;
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Send("127.0.0.1", ntohs(addr.sin_port), Post("x"), t);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  for (int fd : fillers) {
+    ::close(fd);
+  }
+  ::close(lfd);
+  if (r.ok() || r.status().code() == StatusCode::kDeadlineExceeded) {
+    GTEST_SKIP() << "this kernel completed the connection despite the full backlog";
+  }
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("within 200 ms"));
+  EXPECT_GE(ms, 190);
+  EXPECT_LT(ms, 2000);
+}
+
+TEST(HttpClientTest, SilentPeerIsDeadlineExceeded) {
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    ReadRequest(fd);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  HttpClient client;
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget(300));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  done = true;
+  ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("did not answer within 300 ms"));
+  EXPECT_GE(ms, 295);
+  EXPECT_LT(ms, 1500);
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST(HttpClientTest, SlowBodyIsDeadlineExceeded) {
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    ReadRequest(fd);
+    SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget(200));
+  done = true;
+  ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("not complete within 200 ms"));
+}
+
+TEST(HttpClientTest, PeerClosingAfterReadingIsAbortedWithoutRetry) {
+  RawServer server([](int fd, int) { ReadRequest(fd); });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("before answering"));
+  EXPECT_EQ(server.accepted(), 1);  // a fresh connection is never retried
+}
+
+TEST(HttpClientTest, PeerClosingMidBodyIsAborted) {
+  RawServer server([](int fd, int) {
+    ReadRequest(fd);
+    SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+  });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("in the middle of the response"));
+}
+
+TEST(HttpClientTest, GarbageIsDataLoss) {
+  for (std::string garbage :
+       {"SSH-2.0-OpenSSH_9.2\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/2 200\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\na",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n"}) {
+    RawServer server([garbage](int fd, int) {
+      ReadRequest(fd);
+      SendRaw(fd, garbage);
+    });
+    HttpClient client;
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << garbage << " -> " << r.status().ToString();
+    EXPECT_EQ(client.idle_connections(), 0u);
+  }
+}
+
+TEST(HttpClientTest, OversizedBodyIsResourceExhausted) {
+  HttpClientOptions options;
+  options.max_response_body_bytes = 1000;
+  for (const std::string& response : std::vector<std::string>{
+           "HTTP/1.1 200 OK\r\nContent-Length: 1001\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" + std::string(1000, 'a') +
+            "\r\n1\r\nb\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n\r\n" + std::string(1001, 'a')}) {
+    RawServer server([response](int fd, int) {
+      ReadRequest(fd);
+      SendRaw(fd, response);
+    });
+    HttpClient client(options);
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+    EXPECT_EQ(client.idle_connections(), 0u);
+  }
+  // Exactly at the limit is fine.
+  RawServer server([](int fd, int) {
+    ReadRequest(fd);
+    SendRaw(fd, "HTTP/1.1 200 OK\r\n\r\n" + std::string(1000, 'a'));
+  });
+  HttpClient client(options);
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body.size(), 1000u);
+}
+
+TEST(HttpClientTest, OversizedHeaderIsResourceExhausted) {
+  HttpClientOptions options;
+  options.max_response_header_bytes = 1024;
+  RawServer server(Canned("HTTP/1.1 200 OK\r\nX-Big: " + std::string(2000, 'h') +
+                          "\r\nContent-Length: 0\r\n\r\n"));
+  HttpClient client(options);
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  // Many small headers add up too.
+  std::string many = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; i < 100; ++i) {
+    many += "X-H" + std::to_string(i) + ": value\r\n";
+  }
+  RawServer server2(Canned(many + "Content-Length: 0\r\n\r\n"));
+  r = client.Send("127.0.0.1", server2.port(), Post("x"), Budget());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+}
+
+TEST(HttpClientTest, StaleKeptAliveConnectionIsRetriedOnce) {
+  // The first connection answers once and then closes while idle; later ones serve normally.
+  RawServer server([](int fd, int index) {
+    if (index == 0) {
+      ReadRequest(fd);
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst");
+      return;  // close
+    }
+    Canned("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")(fd, index);
+  });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "first");
+  EXPECT_EQ(client.idle_connections(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the FIN arrives
+  r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "fresh");
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST(HttpClientTest, StaleConnectionProbedAfterIdle) {
+  // Idle over a second: the pooled connection is probed, found closed, and not even tried.
+  RawServer server([](int fd, int index) {
+    if (index == 0) {
+      ReadRequest(fd);
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst");
+      return;
+    }
+    Canned("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")(fd, index);
+  });
+  HttpClient client;
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("x"), Budget()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "fresh");
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST(HttpClientTest, ReusedConnectionRetriedOnlyOnce) {
+  // Connection 0 answers the first request, then reads the second and closes without an answer;
+  // every later connection also closes after reading: the retry happens once and fails.
+  RawServer server([](int fd, int index) {
+    if (index == 0) {
+      ReadRequest(fd);
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    }
+    ReadRequest(fd);
+  });
+  HttpClient client;
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("x"), Budget()).ok());
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST(HttpClientTest, NoRetryAfterResponseBytes) {
+  RawServer server([](int fd, int index) {
+    if (index == 0) {
+      ReadRequest(fd);
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      ReadRequest(fd);
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Le");  // then close
+      return;
+    }
+    Canned("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")(fd, index);
+  });
+  HttpClient client;
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("x"), Budget()).ok());
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(HttpClientTest, ExpiredIdleConnectionsAreNotReused) {
+  EchoServer server;
+  HttpClientOptions options;
+  options.max_idle_ms = 50;
+  HttpClient client(options);
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("a"), Budget()).ok());
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("b"), Budget()).ok());
+  EXPECT_EQ(server.connections(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  auto r = client.Send("127.0.0.1", server.port(), Post("c"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "c");
+  EXPECT_EQ(server.connections(), 2u);
+}
+
+TEST(HttpClientTest, MaxIdlePerTarget) {
+  EchoServer server;
+  HttpClientOptions options;
+  options.max_idle_per_target = 2;
+  HttpClient client(options);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        EXPECT_TRUE(client.Send("127.0.0.1", server.port(), Post("x"), Budget()).ok());
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_LE(client.idle_connections(), 2u);
+}
+
+TEST(HttpClientTest, ForgetClosesIdleConnections) {
+  EchoServer server;
+  EchoServer other;
+  HttpClient client;
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("a"), Budget()).ok());
+  ASSERT_TRUE(client.Send("127.0.0.1", other.port(), Post("a"), Budget()).ok());
+  EXPECT_EQ(client.idle_connections(), 2u);
+  client.Forget("127.0.0.1", server.port());
+  EXPECT_EQ(client.idle_connections(), 1u);
+  client.Forget("127.0.0.1", 1);  // unknown: nothing happens
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), Post("b"), Budget()).ok());
+  EXPECT_EQ(server.connections(), 2u);
+  ASSERT_TRUE(client.Send("127.0.0.1", other.port(), Post("b"), Budget()).ok());
+  EXPECT_EQ(other.connections(), 1u);
+}
+
+TEST(HttpClientTest, Ipv6Literal) {
+  auto server = HttpServer::Create(
+      [] {
+        HttpServerOptions o;
+        o.listen = "[::1]:0";
+        return o;
+      }(),
+      [](HttpRequest& req, ResponseWriter& out) { (void)out.Send(200, {}, req.HeaderOr("Host", "")); });
+  if (!server.ok()) {
+    GTEST_SKIP() << "no IPv6 loopback: " << server.status().ToString();
+  }
+  ASSERT_TRUE((*server)->Start().ok());
+  HttpClient client;
+  auto r = client.Send("::1", (*server)->port(), Post("x"), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "[::1]:" + std::to_string((*server)->port()));
+  (*server)->Stop(1);
+}
+
+// Not a test: a latency number for the report. Run with --gtest_also_run_disabled_tests.
+TEST(HttpClientTest, DISABLED_SequentialPostLatency) {
+  HttpServerOptions options;
+  options.listen = "127.0.0.1:0";
+  std::string reply(10, 'r');
+  auto server = HttpServer::Create(options, [&](HttpRequest& req, ResponseWriter& out) {
+    (void)ReadAll(*req.body, 1 << 20);
+    (void)out.Send(200, {}, reply);
+  });
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->Start().ok());
+  HttpClient client;
+  std::string body(100, 'b');
+  HeaderMap headers{{"Content-Type", "application/json"}};
+  ClientRequest req = Post(body);
+  req.headers = &headers;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(client.Send("127.0.0.1", (*server)->port(), req, Budget()).ok());
+  }
+  constexpr int kN = 20000;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kN; ++i) {
+    auto r = client.Send("127.0.0.1", (*server)->port(), req, Budget());
+    ASSERT_TRUE(r.ok());
+  }
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  std::printf("sequential POST 100 B -> 10 B: %.1f us/request over %d requests\n", us / kN, kN);
+  (*server)->Stop(1);
+}
+
+}  // namespace
+}  // namespace kiln::net
