@@ -39,7 +39,6 @@
 #include <vector>
 
 #include "base/strings.h"
-#include "net/socket_io.h"
 
 namespace kiln::net {
 namespace {
@@ -321,6 +320,47 @@ Result<int> Connect(const Target& t, int timeout_ms) {
   return fd;
 }
 
+// Writes all of `iov` before `deadline`. Errors: DeadlineExceeded, Aborted (the peer is gone;
+// the message holds the reason).
+Status SendAllUntil(int fd, iovec* iov, int iovcnt, TimePoint deadline) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    // sendmsg rather than writev: MSG_NOSIGNAL keeps a vanished peer from raising SIGPIPE.
+    ssize_t r = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (r < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return Status::Aborted(std::strerror(errno));
+      }
+      pollfd p{fd, POLLOUT, 0};
+      int wait = RemainingMs(deadline);
+      int pr = wait == 0 ? 0 : ::poll(&p, 1, wait);
+      if (pr == 0) {
+        return Status::DeadlineExceeded("peer not reading");
+      }
+      if (pr < 0 && errno != EINTR) {
+        return Status::Aborted(std::string("poll: ") + std::strerror(errno));
+      }
+      continue;
+    }
+    size_t sent = static_cast<size_t>(r);
+    while (iovcnt > 0 && sent >= iov->iov_len) {
+      sent -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
+      iov->iov_len -= sent;
+    }
+  }
+  return Status::Ok();
+}
+
 // The outcome of one request/response exchange on one connection.
 struct Exchange {
   Status status;
@@ -334,8 +374,14 @@ struct Exchange {
 class ResponseReader {
  public:
   ResponseReader(int fd, const Target& target, const HttpClientOptions& options, TimePoint deadline,
-                 int response_ms, ThreadScratch& s)
-      : fd_(fd), target_(target), options_(options), deadline_(deadline), response_ms_(response_ms), s_(s) {
+                 int response_ms, bool head_request, ThreadScratch& s)
+      : fd_(fd),
+        target_(target),
+        options_(options),
+        deadline_(deadline),
+        response_ms_(response_ms),
+        head_request_(head_request),
+        s_(s) {
     s_.pos = s_.end = 0;
     if (s_.cap == 0) {
       s_.cap = kInitialReadBuffer;
@@ -617,7 +663,7 @@ class ResponseReader {
   Status ReadBody(ClientResponse* out, bool* keep) {
     out->body.clear();
     const int status = out->status;
-    if (status == 204 || status == 304) {
+    if (status == 204 || status == 304 || head_request_) {
       return Status::Ok();
     }
     const std::string* te = FindHeader(out->headers, "Transfer-Encoding");
@@ -736,6 +782,7 @@ class ResponseReader {
   const HttpClientOptions& options_;
   const TimePoint deadline_;
   const int response_ms_;
+  const bool head_request_;
   ThreadScratch& s_;
   size_t consumed_base_ = 0;
   bool got_any_byte_ = false;
@@ -787,6 +834,7 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
   }
   head.append("\r\n");
 
+  const bool is_head = request.method == "HEAD";
   const TimePoint start = SteadyClock::now();
   const TimePoint deadline = timeouts.response_ms > 0
                                  ? start + std::chrono::milliseconds(timeouts.response_ms)
@@ -800,20 +848,25 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
     Exchange ex;
     iovec iov[2] = {{head.data(), head.size()},
                     {const_cast<char*>(request.body.data()), request.body.size()}};
-    Status sent = internal::SendAll(fd, iov, request.body.empty() ? 1 : 2, RemainingMs(deadline));
+    Status sent = SendAllUntil(fd, iov, request.body.empty() ? 1 : 2, deadline);
     ClientResponse response;
-    if (!sent.ok()) {
-      if (sent.code() == StatusCode::kDeadlineExceeded) {
-        ex.status = Status::DeadlineExceeded(target->name + " did not read the request within " +
-                                             std::to_string(timeouts.response_ms) + " ms");
-      } else {
-        ex.retryable = true;
-        ex.status = Status::Aborted(target->name + " closed the connection before reading the request (" +
-                                    sent.message() + ")");
-      }
+    if (sent.code() == StatusCode::kDeadlineExceeded) {
+      ex.status = Status::DeadlineExceeded(target->name + " did not read the request within " +
+                                           std::to_string(timeouts.response_ms) + " ms");
     } else {
-      ResponseReader reader(fd, *target, options, deadline, timeouts.response_ms, scratch);
+      // Also after a failed send: a server may answer early (e.g. 413) and close without reading
+      // the whole body; that answer is still in our receive buffer and is the real outcome.
+      ResponseReader reader(fd, *target, options, deadline, timeouts.response_ms, is_head, scratch);
       ex = reader.Read(&response);
+      if (!sent.ok()) {
+        if (ex.status.ok()) {
+          ex.keep_alive = false;
+        } else if (ex.retryable || ex.status.code() == StatusCode::kAborted) {
+          ex.status = Status::Aborted(target->name +
+                                      " closed the connection before reading the whole request (" +
+                                      sent.message() + ")");
+        }
+      }
     }
     if (ex.status.ok()) {
       if (ex.keep_alive) {

@@ -435,6 +435,44 @@ TEST(HttpClientTest, RequestHeadOnTheWire) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(HttpClientTest, HeadResponseHasNoBody) {
+  RawServer server(Canned("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"));
+  HttpClient client;
+  ClientRequest head;
+  head.method = "HEAD";
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), head, Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, "");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(HttpClientTest, EarlyAnswerToALargeBodyIsReturned) {
+  // The server answers after the head and closes without reading the body: sending fails, but
+  // the answer that arrived first is the result.
+  RawServer server([](int fd, int) {
+    std::string data;
+    char buf[4096];
+    while (data.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        return;
+      }
+      data.append(buf, static_cast<size_t>(n));
+    }
+    SendRaw(fd, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  HttpClient client;
+  std::string body(32 * 1024 * 1024, 'x');
+  auto r = client.Send("127.0.0.1", server.port(), Post(body), Budget());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(r->body, "big");
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
 TEST(HttpClientTest, ConnectionRefusedIsUnavailable) {
   // A port that was just free: bind, read the port, close.
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
