@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 
+#include "agent/tar_extract.h"
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -247,138 +248,6 @@ Status SourceError(const std::string& uri, const std::string& why) {
                                  "file (sourcedir.tar.gz) whose members are relative paths inside the archive.");
 }
 
-// Lexically resolves symlink `target` placed at `rel` (relative to the root); false when it
-// climbs above the root or is absolute.
-bool LinkTargetInside(const std::string& rel, const std::string& target) {
-  if (target.empty() || target.front() == '/') return false;
-  std::vector<std::string_view> parts;
-  auto rel_parts = Split(rel, '/');
-  for (size_t i = 0; i + 1 < rel_parts.size(); ++i) parts.push_back(rel_parts[i]);
-  for (std::string_view p : Split(target, '/')) {
-    if (p.empty() || p == ".") continue;
-    if (p == "..") {
-      if (parts.empty()) return false;
-      parts.pop_back();
-    } else {
-      parts.push_back(p);
-    }
-  }
-  return true;
-}
-
-Status ExtractArchive(struct archive* a, const std::string& code_dir, const std::string& uri) {
-  RETURN_IF_ERROR(MakeDirs(code_dir));
-  std::vector<std::string> links;
-  std::unique_ptr<char[]> buf(new char[kBufferSize]);
-  while (true) {
-    struct archive_entry* entry = nullptr;
-    int rc = archive_read_next_header(a, &entry);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) {
-      const char* m = archive_error_string(a);
-      return SourceError(uri, std::string("it is not a readable tar.gz archive (") + (m ? m : "unknown error") + ")");
-    }
-    const char* raw = archive_entry_pathname(entry);
-    std::string name = raw != nullptr ? raw : "";
-    if (!name.empty() && name.front() == '/') return SourceError(uri, "member \"" + name + "\" has an absolute path");
-    mode_t type = archive_entry_filetype(entry);
-    auto rel = ConfinedRelativePath(name, "member \"" + name + "\" of \"" + uri + "\"");
-    if (!rel.ok()) {
-      if (type == AE_IFDIR && name.find("..") == std::string::npos) continue;  // "./" itself
-      return SourceError(uri, "member \"" + name + "\" would be written outside the code directory");
-    }
-    auto prepared = PrepareConfinedPath(code_dir, *rel);
-    if (!prepared.ok()) return SourceError(uri, "member \"" + name + "\" passes through a symlink or a file");
-    const std::string& path = *prepared;
-    struct stat existing;
-    bool exists = lstat(path.c_str(), &existing) == 0;
-    const char* hardlink = archive_entry_hardlink(entry);
-    if (hardlink != nullptr) {
-      auto target = ConfinedRelativePath(hardlink, "hard link target");
-      if (!target.ok()) return SourceError(uri, "hard link \"" + name + "\" points outside the code directory");
-      std::string target_path = code_dir + "/" + *target;
-      struct stat tst;
-      if (lstat(target_path.c_str(), &tst) != 0 || !S_ISREG(tst.st_mode)) {
-        return SourceError(uri, "hard link \"" + name + "\" does not point at an extracted regular file");
-      }
-      if (exists) unlink(path.c_str());
-      if (link(target_path.c_str(), path.c_str()) != 0) return ErrnoStatus("link " + path, errno);
-      continue;
-    }
-    if (type == AE_IFDIR) {
-      if (exists && !S_ISDIR(existing.st_mode)) {
-        return SourceError(uri, "directory \"" + name + "\" clashes with a file or symlink");
-      }
-      if (!exists && mkdir(path.c_str(), 0755) != 0) return ErrnoStatus("mkdir " + path, errno);
-    } else if (type == AE_IFREG) {
-      if (exists) {
-        if (S_ISDIR(existing.st_mode)) return SourceError(uri, "file \"" + name + "\" clashes with a directory");
-        unlink(path.c_str());  // never write through an existing symlink
-      }
-      mode_t mode = archive_entry_perm(entry) & 0777;
-      UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-      if (!fd.valid()) return ErrnoStatus("create " + path, errno);
-      while (true) {
-        la_ssize_t n = archive_read_data(a, buf.get(), kBufferSize);
-        if (n < 0) {
-          const char* m = archive_error_string(a);
-          return SourceError(uri, std::string("member \"") + name + "\" is damaged (" + (m ? m : "read error") + ")");
-        }
-        if (n == 0) break;
-        RETURN_IF_ERROR(WriteAll(fd.get(), std::string_view(buf.get(), static_cast<size_t>(n))));
-      }
-      if (fchmod(fd.get(), mode | 0200) != 0) return ErrnoStatus("chmod " + path, errno);
-    } else if (type == AE_IFLNK) {
-      const char* t = archive_entry_symlink(entry);
-      std::string target = t != nullptr ? t : "";
-      if (!LinkTargetInside(*rel, target)) {
-        return SourceError(uri, "symlink \"" + name + "\" points outside the code directory (\"" + target + "\")");
-      }
-      if (exists) {
-        if (S_ISDIR(existing.st_mode)) return SourceError(uri, "symlink \"" + name + "\" clashes with a directory");
-        unlink(path.c_str());
-      }
-      if (symlink(target.c_str(), path.c_str()) != 0) return ErrnoStatus("symlink " + path, errno);
-      links.push_back(path);
-    }
-    // Devices, FIFOs and sockets are skipped.
-  }
-  // A chain of in-tree links can still climb out physically (a -> ".", b -> "a/.."): check what
-  // every link resolves to now that the tree is complete.
-  char root_real[PATH_MAX];
-  if (realpath(code_dir.c_str(), root_real) == nullptr) return ErrnoStatus("realpath " + code_dir, errno);
-  std::string root = root_real;
-  for (const auto& link_path : links) {
-    char resolved[PATH_MAX];
-    if (realpath(link_path.c_str(), resolved) == nullptr) continue;  // dangling: nothing to reach
-    std::string r = resolved;
-    if (r != root && !StartsWith(r, root + "/")) {
-      unlink(link_path.c_str());
-      return SourceError(uri, "symlink \"" + link_path.substr(code_dir.size() + 1) +
-                                  "\" resolves outside the code directory");
-    }
-  }
-  return Status::Ok();
-}
-
-struct StoreReadContext {
-  objects::ObjectReader* reader = nullptr;
-  std::unique_ptr<char[]> buf{new char[kBufferSize]};
-  Status error;
-};
-
-la_ssize_t StoreRead(struct archive* a, void* client, const void** out) {
-  auto* ctx = static_cast<StoreReadContext*>(client);
-  auto n = ctx->reader->Read(ctx->buf.get(), kBufferSize);
-  if (!n.ok()) {
-    ctx->error = n.status();
-    archive_set_error(a, EIO, "%s", n.status().message().c_str());
-    return -1;
-  }
-  *out = ctx->buf.get();
-  return static_cast<la_ssize_t>(*n);
-}
-
 Status CopyTree(const std::string& src, const std::string& dst) {
   RETURN_IF_ERROR(MakeDirs(dst));
   std::error_code ec;
@@ -402,11 +271,10 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
                                      " is not a valid JSON string. Please pass an s3:// URI.");
     }
   }
-  std::unique_ptr<struct archive, int (*)(struct archive*)> a(archive_read_new(), archive_read_free);
-  archive_read_support_filter_gzip(a.get());
-  archive_read_support_filter_none(a.get());
-  archive_read_support_format_tar(a.get());
-  archive_read_support_format_gnutar(a.get());
+  ArchiveReadPtr a = NewTarReader();
+  ExtractOptions options;
+  options.dest_name = "the code directory";
+  auto source_error = [&uri](const std::string& why) { return SourceError(uri, why); };
   if (StartsWith(uri, "file://")) {
     std::string path = uri.substr(7);
     struct stat st;
@@ -417,24 +285,22 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     }
     if (S_ISDIR(st.st_mode)) return CopyTree(path, code_dir);
     if (archive_read_open_filename(a.get(), path.c_str(), kBufferSize) != ARCHIVE_OK) {
-      const char* m = archive_error_string(a.get());
-      return SourceError(uri, std::string("it cannot be opened (") + (m ? m : "unknown error") + ")");
+      return SourceError(uri, "it cannot be opened (" + ArchiveErrorText(a.get()) + ")");
     }
-    return ExtractArchive(a.get(), code_dir, uri);
+    return ExtractTar(a.get(), code_dir, options, source_error, nullptr);
   }
   auto loc = ParseS3Uri(uri);
   if (!loc.ok()) return loc.status();
   auto reader = store.GetObject(loc->bucket, loc->key, std::nullopt);
   if (!reader.ok()) return ObjectError(reader.status(), "Downloading the source code", loc->bucket, loc->key);
-  StoreReadContext ctx;
-  ctx.reader = reader->get();
-  if (archive_read_open(a.get(), &ctx, nullptr, StoreRead, nullptr) != ARCHIVE_OK) {
-    if (!ctx.error.ok()) return ObjectError(ctx.error, "Downloading the source code", loc->bucket, loc->key);
-    const char* m = archive_error_string(a.get());
-    return SourceError(uri, std::string("it is not a readable tar.gz archive (") + (m ? m : "unknown error") + ")");
+  ObjectArchiveSource source;
+  source.reader = reader->get();
+  if (OpenTarFromObject(a.get(), &source) != ARCHIVE_OK) {
+    if (!source.error.ok()) return ObjectError(source.error, "Downloading the source code", loc->bucket, loc->key);
+    return SourceError(uri, "it is not a readable tar.gz archive (" + ArchiveErrorText(a.get()) + ")");
   }
-  Status s = ExtractArchive(a.get(), code_dir, uri);
-  if (!ctx.error.ok()) return ObjectError(ctx.error, "Downloading the source code", loc->bucket, loc->key);
+  Status s = ExtractTar(a.get(), code_dir, options, source_error, nullptr);
+  if (!source.error.ok()) return ObjectError(source.error, "Downloading the source code", loc->bucket, loc->key);
   return s;
 }
 

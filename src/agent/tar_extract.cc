@@ -1,0 +1,198 @@
+#include "agent/tar_extract.h"
+
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "base/fs.h"
+#include "base/strings.h"
+
+namespace kiln::agent {
+
+namespace {
+
+constexpr size_t kBufferSize = 1 << 20;
+
+// Lexically resolves symlink `target` placed at `rel` (relative to the root); false when it
+// climbs above the root or is absolute.
+bool LinkTargetInside(const std::string& rel, const std::string& target) {
+  if (target.empty() || target.front() == '/') return false;
+  std::vector<std::string_view> parts;
+  auto rel_parts = Split(rel, '/');
+  for (size_t i = 0; i + 1 < rel_parts.size(); ++i) parts.push_back(rel_parts[i]);
+  for (std::string_view p : Split(target, '/')) {
+    if (p.empty() || p == ".") continue;
+    if (p == "..") {
+      if (parts.empty()) return false;
+      parts.pop_back();
+    } else {
+      parts.push_back(p);
+    }
+  }
+  return true;
+}
+
+bool Cancelled(const CancelFlag* cancel) { return cancel != nullptr && cancel->cancelled(); }
+
+Status CancelledStatus(const std::string& dest) {
+  return Status::Aborted("extraction into " + dest + " was cancelled");
+}
+
+la_ssize_t ObjectRead(struct archive* a, void* client, const void** out) {
+  auto* src = static_cast<ObjectArchiveSource*>(client);
+  if (Cancelled(src->cancel)) {
+    src->error = Status::Aborted("download cancelled");
+    archive_set_error(a, ECANCELED, "download cancelled");
+    return -1;
+  }
+  auto n = src->reader->Read(src->buf.get(), kBufferSize);
+  if (!n.ok()) {
+    src->error = n.status();
+    archive_set_error(a, EIO, "%s", n.status().message().c_str());
+    return -1;
+  }
+  *out = src->buf.get();
+  return static_cast<la_ssize_t>(*n);
+}
+
+}  // namespace
+
+ArchiveReadPtr NewTarReader() {
+  ArchiveReadPtr a(archive_read_new(), archive_read_free);
+  archive_read_support_filter_gzip(a.get());
+  archive_read_support_filter_none(a.get());
+  archive_read_support_format_tar(a.get());
+  archive_read_support_format_gnutar(a.get());
+  return a;
+}
+
+std::string ArchiveErrorText(struct archive* a, const char* fallback) {
+  const char* m = archive_error_string(a);
+  return m != nullptr ? m : fallback;
+}
+
+int OpenTarFromObject(struct archive* a, ObjectArchiveSource* source) {
+  if (!source->buf) source->buf.reset(new char[kBufferSize]);
+  return archive_read_open(a, source, nullptr, ObjectRead, nullptr);
+}
+
+Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptions& options,
+                  const std::function<Status(const std::string& why)>& client_error, ExtractStats* stats) {
+  const std::string& where = options.dest_name;
+  RETURN_IF_ERROR(MakeDirs(dest));
+  ExtractStats counted;
+  std::vector<std::string> links;
+  std::unique_ptr<char[]> buf(new char[kBufferSize]);
+  while (true) {
+    if (Cancelled(options.cancel)) return CancelledStatus(dest);
+    struct archive_entry* entry = nullptr;
+    int rc = archive_read_next_header(a, &entry);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc < ARCHIVE_WARN) {
+      if (Cancelled(options.cancel)) return CancelledStatus(dest);
+      return client_error("it is not a readable tar.gz archive (" + ArchiveErrorText(a) + ")");
+    }
+    const char* raw = archive_entry_pathname(entry);
+    std::string name = raw != nullptr ? raw : "";
+    if (!name.empty() && name.front() == '/') return client_error("member \"" + name + "\" has an absolute path");
+    mode_t type = archive_entry_filetype(entry);
+    auto rel = ConfinedRelativePath(name, "member \"" + name + "\"");
+    if (!rel.ok()) {
+      if (type == AE_IFDIR && name.find("..") == std::string::npos) continue;  // "./" itself
+      return client_error("member \"" + name + "\" would be written outside " + where);
+    }
+    const char* hardlink = archive_entry_hardlink(entry);
+    bool special = hardlink == nullptr && type != AE_IFDIR && type != AE_IFREG && type != AE_IFLNK;
+    if (special && options.refuse_special_files) {
+      return client_error("member \"" + name + "\" is a device file, FIFO or socket");
+    }
+    auto prepared = PrepareConfinedPath(dest, *rel);
+    if (!prepared.ok()) return client_error("member \"" + name + "\" passes through a symlink or a file");
+    const std::string& path = *prepared;
+    struct stat existing;
+    bool exists = lstat(path.c_str(), &existing) == 0;
+    if (hardlink != nullptr) {
+      std::string target_name = hardlink;
+      if (options.refuse_absolute_hardlinks && !target_name.empty() && target_name.front() == '/') {
+        return client_error("hard link \"" + name + "\" points outside " + where + " (\"" + target_name + "\")");
+      }
+      auto target = ConfinedRelativePath(target_name, "hard link target");
+      if (!target.ok()) {
+        return client_error("hard link \"" + name + "\" points outside " + where +
+                            (options.refuse_absolute_hardlinks ? " (\"" + target_name + "\")" : ""));
+      }
+      std::string target_path = dest + "/" + *target;
+      struct stat tst;
+      if (lstat(target_path.c_str(), &tst) != 0 || !S_ISREG(tst.st_mode)) {
+        return client_error("hard link \"" + name + "\" does not point at an extracted regular file");
+      }
+      if (exists) unlink(path.c_str());
+      if (link(target_path.c_str(), path.c_str()) != 0) return ErrnoStatus("link " + path, errno);
+      counted.files++;
+      continue;
+    }
+    if (type == AE_IFDIR) {
+      if (exists && !S_ISDIR(existing.st_mode)) {
+        return client_error("directory \"" + name + "\" clashes with a file or symlink");
+      }
+      if (!exists && mkdir(path.c_str(), 0755) != 0) return ErrnoStatus("mkdir " + path, errno);
+    } else if (type == AE_IFREG) {
+      if (exists) {
+        if (S_ISDIR(existing.st_mode)) return client_error("file \"" + name + "\" clashes with a directory");
+        unlink(path.c_str());  // never write through an existing symlink
+      }
+      mode_t mode = archive_entry_perm(entry) & 0777;
+      UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (!fd.valid()) return ErrnoStatus("create " + path, errno);
+      while (true) {
+        if (Cancelled(options.cancel)) return CancelledStatus(dest);
+        la_ssize_t n = archive_read_data(a, buf.get(), kBufferSize);
+        if (n < 0) {
+          if (Cancelled(options.cancel)) return CancelledStatus(dest);
+          return client_error("member \"" + name + "\" is damaged (" + ArchiveErrorText(a, "read error") + ")");
+        }
+        if (n == 0) break;
+        RETURN_IF_ERROR(WriteAll(fd.get(), std::string_view(buf.get(), static_cast<size_t>(n))));
+        counted.bytes += static_cast<uint64_t>(n);
+      }
+      if (fchmod(fd.get(), mode | 0200) != 0) return ErrnoStatus("chmod " + path, errno);
+      counted.files++;
+    } else if (type == AE_IFLNK) {
+      const char* t = archive_entry_symlink(entry);
+      std::string target = t != nullptr ? t : "";
+      if (!LinkTargetInside(*rel, target)) {
+        return client_error("symlink \"" + name + "\" points outside " + where + " (\"" + target + "\")");
+      }
+      if (exists) {
+        if (S_ISDIR(existing.st_mode)) return client_error("symlink \"" + name + "\" clashes with a directory");
+        unlink(path.c_str());
+      }
+      if (symlink(target.c_str(), path.c_str()) != 0) return ErrnoStatus("symlink " + path, errno);
+      links.push_back(path);
+    }
+    // Devices, FIFOs and sockets are skipped (unless refused above).
+  }
+  // A chain of in-tree links can still climb out physically (a -> ".", b -> "a/.."): check what
+  // every link resolves to now that the tree is complete.
+  char root_real[PATH_MAX];
+  if (realpath(dest.c_str(), root_real) == nullptr) return ErrnoStatus("realpath " + dest, errno);
+  std::string root = root_real;
+  for (const auto& link_path : links) {
+    char resolved[PATH_MAX];
+    if (realpath(link_path.c_str(), resolved) == nullptr) continue;  // dangling: nothing to reach
+    std::string r = resolved;
+    if (r != root && !StartsWith(r, root + "/")) {
+      unlink(link_path.c_str());
+      return client_error("symlink \"" + link_path.substr(dest.size() + 1) + "\" resolves outside " + where);
+    }
+  }
+  if (stats != nullptr) *stats = counted;
+  return Status::Ok();
+}
+
+}  // namespace kiln::agent
