@@ -460,7 +460,14 @@ class ResponseReader {
   // the caller words the error).
   Result<size_t> Recv(char* p, size_t n) {
     for (;;) {
-      ssize_t r = ::recv(fd_, p, n, 0);
+      // Right after sending, the answer cannot be there yet: wait first, saving a recv that
+      // would only say EAGAIN.
+      ssize_t r = -1;
+      errno = EAGAIN;
+      if (!wait_first_) {
+        r = ::recv(fd_, p, n, 0);
+      }
+      wait_first_ = false;
       if (r > 0) {
         got_any_byte_ = true;
         return static_cast<size_t>(r);
@@ -785,6 +792,7 @@ class ResponseReader {
   const bool head_request_;
   ThreadScratch& s_;
   size_t consumed_base_ = 0;
+  bool wait_first_ = true;
   bool got_any_byte_ = false;
   bool reset_ = false;
   bool eof_before_any_byte_ = false;
