@@ -35,4 +35,21 @@ std::optional<aws::Credential> InstanceCredentials::Lookup(std::string_view acce
   return it->second;
 }
 
+nlohmann::json CredentialToJson(const aws::Credential& c) {
+  return {{"access_key_id", c.access_key_id}, {"secret_access_key", c.secret_access_key},
+          {"session_token", c.session_token},   {"principal_arn", c.principal_arn},
+          {"user_id", c.user_id},               {"account_id", c.account_id}};
+}
+
+aws::Credential CredentialFromJson(const nlohmann::json& j) {
+  aws::Credential c;
+  c.access_key_id = j.value("access_key_id", "");
+  c.secret_access_key = j.value("secret_access_key", "");
+  c.session_token = j.value("session_token", "");
+  c.principal_arn = j.value("principal_arn", "");
+  c.user_id = j.value("user_id", "");
+  c.account_id = j.value("account_id", "");
+  return c;
+}
+
 }  // namespace kiln::control

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "aws/credentials.h"
 
 namespace kiln::control {
@@ -37,6 +39,11 @@ class InstanceCredentials final : public aws::CredentialProvider {
   mutable std::mutex mutex_;
   std::map<std::string, aws::Credential, std::less<>> keys_;  // GUARDED_BY(mutex_)
 };
+
+// The credentials as kept in a job's or endpoint's state, so that an adopting server accepts
+// them again (Register). Missing members read as empty.
+nlohmann::json CredentialToJson(const aws::Credential& c);
+aws::Credential CredentialFromJson(const nlohmann::json& j);
 
 // Serves the keys of `first`, then of `second` (operator keys, then instance keys).
 class ChainedCredentialProvider final : public aws::CredentialProvider {

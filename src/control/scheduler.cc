@@ -391,6 +391,26 @@ Status Scheduler::Enqueue(const ScheduleRequest& request) {
   return Status::Ok();
 }
 
+Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
+  if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
+  ASSIGN_OR_RETURN(Need need, ComputeNeed(request.instance_type, request.instance_count));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (granted_.count(request.id) != 0) {
+    return Status::AlreadyExists("request " + request.id + " already holds a grant");
+  }
+  for (const Queued& q : queue_) {
+    if (q.request.id == request.id) return Status::AlreadyExists("request " + request.id + " is queued");
+  }
+  std::optional<std::vector<Allocation>> allocations = TryAllocateLocked(need, request.instance_count);
+  if (!allocations) {
+    return Status::ResourceExhausted(request.instance_type + " does not fit now: " +
+                                     std::to_string(free_cpus_.size()) + " vCPUs and " +
+                                     std::to_string(free_memory_ >> 30) + " GiB free");
+  }
+  granted_[request.id] = *allocations;
+  return *allocations;
+}
+
 std::optional<std::vector<Allocation>> Scheduler::TryAllocateLocked(const Need& need, int count) {
   std::vector<int> cpus = free_cpus_;
   std::vector<int> gpus = free_gpus_;

@@ -149,6 +149,13 @@ class Scheduler {
   // AlreadyExists if the id holds a grant.
   Status Enqueue(const ScheduleRequest& request);
 
+  // Grants `request` at once if it fits in what is free now, without queueing and ahead of
+  // anything queued: endpoint instances (small, latency-critical, replaced automatically) must
+  // not wait behind a training job at the head of the line. The grant is held until Release().
+  // Errors: CheckFeasible's; ResourceExhausted "... does not fit now ..." (nothing held);
+  // AlreadyExists if the id is queued or granted.
+  Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request);
+
   // Grants queued requests in seq order while they fit; stops at the first that does not. The
   // granted requests leave the queue and hold their resources until Release().
   std::vector<Grant> Schedule();

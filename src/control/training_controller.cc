@@ -73,24 +73,6 @@ std::optional<std::string> DecodedHyperparameter(const json& request, const std:
   return raw;
 }
 
-// The instance credentials as kept in the job's state (so that an adopting server accepts them).
-json CredentialToJson(const aws::Credential& c) {
-  return {{"access_key_id", c.access_key_id}, {"secret_access_key", c.secret_access_key},
-          {"session_token", c.session_token},   {"principal_arn", c.principal_arn},
-          {"user_id", c.user_id},               {"account_id", c.account_id}};
-}
-
-aws::Credential CredentialFromJson(const json& j) {
-  aws::Credential c;
-  c.access_key_id = j.value("access_key_id", "");
-  c.secret_access_key = j.value("secret_access_key", "");
-  c.session_token = j.value("session_token", "");
-  c.principal_arn = j.value("principal_arn", "");
-  c.user_id = j.value("user_id", "");
-  c.account_id = j.value("account_id", "");
-  return c;
-}
-
 }  // namespace
 
 std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const json& definitions) {

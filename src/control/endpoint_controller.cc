@@ -1,0 +1,1165 @@
+#include "control/endpoint_controller.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+
+#include "agent/model_data.h"
+#include "base/fs.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "base/time.h"
+#include "control/log_pump.h"
+#include "control/training_launch.h"
+
+namespace kiln::control {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kRuntimePrefix = "endpoint-";
+constexpr int kPortBlock = 100;
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// "i-" + 17 hex digits, like EC2 instance ids (serving-contract.md §15.1).
+std::string NewInstanceId() { return "i-" + RandomHex(9).substr(0, 17); }
+
+int64_t Generation(const json& deployment) {
+  return deployment.is_object() ? deployment.value("DeployedMillis", int64_t{0}) : 0;
+}
+
+const json* FindVariant(const json& deployment, const std::string& variant) {
+  if (!deployment.is_object()) return nullptr;
+  auto config = deployment.find("EndpointConfig");
+  if (config == deployment.end()) return nullptr;
+  auto variants = config->find("ProductionVariants");
+  if (variants == config->end() || !variants->is_array()) return nullptr;
+  for (const json& v : *variants) {
+    if (v.value("VariantName", "") == variant) return &v;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> VariantNames(const json& deployment) {
+  std::vector<std::string> names;
+  if (!deployment.is_object() || !deployment.contains("EndpointConfig")) return names;
+  const json& config = deployment["EndpointConfig"];
+  if (!config.contains("ProductionVariants")) return names;
+  for (const json& v : config["ProductionVariants"]) names.push_back(v.value("VariantName", ""));
+  return names;
+}
+
+// The ContainerDefinition a variant runs (PrimaryContainer, or the first of Containers; the API
+// refuses multi-container models for endpoints in this version).
+json ContainerOf(const json& model) {
+  if (model.contains("PrimaryContainer")) return model["PrimaryContainer"];
+  if (model.contains("Containers") && model["Containers"].is_array() && !model["Containers"].empty()) {
+    return model["Containers"][0];
+  }
+  return json::object();
+}
+
+double NumberOr(const json& obj, const char* key, double fallback) {
+  if (!obj.is_object()) return fallback;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+bool PortFree(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string FormatExit(const runtime::InstanceStatus& s) {
+  if (s.state == runtime::InstanceState::kLost) return "was lost (its shim is gone)";
+  if (s.term_signal != 0) return "was killed by signal " + std::to_string(s.term_signal);
+  return "exited with code " + std::to_string(s.exit_code);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// InstanceRun
+
+class EndpointController::InstanceRun {
+ public:
+  struct Spec {
+    std::string endpoint_name;
+    std::string instance_id;
+    std::string runtime_id;
+    std::string variant;
+    std::string model_name;
+    std::string instance_type;
+    int64_t generation = 0;
+    json container;
+    std::chrono::seconds startup_timeout{240};
+    std::chrono::seconds download_timeout{3600};
+    aws::Credential credential;
+    std::string dir;  // <work>/<endpoint>/<instance-id>
+    int port_base = 0;
+    int64_t launched_millis = 0;
+  };
+
+  InstanceRun(EndpointController* controller, Spec spec, bool adopted, std::optional<Allocation> allocation,
+              std::function<void()> on_change)
+      : controller_(controller),
+        spec_(std::move(spec)),
+        adopted_(adopted),
+        launched_(adopted),
+        allocation_(std::move(allocation)),
+        reserved_(adopted && allocation_.has_value()),
+        on_change_(std::move(on_change)) {
+    auto target = std::make_shared<serving::InstanceTarget>();
+    target->instance_id = spec_.instance_id;
+    target->host = "127.0.0.1";
+    target->port = static_cast<uint16_t>(spec_.port_base);
+    target->container_hostname = "primary";
+    target->log_stream = spec_.variant + "/" + spec_.instance_id;
+    target_ = std::move(target);
+  }
+
+  ~InstanceRun() { Join(); }
+
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Drain, then stop the instance (idempotent).
+  void RequestStop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_requested_) return;
+    stop_requested_ = true;
+    cancel_.Cancel();
+    cv_.notify_all();
+  }
+  // Server shutdown: leave a launched instance running for the next server.
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    detach_ = true;
+    stop_requested_ = true;
+    cancel_.Cancel();
+    cv_.notify_all();
+  }
+
+  const Spec& spec() const { return spec_; }
+  std::shared_ptr<const serving::InstanceTarget> target() const { return target_; }
+  bool stop_requested() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_requested_;
+  }
+  bool healthy() const { return healthy_.load(); }
+  bool failed() const { return failed_.load(); }
+  bool stopped() const { return stopped_.load(); }
+  bool launched() const { return launched_.load(); }
+  std::string failure_reason() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_reason_;
+  }
+  // Set by the endpoint run once it acted on failed().
+  bool failure_handled = false;
+
+  json Record() const {
+    json r = {{"InstanceId", spec_.instance_id},  {"RuntimeId", spec_.runtime_id},
+              {"VariantName", spec_.variant},      {"ModelName", spec_.model_name},
+              {"InstanceType", spec_.instance_type}, {"Generation", spec_.generation},
+              {"PortBase", spec_.port_base},       {"LaunchedMillis", spec_.launched_millis},
+              {"Reserved", reserved_}};
+    if (allocation_) r["Allocation"] = *allocation_;
+    return r;
+  }
+
+ private:
+  const EndpointControllerOptions& options() const { return controller_->options_; }
+  const EndpointControllerDeps& deps() const { return controller_->deps_; }
+
+  // Sleeps up to `d`; true when a stop was requested meanwhile.
+  bool SleepFor(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, d, [&] { return stop_requested_; });
+  }
+
+  void Fail(std::string reason) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure_reason_ = std::move(reason);
+    }
+    KLOG(warn, "endpoint instance failed", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+                                            {"reason", failure_reason()}});
+    healthy_ = false;
+    failed_ = true;
+    on_change_();
+  }
+
+  void Run() {
+    if (!adopted_) Provision();
+    if (launched_ && !failed_) {
+      StartLogPump();
+      if (HealthGate()) Monitor();
+    }
+    Finish();
+  }
+
+  void Provision() {
+    // Resources.
+    while (!stop_requested()) {
+      ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
+      auto granted = deps().scheduler->AllocateNow(request);
+      if (granted.ok()) {
+        allocation_ = granted->front();
+        reserved_ = true;
+        break;
+      }
+      bool fits_later = granted.status().code() == StatusCode::kResourceExhausted &&
+                        granted.status().message().find("does not fit now") != std::string::npos;
+      if (!fits_later) {
+        Fail("ResourceLimitExceeded: " + granted.status().message());
+        return;
+      }
+      if (deps().scheduler->options().policy == ShapePolicy::kShrink) {
+        // A development box: run beside what holds the CPUs rather than wait (documented).
+        shared_note_ = "the host has no free capacity for " + spec_.instance_type +
+                       "; the instance shares CPUs and memory with others (scheduler policy shrink)";
+        break;
+      }
+      if (SleepFor(std::chrono::seconds(2))) return;
+    }
+    if (stop_requested()) return;
+
+    std::string opt_ml = spec_.dir + "/opt_ml";
+    if (Status s = MakeDirs(opt_ml, 0755); !s.ok()) {
+      Fail("InternalServerError: cannot create the instance directory: " + s.message());
+      return;
+    }
+    // Model data, bounded by ModelDataDownloadTimeoutInSeconds.
+    {
+      std::atomic<bool> done{false};
+      std::thread watchdog([&] {
+        auto deadline = Clock::now() + spec_.download_timeout;
+        std::unique_lock<std::mutex> lock(mu_);
+        while (!done.load() && !stop_requested_ && Clock::now() < deadline) {
+          cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+        }
+        if (!done.load()) cancel_.Cancel();
+      });
+      auto prepared = agent::PrepareModelData(*deps().object_store, spec_.container, opt_ml + "/model",
+                                              options().model_cache_dir, &cancel_);
+      done = true;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cv_.notify_all();
+      }
+      watchdog.join();
+      if (stop_requested()) return;
+      if (!prepared.ok()) {
+        std::string message = prepared.status().message();
+        if (prepared.status().code() == StatusCode::kDeadlineExceeded) {
+          message = "ClientError: Downloading the model data of production variant " + spec_.variant +
+                    " took longer than ModelDataDownloadTimeoutInSeconds (" +
+                    std::to_string(spec_.download_timeout.count()) + " s).";
+        }
+        Fail(message);
+        return;
+      }
+    }
+    (void)MakeDirs(opt_ml + "/model", 0755);
+
+    // The command: `<image entrypoint> serve`.
+    std::string image = spec_.container.value("Image", "");
+    auto resolved = deps().environments->Resolve(image);
+    if (!resolved.ok()) {
+      Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
+      return;
+    }
+    if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
+      Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
+           "', but this Kiln version has no model server for framework images on the process runtime. "
+           "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
+      return;
+    }
+    runtime::InstanceSpec spec;
+    spec.instance_id = spec_.runtime_id;
+    spec.opt_ml_dir = opt_ml;
+    spec.hostname = spec_.instance_id;
+    spec.argv = {resolved->executable, "serve"};
+    auto& env = spec.env;
+    env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+           {"HOME", "/root"},
+           {"LANG", "C.UTF-8"}};
+    for (const auto& [k, v] : resolved->env) env[k] = v;
+    env["AWS_REGION"] = options().region;
+    env["AWS_DEFAULT_REGION"] = options().region;
+    env["SAGEMAKER_REGION"] = options().region;
+    env["AWS_ENDPOINT_URL"] = options().endpoint_url;
+    env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
+    env["S3_ENDPOINT_URL"] = options().endpoint_url;
+    if (spec_.container.contains("Environment") && spec_.container["Environment"].is_object()) {
+      for (const auto& [k, v] : spec_.container["Environment"].items()) {
+        if (v.is_string()) env[k] = v.get<std::string>();
+      }
+    }
+    if (!spec_.credential.access_key_id.empty()) {
+      env["AWS_ACCESS_KEY_ID"] = spec_.credential.access_key_id;
+      env["AWS_SECRET_ACCESS_KEY"] = spec_.credential.secret_access_key;
+      env["AWS_SESSION_TOKEN"] = spec_.credential.session_token;
+    }
+    // Instances share the host network on the process runtime: each listens on its own port.
+    env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(spec_.port_base);
+    env["SAGEMAKER_SAFE_PORT_RANGE"] =
+        std::to_string(spec_.port_base + 1) + "-" + std::to_string(spec_.port_base + kPortBlock - 1);
+    if (allocation_) {
+      AddGpuEnvironment(*allocation_, env);
+      spec.cpus = allocation_->cpus;
+      spec.memory_limit_bytes = allocation_->memory_bytes;
+      spec.gpus = allocation_->gpus;
+    } else {
+      env["NVIDIA_VISIBLE_DEVICES"] = "void";
+    }
+    env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
+    spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
+    if (StartsWith(resolved->executable, "/tmp/")) {
+      spec.extra_mounts.push_back({resolved->executable, resolved->executable, true});
+    }
+    Status launched = deps().runtime->Launch(spec);
+    if (!launched.ok()) {
+      Fail("ClientError: The container of production variant " + spec_.variant + " could not start: " +
+           launched.message());
+      return;
+    }
+    spec_.launched_millis = NowMillis();
+    launched_ = true;
+    KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+                                              {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)}});
+    on_change_();
+  }
+
+  void StartLogPump() {
+    LogPump::Options pump;
+    pump.output_path = deps().runtime->OutputPath(spec_.runtime_id);
+    pump.offset_path = spec_.dir + "/log-offset";
+    pump.start_offset = LogPump::ReadOffset(pump.offset_path);
+    pump.group = "/aws/sagemaker/Endpoints/" + spec_.endpoint_name;
+    pump.stream = spec_.variant + "/" + spec_.instance_id;
+    log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
+    log_pump_->Start();
+  }
+
+  bool Ping() {
+    net::ClientRequest request;
+    request.method = "GET";
+    request.target = "/ping";
+    net::ClientTimeouts timeouts;
+    timeouts.connect_ms = static_cast<int>(options().ping_timeout.count());
+    timeouts.response_ms = static_cast<int>(options().ping_timeout.count());
+    auto response = controller_->ping_client_.Send(target_->host, target_->port, request, timeouts);
+    if (!response.ok()) {
+      last_ping_error_ = response.status().message();
+      return false;
+    }
+    if (response->status != 200) {
+      last_ping_error_ = "GET /ping answered " + std::to_string(response->status);
+      return false;
+    }
+    return true;
+  }
+
+  // Exit status if the program is no longer running.
+  std::optional<runtime::InstanceStatus> Exited() {
+    auto status = deps().runtime->Inspect(spec_.runtime_id);
+    if (!status.ok()) {
+      runtime::InstanceStatus lost;
+      lost.state = runtime::InstanceState::kLost;
+      return lost;
+    }
+    if (status->state == runtime::InstanceState::kRunning) return std::nullopt;
+    return *status;
+  }
+
+  std::string LastOutputLine() const {
+    if (!log_pump_) return "";
+    std::string line = log_pump_->last_stderr_line();
+    return line.empty() ? "" : " Last error output: " + line;
+  }
+
+  // Pings until the container answers 200 or the startup budget ends. True when healthy.
+  bool HealthGate() {
+    auto start = Clock::now();
+    // An adopted instance was healthy before the restart: it gets the regular budget again.
+    auto deadline = start + spec_.startup_timeout;
+    auto interval = std::chrono::milliseconds(20);
+    while (!stop_requested()) {
+      if (auto exited = Exited()) {
+        Fail("ClientError: The primary container for production variant " + spec_.variant + " " +
+             FormatExit(*exited) + " before it passed the ping health check." + LastOutputLine());
+        return false;
+      }
+      if (Ping()) {
+        healthy_ = true;
+        KLOG(info, "endpoint instance healthy",
+             {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+              {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())}});
+        on_change_();
+        return true;
+      }
+      if (Clock::now() >= deadline) {
+        Fail("ClientError: The primary container for production variant " + spec_.variant +
+             " did not pass the ping health check. Kiln gives every instance its own port in "
+             "SAGEMAKER_BIND_TO_PORT (here " + std::to_string(spec_.port_base) +
+             "); the container must answer GET /ping there within " +
+             std::to_string(spec_.startup_timeout.count()) + " s. Last attempt: " + last_ping_error_ + "." +
+             LastOutputLine());
+        return false;
+      }
+      if (SleepFor(interval)) return false;
+      interval = std::min(interval * 2, std::chrono::milliseconds(500));
+    }
+    return false;
+  }
+
+  void Monitor() {
+    int failures = 0;
+    while (!SleepFor(options().health_interval)) {
+      if (auto exited = Exited()) {
+        healthy_ = false;
+        Fail("The container of instance " + spec_.instance_id + " " + FormatExit(*exited) + "." + LastOutputLine());
+        return;
+      }
+      if (Ping()) {
+        failures = 0;
+        continue;
+      }
+      if (++failures >= options().unhealthy_threshold) {
+        healthy_ = false;
+        Fail("Instance " + spec_.instance_id + " failed " + std::to_string(failures) +
+             " health checks in a row: " + last_ping_error_);
+        return;
+      }
+    }
+  }
+
+  bool detached() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return detach_;
+  }
+
+  void Finish() {
+    if (detached()) {
+      if (log_pump_) log_pump_->Stop(false);
+      if (!launched_) {
+        (void)RemoveAll(spec_.dir);
+        if (reserved_) deps().scheduler->Release(spec_.runtime_id);
+      }
+      stopped_ = true;
+      return;
+    }
+    healthy_ = false;
+    on_change_();  // the endpoint run publishes a snapshot without this instance
+    // Drain: once no snapshot and no request in flight references the target, only this run
+    // holds it.
+    auto drain_deadline = Clock::now() + options().drain_timeout;
+    while (target_.use_count() > 1 && Clock::now() < drain_deadline && !detached()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (launched_) {
+      (void)deps().runtime->Stop(spec_.runtime_id, options().stop_grace);
+      auto stop_deadline = Clock::now() + options().stop_grace + std::chrono::seconds(5);
+      while (Clock::now() < stop_deadline && !detached()) {
+        auto status = deps().runtime->Wait(spec_.runtime_id, std::chrono::milliseconds(200));
+        if (!status.ok() || status->state != runtime::InstanceState::kRunning) break;
+      }
+      if (detached()) {
+        if (log_pump_) log_pump_->Stop(false);
+        stopped_ = true;
+        return;
+      }
+      if (log_pump_) log_pump_->Stop(true);
+      (void)deps().runtime->Remove(spec_.runtime_id);
+    }
+    controller_->ping_client_.Forget(target_->host, target_->port);
+    if (reserved_) deps().scheduler->Release(spec_.runtime_id);
+    (void)RemoveAll(spec_.dir);
+    controller_->ReleasePorts(spec_.port_base);
+    stopped_ = true;
+    KLOG(info, "endpoint instance stopped", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}});
+    on_change_();
+  }
+
+  EndpointController* controller_;
+  Spec spec_;
+  const bool adopted_;
+  std::atomic<bool> launched_;
+  std::optional<Allocation> allocation_;
+  bool reserved_;
+  std::function<void()> on_change_;
+  std::shared_ptr<serving::InstanceTarget> target_;
+  std::unique_ptr<LogPump> log_pump_;
+  std::string shared_note_;
+  std::string last_ping_error_ = "no answer";
+  agent::CancelFlag cancel_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;  // GUARDED_BY(mu_)
+  bool detach_ = false;          // GUARDED_BY(mu_)
+  std::string failure_reason_;   // GUARDED_BY(mu_)
+  std::atomic<bool> healthy_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> stopped_{false};
+};
+
+// ---------------------------------------------------------------------------------------------
+// EndpointRun
+
+class EndpointController::EndpointRun {
+ public:
+  EndpointRun(EndpointController* controller, std::string name) : controller_(controller), name_(std::move(name)) {}
+  ~EndpointRun() { Join(); }
+
+  void Adopt(std::shared_ptr<InstanceRun> instance) { instances_.push_back(std::move(instance)); }
+  void SetCredential(aws::Credential credential) { credential_ = std::move(credential); }
+
+  void Start() {
+    for (auto& instance : instances_) instance->Start();
+    thread_ = std::thread([this] { Run(); });
+  }
+  void Notify() {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirty_ = true;
+    cv_.notify_all();
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    detach_ = true;
+    cv_.notify_all();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  const EndpointControllerOptions& options() const { return controller_->options_; }
+  const EndpointControllerDeps& deps() const { return controller_->deps_; }
+
+  void Run() {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return dirty_ || detach_; });
+        if (detach_) break;
+        dirty_ = false;
+      }
+      if (Reconcile()) break;
+    }
+    for (auto& instance : instances_) {
+      if (!finished_) instance->Detach();
+    }
+    for (auto& instance : instances_) instance->Join();
+    instances_.clear();
+    if (finished_) controller_->OnRunFinished(name_);
+  }
+
+  std::shared_ptr<InstanceRun> Launch(const store::EndpointRecord& record, const json& deployment,
+                                      const std::string& variant) {
+    const json* config_variant = FindVariant(deployment, variant);
+    if (config_variant == nullptr) return nullptr;
+    std::string model_name = config_variant->value("ModelName", "");
+    json model = deployment.contains("Models") ? deployment["Models"].value(model_name, json::object())
+                                               : json::object();
+    if (credential_.access_key_id.empty()) {
+      credential_ = deps().credentials->Issue(model.value("ExecutionRoleArn", ""), record.name);
+      deps().credentials->Register(credential_);
+      credential_dirty_ = true;
+    }
+    int port_base = controller_->ReservePorts();
+    if (port_base == 0) {
+      KLOG(error, "no free port block for an endpoint instance", {{"endpoint", name_}});
+      return nullptr;
+    }
+    InstanceRun::Spec spec;
+    spec.endpoint_name = record.name;
+    spec.instance_id = NewInstanceId();
+    spec.runtime_id = std::string(kRuntimePrefix) + record.name + "-" + spec.instance_id;
+    spec.variant = variant;
+    spec.model_name = model_name;
+    spec.instance_type = config_variant->value("InstanceType", "");
+    spec.generation = Generation(deployment);
+    spec.container = ContainerOf(model);
+    spec.startup_timeout = std::chrono::seconds(config_variant->value(
+        "ContainerStartupHealthCheckTimeoutInSeconds", static_cast<int64_t>(options().default_startup_timeout.count())));
+    spec.download_timeout = std::chrono::seconds(config_variant->value(
+        "ModelDataDownloadTimeoutInSeconds", static_cast<int64_t>(options().default_download_timeout.count())));
+    spec.credential = credential_;
+    spec.dir = options().work_dir + "/" + record.name + "/" + spec.instance_id;
+    spec.port_base = port_base;
+    auto instance = std::make_shared<InstanceRun>(controller_, std::move(spec), false, std::nullopt,
+                                                  [this] { Notify(); });
+    instances_.push_back(instance);
+    instance->Start();
+    return instance;
+  }
+
+  void StopAll() {
+    for (auto& instance : instances_) instance->RequestStop();
+  }
+
+  // Joins and drops stopped instances. True when any was dropped.
+  bool Reap() {
+    bool any = false;
+    for (auto it = instances_.begin(); it != instances_.end();) {
+      if ((*it)->stopped()) {
+        (*it)->Join();
+        it = instances_.erase(it);
+        any = true;
+      } else {
+        ++it;
+      }
+    }
+    return any;
+  }
+
+  // One level-triggered step. True when the run is over (the endpoint is gone).
+  bool Reconcile() {
+    Reap();
+    auto loaded = controller_->endpoints_.Get(name_);
+    if (!loaded.ok()) {
+      if (loaded.status().code() != StatusCode::kNotFound) {
+        KLOG(warn, "endpoint read failed", {{"endpoint", name_}, {"error", loaded.status().ToString()}});
+        return false;
+      }
+      // Gone (deleted by us, or by hand): nothing may keep running.
+      StopAll();
+      deps().routes->Remove(route_name_.empty() ? name_ : route_name_);
+      if (!instances_.empty()) {
+        Retry();
+        return false;
+      }
+      finished_ = true;
+      return true;
+    }
+    store::EndpointRecord record = std::move(*loaded);
+    route_name_ = record.name;
+    if (!record.state.is_object()) record.state = json::object();
+    if (credential_.access_key_id.empty() && record.state.contains("Credentials")) {
+      credential_ = CredentialFromJson(record.state["Credentials"]);
+      deps().credentials->Register(credential_);
+    }
+
+    if (record.status == "Deleting") return ReconcileDeleting(record);
+    if (record.status == "Failed") {
+      StopAll();
+      Publish(record, json(), 0);
+      WriteObserved(record, json());
+      return false;
+    }
+
+    const json& deployment = record.deployment;
+    const json& target = record.pending.is_null() ? record.deployment : record.pending;
+    int64_t gen_current = Generation(deployment);
+    int64_t gen_target = Generation(target);
+    std::vector<std::string> target_variants = VariantNames(target);
+    auto in_target = [&](const std::string& v) {
+      return std::find(target_variants.begin(), target_variants.end(), v) != target_variants.end();
+    };
+
+    // Instances of neither deployment, or of variants the target no longer has, go.
+    for (auto& instance : instances_) {
+      const auto& spec = instance->spec();
+      bool keep = spec.generation == gen_target ? in_target(spec.variant)
+                                                : (spec.generation == gen_current && !record.pending.is_null());
+      if (!keep) instance->RequestStop();
+    }
+
+    // Failures.
+    std::string failure;
+    for (auto& instance : instances_) {
+      if (!instance->failed() || instance->failure_handled) continue;
+      instance->failure_handled = true;
+      instance->RequestStop();
+      if (instance->spec().generation != gen_target) continue;
+      if (failure.empty()) failure = instance->failure_reason();
+      auto& backoff = backoff_[instance->spec().variant];
+      backoff.delay = backoff.delay.count() == 0 ? options().replacement_backoff
+                                                 : std::min(backoff.delay * 2, std::chrono::milliseconds(60000));
+      backoff.not_before = Clock::now() + backoff.delay;
+    }
+    if (!failure.empty()) {
+      if (record.status == "Creating") return FailEndpoint(record, failure);
+      if (!record.pending.is_null()) return RollBack(record, failure);
+    }
+
+    // Counts.
+    bool all_ready = true;
+    bool extra = false;
+    for (const std::string& variant : target_variants) {
+      int desired = DesiredCount(record, target, variant);
+      std::vector<std::shared_ptr<InstanceRun>> live;
+      int healthy = 0;
+      for (auto& instance : instances_) {
+        const auto& spec = instance->spec();
+        if (spec.generation != gen_target || spec.variant != variant) continue;
+        if (instance->stop_requested() || instance->failed()) continue;
+        live.push_back(instance);
+        if (instance->healthy()) ++healthy;
+      }
+      if (static_cast<int>(live.size()) < desired) {
+        auto& backoff = backoff_[variant];
+        if (Clock::now() >= backoff.not_before) {
+          for (int i = static_cast<int>(live.size()); i < desired; ++i) {
+            if (!Launch(record, target, variant)) break;
+          }
+        } else {
+          Retry(backoff.not_before);
+        }
+      } else if (static_cast<int>(live.size()) > desired) {
+        // Scale in: not-yet-healthy ones first, then the newest.
+        std::stable_sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+          if (a->healthy() != b->healthy()) return !a->healthy();
+          return a->spec().launched_millis > b->spec().launched_millis;
+        });
+        for (size_t i = 0; i < live.size() - static_cast<size_t>(desired); ++i) live[i]->RequestStop();
+        extra = true;
+      }
+      if (healthy < desired) all_ready = false;
+      if (healthy >= desired && backoff_.count(variant)) backoff_.erase(variant);
+    }
+
+    // Status transitions.
+    if (all_ready && !extra) {
+      if (record.status == "Creating" || (record.status == "Updating" && record.pending.is_null()) ||
+          record.status == "SystemUpdating") {
+        return Transition(record, [&](store::EndpointRecord& rec) {
+          rec.status = "InService";
+          return Status::Ok();
+        });
+      }
+      if (record.status == "Updating" && !record.pending.is_null()) {
+        // Every new instance is healthy: move all traffic in one snapshot, then drain the old.
+        std::string new_config = record.pending.value("EndpointConfigName", record.config_name);
+        return Transition(record, [&](store::EndpointRecord& rec) {
+          rec.deployment = rec.pending;
+          rec.pending = nullptr;
+          rec.config_name = new_config;
+          rec.status = "InService";
+          rec.failure_reason.clear();
+          return Status::Ok();
+        });
+      }
+    }
+
+    // Route and observed state: the pending deployment serves only once it has taken over.
+    const json& routed = record.pending.is_null() ? target : deployment;
+    Publish(record, routed, Generation(routed));
+    WriteObserved(record, routed);
+    return false;
+  }
+
+  int DesiredCount(const store::EndpointRecord& record, const json& deployment, const std::string& variant) const {
+    if (record.desired.is_object() && record.desired.contains(variant)) {
+      const json& d = record.desired[variant];
+      if (d.contains("DesiredInstanceCount") && d["DesiredInstanceCount"].is_number_integer()) {
+        return d["DesiredInstanceCount"].get<int>();
+      }
+    }
+    const json* v = FindVariant(deployment, variant);
+    return v ? v->value("InitialInstanceCount", 1) : 0;
+  }
+
+  double DesiredWeight(const store::EndpointRecord& record, const json& deployment, const std::string& variant) const {
+    if (record.desired.is_object() && record.desired.contains(variant)) {
+      return NumberOr(record.desired[variant], "DesiredWeight", 1.0);
+    }
+    const json* v = FindVariant(deployment, variant);
+    return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
+  }
+
+  // The weight traffic uses now: during an UpdateEndpoint the old deployment keeps the weights it
+  // had (remembered in the observed state); otherwise the desired ones take effect at once.
+  double CurrentWeight(const store::EndpointRecord& record, const json& routed, const std::string& variant) const {
+    if (record.pending.is_null()) return DesiredWeight(record, routed, variant);
+    if (record.state.contains("ProductionVariants")) {
+      for (const json& v : record.state["ProductionVariants"]) {
+        if (v.value("VariantName", "") == variant) return NumberOr(v, "CurrentWeight", 1.0);
+      }
+    }
+    const json* v = FindVariant(routed, variant);
+    return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
+  }
+
+  void Publish(const store::EndpointRecord& record, const json& routed, int64_t generation) {
+    auto route = std::make_shared<serving::EndpointRoute>();
+    route->name = record.name;
+    route->arn = record.arn;
+    route->status = record.status;
+    route->log_group_arn = "arn:aws:logs:" + options().region + ":" + options().account_id +
+                           ":log-group:/aws/sagemaker/Endpoints/" + record.name;
+    std::string signature = record.status;
+    for (const std::string& variant : VariantNames(routed)) {
+      serving::VariantRoute v;
+      v.name = variant;
+      v.weight = CurrentWeight(record, routed, variant);
+      const json* config_variant = FindVariant(routed, variant);
+      if (config_variant && config_variant->contains("RoutingConfig") &&
+          (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {
+        v.strategy = serving::RoutingStrategy::kRandom;
+      }
+      signature += "|" + variant + ":" + std::to_string(v.weight) + ":" + std::to_string(static_cast<int>(v.strategy));
+      for (auto& instance : instances_) {
+        const auto& spec = instance->spec();
+        if (spec.generation != generation || spec.variant != variant) continue;
+        if (!instance->healthy() || instance->stop_requested() || instance->failed()) continue;
+        v.instances.push_back(instance->target());
+        signature += "," + spec.instance_id;
+      }
+      route->variants.push_back(std::move(v));
+    }
+    if (signature == published_signature_) return;
+    published_signature_ = signature;
+    deps().routes->Publish(std::move(route));
+  }
+
+  // The AWS-shaped ProductionVariants summaries and the instance records, written when changed.
+  void WriteObserved(const store::EndpointRecord& record, const json& routed) {
+    json variants = json::array();
+    int64_t generation = Generation(routed);
+    for (const std::string& variant : VariantNames(routed)) {
+      const json* config_variant = FindVariant(routed, variant);
+      int current = 0;
+      bool provisioning = false;
+      for (auto& instance : instances_) {
+        const auto& spec = instance->spec();
+        if (spec.variant != variant) continue;
+        if (spec.generation == generation && instance->healthy() && !instance->stop_requested()) ++current;
+        if (!instance->healthy() && !instance->stop_requested() && !instance->failed()) provisioning = true;
+      }
+      json summary = {{"VariantName", variant},
+                      {"CurrentWeight", CurrentWeight(record, routed, variant)},
+                      {"DesiredWeight", DesiredWeight(record, routed, variant)},
+                      {"CurrentInstanceCount", current},
+                      {"DesiredInstanceCount", DesiredCount(record, routed, variant)}};
+      std::string model_name = config_variant ? config_variant->value("ModelName", "") : "";
+      json container = routed.contains("Models") ? ContainerOf(routed["Models"].value(model_name, json::object()))
+                                                 : json::object();
+      if (container.contains("Image")) {
+        summary["DeployedImages"] = json::array({{{"SpecifiedImage", container["Image"]},
+                                                  {"ResolvedImage", container["Image"]},
+                                                  {"ResolutionTime", Generation(routed) / 1000.0}}});
+      }
+      json statuses = json::array();
+      if (provisioning || record.status == "Creating" || record.status == "Updating") {
+        std::string status = record.status == "Creating" ? "Creating" : "Updating";
+        statuses.push_back({{"Status", status},
+                            {"StatusMessage", provisioning ? "Starting and health-checking instances." : ""},
+                            {"StartTime", static_cast<double>(record.last_modified_millis) / 1000.0}});
+      }
+      summary["VariantStatus"] = statuses;
+      if (config_variant && config_variant->contains("RoutingConfig")) {
+        summary["RoutingConfig"] = (*config_variant)["RoutingConfig"];
+      }
+      variants.push_back(std::move(summary));
+    }
+    json instances = json::array();
+    for (auto& instance : instances_) {
+      if (instance->launched() && !instance->stopped()) instances.push_back(instance->Record());
+    }
+    json observed = {{"ProductionVariants", variants}, {"Instances", instances}};
+    if (!credential_.access_key_id.empty()) observed["Credentials"] = CredentialToJson(credential_);
+    if (observed == last_observed_ && !credential_dirty_) return;
+    int64_t version = record.version;
+    auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
+      if (rec.version != version) return Status::Aborted("changed meanwhile");
+      for (auto& [k, v] : observed.items()) rec.state[k] = v;
+      return Status::Ok();
+    });
+    if (written.ok()) {
+      last_observed_ = observed;
+      credential_dirty_ = false;
+    } else {
+      Retry();
+    }
+  }
+
+  bool Transition(const store::EndpointRecord& record, const std::function<Status(store::EndpointRecord&)>& change) {
+    int64_t version = record.version;
+    auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
+      if (rec.version != version) return Status::Aborted("changed meanwhile");
+      RETURN_IF_ERROR(change(rec));
+      rec.last_modified_millis = NowMillis();
+      return Status::Ok();
+    });
+    if (written.ok()) {
+      KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", written->status}});
+    }
+    Retry();  // reconcile again at once from what was written (or what changed meanwhile)
+    return false;
+  }
+
+  bool FailEndpoint(const store::EndpointRecord& record, const std::string& reason) {
+    StopAll();
+    return Transition(record, [&](store::EndpointRecord& rec) {
+      rec.status = "Failed";
+      rec.failure_reason = reason;
+      return Status::Ok();
+    });
+  }
+
+  // UpdateEndpoint failed: the new fleet goes, the old one keeps serving (AWS: RollingBack, then
+  // InService with FailureReason).
+  bool RollBack(const store::EndpointRecord& record, const std::string& reason) {
+    int64_t gen_target = Generation(record.pending);
+    for (auto& instance : instances_) {
+      if (instance->spec().generation == gen_target) instance->RequestStop();
+    }
+    json desired = json::object();
+    for (const std::string& variant : VariantNames(record.deployment)) {
+      desired[variant] = {{"DesiredWeight", CurrentWeight(record, record.deployment, variant)},
+                          {"DesiredInstanceCount", DesiredCount(record, record.deployment, variant)}};
+      if (record.state.contains("ProductionVariants")) {
+        for (const json& v : record.state["ProductionVariants"]) {
+          if (v.value("VariantName", "") == variant && v.contains("DesiredInstanceCount")) {
+            desired[variant]["DesiredInstanceCount"] = v["DesiredInstanceCount"];
+          }
+        }
+      }
+    }
+    return Transition(record, [&](store::EndpointRecord& rec) {
+      rec.pending = nullptr;
+      rec.desired = desired;
+      rec.status = "InService";
+      rec.failure_reason = "UpdateEndpoint rolled back to " + rec.config_name + ": " + reason;
+      return Status::Ok();
+    });
+  }
+
+  bool ReconcileDeleting(const store::EndpointRecord& record) {
+    StopAll();
+    Publish(record, json(), 0);
+    if (!instances_.empty()) {
+      Retry(Clock::now() + std::chrono::milliseconds(100));
+      return false;
+    }
+    Status deleted = controller_->endpoints_.Delete(record.name);
+    if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) {
+      KLOG(warn, "endpoint delete failed", {{"endpoint", record.name}, {"error", deleted.ToString()}});
+      Retry(Clock::now() + std::chrono::seconds(1));
+      return false;
+    }
+    deps().routes->Remove(record.name);
+    if (!credential_.access_key_id.empty()) deps().credentials->Revoke(credential_.access_key_id);
+    (void)RemoveAll(options().work_dir + "/" + record.name);
+    KLOG(info, "endpoint deleted", {{"endpoint", record.name}});
+    finished_ = true;
+    return true;
+  }
+
+  // Reconcile again soon (at `when`, default: at once).
+  void Retry(Clock::time_point when = Clock::now()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (when <= Clock::now() + std::chrono::milliseconds(20)) {
+      dirty_ = true;
+      return;
+    }
+    // The loop wakes at least every second; a later wake-up comes from the periodic tick.
+  }
+
+  struct Backoff {
+    std::chrono::milliseconds delay{0};
+    Clock::time_point not_before{};
+  };
+
+  EndpointController* controller_;
+  const std::string name_;
+  std::string route_name_;
+  std::thread thread_;
+  std::vector<std::shared_ptr<InstanceRun>> instances_;  // run thread only (and before Start)
+  std::map<std::string, Backoff> backoff_;
+  aws::Credential credential_;
+  bool credential_dirty_ = false;
+  std::string published_signature_;
+  json last_observed_;
+  bool finished_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool dirty_ = true;    // GUARDED_BY(mu_)
+  bool detach_ = false;  // GUARDED_BY(mu_)
+};
+
+// ---------------------------------------------------------------------------------------------
+// EndpointController
+
+EndpointController::EndpointController(EndpointControllerOptions options, EndpointControllerDeps deps)
+    : options_(std::move(options)), deps_(deps), endpoints_(deps.database), ping_client_(net::HttpClientOptions{}) {}
+
+EndpointController::~EndpointController() { Shutdown(); }
+
+Status EndpointController::Start() {
+  RETURN_IF_ERROR(MakeDirs(options_.work_dir, 0755).WithPrefix("endpoint work dir"));
+  if (!options_.model_cache_dir.empty()) {
+    RETURN_IF_ERROR(MakeDirs(options_.model_cache_dir, 0755).WithPrefix("model cache dir"));
+  }
+  ASSIGN_OR_RETURN(auto records, endpoints_.List({}));
+  std::set<std::string> adopted_ids;
+  std::vector<std::shared_ptr<EndpointRun>> runs;
+  for (auto& record : records) {
+    auto run = std::make_shared<EndpointRun>(this, record.name);
+    if (record.state.is_object() && record.state.contains("Credentials")) {
+      aws::Credential credential = CredentialFromJson(record.state["Credentials"]);
+      deps_.credentials->Register(credential);
+      run->SetCredential(credential);
+    }
+    json instances = record.state.is_object() ? record.state.value("Instances", json::array()) : json::array();
+    for (const json& r : instances) {
+      try {
+        InstanceRun::Spec spec;
+        spec.endpoint_name = record.name;
+        spec.instance_id = r.at("InstanceId").get<std::string>();
+        spec.runtime_id = r.at("RuntimeId").get<std::string>();
+        spec.variant = r.at("VariantName").get<std::string>();
+        spec.model_name = r.value("ModelName", "");
+        spec.instance_type = r.value("InstanceType", "");
+        spec.generation = r.value("Generation", int64_t{0});
+        spec.port_base = r.value("PortBase", 0);
+        spec.launched_millis = r.value("LaunchedMillis", int64_t{0});
+        spec.dir = options_.work_dir + "/" + record.name + "/" + spec.instance_id;
+        auto status = deps_.runtime->Inspect(spec.runtime_id);
+        if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
+          (void)deps_.runtime->Remove(spec.runtime_id);
+          (void)RemoveAll(spec.dir);
+          continue;  // replaced by the run's reconcile
+        }
+        std::optional<Allocation> allocation;
+        if (r.value("Reserved", false) && r.contains("Allocation")) {
+          Allocation a = r["Allocation"].get<Allocation>();
+          if (deps_.scheduler->Adopt(spec.runtime_id, {a}).ok()) allocation = a;
+        }
+        MarkPortsUsed(spec.port_base);
+        adopted_ids.insert(spec.runtime_id);
+        std::weak_ptr<EndpointRun> weak = run;
+        run->Adopt(std::make_shared<InstanceRun>(this, std::move(spec), true, allocation, [weak] {
+          if (auto r = weak.lock()) r->Notify();
+        }));
+      } catch (const std::exception& e) {
+        KLOG(warn, "unreadable endpoint instance record", {{"endpoint", record.name}, {"error", e.what()}});
+      }
+    }
+    runs.push_back(std::move(run));
+  }
+  // Runtime instances of endpoints that are not recorded anywhere: stop them.
+  if (auto ids = deps_.runtime->List(); ids.ok()) {
+    for (const std::string& id : *ids) {
+      if (!StartsWith(id, kRuntimePrefix) || adopted_ids.count(id)) continue;
+      KLOG(info, "removing an orphaned endpoint instance", {{"runtime_id", id}});
+      (void)deps_.runtime->Stop(id, std::chrono::seconds(0));
+      (void)deps_.runtime->Wait(id, std::chrono::seconds(5));
+      (void)deps_.runtime->Remove(id);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started_ = true;
+    for (auto& run : runs) runs_[Lower(run->name())] = run;
+  }
+  for (auto& run : runs) run->Start();
+  return Status::Ok();
+}
+
+void EndpointController::Shutdown() {
+  std::map<std::string, std::shared_ptr<EndpointRun>> runs;
+  std::vector<std::shared_ptr<EndpointRun>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    runs.swap(runs_);
+    finished.swap(finished_);
+  }
+  for (auto& [name, run] : runs) run->Detach();
+  for (auto& [name, run] : runs) run->Join();
+  for (auto& run : finished) run->Join();
+}
+
+void EndpointController::EndpointChanged(const std::string& endpoint_name) {
+  std::shared_ptr<EndpointRun> run;
+  std::vector<std::shared_ptr<EndpointRun>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_ || !started_) return;
+    finished.swap(finished_);
+    auto it = runs_.find(Lower(endpoint_name));
+    if (it != runs_.end()) {
+      run = it->second;
+    }
+  }
+  for (auto& f : finished) f->Join();
+  if (run) {
+    run->Notify();
+    return;
+  }
+  StartRun(endpoint_name);
+}
+
+void EndpointController::StartRun(const std::string& name) {
+  auto run = std::make_shared<EndpointRun>(this, name);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutting_down_) return;
+    auto [it, inserted] = runs_.emplace(Lower(name), run);
+    if (!inserted) {
+      it->second->Notify();
+      return;
+    }
+  }
+  run->Start();
+}
+
+void EndpointController::OnRunFinished(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) return;
+  auto it = runs_.find(Lower(name));
+  if (it == runs_.end()) return;
+  finished_.push_back(it->second);
+  runs_.erase(it);
+}
+
+int EndpointController::ReservePorts() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int base = options_.port_range_begin; base + kPortBlock <= options_.port_range_end; base += kPortBlock) {
+    if (used_port_blocks_.count(base)) continue;
+    if (!PortFree(base)) continue;
+    used_port_blocks_.insert(base);
+    return base;
+  }
+  return 0;
+}
+
+void EndpointController::MarkPortsUsed(int base) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  used_port_blocks_.insert(base);
+}
+
+void EndpointController::ReleasePorts(int base) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  used_port_blocks_.erase(base);
+}
+
+}  // namespace kiln::control

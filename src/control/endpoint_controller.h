@@ -1,0 +1,135 @@
+#pragma once
+// EndpointController: realises real-time endpoints (spec/serving-contract.md §1–§3) on this node.
+//
+// One EndpointRun per endpoint (a thread with a level-triggered reconcile loop) and one
+// InstanceRun per serving instance (a thread that provisions the instance, gates it on /ping,
+// watches its health and finally drains and stops it). The database row (store/
+// endpoint_repository.h) is the desired state: the API writes the deployment, the pending
+// deployment of an UpdateEndpoint, the desired weights and counts, and the Deleting status; the
+// controller writes the observed state (ProductionVariants summaries, the instances it runs,
+// status, FailureReason) and publishes a routing snapshot (serving/routing.h) whenever the set of
+// routable instances or the weights change.
+//
+// Instance life: reserve resources (Scheduler::AllocateNow; when the host is full under the
+// `shrink` policy the instance runs unreserved, said in its log; under `strict` it waits) →
+// model data into <instance>/opt_ml/model (agent/model_data.h; ModelDataDownloadTimeout) →
+// `<image> serve` under the runtime with its own port in SAGEMAKER_BIND_TO_PORT (the process
+// runtime shares the host network, so each instance gets a block of 100 ports: the bind port and
+// SAGEMAKER_SAFE_PORT_RANGE) → GET /ping (2 s per attempt) until 200 within
+// ContainerStartupHealthCheckTimeoutInSeconds (default 240 s) → routable → pinged every 5 s;
+// 3 failures in a row, or the process exiting, remove it from routing and it is replaced.
+// Stopping: removed from the snapshot, drained (no request holds it any more: the snapshot's
+// InstanceTarget is referenced only by its InstanceRun), SIGTERM, SIGKILL after 30 s.
+//
+// Endpoint statuses: Creating → InService when every variant has its desired instances
+// routable; a Creating endpoint whose instance fails → Failed with the reason (instances
+// stopped). UpdateEndpoint (Updating): the new deployment's instances come up beside the old
+// ones; only when all are healthy does one snapshot swap move all traffic, then the old fleet
+// drains; a failure rolls back (new instances stopped, old fleet kept, InService with
+// FailureReason). UpdateEndpointWeightsAndCapacities (Updating): weights take effect in the next
+// snapshot, counts by launching or draining, InService when reached. DeleteEndpoint (Deleting):
+// everything drained and stopped, then the row is removed.
+//
+// Restart: Start() adopts the instances recorded in each endpoint's state whose shim still
+// runs (they are pinged, not restarted, and routed again as soon as they answer); instances that
+// are gone are replaced; runtime instances of endpoints that no longer exist are stopped.
+//
+// Thread-safety: EndpointChanged may be called from any thread; Start/Shutdown from the owner.
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/endpoint_notifier.h"
+#include "control/instance_credentials.h"
+#include "control/scheduler.h"
+#include "net/http_client.h"
+#include "objects/object_store.h"
+#include "observe/log_store.h"
+#include "runtime/environments.h"
+#include "runtime/runtime.h"
+#include "serving/routing.h"
+#include "store/database.h"
+#include "store/endpoint_repository.h"
+
+namespace kiln::control {
+
+struct EndpointControllerOptions {
+  std::string work_dir;         // instance directories: <work_dir>/<endpoint>/<instance-id>/
+  std::string model_cache_dir;  // model archives by ETag (empty: no cache)
+  std::string region = "us-east-1";
+  std::string account_id = "000000000000";
+  std::string endpoint_url;  // Kiln as instances reach it (AWS_ENDPOINT_URL)
+  // Instance ports: blocks of 100 inside [port_range_begin, port_range_end).
+  int port_range_begin = 30000;
+  int port_range_end = 40000;
+  std::chrono::seconds stop_grace{30};                // SIGTERM → SIGKILL (AWS behaviour)
+  std::chrono::milliseconds health_interval{5000};    // pings of a routable instance
+  int unhealthy_threshold = 3;                        // consecutive failed pings
+  std::chrono::milliseconds ping_timeout{2000};       // per attempt (AWS behaviour)
+  std::chrono::seconds default_startup_timeout{240};  // ContainerStartupHealthCheckTimeoutInSeconds
+  std::chrono::seconds default_download_timeout{3600};  // ModelDataDownloadTimeoutInSeconds
+  std::chrono::seconds drain_timeout{65};             // the invocation budget plus a margin
+  // A replacement that failed waits this long (doubling up to 60 s) before the next try.
+  std::chrono::milliseconds replacement_backoff{1000};
+};
+
+struct EndpointControllerDeps {
+  store::Database* database = nullptr;
+  objects::ObjectStore* object_store = nullptr;
+  runtime::Runtime* runtime = nullptr;
+  Scheduler* scheduler = nullptr;
+  const runtime::EnvironmentTable* environments = nullptr;
+  InstanceCredentials* credentials = nullptr;
+  observe::LogStore* log_store = nullptr;
+  serving::RoutingTable* routes = nullptr;
+};
+
+class EndpointController final : public EndpointNotifier {
+ public:
+  EndpointController(EndpointControllerOptions options, EndpointControllerDeps deps);
+  ~EndpointController() override;  // Shutdown()
+  EndpointController(const EndpointController&) = delete;
+  EndpointController& operator=(const EndpointController&) = delete;
+
+  // Adopts running instances, starts a run for every endpoint row, stops orphans.
+  Status Start();
+  // Ends every run without stopping instances (the next server adopts them). Idempotent.
+  void Shutdown();
+
+  void EndpointChanged(const std::string& endpoint_name) override;
+
+  class InstanceRun;
+  class EndpointRun;
+
+ private:
+  friend class InstanceRun;
+  friend class EndpointRun;
+
+  void StartRun(const std::string& name);
+  void OnRunFinished(const std::string& name);
+  // A free block of 100 ports; 0 when none. Released with ReleasePorts.
+  int ReservePorts();
+  void MarkPortsUsed(int base);
+  void ReleasePorts(int base);
+
+  EndpointControllerOptions options_;
+  EndpointControllerDeps deps_;
+  store::EndpointRepository endpoints_;
+  net::HttpClient ping_client_;
+
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<EndpointRun>> runs_;  // GUARDED_BY(mutex_), by lower-case name
+  std::vector<std::shared_ptr<EndpointRun>> finished_;        // GUARDED_BY(mutex_), to join
+  std::set<int> used_port_blocks_;                            // GUARDED_BY(mutex_)
+  bool started_ = false;
+  bool shutting_down_ = false;
+};
+
+}  // namespace kiln::control
