@@ -20,6 +20,9 @@ std::string JsonBody(const AwsError& error, bool with_type) {
   for (const auto& [name, value] : error.fields) {
     body[name] = value;
   }
+  for (const auto& [name, value] : error.int_fields) {
+    body[name] = value;
+  }
   // Replace invalid UTF-8 rather than throw: messages may quote client input.
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -72,6 +75,9 @@ WireResponse SerializeError(Protocol protocol, const AwsError& error, std::strin
       body += XmlElement("Message", error.message);
       for (const auto& [name, value] : error.fields) {
         body += XmlElement(name, value);
+      }
+      for (const auto& [name, value] : error.int_fields) {
+        body += XmlElement(name, std::to_string(value));
       }
       body += XmlElement("RequestId", request_id);
       body += XmlElement("HostId", host_id);

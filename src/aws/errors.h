@@ -2,6 +2,7 @@
 // AWS-shaped errors and their wire forms, per protocol (spec/control-plane-api.md §2.3, §10.3,
 // §13, §14). Every error a client can see is built as an AwsError and serialized here, in one place.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,9 @@ struct AwsError {
   // Extra members: S3 <Error> children (Key, BucketName, UploadId, ...) or JSON members
   // (OriginalStatusCode, ...). Order kept.
   std::vector<std::pair<std::string, std::string>> fields;
+  // JSON members whose value is a number (rest-json ModelError's OriginalStatusCode), written
+  // after `fields`. JSON protocols only; XML protocols write them as text elements.
+  std::vector<std::pair<std::string, int64_t>> int_fields;
   // Query protocol <Type>: Sender (client's fault) or Receiver (server's).
   bool sender_fault = true;
 
@@ -35,6 +39,10 @@ struct AwsError {
       : code(std::move(c)), message(std::move(m)), http_status(status) {}
   AwsError& With(std::string name, std::string value) {
     fields.emplace_back(std::move(name), std::move(value));
+    return *this;
+  }
+  AwsError& WithInt(std::string name, int64_t value) {
+    int_fields.emplace_back(std::move(name), value);
     return *this;
   }
 };

@@ -60,6 +60,9 @@ struct EndpointRoute {
   std::string log_group_arn;
   std::vector<VariantRoute> variants;
   bool async = false;  // AsyncInferenceConfig set: only InvokeEndpointAsync is allowed
+  // Mode MultiModel: X-Amzn-SageMaker-Target-Model is accepted (and required by the container);
+  // on any other endpoint the router refuses it with ValidationError.
+  bool multi_model = false;
 };
 
 // Name → current snapshot. Publish/Remove replace the whole map copy-on-write: writers are rare

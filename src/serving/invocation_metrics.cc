@@ -1,0 +1,229 @@
+#include "serving/invocation_metrics.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "base/log.h"
+
+namespace kiln::serving {
+
+namespace {
+
+int64_t NowEpochMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Each thread keeps to one shard (assigned round-robin on first use), so request threads spread
+// over the shards and a shard's mutex is rarely contended.
+size_t ThreadShard(size_t shards) {
+  static std::atomic<size_t> next{0};
+  thread_local size_t shard = next.fetch_add(1, std::memory_order_relaxed);
+  return shard % shards;
+}
+
+}  // namespace
+
+void LatencyHistogram::Add(int64_t micros) {
+  if (micros < 0) micros = 0;
+  size_t i = std::lower_bound(kLatencyBucketsMicros.begin(), kLatencyBucketsMicros.end(), micros) -
+             kLatencyBucketsMicros.begin();
+  ++buckets[i];
+  ++count;
+  sum_micros += micros;
+}
+
+void LatencyHistogram::Merge(const LatencyHistogram& other) {
+  for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += other.buckets[i];
+  count += other.count;
+  sum_micros += other.sum_micros;
+}
+
+void InvocationCounts::Add(const InvocationSample& sample) {
+  if (!sample.reached_model) {
+    ++unavailable;
+    return;
+  }
+  ++invocations;
+  invocations_per_instance += sample.per_instance;
+  if (sample.model_status >= 400 && sample.model_status < 500) ++errors_4xx;
+  if (sample.model_status >= 500 && sample.model_status < 600) ++errors_5xx;
+  if (sample.model_error) ++model_errors;
+  model_latency.Add(sample.model_micros);
+  overhead_latency.Add(sample.overhead_micros);
+}
+
+void InvocationCounts::Merge(const InvocationCounts& other) {
+  invocations += other.invocations;
+  invocations_per_instance += other.invocations_per_instance;
+  errors_4xx += other.errors_4xx;
+  errors_5xx += other.errors_5xx;
+  model_errors += other.model_errors;
+  unavailable += other.unavailable;
+  model_latency.Merge(other.model_latency);
+  overhead_latency.Merge(other.overhead_latency);
+}
+
+InvocationMetrics::InvocationMetrics(InvocationMetricsOptions options, observe::MetricStore* store)
+    : options_(std::move(options)), store_(store) {}
+
+InvocationMetrics::~InvocationMetrics() { Stop(); }
+
+void InvocationMetrics::Start() {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  if (flusher_.joinable()) return;
+  stopping_ = false;
+  flusher_ = std::thread([this] { Run(); });
+}
+
+void InvocationMetrics::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    if (!flusher_.joinable()) return;
+    stopping_ = true;
+  }
+  run_cv_.notify_all();
+  flusher_.join();
+  Status status = Flush(NowEpochMillis() / 1000, /*everything=*/true);
+  if (!status.ok()) {
+    KLOG(warn, "invocation metrics: final flush failed", {{"error", status.ToString()}});
+  }
+}
+
+void InvocationMetrics::Run() {
+  std::unique_lock<std::mutex> lock(run_mutex_);
+  while (!stopping_) {
+    // Wake just after a second boundary so the second that ended is complete.
+    int64_t now = NowEpochMillis();
+    int64_t wait_ms = options_.flush_interval_ms >= 1000 ? 1000 - now % 1000 + 5 : options_.flush_interval_ms;
+    run_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    Status status = Flush(NowEpochMillis() / 1000);
+    if (!status.ok()) {
+      KLOG(warn, "invocation metrics: flush failed; those points are lost", {{"error", status.ToString()}});
+    }
+    lock.lock();
+  }
+}
+
+void InvocationMetrics::Record(std::string_view endpoint, std::string_view variant, const InvocationSample& sample) {
+  thread_local std::string key;
+  key.assign(endpoint);
+  key.push_back('\x1f');
+  key.append(variant);
+  Shard& shard = shards_[ThreadShard(kShards)];
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  auto it = shard.cells.find(std::string_view(key));
+  if (it == shard.cells.end()) {
+    it = shard.cells.emplace(key, Cell{}).first;
+    it->second.endpoint = endpoint;
+    it->second.variant = variant;
+    it->second.second = sample.epoch_second;
+  }
+  Cell& cell = it->second;
+  if (sample.epoch_second != cell.second) {
+    if (!cell.current.empty()) {
+      // Usually a later second; an earlier one (a clock step back) is kept as its own entry.
+      cell.pending.emplace_back(cell.second, cell.current);
+      cell.current = InvocationCounts();
+    }
+    cell.second = sample.epoch_second;
+  }
+  cell.current.Add(sample);
+}
+
+Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
+  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  struct Taken {
+    const std::string* endpoint;  // points into the cell, which is never erased
+    const std::string* variant;
+    int64_t second;
+    InvocationCounts counts;
+  };
+  std::vector<Taken> taken;
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    for (auto& [key, cell] : shard.cells) {
+      for (auto& [second, counts] : cell.pending) {
+        taken.push_back({&cell.endpoint, &cell.variant, second, counts});
+      }
+      cell.pending.clear();
+      if (!cell.current.empty() && (everything || cell.second < now_epoch_second)) {
+        taken.push_back({&cell.endpoint, &cell.variant, cell.second, cell.current});
+        cell.current = InvocationCounts();
+      }
+    }
+  }
+  if (taken.empty()) return Status::Ok();
+
+  // The same (endpoint, variant, second) can come from several shards: merge before writing.
+  std::sort(taken.begin(), taken.end(), [](const Taken& a, const Taken& b) {
+    if (*a.endpoint != *b.endpoint) return *a.endpoint < *b.endpoint;
+    if (*a.variant != *b.variant) return *a.variant < *b.variant;
+    return a.second < b.second;
+  });
+  std::vector<observe::MetricDatum> batch;
+  {
+    std::lock_guard<std::mutex> lock(totals_mutex_);
+    for (size_t i = 0; i < taken.size();) {
+      InvocationCounts merged = taken[i].counts;
+      size_t j = i + 1;
+      while (j < taken.size() && *taken[j].endpoint == *taken[i].endpoint &&
+             *taken[j].variant == *taken[i].variant && taken[j].second == taken[i].second) {
+        merged.Merge(taken[j].counts);
+        ++j;
+      }
+      totals_[{*taken[i].endpoint, *taken[i].variant}].Merge(merged);
+      if (store_ != nullptr) {
+        auto points = PointsFor(*taken[i].endpoint, *taken[i].variant, taken[i].second, merged);
+        batch.insert(batch.end(), std::make_move_iterator(points.begin()), std::make_move_iterator(points.end()));
+      }
+      i = j;
+    }
+  }
+  if (store_ == nullptr || batch.empty()) return Status::Ok();
+  return store_->Put(options_.metric_namespace, batch);
+}
+
+std::map<std::pair<std::string, std::string>, InvocationCounts> InvocationMetrics::Totals() const {
+  // Excludes a concurrent Flush, which moves counts from the shards into totals_: without it an
+  // answer could miss them and a Prometheus counter would seem to go backwards.
+  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  std::map<std::pair<std::string, std::string>, InvocationCounts> out;
+  {
+    std::lock_guard<std::mutex> lock(totals_mutex_);
+    out = totals_;
+  }
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    for (const auto& [key, cell] : shard.cells) {
+      InvocationCounts& total = out[{cell.endpoint, cell.variant}];
+      for (const auto& [second, counts] : cell.pending) total.Merge(counts);
+      total.Merge(cell.current);
+    }
+  }
+  return out;
+}
+
+std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view endpoint, std::string_view variant,
+                                                               int64_t epoch_second, const InvocationCounts& counts) {
+  std::vector<observe::MetricDatum> points;
+  if (counts.invocations == 0) return points;  // only `unavailable`: nothing AWS would count
+  observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
+  int64_t ts = epoch_second * 1000;
+  auto add = [&](const char* name, double value) { points.push_back({name, dimensions, ts, value}); };
+  add("Invocations", static_cast<double>(counts.invocations));
+  add("InvocationsPerInstance", counts.invocations_per_instance);
+  add("Invocation4XXErrors", static_cast<double>(counts.errors_4xx));
+  add("Invocation5XXErrors", static_cast<double>(counts.errors_5xx));
+  add("InvocationModelErrors", static_cast<double>(counts.model_errors));
+  add("ModelLatency", static_cast<double>(counts.model_latency.sum_micros) /
+                          static_cast<double>(std::max<uint64_t>(counts.model_latency.count, 1)));
+  add("OverheadLatency", static_cast<double>(counts.overhead_latency.sum_micros) /
+                             static_cast<double>(std::max<uint64_t>(counts.overhead_latency.count, 1)));
+  return points;
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,160 @@
+#pragma once
+// InvocationMetrics: the per-(endpoint, variant) invocation counters of spec/serving-contract.md
+// §15.2, counted on the invoke path and flushed once a second into the MetricStore (namespace
+// "AWS/SageMaker", dimensions EndpointName + VariantName) and read by the Prometheus exporter.
+//
+// Hot path: Record() takes one of kShards mutexes (the calling thread's shard, chosen once per
+// thread round-robin, so concurrent request threads rarely share one) and updates fixed-size
+// counters found by a heterogeneous hash lookup (no string is built per request once the
+// thread's key buffer is warm). There is no global lock per request.
+//
+// Seconds: each counter cell accumulates the second its samples belong to (the wall-clock second
+// in which the response was sent). A sample of a later second moves the finished second into the
+// cell's pending list; the flusher takes every second older than the current one. So points land
+// in the right second even when the flusher runs late.
+//
+// What one MetricStore point means (the store keeps one value per point, no statistic sets):
+//   Invocations, InvocationsPerInstance, Invocation4XXErrors, Invocation5XXErrors,
+//   InvocationModelErrors — the Sum over the second;
+//   ModelLatency, OverheadLatency — the Average over the second, in microseconds.
+// Only seconds with traffic are written (no zero points), as CloudWatch does.
+//
+// Prometheus totals (Totals()) are cumulative since process start: flushed seconds plus what the
+// shards still hold, so /metrics is never staler than the request that just finished.
+//
+// Thread-safety: every method may be called from any thread. Start/Stop from one owner.
+//
+//   InvocationMetrics metrics({}, &metric_store);
+//   metrics.Start();
+//   ... router records; /metrics renders metrics.Totals() ...
+//   metrics.Stop();  // flushes what is left
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "observe/metric_store.h"
+
+namespace kiln::serving {
+
+// Upper bounds (microseconds) of the latency histogram buckets exported to Prometheus (in
+// seconds there); a final +Inf bucket is implicit.
+inline constexpr std::array<int64_t, 16> kLatencyBucketsMicros = {
+    500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
+    30000000, 60000000};
+
+struct LatencyHistogram {
+  std::array<uint64_t, kLatencyBucketsMicros.size() + 1> buckets{};  // non-cumulative; last = +Inf
+  uint64_t count = 0;
+  int64_t sum_micros = 0;
+  void Add(int64_t micros);
+  void Merge(const LatencyHistogram& other);
+};
+
+// One request's contribution.
+struct InvocationSample {
+  int64_t epoch_second = 0;     // wall-clock second the response was sent in
+  double per_instance = 0;      // 1 / routable instances of the variant at request time
+  bool reached_model = true;    // false: no instance (503) — counted only as `unavailable`
+  int model_status = 0;         // container HTTP status; 0 when there was none
+  bool model_error = false;     // any non-2xx, socket error, malformed response or timeout
+  int64_t model_micros = 0;     // request sent → response read
+  int64_t overhead_micros = 0;  // total − model
+};
+
+// Counters of one (endpoint, variant) over some span of time.
+struct InvocationCounts {
+  uint64_t invocations = 0;
+  double invocations_per_instance = 0;
+  uint64_t errors_4xx = 0;
+  uint64_t errors_5xx = 0;
+  uint64_t model_errors = 0;
+  uint64_t unavailable = 0;  // Kiln extra: requests that found no routable instance (503)
+  LatencyHistogram model_latency;
+  LatencyHistogram overhead_latency;
+  void Add(const InvocationSample& sample);
+  void Merge(const InvocationCounts& other);
+  bool empty() const { return invocations == 0 && unavailable == 0; }
+};
+
+struct InvocationMetricsOptions {
+  std::string metric_namespace = "AWS/SageMaker";
+  // How often the flusher wakes; points are per second regardless. Lower costs CPU, higher
+  // delays the points' appearance in GetMetricStatistics.
+  int flush_interval_ms = 1000;
+};
+
+class InvocationMetrics {
+ public:
+  // `store` may be null (nothing is written; Prometheus totals still work); it must outlive this.
+  InvocationMetrics(InvocationMetricsOptions options, observe::MetricStore* store);
+  ~InvocationMetrics();  // Stop()
+  InvocationMetrics(const InvocationMetrics&) = delete;
+  InvocationMetrics& operator=(const InvocationMetrics&) = delete;
+
+  // Starts the flusher thread. Idempotent.
+  void Start();
+  // Stops the flusher and writes every second still held (including the current one). Idempotent.
+  void Stop();
+
+  // Counts one request of `endpoint`/`variant`. Cheap; never blocks on I/O.
+  void Record(std::string_view endpoint, std::string_view variant, const InvocationSample& sample);
+
+  // Writes every second older than `now_epoch_second` (all of them when `everything`) into the
+  // store and folds them into the totals. The flusher calls it; tests call it directly.
+  // Errors from the store are returned (the points of that call are dropped, and logged by the
+  // flusher: the next second is written independently).
+  Status Flush(int64_t now_epoch_second, bool everything = false);
+
+  // Cumulative counters per (endpoint, variant), including what is not flushed yet.
+  std::map<std::pair<std::string, std::string>, InvocationCounts> Totals() const;
+
+  // The MetricStore points of one second of `counts` (Invocations ... OverheadLatency).
+  static std::vector<observe::MetricDatum> PointsFor(std::string_view endpoint, std::string_view variant,
+                                                     int64_t epoch_second, const InvocationCounts& counts);
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct Cell {
+    std::string endpoint;
+    std::string variant;
+    int64_t second = 0;
+    InvocationCounts current;
+    std::vector<std::pair<int64_t, InvocationCounts>> pending;  // finished seconds, oldest first
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>()(key); }
+  };
+  struct Shard {
+    mutable std::mutex mutex;
+    // key "endpoint\x1fvariant" (0x1f cannot appear in either name)
+    std::unordered_map<std::string, Cell, KeyHash, std::equal_to<>> cells;  // guarded by mutex
+  };
+  void Run();
+
+  const InvocationMetricsOptions options_;
+  observe::MetricStore* const store_;
+  std::array<Shard, kShards> shards_;
+
+  mutable std::mutex totals_mutex_;
+  std::map<std::pair<std::string, std::string>, InvocationCounts> totals_;  // guarded by totals_mutex_
+  mutable std::mutex flush_mutex_;  // one Flush at a time (flusher vs Stop vs tests), and Totals
+
+  std::mutex run_mutex_;
+  std::condition_variable run_cv_;
+  bool stopping_ = false;  // guarded by run_mutex_
+  std::thread flusher_;
+};
+
+}  // namespace kiln::serving

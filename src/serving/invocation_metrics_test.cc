@@ -1,0 +1,208 @@
+#include "serving/invocation_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "serving/prometheus.h"
+#include "store/test_util/temp_database.h"
+
+namespace kiln::serving {
+namespace {
+
+constexpr std::string_view kNs = "AWS/SageMaker";
+
+InvocationSample Sample(int64_t second, int status, int64_t model_us, int64_t overhead_us, double per_instance = 0.5) {
+  InvocationSample s;
+  s.epoch_second = second;
+  s.per_instance = per_instance;
+  s.model_status = status;
+  s.model_error = status < 200 || status > 299;
+  s.model_micros = model_us;
+  s.overhead_micros = overhead_us;
+  return s;
+}
+
+class InvocationMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = store::testing::OpenTestDatabase(dir_.path(), /*durable=*/false);
+    store_ = std::make_unique<observe::MetricStore>(db_.get());
+  }
+  double Point(std::string_view name, int64_t second, std::string_view variant = "AllTraffic") {
+    auto points = store_->Query(kNs, name, {{"EndpointName", "ep"}, {"VariantName", std::string(variant)}},
+                                second * 1000, second * 1000 + 1);
+    EXPECT_TRUE(points.ok());
+    if (!points.ok() || points->size() != 1) {
+      ADD_FAILURE() << name << " @" << second << ": " << (points.ok() ? points->size() : 0) << " points";
+      return -1;
+    }
+    return (*points)[0].value;
+  }
+  size_t Count(std::string_view name, std::string_view variant = "AllTraffic") {
+    auto points =
+        store_->Query(kNs, name, {{"EndpointName", "ep"}, {"VariantName", std::string(variant)}}, 0, INT64_MAX);
+    return points.ok() ? points->size() : 0;
+  }
+  store::testing::TempDir dir_;
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<observe::MetricStore> store_;
+};
+
+TEST_F(InvocationMetricsTest, AggregatesPerSecondAndWritesSumsAndAverages) {
+  InvocationMetrics metrics({}, store_.get());
+  metrics.Record("ep", "AllTraffic", Sample(100, 200, 1000, 100));
+  metrics.Record("ep", "AllTraffic", Sample(100, 404, 3000, 300));
+  metrics.Record("ep", "AllTraffic", Sample(100, 503, 2000, 200));
+  metrics.Record("ep", "AllTraffic", Sample(101, 200, 500, 50, 1.0));
+  // From other threads (other shards): merged into the same points.
+  std::thread other([&] { metrics.Record("ep", "AllTraffic", Sample(100, 200, 2000, 400)); });
+  other.join();
+
+  // Only finished seconds are written.
+  ASSERT_TRUE(metrics.Flush(101).ok());
+  EXPECT_EQ(Point("Invocations", 100), 4);
+  EXPECT_EQ(Point("InvocationsPerInstance", 100), 2.0);
+  EXPECT_EQ(Point("Invocation4XXErrors", 100), 1);
+  EXPECT_EQ(Point("Invocation5XXErrors", 100), 1);
+  EXPECT_EQ(Point("InvocationModelErrors", 100), 2);
+  EXPECT_EQ(Point("ModelLatency", 100), 2000);     // (1000+3000+2000+2000)/4
+  EXPECT_EQ(Point("OverheadLatency", 100), 250);   // (100+300+200+400)/4
+  EXPECT_EQ(Count("Invocations"), 1u);
+
+  ASSERT_TRUE(metrics.Flush(102).ok());
+  EXPECT_EQ(Point("Invocations", 101), 1);
+  EXPECT_EQ(Point("InvocationsPerInstance", 101), 1.0);
+  EXPECT_EQ(Point("Invocation4XXErrors", 101), 0);
+  // Nothing new: no zero points.
+  ASSERT_TRUE(metrics.Flush(110).ok());
+  EXPECT_EQ(Count("Invocations"), 2u);
+}
+
+TEST_F(InvocationMetricsTest, UnavailableIsNotAnInvocationAndNotWritten) {
+  InvocationMetrics metrics({}, store_.get());
+  InvocationSample s;
+  s.epoch_second = 100;
+  s.reached_model = false;
+  metrics.Record("ep", "AllTraffic", s);
+  ASSERT_TRUE(metrics.Flush(200).ok());
+  EXPECT_EQ(Count("Invocations"), 0u);
+  auto totals = metrics.Totals();
+  EXPECT_EQ((totals[{"ep", "AllTraffic"}].unavailable), 1u);
+  EXPECT_EQ((totals[{"ep", "AllTraffic"}].invocations), 0u);
+}
+
+TEST_F(InvocationMetricsTest, TotalsIncludeUnflushedAndAreCumulative) {
+  InvocationMetrics metrics({}, nullptr);
+  metrics.Record("ep", "A", Sample(100, 200, 10, 1));
+  metrics.Record("ep", "B", Sample(100, 500, 10, 1));
+  EXPECT_EQ((metrics.Totals()[{"ep", "A"}].invocations), 1u);
+  ASSERT_TRUE(metrics.Flush(101).ok());
+  metrics.Record("ep", "A", Sample(101, 200, 10, 1));
+  auto totals = metrics.Totals();
+  EXPECT_EQ((totals[{"ep", "A"}].invocations), 2u);
+  EXPECT_EQ((totals[{"ep", "B"}].errors_5xx), 1u);
+  EXPECT_EQ((totals[{"ep", "A"}].model_latency.count), 2u);
+}
+
+TEST_F(InvocationMetricsTest, LateFlushStillPutsPointsInTheirSecond) {
+  InvocationMetrics metrics({}, store_.get());
+  metrics.Record("ep", "AllTraffic", Sample(100, 200, 10, 1));
+  metrics.Record("ep", "AllTraffic", Sample(101, 200, 10, 1));
+  metrics.Record("ep", "AllTraffic", Sample(101, 200, 10, 1));
+  metrics.Record("ep", "AllTraffic", Sample(102, 200, 10, 1));
+  ASSERT_TRUE(metrics.Flush(103).ok());
+  EXPECT_EQ(Point("Invocations", 100), 1);
+  EXPECT_EQ(Point("Invocations", 101), 2);
+  EXPECT_EQ(Point("Invocations", 102), 1);
+}
+
+TEST_F(InvocationMetricsTest, StopFlushesTheCurrentSecond) {
+  auto metrics = std::make_unique<InvocationMetrics>(InvocationMetricsOptions{}, store_.get());
+  metrics->Start();
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics->Record("ep", "AllTraffic", Sample(now, 200, 10, 1));
+  metrics->Stop();
+  EXPECT_EQ(Point("Invocations", now), 1);
+}
+
+TEST_F(InvocationMetricsTest, FlusherWritesWithinAboutASecond) {
+  InvocationMetrics metrics({}, store_.get());
+  metrics.Start();
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics.Record("ep", "AllTraffic", Sample(now, 200, 10, 1));
+  for (int i = 0; i < 50 && Count("Invocations") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Count("Invocations"), 1u);
+  metrics.Stop();
+}
+
+TEST(LatencyHistogramTest, Buckets) {
+  LatencyHistogram h;
+  h.Add(400);       // ≤ 0.0005
+  h.Add(500);       // ≤ 0.0005 (upper bound inclusive)
+  h.Add(501);       // ≤ 0.001
+  h.Add(90000000);  // +Inf
+  EXPECT_EQ(h.buckets[0], 2u);
+  EXPECT_EQ(h.buckets[1], 1u);
+  EXPECT_EQ(h.buckets.back(), 1u);
+  EXPECT_EQ(h.count, 4u);
+  EXPECT_EQ(h.sum_micros, 90001401);
+}
+
+TEST(PrometheusTest, RendersCountersHistogramsAndGauges) {
+  InvocationMetrics metrics({}, nullptr);
+  metrics.Record("ep", "AllTraffic", Sample(100, 200, 2000, 300));
+  metrics.Record("ep", "AllTraffic", Sample(100, 404, 600, 100));
+  RoutingTable routes;
+  auto route = std::make_shared<EndpointRoute>();
+  route->name = "ep";
+  route->status = "InService";
+  VariantRoute variant;
+  variant.name = "AllTraffic";
+  auto instance = std::make_shared<InstanceTarget>();
+  instance->instance_id = "i-1";
+  instance->outstanding = 3;
+  variant.instances = {instance, std::make_shared<InstanceTarget>()};
+  route->variants.push_back(variant);
+  routes.Publish(route);
+
+  PrometheusExporter exporter(&metrics, &routes, nullptr);
+  std::string text;
+  exporter.Render(&text);
+  auto has = [&](std::string_view line) { return text.find(std::string(line) + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("# TYPE kiln_invocations_total counter")) << text;
+  EXPECT_TRUE(has("kiln_invocations_total{endpoint=\"ep\",variant=\"AllTraffic\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_invocation_4xx_errors_total{endpoint=\"ep\",variant=\"AllTraffic\"} 1")) << text;
+  EXPECT_TRUE(has("kiln_invocation_5xx_errors_total{endpoint=\"ep\",variant=\"AllTraffic\"} 0")) << text;
+  EXPECT_TRUE(has("kiln_invocation_model_errors_total{endpoint=\"ep\",variant=\"AllTraffic\"} 1")) << text;
+  EXPECT_TRUE(has("# TYPE kiln_model_latency_seconds histogram")) << text;
+  EXPECT_TRUE(has("kiln_model_latency_seconds_bucket{endpoint=\"ep\",variant=\"AllTraffic\",le=\"0.001\"} 1")) << text;
+  EXPECT_TRUE(has("kiln_model_latency_seconds_bucket{endpoint=\"ep\",variant=\"AllTraffic\",le=\"0.0025\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_model_latency_seconds_bucket{endpoint=\"ep\",variant=\"AllTraffic\",le=\"+Inf\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_model_latency_seconds_sum{endpoint=\"ep\",variant=\"AllTraffic\"} 0.002600")) << text;
+  EXPECT_TRUE(has("kiln_model_latency_seconds_count{endpoint=\"ep\",variant=\"AllTraffic\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_overhead_latency_seconds_count{endpoint=\"ep\",variant=\"AllTraffic\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_routable_instances{endpoint=\"ep\",variant=\"AllTraffic\"} 2")) << text;
+  EXPECT_TRUE(has("kiln_instance_outstanding_requests{endpoint=\"ep\",variant=\"AllTraffic\",instance=\"i-1\"} 3"))
+      << text;
+  // Every non-comment line is `name{labels} value`.
+  for (std::string_view rest = text; !rest.empty();) {
+    size_t nl = rest.find('\n');
+    ASSERT_NE(nl, std::string_view::npos);
+    std::string_view line = rest.substr(0, nl);
+    rest.remove_prefix(nl + 1);
+    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) continue;
+    EXPECT_TRUE(line.starts_with("kiln_")) << line;
+    EXPECT_NE(line.rfind(' '), std::string_view::npos) << line;
+  }
+}
+
+TEST(PrometheusTest, EscapesLabelValues) { EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
+
+}  // namespace
+}  // namespace kiln::serving

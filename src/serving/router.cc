@@ -1,0 +1,454 @@
+#include "serving/router.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+namespace kiln::serving {
+
+namespace {
+
+constexpr std::string_view kOctetStream = "application/octet-stream";
+// Longest container body quoted in a ModelError (runtime-api.md §5.2).
+constexpr size_t kMaxOriginalMessage = 2048;
+
+// ---- The thread's PRNG: xoshiro256** (fast, good enough for load spreading; not crypto).
+
+struct Xoshiro {
+  uint64_t s[4];
+  static uint64_t SplitMix(uint64_t& x) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  void Seed(uint64_t seed) {
+    for (uint64_t& word : s) word = SplitMix(seed);
+  }
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t Next() {
+    uint64_t result = Rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = Rotl(s[3], 45);
+    return result;
+  }
+};
+
+Xoshiro& ThreadRng() {
+  thread_local Xoshiro rng = [] {
+    Xoshiro r;
+    std::random_device device;
+    r.Seed((static_cast<uint64_t>(device()) << 32) ^ device());
+    return r;
+  }();
+  return rng;
+}
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t EpochSecond() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- Header validation (runtime-api.md §3.1). Messages follow AWS's validation wording.
+
+std::string ConstraintError(std::string_view value, std::string_view member, std::string_view constraint) {
+  std::string m = "1 validation error detected: Value '";
+  m.append(value.substr(0, 256)).append("' at '").append(member).append("' failed to satisfy constraint: ");
+  m.append(constraint);
+  return m;
+}
+
+bool AllAscii(std::string_view v) {
+  for (unsigned char c : v) {
+    if (c > 0x7e || (c < 0x20 && c != '\t')) return false;
+  }
+  return true;
+}
+
+bool AllPrintable(std::string_view v) {
+  for (unsigned char c : v) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+// ^[a-zA-Z0-9](-*[a-zA-Z0-9])*$ (endpoint, variant and container names)
+bool IsResourceName(std::string_view v) {
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (v.empty() || !alnum(v.front()) || !alnum(v.back())) return false;
+  for (char c : v) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// Checks one header; returns an empty string when valid, else the ValidationError message.
+std::string CheckLength(const std::string* v, std::string_view member, size_t min, size_t max) {
+  if (v == nullptr) return {};
+  if (v->size() > max) {
+    return ConstraintError(*v, member, "Member must have length less than or equal to " + std::to_string(max));
+  }
+  if (v->size() < min) {
+    return ConstraintError(*v, member, "Member must have length greater than or equal to " + std::to_string(min));
+  }
+  return {};
+}
+
+// Cuts `text` to at most `max` bytes without splitting a UTF-8 sequence.
+std::string_view Utf8Prefix(std::string_view text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
+std::string_view ContainerName(const InstanceTarget& instance) {
+  return instance.container_hostname.empty() ? std::string_view("primary") : instance.container_hostname;
+}
+
+// Keeps instance->outstanding right on every path out of a call.
+class OutstandingGuard {
+ public:
+  explicit OutstandingGuard(const InstanceTarget* instance) : instance_(instance) {
+    instance_->outstanding.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~OutstandingGuard() { instance_->outstanding.fetch_sub(1, std::memory_order_relaxed); }
+  OutstandingGuard(const OutstandingGuard&) = delete;
+  OutstandingGuard& operator=(const OutstandingGuard&) = delete;
+
+ private:
+  const InstanceTarget* instance_;
+};
+
+}  // namespace
+
+uint64_t ThreadRandom() { return ThreadRng().Next(); }
+
+double ThreadUniform() { return static_cast<double>(ThreadRng().Next() >> 11) * 0x1.0p-53; }
+
+void SeedThreadRandomForTest(uint64_t seed) { ThreadRng().Seed(seed); }
+
+Router::Router(RouterOptions options, const RoutingTable* routes, net::HttpClient* client, InvocationMetrics* metrics)
+    : options_(std::move(options)), routes_(routes), client_(client), metrics_(metrics) {}
+
+const VariantRoute* Router::PickVariant(const EndpointRoute& route, std::string_view target_variant, double uniform) {
+  if (!target_variant.empty()) {
+    for (const VariantRoute& variant : route.variants) {
+      if (variant.name == target_variant) return &variant;
+    }
+    return nullptr;
+  }
+  double total = 0;
+  for (const VariantRoute& variant : route.variants) {
+    if (variant.weight > 0) total += variant.weight;
+  }
+  if (total <= 0) return nullptr;
+  double point = uniform * total;
+  const VariantRoute* last = nullptr;
+  for (const VariantRoute& variant : route.variants) {
+    if (variant.weight <= 0) continue;
+    last = &variant;
+    if (point < variant.weight) return &variant;
+    point -= variant.weight;
+  }
+  return last;  // rounding at the top end
+}
+
+const InstanceTarget* Router::PickInstance(const VariantRoute& variant, const InstanceTarget* exclude) {
+  const auto& instances = variant.instances;
+  size_t n = instances.size();
+  if (n == 0 || (n == 1 && instances[0].get() == exclude)) return nullptr;
+  if (variant.strategy == RoutingStrategy::kRandom) {
+    size_t eligible = exclude != nullptr ? n - 1 : n;
+    size_t pick = ThreadRandom() % eligible;
+    for (const auto& instance : instances) {
+      if (instance.get() == exclude) continue;
+      if (pick-- == 0) return instance.get();
+    }
+    return nullptr;
+  }
+  // Least outstanding requests; among equals, each is equally likely (reservoir sampling, so
+  // one pass and no allocation).
+  const InstanceTarget* best = nullptr;
+  int64_t best_outstanding = 0;
+  uint64_t ties = 0;
+  for (const auto& instance : instances) {
+    if (instance.get() == exclude) continue;
+    int64_t outstanding = instance->outstanding.load(std::memory_order_relaxed);
+    if (best == nullptr || outstanding < best_outstanding) {
+      best = instance.get();
+      best_outstanding = outstanding;
+      ties = 1;
+    } else if (outstanding == best_outstanding) {
+      ++ties;
+      if (ThreadRandom() % ties == 0) best = instance.get();
+    }
+  }
+  return best;
+}
+
+aws::WireResponse Router::ContentLengthExceeded(std::string_view request_id) const {
+  aws::WireResponse wire;
+  wire.status = 413;
+  wire.headers.emplace("x-amzn-RequestId", std::string(request_id));
+  wire.headers.emplace("Content-Type", "application/json");
+  wire.body = "{\"message\":\"HTTP content length exceeded " + std::to_string(options_.max_request_body_bytes) +
+              " bytes.\"}";
+  return wire;
+}
+
+void Router::SendError(net::ResponseWriter& response, const aws::AwsError& error, std::string_view request_id) const {
+  aws::WireResponse wire = aws::SerializeError(aws::Protocol::kRestJson, error, request_id);
+  (void)response.Send(wire.status, wire.headers, wire.body);
+}
+
+void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response) {
+  static const HeaderMap kNoHeaders;
+  const HeaderMap& in = request.headers != nullptr ? *request.headers : kNoHeaders;
+  auto validation = [&](std::string message) {
+    SendError(response, aws::AwsError("ValidationError", std::move(message), 400), request.request_id);
+  };
+
+  // 1. The endpoint (one snapshot load; held until we return).
+  std::shared_ptr<const EndpointRoute> route = routes_->Find(request.endpoint_name);
+  if (route == nullptr) {
+    validation("Endpoint " + std::string(request.endpoint_name) + " of account " + std::string(request.account_id) +
+               " not found.");
+    return;
+  }
+  const std::string& status = route->status;
+  if (status != "InService" && status != "Updating" && status != "SystemUpdating" && status != "RollingBack") {
+    validation("Endpoint " + route->name + " is not in service.");
+    return;
+  }
+  if (route->async) {
+    validation("Endpoint " + route->name +
+               " is configured for asynchronous inference; call InvokeEndpointAsync instead.");
+    return;
+  }
+  if (request.body.size() > options_.max_request_body_bytes) {
+    aws::WireResponse wire = ContentLengthExceeded(request.request_id);
+    (void)response.Send(wire.status, wire.headers, wire.body);
+    return;
+  }
+
+  // 2. Headers.
+  const std::string* content_type = FindHeader(in, "Content-Type");
+  const std::string* accept = FindHeader(in, "Accept");
+  const std::string* custom_attributes = FindHeader(in, "X-Amzn-SageMaker-Custom-Attributes");
+  const std::string* target_model = FindHeader(in, "X-Amzn-SageMaker-Target-Model");
+  const std::string* target_variant = FindHeader(in, "X-Amzn-SageMaker-Target-Variant");
+  const std::string* target_container = FindHeader(in, "X-Amzn-SageMaker-Target-Container-Hostname");
+  const std::string* inference_id = FindHeader(in, "X-Amzn-SageMaker-Inference-Id");
+  const std::string* explanations = FindHeader(in, "X-Amzn-SageMaker-Enable-Explanations");
+  const std::string* component = FindHeader(in, "X-Amzn-SageMaker-Inference-Component");
+  const std::string* session_id = FindHeader(in, "X-Amzn-SageMaker-Session-Id");
+  for (std::string m : {CheckLength(content_type, "contentType", 0, 1024), CheckLength(accept, "accept", 0, 1024),
+                        CheckLength(custom_attributes, "customAttributes", 0, 1024),
+                        CheckLength(target_model, "targetModel", 1, 1024),
+                        CheckLength(target_variant, "targetVariant", 0, 63),
+                        CheckLength(target_container, "targetContainerHostname", 0, 63),
+                        CheckLength(inference_id, "inferenceId", 1, 64),
+                        CheckLength(explanations, "enableExplanations", 1, 64),
+                        CheckLength(component, "inferenceComponentName", 0, 63),
+                        CheckLength(session_id, "sessionId", 1, 256)}) {
+    if (!m.empty()) {
+      validation(std::move(m));
+      return;
+    }
+  }
+  if ((content_type && !AllAscii(*content_type)) || (accept && !AllAscii(*accept))) {
+    validation(content_type && !AllAscii(*content_type)
+                   ? ConstraintError(*content_type, "contentType", "Member must satisfy regular expression pattern: \\p{ASCII}*")
+                   : ConstraintError(*accept, "accept", "Member must satisfy regular expression pattern: \\p{ASCII}*"));
+    return;
+  }
+  if (custom_attributes && !AllAscii(*custom_attributes)) {
+    validation(ConstraintError(*custom_attributes, "customAttributes",
+                               "Member must satisfy regular expression pattern: \\p{ASCII}*"));
+    return;
+  }
+  if (target_variant && !target_variant->empty() && !IsResourceName(*target_variant)) {
+    validation(ConstraintError(*target_variant, "targetVariant",
+                               "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*"));
+    return;
+  }
+  if (target_model && !AllPrintable(*target_model)) {
+    validation(ConstraintError(*target_model, "targetModel", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z"));
+    return;
+  }
+  if (inference_id && (!AllPrintable(*inference_id) || inference_id->front() == ' ')) {
+    validation(ConstraintError(*inference_id, "inferenceId", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z"));
+    return;
+  }
+  if (session_id && !AllPrintable(*session_id)) {
+    validation(ConstraintError(*session_id, "sessionId", "Member must satisfy regular expression pattern: ^(NEW_SESSION)$|^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"));
+    return;
+  }
+  if (component != nullptr) {
+    validation("Inference components are not supported by this Kiln version (X-Amzn-SageMaker-Inference-Component).");
+    return;
+  }
+  if (target_model != nullptr && !route->multi_model) {
+    validation("Endpoint " + route->name + " is not a multi-model endpoint; remove TargetModel (" +
+               "X-Amzn-SageMaker-Target-Model) or invoke a multi-model endpoint.");
+    return;
+  }
+  if (target_container != nullptr) {
+    validation("Endpoint " + route->name +
+               " is not a multi-container endpoint with Direct invocation; remove TargetContainerHostname.");
+    return;
+  }
+
+  // 3. The variant.
+  std::string_view wanted = target_variant != nullptr ? std::string_view(*target_variant) : std::string_view();
+  const VariantRoute* variant = PickVariant(*route, wanted, ThreadUniform());
+  if (variant == nullptr) {
+    if (!wanted.empty()) {
+      validation("Endpoint " + route->name + " does not have a production variant named " + std::string(wanted) + ".");
+    } else {
+      validation("Endpoint " + route->name +
+                 " has no production variant with a weight greater than 0; set TargetVariant or update the weights.");
+    }
+    return;
+  }
+
+  // From here on the request is counted.
+  InvocationSample sample;
+  sample.per_instance = variant->instances.empty() ? 0.0 : 1.0 / static_cast<double>(variant->instances.size());
+  auto record = [&] {
+    if (metrics_ == nullptr) return;
+    sample.epoch_second = EpochSecond();
+    int64_t total = (SteadyNanos() - request.start_steady_ns) / 1000;
+    sample.overhead_micros = std::max<int64_t>(0, total - sample.model_micros);
+    metrics_->Record(route->name, variant->name, sample);
+  };
+
+  // 4. The instance.
+  const InstanceTarget* instance = PickInstance(*variant, nullptr);
+  if (instance == nullptr) {
+    SendError(response,
+              aws::AwsError("ServiceUnavailable",
+                            "Endpoint " + route->name + " has no healthy instance in production variant " +
+                                variant->name + " to serve the request. Try again later.",
+                            503),
+              request.request_id);
+    sample.reached_model = false;
+    record();
+    return;
+  }
+
+  // 5. The call. Forward only serving-contract §5.3's headers (the rest, signature included,
+  // stays here). The map is rebuilt per request; its nodes are the only allocations besides the
+  // response.
+  HeaderMap forward;
+  forward.emplace("Content-Type", content_type != nullptr ? *content_type : std::string(kOctetStream));
+  if (accept != nullptr) forward.emplace("Accept", *accept);
+  if (custom_attributes != nullptr) forward.emplace("X-Amzn-SageMaker-Custom-Attributes", *custom_attributes);
+  if (target_model != nullptr) forward.emplace("X-Amzn-SageMaker-Target-Model", *target_model);
+  if (inference_id != nullptr) forward.emplace("X-Amzn-SageMaker-Inference-Id", *inference_id);
+  if (session_id != nullptr) forward.emplace("X-Amzn-SageMaker-Session-Id", *session_id);
+  forward.emplace("X-Amzn-RequestId", std::string(request.request_id));
+
+  net::ClientRequest call;
+  call.method = "POST";
+  call.target = "/invocations";
+  call.headers = &forward;
+  call.body = request.body;
+  net::ClientTimeouts timeouts;
+  timeouts.connect_ms = options_.connect_timeout_ms;
+  timeouts.response_ms = options_.invocation_timeout_ms;
+
+  Result<net::ClientResponse> result = Status::Internal("not sent");
+  int64_t model_start = SteadyNanos();
+  {
+    OutstandingGuard guard(instance);
+    result = client_->Send(instance->host, instance->port, call, timeouts);
+  }
+  if (!result.ok() && result.status().code() == StatusCode::kUnavailable) {
+    // Not connected, so not processed: one more try on another instance (§5.2).
+    if (const InstanceTarget* other = PickInstance(*variant, instance)) {
+      instance = other;
+      model_start = SteadyNanos();
+      OutstandingGuard guard(instance);
+      result = client_->Send(instance->host, instance->port, call, timeouts);
+    }
+  }
+  sample.model_micros = (SteadyNanos() - model_start) / 1000;
+
+  // 6. The answer.
+  std::string_view container = ContainerName(*instance);
+  if (result.ok() && result->body.size() > options_.max_response_body_bytes) {
+    result = Status::ResourceExhausted("the response body is larger than " +
+                                       std::to_string(options_.max_response_body_bytes) + " bytes");
+  }
+  if (!result.ok()) {
+    const Status& error = result.status();
+    sample.model_error = true;
+    aws::AwsError model_error("ModelError", "", 424);
+    if (error.code() == StatusCode::kDeadlineExceeded) {
+      model_error.message = "Your invocation timed out while waiting for a response from container " +
+                            std::string(container) +
+                            ". Review the latency metrics for each container, resolve the issue, and try again.";
+    } else {
+      std::string_view reason = error.message();
+      if (error.code() == StatusCode::kResourceExhausted) {
+        reason = "Response body exceeded the maximum response size of 6291456 bytes";
+      }
+      model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
+                            std::string(reason) + "\".";
+      model_error.With("OriginalMessage", std::string(Utf8Prefix(reason, kMaxOriginalMessage)));
+    }
+    model_error.fields.insert(model_error.fields.begin(), {"LogStreamArn", route->log_group_arn});
+    model_error.fields.insert(model_error.fields.begin(), {"ErrorCode", "SERVER_ERROR_FROM_MODEL"});
+    model_error.WithInt("OriginalStatusCode", 0);
+    SendError(response, model_error, request.request_id);
+    record();
+    return;
+  }
+
+  net::ClientResponse& answer = *result;
+  sample.model_status = answer.status;
+  if (answer.status < 200 || answer.status > 299) {
+    sample.model_error = true;
+    bool client_error = answer.status >= 400 && answer.status < 500;
+    std::string_view original = Utf8Prefix(answer.body, kMaxOriginalMessage);
+    aws::AwsError model_error("ModelError", "", 424);
+    model_error.message = std::string(client_error ? "Received client error (" : "Received server error (") +
+                          std::to_string(answer.status) + ") from " + std::string(container) + " with message \"" +
+                          std::string(original) + "\". See the endpoint's log group for more information.";
+    model_error.With("ErrorCode", client_error ? "CLIENT_ERROR_FROM_MODEL" : "SERVER_ERROR_FROM_MODEL")
+        .With("LogStreamArn", route->log_group_arn)
+        .With("OriginalMessage", std::string(original))
+        .WithInt("OriginalStatusCode", answer.status);
+    SendError(response, model_error, request.request_id);
+    record();
+    return;
+  }
+
+  HeaderMap out;
+  const std::string* answer_type = FindHeader(answer.headers, "Content-Type");
+  out.emplace("Content-Type", answer_type != nullptr ? *answer_type : std::string(kOctetStream));
+  for (std::string_view name : {"X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-New-Session-Id",
+                                "X-Amzn-SageMaker-Closed-Session-Id"}) {
+    if (const std::string* value = FindHeader(answer.headers, name)) out.emplace(std::string(name), *value);
+  }
+  out.emplace("x-Amzn-Invoked-Production-Variant", variant->name);
+  out.emplace("x-amzn-RequestId", std::string(request.request_id));
+  if (response.Start(200, out, answer.body.size()).ok() && response.Write(answer.body).ok()) {
+    (void)response.Finish();
+  }
+  record();
+}
+
+}  // namespace kiln::serving

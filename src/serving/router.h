@@ -1,0 +1,104 @@
+#pragma once
+// Router: one InvokeEndpoint from the front door to a serving container and back
+// (spec/runtime-api.md §3, §5; spec/serving-contract.md §5.2, §5.3; DESIGN.md §7).
+//
+// For each request the router loads the endpoint's routing snapshot once (RoutingTable::Find, one
+// atomic shared_ptr load) and holds it to the end. In order:
+//   1. endpoint lookup and status (ValidationError: not found / not in service / async);
+//   2. header validation (ValidationError), runtime-api.md §3.1;
+//   3. variant: X-Amzn-SageMaker-Target-Variant, else weighted random over CurrentWeight
+//      (all weights 0 → ValidationError);
+//   4. instance: least outstanding requests (ties broken at random) or random, per the variant's
+//      RoutingStrategy; none → ServiceUnavailable 503;
+//   5. POST /invocations over the pooled client with only the headers of serving-contract §5.3
+//      (+ X-Amzn-RequestId, X-Amzn-SageMaker-Session-Id); a connection that cannot be made is
+//      tried once more on another instance of the variant when there is one;
+//   6. the answer: 2xx → 200 with the container's body and headers of runtime-api.md §3.2;
+//      anything else → ModelError 424 (§5.1/§5.2 body members), written to the ResponseWriter.
+// Every request that got past variant selection is counted in InvocationMetrics.
+//
+// Nothing here touches SQLite or takes a lock shared by all requests: the snapshot load, the
+// instance's atomic `outstanding` counter and the metrics shard mutex are all there is.
+//
+// Thread-safety: Invoke may be called concurrently from any number of threads.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "aws/errors.h"
+#include "base/io.h"
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "serving/invocation_metrics.h"
+#include "serving/routing.h"
+
+namespace kiln::serving {
+
+struct RouterOptions {
+  // The container's budget to answer /invocations (serving-contract §5.2: AWS's 60 s). Tests
+  // lower it; raising it lets a hung container hold a server thread longer.
+  int invocation_timeout_ms = 60000;
+  // TCP connect budget per attempt (AWS: 250 ms), after which another instance is tried once.
+  int connect_timeout_ms = 250;
+  // Request bodies above this get 413 (runtime-api.md §2). The front door enforces it while
+  // reading; the router only reports it (ContentLengthExceeded).
+  size_t max_request_body_bytes = 6291456;
+  // Container responses above this become ModelError (serving-contract §5.3). The HttpClient's
+  // own max_response_body_bytes must be at least this (the client enforces its own limit).
+  size_t max_response_body_bytes = 6 * 1024 * 1024;
+};
+
+// What the front door hands over for one InvokeEndpoint.
+struct InvokeRequest {
+  std::string_view endpoint_name;  // from the path, already pattern-checked
+  const HeaderMap* headers = nullptr;  // the client's request headers
+  std::string_view body;
+  std::string_view request_id;  // x-amzn-RequestId of the answer
+  std::string_view account_id;  // for "Endpoint <name> of account <account> not found."
+  // steady_clock time (ns since its epoch) when the request arrived, for OverheadLatency.
+  int64_t start_steady_ns = 0;
+};
+
+class Router {
+ public:
+  // `routes` and `client` must outlive the router; `metrics` may be null (nothing counted).
+  Router(RouterOptions options, const RoutingTable* routes, net::HttpClient* client, InvocationMetrics* metrics);
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Serves one InvokeEndpoint and writes the whole answer (success or error) to `response`.
+  // Never throws; a write error (the client went away) ends the call.
+  void Invoke(const InvokeRequest& request, net::ResponseWriter& response);
+
+  // The 413 answer for a body over the limit (runtime-api.md §3.3 step 4): no error type, body
+  // {"message": "HTTP content length exceeded 6291456 bytes."}.
+  aws::WireResponse ContentLengthExceeded(std::string_view request_id) const;
+
+  const RouterOptions& options() const { return options_; }
+
+  // Exposed for tests (pure functions over a snapshot).
+  // The variant for a request: `target_variant` when non-empty (null when unknown), else a
+  // weighted pick with `uniform` in [0, 1) (null when every weight is 0 or there are no variants).
+  static const VariantRoute* PickVariant(const EndpointRoute& route, std::string_view target_variant, double uniform);
+  // The instance for a request (null when none): least outstanding with random ties, or
+  // uniformly random; `exclude` (may be null) is skipped (the retry after a failed connect).
+  static const InstanceTarget* PickInstance(const VariantRoute& variant, const InstanceTarget* exclude);
+
+ private:
+  void SendError(net::ResponseWriter& response, const aws::AwsError& error, std::string_view request_id) const;
+
+  const RouterOptions options_;
+  const RoutingTable* const routes_;
+  net::HttpClient* const client_;
+  InvocationMetrics* const metrics_;
+};
+
+// The calling thread's fast PRNG (xoshiro256**), seeded from std::random_device on first use.
+uint64_t ThreadRandom();
+// A double in [0, 1) from ThreadRandom().
+double ThreadUniform();
+// Reseeds the calling thread's PRNG (tests that check split statistics with a fixed seed).
+void SeedThreadRandomForTest(uint64_t seed);
+
+}  // namespace kiln::serving

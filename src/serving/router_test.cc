@@ -1,0 +1,379 @@
+#include "serving/router.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "net/test_util/fake_response_writer.h"
+#include "serving/test_util/fake_container.h"
+
+namespace kiln::serving {
+namespace {
+
+using testing::FakeContainer;
+
+std::shared_ptr<InstanceTarget> Instance(std::string id, uint16_t port, int64_t outstanding = 0) {
+  auto instance = std::make_shared<InstanceTarget>();
+  instance->instance_id = std::move(id);
+  instance->port = port;
+  instance->outstanding = outstanding;
+  return instance;
+}
+
+VariantRoute Variant(std::string name, double weight, std::vector<std::shared_ptr<const InstanceTarget>> instances) {
+  VariantRoute variant;
+  variant.name = std::move(name);
+  variant.weight = weight;
+  variant.instances = std::move(instances);
+  return variant;
+}
+
+// ---- Selection (no network).
+
+TEST(PickVariantTest, WeightedSplitIsWithinTolerance) {
+  EndpointRoute route;
+  route.variants = {Variant("A", 0.7, {}), Variant("B", 0.3, {})};
+  SeedThreadRandomForTest(42);
+  std::map<std::string, int> counts;
+  constexpr int kPicks = 100000;
+  for (int i = 0; i < kPicks; ++i) counts[Router::PickVariant(route, "", ThreadUniform())->name]++;
+  // Binomial sd = sqrt(n p (1-p)) ≈ 145; allow 5 sd.
+  EXPECT_NEAR(counts["A"], 70000, 725);
+  EXPECT_NEAR(counts["B"], 30000, 725);
+}
+
+TEST(PickVariantTest, WeightsNeedNotSumToOneAndZeroIsNeverPicked) {
+  EndpointRoute route;
+  route.variants = {Variant("A", 2, {}), Variant("Z", 0, {}), Variant("B", 6, {})};
+  EXPECT_EQ(Router::PickVariant(route, "", 0.0)->name, "A");
+  EXPECT_EQ(Router::PickVariant(route, "", 0.2499)->name, "A");
+  EXPECT_EQ(Router::PickVariant(route, "", 0.2501)->name, "B");
+  EXPECT_EQ(Router::PickVariant(route, "", 0.999999)->name, "B");
+}
+
+TEST(PickVariantTest, TargetVariantBypassesWeights) {
+  EndpointRoute route;
+  route.variants = {Variant("A", 1, {}), Variant("Z", 0, {})};
+  EXPECT_EQ(Router::PickVariant(route, "Z", 0.1)->name, "Z");
+  EXPECT_EQ(Router::PickVariant(route, "nope", 0.1), nullptr);
+  route.variants[0].weight = 0;
+  EXPECT_EQ(Router::PickVariant(route, "", 0.1), nullptr);
+  EXPECT_EQ(Router::PickVariant(route, "A", 0.1)->name, "A");
+}
+
+TEST(PickInstanceTest, LeastOutstandingWithRandomTies) {
+  auto a = Instance("a", 1, 3), b = Instance("b", 2, 1), c = Instance("c", 3, 1), d = Instance("d", 4, 2);
+  VariantRoute variant = Variant("V", 1, {a, b, c, d});
+  SeedThreadRandomForTest(7);
+  std::map<std::string, int> counts;
+  for (int i = 0; i < 10000; ++i) counts[Router::PickInstance(variant, nullptr)->instance_id]++;
+  EXPECT_EQ(counts["a"], 0);
+  EXPECT_EQ(counts["d"], 0);
+  EXPECT_NEAR(counts["b"], 5000, 300);
+  EXPECT_NEAR(counts["c"], 5000, 300);
+  // Excluded instance is skipped even when it is the least busy.
+  EXPECT_EQ(Router::PickInstance(variant, b.get())->instance_id, "c");
+  b->outstanding = 0;
+  EXPECT_EQ(Router::PickInstance(variant, nullptr)->instance_id, "b");
+}
+
+TEST(PickInstanceTest, RandomStrategyAndEmpty) {
+  auto a = Instance("a", 1, 100), b = Instance("b", 2, 0);
+  VariantRoute variant = Variant("V", 1, {a, b});
+  variant.strategy = RoutingStrategy::kRandom;
+  std::map<std::string, int> counts;
+  for (int i = 0; i < 10000; ++i) counts[Router::PickInstance(variant, nullptr)->instance_id]++;
+  EXPECT_NEAR(counts["a"], 5000, 300);  // outstanding ignored
+  EXPECT_EQ(Router::PickInstance(variant, a.get())->instance_id, "b");
+  VariantRoute single = Variant("S", 1, {a});
+  EXPECT_EQ(Router::PickInstance(single, a.get()), nullptr);
+  EXPECT_EQ(Router::PickInstance(Variant("E", 1, {}), nullptr), nullptr);
+}
+
+// ---- Invoke against fake containers.
+
+class RouterTest : public ::testing::Test {
+ protected:
+  RouterTest() : metrics_({}, nullptr) {
+    RouterOptions options;
+    options.invocation_timeout_ms = 500;
+    router_ = std::make_unique<Router>(options, &routes_, &client_, &metrics_);
+  }
+
+  // Publishes endpoint "ep" with one variant "AllTraffic" over the given ports.
+  void PublishEndpoint(std::vector<uint16_t> ports, std::string status = "InService") {
+    auto route = std::make_shared<EndpointRoute>();
+    route->name = "ep";
+    route->status = std::move(status);
+    route->log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/ep";
+    VariantRoute variant = Variant("AllTraffic", 1, {});
+    int i = 0;
+    for (uint16_t port : ports) variant.instances.push_back(Instance("i-" + std::to_string(i++), port));
+    route->variants.push_back(variant);
+    routes_.Publish(route);
+  }
+
+  net::FakeResponseWriter Invoke(HeaderMap headers, std::string body = "1,2,3", std::string endpoint = "ep") {
+    InvokeRequest request;
+    request.endpoint_name = endpoint;
+    request.headers = &headers;
+    request.body = body;
+    request.request_id = "req-1";
+    request.account_id = "123456789012";
+    request.start_steady_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    net::FakeResponseWriter writer;
+    router_->Invoke(request, writer);
+    return writer;
+  }
+
+  static nlohmann::json Body(const net::FakeResponseWriter& w) { return nlohmann::json::parse(w.body()); }
+
+  InvocationCounts Totals(std::string variant = "AllTraffic") { return metrics_.Totals()[{"ep", variant}]; }
+
+  RoutingTable routes_;
+  net::HttpClient client_;
+  InvocationMetrics metrics_;
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(RouterTest, ForwardsOnlyContractHeadersAndReturnsTheAnswer) {
+  FakeContainer container;
+  container.Respond(200, "{\"predictions\":[0.5]}",
+                    "Content-Type: application/json\r\nX-Amzn-SageMaker-Custom-Attributes: c=1\r\n"
+                    "X-Amzn-SageMaker-New-Session-Id: s-9\r\nX-Secret: no\r\n");
+  PublishEndpoint({container.port()});
+  auto w = Invoke({{"Content-Type", "text/csv"},
+                   {"Accept", "application/json"},
+                   {"X-Amzn-SageMaker-Custom-Attributes", "trace=1"},
+                   {"X-Amzn-SageMaker-Inference-Id", "inf-1"},
+                   {"X-Amzn-SageMaker-Session-Id", "NEW_SESSION"},
+                   {"Authorization", "AWS4-HMAC-SHA256 Credential=..."},
+                   {"X-Amz-Date", "20240501T100000Z"},
+                   {"X-Amz-Security-Token", "tok"},
+                   {"Cookie", "a=b"}});
+  ASSERT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.body(), "{\"predictions\":[0.5]}");
+  EXPECT_EQ(w.header("Content-Type"), "application/json");
+  EXPECT_EQ(w.header("X-Amzn-SageMaker-Custom-Attributes"), "c=1");
+  EXPECT_EQ(w.header("X-Amzn-SageMaker-New-Session-Id"), "s-9");
+  EXPECT_EQ(w.header("x-Amzn-Invoked-Production-Variant"), "AllTraffic");
+  EXPECT_EQ(w.header("x-amzn-RequestId"), "req-1");
+  EXPECT_FALSE(w.has_header("X-Secret"));
+
+  auto received = container.received();
+  ASSERT_EQ(received.size(), 1u);
+  std::string head = received[0].head;
+  EXPECT_TRUE(head.starts_with("POST /invocations HTTP/1.1\r\n")) << head;
+  EXPECT_EQ(received[0].body, "1,2,3");
+  for (std::string_view want : {"Content-Type: text/csv\r\n", "Accept: application/json\r\n",
+                                "X-Amzn-SageMaker-Custom-Attributes: trace=1\r\n",
+                                "X-Amzn-SageMaker-Inference-Id: inf-1\r\n",
+                                "X-Amzn-SageMaker-Session-Id: NEW_SESSION\r\n", "X-Amzn-RequestId: req-1\r\n"}) {
+    EXPECT_NE(head.find(want), std::string::npos) << want << " missing in\n" << head;
+  }
+  for (std::string_view banned : {"Authorization", "X-Amz-Date", "X-Amz-Security-Token", "Cookie"}) {
+    EXPECT_EQ(head.find(banned), std::string::npos) << banned << " leaked in\n" << head;
+  }
+  EXPECT_EQ(Totals().invocations, 1u);
+  EXPECT_EQ(Totals().model_errors, 0u);
+}
+
+TEST_F(RouterTest, DefaultContentTypeIsOctetStream) {
+  FakeContainer container;
+  container.Respond(200, "ok", "");
+  PublishEndpoint({container.port()});
+  auto w = Invoke({});
+  ASSERT_EQ(w.status(), 200);
+  EXPECT_NE(container.received()[0].head.find("Content-Type: application/octet-stream\r\n"), std::string::npos);
+  EXPECT_EQ(container.received()[0].head.find("Accept:"), std::string::npos);
+}
+
+TEST_F(RouterTest, Container4xxAnd5xxAreModelErrors) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  container.Respond(500, "boom");
+  auto w = Invoke({});
+  ASSERT_EQ(w.status(), 424);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ModelError");
+  EXPECT_EQ(w.header("x-amzn-RequestId"), "req-1");
+  auto body = Body(w);
+  EXPECT_EQ(body["OriginalStatusCode"], 500);
+  EXPECT_EQ(body["OriginalMessage"], "boom");
+  EXPECT_EQ(body["ErrorCode"], "SERVER_ERROR_FROM_MODEL");
+  EXPECT_EQ(body["LogStreamArn"], "arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/ep");
+  EXPECT_EQ(body["Message"],
+            "Received server error (500) from primary with message \"boom\". See the endpoint's log group for more "
+            "information.");
+  EXPECT_EQ(body["message"], body["Message"]);
+
+  container.Respond(400, std::string(5000, 'e'));
+  w = Invoke({});
+  ASSERT_EQ(w.status(), 424);
+  body = Body(w);
+  EXPECT_EQ(body["OriginalStatusCode"], 400);
+  EXPECT_EQ(body["ErrorCode"], "CLIENT_ERROR_FROM_MODEL");
+  EXPECT_EQ(body["OriginalMessage"].get<std::string>().size(), 2048u);
+  EXPECT_TRUE(body["Message"].get<std::string>().starts_with("Received client error (400) from primary"));
+
+  auto totals = Totals();
+  EXPECT_EQ(totals.invocations, 2u);
+  EXPECT_EQ(totals.errors_5xx, 1u);
+  EXPECT_EQ(totals.errors_4xx, 1u);
+  EXPECT_EQ(totals.model_errors, 2u);
+}
+
+TEST_F(RouterTest, HangIsATimeoutModelError) {
+  FakeContainer container;
+  container.SetMode(FakeContainer::Mode::kHang);
+  PublishEndpoint({container.port()});
+  auto start = std::chrono::steady_clock::now();
+  auto w = Invoke({});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(w.status(), 424);
+  auto body = Body(w);
+  EXPECT_EQ(body["OriginalStatusCode"], 0);
+  EXPECT_EQ(body["Message"],
+            "Your invocation timed out while waiting for a response from container primary. Review the latency "
+            "metrics for each container, resolve the issue, and try again.");
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_GE(elapsed, std::chrono::milliseconds(450));
+  EXPECT_EQ(Totals().model_errors, 1u);
+  EXPECT_GE(Totals().model_latency.sum_micros, 450000);
+}
+
+TEST_F(RouterTest, ClosedConnectionAndGarbageAreModelErrorsWithStatusZero) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  for (auto mode : {FakeContainer::Mode::kClose, FakeContainer::Mode::kGarbage}) {
+    container.SetMode(mode);
+    auto w = Invoke({});
+    ASSERT_EQ(w.status(), 424) << w.body();
+    auto body = Body(w);
+    EXPECT_EQ(body["OriginalStatusCode"], 0);
+    EXPECT_TRUE(body["Message"].get<std::string>().starts_with("Received server error (0) from primary with message \""))
+        << body.dump();
+  }
+  // The server stays usable.
+  container.Respond(200, "fine");
+  EXPECT_EQ(Invoke({}).status(), 200);
+}
+
+TEST_F(RouterTest, BigResponseIsAModelError) {
+  FakeContainer container;
+  container.SetMode(FakeContainer::Mode::kBig);
+  PublishEndpoint({container.port()});
+  auto w = Invoke({});
+  ASSERT_EQ(w.status(), 424) << w.body().substr(0, 200);
+  EXPECT_EQ(Body(w)["OriginalStatusCode"], 0);
+}
+
+TEST_F(RouterTest, ConnectFailureIsRetriedOnAnotherInstance) {
+  FakeContainer container;
+  container.Respond(200, "ok");
+  PublishEndpoint({FakeContainer::DeadPort(), container.port()});
+  for (int i = 0; i < 10; ++i) {
+    auto w = Invoke({});
+    EXPECT_EQ(w.status(), 200) << w.body();
+  }
+  EXPECT_EQ(container.requests(), 10u);
+  // Only a dead instance: ModelError with status 0.
+  PublishEndpoint({FakeContainer::DeadPort()});
+  auto w = Invoke({});
+  EXPECT_EQ(w.status(), 424);
+  EXPECT_EQ(Body(w)["OriginalStatusCode"], 0);
+}
+
+TEST_F(RouterTest, EndpointErrors) {
+  auto w = Invoke({}, "x", "missing");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ValidationError");
+  EXPECT_EQ(Body(w)["Message"], "Endpoint missing of account 123456789012 not found.");
+
+  PublishEndpoint({1}, "Creating");
+  w = Invoke({});
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(Body(w)["Message"], "Endpoint ep is not in service.");
+
+  PublishEndpoint({}, "InService");
+  w = Invoke({});
+  EXPECT_EQ(w.status(), 503);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ServiceUnavailable");
+  EXPECT_EQ(Totals().unavailable, 1u);
+  EXPECT_EQ(Totals().invocations, 0u);
+
+  auto async_route = std::make_shared<EndpointRoute>(*routes_.Find("ep"));
+  async_route->async = true;
+  routes_.Publish(async_route);
+  w = Invoke({});
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ValidationError");
+}
+
+TEST_F(RouterTest, HeaderValidation) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  struct Case {
+    HeaderMap headers;
+    std::string fragment;
+  };
+  std::vector<Case> cases = {
+      {{{"X-Amzn-SageMaker-Target-Variant", "nope"}}, "does not have a production variant named nope"},
+      {{{"X-Amzn-SageMaker-Target-Variant", "bad_name"}}, "targetVariant"},
+      {{{"X-Amzn-SageMaker-Target-Variant", std::string(64, 'a')}}, "less than or equal to 63"},
+      {{{"X-Amzn-SageMaker-Target-Model", "m.tar.gz"}}, "not a multi-model endpoint"},
+      {{{"X-Amzn-SageMaker-Inference-Component", "ic"}}, "not supported"},
+      {{{"Content-Type", std::string(1025, 'a')}}, "contentType"},
+      {{{"X-Amzn-SageMaker-Custom-Attributes", std::string(1025, 'a')}}, "customAttributes"},
+      {{{"X-Amzn-SageMaker-Inference-Id", std::string(65, 'a')}}, "inferenceId"},
+      {{{"X-Amzn-SageMaker-Target-Container-Hostname", "c1"}}, "TargetContainerHostname"},
+  };
+  for (const Case& c : cases) {
+    auto w = Invoke(c.headers);
+    EXPECT_EQ(w.status(), 400) << c.fragment;
+    EXPECT_EQ(w.header("x-amzn-ErrorType"), "ValidationError") << c.fragment;
+    EXPECT_NE(Body(w)["Message"].get<std::string>().find(c.fragment), std::string::npos)
+        << c.fragment << " vs " << w.body();
+  }
+  EXPECT_EQ(container.requests(), 0u);
+  // Errors before variant selection are not counted.
+  EXPECT_EQ(Totals().invocations, 0u);
+  // A valid TargetVariant is served.
+  EXPECT_EQ(Invoke({{"X-Amzn-SageMaker-Target-Variant", "AllTraffic"}}).status(), 200);
+}
+
+TEST_F(RouterTest, AllWeightsZeroWithoutTargetVariant) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  auto route = std::make_shared<EndpointRoute>(*routes_.Find("ep"));
+  route->variants[0].weight = 0;
+  routes_.Publish(route);
+  auto w = Invoke({});
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ValidationError");
+  EXPECT_EQ(Invoke({{"X-Amzn-SageMaker-Target-Variant", "AllTraffic"}}).status(), 200);
+}
+
+TEST_F(RouterTest, OutstandingIsBalancedAfterEveryOutcome) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  container.Respond(500, "x");
+  Invoke({});
+  container.SetMode(FakeContainer::Mode::kClose);
+  Invoke({});
+  auto route = routes_.Find("ep");
+  EXPECT_EQ(route->variants[0].instances[0]->outstanding.load(), 0);
+}
+
+TEST_F(RouterTest, ContentLengthExceededShape) {
+  auto wire = router_->ContentLengthExceeded("r");
+  EXPECT_EQ(wire.status, 413);
+  EXPECT_EQ(wire.body, "{\"message\":\"HTTP content length exceeded 6291456 bytes.\"}");
+  EXPECT_EQ(FindHeader(wire.headers, "x-amzn-ErrorType"), nullptr);
+}
+
+}  // namespace
+}  // namespace kiln::serving
