@@ -33,6 +33,7 @@ test_pkgs=(
   python3 python3-boto3 python3-botocore python3-pytest python3-requests awscli
   curl procps
   python3-torch python3-numpy              # the real PyTorch training jobs of the integration tests
+  nginx-light wrk                          # bench/serving_bench.py: the reference proxy and the load generator
 )
 
 pkgs=("${build_pkgs[@]}")
