@@ -68,7 +68,8 @@ def test_ping_and_default_invocation_keepalive(app):
     assert headers["x-amzn-sagemaker-custom-attributes"] == "a=1"
     doc = json.loads(body)
     assert doc["version"] == "v7" and doc["variant_env"] == "blue"
-    assert doc["pid"] == proc.pid and doc["instance"] == str(proc.pid)
+    assert doc["pid"] == proc.pid and doc["instance"] == socket.gethostname()
+    assert len(doc["boot_id"]) == 32
     assert doc["echo_len"] == 5 and doc["headers"]["content-type"] == "text/csv"
 
 

@@ -15,8 +15,10 @@ GET /ping: 200 with an empty body, or 500 while the file <model dir>/ping-fail e
 PING_FAIL=1, or a {"ping": "fail"} command was received (until {"ping": "ok"}).
 
 POST /invocations: by default 200 application/json
-  {"version", "variant_env" ($VARIANT_TAG or null), "instance" ($HOSTNAME or the pid), "pid",
-   "echo_len" (request body length), "headers" {lower-cased name: value}}
+  {"version", "variant_env" ($VARIANT_TAG or null), "instance" ($HOSTNAME, else the host name:
+   Kiln gives each instance its own UTS namespace), "pid" (1 inside Kiln's PID namespace),
+   "boot_id" (random per process start: tells instances and restarts apart), "echo_len" (request
+   body length), "headers" {lower-cased name: value}}
 A request body that is a JSON object may carry commands (applied in this order):
   {"sleep": S}              sleep S seconds first
   {"ping": "fail"|"ok"}     make later pings fail / pass again
@@ -39,10 +41,12 @@ import struct
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL_DIR = os.environ.get("SERVE_APP_MODEL_DIR", "/opt/ml/model")
 PID = os.getpid()
+BOOT_ID = uuid.uuid4().hex
 STATE = {"ping_fail": False, "version": "none"}
 LOG_LOCK = threading.Lock()
 
@@ -157,8 +161,9 @@ class Handler(BaseHTTPRequestHandler):
             doc = {
                 "version": STATE["version"],
                 "variant_env": os.environ.get("VARIANT_TAG"),
-                "instance": os.environ.get("HOSTNAME") or str(PID),
+                "instance": os.environ.get("HOSTNAME") or socket.gethostname() or str(PID),
                 "pid": PID,
+                "boot_id": BOOT_ID,
                 "echo_len": len(body),
                 "headers": {k.lower(): v for k, v in self.headers.items()},
             }
