@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "observe/metric_extractor.h"
+#include "store/endpoint_repository.h"
 
 namespace kiln::api {
 namespace {
@@ -258,14 +259,15 @@ std::string FilterHash(const json& in) {
   return Sha256Hex(filters.dump()).substr(0, 16);
 }
 
-// "arn:aws:sagemaker:<r>:<a>:training-job/<name>" → name (case kept).
-std::optional<std::string> TrainingJobNameFromArn(const std::string& arn) {
-  static const std::string kMarker = ":training-job/";
+// "arn:aws:sagemaker:<r>:<a>:<kind>/<name>" → name (case kept) when the ARN is of `kind`
+// ("training-job", "model", "endpoint-config", "endpoint"; matched case-insensitively).
+std::optional<std::string> NameFromArn(const std::string& arn, const std::string& kind) {
+  const std::string marker = ":" + kind + "/";
   std::string lower = ToLower(arn);
   if (!StartsWith(lower, "arn:aws:sagemaker:")) return std::nullopt;
-  size_t at = lower.find(kMarker);
+  size_t at = lower.find(marker);
   if (at == std::string::npos) return std::nullopt;
-  return arn.substr(at + kMarker.size());
+  return arn.substr(at + marker.size());
 }
 
 }  // namespace
@@ -432,16 +434,28 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     return json{{"TrainingJobArn", updated->arn}};
   });
 
-  // Tags. Resources other than training jobs are accepted by ARN as they are added by later
-  // resource families; a training-job ARN must name an existing job.
-  auto check_resource = [jobs](const std::string& arn) -> std::optional<aws::AwsError> {
+  // Tags. Resources of kinds Kiln does not keep yet are accepted by ARN as they are added by
+  // later resource families; an ARN of a kind Kiln keeps (training job, model, endpoint
+  // configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
+  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
+  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
+                                                               store::DefinitionRepository::Kind::kEndpointConfig);
+  auto endpoints = std::make_shared<store::EndpointRepository>(context.database);
+  auto check_resource = [jobs, models, configs, endpoints](const std::string& arn) -> std::optional<aws::AwsError> {
     if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
       return Validation("Invalid ResourceArn: " + arn + " is not a SageMaker resource ARN.");
     }
-    if (auto name = TrainingJobNameFromArn(arn)) {
-      auto record = jobs->Get(*name);
-      if (!record.ok()) return Validation("Could not find resource \"" + arn + "\".");
+    bool found = true;
+    if (auto name = NameFromArn(arn, "training-job")) {
+      found = jobs->Get(*name).ok();
+    } else if (auto model = NameFromArn(arn, "model")) {
+      found = models->Get(*model).ok();
+    } else if (auto config = NameFromArn(arn, "endpoint-config")) {
+      found = configs->Get(*config).ok();
+    } else if (auto endpoint = NameFromArn(arn, "endpoint")) {
+      found = endpoints->Get(*endpoint).ok();
     }
+    if (!found) return Validation("Could not find resource \"" + arn + "\".");
     return std::nullopt;
   };
 

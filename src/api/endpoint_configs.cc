@@ -1,0 +1,165 @@
+// CreateEndpointConfig, DescribeEndpointConfig, ListEndpointConfigs, DeleteEndpointConfig
+// (spec/control-plane-api.md §8.4, serving-contract.md §9).
+#include <memory>
+#include <set>
+
+#include "api/endpoints.h"
+#include "api/inference_common.h"
+#include "base/strings.h"
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+using namespace inference;
+
+// Members for features Kiln does not offer in this release (§8: rejected, never silently
+// ignored, so that a client never believes it has e.g. an async endpoint).
+constexpr const char* kUnsupportedConfigMembers[] = {"AsyncInferenceConfig", "ShadowProductionVariants",
+                                                     "ExplainerConfig", "DataCaptureConfig"};
+constexpr const char* kUnsupportedVariantMembers[] = {"ServerlessConfig", "ManagedInstanceScaling", "InstancePools",
+                                                      "CapacityReservationConfig", "InferenceAmiVersion",
+                                                      "AcceleratorType"};
+
+std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::DefinitionRepository& models,
+                                          const json& variant) {
+  const std::string name = variant["VariantName"].get<std::string>();
+  for (const char* member : kUnsupportedVariantMembers) {
+    if (Has(variant, member)) return Validation(std::string(member) + " is not supported by Kiln (production variant " + name + ").");
+  }
+  if (!Has(variant, "ModelName")) return Validation("Production variant " + name + " needs a ModelName.");
+  if (!Has(variant, "InstanceType") || !Has(variant, "InitialInstanceCount")) {
+    return Validation("Production variant " + name + " needs InstanceType and InitialInstanceCount.");
+  }
+  const std::string type = variant["InstanceType"].get<std::string>();
+  const control::InstanceShape* shape = ctx.catalog ? ctx.catalog->Find(type) : nullptr;
+  if (shape == nullptr || !shape->hosting) {
+    return Validation("The instance type " + type + " of production variant " + name +
+                      " is not offered for hosting by this Kiln server (see its instance catalog).");
+  }
+  const std::string model_name = variant["ModelName"].get<std::string>();
+  auto model = models.Get(model_name);
+  if (model.status().IsNotFound()) return ModelNotFound(ctx, model_name);
+  if (!model.ok()) return Internal(model.status());
+  const json& request = model->request;
+  if (Has(request, "Containers") && request["Containers"].size() > 1) {
+    return Validation("Model \"" + model->name + "\" has " + std::to_string(request["Containers"].size()) +
+                      " containers: multi-container endpoints and inference pipelines are not supported by Kiln yet.");
+  }
+  const json container = Has(request, "PrimaryContainer") ? request["PrimaryContainer"]
+                         : Has(request, "Containers")     ? request["Containers"][0]
+                                                          : json::object();
+  if (StringMember(container, "Mode", "SingleModel") == "MultiModel") {
+    return Validation("Model \"" + model->name + "\" has Mode MultiModel: multi-model endpoints are not supported by Kiln yet.");
+  }
+  return std::nullopt;
+}
+
+std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& ctx, store::DefinitionRepository& models,
+                                                       const json& in) {
+  for (const char* member : kUnsupportedConfigMembers) {
+    if (Has(in, member)) return Validation(std::string(member) + " is not supported by Kiln.");
+  }
+  std::set<std::string> names;
+  for (const json& variant : in["ProductionVariants"]) {
+    const std::string name = variant["VariantName"].get<std::string>();
+    // Variant names are compared case-insensitively: the target-variant header is matched the same way.
+    if (!names.insert(ToLower(name)).second) {
+      return Validation("Variant names must be unique within an endpoint configuration; \"" + name +
+                        "\" is given more than once.");
+    }
+  }
+  for (const json& variant : in["ProductionVariants"]) {
+    if (auto error = CheckVariant(ctx, models, variant)) return error;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+json RenderEndpointConfig(const store::DefinitionRecord& record) {
+  json out = record.request;
+  out.erase("Tags");
+  out["EndpointConfigName"] = record.name;
+  out["EndpointConfigArn"] = record.arn;
+  out["CreationTime"] = Seconds(record.creation_millis);
+  for (json& variant : out["ProductionVariants"]) {
+    if (!Has(variant, "InitialVariantWeight")) variant["InitialVariantWeight"] = 1.0;  // AWS's default, echoed
+  }
+  return out;
+}
+
+void RegisterEndpointConfigOperations(JsonService* service, const EndpointsContext& context) {
+  auto ctx = std::make_shared<EndpointsContext>(context);
+  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
+  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
+                                                               store::DefinitionRepository::Kind::kEndpointConfig);
+  auto tags = std::make_shared<store::TagRepository>(context.database);
+
+  service->Register("CreateEndpointConfig",
+                    [ctx, models, configs, tags](const aws::RequestContext&, const json& in) -> JsonOutcome {
+                      if (auto error = CheckCreateEndpointConfig(*ctx, *models, in)) return *error;
+                      store::DefinitionRecord record;
+                      record.name = in["EndpointConfigName"].get<std::string>();
+                      record.arn = EndpointConfigArn(*ctx, record.name);
+                      record.request = in;
+                      record.request.erase("Tags");
+                      record.creation_millis = NowMillis(*ctx);
+                      Status inserted = configs->Insert(record);
+                      if (inserted.IsAlreadyExists()) {
+                        return Validation("Cannot create already existing endpoint configuration \"" +
+                                          inserted.message() + "\".");
+                      }
+                      if (!inserted.ok()) return Internal(inserted);
+                      StoreCreateTags(*tags, record.arn, in);
+                      return json{{"EndpointConfigArn", record.arn}};
+                    });
+
+  service->Register("DescribeEndpointConfig", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointConfigName"].get<std::string>();
+    auto record = configs->Get(name);
+    if (record.status().IsNotFound()) return EndpointConfigNotFound(*ctx, name);
+    if (!record.ok()) return Internal(record.status());
+    return RenderEndpointConfig(*record);
+  });
+
+  service->Register("ListEndpointConfigs", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    store::DefinitionListQuery query;
+    if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
+    query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
+    query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
+    auto rows = configs->List(query);
+    if (!rows.ok()) return Internal(rows.status());
+    const bool by_name = StringMember(in, "SortBy", "CreationTime") == "Name";
+    std::vector<ListItem> items;
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const auto& r = (*rows)[i];
+      items.push_back({by_name ? json(ToLower(r.name)) : json(r.creation_millis), r.name, i});
+    }
+    auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
+                          NowMillis(*ctx));
+    if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
+    const Page& page = std::get<Page>(paged);
+    json summaries = json::array();
+    for (size_t i : page.indices) {
+      const auto& r = (*rows)[i];
+      summaries.push_back({{"EndpointConfigName", r.name},
+                           {"EndpointConfigArn", r.arn},
+                           {"CreationTime", Seconds(r.creation_millis)}});
+    }
+    json out = {{"EndpointConfigs", summaries}};
+    if (page.next_token) out["NextToken"] = *page.next_token;
+    return out;
+  });
+
+  // Allowed while endpoints use the configuration: their deployments hold a copy (§8.4).
+  service->Register("DeleteEndpointConfig", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointConfigName"].get<std::string>();
+    Status deleted = configs->Delete(name);
+    if (deleted.IsNotFound()) return EndpointConfigNotFound(*ctx, name);
+    if (!deleted.ok()) return Internal(deleted);
+    return json::object();
+  });
+}
+
+}  // namespace kiln::api

@@ -1,0 +1,109 @@
+#include <gtest/gtest.h>
+
+#include "api/inference_test_fixture.h"
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+using EndpointConfigsApiTest = testing::InferenceApiTest;
+
+TEST_F(EndpointConfigsApiTest, CreateDescribeFillsAwsDefaults) {
+  CreateModel("m");
+  json v = Variant("AllTraffic", "m", 2);
+  v["RoutingConfig"] = {{"RoutingStrategy", "LEAST_OUTSTANDING_REQUESTS"}};
+  json created = Ok("CreateEndpointConfig", {{"EndpointConfigName", "Cfg"}, {"ProductionVariants", json::array({v})},
+                                             {"Tags", {{{"Key", "a"}, {"Value", "b"}}}}});
+  EXPECT_EQ(created["EndpointConfigArn"], std::string(kArnPrefix) + "endpoint-config/Cfg");
+  json out = Ok("DescribeEndpointConfig", {{"EndpointConfigName", "cfg"}});
+  EXPECT_EQ(out["EndpointConfigName"], "Cfg");
+  EXPECT_EQ(out["EndpointConfigArn"], created["EndpointConfigArn"]);
+  EXPECT_DOUBLE_EQ(out["CreationTime"].get<double>(), 1714557600.0);
+  ASSERT_EQ(out["ProductionVariants"].size(), 1u);
+  const json& variant = out["ProductionVariants"][0];
+  EXPECT_DOUBLE_EQ(variant["InitialVariantWeight"].get<double>(), 1.0);
+  EXPECT_EQ(variant["InitialInstanceCount"], 2);
+  EXPECT_EQ(variant["RoutingConfig"]["RoutingStrategy"], "LEAST_OUTSTANDING_REQUESTS");
+  EXPECT_FALSE(out.contains("Tags"));
+  EXPECT_EQ(Ok("ListTags", {{"ResourceArn", created["EndpointConfigArn"]}})["Tags"].size(), 1u);
+}
+
+TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
+  CreateModel("m");
+  EXPECT_EQ(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "missing")})}}),
+            "Could not find model \"" + std::string(kArnPrefix) + "model/missing\".");
+  json serverless = {{"VariantName", "v"}, {"ModelName", "m"},
+                     {"ServerlessConfig", {{"MemorySizeInMB", 2048}, {"MaxConcurrency", 1}}}};
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless})}})
+                .find("ServerlessConfig is not supported by Kiln"),
+            std::string::npos);
+  json async = {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "m")})},
+                {"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/o"}}}}}};
+  EXPECT_EQ(Invalid("CreateEndpointConfig", async), "AsyncInferenceConfig is not supported by Kiln.");
+  json no_type = {{"VariantName", "v"}, {"ModelName", "m"}, {"InitialInstanceCount", 1}};
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({no_type})}})
+                .find("needs InstanceType and InitialInstanceCount"),
+            std::string::npos);
+  json gpu = Variant("v", "m");
+  gpu["InstanceType"] = "ml.g5.xlarge";  // valid for AWS, not in this server's catalog
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({gpu})}})
+                .find("ml.g5.xlarge"),
+            std::string::npos);
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"},
+                                             {"ProductionVariants", json::array({Variant("v", "m"), Variant("V", "m")})}})
+                .find("unique"),
+            std::string::npos);
+  Ok("CreateModel", {{"ModelName", "multi"},
+                     {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}}})}});
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi")})}})
+                .find("multi-container endpoints and inference pipelines are not supported by Kiln yet"),
+            std::string::npos);
+  Ok("CreateModel", {{"ModelName", "mme"}, {"PrimaryContainer", {{"Image", "x"}, {"Mode", "MultiModel"}}}});
+  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "mme")})}})
+                .find("multi-model endpoints are not supported by Kiln yet"),
+            std::string::npos);
+  // Nothing was created by the refused requests.
+  EXPECT_TRUE(Ok("ListEndpointConfigs", json::object())["EndpointConfigs"].empty());
+}
+
+TEST_F(EndpointConfigsApiTest, DuplicateAndNotFoundTexts) {
+  CreateModel("m");
+  CreateConfig("c1", json::array({Variant("v", "m")}));
+  EXPECT_EQ(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "C1"}, {"ProductionVariants", json::array({Variant("v", "m")})}}),
+            "Cannot create already existing endpoint configuration \"" + std::string(kArnPrefix) +
+                "endpoint-config/c1\".");
+  const std::string missing = "Could not find endpoint configuration \"" + std::string(kArnPrefix) + "endpoint-config/x\".";
+  EXPECT_EQ(Invalid("DescribeEndpointConfig", {{"EndpointConfigName", "x"}}), missing);
+  EXPECT_EQ(Invalid("DeleteEndpointConfig", {{"EndpointConfigName", "x"}}), missing);
+  // Deleting the model does not change the configuration (deployments copy what they use).
+  Ok("DeleteModel", {{"ModelName", "m"}});
+  Ok("DescribeEndpointConfig", {{"EndpointConfigName", "c1"}});
+  Ok("DeleteEndpointConfig", {{"EndpointConfigName", "C1"}});
+  EXPECT_EQ(Invalid("DescribeEndpointConfig", {{"EndpointConfigName", "c1"}}),
+            "Could not find endpoint configuration \"" + std::string(kArnPrefix) + "endpoint-config/c1\".");
+}
+
+TEST_F(EndpointConfigsApiTest, ListSortsAndPages) {
+  CreateModel("m");
+  for (const char* name : {"beta", "alpha", "gamma"}) {
+    CreateConfig(name, json::array({Variant("v", "m")}));
+    clock_.now += 10;
+  }
+  json all = Ok("ListEndpointConfigs", json::object());
+  ASSERT_EQ(all["EndpointConfigs"].size(), 3u);
+  EXPECT_EQ(all["EndpointConfigs"][0]["EndpointConfigName"], "gamma");  // newest first
+  json page = Ok("ListEndpointConfigs", {{"SortBy", "Name"}, {"SortOrder", "Ascending"}, {"MaxResults", 1}});
+  EXPECT_EQ(page["EndpointConfigs"][0]["EndpointConfigName"], "alpha");
+  std::vector<std::string> names;
+  json request = {{"SortBy", "Name"}, {"SortOrder", "Ascending"}, {"MaxResults", 1}};
+  while (true) {
+    json out = Ok("ListEndpointConfigs", request);
+    for (const json& c : out["EndpointConfigs"]) names.push_back(c["EndpointConfigName"]);
+    if (!out.contains("NextToken")) break;
+    request["NextToken"] = out["NextToken"];
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"alpha", "beta", "gamma"}));
+}
+
+}  // namespace
+}  // namespace kiln::api

@@ -1,0 +1,362 @@
+// CreateEndpoint, DescribeEndpoint, ListEndpoints, UpdateEndpoint,
+// UpdateEndpointWeightsAndCapacities, DeleteEndpoint (spec/control-plane-api.md §8.5, §9.2;
+// serving-contract.md §1, §9). The handlers write desired state (a deployment, the desired
+// weights and counts, the status the request moves the endpoint to) and tell the controller;
+// observed state (ProductionVariants, instances, InService/Failed) is the controller's.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "api/endpoints.h"
+#include "api/inference_common.h"
+#include "base/strings.h"
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+using namespace inference;
+
+// What an endpoint is to run: the configuration and every model it names, copied now, so that
+// deleting either later never changes the endpoint (store/endpoint_repository.h has the shape).
+struct Deployment {
+  json document;
+  std::string config_name;  // as stored (the case it was created with)
+  json desired;             // per variant: InitialVariantWeight (default 1), InitialInstanceCount
+};
+
+std::variant<Deployment, aws::AwsError> BuildDeployment(const EndpointsContext& ctx, store::DefinitionRepository& configs,
+                                                        store::DefinitionRepository& models,
+                                                        const std::string& config_name, int64_t now) {
+  auto config = configs.Get(config_name);
+  if (config.status().IsNotFound()) return EndpointConfigNotFound(ctx, config_name);
+  if (!config.ok()) return Internal(config.status());
+  Deployment out;
+  out.config_name = config->name;
+  out.desired = json::object();
+  json model_requests = json::object();
+  for (const json& variant : config->request["ProductionVariants"]) {
+    const std::string variant_name = variant["VariantName"].get<std::string>();
+    out.desired[variant_name] = {
+        {"DesiredWeight", Has(variant, "InitialVariantWeight") ? variant["InitialVariantWeight"].get<double>() : 1.0},
+        {"DesiredInstanceCount", variant.value("InitialInstanceCount", 1)}};
+    const std::string model_name = StringMember(variant, "ModelName", "");
+    if (model_name.empty() || model_requests.contains(model_name)) continue;
+    // The model may have been deleted after the configuration was created: AWS refuses then.
+    auto model = models.Get(model_name);
+    if (model.status().IsNotFound()) return ModelNotFound(ctx, model_name);
+    if (!model.ok()) return Internal(model.status());
+    model_requests[model_name] = model->request;
+  }
+  out.document = {{"EndpointConfigName", config->name},
+                  {"EndpointConfig", config->request},
+                  {"Models", model_requests},
+                  {"DeployedMillis", now}};
+  return out;
+}
+
+// Only an InService endpoint may be updated (§8.5, §9.2). AWS documents DeleteEndpoint as "the
+// only operation that can be performed on a failed endpoint" (EndpointSummary.EndpointStatus,
+// API reference); its text for the in-progress states is AWS's (§7), the Failed one is Kiln's.
+std::optional<aws::AwsError> CheckUpdatable(const store::EndpointRecord& record) {
+  if (record.status == "InService") return std::nullopt;
+  if (record.status == "Failed") {
+    return Validation("Cannot update failed endpoint \"" + record.arn +
+                      "\". DeleteEndpoint is the only operation allowed on a failed endpoint.");
+  }
+  return Validation("Cannot update in-progress endpoint \"" + record.arn + "\".");
+}
+
+void Notify(const EndpointsContext& ctx, const std::string& name) {
+  if (ctx.notifier != nullptr) ctx.notifier->EndpointChanged(name);
+}
+
+// Variant names of the deployment in `document` (the configuration's ProductionVariants).
+std::vector<std::string> VariantNames(const json& document) {
+  std::vector<std::string> names;
+  if (!document.is_object() || !Has(document, "EndpointConfig")) return names;
+  for (const json& variant : document["EndpointConfig"].value("ProductionVariants", json::array())) {
+    names.push_back(variant.value("VariantName", ""));
+  }
+  return names;
+}
+
+json PendingSummary(const store::EndpointRecord& record) {
+  const json& pending = record.pending;
+  // The controller may report progress of the new fleet under state["PendingProductionVariants"]
+  // (ProductionVariantSummary-shaped); what it reports is merged in, the desired values win.
+  std::map<std::string, json> observed;
+  if (record.state.is_object() && record.state.contains("PendingProductionVariants") &&
+      record.state["PendingProductionVariants"].is_array()) {
+    for (const json& v : record.state["PendingProductionVariants"]) observed[v.value("VariantName", "")] = v;
+  }
+  json variants = json::array();
+  for (const json& variant : pending["EndpointConfig"].value("ProductionVariants", json::array())) {
+    const std::string name = variant.value("VariantName", "");
+    json summary = observed.count(name) ? observed[name] : json::object();
+    summary["VariantName"] = name;
+    if (Has(variant, "InstanceType")) summary["InstanceType"] = variant["InstanceType"];
+    if (Has(variant, "RoutingConfig")) summary["RoutingConfig"] = variant["RoutingConfig"];
+    if (record.desired.contains(name)) {
+      for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
+        if (record.desired[name].contains(member)) summary[member] = record.desired[name][member];
+      }
+    }
+    variants.push_back(summary);
+  }
+  json out = {{"EndpointConfigName", pending.value("EndpointConfigName", "")}, {"ProductionVariants", variants}};
+  if (pending.contains("DeployedMillis")) out["StartTime"] = Seconds(pending["DeployedMillis"].get<int64_t>());
+  return out;
+}
+
+}  // namespace
+
+json RenderEndpoint(const store::EndpointRecord& record) {
+  json out = {{"EndpointName", record.name},
+              {"EndpointArn", record.arn},
+              {"EndpointConfigName", record.config_name},
+              {"EndpointStatus", record.status},
+              {"CreationTime", Seconds(record.creation_millis)},
+              {"LastModifiedTime", Seconds(record.last_modified_millis)}};
+  if (!record.failure_reason.empty()) out["FailureReason"] = record.failure_reason;
+  const bool pending = record.pending.is_object();
+  // The controller writes AWS-shaped summaries; AWS omits ProductionVariants until the endpoint
+  // has some (while Creating). The API's latest desired values win over the controller's copy,
+  // for the current deployment's variants (`desired` describes the pending one while it is set).
+  if (record.state.is_object() && record.state.contains("ProductionVariants") &&
+      record.state["ProductionVariants"].is_array() && !record.state["ProductionVariants"].empty()) {
+    json variants = record.state["ProductionVariants"];
+    if (!pending) {
+      for (json& v : variants) {
+        const std::string name = v.value("VariantName", "");
+        if (!record.desired.contains(name)) continue;
+        for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
+          if (record.desired[name].contains(member)) v[member] = record.desired[name][member];
+        }
+      }
+    }
+    out["ProductionVariants"] = variants;
+  }
+  if (pending) out["PendingDeploymentSummary"] = PendingSummary(record);
+  if (Has(record.request, "DeploymentConfig")) out["LastDeploymentConfig"] = record.request["DeploymentConfig"];
+  return out;
+}
+
+void RegisterEndpointOperations(JsonService* service, const EndpointsContext& context) {
+  auto ctx = std::make_shared<EndpointsContext>(context);
+  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
+  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
+                                                               store::DefinitionRepository::Kind::kEndpointConfig);
+  auto endpoints = std::make_shared<store::EndpointRepository>(context.database);
+  auto tags = std::make_shared<store::TagRepository>(context.database);
+
+  service->Register("CreateEndpoint", [ctx, models, configs, endpoints, tags](const aws::RequestContext&,
+                                                                              const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointName"].get<std::string>();
+    // The name is checked first: an existing endpoint is the answer whatever the configuration.
+    auto existing = endpoints->Get(name);
+    if (existing.ok()) return Validation("Cannot create already existing endpoint \"" + existing->arn + "\".");
+    if (!existing.status().IsNotFound()) return Internal(existing.status());
+    const int64_t now = NowMillis(*ctx);
+    auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
+    if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
+    Deployment& deployment = std::get<Deployment>(built);
+    store::EndpointRecord record;
+    record.name = name;
+    record.arn = EndpointArn(*ctx, name);
+    record.config_name = deployment.config_name;
+    record.status = "Creating";
+    record.creation_millis = now;
+    record.last_modified_millis = now;
+    record.request = in;
+    record.request.erase("Tags");
+    record.deployment = std::move(deployment.document);
+    record.desired = std::move(deployment.desired);
+    Status inserted = endpoints->Insert(record);
+    if (inserted.IsAlreadyExists()) {
+      return Validation("Cannot create already existing endpoint \"" + inserted.message() + "\".");
+    }
+    if (!inserted.ok()) return Internal(inserted);
+    StoreCreateTags(*tags, record.arn, in);
+    Notify(*ctx, record.name);
+    return json{{"EndpointArn", record.arn}};
+  });
+
+  service->Register("DescribeEndpoint", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointName"].get<std::string>();
+    auto record = endpoints->Get(name);
+    if (record.status().IsNotFound()) return EndpointNotFound(*ctx, name);
+    if (!record.ok()) return Internal(record.status());
+    return RenderEndpoint(*record);
+  });
+
+  service->Register("ListEndpoints", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    store::EndpointListQuery query;
+    if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
+    if (Has(in, "StatusEquals")) query.status_equals = in["StatusEquals"].get<std::string>();
+    query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
+    query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
+    query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
+    query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
+    auto rows = endpoints->List(query);
+    if (!rows.ok()) return Internal(rows.status());
+    const std::string sort_by = StringMember(in, "SortBy", "CreationTime");
+    std::vector<ListItem> items;
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const auto& r = (*rows)[i];
+      json key = sort_by == "Name" ? json(ToLower(r.name)) : sort_by == "Status" ? json(r.status) : json(r.creation_millis);
+      items.push_back({std::move(key), r.name, i});
+    }
+    auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
+                          NowMillis(*ctx));
+    if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
+    const Page& page = std::get<Page>(paged);
+    json summaries = json::array();
+    for (size_t i : page.indices) {
+      const auto& r = (*rows)[i];
+      summaries.push_back({{"EndpointName", r.name},
+                           {"EndpointArn", r.arn},
+                           {"CreationTime", Seconds(r.creation_millis)},
+                           {"LastModifiedTime", Seconds(r.last_modified_millis)},
+                           {"EndpointStatus", r.status}});
+    }
+    json out = {{"Endpoints", summaries}};
+    if (page.next_token) out["NextToken"] = *page.next_token;
+    return out;
+  });
+
+  service->Register("UpdateEndpoint", [ctx, models, configs, endpoints](const aws::RequestContext&,
+                                                                        const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointName"].get<std::string>();
+    auto current = endpoints->Get(name);
+    if (current.status().IsNotFound()) return EndpointNotFound(*ctx, name);
+    if (!current.ok()) return Internal(current.status());
+    if (auto error = CheckUpdatable(*current)) return *error;
+    const int64_t now = NowMillis(*ctx);
+    auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
+    if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
+    Deployment& deployment = std::get<Deployment>(built);
+
+    std::set<std::string> excluded;
+    if (Has(in, "ExcludeRetainedVariantProperties")) {
+      for (const json& p : in["ExcludeRetainedVariantProperties"]) excluded.insert(p.value("VariantPropertyType", ""));
+    }
+    const bool retain = Has(in, "RetainAllVariantProperties") && in["RetainAllVariantProperties"].get<bool>();
+    std::optional<aws::AwsError> refused;
+    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
+      // Checked again inside the transaction: the controller or another request may have moved it.
+      if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
+      json desired = deployment.desired;
+      if (retain) {
+        // Variants present in both configurations keep their current weight and count, except
+        // the properties listed in ExcludeRetainedVariantProperties (§9).
+        for (auto& [variant, values] : desired.items()) {
+          if (!r.desired.contains(variant)) continue;
+          for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
+            if (!excluded.count(member) && r.desired[variant].contains(member)) values[member] = r.desired[variant][member];
+          }
+        }
+      }
+      r.pending = deployment.document;
+      r.desired = std::move(desired);
+      r.status = "Updating";
+      r.failure_reason.clear();
+      r.last_modified_millis = now;
+      if (Has(in, "DeploymentConfig")) {
+        r.request["DeploymentConfig"] = in["DeploymentConfig"];
+      } else if (!(Has(in, "RetainDeploymentConfig") && in["RetainDeploymentConfig"].get<bool>())) {
+        r.request.erase("DeploymentConfig");
+      }
+      return Status::Ok();
+    });
+    if (refused) return *refused;
+    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
+    if (!updated.ok()) return Internal(updated.status());
+    Notify(*ctx, updated->name);
+    return json{{"EndpointArn", updated->arn}};
+  });
+
+  service->Register("UpdateEndpointWeightsAndCapacities", [ctx, endpoints](const aws::RequestContext&,
+                                                                           const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointName"].get<std::string>();
+    std::set<std::string> seen;
+    for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+      const std::string variant = entry["VariantName"].get<std::string>();
+      if (!seen.insert(variant).second) {
+        return Validation("Variant " + variant + " is given more than once in DesiredWeightsAndCapacities.");
+      }
+      if (Has(entry, "ServerlessUpdateConfig")) return Validation("ServerlessUpdateConfig is not supported by Kiln.");
+      if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount")) {
+        return Validation("Give DesiredWeight, DesiredInstanceCount or both for variant " + variant + ".");
+      }
+      // The model allows 0, but AWS accepts 0 instances only for variants that can scale to zero
+      // (ManagedInstanceScaling), which Kiln does not offer.
+      if (Has(entry, "DesiredInstanceCount") && entry["DesiredInstanceCount"].get<int64_t>() == 0) {
+        return Validation("DesiredInstanceCount 0 for variant " + variant +
+                          " needs scale to zero (ManagedInstanceScaling), which Kiln does not support; give 1 or more.");
+      }
+    }
+    std::optional<aws::AwsError> refused;
+    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
+      if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
+      const auto names = VariantNames(r.deployment);
+      std::string missing;
+      for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+        const std::string variant = entry["VariantName"].get<std::string>();
+        if (std::find(names.begin(), names.end(), variant) == names.end()) {
+          missing += (missing.empty() ? "" : ", ") + variant;
+        }
+      }
+      if (!missing.empty()) {
+        refused = Validation("The endpoint \"" + r.arn + "\" has no production variant named " + missing + ".");
+        return Status::FailedPrecondition("unknown variant");
+      }
+      for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+        json& values = r.desired[entry["VariantName"].get<std::string>()];
+        if (Has(entry, "DesiredWeight")) values["DesiredWeight"] = entry["DesiredWeight"].get<double>();
+        if (Has(entry, "DesiredInstanceCount")) values["DesiredInstanceCount"] = entry["DesiredInstanceCount"];
+      }
+      r.status = "Updating";
+      r.failure_reason.clear();
+      r.last_modified_millis = NowMillis(*ctx);
+      return Status::Ok();
+    });
+    if (refused) return *refused;
+    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
+    if (!updated.ok()) return Internal(updated.status());
+    Notify(*ctx, updated->name);
+    return json{{"EndpointArn", updated->arn}};
+  });
+
+  // Any state but Deleting (§9.2: Kiln lets a Creating/Updating endpoint be deleted; AWS answers
+  // "Cannot update in-progress endpoint" then, and the same text when it is already Deleting,
+  // which is the one case Kiln refuses). The controller removes the row once its instances are
+  // gone; Describe then answers "Could not find endpoint" (the EndpointDeleted waiter).
+  service->Register("DeleteEndpoint", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
+    const std::string name = in["EndpointName"].get<std::string>();
+    std::optional<aws::AwsError> refused;
+    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
+      if (r.status == "Deleting") {
+        refused = Validation("Cannot update in-progress endpoint \"" + r.arn + "\".");
+        return Status::FailedPrecondition("already deleting");
+      }
+      r.status = "Deleting";
+      r.last_modified_millis = NowMillis(*ctx);
+      return Status::Ok();
+    });
+    if (refused) return *refused;
+    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
+    if (!updated.ok()) return Internal(updated.status());
+    Notify(*ctx, updated->name);
+    return json::object();
+  });
+}
+
+void RegisterInferenceOperations(JsonService* service, const EndpointsContext& context) {
+  RegisterModelOperations(service, context);
+  RegisterEndpointConfigOperations(service, context);
+  RegisterEndpointOperations(service, context);
+}
+
+}  // namespace kiln::api

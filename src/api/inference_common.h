@@ -1,0 +1,70 @@
+#pragma once
+// Internal to api/: helpers shared by models.cc, endpoint_configs.cc and endpoints.cc (ARNs,
+// AWS's "not found" texts, timestamps, List* sorting and NextToken paging). Not a public
+// interface; nothing outside api/ includes it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/endpoints.h"
+#include "aws/errors.h"
+#include "base/status.h"
+#include "store/training_job_repository.h"
+
+namespace kiln::api::inference {
+
+aws::AwsError Validation(std::string message);
+// InternalFailure (500) carrying a store error.
+aws::AwsError Internal(const Status& status);
+
+int64_t NowMillis(const EndpointsContext& context);
+// Epoch seconds with millisecond fraction, as AWS JSON timestamps are sent (§2.2).
+nlohmann::json Seconds(int64_t millis);
+// Request timestamps: epoch seconds (integer or fractional) or ISO-8601 (§2.1).
+std::optional<int64_t> TimestampMillis(const nlohmann::json& value);
+// The value of `member` in `in` as a timestamp, when present.
+std::optional<int64_t> TimestampMember(const nlohmann::json& in, const char* member);
+
+// "arn:aws:sagemaker:<region>:<account>:<kind>/<name>", the name as given.
+std::string Arn(const EndpointsContext& context, const std::string& kind, const std::string& name);
+std::string ModelArn(const EndpointsContext& context, const std::string& name);
+std::string EndpointConfigArn(const EndpointsContext& context, const std::string& name);
+std::string EndpointArn(const EndpointsContext& context, const std::string& name);
+
+// AWS's texts (§7): Could not find model "<arn>". / endpoint configuration / endpoint.
+aws::AwsError ModelNotFound(const EndpointsContext& context, const std::string& name);
+aws::AwsError EndpointConfigNotFound(const EndpointsContext& context, const std::string& name);
+aws::AwsError EndpointNotFound(const EndpointsContext& context, const std::string& name);
+
+// True when `in[member]` is present and not null (absent and null mean the same, §2.1).
+bool Has(const nlohmann::json& in, const char* member);
+// `in[member]` when it is a string, else `fallback`.
+std::string StringMember(const nlohmann::json& in, const char* member, const std::string& fallback);
+
+// Create* Tags → the tag table (a failure is logged: the resource exists either way).
+void StoreCreateTags(store::TagRepository& tags, const std::string& arn, const nlohmann::json& in);
+
+// One row of a List* answer: its sort key (number or string) and its name (unique, the
+// tie-breaker that keeps a cursor stable while rows are created between pages).
+struct ListItem {
+  nlohmann::json key;
+  std::string name;
+  size_t index = 0;  // into the caller's rows
+};
+struct Page {
+  std::vector<size_t> indices;  // the caller's rows on this page, in order
+  std::optional<std::string> next_token;
+};
+// Sorts `items` by (key, lower-cased name), ascending or descending, and cuts the page that
+// `in` asks for (MaxResults, default 10; NextToken). Token: base64 of the last row's cursor, a
+// hash of the other request members and the issue time; a token reused with other filters or
+// older than 24 h → ValidationException "The provided NextToken is invalid." (§4).
+std::variant<Page, aws::AwsError> Paginate(std::vector<ListItem> items, const nlohmann::json& in, bool descending,
+                                           int64_t now_millis);
+
+}  // namespace kiln::api::inference

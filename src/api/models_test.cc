@@ -1,0 +1,116 @@
+#include <gtest/gtest.h>
+
+#include "api/inference_test_fixture.h"
+
+namespace kiln::api {
+namespace {
+
+using nlohmann::json;
+using ModelsApiTest = testing::InferenceApiTest;
+
+TEST_F(ModelsApiTest, CreateDescribeEchoesWithAwsDefaults) {
+  json created = Ok("CreateModel", {{"ModelName", "My-Model"},
+                                    {"ExecutionRoleArn", kRole},
+                                    {"PrimaryContainer", {{"Image", "local:/bin/serve"}, {"ModelDataUrl", "s3://b/m.tar.gz"}}},
+                                    {"Tags", {{{"Key", "team"}, {"Value", "ml"}}}}});
+  EXPECT_EQ(created["ModelArn"], std::string(kArnPrefix) + "model/My-Model");
+  json out = Ok("DescribeModel", {{"ModelName", "my-model"}});
+  EXPECT_EQ(out["ModelName"], "My-Model");
+  EXPECT_EQ(out["ModelArn"], std::string(kArnPrefix) + "model/My-Model");
+  EXPECT_DOUBLE_EQ(out["CreationTime"].get<double>(), 1714557600.0);
+  EXPECT_EQ(out["ExecutionRoleArn"], kRole);
+  EXPECT_EQ(out["EnableNetworkIsolation"], false);
+  EXPECT_EQ(out["PrimaryContainer"]["Image"], "local:/bin/serve");
+  EXPECT_EQ(out["PrimaryContainer"]["Mode"], "SingleModel");
+  EXPECT_EQ(out["PrimaryContainer"]["Environment"], json::object());
+  EXPECT_FALSE(out.contains("Tags"));
+  EXPECT_FALSE(out.contains("DeploymentRecommendation"));
+  json tags = Ok("ListTags", {{"ResourceArn", created["ModelArn"]}});
+  ASSERT_EQ(tags["Tags"].size(), 1u);
+  EXPECT_EQ(tags["Tags"][0]["Key"], "team");
+}
+
+TEST_F(ModelsApiTest, DuplicateNameInAnyCaseIsAwsText) {
+  CreateModel("m1");
+  EXPECT_EQ(Invalid("CreateModel", {{"ModelName", "M1"}, {"PrimaryContainer", {{"Image", "x"}}}}),
+            "Cannot create already existing model \"" + std::string(kArnPrefix) + "model/m1\".");
+}
+
+TEST_F(ModelsApiTest, ContainerRules) {
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}}).find("PrimaryContainer or Containers"), std::string::npos);
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"},
+                                    {"PrimaryContainer", {{"Image", "x"}}},
+                                    {"Containers", json::array({json{{"Image", "y"}}})}})
+                .find("not both"),
+            std::string::npos);
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"Containers", json::array()}}).find("at least one"),
+            std::string::npos);
+  // Model data needs the role the instance downloads it with (Kiln, §8.3).
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}, {"ModelDataUrl", "s3://b/k"}}}})
+                .find("ExecutionRoleArn is required"),
+            std::string::npos);
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"ModelPackageName", "pkg"}}}})
+                .find("ModelPackageName is not supported by Kiln"),
+            std::string::npos);
+  // No model data: no role needed.
+  Ok("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}}}});
+  Ok("CreateModel", {{"ModelName", "b"},
+                     {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}, {"Mode", "SingleModel"}}})}});
+  json out = Ok("DescribeModel", {{"ModelName", "b"}});
+  ASSERT_EQ(out["Containers"].size(), 2u);
+  EXPECT_EQ(out["Containers"][1]["Mode"], "SingleModel");
+  EXPECT_FALSE(out.contains("PrimaryContainer"));
+}
+
+TEST_F(ModelsApiTest, NotFoundTexts) {
+  const std::string expected = "Could not find model \"" + std::string(kArnPrefix) + "model/nope\".";
+  EXPECT_EQ(Invalid("DescribeModel", {{"ModelName", "nope"}}), expected);
+  EXPECT_EQ(Invalid("DeleteModel", {{"ModelName", "nope"}}), expected);
+}
+
+TEST_F(ModelsApiTest, DeleteRemovesModelAndTags) {
+  CreateModel("gone");
+  const std::string arn = std::string(kArnPrefix) + "model/gone";
+  Ok("AddTags", {{"ResourceArn", arn}, {"Tags", {{{"Key", "k"}, {"Value", "v"}}}}});
+  Ok("DeleteModel", {{"ModelName", "GONE"}});
+  Invalid("DescribeModel", {{"ModelName", "gone"}});
+  // Tag operations on a deleted model's ARN: not found.
+  EXPECT_NE(Invalid("ListTags", {{"ResourceArn", arn}}).find("Could not find resource"), std::string::npos);
+  CreateModel("gone");
+  EXPECT_TRUE(Ok("ListTags", {{"ResourceArn", arn}})["Tags"].empty());
+}
+
+TEST_F(ModelsApiTest, ListSortsFiltersAndPages) {
+  for (const char* name : {"b-model", "a-model", "c-other"}) {
+    CreateModel(name);
+    clock_.now += 1000;
+  }
+  // Default: CreationTime, Descending.
+  json all = Ok("ListModels", json::object());
+  ASSERT_EQ(all["Models"].size(), 3u);
+  EXPECT_EQ(all["Models"][0]["ModelName"], "c-other");
+  EXPECT_EQ(all["Models"][2]["ModelName"], "b-model");
+  EXPECT_FALSE(all.contains("NextToken"));
+  json by_name = Ok("ListModels", {{"SortBy", "Name"}, {"SortOrder", "Ascending"}});
+  EXPECT_EQ(by_name["Models"][0]["ModelName"], "a-model");
+  json named = Ok("ListModels", {{"NameContains", "MODEL"}});
+  EXPECT_EQ(named["Models"].size(), 2u);
+  json times = Ok("ListModels", {{"CreationTimeAfter", 1714557600.5}, {"CreationTimeBefore", 1714557602.0}});
+  ASSERT_EQ(times["Models"].size(), 1u);
+  EXPECT_EQ(times["Models"][0]["ModelName"], "a-model");
+
+  json first = Ok("ListModels", {{"MaxResults", 2}, {"SortBy", "Name"}});
+  ASSERT_EQ(first["Models"].size(), 2u);
+  EXPECT_EQ(first["Models"][0]["ModelName"], "c-other");
+  ASSERT_TRUE(first.contains("NextToken"));
+  json second = Ok("ListModels", {{"MaxResults", 2}, {"SortBy", "Name"}, {"NextToken", first["NextToken"]}});
+  ASSERT_EQ(second["Models"].size(), 1u);
+  EXPECT_EQ(second["Models"][0]["ModelName"], "a-model");
+  EXPECT_FALSE(second.contains("NextToken"));
+  // A token reused with other filters is refused.
+  EXPECT_EQ(Invalid("ListModels", {{"SortBy", "CreationTime"}, {"NextToken", first["NextToken"]}}),
+            "The provided NextToken is invalid.");
+}
+
+}  // namespace
+}  // namespace kiln::api
