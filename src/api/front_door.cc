@@ -1,5 +1,7 @@
 #include "api/front_door.h"
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,63 @@ namespace kiln::api {
 namespace {
 
 constexpr std::string_view kHealthPath = "/_kiln/health";
+constexpr std::string_view kMetricsPath = "/metrics";
+constexpr std::string_view kEndpointsPrefix = "/endpoints/";
+// The per-thread invoke body buffer keeps its capacity between requests up to this size; a
+// larger body's buffer is released afterwards, so hundreds of server threads cannot each pin
+// 6 MB after one big request.
+constexpr size_t kKeepBodyCapacity = 1 << 20;
+
+// Lends a request's method, path, query and headers to a SignableRequest without copying them,
+// and gives them back on destruction (the SigV4 functions only read them).
+class BorrowedSignable {
+ public:
+  explicit BorrowedSignable(net::HttpRequest& request) : request_(request) {
+    signable_.method = std::move(request.method);
+    signable_.raw_path = std::move(request.raw_path);
+    signable_.raw_query = std::move(request.raw_query);
+    signable_.headers = std::move(request.headers);
+  }
+  ~BorrowedSignable() {
+    request_.method = std::move(signable_.method);
+    request_.raw_path = std::move(signable_.raw_path);
+    request_.raw_query = std::move(signable_.raw_query);
+    request_.headers = std::move(signable_.headers);
+  }
+  BorrowedSignable(const BorrowedSignable&) = delete;
+  BorrowedSignable& operator=(const BorrowedSignable&) = delete;
+  const aws::SignableRequest& get() const { return signable_; }
+
+ private:
+  net::HttpRequest& request_;
+  aws::SignableRequest signable_;
+};
+
+// ^[a-zA-Z0-9](-*[a-zA-Z0-9])*$, at most 63 characters (runtime-api.md §1).
+bool IsEndpointName(std::string_view name) {
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (name.empty() || name.size() > 63 || !alnum(name.front()) || !alnum(name.back())) return false;
+  for (char c : name) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+// "/endpoints/<name>/<op>" → name and op; false when the path has another shape.
+bool SplitRuntimePath(std::string_view path, std::string_view* name, std::string_view* op) {
+  if (!StartsWith(path, kEndpointsPrefix)) return false;
+  path.remove_prefix(kEndpointsPrefix.size());
+  size_t slash = path.find('/');
+  if (slash == std::string_view::npos) return false;
+  *name = path.substr(0, slash);
+  *op = path.substr(slash + 1);
+  return op->find('/') == std::string_view::npos;
+}
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Records what was answered, for the access log.
 class RecordingWriter final : public net::ResponseWriter {
@@ -83,7 +142,7 @@ std::string_view ProtocolName(aws::Protocol p) {
 }  // namespace
 
 struct FrontDoor::Route {
-  enum class Kind { kHealth, kJson, kQuery, kRuntime, kS3 } kind = Kind::kS3;
+  enum class Kind { kHealth, kMetrics, kJson, kQuery, kRuntime, kS3 } kind = Kind::kS3;
   const JsonService* json = nullptr;  // kJson with a known prefix
   std::string target_prefix;          // kJson
   std::string operation;              // kJson: from X-Amz-Target
@@ -160,13 +219,23 @@ void FrontDoor::AddJsonService(std::unique_ptr<JsonService> service) {
   json_services_[prefix] = std::move(service);
 }
 
-FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
+FrontDoor::Route FrontDoor::Classify(net::HttpRequest& request) const {
   Route route;
   if (request.raw_path == kHealthPath && (request.method == "GET" || request.method == "HEAD")) {
     route.kind = Route::Kind::kHealth;
     return route;
   }
-  std::string scope = aws::ScopeServiceOf(ToSignable(request));
+  if (metrics_exporter_ != nullptr && request.raw_path == kMetricsPath &&
+      (request.method == "GET" || request.method == "HEAD") && request.Header("Authorization") == nullptr &&
+      request.raw_query.find("X-Amz-Credential=") == std::string::npos) {
+    route.kind = Route::Kind::kMetrics;
+    return route;
+  }
+  std::string scope;
+  {
+    BorrowedSignable signable(request);
+    scope = aws::ScopeServiceOf(signable.get());
+  }
   if (const std::string* target = request.Header("X-Amz-Target")) {
     route.kind = Route::Kind::kJson;
     size_t dot = target->rfind('.');
@@ -196,7 +265,10 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
     route.protocol = aws::Protocol::kQuery;
     return route;
   }
-  if (scope == "sagemaker" && StartsWith(request.raw_path, "/endpoints/")) {
+  std::string_view runtime_name, runtime_op;
+  if ((scope == "sagemaker" && StartsWith(request.raw_path, "/endpoints/")) ||
+      (runtime_ != nullptr && scope.empty() && request.method == "POST" &&
+       SplitRuntimePath(request.raw_path, &runtime_name, &runtime_op))) {
     route.kind = Route::Kind::kRuntime;
     route.signing_name = "sagemaker";
     route.protocol = aws::Protocol::kRestJson;
@@ -209,6 +281,7 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
 }
 
 void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_response) {
+  const int64_t start_steady_ns = SteadyNanos();
   RecordingWriter response(raw_response);
   aws::RequestContext context;
   // Outlives the service call and the access log line; context.auth points into it.
@@ -230,7 +303,23 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
         (void)response.Send(200, {{"Content-Type", "application/json"}}, body.dump());
         break;
       }
+      case Route::Kind::kMetrics: {
+        context.service = "kiln";
+        context.operation = "Metrics";
+        std::string text;
+        metrics_exporter_->Render(&text);
+        (void)response.Send(200, {{"Content-Type", serving::PrometheusExporter::kContentType}},
+                            request.method == "HEAD" ? std::string_view() : std::string_view(text));
+        break;
+      }
       case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
+      case Route::Kind::kRuntime:
+        if (runtime_ != nullptr) {
+          ServeRuntime(request, response, context, verified, start_steady_ns);
+          break;
+        }
+        ServeRpc(route, request, response, context, verified);
+        break;
       default: ServeRpc(route, request, response, context, verified); break;
     }
   } catch (const std::exception& e) {
@@ -370,6 +459,125 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
   }
   SendWire(response, aws::SerializeError(route.protocol, aws::AwsError("InternalFailure", "unroutable request", 500),
                                          context.request_id));
+}
+
+}  // namespace kiln::api
+
+namespace kiln::api {
+
+void FrontDoor::ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                             std::optional<aws::VerifiedRequest>& verified, int64_t start_steady_ns) {
+  auto send_error = [&](const aws::AwsError& error) {
+    SendWire(response, aws::SerializeError(aws::Protocol::kRestJson, error, context.request_id));
+  };
+  std::string_view name, op;
+  bool runtime_path = SplitRuntimePath(request.raw_path, &name, &op);
+  if (runtime_path && op == "invocations") {
+    context.operation = "InvokeEndpoint";
+  } else if (runtime_path && op == "async-invocations") {
+    context.operation = "InvokeEndpointAsync";
+  } else if (runtime_path && op == "invocations-response-stream") {
+    context.operation = "InvokeEndpointWithResponseStream";
+  }
+
+  // The body: refused from Content-Length before reading when it is too large (the connection
+  // is then closed: the unread body stays on it), else read whole, as SigV4 hashes it.
+  const size_t limit = runtime_->options().max_request_body_bytes;
+  std::optional<uint64_t> hint = request.body->size_hint();
+  if (hint && *hint > limit) {
+    SendWire(response, runtime_->ContentLengthExceeded(context.request_id));
+    response.CloseAfterResponse();
+    return;
+  }
+  thread_local std::string body;
+  struct ReleaseBig {
+    ~ReleaseBig() {
+      if (body.capacity() > kKeepBodyCapacity) std::string().swap(body);
+    }
+  } release_big;
+  body.clear();
+  for (;;) {
+    size_t room = (hint && body.size() < *hint) ? static_cast<size_t>(*hint) - body.size() : 64 * 1024;
+    room = std::min(room, limit + 1 - body.size());
+    if (room == 0) {
+      SendWire(response, runtime_->ContentLengthExceeded(context.request_id));
+      response.CloseAfterResponse();
+      return;
+    }
+    size_t old = body.size();
+    body.resize(old + room);
+    Result<size_t> n = request.body->Read(body.data() + old, room);
+    if (!n.ok()) {
+      body.resize(old);
+      if (n.status().code() == StatusCode::kResourceExhausted) {
+        SendWire(response, runtime_->ContentLengthExceeded(context.request_id));
+      } else {
+        send_error(aws::AwsError("ValidationError", "Could not read the request body: " + n.status().message()));
+      }
+      response.CloseAfterResponse();
+      return;
+    }
+    body.resize(old + *n);
+    if (*n == 0) break;
+  }
+
+  bool has_auth = request.Header("Authorization") != nullptr ||
+                  request.raw_query.find("X-Amz-Signature=") != std::string::npos;
+  if (has_auth || options_.auth_enabled) {
+    aws::VerifyOptions verify;
+    verify.expected_service = "sagemaker";
+    verify.regions = options_.regions;
+    verify.accept_any_region = options_.accept_any_region;
+    std::string body_hash = Sha256Hex(body);
+    std::variant<aws::VerifiedRequest, aws::AuthError> outcome = [&] {
+      BorrowedSignable signable(request);
+      return aws::VerifyRequest(signable.get(), *credentials_, verify, NowMillis(), body_hash);
+    }();
+    if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
+      KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
+                                         {"canonical_request", error->canonical_request},
+                                         {"string_to_sign", error->string_to_sign}});
+      send_error(AuthErrorFor(aws::Protocol::kRestJson, *error));
+      return;
+    }
+    verified = std::get<aws::VerifiedRequest>(std::move(outcome));
+    context.auth = &*verified;
+    context.region = verified->region;
+  }
+
+  // Split again: the views above pointed into raw_path, which was lent out meanwhile.
+  runtime_path = SplitRuntimePath(request.raw_path, &name, &op);
+  if (!runtime_path || (op != "invocations" && op != "async-invocations" && op != "invocations-response-stream")) {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404));
+    return;
+  }
+  if (!IsEndpointName(name)) {
+    send_error(aws::AwsError("ValidationError", "1 validation error detected: Value '" +
+                                                    std::string(name.substr(0, 256)) +
+                                                    "' at 'endpointName' failed to satisfy constraint: Member must "
+                                                    "satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])* "
+                                                    "and have length less than or equal to 63"));
+    return;
+  }
+  if (request.method != "POST") {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404));
+    return;
+  }
+  if (op != "invocations") {
+    send_error(aws::AwsError("ValidationError", context.operation + " is not supported by this Kiln version; use "
+                                                                    "InvokeEndpoint."));
+    return;
+  }
+  serving::InvokeRequest invoke;
+  invoke.endpoint_name = name;
+  invoke.headers = &request.headers;
+  invoke.body = body;
+  invoke.request_id = context.request_id;
+  invoke.account_id = context.account_id;
+  invoke.start_steady_ns = start_steady_ns;
+  runtime_->Invoke(invoke, response);
 }
 
 }  // namespace kiln::api

@@ -8,7 +8,13 @@
 //   GET /_kiln/health                            → health (no auth)
 //   X-Amz-Target: <prefix>.<Op>                  → the JsonService registered for <prefix>
 //   scope "sts", or a form/query `Action=`        → STS (Query protocol)
-//   scope "sagemaker" + /endpoints/…             → SageMaker Runtime (REST-JSON; later issue)
+//   GET /metrics without credentials            → Prometheus text (only once SetMetricsExporter
+//                                                  was called; before that it is S3's, as it was)
+//   scope "sagemaker" + /endpoints/…             → SageMaker Runtime (REST-JSON): served by the
+//                                                  Router given to SetRuntime; without one,
+//                                                  UnknownOperationException
+//   no SigV4 scope + POST /endpoints/<n>/<op>     → SageMaker Runtime too, once SetRuntime was
+//                                                  called (listener auth "off")
 //   anything else                                → S3 (REST-XML)
 //
 // Thread-safe after construction and registration (the service table is read-only).
@@ -23,6 +29,8 @@
 #include "aws/credentials.h"
 #include "net/http_server.h"
 #include "objects/s3api/s3_api.h"
+#include "serving/prometheus.h"
+#include "serving/router.h"
 
 namespace kiln::api {
 
@@ -46,22 +54,37 @@ class FrontDoor {
   // Registers a JSON service by its target prefix. Call before serving.
   void AddJsonService(std::unique_ptr<JsonService> service);
 
+  // The invoke path (POST /endpoints/{name}/invocations) goes to `router` (not owned; must
+  // outlive the FrontDoor). Null (the default) answers UnknownOperationException. Call before
+  // serving.
+  void SetRuntime(serving::Router* router) { runtime_ = router; }
+  // GET /metrics (no auth) renders `exporter` (not owned). Null (the default): no /metrics route.
+  // Call before serving.
+  void SetMetricsExporter(const serving::PrometheusExporter* exporter) { metrics_exporter_ = exporter; }
+
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
 
  private:
   struct Route;
-  Route Classify(const net::HttpRequest& request) const;
+  // Non-const request: its fields are lent to (and given back by) the SigV4 scope parser.
+  Route Classify(net::HttpRequest& request) const;
   // Both verify the signature into `verified` (owned by Handle) and point context.auth at it.
   void ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                 aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified);
   void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                std::optional<aws::VerifiedRequest>& verified);
+  // InvokeEndpoint and friends: 413 from Content-Length, body read into a per-thread buffer,
+  // SigV4 over its hash, path validation, then the Router.
+  void ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                    std::optional<aws::VerifiedRequest>& verified, int64_t start_steady_ns);
 
   FrontDoorOptions options_;
   const aws::CredentialProvider* credentials_;
   objects::S3Api* s3_;
   std::map<std::string, std::unique_ptr<JsonService>> json_services_;  // by target prefix
+  serving::Router* runtime_ = nullptr;
+  const serving::PrometheusExporter* metrics_exporter_ = nullptr;
 };
 
 // The AWS error a protocol answers for an authentication failure (spec/control-plane-api.md §3.6).

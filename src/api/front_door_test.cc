@@ -2,12 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "net/test_util/fake_response_writer.h"
 #include "aws/sigv4.h"
 #include "base/hash.h"
+#include "base/log.h"
 #include "base/time.h"
+#include "serving/test_util/fake_container.h"
 
 namespace kiln::api {
 namespace {
@@ -142,6 +147,191 @@ TEST_F(FrontDoorTest, StsGetCallerIdentity) {
                       "Action=AssumeRoot&Version=2011-06-15", "sts", "AKIATESTKEY000000001", secret_);
   EXPECT_EQ(unknown.status(), 400);
   EXPECT_NE(unknown.body().find("<Code>InvalidAction</Code>"), std::string::npos);
+}
+
+// ---- The runtime route (InvokeEndpoint) and /metrics.
+
+class FrontDoorRuntimeTest : public FrontDoorTest {
+ protected:
+  FrontDoorRuntimeTest()
+      : metrics_({}, nullptr),
+        router_(serving::RouterOptions{}, &routes_, &client_, &metrics_),
+        exporter_(&metrics_, &routes_, &client_) {
+    auto route = std::make_shared<serving::EndpointRoute>();
+    route->name = "churn-ep";
+    route->status = "InService";
+    route->log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/churn-ep";
+    serving::VariantRoute variant;
+    variant.name = "AllTraffic";
+    auto instance = std::make_shared<serving::InstanceTarget>();
+    instance->instance_id = "i-1";
+    instance->port = container_.port();
+    variant.instances.push_back(instance);
+    route->variants.push_back(variant);
+    routes_.Publish(route);
+    container_.Respond(200, "{\"predictions\":[0.02]}");
+  }
+
+  net::FakeResponseWriter Invoke(std::string path, std::string body, HeaderMap headers = {{"Content-Type", "text/csv"}},
+                                 const std::string& secret = "testsecrettestsecrettestsecret0123456789") {
+    return Send("POST", path, "", headers, body, "sagemaker", "AKIATESTKEY000000001", secret);
+  }
+  static std::string Type(const net::FakeResponseWriter& w) { return w.header("x-amzn-ErrorType"); }
+  static std::string Message(const net::FakeResponseWriter& w) {
+    auto j = nlohmann::json::parse(w.body(), nullptr, false);
+    return j.is_object() ? j.value("Message", "") : "";
+  }
+
+  serving::testing::FakeContainer container_;
+  serving::RoutingTable routes_;
+  net::HttpClient client_;
+  serving::InvocationMetrics metrics_;
+  serving::Router router_;
+  serving::PrometheusExporter exporter_;
+};
+
+TEST_F(FrontDoorRuntimeTest, WithoutRouterTheRuntimeIsUnknown) {
+  auto w = Invoke("/endpoints/churn-ep/invocations", "1,2");
+  EXPECT_EQ(w.status(), 404);
+  EXPECT_EQ(Type(w), "UnknownOperationException");
+}
+
+TEST_F(FrontDoorRuntimeTest, SignedInvokeReachesTheContainer) {
+  door_->SetRuntime(&router_);
+  auto w = Invoke("/endpoints/churn-ep/invocations", "69,0,153.7", {{"Content-Type", "text/csv"}, {"Accept", "application/json"}});
+  ASSERT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.body(), "{\"predictions\":[0.02]}");
+  EXPECT_EQ(w.header("x-Amzn-Invoked-Production-Variant"), "AllTraffic");
+  EXPECT_EQ(w.header("Content-Type"), "application/json");
+  EXPECT_FALSE(w.header("x-amzn-RequestId").empty());
+  auto received = container_.received();
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].body, "69,0,153.7");
+  EXPECT_EQ(received[0].head.find("Authorization"), std::string::npos);
+  EXPECT_NE(received[0].head.find("X-Amzn-RequestId: " + w.header("x-amzn-RequestId")), std::string::npos);
+  // The request is still intact for the access log and later handlers (lent, not moved away).
+  EXPECT_EQ((metrics_.Totals()[{"churn-ep", "AllTraffic"}].invocations), 1u);
+}
+
+TEST_F(FrontDoorRuntimeTest, AuthenticationIsRequired) {
+  door_->SetRuntime(&router_);
+  auto w = Invoke("/endpoints/churn-ep/invocations", "1", {{"Content-Type", "text/csv"}}, "");
+  EXPECT_EQ(w.status(), 403);
+  EXPECT_EQ(Type(w), "MissingAuthenticationTokenException");
+  w = Invoke("/endpoints/churn-ep/invocations", "1", {{"Content-Type", "text/csv"}},
+             "wrong-secret-wrong-secret-wrong-secret00");
+  EXPECT_EQ(w.status(), 403);
+  EXPECT_EQ(Type(w), "InvalidSignatureException");
+  EXPECT_EQ(container_.requests(), 0u);
+}
+
+TEST_F(FrontDoorRuntimeTest, BodyOverTheLimitIs413WithoutErrorType) {
+  door_->SetRuntime(&router_);
+  auto w = Invoke("/endpoints/churn-ep/invocations", std::string(6291457, 'a'));
+  EXPECT_EQ(w.status(), 413);
+  EXPECT_EQ(w.body(), "{\"message\":\"HTTP content length exceeded 6291456 bytes.\"}");
+  EXPECT_FALSE(w.has_header("x-amzn-ErrorType"));
+  EXPECT_TRUE(w.close());
+  // Exactly at the limit is served.
+  w = Invoke("/endpoints/churn-ep/invocations", std::string(6291456, 'a'));
+  EXPECT_EQ(w.status(), 200) << w.body().substr(0, 200);
+  EXPECT_EQ(container_.requests(), 1u);
+}
+
+TEST_F(FrontDoorRuntimeTest, PathAndEndpointErrors) {
+  door_->SetRuntime(&router_);
+  auto w = Invoke("/endpoints/nope/invocations", "1");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(Type(w), "ValidationError");
+  EXPECT_EQ(Message(w), "Endpoint nope of account 123456789012 not found.");
+  w = Invoke("/endpoints/bad_name/invocations", "1");
+  EXPECT_EQ(Type(w), "ValidationError");
+  EXPECT_NE(Message(w).find("endpointName"), std::string::npos);
+  w = Invoke("/endpoints/churn-ep/async-invocations", "");
+  EXPECT_EQ(Type(w), "ValidationError");
+  EXPECT_NE(Message(w).find("InvokeEndpointAsync"), std::string::npos);
+  w = Invoke("/endpoints/churn-ep/other", "1");
+  EXPECT_EQ(w.status(), 404);
+  EXPECT_EQ(Type(w), "UnknownOperationException");
+  EXPECT_EQ(container_.requests(), 0u);
+}
+
+TEST_F(FrontDoorRuntimeTest, MetricsRoute) {
+  door_->SetRuntime(&router_);
+  door_->SetMetricsExporter(&exporter_);
+  ASSERT_EQ(Invoke("/endpoints/churn-ep/invocations", "1").status(), 200);
+  auto w = Send("GET", "/metrics", "", {}, "", "", "", "");
+  ASSERT_EQ(w.status(), 200);
+  EXPECT_EQ(w.header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(w.body().find("kiln_invocations_total{endpoint=\"churn-ep\",variant=\"AllTraffic\"} 1\n"),
+            std::string::npos)
+      << w.body();
+  EXPECT_NE(w.body().find("kiln_routable_instances{endpoint=\"churn-ep\",variant=\"AllTraffic\"} 1\n"),
+            std::string::npos);
+}
+
+// Per-request cost of the invoke path, in process (not run by default):
+//   api_test --gtest_also_run_disabled_tests --gtest_filter='*InvokeCost*' 2>/dev/null
+// Rows: the client alone against the fake container (the floor), Router::Invoke, and the whole
+// FrontDoor::Handle with one pre-signed request replayed (SigV4 verify + body hash + access log),
+// with the access log at info (written to /dev/null) and with it filtered out.
+TEST_F(FrontDoorRuntimeTest, DISABLED_InvokeCost) {
+  InitLogging("info");
+  door_->SetRuntime(&router_);
+  constexpr int kWarm = 200, kRuns = 5000;
+  std::string payload = "69,0,153.7,109,3";
+  auto micros = [](auto fn) {
+    for (int i = 0; i < kWarm; ++i) fn();
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRuns; ++i) fn();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kRuns;
+  };
+  HeaderMap forward{{"Content-Type", "text/csv"}};
+  net::ClientRequest call;
+  call.target = "/invocations";
+  call.headers = &forward;
+  call.body = payload;
+  double direct = micros([&] { ASSERT_TRUE(client_.Send("127.0.0.1", container_.port(), call, {}).ok()); });
+
+  HeaderMap headers{{"Content-Type", "text/csv"}, {"Host", "127.0.0.1:5456"}};
+  serving::InvokeRequest invoke;
+  invoke.endpoint_name = "churn-ep";
+  invoke.headers = &headers;
+  invoke.body = payload;
+  invoke.request_id = "r";
+  invoke.account_id = "123456789012";
+  double router = micros([&] {
+    net::FakeResponseWriter w;
+    router_.Invoke(invoke, w);
+    ASSERT_EQ(w.status(), 200);
+  });
+
+  aws::SignableRequest signable{"POST", "/endpoints/churn-ep/invocations", "", headers};
+  aws::SignOptions sign;
+  sign.access_key_id = "AKIATESTKEY000000001";
+  sign.secret_access_key = secret_;
+  sign.service = "sagemaker";
+  sign.payload_hash = Sha256Hex(payload);
+  aws::SignRequest(signable, sign);
+  auto door = [&] {
+    StringByteSource source(payload);
+    net::HttpRequest request;
+    request.method = "POST";
+    request.raw_path = "/endpoints/churn-ep/invocations";
+    request.target = request.raw_path;
+    request.headers = signable.headers;
+    request.body = &source;
+    net::FakeResponseWriter w;
+    door_->Handle(request, w);
+    ASSERT_EQ(w.status(), 200) << w.body();
+  };
+  double with_log = micros(door);
+  spdlog::set_level(spdlog::level::warn);
+  double without_log = micros(door);
+  spdlog::set_level(spdlog::level::info);
+  std::printf("invoke cost (us/request, c=1): client only %.1f | router %.1f (+%.1f) | front door with access log "
+              "%.1f (+%.1f over router) | front door, log filtered %.1f (access log %.1f)\n",
+              direct, router, router - direct, with_log, with_log - router, without_log, with_log - without_log);
 }
 
 TEST(AuthErrorForTest, S3Codes) {
