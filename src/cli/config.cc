@@ -33,6 +33,13 @@ Status Field(const json& doc, const char* name, int* out, const std::string& pat
   return Status::Ok();
 }
 
+Status Field(const json& doc, const char* name, double* out, const std::string& path) {
+  if (!doc.contains(name)) return Status::Ok();
+  if (!doc[name].is_number()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a number");
+  *out = doc[name].get<double>();
+  return Status::Ok();
+}
+
 Status StringList(const json& doc, const char* name, std::vector<std::string>* out, const std::string& path) {
   if (!doc.contains(name)) return Status::Ok();
   if (!doc[name].is_array()) return Status::InvalidArgument(path + ": \"" + name + "\" must be a list of strings");
@@ -115,6 +122,28 @@ Status LoadConfigFile(const std::string& path, Config* config) {
     if (config->training.stop_grace_seconds < 0 || config->training.staging_parallelism < 1) {
       return Status::InvalidArgument(path + ": training.stop_grace_seconds must be >= 0 and "
                                      "training.staging_parallelism >= 1");
+    }
+  }
+  if (doc.contains("endpoints")) {
+    const json& e = doc["endpoints"];
+    if (!e.is_object()) return Status::InvalidArgument(path + ": \"endpoints\" must be an object");
+    RETURN_IF_ERROR(Field(e, "invocation_timeout_seconds", &config->endpoints.invocation_timeout_seconds, path));
+    RETURN_IF_ERROR(Field(e, "stop_grace_seconds", &config->endpoints.stop_grace_seconds, path));
+    RETURN_IF_ERROR(Field(e, "health_interval_seconds", &config->endpoints.health_interval_seconds, path));
+    if (e.contains("port_range")) {
+      const json& r = e["port_range"];
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
+        return Status::InvalidArgument(path + ": endpoints.port_range must be [first, end), e.g. [30000, 40000]");
+      }
+      config->endpoints.port_range_begin = r[0].get<int>();
+      config->endpoints.port_range_end = r[1].get<int>();
+    }
+    const auto& ec = config->endpoints;
+    if (ec.invocation_timeout_seconds < 1 || ec.stop_grace_seconds < 0 || ec.health_interval_seconds <= 0 ||
+        ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100) {
+      return Status::InvalidArgument(path + ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
+                                     "health_interval_seconds > 0, port_range within [1024, 65536) and at least "
+                                     "100 ports wide");
     }
   }
   if (doc.contains("object_store")) {

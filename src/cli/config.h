@@ -23,7 +23,9 @@
 //                       "interpreter": "/opt/venvs/torch/bin/python", "env": {"K": "V"}}],
 //     "instance_types": [{"type": "ml.g5.xlarge", "memory_gib": 12}],  // extends the built-in catalog
 //     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
-//                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"}
+//                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
+//     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
+//                   "health_interval_seconds": 5, "port_range": [30000, 40000]}
 //   }
 
 #include <optional>
@@ -53,6 +55,14 @@ struct TrainingConfig {
   std::string toolkit_dir;       // where python/kiln_toolkit lives; empty: next to the binary's sources
 };
 
+struct EndpointsConfig {
+  int invocation_timeout_seconds = 60;  // container answer budget (AWS: 60 s)
+  int stop_grace_seconds = 30;          // SIGTERM → SIGKILL (AWS behaviour)
+  double health_interval_seconds = 5;   // pings of routable instances
+  int port_range_begin = 30000;         // instance ports, blocks of 100 (process runtime)
+  int port_range_end = 40000;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -72,6 +82,7 @@ struct Config {
   nlohmann::json environments;
   nlohmann::json instance_types;
   TrainingConfig training;
+  EndpointsConfig endpoints;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.
