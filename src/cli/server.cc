@@ -5,6 +5,7 @@
 #include <climits>
 #include <filesystem>
 
+#include "api/endpoints.h"
 #include "api/logs.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
@@ -136,6 +137,31 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   deps.log_store = server->log_store_.get();
   server->training_ = std::make_unique<control::TrainingController>(training, deps);
 
+  // Endpoints: the controller publishes routing snapshots that the invoke path reads.
+  server->routes_ = std::make_unique<serving::RoutingTable>();
+  control::EndpointControllerOptions endpoints;
+  endpoints.work_dir = c.data_dir + "/endpoints";
+  endpoints.model_cache_dir = c.data_dir + "/model-cache";
+  endpoints.region = c.regions.front();
+  endpoints.account_id = c.account_id;
+  endpoints.endpoint_url = ClientEndpoint(c);
+  endpoints.port_range_begin = c.endpoints.port_range_begin;
+  endpoints.port_range_end = c.endpoints.port_range_end;
+  endpoints.stop_grace = std::chrono::seconds(c.endpoints.stop_grace_seconds);
+  endpoints.health_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(c.endpoints.health_interval_seconds * 1000));
+  endpoints.drain_timeout = std::chrono::seconds(c.endpoints.invocation_timeout_seconds + 5);
+  control::EndpointControllerDeps endpoint_deps;
+  endpoint_deps.database = server->database_.get();
+  endpoint_deps.object_store = server->object_store_.get();
+  endpoint_deps.runtime = server->runtime_.get();
+  endpoint_deps.scheduler = server->scheduler_.get();
+  endpoint_deps.environments = server->environments_.get();
+  endpoint_deps.credentials = server->instance_credentials_.get();
+  endpoint_deps.log_store = server->log_store_.get();
+  endpoint_deps.routes = server->routes_.get();
+  server->endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
+
   // The JSON services exist from the start so that every operation Kiln does not implement yet
   // answers UnknownOperationException naming it. SageMaker requests are validated against the
   // botocore model before any handler runs.
@@ -147,6 +173,13 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   training_api.account_id = c.account_id;
   training_api.region = c.regions.front();
   api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
+  api::EndpointsContext endpoints_api;
+  endpoints_api.database = server->database_.get();
+  endpoints_api.notifier = server->endpoints_.get();
+  endpoints_api.catalog = server->catalog_.get();
+  endpoints_api.account_id = c.account_id;
+  endpoints_api.region = c.regions.front();
+  api::RegisterInferenceOperations(sagemaker.get(), endpoints_api);
   server->front_door_->AddJsonService(std::move(sagemaker));
   auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
   api::RegisterLogsOperations(logs.get(), server->log_store_.get(), c.account_id, c.regions.front());
@@ -155,6 +188,22 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
       "AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
       "GraniteServiceVersion20100801", "monitoring", aws::Protocol::kJson10));
+
+  // The invoke path: pooled connections to the instances, the router over the routing table,
+  // per-second invocation metrics, /metrics.
+  serving::RouterOptions router_options;
+  router_options.invocation_timeout_ms = c.endpoints.invocation_timeout_seconds * 1000;
+  net::HttpClientOptions client_options;
+  client_options.max_response_body_bytes = router_options.max_response_body_bytes;
+  server->invoke_client_ = std::make_unique<net::HttpClient>(client_options);
+  server->invocation_metrics_ =
+      std::make_unique<serving::InvocationMetrics>(serving::InvocationMetricsOptions{}, server->metric_store_.get());
+  server->router_ = std::make_unique<serving::Router>(router_options, server->routes_.get(),
+                                                      server->invoke_client_.get(), server->invocation_metrics_.get());
+  server->prometheus_ = std::make_unique<serving::PrometheusExporter>(
+      server->invocation_metrics_.get(), server->routes_.get(), server->invoke_client_.get());
+  server->front_door_->SetRuntime(server->router_.get());
+  server->front_door_->SetMetricsExporter(server->prometheus_.get());
 
   net::HttpServerOptions http;
   http.listen = c.listen;
@@ -170,6 +219,8 @@ Server::~Server() { Stop(); }
 
 Status Server::Start() {
   RETURN_IF_ERROR(training_->Start().WithPrefix("training controller"));
+  RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
+  invocation_metrics_->Start();
   return http_->Start();
 }
 
@@ -177,6 +228,8 @@ void Server::Stop(int grace_seconds) {
   if (http_) http_->Stop(grace_seconds);
   // Instances keep running; the next server adopts them.
   if (training_) training_->Shutdown();
+  if (endpoints_) endpoints_->Shutdown();
+  if (invocation_metrics_) invocation_metrics_->Stop();
 }
 
 }  // namespace kiln::cli

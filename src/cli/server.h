@@ -5,12 +5,18 @@
 #include <memory>
 
 #include "api/credential_store.h"
+#include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
 #include "control/scheduler.h"
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
 #include "runtime/environments.h"
 #include "runtime/runtime.h"
+#include "net/http_client.h"
+#include "serving/invocation_metrics.h"
+#include "serving/prometheus.h"
+#include "serving/router.h"
+#include "serving/routing.h"
 #include "api/front_door.h"
 #include "cli/config.h"
 #include "net/http_server.h"
@@ -52,6 +58,12 @@ class Server {
   std::unique_ptr<control::Scheduler> scheduler_;
   std::unique_ptr<runtime::EnvironmentTable> environments_;
   std::unique_ptr<control::TrainingController> training_;
+  std::unique_ptr<serving::RoutingTable> routes_;
+  std::unique_ptr<control::EndpointController> endpoints_;
+  std::unique_ptr<net::HttpClient> invoke_client_;
+  std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
+  std::unique_ptr<serving::Router> router_;
+  std::unique_ptr<serving::PrometheusExporter> prometheus_;
   std::unique_ptr<objects::S3Api> s3_;
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;
