@@ -1,6 +1,15 @@
 #include "base/log.h"
 
-#include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/sinks/base_sink.h>
 
 namespace kiln {
 
@@ -36,11 +45,73 @@ void AppendQuoted(std::string& out, std::string_view v) {
   }
   out += '"';
 }
+// Appends formatted lines to a buffer; flush() (periodic, on warn+, at exit) writes it to fd 2.
+class BufferedStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    buffer_.append(formatted.data(), formatted.size());
+    if (buffer_.size() >= kFlushBytes) flush_();
+  }
+  void flush_() override {
+    size_t done = 0;
+    while (done < buffer_.size()) {
+      ssize_t n = ::write(STDERR_FILENO, buffer_.data() + done, buffer_.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // stderr gone: drop rather than block the server
+      done += static_cast<size_t>(n);
+    }
+    buffer_.clear();
+  }
+
+ private:
+  static constexpr size_t kFlushBytes = 32 * 1024;
+  std::string buffer_;
+};
+
+// spdlog 1.10's flush_every() takes whole seconds; lines should appear within 100 ms.
+std::mutex g_flusher_mutex;
+std::condition_variable g_flusher_wake;
+bool g_flusher_stop = false;
+std::thread g_flusher;
+
+void StartFlusher() {
+  if (g_flusher.joinable()) return;
+  g_flusher = std::thread([] {
+    std::unique_lock<std::mutex> lock(g_flusher_mutex);
+    while (!g_flusher_wake.wait_for(lock, std::chrono::milliseconds(100), [] { return g_flusher_stop; })) {
+      lock.unlock();
+      if (auto logger = spdlog::default_logger()) logger->flush();
+      lock.lock();
+    }
+  });
+}
+
+void StopFlusher() {
+  {
+    std::lock_guard<std::mutex> lock(g_flusher_mutex);
+    g_flusher_stop = true;
+  }
+  g_flusher_wake.notify_all();
+  if (g_flusher.joinable()) g_flusher.join();
+}
+
 }  // namespace
 
 void InitLogging(std::string_view level, LogFormat format) {
   g_format = format;
-  auto logger = spdlog::stderr_logger_mt("kiln");
+  // Lines are buffered and written to stderr at most every 100 ms (or per 32 KiB, or at once for
+  // warnings and errors): spdlog's stderr sink wrote and flushed every line while holding its
+  // process-wide mutex, a write(2) under a global lock on every request of the invoke path (and
+  // an async logger would wake its thread per line instead). The periodic flusher thread is
+  // started here, so call this after blocking the signals other threads must not take.
+  auto logger = std::make_shared<spdlog::logger>("kiln", std::make_shared<BufferedStderrSink>());
+  StartFlusher();
+  std::atexit([] {
+    StopFlusher();
+    spdlog::shutdown();
+  });
   spdlog::set_default_logger(logger);
   if (format == LogFormat::kJson) {
     spdlog::set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l",%v})", spdlog::pattern_time_type::utc);

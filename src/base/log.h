@@ -17,7 +17,10 @@ namespace kiln {
 
 enum class LogFormat { kLogfmt, kJson };
 
-// Configures the process-wide logger (stderr). `level` is trace|debug|info|warn|error.
+// Configures the process-wide logger: stderr, buffered and written every 100 ms (warnings and
+// errors at once). Starts spdlog's flusher thread: call it after blocking the signals that a
+// dedicated thread waits for, so that thread inherits the mask.
+// `level` is trace|debug|info|warn|error.
 void InitLogging(std::string_view level, LogFormat format = LogFormat::kLogfmt);
 
 using LogField = std::pair<std::string_view, std::string_view>;

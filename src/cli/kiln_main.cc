@@ -60,14 +60,14 @@ void RaiseOpenFileLimit() {
 int RunServer(const CommonFlags& flags) {
   auto config = LoadConfig(flags);
   if (!config.ok()) return Fail(config.status());
-  InitLogging(config->log_level, config->log_format == "json" ? LogFormat::kJson : LogFormat::kLogfmt);
-
-  // Block the stop signals in every thread; the main thread waits for them with sigwait.
+  // Block the stop signals in every thread (the logger's included); the main thread waits for
+  // them with sigwait.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  InitLogging(config->log_level, config->log_format == "json" ? LogFormat::kJson : LogFormat::kLogfmt);
   signal(SIGPIPE, SIG_IGN);
   RaiseOpenFileLimit();
 
