@@ -84,6 +84,7 @@ int RunServer(const CommonFlags& flags) {
                            {"data_dir", c.data_dir},
                            {"object_store", c.object_store.backend},
                            {"version", KilnVersion()}});
+  spdlog::default_logger()->flush();  // the ready line is for operators and scripts: no delay
   int sig = 0;
   sigwait(&stop_signals, &sig);
   KLOG(info, "stopping", {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
