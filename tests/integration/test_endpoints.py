@@ -325,3 +325,45 @@ def test_metrics_are_exported(rt, one_instance, module_kiln):
     assert invocations and float(invocations[0].rsplit(" ", 1)[1]) >= 6, lines
     assert any(l.startswith("kiln_invocation_5xx_errors_total{") and float(l.rsplit(" ", 1)[1]) >= 1
                for l in lines), lines
+
+
+def _rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_bad_input_leaves_memory_and_other_endpoints_alone(sm, rt, one_instance, module_kiln):
+    """Every kind of bad invocation, many times over: each gets its runtime-API error, another
+    endpoint keeps answering, and the server's memory settles instead of growing."""
+    import http.client
+    other = eh.unique_name("ep-bystander")
+    eh.create_model(sm, other + "-m")
+    eh.deploy(sm, other, [("AllTraffic", other + "-m", 1, 1.0)], server=module_kiln)
+    bad = [json.dumps(c).encode() for c in ({"status": 500, "message": "x" * 5000}, {"garbage": True},
+                                            {"reset": True}, {"size": 7 * 1024 * 1024})]
+    host, port = module_kiln.endpoint.split("//")[1].split(":")
+
+    def round_of_abuse():
+        for body in bad:
+            assert eh.invoke_error(rt, one_instance, body=body)["Error"]["Code"] == "ModelError"
+        assert eh.invoke_error(rt, one_instance, body=b"x" * (6291456 + 1))["ResponseMetadata"]["HTTPStatusCode"] == 413
+        # Malformed headers straight on the wire.
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.putrequest("POST", "/endpoints/%s/invocations" % one_instance)
+        conn.putheader("Content-Length", "not-a-number")
+        conn.endheaders()
+        assert conn.getresponse().status == 400
+        conn.close()
+        assert eh.invoke(rt, other)[0]["echo_len"] == 2
+
+    for _ in range(5):
+        round_of_abuse()
+    before = _rss_kib(module_kiln.proc.pid)
+    for _ in range(30):
+        round_of_abuse()
+    after = _rss_kib(module_kiln.proc.pid)
+    assert after - before < 32 * 1024, (before, after)
+    sm.delete_endpoint(EndpointName=other)
