@@ -124,32 +124,9 @@ void RegisterEndpointConfigOperations(JsonService* service, const EndpointsConte
   });
 
   service->Register("ListEndpointConfigs", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::DefinitionListQuery query;
-    if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
-    query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
-    query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
-    auto rows = configs->List(query);
-    if (!rows.ok()) return Internal(rows.status());
-    const bool by_name = StringMember(in, "SortBy", "CreationTime") == "Name";
-    std::vector<ListItem> items;
-    for (size_t i = 0; i < rows->size(); ++i) {
-      const auto& r = (*rows)[i];
-      items.push_back({by_name ? json(ToLower(r.name)) : json(r.creation_millis), r.name, i});
-    }
-    auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
-                          NowMillis(*ctx));
-    if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
-    const Page& page = std::get<Page>(paged);
-    json summaries = json::array();
-    for (size_t i : page.indices) {
-      const auto& r = (*rows)[i];
-      summaries.push_back({{"EndpointConfigName", r.name},
-                           {"EndpointConfigArn", r.arn},
-                           {"CreationTime", Seconds(r.creation_millis)}});
-    }
-    json out = {{"EndpointConfigs", summaries}};
-    if (page.next_token) out["NextToken"] = *page.next_token;
-    return out;
+    auto listed = ListDefinitions(*configs, *ctx, in, "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn");
+    if (auto* error = std::get_if<aws::AwsError>(&listed)) return *error;
+    return std::get<json>(std::move(listed));
   });
 
   // Allowed while endpoints use the configuration: their deployments hold a copy (§8.4).

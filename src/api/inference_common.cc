@@ -115,4 +115,35 @@ std::variant<Page, aws::AwsError> Paginate(std::vector<ListItem> items, const js
   return page;
 }
 
+std::variant<nlohmann::json, aws::AwsError> ListDefinitions(store::DefinitionRepository& repository,
+                                                            const EndpointsContext& context,
+                                                            const nlohmann::json& in, const char* list_member,
+                                                            const char* name_member, const char* arn_member) {
+  using nlohmann::json;
+  store::DefinitionListQuery query;
+  if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
+  query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
+  query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
+  auto rows = repository.List(query);
+  if (!rows.ok()) return Internal(rows.status());
+  const bool by_name = StringMember(in, "SortBy", "CreationTime") == "Name";
+  std::vector<ListItem> items;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& r = (*rows)[i];
+    items.push_back({by_name ? json(ToLower(r.name)) : json(r.creation_millis), r.name, i});
+  }
+  auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
+                        NowMillis(context));
+  if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
+  const Page& page = std::get<Page>(paged);
+  json summaries = json::array();
+  for (size_t i : page.indices) {
+    const auto& r = (*rows)[i];
+    summaries.push_back({{name_member, r.name}, {arn_member, r.arn}, {"CreationTime", Seconds(r.creation_millis)}});
+  }
+  json out = {{list_member, summaries}};
+  if (page.next_token) out["NextToken"] = *page.next_token;
+  return out;
+}
+
 }  // namespace kiln::api::inference

@@ -14,6 +14,7 @@
 #include "api/endpoints.h"
 #include "aws/errors.h"
 #include "base/status.h"
+#include "store/endpoint_repository.h"
 #include "store/training_job_repository.h"
 
 namespace kiln::api::inference {
@@ -66,5 +67,13 @@ struct Page {
 // older than 24 h → ValidationException "The provided NextToken is invalid." (§4).
 std::variant<Page, aws::AwsError> Paginate(std::vector<ListItem> items, const nlohmann::json& in, bool descending,
                                            int64_t now_millis);
+
+// ListModels / ListEndpointConfigs: NameContains and CreationTime filters, SortBy Name or
+// CreationTime (default), SortOrder (default Descending), paging; each summary is
+// {<name_member>, <arn_member>, CreationTime} under `list_member`.
+std::variant<nlohmann::json, aws::AwsError> ListDefinitions(store::DefinitionRepository& repository,
+                                                            const EndpointsContext& context,
+                                                            const nlohmann::json& in, const char* list_member,
+                                                            const char* name_member, const char* arn_member);
 
 }  // namespace kiln::api::inference

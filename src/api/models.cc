@@ -98,30 +98,9 @@ void RegisterModelOperations(JsonService* service, const EndpointsContext& conte
   });
 
   service->Register("ListModels", [ctx, models](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::DefinitionListQuery query;
-    if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
-    query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
-    query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
-    auto rows = models->List(query);
-    if (!rows.ok()) return Internal(rows.status());
-    const bool by_name = StringMember(in, "SortBy", "CreationTime") == "Name";
-    std::vector<ListItem> items;
-    for (size_t i = 0; i < rows->size(); ++i) {
-      const auto& r = (*rows)[i];
-      items.push_back({by_name ? json(ToLower(r.name)) : json(r.creation_millis), r.name, i});
-    }
-    auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
-                          NowMillis(*ctx));
-    if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
-    const Page& page = std::get<Page>(paged);
-    json summaries = json::array();
-    for (size_t i : page.indices) {
-      const auto& r = (*rows)[i];
-      summaries.push_back({{"ModelName", r.name}, {"ModelArn", r.arn}, {"CreationTime", Seconds(r.creation_millis)}});
-    }
-    json out = {{"Models", summaries}};
-    if (page.next_token) out["NextToken"] = *page.next_token;
-    return out;
+    auto listed = ListDefinitions(*models, *ctx, in, "Models", "ModelName", "ModelArn");
+    if (auto* error = std::get_if<aws::AwsError>(&listed)) return *error;
+    return std::get<json>(std::move(listed));
   });
 
   // Allowed while endpoints use the model: their deployments hold a copy (§8.3).

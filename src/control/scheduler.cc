@@ -382,24 +382,23 @@ Status Scheduler::Enqueue(const ScheduleRequest& request) {
   if (granted_.count(request.id) != 0) {
     return Status::AlreadyExists("request " + request.id + " already holds a grant");
   }
-  for (const Queued& q : queue_) {
-    if (q.request.id == request.id) return Status::Ok();
-  }
+  if (IsQueuedLocked(request.id)) return Status::Ok();
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), request.seq,
                               [](int64_t seq, const Queued& q) { return seq < q.request.seq; });
   queue_.insert(pos, Queued{request, std::move(need)});
   return Status::Ok();
 }
 
+bool Scheduler::IsQueuedLocked(const std::string& id) const {
+  return std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; });
+}
+
 Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
   if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
   ASSIGN_OR_RETURN(Need need, ComputeNeed(request.instance_type, request.instance_count));
   std::lock_guard<std::mutex> lock(mu_);
-  if (granted_.count(request.id) != 0) {
-    return Status::AlreadyExists("request " + request.id + " already holds a grant");
-  }
-  for (const Queued& q : queue_) {
-    if (q.request.id == request.id) return Status::AlreadyExists("request " + request.id + " is queued");
+  if (granted_.count(request.id) != 0 || IsQueuedLocked(request.id)) {
+    return Status::AlreadyExists("request " + request.id + " is already queued or granted");
   }
   std::optional<std::vector<Allocation>> allocations = TryAllocateLocked(need, request.instance_count);
   if (!allocations) {

@@ -207,6 +207,7 @@ class Scheduler {
   std::vector<int> EligibleGpus(const std::string& gpu_model) const;
   // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
   // and changes nothing.
+  bool IsQueuedLocked(const std::string& id) const;
   std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count);
   void FreeLocked(const std::vector<Allocation>& allocations);
   std::string HolderOfCpuLocked(int cpu) const;

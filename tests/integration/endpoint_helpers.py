@@ -14,6 +14,8 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
+from training_helpers import wait_until  # noqa: F401 (re-exported for the endpoint tests)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVE_APP = os.path.join(HERE, "endpoints", "serve_app.py")
 SERVE_IMAGE = "local:" + SERVE_APP
@@ -116,17 +118,6 @@ def invoke_error(rt, name, body=b"{}", **kwargs):
     with pytest.raises(ClientError) as info:
         rt.invoke_endpoint(EndpointName=name, Body=body, **kwargs)
     return info.value.response
-
-
-def wait_until(predicate, timeout=60, poll=0.2, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-        time.sleep(poll)
 
 
 def endpoint_gone(sm, name):
