@@ -92,6 +92,27 @@ TEST(SchedulerTest, HeadOfLineBlocksSmallerLaterRequests) {
   EXPECT_EQ(s.WaitingMessage("c"), "");
 }
 
+TEST(SchedulerTest, AllocateNowGoesAheadOfTheQueueOnlyWhenItFits) {
+  Scheduler s(Options(Host(6, 64)), Catalog());
+  ASSERT_TRUE(s.Enqueue({"a", 1, "ml.m5.xlarge", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"b", 2, "ml.m5.xlarge", 1}).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("a"));  // 2 vCPUs left; b waits at the head
+  auto endpoint = s.AllocateNow({"ep-1", 0, "ml.m5.large", 1});
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  ASSERT_EQ(endpoint->size(), 1u);
+  EXPECT_EQ((*endpoint)[0].cpus.size(), 2u);
+  auto full = s.AllocateNow({"ep-2", 0, "ml.m5.large", 1});
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("does not fit now"), std::string::npos) << full.status().ToString();
+  EXPECT_FALSE(s.Granted("ep-2").has_value());  // nothing held after a refusal
+  EXPECT_EQ(s.AllocateNow({"ep-1", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.AllocateNow({"b", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);  // queued
+  EXPECT_EQ(s.AllocateNow({"ep-3", 0, "ml.nope", 1}).status().code(), StatusCode::kResourceExhausted);
+  s.Release("ep-1");
+  s.Release("a");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("b"));
+}
+
 TEST(SchedulerTest, AllocationsAreConcreteAndDisjoint) {
   Scheduler s(Options(Host(8, 64)), Catalog());
   ASSERT_TRUE(s.Enqueue({"two-hosts", 1, "ml.m5.large", 2}).ok());
