@@ -133,7 +133,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
     if (e.contains("port_range")) {
       const json& r = e["port_range"];
       if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
-        return Status::InvalidArgument(path + ": endpoints.port_range must be [first, end), e.g. [30000, 40000]");
+        return Status::InvalidArgument(path + ": endpoints.port_range must be [first, end), e.g. [20000, 30000]");
       }
       config->endpoints.port_range_begin = r[0].get<int>();
       config->endpoints.port_range_end = r[1].get<int>();

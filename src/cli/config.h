@@ -25,7 +25,7 @@
 //     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
-//                   "health_interval_seconds": 5, "port_range": [30000, 40000]}
+//                   "health_interval_seconds": 5, "port_range": [20000, 30000]}
 //   }
 
 #include <optional>
@@ -59,8 +59,8 @@ struct EndpointsConfig {
   int invocation_timeout_seconds = 60;  // container answer budget (AWS: 60 s)
   int stop_grace_seconds = 30;          // SIGTERM → SIGKILL (AWS behaviour)
   double health_interval_seconds = 5;   // pings of routable instances
-  int port_range_begin = 30000;         // instance ports, blocks of 100 (process runtime)
-  int port_range_end = 40000;
+  int port_range_begin = 20000;  // instance ports, blocks of 100; below Linux's ephemeral range (32768+)
+  int port_range_end = 30000;
 };
 
 struct Config {

@@ -66,9 +66,11 @@ struct EndpointControllerOptions {
   std::string region = "us-east-1";
   std::string account_id = "000000000000";
   std::string endpoint_url;  // Kiln as instances reach it (AWS_ENDPOINT_URL)
-  // Instance ports: blocks of 100 inside [port_range_begin, port_range_end).
-  int port_range_begin = 30000;
-  int port_range_end = 40000;
+  // Instance ports: blocks of 100 inside [port_range_begin, port_range_end). Below Linux's
+  // ephemeral range (32768+), so that an outgoing connection cannot take a port between its
+  // reservation and the container binding it.
+  int port_range_begin = 20000;
+  int port_range_end = 30000;
   std::chrono::seconds stop_grace{30};                // SIGTERM → SIGKILL (AWS behaviour)
   std::chrono::milliseconds health_interval{5000};    // pings of a routable instance
   int unhealthy_threshold = 3;                        // consecutive failed pings
