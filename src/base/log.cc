@@ -75,6 +75,9 @@ std::mutex g_flusher_mutex;
 std::condition_variable g_flusher_wake;
 bool g_flusher_stop = false;
 std::thread g_flusher;
+// Leaked on purpose: flushed by the flusher thread and at exit, after spdlog's registry (which
+// owns the logger) may already be gone.
+std::shared_ptr<spdlog::sinks::sink>* g_sink = nullptr;
 
 void StartFlusher() {
   if (g_flusher.joinable()) return;
@@ -82,7 +85,7 @@ void StartFlusher() {
     std::unique_lock<std::mutex> lock(g_flusher_mutex);
     while (!g_flusher_wake.wait_for(lock, std::chrono::milliseconds(100), [] { return g_flusher_stop; })) {
       lock.unlock();
-      if (auto logger = spdlog::default_logger()) logger->flush();
+      if (g_sink != nullptr) (*g_sink)->flush();
       lock.lock();
     }
   });
@@ -106,13 +109,16 @@ void InitLogging(std::string_view level, LogFormat format) {
   // process-wide mutex, a write(2) under a global lock on every request of the invoke path (and
   // an async logger would wake its thread per line instead). The periodic flusher thread is
   // started here, so call this after blocking the signals other threads must not take.
-  auto logger = std::make_shared<spdlog::logger>("kiln", std::make_shared<BufferedStderrSink>());
-  StartFlusher();
-  std::atexit([] {
-    StopFlusher();
-    spdlog::shutdown();
-  });
-  spdlog::set_default_logger(logger);
+  if (g_sink == nullptr) g_sink = new std::shared_ptr<spdlog::sinks::sink>(std::make_shared<BufferedStderrSink>());
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("kiln", *g_sink));
+  if (!g_flusher.joinable()) {
+    StartFlusher();
+    // Touches only the sink: static destructors (spdlog's registry among them) may run first.
+    std::atexit([] {
+      StopFlusher();
+      (*g_sink)->flush();
+    });
+  }
   if (format == LogFormat::kJson) {
     spdlog::set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l",%v})", spdlog::pattern_time_type::utc);
   } else {
