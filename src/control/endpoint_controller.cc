@@ -747,22 +747,16 @@ class EndpointController::EndpointRun {
     if (all_ready && !extra) {
       if (record.status == "Creating" || (record.status == "Updating" && record.pending.is_null()) ||
           record.status == "SystemUpdating") {
-        return Transition(record, [&](store::EndpointRecord& rec) {
-          rec.status = "InService";
-          return Status::Ok();
-        });
+        return Complete(record, record);
       }
       if (record.status == "Updating" && !record.pending.is_null()) {
         // Every new instance is healthy: move all traffic in one snapshot, then drain the old.
-        std::string new_config = record.pending.value("EndpointConfigName", record.config_name);
-        return Transition(record, [&](store::EndpointRecord& rec) {
-          rec.deployment = rec.pending;
-          rec.pending = nullptr;
-          rec.config_name = new_config;
-          rec.status = "InService";
-          rec.failure_reason.clear();
-          return Status::Ok();
-        });
+        store::EndpointRecord next = record;
+        next.config_name = record.pending.value("EndpointConfigName", record.config_name);
+        next.deployment = record.pending;
+        next.pending = nullptr;
+        next.failure_reason.clear();
+        return Complete(record, std::move(next));
       }
     }
 
@@ -839,6 +833,23 @@ class EndpointController::EndpointRun {
 
   // The AWS-shaped ProductionVariants summaries and the instance records, written when changed.
   void WriteObserved(const store::EndpointRecord& record, const json& routed) {
+    json observed = Observed(record, routed);
+    if (observed == last_observed_ && !credential_dirty_) return;
+    int64_t version = record.version;
+    auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
+      if (rec.version != version) return Status::Aborted("changed meanwhile");
+      for (auto& [k, v] : observed.items()) rec.state[k] = v;
+      return Status::Ok();
+    });
+    if (written.ok()) {
+      last_observed_ = observed;
+      credential_dirty_ = false;
+    } else {
+      Retry();
+    }
+  }
+
+  json Observed(const store::EndpointRecord& record, const json& routed) const {
     json variants = json::array();
     int64_t generation = Generation(routed);
     for (const std::string& variant : VariantNames(routed)) {
@@ -883,22 +894,43 @@ class EndpointController::EndpointRun {
     }
     json observed = {{"ProductionVariants", variants}, {"Instances", instances}};
     if (!credential_.access_key_id.empty()) observed["Credentials"] = CredentialToJson(credential_);
-    if (observed == last_observed_ && !credential_dirty_) return;
-    int64_t version = record.version;
-    auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
-      if (rec.version != version) return Status::Aborted("changed meanwhile");
+    return observed;
+  }
+
+  // Status changes that end an operation (→ InService): the route is published and the observed
+  // state computed for the record as it will be, and both are written with the status in one
+  // transaction, so that a client seeing InService also sees (and gets) the new weights, counts
+  // and deployment.
+  bool Complete(const store::EndpointRecord& record, store::EndpointRecord next) {
+    next.status = "InService";
+    Publish(next, next.deployment, Generation(next.deployment));
+    json observed = Observed(next, next.deployment);
+    bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
+      rec.status = next.status;
+      rec.deployment = next.deployment;
+      rec.pending = next.pending;
+      rec.config_name = next.config_name;
+      rec.failure_reason = next.failure_reason;
       for (auto& [k, v] : observed.items()) rec.state[k] = v;
       return Status::Ok();
     });
-    if (written.ok()) {
+    if (written) {
       last_observed_ = observed;
       credential_dirty_ = false;
-    } else {
-      Retry();
     }
+    Retry();
+    return false;
   }
 
   bool Transition(const store::EndpointRecord& record, const std::function<Status(store::EndpointRecord&)>& change) {
+    TransitionWritten(record, change);
+    Retry();  // reconcile again at once from what was written (or what changed meanwhile)
+    return false;
+  }
+
+  // True when written (false: the row changed meanwhile, or the store failed).
+  bool TransitionWritten(const store::EndpointRecord& record,
+                         const std::function<Status(store::EndpointRecord&)>& change) {
     int64_t version = record.version;
     auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
       if (rec.version != version) return Status::Aborted("changed meanwhile");
@@ -906,11 +938,9 @@ class EndpointController::EndpointRun {
       rec.last_modified_millis = NowMillis();
       return Status::Ok();
     });
-    if (written.ok()) {
-      KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", written->status}});
-    }
-    Retry();  // reconcile again at once from what was written (or what changed meanwhile)
-    return false;
+    if (!written.ok()) return false;
+    KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", written->status}});
+    return true;
   }
 
   bool FailEndpoint(const store::EndpointRecord& record, const std::string& reason) {
