@@ -10,7 +10,10 @@
 // snapshot and waiting until `outstanding` reaches 0.
 //
 // Thread-safety: RoutingTable methods may be called from any thread. Readers hold a
-// shared_ptr to the snapshot they read for the whole request.
+// shared_ptr to the snapshot they read for the whole request, and nothing longer: the endpoint
+// controller considers an instance drained once its InstanceTarget is referenced by nothing but
+// the controller (no published snapshot, no request holding one), so readers must not keep a
+// route or a target beyond the request.
 
 #include <atomic>
 #include <cstdint>
