@@ -347,7 +347,12 @@ class EndpointController::InstanceRun {
     spec_.launched_millis = NowMillis();
     launched_ = true;
     KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-                                              {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)}});
+                                              {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
+                                              {"note", shared_note_}});
+    if (!shared_note_.empty()) {
+      KLOG(warn, "endpoint instance runs unreserved", {{"endpoint", spec_.endpoint_name},
+                                                       {"instance", spec_.instance_id}, {"reason", shared_note_}});
+    }
     on_change_();
   }
 
