@@ -203,6 +203,71 @@ TEST(S3RequestTest, BucketNames) {
   EXPECT_FALSE(s3::IsValidBucketName(std::string(64, 'a')));
 }
 
+// Issue 9: every general purpose naming rule of the S3 user guide, each on its own, with names
+// just inside every bound still accepted.
+TEST(S3RequestTest, BucketNamingRulesOneByOne) {
+  struct Case {
+    const char* name;
+    const char* rule;  // nullptr: valid
+  };
+  const std::string max_len(63, 'a');
+  const std::string too_long(64, 'a');
+  const Case cases[] = {
+      {"abc", nullptr},
+      {max_len.c_str(), nullptr},
+      {"ab", "is not 3 to 63 characters long"},
+      {too_long.c_str(), "is not 3 to 63 characters long"},
+      {"", "is not 3 to 63 characters long"},
+      {"my_bucket", "has a character other than a-z, 0-9, '.' and '-'"},
+      {"MyBucket", "has a character other than a-z, 0-9, '.' and '-'"},
+      {"my bucket", "has a character other than a-z, 0-9, '.' and '-'"},
+      {"-abc", "does not begin and end with a letter or digit"},
+      {"abc-", "does not begin and end with a letter or digit"},
+      {".abc", "does not begin and end with a letter or digit"},
+      {"abc.", "does not begin and end with a letter or digit"},
+      {"1abc9", nullptr},
+      {"a..b", "has two adjacent periods"},
+      {"a.b.c", nullptr},
+      {"a-.b", "has a '-' next to a '.'"},
+      {"a.-b", "has a '-' next to a '.'"},
+      {"192.168.5.4", "is formatted as an IP address"},
+      {"10.0.0.1", "is formatted as an IP address"},
+      {"10.0.0.1a", nullptr},
+      {"1.2.3", nullptr},
+      {"1.2.3.4.5", nullptr},
+      {"xn--bucket", "starts with the reserved prefix xn--"},
+      {"xn-bucket", nullptr},
+      {"axn--bucket", nullptr},
+      {"sthree-bucket", "starts with the reserved prefix sthree-"},
+      {"sthree-configurator", "starts with the reserved prefix sthree-"},
+      {"sthree-configurator-x", "starts with the reserved prefix sthree-"},
+      {"sthreebucket", nullptr},
+      {"amzn-s3-demo-bucket", "starts with the reserved prefix amzn-s3-demo-"},
+      {"amzn-s3-demobucket", nullptr},
+      {"bucket-s3alias", "ends with the reserved suffix -s3alias"},
+      {"bucket-s3aliasx", nullptr},
+      {"bucket--ol-s3", "ends with the reserved suffix --ol-s3"},
+      {"bucket-ol-s3", nullptr},
+      {"bucket.mrap", "ends with the reserved suffix .mrap"},
+      {"bucketmrap", nullptr},
+      {"bucket--usw2-az1--x-s3", "ends with the reserved suffix --x-s3"},
+      {"bucket-x-s3", nullptr},
+      {"bucket--table-s3", "ends with the reserved suffix --table-s3"},
+      {"bucket-table-s3", nullptr},
+      {"sagemaker-us-east-1-123456789012", nullptr},
+  };
+  for (const Case& c : cases) {
+    auto violation = s3::BucketNameViolation(c.name);
+    if (c.rule == nullptr) {
+      EXPECT_FALSE(violation.has_value()) << c.name << ": " << violation.value_or("");
+      EXPECT_TRUE(s3::IsValidBucketName(c.name)) << c.name;
+    } else {
+      EXPECT_EQ(violation.value_or("<valid>"), c.rule) << c.name;
+      EXPECT_FALSE(s3::IsValidBucketName(c.name)) << c.name;
+    }
+  }
+}
+
 TEST(S3RequestTest, QueryDecoding) {
   auto q = s3::QueryParams::Parse("prefix=a%2Fb+c&delimiter=%2F&uploads&x=%zz");
   EXPECT_EQ(q.GetOr("prefix", ""), "a/b c");
@@ -294,6 +359,17 @@ TEST_F(S3ApiTest, CreateBucketLifecycle) {
   auto bad = Do("PUT", "/Bad_Name");
   EXPECT_EQ(bad->status, 400);
   EXPECT_THAT(bad->body, HasSubstr("<Code>InvalidBucketName</Code>"));
+  // Reserved prefixes and suffixes answer exactly as S3 does, and nothing is created.
+  for (const char* reserved : {"xn--bucket", "sthree-bucket", "sthree-configurator", "amzn-s3-demo-bucket",
+                               "bucket-s3alias", "bucket--ol-s3", "bucket.mrap", "bucket--use1-az4--x-s3",
+                               "bucket--table-s3"}) {
+    auto refused = Do("PUT", std::string("/") + reserved);
+    EXPECT_EQ(refused->status, 400) << reserved;
+    EXPECT_THAT(refused->body, HasSubstr("<Code>InvalidBucketName</Code>")) << reserved;
+    EXPECT_THAT(refused->body, HasSubstr("<Message>The specified bucket is not valid.</Message>")) << reserved;
+    EXPECT_THAT(refused->body, HasSubstr(std::string("<BucketName>") + reserved + "</BucketName>")) << reserved;
+    EXPECT_FALSE(store_.HeadBucket(reserved).ok()) << reserved;
+  }
 
   auto west = Do("PUT", "/west-bucket", {},
                  "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
@@ -314,6 +390,23 @@ TEST_F(S3ApiTest, CreateBucketLifecycle) {
   EXPECT_THAT(malformed->body, HasSubstr("MalformedXML"));
 }
 
+
+// A bucket whose name a newer rule reserves (made before the rule, or directly in the store) stays
+// usable: the rules guard CreateBucket only.
+TEST_F(S3ApiTest, ExistingBucketWithReservedNameStaysUsable) {
+  MakeBucket("xn--legacy");
+  EXPECT_EQ(Do("HEAD", "/xn--legacy")->status, 200);
+  EXPECT_EQ(Do("PUT", "/xn--legacy/k", {}, "v")->status, 200);
+  auto get = Do("GET", "/xn--legacy/k");
+  EXPECT_EQ(get->status, 200);
+  EXPECT_EQ(get->body, "v");
+  EXPECT_THAT(Do("GET", "/xn--legacy?list-type=2")->body, HasSubstr("<Key>k</Key>"));
+  auto again = Do("PUT", "/xn--legacy");
+  EXPECT_EQ(again->status, 400);
+  EXPECT_THAT(again->body, HasSubstr("<Code>InvalidBucketName</Code>"));
+  EXPECT_EQ(Do("DELETE", "/xn--legacy/k")->status, 204);
+  EXPECT_EQ(Do("DELETE", "/xn--legacy")->status, 204);
+}
 TEST_F(S3ApiTest, HeadBucketErrorsHaveEmptyBodies) {
   auto missing = Do("HEAD", "/nope-bucket");
   EXPECT_EQ(missing->status, 404);

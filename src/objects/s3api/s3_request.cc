@@ -81,25 +81,41 @@ Result<Address> ResolveAddress(std::string_view host_header, std::string_view ra
   return out;
 }
 
-bool IsValidBucketName(std::string_view name) {
-  if (name.size() < 3 || name.size() > 63) return false;
+namespace {
+
+// Reserved by AWS for other kinds of names that share the bucket namespace.
+constexpr std::string_view kReservedBucketPrefixes[] = {"xn--", "sthree-", "amzn-s3-demo-"};
+constexpr std::string_view kReservedBucketSuffixes[] = {"-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"};
+
+}  // namespace
+
+std::optional<std::string> BucketNameViolation(std::string_view name) {
+  if (name.size() < 3 || name.size() > 63) return "is not 3 to 63 characters long";
   auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   for (char c : name) {
-    if (!alnum(c) && c != '.' && c != '-') return false;
+    if (!alnum(c) && c != '.' && c != '-') return "has a character other than a-z, 0-9, '.' and '-'";
   }
-  if (!alnum(name.front()) || !alnum(name.back())) return false;
-  if (name.find("..") != std::string_view::npos) return false;
-  if (name.find(".-") != std::string_view::npos || name.find("-.") != std::string_view::npos) return false;
-  // Not formatted as an IPv4 address.
+  if (!alnum(name.front()) || !alnum(name.back())) return "does not begin and end with a letter or digit";
+  if (name.find("..") != std::string_view::npos) return "has two adjacent periods";
+  if (name.find(".-") != std::string_view::npos || name.find("-.") != std::string_view::npos) {
+    return "has a '-' next to a '.'";
+  }
+  // Formatted as an IPv4 address: four dot-separated runs of digits.
   auto parts = Split(name, '.');
   if (parts.size() == 4) {
     bool all_numeric = true;
     for (auto p : parts) {
       if (!ParseUint64(p)) all_numeric = false;
     }
-    if (all_numeric) return false;
+    if (all_numeric) return "is formatted as an IP address";
   }
-  return true;
+  for (std::string_view prefix : kReservedBucketPrefixes) {
+    if (StartsWith(name, prefix)) return "starts with the reserved prefix " + std::string(prefix);
+  }
+  for (std::string_view suffix : kReservedBucketSuffixes) {
+    if (EndsWith(name, suffix)) return "ends with the reserved suffix " + std::string(suffix);
+  }
+  return std::nullopt;
 }
 
 RangeSpec ParseRange(std::string_view header, uint64_t size) {

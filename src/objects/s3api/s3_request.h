@@ -46,9 +46,20 @@ struct Address {
 Result<Address> ResolveAddress(std::string_view host_header, std::string_view raw_path,
                                const std::vector<std::string>& suffixes);
 
-// S3 bucket naming rules for CreateBucket (spec §10.1): 3–63 of [a-z0-9.-], starting and ending
-// with a letter or digit, no "..", not an IPv4 address.
-bool IsValidBucketName(std::string_view name);
+// AWS's general purpose bucket naming rules, applied by CreateBucket only (spec §10.1; the S3 user
+// guide's "General purpose bucket naming rules"), so that a bucket created before a rule existed
+// stays usable:
+//   3–63 characters of a-z 0-9 '.' '-'; begins and ends with a letter or digit; no two adjacent
+//   periods (and, as S3 answers, no '-' beside a '.'); not formatted as an IPv4 address;
+//   not starting with the reserved prefixes xn--, sthree- (which covers sthree-configurator),
+//   amzn-s3-demo-; not ending with the reserved suffixes -s3alias (access point aliases),
+//   --ol-s3 (Object Lambda access point aliases), .mrap (Multi-Region Access Points), --x-s3
+//   (directory buckets), --table-s3 (table buckets).
+// Returns the rule `name` breaks as a phrase ("starts with the reserved prefix xn--"), or
+// nullopt when it keeps all of them. S3's answer is the same for every rule: InvalidBucketName,
+// 400, "The specified bucket is not valid.".
+std::optional<std::string> BucketNameViolation(std::string_view name);
+inline bool IsValidBucketName(std::string_view name) { return !BucketNameViolation(name).has_value(); }
 
 // Outcome of a Range header against an object of `size` bytes.
 struct RangeSpec {
