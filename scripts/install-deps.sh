@@ -16,6 +16,7 @@ done
 build_pkgs=(
   build-essential cmake pkg-config git ca-certificates
   libboost-dev libboost-system-dev         # Beast/Asio: HTTP server and client
+  libboost-stacktrace1.74-dev              # symbolised backtraces in the crash report (libbacktrace)
   nlohmann-json3-dev                       # JSON codec for the AWS JSON protocols
   libsqlite3-dev                           # durable state
   libssl-dev                               # SHA-256/HMAC/MD5 for SigV4 and ETags

@@ -1,4 +1,5 @@
 #include "base/log.h"
+#include "base/log_flush.h"
 
 #include <unistd.h>
 
@@ -47,6 +48,13 @@ void AppendQuoted(std::string& out, std::string_view v) {
 }
 // Appends formatted lines to a buffer; flush() (periodic, on warn+, at exit) writes it to fd 2.
 class BufferedStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  // Writes what is buffered if no other thread holds the sink (see TryFlushLogs).
+  void TryFlush() {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) flush_();
+  }
+
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     spdlog::memory_buf_t formatted;
@@ -126,6 +134,11 @@ void InitLogging(std::string_view level, LogFormat format) {
   }
   spdlog::set_level(spdlog::level::from_str(std::string(level)));
   spdlog::flush_on(spdlog::level::warn);
+}
+
+void TryFlushLogs() {
+  if (g_sink == nullptr) return;
+  if (auto* sink = dynamic_cast<BufferedStderrSink*>(g_sink->get())) sink->TryFlush();
 }
 
 std::string FormatLogLine(std::string_view msg, std::initializer_list<LogField> fields) {
