@@ -10,6 +10,14 @@
 // - Stop() signals an eventfd that every idle keep-alive reader and the acceptor poll on, so idle
 //   connections close at once; requests in flight finish (they see stopping_ and answer with
 //   `Connection: close`); after the grace period, every registered socket is shut down.
+// - Limits: every accepted connection gets a ConnSlot in the registry (conns_, under mu_) from
+//   accept until its fd is closed. The slot's phase says whether the connection is idle (no byte
+//   yet, or between requests). When a new connection would pass max_connections or
+//   max_connections_per_address, the acceptor closes an idle one (shutdown() wakes its worker,
+//   which sees EOF and closes) and waits for its slot to go before admitting the new one, so the
+//   thread count stays bounded by max_connections. The worker and the acceptor race for an idle
+//   slot with one CAS each (worker: idle → busy on the first byte; acceptor: idle → evicted), so
+//   a connection whose request is being read is never closed for room.
 
 #include "net/http_server.h"
 
@@ -34,7 +42,8 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
-#include <unordered_set>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -47,6 +56,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "net/http_server_testing.h"
 #include "net/socket_io.h"
 
 namespace kiln::net {
@@ -126,14 +136,81 @@ std::string FormatAddress(const sockaddr_storage& ss) {
   return "unknown";
 }
 
+int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The registry's view of one open connection, for the connection limits. Owned by the server's
+// registry (HttpServerImpl::conns_, under mu_) from accept until the worker closes the fd; the
+// worker serving it holds a pointer for that long.
+struct ConnSlot {
+  // kFresh: accepted, no byte read yet. kBusy: a request is being read or served (or bytes of
+  // the next one are buffered). kIdle: a keep-alive connection between requests. kEvicted: closed
+  // for room by the acceptor (terminal).
+  // Transitions: worker kFresh/kIdle → kBusy (TryClaim, loses to an eviction) and kBusy → kIdle
+  // (MarkIdle); acceptor kFresh/kIdle → kEvicted (CAS), after which it shuts the socket down.
+  enum Phase : int { kFresh, kBusy, kIdle, kEvicted };
+
+  uint64_t id = 0;  // accept order; unique for the server's lifetime
+  int fd = -1;
+  std::string address;  // remote IP without port: the per-address key
+  std::atomic<int> phase{kFresh};
+  std::atomic<int64_t> idle_since_ms{0};  // SteadyMillis() when it last became kFresh/kIdle
+
+  // The connection got a request byte. False when the acceptor evicted it first.
+  bool TryClaim() {
+    int p = phase.load(std::memory_order_acquire);
+    while (p == kFresh || p == kIdle) {
+      if (phase.compare_exchange_weak(p, kBusy, std::memory_order_acq_rel)) {
+        return true;
+      }
+    }
+    return p == kBusy;
+  }
+  void MarkIdle() {
+    idle_since_ms.store(SteadyMillis(), std::memory_order_relaxed);
+    phase.store(kIdle, std::memory_order_release);
+  }
+  bool idle() const {
+    int p = phase.load(std::memory_order_acquire);
+    return p == kFresh || p == kIdle;
+  }
+};
+
+// The per-address key: the IP text, with IPv4-mapped IPv6 shown as IPv4 (a dual-stack listener
+// must not give one client two budgets).
+std::string AddressKey(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+    return host;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a)) {
+      ::inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof(host));
+    } else {
+      ::inet_ntop(AF_INET6, &a, host, sizeof(host));
+    }
+    return host;
+  }
+  return "local";  // AF_UNIX (tests and fuzzers)
+}
+
 // Per-connection state. A worker thread keeps one and reuses it (buffers keep their capacity)
 // for every connection it serves.
 struct Connection {
   int fd = -1;
+  ConnSlot* slot = nullptr;  // the registry's entry; valid until Close()
   std::string remote_address;
   beast::flat_buffer buffer;
-  // True while waiting for the first byte of a request: the idle timeout applies and Stop()
-  // may interrupt the wait.
+  // True until the first request header has been read: the first-byte timeout applies instead
+  // of the idle timeout.
+  bool fresh = true;
+  // True while waiting for the first byte of a request: the first-byte or idle timeout applies,
+  // Stop() may interrupt the wait, and the acceptor may close the connection for room.
   bool idle_phase = false;
   // Set when the request stream may hold bytes we did not read (error paths, unread body).
   bool unread_input = false;
@@ -151,6 +228,7 @@ struct Connection {
 struct Limits {
   int io_timeout_ms;
   int idle_timeout_ms;
+  int first_byte_timeout_ms;
   int header_timeout_ms;
   int wake_fd;
 };
@@ -171,7 +249,9 @@ class FdReadStream {
         continue;
       }
       const bool idle = conn_->idle_phase;
-      int timeout_ms = idle ? limits_->idle_timeout_ms : limits_->io_timeout_ms;
+      int timeout_ms = !idle            ? limits_->io_timeout_ms
+                       : conn_->fresh ? limits_->first_byte_timeout_ms
+                                      : limits_->idle_timeout_ms;
       if (!idle && conn_->header_deadline) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*conn_->header_deadline -
                                                                           std::chrono::steady_clock::now())
@@ -201,9 +281,18 @@ class FdReadStream {
         ec = boost::asio::error::eof;
         return 0;
       }
-      if (idle && limits_->header_timeout_ms > 0) {
-        conn_->header_deadline =
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_->header_timeout_ms);
+      if (idle) {
+        if (!conn_->slot->TryClaim()) {
+          // The acceptor closed this idle connection for room just as the bytes came: drop them,
+          // as if they had come a moment later (the client sees the close, as for any keep-alive
+          // connection the server closes while idle).
+          ec = boost::asio::error::operation_aborted;
+          return 0;
+        }
+        if (limits_->header_timeout_ms > 0) {
+          conn_->header_deadline =
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_->header_timeout_ms);
+        }
       }
       conn_->idle_phase = false;
       return *r;
@@ -674,6 +763,7 @@ class HttpServerImpl final : public HttpServer {
         port_(port) {
     limits_.io_timeout_ms = MillisOrInfinite(options_.io_timeout_seconds);
     limits_.idle_timeout_ms = MillisOrInfinite(options_.idle_timeout_seconds);
+    limits_.first_byte_timeout_ms = MillisOrInfinite(options_.first_byte_timeout_seconds);
     limits_.header_timeout_ms = MillisOrInfinite(options_.header_timeout_seconds);
     limits_.wake_fd = wake_fd_;
   }
@@ -704,7 +794,12 @@ class HttpServerImpl final : public HttpServer {
       return;
     }
     stopped_ = true;
-    stopping_.store(true);
+    {
+      // Under mu_ so an acceptor waiting for an evicted slot sees it (no lost wake-up).
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_.store(true);
+    }
+    active_cv_.notify_all();
     uint64_t one = 1;
     // Never read back: the eventfd stays readable and wakes every poller, now and later.
     (void)!::write(wake_fd_, &one, sizeof(one));
@@ -715,20 +810,14 @@ class HttpServerImpl final : public HttpServer {
     {
       std::unique_lock<std::mutex> lock(mu_);
       active_cv_.wait_for(lock, std::chrono::seconds(std::max(grace_seconds, 0)),
-                          [this] { return active_ == 0; });
-    }
-    {
-      std::lock_guard<std::mutex> lock(conns_mu_);
-      force_ = true;
-      for (int fd : conns_) {
-        ::shutdown(fd, SHUT_RDWR);
+                          [this] { return conns_.empty(); });
+      force_.store(true);
+      for (const auto& [id, slot] : conns_) {
+        ::shutdown(slot->fd, SHUT_RDWR);
       }
-    }
-    {
       // Every socket operation now fails fast; only a handler blocked outside the socket can
       // keep us here.
-      std::unique_lock<std::mutex> lock(mu_);
-      active_cv_.wait(lock, [this] { return active_ == 0; });
+      active_cv_.wait(lock, [this] { return conns_.empty(); });
     }
     std::vector<std::thread> workers;
     {
@@ -742,11 +831,45 @@ class HttpServerImpl final : public HttpServer {
     }
   }
 
+  HttpServerStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    HttpServerStats s = counters_;
+    s.open_connections = conns_.size();
+    for (const auto& [id, slot] : conns_) {
+      s.idle_connections += slot->idle() ? 1 : 0;
+    }
+    return s;
+  }
+
+  // See ServeConnectionForTest (http_server_testing.h).
+  void ServeForTest(int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      addr.ss_family = AF_UNSPEC;
+    }
+    Pending p{fd, addr, nullptr};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p.slot = RegisterLocked(fd, AddressKey(addr));
+    }
+    Connection conn(options_.max_header_bytes + 64 * 1024);
+    ServeAccepted(conn, p);
+  }
+
  private:
   struct Pending {
     int fd;
     sockaddr_storage addr;
+    ConnSlot* slot;  // registered by the acceptor
   };
+
+  // How long the acceptor waits for an evicted connection's worker to close it.
+  static constexpr int kEvictionWaitMs = 1000;
+  // Back-off after accept() failed with nothing to evict (EMFILE and the like).
+  static constexpr int kAcceptBackoffMs = 100;
+  // Shedding and accept failures are logged at most this often (they come in floods).
+  static constexpr int64_t kShedLogIntervalMs = 10000;
 
   void AcceptLoop() {
     for (;;) {
@@ -762,24 +885,50 @@ class HttpServerImpl final : public HttpServer {
       if (fds[1].revents != 0) {
         return;
       }
-      Pending p;
+      Pending p{};
       socklen_t len = sizeof(p.addr);
       p.fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&p.addr), &len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (p.fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          KLOG(warn, "http accept failed", {{"error", std::strerror(errno)}});
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // don't spin
+        const int err = errno;
+        if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED ||
+            err == EPROTO) {
+          continue;  // the client gave up before we took it, or a spurious wake-up
+        }
+        NoteAcceptError(err);
+        // Out of descriptors or memory: an idle connection's descriptor is worth more to a
+        // waiting client. With none to close, wait (the pending connection keeps the listening
+        // socket readable, so retrying at once would spin).
+        if ((err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) &&
+            EvictIdleAndWait(nullptr)) {
+          continue;
+        }
+        pollfd wake{wake_fd_, POLLIN, 0};
+        if (::poll(&wake, 1, kAcceptBackoffMs) > 0) {
+          return;
         }
         continue;
       }
+      std::string address = AddressKey(p.addr);
+      bool admitted = false;
+      bool shed = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (active_ >= options_.max_connections) {
-          Reject(p.fd);
-          continue;
+        std::unique_lock<std::mutex> lock(mu_);
+        const uint64_t evicted_before = counters_.evicted;
+        admitted = AdmitLocked(lock, address);
+        if (admitted) {
+          p.slot = RegisterLocked(p.fd, std::move(address));
+        } else {
+          ++counters_.refused;
         }
-        ++active_;
+        shed = !admitted || counters_.evicted != evicted_before;
+      }
+      if (shed) {
+        MaybeLogShedding();
+      }
+      if (!admitted) {
+        Reject(p.fd);
+        continue;
       }
       int one = 1;
       ::setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -787,7 +936,150 @@ class HttpServerImpl final : public HttpServer {
     }
   }
 
-  // Over max_connections: answer 503 without blocking the acceptor, then close.
+  // Makes room for one more connection from `address`, closing idle connections as needed.
+  // False when the limits are reached and nothing can be closed (or the server is stopping).
+  bool AdmitLocked(std::unique_lock<std::mutex>& lock, const std::string& address) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs);
+    for (;;) {
+      if (stopping_.load()) {
+        return false;
+      }
+      auto it = per_address_.find(address);
+      const bool address_full =
+          it != per_address_.end() && it->second >= options_.max_connections_per_address;
+      const bool full = conns_.size() >= options_.max_connections;
+      if (!address_full && !full) {
+        return true;
+      }
+      // At the per-address limit only that address's connections make room; closing one of them
+      // also makes room under the total.
+      ConnSlot* victim = EvictLocked(address_full ? &address : nullptr);
+      if (victim == nullptr) {
+        return false;
+      }
+      if (!WaitGoneLocked(lock, victim->id, deadline)) {
+        return false;
+      }
+    }
+  }
+
+  // Closes one idle connection (from `address` only, when given) and waits until it is gone.
+  bool EvictIdleAndWait(const std::string* address) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ConnSlot* victim = EvictLocked(address);
+    if (victim == nullptr) {
+      return false;
+    }
+    return WaitGoneLocked(
+        lock, victim->id, std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs));
+  }
+
+  // Waits until the connection `id` has been closed by its worker. False on timeout or Stop.
+  bool WaitGoneLocked(std::unique_lock<std::mutex>& lock, uint64_t id,
+                      std::chrono::steady_clock::time_point deadline) {
+    return active_cv_.wait_until(lock, deadline, [&] { return stopping_.load() || !conns_.contains(id); }) &&
+           !stopping_.load();
+  }
+
+  // Picks the idle connection to close for room — never-used ones before keep-alive ones, the
+  // longest idle first, restricted to `address` when given — and shuts it down. Its worker then
+  // sees EOF and closes it. Returns the slot (still registered), or null when none is idle.
+  ConnSlot* EvictLocked(const std::string* address) {
+    struct Candidate {
+      int rank;  // 0 fresh, 1 keep-alive
+      int64_t since;
+      ConnSlot* slot;
+    };
+    std::vector<Candidate> candidates;
+    for (const auto& [id, slot] : conns_) {
+      int phase = slot->phase.load(std::memory_order_acquire);
+      if ((phase != ConnSlot::kFresh && phase != ConnSlot::kIdle) ||
+          (address != nullptr && slot->address != *address)) {
+        continue;
+      }
+      candidates.push_back({phase == ConnSlot::kFresh ? 0 : 1,
+                            slot->idle_since_ms.load(std::memory_order_relaxed), slot.get()});
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return std::tie(a.rank, a.since, a.slot->id) < std::tie(b.rank, b.since, b.slot->id);
+    });
+    for (const Candidate& c : candidates) {
+      // Bytes already waiting in the socket mean a request is arriving: leave it to its worker.
+      // (The fd stays open while registered: workers close only after unregistering under mu_.)
+      char byte;
+      ssize_t peeked = ::recv(c.slot->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (peeked > 0) {
+        continue;
+      }
+      int expected = c.rank == 0 ? ConnSlot::kFresh : ConnSlot::kIdle;
+      if (!c.slot->phase.compare_exchange_strong(expected, ConnSlot::kEvicted,
+                                                 std::memory_order_acq_rel)) {
+        continue;  // its worker just claimed it
+      }
+      ::shutdown(c.slot->fd, SHUT_RDWR);
+      ++counters_.evicted;
+      return c.slot;
+    }
+    return nullptr;
+  }
+
+  ConnSlot* RegisterLocked(int fd, std::string address) {
+    auto slot = std::make_unique<ConnSlot>();
+    slot->id = ++next_id_;
+    slot->fd = fd;
+    slot->address = std::move(address);
+    slot->idle_since_ms.store(SteadyMillis(), std::memory_order_relaxed);
+    ++per_address_[slot->address];
+    ++counters_.accepted;
+    ConnSlot* raw = slot.get();
+    conns_.emplace(raw->id, std::move(slot));
+    return raw;
+  }
+
+  // Removes the slot; closes its fd too when `close_fd` (in the same critical section, so that
+  // Stop() never shuts down a reused fd number and an acceptor that waited for the slot to go
+  // finds the descriptor free).
+  void UnregisterLocked(ConnSlot* slot, bool close_fd) {
+    auto it = per_address_.find(slot->address);
+    if (it != per_address_.end() && --it->second == 0) {
+      per_address_.erase(it);
+    }
+    if (close_fd) {
+      ::close(slot->fd);
+    }
+    conns_.erase(slot->id);
+  }
+
+  // Rate-limited warnings (the acceptor thread only; never under mu_).
+  void MaybeLogShedding() {
+    int64_t now = SteadyMillis();
+    if (now - last_shed_log_ms_ < kShedLogIntervalMs) {
+      return;
+    }
+    last_shed_log_ms_ = now;
+    HttpServerStats s = stats();
+    KLOG(warn, "http connection limits reached: closing idle connections, refusing when none is idle",
+         {{"open", std::to_string(s.open_connections)},
+          {"evicted_total", std::to_string(s.evicted)},
+          {"refused_total", std::to_string(s.refused)},
+          {"max_connections", std::to_string(options_.max_connections)},
+          {"max_connections_per_address", std::to_string(options_.max_connections_per_address)}});
+  }
+  void NoteAcceptError(int err) {
+    int64_t now = SteadyMillis();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counters_.accept_errors;
+    }
+    if (now - last_accept_log_ms_ < kShedLogIntervalMs) {
+      return;
+    }
+    last_accept_log_ms_ = now;
+    KLOG(warn, "http accept failed; closing an idle connection or retrying in 100 ms",
+         {{"error", std::strerror(err)}, {"open", std::to_string(stats().open_connections)}});
+  }
+
+  // Over the limits with nothing idle: answer 503 without blocking the acceptor, then close.
   void Reject(int fd) {
     static constexpr std::string_view kBusy =
         "HTTP/1.1 503 Service Unavailable\r\nServer: kiln\r\nContent-Length: 0\r\n"
@@ -808,19 +1100,20 @@ class HttpServerImpl final : public HttpServer {
       pool_cv_.notify_one();
       return;
     }
-    // Every worker is busy: grow the pool. Bounded by max_connections through active_.
+    // Every worker is busy: grow the pool. Bounded by max_connections through the registry.
     try {
       workers_.emplace_back([this] { WorkerLoop(); });
     } catch (const std::system_error& e) {
       // Out of threads: shed this connection rather than let the acceptor die.
       KLOG(error, "http worker thread creation failed", {{"error", e.what()}});
       queue_.pop_back();
-      Reject(p.fd);
       {
-        std::lock_guard<std::mutex> active_lock(mu_);
-        --active_;
+        std::lock_guard<std::mutex> registry_lock(mu_);
+        UnregisterLocked(p.slot, /*close_fd=*/false);
+        ++counters_.refused;
       }
       active_cv_.notify_all();
+      Reject(p.fd);
     }
   }
 
@@ -839,41 +1132,37 @@ class HttpServerImpl final : public HttpServer {
         p = queue_.front();
         queue_.pop_front();
       }
-      conn.fd = p.fd;
-      conn.remote_address = FormatAddress(p.addr);
-      conn.buffer.consume(conn.buffer.size());
-      conn.unread_input = false;
-      Register(conn.fd);
-      try {
-        Serve(conn);
-      } catch (const std::exception& e) {
-        KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
-        conn.unread_input = true;
-      } catch (...) {
-        conn.unread_input = true;
-      }
-      Close(conn);
+      ServeAccepted(conn, p);
       if (conn.buffer.capacity() > 256 * 1024) {
         conn.buffer.shrink_to_fit();  // one huge header must not pin memory for good
       }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --active_;
-      }
-      active_cv_.notify_all();
     }
   }
 
-  void Register(int fd) {
-    std::lock_guard<std::mutex> lock(conns_mu_);
-    conns_.insert(fd);
-    if (force_) {
-      ::shutdown(fd, SHUT_RDWR);
+  // Serves a registered connection until it should close, then closes it.
+  void ServeAccepted(Connection& conn, const Pending& p) {
+    conn.fd = p.fd;
+    conn.slot = p.slot;
+    conn.fresh = true;
+    conn.remote_address = FormatAddress(p.addr);
+    conn.buffer.consume(conn.buffer.size());
+    conn.unread_input = false;
+    if (force_.load()) {
+      ::shutdown(conn.fd, SHUT_RDWR);
     }
+    try {
+      Serve(conn);
+    } catch (const std::exception& e) {
+      KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
+      conn.unread_input = true;
+    } catch (...) {
+      conn.unread_input = true;
+    }
+    Close(conn);
   }
 
   void Close(Connection& conn) {
-    if (conn.unread_input && !force_) {
+    if (conn.unread_input && !force_.load()) {
       // Lingering close (see kLingerMillis).
       ::shutdown(conn.fd, SHUT_WR);
       char scratch[16 * 1024];
@@ -895,12 +1184,12 @@ class HttpServerImpl final : public HttpServer {
       }
     }
     {
-      // Unregister before close() so Stop() never shuts down a reused fd number.
-      std::lock_guard<std::mutex> lock(conns_mu_);
-      conns_.erase(conn.fd);
+      std::lock_guard<std::mutex> lock(mu_);
+      UnregisterLocked(conn.slot, /*close_fd=*/true);
     }
-    ::close(conn.fd);
+    active_cv_.notify_all();
     conn.fd = -1;
+    conn.slot = nullptr;
   }
 
   // Serves requests on one connection until it should close.
@@ -914,8 +1203,22 @@ class HttpServerImpl final : public HttpServer {
 
   // Returns true to keep the connection for another request.
   bool ServeOne(Connection& conn) {
-    conn.idle_phase = true;
     conn.header_deadline.reset();
+    if (conn.buffer.size() > 0) {
+      // Bytes of this request came with the previous one (pipelining): the connection is busy
+      // (the acceptor must not close it for room: the bytes are in our buffer, not the socket),
+      // and the header clock runs from now.
+      conn.idle_phase = false;
+      if (limits_.header_timeout_ms > 0) {
+        conn.header_deadline =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_.header_timeout_ms);
+      }
+    } else {
+      conn.idle_phase = true;
+      if (!conn.fresh) {
+        conn.slot->MarkIdle();
+      }
+    }
     RequestParser parser;
     parser.header_limit(static_cast<uint32_t>(
         std::min<size_t>(options_.max_header_bytes, std::numeric_limits<uint32_t>::max())));
@@ -940,6 +1243,7 @@ class HttpServerImpl final : public HttpServer {
       return false;
     }
     conn.idle_phase = false;
+    conn.fresh = false;
     auto& msg = parser.get();
     const unsigned version = msg.version();
     if (version != 10 && version != 11) {
@@ -1035,13 +1339,19 @@ class HttpServerImpl final : public HttpServer {
   bool stopped_ = false;
   std::thread acceptor_;
 
-  std::mutex mu_;
-  std::condition_variable active_cv_;
-  size_t active_ = 0;  // accepted connections not yet closed (queued or served); guarded by mu_
+  // The connection registry. Every accepted connection has a slot from accept until its fd is
+  // closed (queued or served); per_address_ counts them by AddressKey (no zero entries).
+  mutable std::mutex mu_;
+  std::condition_variable active_cv_;  // a slot went away, or stopping_ was set
+  std::unordered_map<uint64_t, std::unique_ptr<ConnSlot>> conns_;  // by ConnSlot::id; guarded by mu_
+  std::unordered_map<std::string, size_t> per_address_;            // guarded by mu_
+  uint64_t next_id_ = 0;                                            // guarded by mu_
+  HttpServerStats counters_;  // the cumulative fields; guarded by mu_
+  std::atomic<bool> force_{false};  // grace is over: sockets are shut down as they register
 
-  std::mutex conns_mu_;
-  std::unordered_set<int> conns_;  // fds being served; guarded by conns_mu_
-  bool force_ = false;             // grace is over: shut sockets down; guarded by conns_mu_
+  // Acceptor thread only.
+  int64_t last_shed_log_ms_ = -kShedLogIntervalMs;
+  int64_t last_accept_log_ms_ = -kShedLogIntervalMs;
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;
@@ -1073,8 +1383,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options
   if (!handler) {
     return Status::InvalidArgument("HttpServer needs a handler");
   }
-  if (options.max_connections == 0 || options.max_header_bytes < 256) {
-    return Status::InvalidArgument("max_connections must be >= 1 and max_header_bytes >= 256");
+  if (options.max_connections == 0 || options.max_connections_per_address == 0 ||
+      options.max_header_bytes < 256) {
+    return Status::InvalidArgument(
+        "max_connections and max_connections_per_address must be >= 1 and max_header_bytes >= 256");
   }
   std::string host;
   uint16_t port = 0;
@@ -1125,6 +1437,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options
   }
   return std::unique_ptr<HttpServer>(std::make_unique<HttpServerImpl>(
       std::move(options), std::move(handler), fd, wake, actual_port));
+}
+
+void ServeConnectionForTest(HttpServer& server, int fd) {
+  static_cast<HttpServerImpl&>(server).ServeForTest(fd);
 }
 
 }  // namespace kiln::net

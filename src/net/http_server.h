@@ -2,10 +2,24 @@
 // HTTP/1.1 server (Boost.Beast/Asio underneath; nothing here exposes Beast).
 //
 // Model: one acceptor thread; each accepted connection is served by a thread from a pool
-// (threads are reused; at most `max_connections` connections are served at once, further ones
-// get 503 and are closed). A connection serves requests one after another (keep-alive). For each
-// request the server reads and bounds the header, then calls the Handler with an HttpRequest
-// whose body is a ByteSource pulling from the socket: bodies stream through, never buffered whole.
+// (threads are reused; at most `max_connections` connections are open at once). A connection
+// serves requests one after another (keep-alive). For each request the server reads and bounds
+// the header, then calls the Handler with an HttpRequest whose body is a ByteSource pulling from
+// the socket: bodies stream through, never buffered whole.
+//
+// Connection limits (what an unauthenticated client can hold):
+//   - A new connection must send its first byte within `first_byte_timeout_seconds`, and each
+//     request header must be complete within `header_timeout_seconds` of its first byte.
+//   - At most `max_connections_per_address` connections are open from one IP address, and at most
+//     `max_connections` in all.
+//   - When a new connection would pass either limit, an *idle* connection is closed to make room
+//     (plain close, no bytes sent): first those that never sent a byte, then keep-alive ones
+//     between requests, oldest first; for the per-address limit only that address's. Only when
+//     every connection in the way is in the middle of a request is the new one refused, with
+//     `503 Service Unavailable` + `Connection: close`. Many idle connections therefore cannot lock
+//     new clients out (nginx and Envoy shed idle connections under overload the same way).
+//   - When accept() fails for lack of descriptors (EMFILE/ENFILE) or memory, an idle connection is
+//     closed to free one; with none to close, the acceptor backs off 100 ms at a time (no spin).
 //
 // Thread-safety: the Handler is called concurrently from many threads.
 //
@@ -74,8 +88,18 @@ struct HttpServerOptions {
   // Upper bound for any request body; larger declared bodies → 413 before the handler runs, and
   // streamed bodies fail with ResourceExhausted once past it. Handlers apply tighter limits.
   uint64_t max_body_bytes = 5ull * 1024 * 1024 * 1024 + 64 * 1024 * 1024;
-  // Connections served at once (each holds one thread while open).
+  // Connections open at once, in all (each holds one thread while open). At the cap an idle
+  // connection is closed for a new one; see the class comment.
   size_t max_connections = 512;
+  // Connections open at once from one IP address (IPv4-mapped IPv6 counts as the IPv4 address).
+  // Loopback is not exempt: every local client, including jobs and endpoint containers calling
+  // back, shares 127.0.0.1. Behind a proxy or NAT that funnels all clients through one address,
+  // raise it up to max_connections. Lowering it below a client's concurrency makes that client see
+  // 503s.
+  size_t max_connections_per_address = 128;
+  // A new connection that sends no byte within this long is closed (a client that connects ahead
+  // of time, as connection pools may, must send its request within it). 0 or less: no limit.
+  int first_byte_timeout_seconds = 10;
   // A keep-alive connection idle this long between requests is closed.
   int idle_timeout_seconds = 75;
   // A read or write that makes no progress this long fails (slowloris protection).
@@ -86,6 +110,16 @@ struct HttpServerOptions {
   // After the handler returns with body bytes unread, up to this many are drained to keep the
   // connection; beyond that it is closed.
   uint64_t max_drain_bytes = 1 << 20;
+};
+
+// Counters for logs, /metrics and tests. Every field is a snapshot; cumulative ones never reset.
+struct HttpServerStats {
+  size_t open_connections = 0;  // accepted and not yet closed (queued or served)
+  size_t idle_connections = 0;  // of those, waiting for a first byte or between requests
+  uint64_t accepted = 0;        // connections admitted since Start
+  uint64_t evicted = 0;         // idle connections closed to make room for a new one
+  uint64_t refused = 0;         // new connections answered 503 (limits reached, nothing idle)
+  uint64_t accept_errors = 0;   // accept() failures for lack of descriptors or memory
 };
 
 class HttpServer {
@@ -100,6 +134,8 @@ class HttpServer {
   // Stops accepting, lets requests in flight finish (up to `grace_seconds`), then closes every
   // connection and joins all threads. Idempotent.
   virtual void Stop(int grace_seconds = 10) = 0;
+  // Thread-safe; cheap (one mutex, a scan of the open connections).
+  virtual HttpServerStats stats() const = 0;
 };
 
 // Splits "host:port" / "[v6]:port" into parts. InvalidArgument when malformed.

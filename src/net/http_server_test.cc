@@ -1,13 +1,16 @@
 #include "net/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <string>
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "base/strings.h"
+#include "net/http_server_testing.h"
 
 namespace kiln::net {
 namespace {
@@ -29,15 +33,32 @@ using ::testing::StartsWith;
 // A tiny raw-socket HTTP client, so the tests see exactly the bytes on the wire.
 class RawClient {
  public:
-  explicit RawClient(uint16_t port) {
+  // Connects to 127.0.0.1:port, from the loopback address `source` (127.0.0.2, ...) when given:
+  // the server then sees a different remote address, for the per-address limit.
+  explicit RawClient(uint16_t port, const char* source = nullptr) : RawClient() {
+    Connect(port, source);
+  }
+  // Only creates the socket (a descriptor taken now, for when none may be left later).
+  RawClient() {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{5, 0};  // a broken server fails the test instead of hanging it
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  bool Connect(uint16_t port, const char* source = nullptr) {
+    if (source != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+        return false;
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{5, 0};  // a broken server fails the test instead of hanging it
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return connected_;
   }
   ~RawClient() { Close(); }
   RawClient(const RawClient&) = delete;
@@ -84,6 +105,13 @@ class RawClient {
     std::string out = std::move(pending_);
     pending_.clear();
     return out;
+  }
+
+  // True when the server has not closed the connection (nor sent anything): a read would block.
+  bool StillOpen() {
+    char c;
+    ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
 
   // True when the server closed the connection within `ms` (no more bytes arrive).
@@ -759,31 +787,314 @@ TEST_F(HttpServerTest, ManyConcurrentConnectionsAllServed) {
   EXPECT_EQ(ok.load(), kThreads * kRequests);
 }
 
-TEST_F(HttpServerTest, OverMaxConnectionsGets503) {
+// Waits up to `ms` for `condition` (polled every 5 ms).
+template <class F>
+bool WaitUntil(F condition, int ms = 5000) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A handler that holds requests for "/block" until Release(), and echoes everything else.
+class Gate {
+ public:
+  void Handle(HttpRequest& req, ResponseWriter& out) {
+    if (req.raw_path == "/block") {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++held_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return released_; });
+    }
+    (void)out.Send(200, {}, req.raw_path);
+  }
+  bool WaitHeld(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return held_ >= n; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int held_ = 0;
+  bool released_ = false;
+};
+
+TEST_F(HttpServerTest, OverMaxConnectionsWithEveryConnectionBusyGets503) {
+  Gate gate;
   HttpServerOptions options;
   options.max_connections = 2;
-  StartServer(Echo, options);
+  StartServer([&](HttpRequest& req, ResponseWriter& out) { gate.Handle(req, out); }, options);
   RawClient a(port());
   RawClient b(port());
-  ASSERT_TRUE(a.Send(Get("/")));
-  ASSERT_TRUE(b.Send(Get("/")));
-  EXPECT_EQ(a.ReadResponse().status, 200);
-  EXPECT_EQ(b.ReadResponse().status, 200);
+  ASSERT_TRUE(a.Send(Get("/block")));
+  ASSERT_TRUE(b.Send(Get("/block")));
+  ASSERT_TRUE(gate.WaitHeld(2));
+  // Nothing idle to close: the new connection is refused cleanly.
   RawClient c(port());
   auto r = c.ReadResponse();
   EXPECT_EQ(r.status, 503);
-  a.Close();
-  // Once a slot frees up, new connections are served again.
-  bool served = false;
-  for (int i = 0; i < 50 && !served; ++i) {
-    RawClient d(port());
-    d.Send(Get("/"));
-    served = d.ReadResponse().status == 200;
-    if (!served) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  EXPECT_TRUE(c.ClosedWithin(2000));
+  EXPECT_EQ(server_->stats().refused, 1u);
+  gate.Release();
+  EXPECT_EQ(a.ReadResponse().status, 200);
+  EXPECT_EQ(b.ReadResponse().status, 200);
+  // a and b are now idle keep-alive connections: a new client takes the place of one of them.
+  RawClient d(port());
+  ASSERT_TRUE(d.Send(Get("/d")));
+  EXPECT_EQ(d.ReadResponse().status, 200);
+  EXPECT_EQ(server_->stats().evicted, 1u);
+}
+
+TEST_F(HttpServerTest, SilentNewConnectionIsClosedAfterTheFirstByteTimeout) {
+  HttpServerOptions options;
+  options.first_byte_timeout_seconds = 1;
+  options.idle_timeout_seconds = 30;
+  StartServer(Echo, options);
+  RawClient silent(port());
+  RawClient used(port());
+  ASSERT_TRUE(used.Send(Get("/")));
+  EXPECT_EQ(used.ReadResponse().status, 200);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(silent.ClosedWithin(4000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  // Between requests the (longer) idle timeout applies, not the first-byte one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(used.StillOpen());
+  ASSERT_TRUE(used.Send(Get("/again")));
+  EXPECT_EQ(used.ReadResponse().status, 200);
+}
+
+TEST_F(HttpServerTest, HeaderDeadlineAppliesToAPipelinedPartialRequest) {
+  HttpServerOptions options;
+  options.header_timeout_seconds = 1;
+  options.idle_timeout_seconds = 30;
+  StartServer(Echo, options);
+  RawClient c(port());
+  // The start of a second request arrives with the first and never completes: its header clock
+  // runs from then (it is not an idle connection waiting for a first byte).
+  ASSERT_TRUE(c.Send(Get("/one") + "GET /two HTTP/1.1\r\nX-Slow: "));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(c.ClosedWithin(4000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST_F(HttpServerTest, PerAddressLimitRefusesBusyConnectionsFromOneAddressOnly) {
+  Gate gate;
+  HttpServerOptions options;
+  options.max_connections_per_address = 2;
+  StartServer([&](HttpRequest& req, ResponseWriter& out) { gate.Handle(req, out); }, options);
+  RawClient a(port(), "127.0.0.2");
+  RawClient b(port(), "127.0.0.2");
+  ASSERT_TRUE(a.connected() && b.connected());
+  ASSERT_TRUE(a.Send(Get("/block")));
+  ASSERT_TRUE(b.Send(Get("/block")));
+  ASSERT_TRUE(gate.WaitHeld(2));
+  RawClient c(port(), "127.0.0.2");
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+  // Another address is not affected.
+  RawClient d(port(), "127.0.0.3");
+  ASSERT_TRUE(d.Send(Get("/d")));
+  EXPECT_EQ(d.ReadResponse().status, 200);
+  gate.Release();
+  EXPECT_EQ(a.ReadResponse().status, 200);
+  EXPECT_EQ(b.ReadResponse().status, 200);
+}
+
+TEST_F(HttpServerTest, PerAddressLimitClosesThatAddressesOldestIdleConnection) {
+  HttpServerOptions options;
+  options.max_connections_per_address = 2;
+  StartServer(Echo, options);
+  RawClient other(port(), "127.0.0.3");  // idle, another address
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 1; }));
+  RawClient oldest(port(), "127.0.0.2");
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 2; }));
+  RawClient newer(port(), "127.0.0.2");
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 3; }));
+  RawClient c(port(), "127.0.0.2");
+  ASSERT_TRUE(c.Send(Get("/c")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+  EXPECT_TRUE(oldest.ClosedWithin(2000));
+  EXPECT_TRUE(newer.StillOpen());
+  EXPECT_TRUE(other.StillOpen());
+  HttpServerStats stats = server_->stats();
+  EXPECT_EQ(stats.evicted, 1u);
+  EXPECT_EQ(stats.refused, 0u);
+}
+
+TEST_F(HttpServerTest, AtTheCapNeverUsedConnectionsGoBeforeKeepAliveOnesOldestFirst) {
+  HttpServerOptions options;
+  options.max_connections = 3;
+  StartServer(Echo, options);
+  RawClient kept(port());
+  ASSERT_TRUE(kept.Send(Get("/")));
+  EXPECT_EQ(kept.ReadResponse().status, 200);  // now idle between requests
+  RawClient first(port());
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 2; }));
+  RawClient second(port());
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 3; }));
+  EXPECT_EQ(server_->stats().idle_connections, 3u);
+
+  RawClient n1(port());
+  ASSERT_TRUE(n1.Send(Get("/n1")));
+  EXPECT_EQ(n1.ReadResponse().status, 200);
+  EXPECT_TRUE(first.ClosedWithin(2000));
+  EXPECT_TRUE(second.StillOpen());
+  EXPECT_TRUE(kept.StillOpen());
+
+  RawClient n2(port());
+  ASSERT_TRUE(n2.Send(Get("/n2")));
+  EXPECT_EQ(n2.ReadResponse().status, 200);
+  EXPECT_TRUE(second.ClosedWithin(2000));
+  // n1 went idle after its request; kept has been idle longer, so it goes next.
+  RawClient n3(port());
+  ASSERT_TRUE(n3.Send(Get("/n3")));
+  EXPECT_EQ(n3.ReadResponse().status, 200);
+  EXPECT_TRUE(kept.ClosedWithin(2000));
+  EXPECT_TRUE(n1.StillOpen());
+  EXPECT_EQ(server_->stats().evicted, 3u);
+  EXPECT_EQ(server_->stats().refused, 0u);
+}
+
+TEST_F(HttpServerTest, HundredsOfSilentConnectionsDoNotLockOutANewClient) {
+  HttpServerOptions options;
+  options.max_connections = 16;
+  options.max_connections_per_address = 8;
+  StartServer(Echo, options);
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 300; ++i) {
+    silent.push_back(std::make_unique<RawClient>(port()));
+  }
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/c")));
+  auto r = c.ReadResponse();  // within RawClient's 5 s receive timeout
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "");
+  HttpServerStats stats = server_->stats();
+  EXPECT_EQ(stats.refused, 0u);
+  EXPECT_LE(stats.open_connections, 8u);
+  // The server keeps serving.
+  RawClient d(port());
+  ASSERT_TRUE(d.Send(Get("/d")));
+  EXPECT_EQ(d.ReadResponse().status, 200);
+}
+
+// Lowers the soft descriptor limit and takes every descriptor left under it; undoes both on
+// destruction (so a failing assertion leaves the process usable).
+class DescriptorExhaustion {
+ public:
+  DescriptorExhaustion() {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    int highest = 0;
+    for (int fd = 0; fd < 65536 && fd < static_cast<int>(saved_.rlim_cur); ++fd) {
+      if (::fcntl(fd, F_GETFD) != -1) {
+        highest = fd;
+      }
+    }
+    rlimit low = saved_;
+    low.rlim_cur = static_cast<rlim_t>(highest + 16);
+    ok_ = ::setrlimit(RLIMIT_NOFILE, &low) == 0;
+    TakeAll();
+  }
+  ~DescriptorExhaustion() { Release(); }
+  bool ok() const { return ok_; }
+  // Takes whatever descriptors were freed meanwhile.
+  void TakeAll() {
+    for (;;) {
+      int fd = ::dup(0);
+      if (fd < 0) {
+        break;
+      }
+      held_.push_back(fd);
     }
   }
-  EXPECT_TRUE(served);
+  void Release() {
+    for (int fd : held_) {
+      ::close(fd);
+    }
+    held_.clear();
+    ::setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+  bool ok_ = false;
+  std::vector<int> held_;
+};
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+TEST_F(HttpServerTest, OutOfDescriptorsAcceptClosesAnIdleConnectionOrBacksOffWithoutSpinning) {
+  StartServer(Echo);
+  RawClient idle(port());
+  ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 1; }));
+  RawClient b;  // sockets made while descriptors are left
+  RawClient c;
+  {
+    DescriptorExhaustion full;
+    ASSERT_TRUE(full.ok());
+    // accept() fails with EMFILE; the server closes the idle connection for a descriptor.
+    ASSERT_TRUE(b.Connect(port()));
+    ASSERT_TRUE(b.Send(Get("/b", "Connection: close\r\n")));
+    EXPECT_EQ(b.ReadResponse().status, 200);
+    EXPECT_TRUE(idle.ClosedWithin(2000));
+    ASSERT_TRUE(WaitUntil([&] { return server_->stats().open_connections == 0; }));
+    full.TakeAll();  // the descriptor b's server side freed
+
+    // Nothing idle left to close: the acceptor backs off instead of spinning on the pending
+    // connection.
+    ASSERT_TRUE(c.Connect(port()));
+    ASSERT_TRUE(WaitUntil([&] { return server_->stats().accept_errors >= 2; }));
+    double cpu_before = ProcessCpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_LT(ProcessCpuSeconds() - cpu_before, 0.3);
+    EXPECT_EQ(server_->stats().open_connections, 0u);
+  }
+  // Descriptors are back: the waiting client is served.
+  ASSERT_TRUE(c.Send(Get("/c")));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+  EXPECT_GE(server_->stats().evicted, 1u);
+}
+
+TEST_F(HttpServerTest, ServeConnectionForTestServesASocketPair) {
+  auto server = HttpServer::Create(HttpServerOptions{.listen = "127.0.0.1:0"}, Echo);
+  ASSERT_TRUE(server.ok());
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::string in = "POST /p HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello" + Get("/two");
+  ASSERT_EQ(::send(fds[0], in.data(), in.size(), 0), static_cast<ssize_t>(in.size()));
+  ::shutdown(fds[0], SHUT_WR);
+  ServeConnectionForTest(**server, fds[1]);  // closes fds[1]
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fds[0], buf, sizeof(buf), 0)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  EXPECT_THAT(out, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(out, HasSubstr("\r\n\r\nhello"));
+  EXPECT_THAT(out, HasSubstr("X-Path: /two\r\n"));
+  EXPECT_EQ((*server)->stats().open_connections, 0u);
+  EXPECT_EQ((*server)->stats().accepted, 1u);
 }
 
 TEST_F(HttpServerTest, LargeBodyRoundTrip) {
