@@ -202,6 +202,9 @@ class EndpointController::InstanceRun {
       std::lock_guard<std::mutex> lock(mu_);
       failure_reason_ = std::move(reason);
     }
+    // Requests already sent to it end now (ModelError) instead of waiting out the invocation
+    // timeout; requests routed to it but not yet sent go elsewhere (serving/routing.h).
+    target_->failure.Cancel(failure_reason());
     KLOG(warn, "endpoint instance failed", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
                                             {"reason", failure_reason()}});
     healthy_ = false;
@@ -482,6 +485,15 @@ class EndpointController::InstanceRun {
     auto drain_deadline = Clock::now() + options().drain_timeout;
     while (target_.use_count() > 1 && Clock::now() < drain_deadline && !detached()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (target_.use_count() > 1 && !detached()) {
+      // The drain time is over and requests still hold it: they are cut now with a message that
+      // says so, rather than by a reset when the process stops (or not until their timeout).
+      KLOG(warn, "endpoint instance drain timed out",
+           {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+            {"in_flight", std::to_string(target_->outstanding.load())}});
+      target_->failure.Cancel("its drain time of " + std::to_string(options().drain_timeout.count()) +
+                              " s ended before the request finished, and it was stopped.");
     }
     if (launched_) {
       (void)deps().runtime->Stop(spec_.runtime_id, options().stop_grace);

@@ -12,6 +12,9 @@
 //   the response string, so large bodies are copied once.
 // - Every wait is bounded by the one deadline of the call (ClientTimeouts.response_ms); connect
 //   has its own (connect_ms).
+// - Cancelling (ClientRequest::cancel): every poll() while sending or reading also watches the
+//   signal's eventfd; the socket wins when both are ready (a complete answer beats an error).
+//   Connect is not watched: it is bounded by connect_ms (250 ms on the invoke path).
 
 #include "net/http_client.h"
 
@@ -20,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,6 +43,7 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "net/http_client_testing.h"
 
 namespace kiln::net {
 namespace {
@@ -75,6 +80,41 @@ void AppendNumber(std::string& out, uint64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   out.append(buf, end);
+}
+
+// PollOrCancel's answer when the call's CancelSignal was set.
+constexpr int kPollCancelled = -2;
+// Without an eventfd, a waiting call looks at the signal's flag this often.
+constexpr int kCancelCheckMs = 20;
+
+// poll() of `fd` for `events` for up to `timeout_ms` (-1: no limit) that also ends when `cancel`
+// (may be null) is set. Returns poll's result (> 0 ready, 0 timed out, -1 with errno), or
+// kPollCancelled. Without an eventfd the wait is cut into slices; the end of a slice that is not
+// the end of the timeout returns -1 with errno EINTR, which every caller treats as "wait again".
+int PollOrCancel(int fd, short events, int timeout_ms, const CancelSignal* cancel) {
+  if (cancel == nullptr) {
+    pollfd p{fd, events, 0};
+    return ::poll(&p, 1, timeout_ms);
+  }
+  if (cancel->fd() < 0) {
+    if (cancel->cancelled()) {
+      return kPollCancelled;
+    }
+    bool sliced = timeout_ms < 0 || timeout_ms > kCancelCheckMs;
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, sliced ? kCancelCheckMs : timeout_ms);
+    if (r == 0 && sliced) {
+      errno = EINTR;
+      return -1;
+    }
+    return r;
+  }
+  pollfd p[2] = {{fd, events, 0}, {cancel->fd(), POLLIN, 0}};
+  int r = ::poll(p, 2, timeout_ms);
+  if (r > 0 && p[0].revents == 0) {
+    return kPollCancelled;
+  }
+  return r;
 }
 
 bool HasCrLf(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
@@ -322,7 +362,9 @@ Result<int> Connect(const Target& t, int timeout_ms) {
 
 // Writes all of `iov` before `deadline`. Errors: DeadlineExceeded, Aborted (the peer is gone;
 // the message holds the reason).
-Status SendAllUntil(int fd, iovec* iov, int iovcnt, TimePoint deadline) {
+// Writes all of `iov` by `deadline`. Errors: DeadlineExceeded, Aborted (the peer is gone, or
+// `cancel` was set: the caller tells these apart by looking at the signal).
+Status SendAllUntil(int fd, iovec* iov, int iovcnt, TimePoint deadline, const CancelSignal* cancel) {
   while (iovcnt > 0) {
     msghdr msg{};
     msg.msg_iov = iov;
@@ -336,11 +378,13 @@ Status SendAllUntil(int fd, iovec* iov, int iovcnt, TimePoint deadline) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return Status::Aborted(std::strerror(errno));
       }
-      pollfd p{fd, POLLOUT, 0};
       int wait = RemainingMs(deadline);
-      int pr = wait == 0 ? 0 : ::poll(&p, 1, wait);
+      int pr = wait == 0 ? 0 : PollOrCancel(fd, POLLOUT, wait, cancel);
       if (pr == 0) {
         return Status::DeadlineExceeded("peer not reading");
+      }
+      if (pr == kPollCancelled) {
+        return Status::Aborted("cancelled");
       }
       if (pr < 0 && errno != EINTR) {
         return Status::Aborted(std::string("poll: ") + std::strerror(errno));
@@ -361,6 +405,16 @@ Status SendAllUntil(int fd, iovec* iov, int iovcnt, TimePoint deadline) {
   return Status::Ok();
 }
 
+// The error of a call cut by its CancelSignal after (part of) the request was sent.
+Status CancelledError(const Target& target, const CancelSignal& cancel) {
+  return Status::Aborted("the call to " + target.name + " was cancelled: " + cancel.reason());
+}
+
+// The error of a call whose CancelSignal was set before anything was sent.
+Status CancelledBeforeSending(const Target& target, const CancelSignal& cancel) {
+  return Status::Unavailable("nothing was sent to " + target.name + ": " + cancel.reason());
+}
+
 // The outcome of one request/response exchange on one connection.
 struct Exchange {
   Status status;
@@ -374,13 +428,14 @@ struct Exchange {
 class ResponseReader {
  public:
   ResponseReader(int fd, const Target& target, const HttpClientOptions& options, TimePoint deadline,
-                 int response_ms, bool head_request, ThreadScratch& s)
+                 int response_ms, bool head_request, const CancelSignal* cancel, ThreadScratch& s)
       : fd_(fd),
         target_(target),
         options_(options),
         deadline_(deadline),
         response_ms_(response_ms),
         head_request_(head_request),
+        cancel_(cancel),
         s_(s) {
     s_.pos = s_.end = 0;
     if (s_.cap == 0) {
@@ -486,9 +541,11 @@ class ResponseReader {
         return Status::Aborted("reading the response from " + target_.name + " failed: " +
                                std::strerror(errno));
       }
-      pollfd pfd{fd_, POLLIN, 0};
       int wait = RemainingMs(deadline_);
-      int pr = wait == 0 ? 0 : ::poll(&pfd, 1, wait);
+      int pr = wait == 0 ? 0 : PollOrCancel(fd_, POLLIN, wait, cancel_);
+      if (pr == kPollCancelled) {
+        return CancelledError(target_, *cancel_);
+      }
       if (pr < 0 && errno != EINTR) {
         return Status::Aborted(std::string("poll: ") + std::strerror(errno));
       }
@@ -790,6 +847,7 @@ class ResponseReader {
   const TimePoint deadline_;
   const int response_ms_;
   const bool head_request_;
+  const CancelSignal* const cancel_;
   ThreadScratch& s_;
   size_t consumed_base_ = 0;
   bool wait_first_ = true;
@@ -799,6 +857,51 @@ class ResponseReader {
 };
 
 }  // namespace
+
+CancelSignal::CancelSignal() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+CancelSignal::~CancelSignal() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
+}
+
+void CancelSignal::Cancel(std::string reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  reason_ = std::move(reason);
+  cancelled_.store(true, std::memory_order_release);
+  if (fd_ >= 0) {
+    // Never read back: the eventfd stays readable, so later polls see it too.
+    uint64_t one = 1;
+    while (::write(fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+std::string CancelSignal::reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reason_;
+}
+
+ParsedResponseForTest ReadResponseForTest(int fd, bool head_request, const HttpClientOptions& options,
+                                          int response_ms) {
+  std::atomic<size_t> idle_count{0};  // ~Target accounts its idle fds here (it has none)
+  Target target;
+  target.name = "test:0";
+  target.total_idle = &idle_count;
+  const TimePoint deadline =
+      response_ms > 0 ? SteadyClock::now() + std::chrono::milliseconds(response_ms) : TimePoint::max();
+  ParsedResponseForTest out;
+  ResponseReader reader(fd, target, options, deadline, response_ms, head_request, /*cancel=*/nullptr,
+                        Scratch());
+  Exchange ex = reader.Read(&out.response);
+  out.status = std::move(ex.status);
+  out.keep_alive = ex.keep_alive;
+  return out;
+}
 
 HttpClient::HttpClient(HttpClientOptions options) : pool_(std::make_unique<Pool>(options)) {}
 
@@ -847,6 +950,10 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
   const TimePoint deadline = timeouts.response_ms > 0
                                  ? start + std::chrono::milliseconds(timeouts.response_ms)
                                  : TimePoint::max();
+  const CancelSignal* cancel = request.cancel;
+  if (cancel != nullptr && cancel->cancelled()) {
+    return CancelledBeforeSending(*target, *cancel);
+  }
   int fd = target->Take(start, std::chrono::milliseconds(options.max_idle_ms));
   bool reused = fd >= 0;
   if (!reused) {
@@ -856,15 +963,17 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
     Exchange ex;
     iovec iov[2] = {{head.data(), head.size()},
                     {const_cast<char*>(request.body.data()), request.body.size()}};
-    Status sent = SendAllUntil(fd, iov, request.body.empty() ? 1 : 2, deadline);
+    Status sent = SendAllUntil(fd, iov, request.body.empty() ? 1 : 2, deadline, cancel);
     ClientResponse response;
-    if (sent.code() == StatusCode::kDeadlineExceeded) {
+    if (!sent.ok() && cancel != nullptr && cancel->cancelled()) {
+      ex.status = CancelledError(*target, *cancel);
+    } else if (sent.code() == StatusCode::kDeadlineExceeded) {
       ex.status = Status::DeadlineExceeded(target->name + " did not read the request within " +
                                            std::to_string(timeouts.response_ms) + " ms");
     } else {
       // Also after a failed send: a server may answer early (e.g. 413) and close without reading
       // the whole body; that answer is still in our receive buffer and is the real outcome.
-      ResponseReader reader(fd, *target, options, deadline, timeouts.response_ms, is_head, scratch);
+      ResponseReader reader(fd, *target, options, deadline, timeouts.response_ms, is_head, cancel, scratch);
       ex = reader.Read(&response);
       if (!sent.ok()) {
         if (ex.status.ok()) {
@@ -889,6 +998,9 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
       return ex.status;
     }
     // A kept-alive connection the peer had closed while idle: once more on a fresh one.
+    if (cancel != nullptr && cancel->cancelled()) {
+      return CancelledBeforeSending(*target, *cancel);
+    }
     reused = false;
     ASSIGN_OR_RETURN(fd, Connect(*target, timeouts.connect_ms));
   }

@@ -15,11 +15,18 @@
 // answered and HTTP/1.1 servers close idle connections only between requests). A fresh
 // connection is never retried here (the caller decides, e.g. the router tries another instance).
 //
+// Cancelling: a call may carry a CancelSignal (ClientRequest::cancel). Once the signal is set,
+// a call not yet sent fails at once with Unavailable (nothing was delivered) and a call being sent
+// or waiting for its response stops waiting and fails with Aborted (the peer may have processed
+// the request). The router uses one per serving instance, set when the instance is declared failed.
+//
 // Thread-safety: every method may be called from any thread.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -28,12 +35,44 @@
 
 namespace kiln::net {
 
+// A one-shot signal that cuts the calls carrying it. Cancel() sets it for good; it is never reset.
+//
+// Cost for a call that carries it: one acquire load before sending and one more fd in each
+// poll() of the call (an eventfd, written once by Cancel() and never read, so it stays readable:
+// a call that starts waiting after Cancel() still sees it). No lock on the call's path.
+// If no eventfd can be created (the process is out of fds), waiting calls check the flag every
+// 20 ms instead. Thread-safe; must outlive every call that carries it.
+class CancelSignal {
+ public:
+  CancelSignal();
+  ~CancelSignal();
+  CancelSignal(const CancelSignal&) = delete;
+  CancelSignal& operator=(const CancelSignal&) = delete;
+
+  // Sets the signal and wakes every call waiting on it. `reason` says why, for the error the
+  // caller gives its client; only the first call's reason is kept (later calls do nothing).
+  void Cancel(std::string reason);
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // The reason given to Cancel() (empty while not cancelled).
+  std::string reason() const;
+  // Readable once cancelled; -1 when the eventfd could not be created.
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  mutable std::mutex mu_;
+  std::string reason_;  // GUARDED_BY(mu_); written once, before cancelled_ is set
+  std::atomic<bool> cancelled_{false};
+};
+
 struct ClientRequest {
   std::string_view method = "POST";
   std::string_view target = "/";  // origin-form: "/invocations"
   // Extra headers. The client adds Host and Content-Length itself (and ignores those two here).
   const HeaderMap* headers = nullptr;
   std::string_view body;  // the whole body (invoke bodies are read before signing anyway)
+  // Optional: cuts the call when set (see "Cancelling" above). Not owned.
+  const CancelSignal* cancel = nullptr;
 };
 
 struct ClientResponse {
@@ -71,9 +110,12 @@ class HttpClient {
   // Sends `request` to host:port (an IPv4/IPv6 literal or "localhost"; no DNS beyond that is
   // needed on the invoke path) and reads the whole response.
   // Errors (the router maps each to a runtime-API error, spec/runtime-api.md §5):
-  //   Unavailable       — could not connect (refused, unreachable, or not accepted in connect_ms)
+  //   Unavailable       — could not connect (refused, unreachable, or not accepted in connect_ms),
+  //                       or request.cancel was already set (nothing was sent)
   //   Aborted           — connected and sent, but the peer closed or reset the connection before
-  //                       a complete response (also after the one retry described above)
+  //                       a complete response (also after the one retry described above), or
+  //                       request.cancel was set while the call was sending or waiting (the
+  //                       message then carries the signal's reason)
   //   DeadlineExceeded  — no complete response within response_ms
   //   DataLoss          — the response is not valid HTTP/1.1
   //   ResourceExhausted — the response body exceeds max_response_body_bytes

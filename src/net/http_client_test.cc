@@ -568,6 +568,93 @@ TEST(HttpClientTest, SlowBodyIsDeadlineExceeded) {
   EXPECT_THAT(r.status().message(), HasSubstr("not complete within 200 ms"));
 }
 
+// ---- CancelSignal (an instance declared failed while calls wait on it).
+
+TEST(HttpClientTest, CancelWakesACallWaitingForItsResponse) {
+  std::atomic<bool> done{false};
+  std::atomic<int> requests{0};
+  RawServer server([&](int fd, int) {
+    if (!ReadRequest(fd).empty()) {
+      ++requests;
+    }
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  HttpClient client;
+  CancelSignal cancel;
+  ClientRequest request = Post("x");
+  request.cancel = &cancel;
+  std::thread canceller([&] {
+    while (requests.load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel.Cancel("the instance stopped answering");
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Send("127.0.0.1", server.port(), request, Budget(20000));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  canceller.join();
+  done = true;
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("was cancelled: the instance stopped answering"));
+  EXPECT_LT(ms, 2000);
+  EXPECT_EQ(server.accepted(), 1);  // not resent
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST(HttpClientTest, CancelWakesACallStuckSendingItsBody) {
+  // The peer reads the head and then nothing: a large body fills the socket buffers.
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    char buf[256];
+    (void)::recv(fd, buf, sizeof(buf), 0);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  HttpClient client;
+  CancelSignal cancel;
+  std::string body(64 * 1024 * 1024, 'b');
+  ClientRequest request = Post(body);
+  request.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel.Cancel("gone");
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Send("127.0.0.1", server.port(), request, Budget(20000));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  canceller.join();
+  done = true;
+  ASSERT_EQ(r.status().code(), StatusCode::kAborted) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("was cancelled: gone"));
+  EXPECT_LT(ms, 2000);
+}
+
+TEST(HttpClientTest, CancelledBeforeSendingSendsNothing) {
+  RawServer server(Canned("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+  HttpClient client;
+  CancelSignal cancel;
+  ClientRequest request = Post("x");
+  request.cancel = &cancel;
+  ASSERT_TRUE(client.Send("127.0.0.1", server.port(), request, Budget()).ok());
+  EXPECT_EQ(client.idle_connections(), 1u);
+  cancel.Cancel("first");
+  cancel.Cancel("second");  // the first reason stays
+  EXPECT_TRUE(cancel.cancelled());
+  EXPECT_EQ(cancel.reason(), "first");
+  auto r = client.Send("127.0.0.1", server.port(), request, Budget());
+  ASSERT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("nothing was sent"));
+  EXPECT_THAT(r.status().message(), HasSubstr("first"));
+  EXPECT_EQ(client.idle_connections(), 1u);  // the pooled connection was not touched
+  // Calls without the signal are unaffected.
+  request.cancel = nullptr;
+  EXPECT_TRUE(client.Send("127.0.0.1", server.port(), request, Budget()).ok());
+}
+
 TEST(HttpClientTest, PeerClosingAfterReadingIsAbortedWithoutRetry) {
   RawServer server([](int fd, int) { ReadRequest(fd); });
   HttpClient client;

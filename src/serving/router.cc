@@ -369,22 +369,41 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
   timeouts.connect_ms = options_.connect_timeout_ms;
   timeouts.response_ms = options_.invocation_timeout_ms;
 
-  Result<net::ClientResponse> result = Status::Internal("not sent");
+  // Every call carries its instance's failure signal: when the controller declares the instance
+  // failed, a call waiting on it ends at once (Aborted) and a call not yet sent is not sent
+  // (Unavailable, so retried below).
+  auto send_to = [&](const InstanceTarget* target) {
+    call.cancel = &target->failure;
+    OutstandingGuard guard(target);
+    return client_->Send(target->host, target->port, call, timeouts);
+  };
   int64_t model_start = SteadyNanos();
-  {
-    OutstandingGuard guard(instance);
-    result = client_->Send(instance->host, instance->port, call, timeouts);
-  }
+  Result<net::ClientResponse> result = send_to(instance);
   if (!result.ok() && result.status().code() == StatusCode::kUnavailable) {
-    // Not connected, so not processed: one more try on another instance (§5.2).
+    // Not connected (or the instance was declared failed before anything was sent), so not
+    // processed: one more try on another instance (§5.2).
     if (const InstanceTarget* other = PickInstance(*variant, instance)) {
       instance = other;
       model_start = SteadyNanos();
-      OutstandingGuard guard(instance);
-      result = client_->Send(instance->host, instance->port, call, timeouts);
+      result = send_to(instance);
     }
   }
   sample.model_micros = (SteadyNanos() - model_start) / 1000;
+  if (!result.ok() && result.status().code() == StatusCode::kUnavailable && instance->failure.cancelled()) {
+    // Nothing was delivered, and the only instance left was declared failed after our snapshot
+    // was published: the same as having no instance (503, which botocore retries; by then the
+    // snapshot without it is out).
+    SendError(response,
+              aws::AwsError("ServiceUnavailable",
+                            "Endpoint " + route->name + " has no healthy instance in production variant " +
+                                variant->name + " to serve the request (instance " + instance->instance_id +
+                                " failed: " + instance->failure.reason() + "). Try again later.",
+                            503),
+              request.request_id);
+    sample.reached_model = false;
+    record();
+    return;
+  }
 
   // 6. The answer.
   std::string_view container = ContainerName(*instance);
@@ -396,7 +415,16 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
     const Status& error = result.status();
     sample.model_error = true;
     aws::AwsError model_error("ModelError", "", 424);
-    if (error.code() == StatusCode::kDeadlineExceeded) {
+    if (instance->failure.cancelled()) {
+      // Declared failed while the request was in flight (the call was cut, or the connection
+      // died with the instance): the container may have processed it, so it is not resent.
+      std::string text = "The instance " + instance->instance_id + " serving variant " + variant->name +
+                         " failed while the request was in flight: " + instance->failure.reason();
+      std::string what(Utf8Prefix(text, kMaxOriginalMessage));
+      model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
+                            what + "\". See the endpoint's log group for more information.";
+      model_error.With("OriginalMessage", what);
+    } else if (error.code() == StatusCode::kDeadlineExceeded) {
       model_error.message = "Your invocation timed out while waiting for a response from container " +
                             std::string(container) +
                             ". Review the latency metrics for each container, resolve the issue, and try again.";

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "net/test_util/fake_response_writer.h"
@@ -102,17 +103,29 @@ class RouterTest : public ::testing::Test {
     router_ = std::make_unique<Router>(options, &routes_, &client_, &metrics_);
   }
 
-  // Publishes endpoint "ep" with one variant "AllTraffic" over the given ports.
-  void PublishEndpoint(std::vector<uint16_t> ports, std::string status = "InService") {
+  // Publishes endpoint "ep" with one variant "AllTraffic" over the given ports (instances "i-0",
+  // "i-1", ...); returns the instances (the controller's handles on them).
+  std::vector<std::shared_ptr<InstanceTarget>> PublishEndpoint(std::vector<uint16_t> ports,
+                                                               std::string status = "InService") {
     auto route = std::make_shared<EndpointRoute>();
     route->name = "ep";
     route->status = std::move(status);
     route->log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/ep";
     VariantRoute variant = Variant("AllTraffic", 1, {});
+    std::vector<std::shared_ptr<InstanceTarget>> instances;
     int i = 0;
-    for (uint16_t port : ports) variant.instances.push_back(Instance("i-" + std::to_string(i++), port));
+    for (uint16_t port : ports) instances.push_back(Instance("i-" + std::to_string(i++), port));
+    variant.instances.assign(instances.begin(), instances.end());
     route->variants.push_back(variant);
     routes_.Publish(route);
+    return instances;
+  }
+
+  // Replaces the router by one whose invocation timeout is `timeout_ms`.
+  void SetInvocationTimeout(int timeout_ms) {
+    RouterOptions options;
+    options.invocation_timeout_ms = timeout_ms;
+    router_ = std::make_unique<Router>(options, &routes_, &client_, &metrics_);
   }
 
   net::FakeResponseWriter Invoke(HeaderMap headers, std::string body = "1,2,3", std::string endpoint = "ep") {
@@ -285,6 +298,130 @@ TEST_F(RouterTest, ConnectFailureIsRetriedOnAnotherInstance) {
   auto w = Invoke({});
   EXPECT_EQ(w.status(), 424);
   EXPECT_EQ(Body(w)["OriginalStatusCode"], 0);
+}
+
+// ---- Instances declared failed (issue 9: requests stuck on a dead instance).
+
+using Clock = std::chrono::steady_clock;
+
+int64_t MillisSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+TEST_F(RouterTest, RequestInFlightToAnInstanceDeclaredFailedIsAnsweredAtOnce) {
+  SetInvocationTimeout(30000);  // the cut, not the timeout, must end the request
+  FakeContainer container;
+  container.SetMode(FakeContainer::Mode::kHang);
+  auto instances = PublishEndpoint({container.port()});
+  net::FakeResponseWriter w;
+  std::thread caller([&] { w = Invoke({}); });
+  while (container.requests() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the call is waiting for its answer
+  EXPECT_EQ(instances[0]->outstanding.load(), 1);
+  auto declared = Clock::now();
+  instances[0]->failure.Cancel("Instance i-0 failed 3 health checks in a row: GET /ping answered 500");
+  caller.join();
+  EXPECT_LT(MillisSince(declared), 1000);
+
+  ASSERT_EQ(w.status(), 424) << w.body();
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ModelError");
+  auto body = Body(w);
+  std::string what =
+      "The instance i-0 serving variant AllTraffic failed while the request was in flight: Instance i-0 failed 3 "
+      "health checks in a row: GET /ping answered 500";
+  EXPECT_EQ(body["Message"], "Received server error (0) from primary with message \"" + what +
+                                 "\". See the endpoint's log group for more information.");
+  EXPECT_EQ(body["OriginalMessage"], what);
+  EXPECT_EQ(body["OriginalStatusCode"], 0);
+  EXPECT_EQ(body["ErrorCode"], "SERVER_ERROR_FROM_MODEL");
+  EXPECT_EQ(body["LogStreamArn"], "arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/ep");
+  // Delivered, so possibly processed: not resent; counted as every other instance failure.
+  EXPECT_EQ(container.requests(), 1u);
+  EXPECT_EQ(instances[0]->outstanding.load(), 0);
+  auto totals = Totals();
+  EXPECT_EQ(totals.invocations, 1u);
+  EXPECT_EQ(totals.model_errors, 1u);
+  EXPECT_EQ(totals.unavailable, 0u);
+}
+
+TEST_F(RouterTest, EveryRequestInFlightToTheFailedInstanceIsCutAndOnlyThose) {
+  SetInvocationTimeout(30000);
+  FakeContainer hung, healthy;
+  hung.SetMode(FakeContainer::Mode::kHang);
+  healthy.Respond(200, "ok");
+  healthy.SetDelay(std::chrono::milliseconds(400));
+  auto instances = PublishEndpoint({hung.port(), healthy.port()});
+  constexpr int kCalls = 8;
+  std::vector<net::FakeResponseWriter> answers(kCalls);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCalls; ++i) {
+    callers.emplace_back([&, i] { answers[i] = Invoke({}); });
+  }
+  // Least outstanding requests spreads them over both instances.
+  while (hung.requests() + healthy.requests() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  size_t on_hung = hung.requests();
+  ASSERT_GT(on_hung, 0u);
+  auto declared = Clock::now();
+  instances[0]->failure.Cancel("gone");
+  for (auto& t : callers) t.join();
+  EXPECT_LT(MillisSince(declared), 1000);
+  size_t cut = 0, served = 0;
+  for (auto& w : answers) {
+    if (w.status() == 200) {
+      ++served;
+    } else {
+      EXPECT_EQ(w.status(), 424) << w.body();
+      EXPECT_NE(w.body().find("The instance i-0 serving variant AllTraffic failed while"), std::string::npos);
+      ++cut;
+    }
+  }
+  EXPECT_EQ(cut, on_hung);
+  EXPECT_EQ(served, kCalls - on_hung);
+}
+
+TEST_F(RouterTest, AFailedInstanceStillInTheSnapshotGetsNothing) {
+  FakeContainer failed, healthy;
+  healthy.Respond(200, "ok");
+  auto instances = PublishEndpoint({failed.port(), healthy.port()});
+  instances[0]->failure.Cancel("gone");
+  // The snapshot still lists i-0 (the controller has not republished yet): requests picked for
+  // it were never sent, so they go to i-1.
+  for (int i = 0; i < 20; ++i) {
+    auto w = Invoke({});
+    EXPECT_EQ(w.status(), 200) << w.body();
+  }
+  EXPECT_EQ(failed.requests(), 0u);
+  EXPECT_EQ(healthy.requests(), 20u);
+  EXPECT_EQ(Totals().model_errors, 0u);
+
+  // Only the failed instance: nothing was sent, so ServiceUnavailable (botocore retries it).
+  PublishEndpoint({failed.port()})[0]->failure.Cancel("Instance i-0 failed 3 health checks in a row");
+  auto w = Invoke({});
+  EXPECT_EQ(w.status(), 503) << w.body();
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ServiceUnavailable");
+  EXPECT_NE(Body(w)["Message"].get<std::string>().find("instance i-0 failed: Instance i-0 failed 3 health checks"),
+            std::string::npos)
+      << w.body();
+  EXPECT_EQ(failed.requests(), 0u);
+  EXPECT_EQ(Totals().unavailable, 1u);
+}
+
+TEST_F(RouterTest, ANormalDrainLetsRequestsInFlightFinish) {
+  SetInvocationTimeout(30000);
+  FakeContainer container;
+  container.Respond(200, "done");
+  container.SetDelay(std::chrono::milliseconds(300));
+  auto instances = PublishEndpoint({container.port()});
+  net::FakeResponseWriter w;
+  std::thread caller([&] { w = Invoke({}); });
+  while (container.requests() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Scale-in / update / delete: the controller republishes without the instance and waits; the
+  // request in flight is not cut.
+  PublishEndpoint({});
+  caller.join();
+  EXPECT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.body(), "done");
+  EXPECT_EQ(instances[0]->outstanding.load(), 0);
 }
 
 TEST_F(RouterTest, EndpointErrors) {

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "net/http_client.h"
+
 namespace kiln::serving {
 
 // One serving instance (a container listening on host:port).
@@ -36,6 +38,13 @@ struct InstanceTarget {
   // Requests sent to this instance and not yet answered. Maintained by the router (increment
   // before sending, decrement after the response is read or the call failed).
   mutable std::atomic<int64_t> outstanding{0};
+  // Set once by the endpoint controller when it declares the instance failed (it stopped
+  // answering /ping, or its process exited), and when it stops the instance with requests still
+  // in flight after its drain time. Never set during a normal drain. The router passes it with
+  // every call to this instance: calls in flight end at once with ModelError instead of waiting
+  // for the invocation timeout, and a call not yet sent goes to another instance (or gets 503).
+  // The reason is the controller's account of what happened (quoted in the client's error).
+  net::CancelSignal failure;
 };
 
 enum class RoutingStrategy {

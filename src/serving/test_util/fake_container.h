@@ -1,8 +1,9 @@
 #pragma once
 // A fake serving container for router tests: a raw TCP listener on 127.0.0.1 (free port) that
 // reads one HTTP/1.1 request at a time per connection and then behaves as told — answers with a
-// status/body, closes the connection, sends garbage, hangs, or answers with a large body. It
-// records every request it read (head + body) so tests can check forwarded headers.
+// status/body (optionally after a delay), closes the connection, sends garbage, hangs, or
+// answers with a large body. It records every request it read (head + body) so tests can check
+// forwarded headers.
 //
 // Raw sockets, not net::HttpServer, so that socket-level misbehaviour is exact.
 // Thread-safe: the test thread sets the behaviour, connection threads read it under the mutex.
@@ -72,6 +73,11 @@ class FakeContainer {
   void SetMode(Mode mode) {
     std::lock_guard<std::mutex> lock(mutex_);
     mode_ = mode;
+  }
+  // kRespond and kBig wait this long before answering (a slow model).
+  void SetDelay(std::chrono::milliseconds delay) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    delay_ = delay;
   }
   std::vector<Received> received() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -156,6 +162,7 @@ class FakeContainer {
       Mode mode;
       int status;
       std::string body, extra;
+      std::chrono::milliseconds delay;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         received_.push_back(request);
@@ -163,6 +170,7 @@ class FakeContainer {
         status = status_;
         body = body_;
         extra = extra_headers_;
+        delay = delay_;
       }
       if (mode == Mode::kClose) break;
       if (mode == Mode::kGarbage) {
@@ -173,6 +181,7 @@ class FakeContainer {
         while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         break;
       }
+      std::this_thread::sleep_for(delay);
       if (mode == Mode::kBig) {
         status = 200;
         body.assign(7 * 1024 * 1024, 'x');
@@ -196,6 +205,7 @@ class FakeContainer {
   int status_ = 200;
   std::string body_ = "{}";
   std::string extra_headers_ = "Content-Type: application/json\r\n";
+  std::chrono::milliseconds delay_{0};
 };
 
 }  // namespace kiln::serving::testing
