@@ -146,6 +146,23 @@ Status LoadConfigFile(const std::string& path, Config* config) {
                                      "100 ports wide");
     }
   }
+  if (doc.contains("http")) {
+    const json& h = doc["http"];
+    if (!h.is_object()) return Status::InvalidArgument(path + ": \"http\" must be an object");
+    HttpConfig& hc = config->http;
+    const std::string where = path + ": http";  // errors say which section
+    RETURN_IF_ERROR(Field(h, "max_connections", &hc.max_connections, where));
+    RETURN_IF_ERROR(Field(h, "max_connections_per_address", &hc.max_connections_per_address, where));
+    RETURN_IF_ERROR(Field(h, "first_byte_timeout_seconds", &hc.first_byte_timeout_seconds, where));
+    RETURN_IF_ERROR(Field(h, "header_timeout_seconds", &hc.header_timeout_seconds, where));
+    RETURN_IF_ERROR(Field(h, "idle_timeout_seconds", &hc.idle_timeout_seconds, where));
+    RETURN_IF_ERROR(Field(h, "io_timeout_seconds", &hc.io_timeout_seconds, where));
+    if (hc.max_connections < 1 || hc.max_connections_per_address < 1 || hc.first_byte_timeout_seconds < 1 ||
+        hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1) {
+      return Status::InvalidArgument(path + ": http: max_connections, max_connections_per_address and every "
+                                     "*_timeout_seconds must be >= 1");
+    }
+  }
   if (doc.contains("object_store")) {
     const json& os = doc["object_store"];
     if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");

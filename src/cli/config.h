@@ -25,7 +25,10 @@
 //     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
-//                   "health_interval_seconds": 5, "port_range": [20000, 30000]}
+//                   "health_interval_seconds": 5, "port_range": [20000, 30000]},
+//     "http": {"max_connections": 512, "max_connections_per_address": 128,
+//              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
+//              "idle_timeout_seconds": 75, "io_timeout_seconds": 120}
 //   }
 
 #include <optional>
@@ -63,6 +66,16 @@ struct EndpointsConfig {
   int port_range_end = 30000;
 };
 
+// The front door's connection limits (net::HttpServerOptions says what each costs).
+struct HttpConfig {
+  int max_connections = 512;               // open at once, in all
+  int max_connections_per_address = 128;   // open at once from one client IP
+  int first_byte_timeout_seconds = 10;     // accept → first request byte
+  int header_timeout_seconds = 30;         // first byte → end of the request header
+  int idle_timeout_seconds = 75;           // keep-alive wait between requests
+  int io_timeout_seconds = 120;            // a read or write that makes no progress
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -83,6 +96,7 @@ struct Config {
   nlohmann::json instance_types;
   TrainingConfig training;
   EndpointsConfig endpoints;
+  HttpConfig http;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

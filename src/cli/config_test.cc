@@ -70,5 +70,30 @@ TEST(ConfigTest, ParsesEverything) {
   std::filesystem::remove(path);
 }
 
+TEST(ConfigTest, HttpSectionSetsConnectionLimits) {
+  std::string path = WriteTemp(R"({"http": {"max_connections": 64, "max_connections_per_address": 8,
+    "first_byte_timeout_seconds": 2, "header_timeout_seconds": 5, "idle_timeout_seconds": 20,
+    "io_timeout_seconds": 30}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.http.max_connections, 64);
+  EXPECT_EQ(c.http.max_connections_per_address, 8);
+  EXPECT_EQ(c.http.first_byte_timeout_seconds, 2);
+  EXPECT_EQ(c.http.header_timeout_seconds, 5);
+  EXPECT_EQ(c.http.idle_timeout_seconds, 20);
+  EXPECT_EQ(c.http.io_timeout_seconds, 30);
+  std::filesystem::remove(path);
+  for (const char* bad : {R"({"http": 5})", R"({"http": {"max_connections": 0}})",
+                          R"({"http": {"max_connections_per_address": "many"}})",
+                          R"({"http": {"first_byte_timeout_seconds": 0}})"}) {
+    std::string bad_path = WriteTemp(bad);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("http"), std::string::npos) << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli

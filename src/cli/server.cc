@@ -207,6 +207,12 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
 
   net::HttpServerOptions http;
   http.listen = c.listen;
+  http.max_connections = static_cast<size_t>(c.http.max_connections);
+  http.max_connections_per_address = static_cast<size_t>(c.http.max_connections_per_address);
+  http.first_byte_timeout_seconds = c.http.first_byte_timeout_seconds;
+  http.header_timeout_seconds = c.http.header_timeout_seconds;
+  http.idle_timeout_seconds = c.http.idle_timeout_seconds;
+  http.io_timeout_seconds = c.http.io_timeout_seconds;
   api::FrontDoor* door_ptr = server->front_door_.get();
   ASSIGN_OR_RETURN(server->http_, net::HttpServer::Create(
                                       http, [door_ptr](net::HttpRequest& request, net::ResponseWriter& response) {
