@@ -4,6 +4,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/json_parse.h"
 #include "base/log.h"
 #include "base/strings.h"
 
@@ -94,7 +95,7 @@ std::variant<Page, aws::AwsError> Paginate(std::vector<ListItem> items, const js
   size_t start = 0;
   if (Has(in, "NextToken") && in["NextToken"].is_string()) {
     auto raw = Base64Decode(in["NextToken"].get<std::string>());
-    json token = raw ? json::parse(*raw, nullptr, false) : json();
+    json token = raw ? ParseJsonBounded(*raw, {.max_depth = 8}).value_or(json()) : json();
     if (!token.is_object() || token.value("f", "") != filter_hash || !token.contains("c") ||
         !token["c"].is_object() || !token["c"].contains("k") || !token["c"].contains("n") ||
         !token["c"]["n"].is_string() || now_millis - token.value("t", int64_t{0}) > kTokenLifetimeMillis) {

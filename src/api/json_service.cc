@@ -19,8 +19,17 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
   // The body is decoded first: a malformed body is the caller's error whatever the operation.
   nlohmann::json input = nlohmann::json::object();
   if (!body.empty()) {
-    input = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (input.is_discarded() || !input.is_object()) {
+    Result<nlohmann::json> parsed = ParseJsonBounded(body, kRequestLimits);
+    if (!parsed.ok()) {
+      // Nesting and size limits are the caller's to fix, like malformed text; say which.
+      std::string message = parsed.status().code() == StatusCode::kInvalidArgument &&
+                                    parsed.status().message().rfind("malformed", 0) == 0
+                                ? "The request body is not a valid JSON object."
+                                : "The request body was refused: " + parsed.status().message() + ".";
+      return aws::SerializeError(protocol_, aws::AwsError("SerializationException", message), context.request_id);
+    }
+    input = std::move(parsed).value();
+    if (!input.is_object()) {
       return aws::SerializeError(
           protocol_, aws::AwsError("SerializationException", "The request body is not a valid JSON object."),
           context.request_id);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/service_model.h"
+#include "base/json_parse.h"
 #include "aws/errors.h"
 #include "aws/request_context.h"
 
@@ -25,6 +26,12 @@ using JsonHandler = std::function<JsonOutcome(const aws::RequestContext& context
 
 class JsonService {
  public:
+  // Bounds applied while a body is parsed, before any copy or walk (the body's size is bounded by
+  // the front door). No AWS request shape nests anywhere near 64 levels; 200,000 values hold the
+  // largest legitimate requests (PutLogEvents' 10,000 events are 30,000) and bound a document's
+  // DOM to ~20 MB however its text is shaped.
+  static constexpr JsonLimits kRequestLimits{.max_depth = 64, .max_bytes = 0, .max_values = 200000};
+
   // `target_prefix`: "SageMaker", "Logs_20140328", ...; `signing_name`: "sagemaker", "logs", ...
   JsonService(std::string target_prefix, std::string signing_name, aws::Protocol protocol);
 
@@ -38,8 +45,8 @@ class JsonService {
   void SetModel(std::shared_ptr<const ServiceModel> model) { model_ = std::move(model); }
   bool Has(std::string_view operation) const { return handlers_.count(std::string(operation)) > 0; }
 
-  // Decodes `body`, runs the operation and encodes the answer. Malformed JSON or a non-object
-  // body → SerializationException (checked first); unknown operation →
+  // Decodes `body`, runs the operation and encodes the answer. Malformed JSON, a non-object
+  // body, or one past kRequestLimits → SerializationException (checked first); unknown operation →
   // UnknownOperationException naming it; with a model set, an input that fails the model →
   // the model's ValidationException/SerializationException (the handler does not run); a handler
   // that throws → InternalFailure (logged).

@@ -75,5 +75,35 @@ TEST_F(JsonServiceModelTest, WithoutAModelNothingIsValidated) {
   EXPECT_EQ(calls_, 1);
 }
 
+TEST_F(JsonServiceModelTest, DeepNestingIsRefusedBeforeAnyCopy) {
+  service_.SetModel(ServiceModel::SageMaker());
+  // The finding: ~280 KB nested 55,000 objects deep, with an unknown member, crashed the server.
+  std::string body = R"({"TrainingJobName": "good-name", "Unknown": )";
+  for (int i = 0; i < 55000; ++i) body += "{\"a\":";
+  body += "1" + std::string(55000, '}') + "}";
+  auto response = service_.Handle(context_, "DescribeTrainingJob", body);
+  EXPECT_EQ(response.status, 400);
+  json answer = json::parse(response.body);
+  EXPECT_EQ(answer["__type"], "SerializationException");
+  EXPECT_NE(answer["message"].get<std::string>().find("deeper than 64 levels"), std::string::npos) << answer;
+  EXPECT_EQ(calls_, 0);
+
+  // At the limit the request is an ordinary one (unknown members are ignored).
+  body = R"({"TrainingJobName": "good-name", "Unknown": )" + std::string(63, '[') + std::string(63, ']') + "}";
+  response = service_.Handle(context_, "DescribeTrainingJob", body);
+  EXPECT_EQ(response.status, 200) << response.body;
+}
+
+TEST_F(JsonServiceModelTest, DocumentsWithTooManyValuesAreRefused) {
+  std::string body = R"({"TrainingJobName": "good-name", "Unknown": [)";
+  for (size_t i = 0; i < JsonService::kRequestLimits.max_values; ++i) body += i ? ",0" : "0";
+  body += "]}";
+  auto response = service_.Handle(context_, "DescribeTrainingJob", body);
+  EXPECT_EQ(response.status, 400);
+  EXPECT_NE(json::parse(response.body)["message"].get<std::string>().find("more than 200000 values"),
+            std::string::npos);
+  EXPECT_EQ(calls_, 0);
+}
+
 }  // namespace
 }  // namespace kiln::api

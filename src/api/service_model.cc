@@ -187,39 +187,52 @@ size_t CodePoints(std::string_view s) {
   return count;
 }
 
+// Longest rendering of one value in a validation message. A 10 MB member would otherwise be
+// quoted whole (and the message is built once more around it); the prefix is what a person reads.
+constexpr size_t kMaxRenderedValueBytes = 1024;
+
 // Renders a value the way AWS (Java) prints it in validation messages: strings as is, lists as
-// "[a, b]", maps and structures as "{k=v, k2=v2}".
-void RenderValue(const json& value, std::string& out) {
+// "[a, b]", maps and structures as "{k=v, k2=v2}". Stops once `out` passes `end` bytes and then
+// ends the rendering with "..." (cut on a UTF-8 boundary). Returns false once cut.
+bool RenderValueUpTo(const json& value, std::string& out, size_t end) {
+  auto append = [&](std::string_view text) {
+    if (out.size() + text.size() <= end) {
+      out += text;
+      return true;
+    }
+    out += Utf8Truncate(text, end > out.size() ? end - out.size() : 0);
+    out += "...";
+    return false;
+  };
   switch (value.type()) {
-    case json::value_t::null: out += "null"; break;
-    case json::value_t::string: out += value.get_ref<const std::string&>(); break;
+    case json::value_t::null: return append("null");
+    case json::value_t::string: return append(value.get_ref<const std::string&>());
     case json::value_t::array: {
-      out += '[';
+      if (!append("[")) return false;
       bool first = true;
       for (const auto& element : value) {
-        if (!first) out += ", ";
+        if (!first && !append(", ")) return false;
         first = false;
-        RenderValue(element, out);
+        if (!RenderValueUpTo(element, out, end)) return false;
       }
-      out += ']';
-      break;
+      return append("]");
     }
     case json::value_t::object: {
-      out += '{';
+      if (!append("{")) return false;
       bool first = true;
       for (const auto& [key, element] : value.items()) {
-        if (!first) out += ", ";
+        if (!first && !append(", ")) return false;
         first = false;
-        out += key;
-        out += '=';
-        RenderValue(element, out);
+        if (!append(key) || !append("=")) return false;
+        if (!RenderValueUpTo(element, out, end)) return false;
       }
-      out += '}';
-      break;
+      return append("}");
     }
-    default: out += value.dump(); break;
+    default: return append(value.dump());
   }
 }
+
+void RenderValue(const json& value, std::string& out) { RenderValueUpTo(value, out, out.size() + kMaxRenderedValueBytes); }
 
 const char* JavaTypeName(ShapeType type) {
   switch (type) {
@@ -270,13 +283,17 @@ class Validator {
     return mark;
   }
   void Pop(size_t mark) { path_.resize(mark); }
+  // The path as quoted in a message: map keys are the caller's text, so it is bounded like values.
+  std::string BoundedPath() const {
+    return path_.size() <= kMaxRenderedValueBytes ? path_ : Utf8Truncate(path_, kMaxRenderedValueBytes) + "...";
+  }
 
   bool Failed() const { return serialization_.has_value(); }
 
   void TypeError(std::string message) {
     if (!serialization_) {
       // AWS's text names no member; the path tells the user which one it was.
-      serialization_ = aws::AwsError("SerializationException", message + " (at '" + path_ + "')");
+      serialization_ = aws::AwsError("SerializationException", message + " (at '" + BoundedPath() + "')");
     }
   }
 
@@ -293,7 +310,7 @@ class Validator {
       error += '\'';
     }
     error += " at '";
-    error += path_;
+    error += BoundedPath();
     error += "' failed to satisfy constraint: ";
     error += constraint;
     errors_.push_back(std::move(error));
@@ -330,6 +347,31 @@ bool Validator::ScalarTypeFits(const Shape& shape, const json& value) {
       return false;
     case ShapeType::kInteger:
     case ShapeType::kLong:
+      if (value.is_number()) {
+        // The model's integer is a Java int and its long a Java long: a number outside the range
+        // cannot be deserialized (AWS answers SerializationException; Kiln would otherwise let a
+        // 2^62 MaxRuntimeInSeconds overflow a deadline).
+        const bool is_int = shape.type == ShapeType::kInteger;
+        const double low = is_int ? -2147483648.0 : -9223372036854775808.0;
+        const double high = is_int ? 2147483647.0 : 9223372036854775807.0;
+        bool fits;
+        if (value.is_number_unsigned()) {
+          fits = value.get<uint64_t>() <= (is_int ? uint64_t{2147483647} : uint64_t{9223372036854775807});
+        } else if (value.is_number_integer()) {
+          fits = !is_int || (value.get<int64_t>() >= -2147483648LL && value.get<int64_t>() <= 2147483647LL);
+        } else {
+          double truncated = std::trunc(value.get<double>());
+          // 2^63 itself is not a long: compare strictly against the next double up.
+          fits = std::isfinite(truncated) && truncated >= low && (is_int ? truncated <= high : truncated < high);
+        }
+        if (fits) return true;
+        TypeError("Numeric value (" + Utf8Truncate(value.dump(), 64) + ") out of range of " +
+                  (is_int ? "int (-2147483648 - 2147483647)" : "long (-9223372036854775808 - 9223372036854775807)"));
+        return false;
+      }
+      TypeError(std::string(value.is_boolean() ? "class java.lang.Boolean" : "class java.lang.String") +
+                " can not be converted to an " + JavaTypeName(shape.type));
+      return false;
     case ShapeType::kFloat:
     case ShapeType::kDouble:
       if (value.is_number()) return true;
@@ -339,7 +381,7 @@ bool Validator::ScalarTypeFits(const Shape& shape, const json& value) {
     case ShapeType::kBoolean:
       if (value.is_boolean()) return true;
       if (value.is_string()) {
-        TypeError("'" + value.get<std::string>() + "' can not be converted to an Boolean");
+        TypeError("'" + Utf8Truncate(value.get_ref<const std::string&>(), 64) + "' can not be converted to an Boolean");
       } else {
         TypeError("class com.amazon.coral.value.json.numbers.TruncatingBigNumber can not be converted to an Boolean");
       }

@@ -165,11 +165,69 @@ TEST_F(ServiceModelTest, HyperParameterValueTooLong) {
   json request = ValidTrainingJob();
   std::string value(2501, 'v');
   request["HyperParameters"] = {{"big", value}};
+  // The value is quoted up to 1,024 bytes, then "...".
   EXPECT_EQ(Message(request),
-            "ValidationException: 1 validation error detected: Value '{big=" + value +
-                "}' at 'hyperParameters' failed to satisfy constraint: Map value must satisfy constraint: [Member "
+            "ValidationException: 1 validation error detected: Value '{big=" + value.substr(0, 1024 - 5) +
+                "...' at 'hyperParameters' failed to satisfy constraint: Map value must satisfy constraint: [Member "
                 "must have length less than or equal to 2500, Member must have length greater than or equal to 0, "
                 "Member must satisfy regular expression pattern: .*]");
+}
+
+TEST_F(ServiceModelTest, HugeValuesAreQuotedAsABoundedPrefix) {
+  // A 10 MB member used to be quoted whole (a 42 MB message). UTF-8 is cut on a boundary.
+  json request = ValidTrainingJob();
+  std::string huge = "é" + std::string(10 * 1024 * 1024, 'x');
+  request["TrainingJobName"] = huge;
+  std::string message = Message(request);
+  EXPECT_LT(message.size(), 4096u) << message.substr(0, 200);
+  EXPECT_NE(message.find("Value 'éxxx"), std::string::npos);
+  EXPECT_NE(message.find("x...' at 'trainingJobName'"), std::string::npos);
+
+  request = ValidTrainingJob();
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = "é" + std::string(1 << 20, 'y');
+  message = Message(request);
+  EXPECT_LT(message.size(), 512u);
+  EXPECT_EQ(message, "SerializationException: class java.lang.String can not be converted to an Integer (at "
+                     "'stoppingCondition.maxRuntimeInSeconds')");
+
+  request = ValidTrainingJob();
+  request["EnableNetworkIsolation"] = std::string(1 << 20, 'z');
+  EXPECT_LT(Message(request).size(), 512u);
+
+  // Map keys are part of the path: bounded too.
+  request = ValidTrainingJob();
+  request["Environment"] = {{std::string(1 << 20, 'K'), "v"}};
+  message = Message(request);
+  EXPECT_LT(message.size(), 8192u);
+  EXPECT_EQ(message.rfind("ValidationException: ", 0), 0u);
+}
+
+TEST_F(ServiceModelTest, IntegersOutsideJavaRangesAreSerializationExceptions) {
+  json request = ValidTrainingJob();
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = int64_t{1} << 62;
+  EXPECT_EQ(Message(request), "SerializationException: Numeric value (4611686018427387904) out of range of int "
+                              "(-2147483648 - 2147483647) (at 'stoppingCondition.maxRuntimeInSeconds')");
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = 2147483648LL;
+  EXPECT_NE(Message(request).find("out of range of int"), std::string::npos);
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = 2147483647LL;  // in range; no max in the model
+  EXPECT_EQ(Message(request), "");
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = 1e300;
+  EXPECT_NE(Message(request).find("out of range of int"), std::string::npos);
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = uint64_t{18446744073709551615ULL};
+  EXPECT_NE(Message(request).find("(18446744073709551615) out of range of int"), std::string::npos);
+  request["ResourceConfig"]["VolumeSizeInGB"] = -2147483649LL;
+  request["StoppingCondition"]["MaxRuntimeInSeconds"] = 60;
+  EXPECT_NE(Message(request).find("out of range of int"), std::string::npos);
+
+  // A long: DescribePipeline's PipelineVersionId.
+  json describe = {{"PipelineName", "p"}, {"PipelineVersionId", int64_t{1} << 62}};
+  EXPECT_EQ(Message(describe, "DescribePipeline"), "");
+  describe["PipelineVersionId"] = uint64_t{1} << 63;
+  EXPECT_EQ(Message(describe, "DescribePipeline"),
+            "SerializationException: Numeric value (9223372036854775808) out of range of long (-9223372036854775808 - "
+            "9223372036854775807) (at 'pipelineVersionId')");
+  describe["PipelineVersionId"] = 9.3e18;
+  EXPECT_NE(Message(describe, "DescribePipeline").find("out of range of long"), std::string::npos);
 }
 
 TEST_F(ServiceModelTest, BadEnvironmentKey) {

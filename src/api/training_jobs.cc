@@ -7,6 +7,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/json_parse.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
@@ -245,7 +246,8 @@ std::string EncodeToken(const json& cursor, const std::string& filter_hash, int6
 std::optional<json> DecodeToken(const std::string& token, const std::string& filter_hash, int64_t now) {
   auto raw = Base64Decode(token);
   if (!raw) return std::nullopt;
-  json parsed = json::parse(*raw, nullptr, false);
+  // A token is the client's to send: parsed with bounds, as any request body.
+  json parsed = ParseJsonBounded(*raw, {.max_depth = 8}).value_or(json());
   if (!parsed.is_object() || parsed.value("f", "") != filter_hash || !parsed.contains("c")) return std::nullopt;
   int64_t issued = parsed.value("t", int64_t{0});
   if (now - issued > kTokenLifetimeMillis) return std::nullopt;
