@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -55,13 +56,48 @@ std::string Truncate(std::string s, size_t max) {
   return s;
 }
 
-int64_t MaxRuntimeSeconds(const json& request) {
-  const json& sc = request.value("StoppingCondition", json::object());
-  if (sc.contains("MaxRuntimeInSeconds") && sc["MaxRuntimeInSeconds"].is_number_integer()) {
-    return sc["MaxRuntimeInSeconds"].get<int64_t>();
+// `seconds` (a request member: validated as a Java int, but rows written before that check, or
+// by other paths, may hold anything) as milliseconds, saturating instead of overflowing.
+int64_t SecondsToMillisSaturating(int64_t seconds) {
+  int64_t millis = 0;
+  if (__builtin_mul_overflow(seconds, int64_t{1000}, &millis)) {
+    return seconds < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
   }
-  return 86400;
+  return millis;
 }
+
+// `at + millis` without overflow (a deadline far in the future stays in the far future).
+int64_t AddSaturating(int64_t at, int64_t millis) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(at, millis, &sum)) {
+    return millis < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  }
+  return sum;
+}
+
+// A seconds member of StoppingCondition: integers as sent, fractional numbers truncated (as the
+// validator and AWS do), `fallback` when absent.
+int64_t StoppingSeconds(const json& request, const char* member, int64_t fallback) {
+  const json& sc = request.value("StoppingCondition", json::object());
+  if (!sc.contains(member)) return fallback;
+  const json& value = sc[member];
+  // (nlohmann: is_number_integer() is true for unsigned numbers too, which may not fit int64.)
+  if (value.is_number_unsigned()) {
+    return value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+               ? std::numeric_limits<int64_t>::max()
+               : static_cast<int64_t>(value.get<uint64_t>());
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    double seconds = std::trunc(value.get<double>());
+    if (!(seconds < 9.2e18)) return std::numeric_limits<int64_t>::max();
+    if (!(seconds > -9.2e18)) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(seconds);
+  }
+  return fallback;
+}
+
+int64_t MaxRuntimeSeconds(const json& request) { return StoppingSeconds(request, "MaxRuntimeInSeconds", 86400); }
 
 // The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
 std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
@@ -543,7 +579,7 @@ void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
 }
 
 void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record) {
-  const int64_t deadline = training_start_millis_ + MaxRuntimeSeconds(request_) * 1000;
+  const int64_t deadline = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
   bool stop_sent = false;
   int64_t last_metrics_flush = Now();
   while (!shutting_down_.load()) {
@@ -1007,10 +1043,10 @@ void TrainingController::MarkPending(const std::string& name) {
   // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
   auto job = jobs_.Get(name);
   if (!job.ok()) return;
-  const json& sc = job->request.value("StoppingCondition", json::object());
-  if (sc.contains("MaxPendingTimeInSeconds") && sc["MaxPendingTimeInSeconds"].is_number_integer()) {
+  const int64_t max_pending_seconds = StoppingSeconds(job->request, "MaxPendingTimeInSeconds", -1);
+  if (max_pending_seconds >= 0) {
     int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
-    if (now - job->creation_millis >= sc["MaxPendingTimeInSeconds"].get<int64_t>() * 1000) {
+    if (now >= AddSaturating(job->creation_millis, SecondsToMillisSaturating(max_pending_seconds))) {
       deps_.scheduler->Cancel(name);
       (void)FinishWithoutRunning(name, "max_pending");
       return;
