@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "api/credential_store.h"
+#include "base/crash_handler.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/config.h"
@@ -68,6 +69,9 @@ int RunServer(const CommonFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   InitLogging(config->log_level, config->log_format == "json" ? LogFormat::kJson : LogFormat::kLogfmt);
+  // A crash writes the signal and a symbolised backtrace to the log before the process dies
+  // (then the supervisor restarts it and the new server adopts every instance).
+  InstallCrashHandler();
   signal(SIGPIPE, SIG_IGN);
   RaiseOpenFileLimit();
 
