@@ -156,7 +156,12 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
   if (protocol == aws::Protocol::kRestXml) {
     switch (error.failure) {
       case F::kMissing: return aws::AwsError("AccessDenied", "Access Denied", 403);
-      case F::kMalformed: return aws::AwsError("AuthorizationHeaderMalformed", m, 400);
+      case F::kMalformed:
+        // S3: a presigned URL's parameters are AuthorizationQueryParametersError (SigV4) or
+        // AccessDenied (SigV2); only the header form is AuthorizationHeaderMalformed.
+        if (error.form == aws::AuthForm::kQueryV4) return aws::AwsError("AuthorizationQueryParametersError", m, 400);
+        if (error.form == aws::AuthForm::kQueryV2) return aws::AwsError("AccessDenied", m, 403);
+        return aws::AwsError("AuthorizationHeaderMalformed", m, 400);
       case F::kUnknownKey:
         return aws::AwsError("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.", 403);
       case F::kBadToken: return aws::AwsError("InvalidToken", "The provided token is malformed or otherwise invalid.", 400);
@@ -170,7 +175,12 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
         e.With("ServerTime", FormatIso8601Millis(NowMillis())).With("MaxAllowedSkewMilliseconds", "900000");
         return e;
       }
-      case F::kExpired: return aws::AwsError("AccessDenied", m.empty() ? "Request has expired" : m, 403);
+      case F::kExpired: {
+        // S3 adds X-Amz-Expires / Expires / ServerTime (see AuthError::details).
+        aws::AwsError e("AccessDenied", m.empty() ? "Request has expired" : m, 403);
+        for (const auto& [name, value] : error.details) e.With(name, value);
+        return e;
+      }
       case F::kBadContentSha256: return aws::AwsError("InvalidArgument", m, 400);
     }
   }

@@ -348,5 +348,36 @@ TEST(AuthErrorForTest, S3Codes) {
   EXPECT_EQ(AuthErrorFor(aws::Protocol::kJson11, {aws::AuthFailure::kBadSignature, "", "", ""}).http_status, 400);
 }
 
+// Issue 9: presigned-URL failures answer as S3 does.
+TEST(AuthErrorForTest, S3PresignedForms) {
+  aws::AuthError v4{aws::AuthFailure::kMalformed, "X-Amz-Expires must be non-negative", "", ""};
+  v4.form = aws::AuthForm::kQueryV4;
+  aws::AwsError e = AuthErrorFor(aws::Protocol::kRestXml, v4);
+  EXPECT_EQ(e.code, "AuthorizationQueryParametersError");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.message, "X-Amz-Expires must be non-negative");
+  aws::AuthError v2{aws::AuthFailure::kMalformed, "Invalid date (should be seconds since epoch): x", "", ""};
+  v2.form = aws::AuthForm::kQueryV2;
+  e = AuthErrorFor(aws::Protocol::kRestXml, v2);
+  EXPECT_EQ(e.code, "AccessDenied");
+  EXPECT_EQ(e.http_status, 403);
+  aws::AuthError expired{aws::AuthFailure::kExpired, "Request has expired", "", ""};
+  expired.form = aws::AuthForm::kQueryV4;
+  expired.details = {{"X-Amz-Expires", "60"}, {"Expires", "2024-05-01T10:01:00Z"}, {"ServerTime", "2024-05-01T10:02:00Z"}};
+  e = AuthErrorFor(aws::Protocol::kRestXml, expired);
+  EXPECT_EQ(e.code, "AccessDenied");
+  EXPECT_EQ(e.http_status, 403);
+  EXPECT_EQ(e.message, "Request has expired");
+  EXPECT_EQ(e.fields, expired.details);
+  auto wire = aws::SerializeError(aws::Protocol::kRestXml, e, "REQ");
+  EXPECT_NE(wire.body.find("<Message>Request has expired</Message><X-Amz-Expires>60</X-Amz-Expires>"
+                           "<Expires>2024-05-01T10:01:00Z</Expires><ServerTime>2024-05-01T10:02:00Z</ServerTime>"),
+            std::string::npos)
+      << wire.body;
+  // The header form keeps AuthorizationHeaderMalformed.
+  EXPECT_EQ(AuthErrorFor(aws::Protocol::kRestXml, {aws::AuthFailure::kMalformed, "m", "", ""}).code,
+            "AuthorizationHeaderMalformed");
+}
+
 }  // namespace
 }  // namespace kiln::api

@@ -1,6 +1,7 @@
 #include "aws/sigv2.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <vector>
@@ -164,13 +165,28 @@ std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& requ
     key_id = QueryValue(request.raw_query, "AWSAccessKeyId");
     signature = QueryValue(request.raw_query, "Signature");
     date_or_expires = QueryValue(request.raw_query, "Expires");
+    // S3 answers each of these with AccessDenied (403) and these words.
+    auto query_error = [](AuthFailure failure, std::string message) {
+      AuthError error{failure, std::move(message), "", ""};
+      error.form = AuthForm::kQueryV2;
+      return error;
+    };
+    if (key_id.empty() || signature.empty() || date_or_expires.empty()) {
+      return query_error(AuthFailure::kMalformed,
+                         "Query-string authentication requires the Signature, Expires and AWSAccessKeyId parameters");
+    }
+    // Seconds since the epoch, a 32-bit time as S3 reads it (an expiry past 2038 is refused too).
     auto expires = ParseInt64(date_or_expires);
-    if (key_id.empty() || signature.empty() || !expires) {
-      return AuthError{AuthFailure::kMalformed,
-                       "Query-string authentication requires the Signature, Expires and AWSAccessKeyId parameters", "", ""};
+    if (!expires || *expires < 0 || *expires > INT32_MAX) {
+      return query_error(AuthFailure::kMalformed, "Invalid date (should be seconds since epoch): " + date_or_expires);
     }
     if (*expires * 1000 < now_millis) {
-      return AuthError{AuthFailure::kExpired, "Request has expired", "", ""};
+      AuthError error = query_error(AuthFailure::kExpired, "Request has expired");
+      std::string expires_at = FormatIso8601Millis(*expires * 1000);
+      std::string server_time = FormatIso8601Millis(now_millis);
+      // S3 writes both without the fraction: 2024-05-01T10:00:00Z.
+      error.details = {{"Expires", expires_at.substr(0, 19) + "Z"}, {"ServerTime", server_time.substr(0, 19) + "Z"}};
+      return error;
     }
   }
   std::optional<Credential> credential = credentials.Lookup(key_id);

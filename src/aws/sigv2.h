@@ -27,7 +27,9 @@ std::string SigV2Sign(std::string_view secret, std::string_view string_to_sign);
 
 // Verifies a SigV2 request. The result's payload_mode is UNSIGNED-PAYLOAD (SigV2 does not cover
 // the body); region is `default_region`. Header form: Date within max skew (kSkewed). Query
-// form: Expires in the future (kExpired).
+// form: Expires in the future (kExpired, with S3's Expires/ServerTime details); a missing parameter or an
+// Expires that is not 0..2^31-1 seconds since the epoch is kMalformed. Query-form failures carry
+// AuthForm::kQueryV2 (S3 answers them AccessDenied).
 std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& request,
                                                     const CredentialProvider& credentials,
                                                     const std::string& default_region, int64_t now_millis,

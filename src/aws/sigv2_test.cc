@@ -81,6 +81,38 @@ TEST(SigV2Test, VerifiesPresignedUrls) {
   EXPECT_EQ(std::get<AuthError>(unknown).failure, AuthFailure::kUnknownKey);
 }
 
+// Issue 9: a SigV2 presigned URL's failures as S3 answers them (AccessDenied with these words).
+TEST(SigV2Test, PresignedFailuresAsS3) {
+  OneKey keys;
+  int64_t now = 1714557600000;  // 2024-05-01T10:00:00Z
+  auto error_of = [&](const SignableRequest& r) {
+    auto result = VerifySigV2(r, keys, "us-east-1", now);
+    EXPECT_TRUE(std::holds_alternative<AuthError>(result));
+    return std::holds_alternative<AuthError>(result) ? std::get<AuthError>(result) : AuthError{};
+  };
+  AuthError expired = error_of(Presigned(now / 1000 - 90, kSecret));
+  EXPECT_EQ(expired.failure, AuthFailure::kExpired);
+  EXPECT_EQ(expired.form, AuthForm::kQueryV2);
+  EXPECT_EQ(expired.message, "Request has expired");
+  using Details = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(expired.details, (Details{{"Expires", "2024-05-01T09:58:30Z"}, {"ServerTime", "2024-05-01T10:00:00Z"}}));
+
+  for (const std::string expires : {"tomorrow", "-5", "2147483648", "1e10"}) {
+    SignableRequest r = Presigned(now / 1000 + 60, kSecret);
+    r.raw_query.replace(r.raw_query.find("Expires=") + 8, std::to_string(now / 1000 + 60).size(), expires);
+    AuthError invalid = error_of(r);
+    EXPECT_EQ(invalid.failure, AuthFailure::kMalformed) << expires;
+    EXPECT_EQ(invalid.form, AuthForm::kQueryV2) << expires;
+    EXPECT_EQ(invalid.message, "Invalid date (should be seconds since epoch): " + expires);
+  }
+  SignableRequest missing = Presigned(now / 1000 + 60, kSecret);
+  missing.raw_query = missing.raw_query.substr(0, missing.raw_query.find("&Signature="));
+  AuthError incomplete = error_of(missing);
+  EXPECT_EQ(incomplete.form, AuthForm::kQueryV2);
+  EXPECT_EQ(incomplete.message,
+            "Query-string authentication requires the Signature, Expires and AWSAccessKeyId parameters");
+}
+
 TEST(SigV2Test, HeaderFormChecksClockAndVirtualHostResource) {
   OneKey keys;
   int64_t now = NowMillis();

@@ -219,6 +219,20 @@ AuthError Fail(AuthFailure failure, std::string message) {
   return AuthError{failure, std::move(message), "", ""};
 }
 
+// A failure of the presigned (query-string) form.
+AuthError FailQuery(AuthFailure failure, std::string message) {
+  AuthError error = Fail(failure, std::move(message));
+  error.form = AuthForm::kQueryV4;
+  return error;
+}
+
+// S3's time format in <Error> details: 2024-05-01T10:00:00Z (no fraction).
+std::string ErrorTime(int64_t epoch_millis) {
+  std::string t = FormatIso8601Millis(epoch_millis);
+  if (size_t dot = t.find('.'); dot != std::string::npos) t = t.substr(0, dot) + "Z";
+  return t;
+}
+
 // Splits "AKID/yyyymmdd/region/service/aws4_request".
 bool ParseCredential(std::string_view text, ParsedAuth* out) {
   std::vector<std::string_view> parts = Split(text, '/');
@@ -335,30 +349,38 @@ std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryPa
     }
   }
   if (!missing.empty()) {
-    return Fail(AuthFailure::kMalformed,
+    return FailQuery(AuthFailure::kMalformed,
                 "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
                 "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters. Missing: " +
                     missing + ".");
   }
   if (*algorithm != kAlgorithm) {
-    return Fail(AuthFailure::kMalformed, "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"");
+    return FailQuery(AuthFailure::kMalformed, "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"");
   }
   if (!ParseCredential(*credential, &parsed)) {
-    return Fail(AuthFailure::kMalformed, CredentialMalformedMessage(options.s3, *credential));
+    return FailQuery(AuthFailure::kMalformed,
+                     options.s3 ? "Error parsing the X-Amz-Credential parameter; the Credential is mal-formed; "
+                                  "expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"."
+                                : CredentialMalformedMessage(false, *credential));
   }
   if (!ParseAmzDate(*date)) {
-    return Fail(AuthFailure::kMalformed, "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"");
+    return FailQuery(AuthFailure::kMalformed, "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"");
   }
   parsed.amz_date = *date;
+  // S3's answers (each AuthorizationQueryParametersError, 400): not an integer or beyond int64
+  // "should be a number"; below 0 "must be non-negative"; above a week the long sentence below.
+  // 0 is accepted and the URL is expired from the start.
   std::optional<int64_t> expires_value = ParseInt64(*expires);
   if (!expires_value) {
-    return Fail(AuthFailure::kMalformed, "X-Amz-Expires should be a number");
+    return FailQuery(AuthFailure::kMalformed, "X-Amz-Expires should be a number");
   }
-  if (*expires_value < 1) {
-    return Fail(AuthFailure::kMalformed, "X-Amz-Expires must be non-negative");
+  if (*expires_value < 0) {
+    return FailQuery(AuthFailure::kMalformed, "X-Amz-Expires must be non-negative");
   }
   if (*expires_value > kMaxPresignSeconds) {
-    return Fail(AuthFailure::kMalformed, "X-Amz-Expires must be less than a week (in seconds) that is 604800");
+    return FailQuery(AuthFailure::kMalformed,
+                     "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be "
+                     "less than 604800 seconds");
   }
   parsed.expires_seconds = *expires_value;
   parsed.signed_headers_text = *signed_headers;
@@ -576,6 +598,10 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
                                                          parsed.region) != options.regions.end();
   if (!region_ok) {
     std::string expected = options.regions.empty() ? "" : options.regions.front();
+    if (options.s3 && parsed.presigned) {
+      return FailQuery(AuthFailure::kMalformed, "Error parsing the X-Amz-Credential parameter; the region '" +
+                                                    parsed.region + "' is wrong; expecting '" + expected + "'");
+    }
     if (options.s3) {
       return Fail(AuthFailure::kMalformed, "The authorization header is malformed; the region '" + parsed.region +
                                                "' is wrong; expecting '" + expected + "'");
@@ -595,11 +621,21 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
   // Step 4: time.
   int64_t request_millis = *ParseAmzDate(parsed.amz_date);
   if (parsed.presigned) {
+    // expires_seconds <= 604800 (checked while parsing): no overflow.
+    int64_t expires_millis = request_millis + parsed.expires_seconds * 1000;
     if (request_millis - options.max_skew_millis > now_millis) {
-      return Fail(AuthFailure::kExpired, "Request is not yet valid");
+      AuthError error = FailQuery(AuthFailure::kExpired, "Request is not yet valid");
+      error.details = {{"X-Amz-Date", std::to_string(request_millis)},
+                       {"Expires", ErrorTime(expires_millis)},
+                       {"ServerTime", ErrorTime(now_millis)}};
+      return error;
     }
-    if (now_millis > request_millis + parsed.expires_seconds * 1000) {
-      return Fail(AuthFailure::kExpired, "Request has expired");
+    if (now_millis > expires_millis) {
+      AuthError error = FailQuery(AuthFailure::kExpired, "Request has expired");
+      error.details = {{"X-Amz-Expires", std::to_string(parsed.expires_seconds)},
+                       {"Expires", ErrorTime(expires_millis)},
+                       {"ServerTime", ErrorTime(now_millis)}};
+      return error;
     }
   } else if (request_millis < now_millis - options.max_skew_millis) {
     return Fail(AuthFailure::kSkewed, "Signature expired: " + parsed.amz_date + " is now earlier than " +

@@ -86,12 +86,26 @@ enum class AuthFailure {
   kBadContentSha256,  // S3 x-amz-content-sha256 missing or not a valid value
 };
 
+// Where the failing credentials were carried. S3 names query-string failures differently from
+// header ones: AuthorizationQueryParametersError (SigV4) or AccessDenied (SigV2) instead of
+// AuthorizationHeaderMalformed.
+enum class AuthForm {
+  kHeader,   // Authorization header (either version)
+  kQueryV4,  // presigned X-Amz-Algorithm/-Credential/-Date/-Expires/-SignedHeaders/-Signature
+  kQueryV2,  // presigned AWSAccessKeyId/Expires/Signature
+};
+
 struct AuthError {
   AuthFailure failure;
   std::string message;  // AWS-style text for the client
   // For debugging signature mismatches (Kiln logs these at debug level only).
   std::string canonical_request;
   std::string string_to_sign;
+  AuthForm form = AuthForm::kHeader;
+  // Extra children S3 writes into its <Error> for this failure, in order. An expired presigned
+  // URL: X-Amz-Expires (SigV4 only), Expires and ServerTime (both yyyy-mm-ddThh:mm:ssZ); one not
+  // yet valid: X-Amz-Date (epoch milliseconds, as S3 writes it), Expires, ServerTime.
+  std::vector<std::pair<std::string, std::string>> details = {};
 };
 
 struct VerifyOptions {

@@ -441,9 +441,92 @@ TEST(SigV4S3Test, PresignedLimits) {
   presigned.raw_query = PresignQuery(plain, options, 604800);
   Ok(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt));
   EXPECT_EQ(presigned.raw_query.rfind("partNumber=1&X-Amz-Algorithm=", 0), 0u);
+  // 0 is a valid X-Amz-Expires (S3: "non-negative"); the URL expires at once.
   presigned.raw_query = PresignQuery(plain, options, 0);
-  EXPECT_EQ(Err(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt)).failure,
-            AuthFailure::kMalformed);
+  Ok(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt));
+  EXPECT_EQ(Err(VerifyRequest(presigned, credentials, S3Options(), options.time_millis + 1000, std::nullopt)).failure,
+            AuthFailure::kExpired);
+}
+
+// Issue 9: each X-Amz-Expires value S3 refuses, with S3's words, marked as a query-string failure
+// (the front door answers AuthorizationQueryParametersError, 400).
+TEST(SigV4S3Test, PresignedExpiresValuesAsS3) {
+  FakeCredentials credentials = S3Credentials();
+  SignableRequest plain{"GET", "/b/k", "", {}};
+  plain.headers.emplace("Host", "kiln.example");
+  SignOptions options;
+  options.access_key_id = std::string(kS3KeyId);
+  options.secret_access_key = std::string(kS3Secret);
+  options.service = "s3";
+  options.s3 = true;
+  options.time_millis = At("20240501T100000Z");
+  auto with_expires = [&](const std::string& value) {
+    SignableRequest presigned = plain;
+    presigned.raw_query = PresignQuery(plain, options, 60);
+    size_t at = presigned.raw_query.find("X-Amz-Expires=60");
+    presigned.raw_query.replace(at, 16, "X-Amz-Expires=" + value);
+    return Err(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt));
+  };
+  const std::string week = "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires "
+                           "must be less than 604800 seconds";
+  const std::pair<std::string, std::string> cases[] = {
+      {"604801", week},
+      {"9223372036854775807", week},
+      {"-1", "X-Amz-Expires must be non-negative"},
+      {"-604801", "X-Amz-Expires must be non-negative"},
+      {"abc", "X-Amz-Expires should be a number"},
+      {"", "X-Amz-Expires should be a number"},
+      {"1.5", "X-Amz-Expires should be a number"},
+      {"9223372036854775808", "X-Amz-Expires should be a number"},
+  };
+  for (const auto& [value, message] : cases) {
+    AuthError error = with_expires(value);
+    EXPECT_EQ(error.failure, AuthFailure::kMalformed) << value;
+    EXPECT_EQ(error.form, AuthForm::kQueryV4) << value;
+    EXPECT_EQ(error.message, message) << value;
+  }
+}
+
+TEST(SigV4S3Test, PresignedExpiryDetailsAsS3) {
+  FakeCredentials credentials = S3Credentials();
+  SignableRequest request = S3PresignedExample();  // X-Amz-Date 20130524T000000Z, X-Amz-Expires 86400
+  int64_t t = At("20130524T000000Z");
+  AuthError expired = Err(VerifyRequest(request, credentials, S3Options(), t + 86401 * 1000, std::nullopt));
+  EXPECT_EQ(expired.failure, AuthFailure::kExpired);
+  EXPECT_EQ(expired.form, AuthForm::kQueryV4);
+  EXPECT_EQ(expired.message, "Request has expired");
+  using Details = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(expired.details, (Details{{"X-Amz-Expires", "86400"},
+                                      {"Expires", "2013-05-25T00:00:00Z"},
+                                      {"ServerTime", "2013-05-25T00:00:01Z"}}));
+  AuthError early = Err(VerifyRequest(request, credentials, S3Options(), t - 16 * 60 * 1000, std::nullopt));
+  EXPECT_EQ(early.message, "Request is not yet valid");
+  EXPECT_EQ(early.details, (Details{{"X-Amz-Date", std::to_string(t)},
+                                    {"Expires", "2013-05-25T00:00:00Z"},
+                                    {"ServerTime", "2013-05-23T23:44:00Z"}}));
+}
+
+TEST(SigV4S3Test, PresignedCredentialErrorsNameTheParameter) {
+  FakeCredentials credentials = S3Credentials();
+  SignableRequest request = S3PresignedExample();
+  VerifyOptions west = S3Options();
+  west.regions = {"eu-west-1"};
+  AuthError region = Err(VerifyRequest(request, credentials, west, At("20130524T000000Z"), std::nullopt));
+  EXPECT_EQ(region.failure, AuthFailure::kMalformed);
+  EXPECT_EQ(region.form, AuthForm::kQueryV4);
+  EXPECT_EQ(region.message,
+            "Error parsing the X-Amz-Credential parameter; the region 'us-east-1' is wrong; expecting 'eu-west-1'");
+  request.raw_query.replace(request.raw_query.find("%2Fs3%2F"), 8, "%2F");
+  AuthError mangled = Err(VerifyRequest(request, credentials, S3Options(), At("20130524T000000Z"), std::nullopt));
+  EXPECT_EQ(mangled.form, AuthForm::kQueryV4);
+  EXPECT_EQ(mangled.message.rfind("Error parsing the X-Amz-Credential parameter; the Credential is mal-formed", 0),
+            0u);
+  // The header form keeps its own wording and form.
+  SignableRequest header{"GET", "/b", "", {}};
+  header.headers.emplace("Authorization", "AWS4-HMAC-SHA256 Credential=garbage, SignedHeaders=host, Signature=00");
+  header.headers.emplace("X-Amz-Date", "20130524T000000Z");
+  AuthError header_error = Err(VerifyRequest(header, credentials, S3Options(), At("20130524T000000Z"), std::nullopt));
+  EXPECT_EQ(header_error.form, AuthForm::kHeader);
 }
 
 // ---- Requests exactly as botocore 1.43.11 signs them (captured with a fixed clock,
