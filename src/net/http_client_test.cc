@@ -21,6 +21,7 @@
 
 #include "base/io.h"
 #include "base/strings.h"
+#include "net/http_client_testing.h"
 #include "net/http_server.h"
 
 namespace kiln::net {
@@ -864,6 +865,21 @@ TEST(HttpClientTest, ForgetClosesIdleConnections) {
   EXPECT_EQ(server.connections(), 2u);
   ASSERT_TRUE(client.Send("127.0.0.1", other.port(), Post("b"), Budget()).ok());
   EXPECT_EQ(other.connections(), 1u);
+}
+
+TEST(HttpClientTest, ReadResponseForTestParsesWhatASocketHolds) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::string wire = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX-A:  1 \r\nContent-Length: 2\r\n\r\nok";
+  ASSERT_EQ(::send(fds[0], wire.data(), wire.size(), 0), static_cast<ssize_t>(wire.size()));
+  ::close(fds[0]);
+  ParsedResponseForTest parsed = ReadResponseForTest(fds[1], /*head_request=*/false, HttpClientOptions{}, 1000);
+  ::close(fds[1]);
+  ASSERT_TRUE(parsed.status.ok()) << parsed.status.ToString();
+  EXPECT_EQ(parsed.response.status, 200);
+  EXPECT_EQ(*FindHeader(parsed.response.headers, "X-A"), "1");
+  EXPECT_EQ(parsed.response.body, "ok");
+  EXPECT_TRUE(parsed.keep_alive);
 }
 
 TEST(HttpClientTest, Ipv6Literal) {
