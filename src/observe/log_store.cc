@@ -1,6 +1,7 @@
 #include "observe/log_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 
 #include "base/encoding.h"
 #include "base/fs.h"
+#include "base/hash.h"
 #include "base/ids.h"
+#include "base/log.h"
 
 namespace kiln::observe {
 namespace {
@@ -94,15 +97,177 @@ bool MatchesFilterPattern(const std::string& pattern, const std::string& message
   return !any_optional || optional_hit;
 }
 
-struct LogStore::StreamFile {
-  UniqueFd fd;
-  std::vector<IndexEntry> index;
-  uint64_t size = 0;               // bytes of whole records; a torn tail past it is cut off at load
-  std::vector<int64_t> ingestion;  // per event, parallel to index
+// One block of a stream: events [first_seq, end_seq) in records [begin, end) of the event file.
+struct LogStore::Block {
+  uint64_t first_seq = 0;
+  uint64_t end_seq = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  int64_t min_ts = 0;
+  int64_t max_ts = 0;
 };
+
+// A stream's open handle. Its size is constant: per-event and per-block data stay on disk.
+// Invariants: blocks == count / kBlockEvents entries are in the index file (unless `broken`);
+// events [blocks * kBlockEvents, count) form the partial last block starting at tail_offset.
+struct LogStore::StreamFile {
+  std::string id;
+  UniqueFd fd;        // the event file
+  UniqueFd index_fd;  // the index file
+  uint64_t size = 0;  // bytes of whole records; a torn tail past it is cut off at load
+  uint64_t count = 0;
+  uint64_t blocks = 0;
+  uint64_t tail_offset = 0;
+  int64_t tail_min = 0;  // min and max timestamp of the partial block, when it has events
+  int64_t tail_max = 0;
+  bool sorted = true;  // no event's timestamp is below the one appended before it
+  int64_t last_ts = 0;
+  bool broken = false;  // an index entry read back corrupt or was not written: reload on next open
+  std::list<std::string>::iterator lru;
+};
+
+// Filter's order: timestamp, then stream (by name: `streams` is sorted by name), then sequence.
+struct LogStore::Candidate {
+  int64_t ts = 0;
+  uint32_t stream = 0;
+  uint32_t len = 0;
+  uint64_t seq = 0;
+  uint64_t offset = 0;  // of the record
+  int64_t ingestion = 0;
+};
+
+// The last key a Filter page examined (from a token or the previous chunk): candidates are after it.
+struct LogStore::FilterBound {
+  int64_t ts = 0;
+  std::string stream_name;
+  uint64_t seq = 0;
+};
+
+namespace {
+
+constexpr uint64_t kBlockEvents = 64;
+constexpr size_t kEntryBytes = 32;
+constexpr size_t kEntryPage = 128;   // index entries read at once
+constexpr size_t kReadChunk = 65536;  // sequential record reads
+constexpr size_t kFilterChunk = 8192;  // Filter candidates selected per pass over the streams
+constexpr uint32_t kEntrySorted = 1;
+
+// Index entry: u64 offset of the block's first record, i64 min and max timestamp, u32 flags
+// (kEntrySorted: timestamps non-decreasing from the stream's first event through this block),
+// u32 CRC-32C of the first 28 bytes.
+struct IndexEntry {
+  uint64_t offset = 0;
+  int64_t min_ts = 0;
+  int64_t max_ts = 0;
+  uint32_t flags = 0;
+};
+
+void EncodeEntry(const IndexEntry& e, std::string& out) {
+  size_t at = out.size();
+  PutLe(out, e.offset, 8);
+  PutLe(out, static_cast<uint64_t>(e.min_ts), 8);
+  PutLe(out, static_cast<uint64_t>(e.max_ts), 8);
+  PutLe(out, e.flags, 4);
+  PutLe(out, Crc32cUpdate(0, std::string_view(out.data() + at, 28)), 4);
+}
+
+std::optional<IndexEntry> DecodeEntry(const char* p) {
+  if (GetLe(p + 28, 4) != Crc32cUpdate(0, std::string_view(p, 28))) return std::nullopt;
+  IndexEntry e;
+  e.offset = GetLe(p, 8);
+  e.min_ts = static_cast<int64_t>(GetLe(p + 8, 8));
+  e.max_ts = static_cast<int64_t>(GetLe(p + 16, 8));
+  e.flags = static_cast<uint32_t>(GetLe(p + 24, 4));
+  return e;
+}
+
+Status PreadAll(int fd, char* buf, size_t n, uint64_t offset, const char* what) {
+  size_t got = 0;
+  while (got < n) {
+    ASSIGN_OR_RETURN(size_t r, PreadSome(fd, buf + got, n - got, offset + got));
+    if (r == 0) return Status::DataLoss(std::string(what) + " is shorter than expected");
+    got += r;
+  }
+  return Status::Ok();
+}
+
+Status PwriteAll(int fd, std::string_view data, uint64_t offset) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus("write log index", n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+struct RecordHeader {
+  uint64_t offset = 0;  // of the header
+  uint32_t len = 0;
+  int64_t ts = 0;
+  int64_t ingestion = 0;
+};
+
+// Reads the records of [begin, end) of an event file in order through one buffer of ~64 KiB
+// (more only for a single larger record). Bodies are read only when asked for.
+class RecordReader {
+ public:
+  RecordReader(int fd, uint64_t begin, uint64_t end) : fd_(fd), pos_(begin), end_(end) {}
+
+  // The next record's header; false at the end of the range or at a record cut short there.
+  Result<bool> Next(RecordHeader* h) {
+    ASSIGN_OR_RETURN(bool have, Ensure(pos_, kHeaderBytes));
+    if (!have) return false;
+    const char* p = buf_.data() + (pos_ - buf_start_);
+    h->offset = pos_;
+    h->len = static_cast<uint32_t>(GetLe(p, 4));
+    h->ts = static_cast<int64_t>(GetLe(p + 4, 8));
+    h->ingestion = static_cast<int64_t>(GetLe(p + 12, 8));
+    if (pos_ + kHeaderBytes + h->len > end_) return false;
+    pos_ += kHeaderBytes + h->len;
+    return true;
+  }
+
+  // The message of a record that Next returned.
+  Result<std::string> Message(const RecordHeader& h) {
+    ASSIGN_OR_RETURN(bool have, Ensure(h.offset + kHeaderBytes, h.len));
+    if (!have) return Status::DataLoss("log event file is shorter than its index");
+    return std::string(buf_.data() + (h.offset + kHeaderBytes - buf_start_), h.len);
+  }
+
+  uint64_t position() const { return pos_; }
+
+ private:
+  // Makes [offset, offset + need) resident; false when it reaches past the range or the file.
+  Result<bool> Ensure(uint64_t offset, size_t need) {
+    if (offset >= buf_start_ && offset + need <= buf_start_ + buf_.size()) return true;
+    if (offset + need > end_) return false;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(std::max(need, kReadChunk), end_ - offset));
+    buf_.resize(want);
+    buf_start_ = offset;
+    size_t got = 0;
+    while (got < want) {
+      ASSIGN_OR_RETURN(size_t n, PreadSome(fd_, buf_.data() + got, want - got, offset + got));
+      if (n == 0) break;
+      got += n;
+    }
+    buf_.resize(got);
+    return got >= need;
+  }
+
+  int fd_;
+  uint64_t pos_;
+  uint64_t end_;
+  std::string buf_;
+  uint64_t buf_start_ = 0;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<LogStore>> LogStore::Open(Options options) {
   if (options.database == nullptr) return Status::InvalidArgument("LogStore needs a database");
+  if (options.max_open_streams == 0) options.max_open_streams = 1;
   RETURN_IF_ERROR(MakeDirs(options.root, 0700).WithPrefix("log dir"));
   return std::unique_ptr<LogStore>(new LogStore(std::move(options)));
 }
@@ -113,6 +278,7 @@ LogStore::~LogStore() = default;
 int64_t LogStore::Now() const { return (options_.clock ? *options_.clock : Clock::System()).NowMillis(); }
 
 std::string LogStore::FilePath(const std::string& id) const { return options_.root + "/" + id + ".events"; }
+std::string LogStore::IndexPath(const std::string& id) const { return options_.root + "/" + id + ".index"; }
 
 Status LogStore::CheckGroup(const std::string& group) {
   ASSIGN_OR_RETURN(auto st, options_.database->Prepare("SELECT 1 FROM log_groups WHERE name = ?"));
@@ -142,80 +308,208 @@ Result<LogStore::StreamRow> LogStore::FindStream(const std::string& group, const
   return row;
 }
 
+namespace {
+
+// Adds one event (already on disk at `offset`, `bytes` long) to the handle's partial block;
+// appends the block's index entry to `entries` when the block is complete.
+void AddEvent(uint64_t& count, uint64_t& blocks, uint64_t& tail_offset, int64_t& tail_min, int64_t& tail_max,
+              bool& sorted, int64_t& last_ts, int64_t ts, uint64_t offset, uint64_t bytes, std::string& entries) {
+  if (count == blocks * kBlockEvents) {
+    tail_offset = offset;
+    tail_min = tail_max = ts;
+  } else {
+    tail_min = std::min(tail_min, ts);
+    tail_max = std::max(tail_max, ts);
+  }
+  if (count > 0 && ts < last_ts) sorted = false;
+  last_ts = ts;
+  ++count;
+  if (count == (blocks + 1) * kBlockEvents) {
+    EncodeEntry({tail_offset, tail_min, tail_max, sorted ? kEntrySorted : 0}, entries);
+    ++blocks;
+    tail_offset = offset + bytes;
+  }
+}
+
+}  // namespace
+
+// Trusts the index entries before the last one; checks the last against the block it describes
+// (a crash can tear an entry, and entries are written after the events they describe are
+// synced, so an index can be short but never ahead). Then scans the events after the last
+// indexed block, writing entries for blocks that are complete, and cuts a torn record off the end.
+Status LogStore::LoadIndex(StreamFile* f) {
+  struct stat data_st {}, index_st {};
+  if (::fstat(f->fd.get(), &data_st) != 0) return ErrnoStatus("stat log events", errno);
+  if (::fstat(f->index_fd.get(), &index_st) != 0) return ErrnoStatus("stat log index", errno);
+  const uint64_t data_size = static_cast<uint64_t>(data_st.st_size);
+  uint64_t entries = static_cast<uint64_t>(index_st.st_size) / kEntryBytes;
+  f->count = f->blocks = f->tail_offset = 0;
+  f->sorted = true;
+  if (entries > 0) {
+    char raw[kEntryBytes];
+    bool good = false;
+    IndexEntry last;
+    if (PreadAll(f->index_fd.get(), raw, kEntryBytes, (entries - 1) * kEntryBytes, "log index").ok()) {
+      auto e = DecodeEntry(raw);
+      if (e && e->offset < data_size) {
+        last = *e;
+        RecordReader reader(f->fd.get(), last.offset, data_size);
+        RecordHeader h;
+        int64_t lo = INT64_MAX, hi = INT64_MIN, prev = INT64_MIN;
+        bool in_order = true;
+        uint64_t n = 0;
+        for (; n < kBlockEvents; ++n) {
+          ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+          if (!have) break;
+          lo = std::min(lo, h.ts);
+          hi = std::max(hi, h.ts);
+          if (h.ts < prev) in_order = false;
+          prev = h.ts;
+        }
+        good = n == kBlockEvents && lo == last.min_ts && hi == last.max_ts &&
+               (in_order || !(last.flags & kEntrySorted));
+        if (good) {
+          f->blocks = entries;
+          f->count = entries * kBlockEvents;
+          f->tail_offset = reader.position();
+          f->sorted = (last.flags & kEntrySorted) != 0;
+          f->last_ts = prev;
+        }
+      }
+    }
+    if (!good) {
+      KLOG(warn, "log index does not match its events; rebuilding it", {{"stream_id", f->id}});
+      entries = 0;
+    }
+  }
+  if (static_cast<uint64_t>(index_st.st_size) != entries * kEntryBytes &&
+      ::ftruncate(f->index_fd.get(), static_cast<off_t>(entries * kEntryBytes)) != 0) {
+    return ErrnoStatus("truncate log index", errno);
+  }
+  RecordReader reader(f->fd.get(), f->tail_offset, data_size);
+  RecordHeader h;
+  std::string pending;
+  uint64_t pending_from = f->blocks;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+    if (!have) break;
+    AddEvent(f->count, f->blocks, f->tail_offset, f->tail_min, f->tail_max, f->sorted, f->last_ts, h.ts, h.offset,
+             kHeaderBytes + h.len, pending);
+    if (pending.size() >= kEntryPage * kEntryBytes) {
+      RETURN_IF_ERROR(PwriteAll(f->index_fd.get(), pending, pending_from * kEntryBytes));
+      pending.clear();
+      pending_from = f->blocks;
+    }
+  }
+  if (f->count == f->blocks * kBlockEvents) f->tail_offset = reader.position();
+  RETURN_IF_ERROR(PwriteAll(f->index_fd.get(), pending, pending_from * kEntryBytes));
+  f->size = reader.position();
+  if (f->size < data_size && ::ftruncate(f->fd.get(), static_cast<off_t>(f->size)) != 0) {
+    return ErrnoStatus("truncate log events", errno);
+  }
+  return Status::Ok();
+}
+
 Result<LogStore::StreamFile*> LogStore::OpenStreamFile(const std::string& id) {
   auto it = files_.find(id);
-  if (it != files_.end()) return it->second.get();
+  if (it != files_.end()) {
+    if (!it->second->broken) {
+      lru_.splice(lru_.begin(), lru_, it->second->lru);
+      return it->second.get();
+    }
+    lru_.erase(it->second->lru);
+    files_.erase(it);
+  }
   auto file = std::make_unique<StreamFile>();
+  file->id = id;
   std::string path = FilePath(id);
   file->fd = UniqueFd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!file->fd.valid()) return ErrnoStatus("open " + path, errno);
-  // Build the index with buffered reads; a record cut short by a crash ends the file.
-  std::string buf;
-  uint64_t buf_start = 0;
-  uint64_t offset = 0;
-  for (;;) {
-    // Make sure [offset, offset + need) is in buf.
-    auto ensure = [&](size_t need) -> Result<bool> {
-      while (offset + need > buf_start + buf.size()) {
-        size_t keep_from = static_cast<size_t>(offset - buf_start);
-        buf.erase(0, keep_from);
-        buf_start = offset;
-        size_t old = buf.size();
-        size_t want = std::max<size_t>(need, 1 << 20);
-        buf.resize(old + want);
-        ASSIGN_OR_RETURN(size_t n, PreadSome(file->fd.get(), buf.data() + old, want, buf_start + old));
-        buf.resize(old + n);
-        if (n == 0) return false;
-      }
-      return true;
-    };
-    ASSIGN_OR_RETURN(bool have_header, ensure(kHeaderBytes));
-    if (!have_header) break;
-    const char* h = buf.data() + (offset - buf_start);
-    uint64_t len = GetLe(h, 4);
-    int64_t ts = static_cast<int64_t>(GetLe(h + 4, 8));
-    int64_t ingestion = static_cast<int64_t>(GetLe(h + 12, 8));
-    ASSIGN_OR_RETURN(bool have_body, ensure(kHeaderBytes + len));
-    if (!have_body) break;
-    file->index.push_back({ts, offset});
-    file->ingestion.push_back(ingestion);
-    offset += kHeaderBytes + len;
+  std::string index_path = IndexPath(id);
+  file->index_fd = UniqueFd(::open(index_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!file->index_fd.valid()) return ErrnoStatus("open " + index_path, errno);
+  RETURN_IF_ERROR(LoadIndex(file.get()));
+  while (files_.size() >= options_.max_open_streams && !lru_.empty()) {
+    files_.erase(lru_.back());
+    lru_.pop_back();
   }
-  file->size = offset;
-  if (::ftruncate(file->fd.get(), static_cast<off_t>(offset)) != 0) return ErrnoStatus("truncate " + path, errno);
+  lru_.push_front(id);
+  file->lru = lru_.begin();
   StreamFile* raw = file.get();
   files_.emplace(id, std::move(file));
   return raw;
 }
 
 void LogStore::DropStreamFile(const std::string& id) {
-  files_.erase(id);
+  auto it = files_.find(id);
+  if (it != files_.end()) {
+    lru_.erase(it->second->lru);
+    files_.erase(it);
+  }
   ::unlink(FilePath(id).c_str());
+  ::unlink(IndexPath(id).c_str());
 }
 
-Result<std::vector<OutputEvent>> LogStore::ReadRange(StreamFile* file, size_t first, size_t last) {
-  std::vector<OutputEvent> out;
-  if (first >= last) return out;
-  uint64_t begin = file->index[first].offset;
-  uint64_t end = last < file->index.size() ? file->index[last].offset : file->size;
-  std::string buf(end - begin, '\0');
-  size_t got = 0;
-  while (got < buf.size()) {
-    ASSIGN_OR_RETURN(size_t n, PreadSome(file->fd.get(), buf.data() + got, buf.size() - got, begin + got));
-    if (n == 0) return Status::DataLoss("log event file is shorter than its index");
-    got += n;
+Result<LogStore::Block> LogStore::GetBlock(StreamFile* f, uint64_t k) {
+  Block b;
+  b.first_seq = k * kBlockEvents;
+  if (k >= f->blocks) {
+    b.end_seq = f->count;
+    b.begin = f->tail_offset;
+    b.end = f->size;
+    b.min_ts = f->tail_min;
+    b.max_ts = f->tail_max;
+    return b;
   }
-  out.reserve(last - first);
-  for (size_t i = first; i < last; ++i) {
-    const char* h = buf.data() + (file->index[i].offset - begin);
-    uint64_t len = GetLe(h, 4);
-    OutputEvent e;
-    e.timestamp = static_cast<int64_t>(GetLe(h + 4, 8));
-    e.ingestion_time = static_cast<int64_t>(GetLe(h + 12, 8));
-    e.message.assign(h + kHeaderBytes, len);
-    out.push_back(std::move(e));
+  // This entry and the next one's offset (the block's end) in one read.
+  const bool has_next = k + 1 < f->blocks;
+  char raw[2 * kEntryBytes];
+  Status read = PreadAll(f->index_fd.get(), raw, has_next ? 2 * kEntryBytes : kEntryBytes, k * kEntryBytes, "log index");
+  std::optional<IndexEntry> e = read.ok() ? DecodeEntry(raw) : std::nullopt;
+  std::optional<IndexEntry> next = read.ok() && has_next ? DecodeEntry(raw + kEntryBytes) : std::nullopt;
+  if (!e || (has_next && !next)) {
+    f->broken = true;
+    (void)::ftruncate(f->index_fd.get(), 0);
+    KLOG(warn, "log index entry is corrupt; rebuilding the index", {{"stream_id", f->id}});
+    return Status::DataLoss("The log stream's index was damaged and is being rebuilt; retry the request.");
   }
-  return out;
+  b.end_seq = b.first_seq + kBlockEvents;
+  b.begin = e->offset;
+  b.end = has_next ? next->offset : f->tail_offset;
+  b.min_ts = e->min_ts;
+  b.max_ts = e->max_ts;
+  return b;
+}
+
+template <typename Pred>
+Result<uint64_t> LogStore::FirstBlockWhere(StreamFile* f, uint64_t lo, uint64_t hi, Pred pred) {
+  uint64_t end = hi + 1;
+  while (lo < end) {
+    uint64_t mid = lo + (end - lo) / 2;
+    ASSIGN_OR_RETURN(Block b, GetBlock(f, mid));
+    if (pred(b)) {
+      end = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+namespace {
+// True when no timestamp of block `b` is in [start, end).
+template <typename BlockT>
+bool Disjoint(const BlockT& b, const std::optional<int64_t>& start, const std::optional<int64_t>& end) {
+  return (start && b.max_ts < *start) || (end && b.min_ts >= *end);
+}
+}  // namespace
+
+LogStore::MemoryStats LogStore::TEST_MemoryStats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MemoryStats stats;
+  stats.open_streams = files_.size();
+  for (const auto& [id, file] : files_) stats.index_bytes += sizeof(StreamFile) + file->id.capacity();
+  return stats;
 }
 
 Status LogStore::CreateGroup(const std::string& group) {
@@ -309,11 +603,9 @@ Result<int64_t> LogStore::Append(const std::string& group, const std::string& st
   int64_t now = Now();
   std::string buf;
   buf.reserve(total);
-  std::vector<IndexEntry> added;
   uint64_t offset = file->size;
   int64_t bytes = 0;
   for (const InputEvent& e : events) {
-    added.push_back({e.timestamp, offset + buf.size()});
     PutLe(buf, e.message.size(), 4);
     PutLe(buf, static_cast<uint64_t>(e.timestamp), 8);
     PutLe(buf, static_cast<uint64_t>(now), 8);
@@ -337,12 +629,25 @@ Result<int64_t> LogStore::Append(const std::string& group, const std::string& st
     (void)::ftruncate(file->fd.get(), static_cast<off_t>(offset));
     return ErrnoStatus("sync log events", err);
   }
+  // The events are durable; index entries for the blocks they complete follow (not synced: the
+  // index is rebuilt from the events when it is short).
   file->size = offset + buf.size();
-  for (const IndexEntry& entry : added) {
-    file->index.push_back(entry);
-    file->ingestion.push_back(now);
+  std::string entries;
+  const uint64_t first_new_block = file->blocks;
+  uint64_t at = offset;
+  for (const InputEvent& e : events) {
+    uint64_t record = kHeaderBytes + e.message.size();
+    AddEvent(file->count, file->blocks, file->tail_offset, file->tail_min, file->tail_max, file->sorted,
+             file->last_ts, e.timestamp, at, record, entries);
+    at += record;
   }
-  int64_t count = static_cast<int64_t>(file->index.size());
+  if (Status written = PwriteAll(file->index_fd.get(), entries, first_new_block * kEntryBytes); !written.ok()) {
+    KLOG(warn, "log index write failed; the index is rebuilt on next use",
+         {{"stream_id", row.id}, {"error", written.ToString()}});
+    (void)::ftruncate(file->index_fd.get(), static_cast<off_t>(first_new_block * kEntryBytes));
+    file->broken = true;
+  }
+  int64_t count = static_cast<int64_t>(file->count);
   ASSIGN_OR_RETURN(auto st, options_.database->Prepare(
                                 "UPDATE log_streams SET "
                                 "first_event_millis = min(coalesce(first_event_millis, ?1), ?1), "
@@ -475,30 +780,88 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
     position = (*j)["p"].get<size_t>();
   }
   ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(row.id));
-  const size_t n = file->index.size();
+  const uint64_t n = file->count;
   if (position && *position > n) return Status::InvalidArgument(kBadToken);
   const size_t max_events = query.limit ? static_cast<size_t>(*query.limit) : static_cast<size_t>(kMaxEventsLimit);
   const bool byte_bound = !query.limit;
-  auto event_bytes = [&](size_t i) {
-    uint64_t end = i + 1 < n ? file->index[i + 1].offset : file->size;
-    return end - file->index[i].offset - kHeaderBytes + kEventOverheadBytes;
-  };
-  std::vector<size_t> picked;
+  // Events are visited one at a time from the position in the page's direction; out-of-range
+  // events are passed over, the page ends at max_events or (without a limit) 1 MB.
+  std::vector<OutputEvent> picked;
+  uint64_t first_pick = 0, last_pick = 0;
   size_t bytes = 0;
-  auto take = [&](size_t i) {
-    if (!InRange(file->index[i].timestamp, query.start_time, query.end_time)) return true;
+  auto take = [&](const RecordHeader& h, uint64_t seq, RecordReader& reader) -> Result<bool> {
+    if (!InRange(h.ts, query.start_time, query.end_time)) return true;
     if (picked.size() >= max_events) return false;
-    size_t b = event_bytes(i);
+    size_t b = h.len + kEventOverheadBytes;
     if (byte_bound && !picked.empty() && bytes + b > kDefaultPageBytes) return false;
     bytes += b;
-    picked.push_back(i);
+    ASSIGN_OR_RETURN(std::string message, reader.Message(h));
+    if (picked.empty()) first_pick = last_pick = seq;
+    first_pick = std::min(first_pick, seq);
+    last_pick = std::max(last_pick, seq);
+    picked.push_back({h.ts, h.ingestion, std::move(message)});
     return true;
   };
+  const uint64_t last_block = n == 0 ? 0 : (n - 1) / kBlockEvents;
+  bool full = false;
   if (direction == 'f') {
-    for (size_t i = position.value_or(0); i < n && take(i); ++i) {
+    uint64_t i = position.value_or(0);
+    if (file->sorted && query.start_time && i < n) {
+      // Timestamps never decrease: blocks that end before start_time hold nothing in range.
+      ASSIGN_OR_RETURN(uint64_t k, FirstBlockWhere(file, i / kBlockEvents, last_block,
+                                                   [&](const Block& b) { return b.max_ts >= *query.start_time; }));
+      i = std::max(i, std::min(n, k * kBlockEvents));
+    }
+    while (i < n && !full) {
+      ASSIGN_OR_RETURN(Block block, GetBlock(file, i / kBlockEvents));
+      if (Disjoint(block, query.start_time, query.end_time)) {
+        if (file->sorted && query.end_time && block.min_ts >= *query.end_time) break;  // so is everything later
+        i = block.end_seq;
+        continue;
+      }
+      RecordReader reader(file->fd.get(), block.begin, block.end);
+      for (uint64_t seq = block.first_seq; seq < block.end_seq; ++seq) {
+        RecordHeader h;
+        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+        if (!have) return Status::DataLoss("log event file is shorter than its index");
+        if (seq < i) continue;
+        ASSIGN_OR_RETURN(bool more, take(h, seq, reader));
+        if (!more) {
+          full = true;
+          break;
+        }
+      }
+      i = block.end_seq;
     }
   } else {
-    for (size_t i = position.value_or(n); i > 0 && take(i - 1); --i) {
+    uint64_t i = position.value_or(n);  // events before i, newest first
+    if (file->sorted && query.end_time && i > 0) {
+      // Blocks that start at or after end_time hold nothing in range.
+      ASSIGN_OR_RETURN(uint64_t k, FirstBlockWhere(file, 0, (i - 1) / kBlockEvents,
+                                                   [&](const Block& b) { return b.min_ts >= *query.end_time; }));
+      i = std::min(i, k * kBlockEvents);
+    }
+    std::vector<RecordHeader> headers;
+    while (i > 0 && !full) {
+      ASSIGN_OR_RETURN(Block block, GetBlock(file, (i - 1) / kBlockEvents));
+      if (Disjoint(block, query.start_time, query.end_time)) {
+        if (file->sorted && query.start_time && block.max_ts < *query.start_time) break;
+        i = block.first_seq;
+        continue;
+      }
+      RecordReader reader(file->fd.get(), block.begin, block.end);
+      headers.clear();
+      for (uint64_t seq = block.first_seq; seq < i; ++seq) {
+        RecordHeader h;
+        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+        if (!have) return Status::DataLoss("log event file is shorter than its index");
+        headers.push_back(h);
+      }
+      for (size_t j = headers.size(); j > 0 && !full; --j) {
+        ASSIGN_OR_RETURN(bool more, take(headers[j - 1], block.first_seq + j - 1, reader));
+        full = !more;
+      }
+      i = block.first_seq;
     }
     std::reverse(picked.begin(), picked.end());
   }
@@ -506,23 +869,16 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
   if (picked.empty()) {
     // Nothing here: the token that was sent comes back unchanged (the end-of-stream rule), and
     // the other direction turns around at the same position.
-    size_t p = position.value_or(direction == 'f' ? 0 : n);
+    uint64_t p = position.value_or(direction == 'f' ? 0 : n);
     if (!position && !query.start_from_head) p = 0;  // an empty tail page: newer events start at 0
     page.next_forward_token = PositionToken('f', row.id, p);
     page.next_backward_token = PositionToken('b', row.id, p);
     if (!query.token.empty()) (direction == 'f' ? page.next_forward_token : page.next_backward_token) = query.token;
     return page;
   }
-  // Index runs of picked events are read with one pread each.
-  for (size_t k = 0; k < picked.size();) {
-    size_t run_end = k + 1;
-    while (run_end < picked.size() && picked[run_end] == picked[run_end - 1] + 1) ++run_end;
-    ASSIGN_OR_RETURN(auto events, ReadRange(file, picked[k], picked[run_end - 1] + 1));
-    for (auto& e : events) page.events.push_back(std::move(e));
-    k = run_end;
-  }
-  page.next_forward_token = PositionToken('f', row.id, picked.back() + 1);
-  page.next_backward_token = PositionToken('b', row.id, picked.front());
+  page.events = std::move(picked);
+  page.next_forward_token = PositionToken('f', row.id, last_pick + 1);
+  page.next_backward_token = PositionToken('b', row.id, first_pick);
   return page;
 }
 
@@ -534,86 +890,156 @@ Result<FilterPage> LogStore::Filter(const std::string& group, const FilterQuery&
     return Status::InvalidArgument("limit must be between 1 and 10000");
   }
   // The token is the sort key (timestamp, stream name, sequence) of the last event examined.
-  std::optional<std::tuple<int64_t, std::string, size_t>> after;
+  std::optional<FilterBound> after;
   if (!query.token.empty()) {
     auto j = DecodeToken(query.token);
     if (!j || !j->contains("t") || !j->contains("n") || !j->contains("q") || !(*j)["t"].is_number_integer() ||
         !(*j)["n"].is_string() || !(*j)["q"].is_number_unsigned()) {
       return Status::InvalidArgument(kBadToken);
     }
-    after.emplace((*j)["t"].get<int64_t>(), (*j)["n"].get<std::string>(), (*j)["q"].get<size_t>());
+    after = FilterBound{(*j)["t"].get<int64_t>(), (*j)["n"].get<std::string>(), (*j)["q"].get<uint64_t>()};
   }
   std::lock_guard<std::mutex> lock(mutex_);
   RETURN_IF_ERROR(CheckGroup(group));
-  std::vector<std::pair<std::string, std::string>> streams;  // (name, id), by name
+  std::vector<FilterStream> streams;  // by name
   {
-    ASSIGN_OR_RETURN(auto st, options_.database->Prepare("SELECT name, id FROM log_streams WHERE group_name = ?1 AND "
-                                                         "substr(name, 1, length(?2)) = ?2 ORDER BY name"));
+    ASSIGN_OR_RETURN(auto st, options_.database->Prepare(
+                                  "SELECT name, id, first_event_millis, last_event_millis FROM log_streams "
+                                  "WHERE group_name = ?1 AND substr(name, 1, length(?2)) = ?2 ORDER BY name"));
     st.BindText(1, group).BindText(2, query.stream_name_prefix);
     for (;;) {
       ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;
-      std::string name = st.ColumnText(0);
+      FilterStream fs;
+      fs.name = st.ColumnText(0);
       if (!query.stream_names.empty() &&
-          std::find(query.stream_names.begin(), query.stream_names.end(), name) == query.stream_names.end()) {
+          std::find(query.stream_names.begin(), query.stream_names.end(), fs.name) == query.stream_names.end()) {
         continue;
       }
-      streams.emplace_back(std::move(name), st.ColumnText(1));
+      fs.id = st.ColumnText(1);
+      if (!st.IsNull(2)) fs.first_event = st.ColumnInt64(2);
+      if (!st.IsNull(3)) fs.last_event = st.ColumnInt64(3);
+      streams.push_back(std::move(fs));
     }
   }
-  struct Candidate {
-    int64_t ts;
-    size_t stream;  // index into streams (name order, so ties sort by name)
-    size_t seq;
-  };
-  std::vector<Candidate> candidates;
-  std::vector<StreamFile*> files;
   FilterPage page;
-  for (size_t s = 0; s < streams.size(); ++s) {
-    ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(streams[s].second));
-    files.push_back(file);
-    page.searched_streams.push_back(streams[s].first);
-    for (size_t i = 0; i < file->index.size(); ++i) {
-      int64_t ts = file->index[i].timestamp;
-      if (!InRange(ts, query.start_time, query.end_time)) continue;
-      if (after && !(*after < std::make_tuple(ts, streams[s].first, i))) continue;
-      candidates.push_back({ts, s, i});
-    }
-  }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.ts, a.stream, a.seq) < std::tie(b.ts, b.stream, b.seq);
-  });
+  for (const FilterStream& fs : streams) page.searched_streams.push_back(fs.name);
+  // Candidates (events in the time range after the token) are examined in key order, taken from
+  // the streams a chunk at a time so that memory stays bounded however long the streams are.
   const size_t max_events = query.limit ? static_cast<size_t>(*query.limit) : static_cast<size_t>(kMaxEventsLimit);
   size_t bytes = 0;
   size_t scanned = 0;
-  for (size_t k = 0; k < candidates.size(); ++k) {
-    const Candidate& c = candidates[k];
-    bool full = page.events.size() >= max_events || scanned >= kMaxFilterScan;
-    if (full) {
-      const Candidate& last = candidates[k - 1];
-      page.next_token = EncodeToken({{"t", last.ts}, {"n", streams[last.stream].first}, {"q", last.seq}});
-      break;
+  std::optional<Candidate> prev;  // the last candidate examined
+  auto token_after_prev = [&] {
+    return EncodeToken({{"t", prev->ts}, {"n", streams[prev->stream].name}, {"q", prev->seq}});
+  };
+  std::optional<FilterBound> bound = after;
+  for (;;) {
+    ASSIGN_OR_RETURN(std::vector<Candidate> chunk, FilterChunk(streams, query, bound, kFilterChunk));
+    for (const Candidate& c : chunk) {
+      if (page.events.size() >= max_events || scanned >= kMaxFilterScan) {
+        page.next_token = token_after_prev();
+        return page;
+      }
+      ++scanned;
+      ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(streams[c.stream].id));
+      std::string message(c.len, '\0');
+      RETURN_IF_ERROR(PreadAll(file->fd.get(), message.data(), c.len, c.offset + kHeaderBytes, "log event file"));
+      if (!MatchesFilterPattern(query.pattern, message)) {
+        prev = c;
+        continue;
+      }
+      size_t b = message.size() + kEventOverheadBytes;
+      if (!query.limit && !page.events.empty() && bytes + b > kDefaultPageBytes) {
+        page.next_token = token_after_prev();
+        return page;
+      }
+      bytes += b;
+      FilteredEvent f;
+      f.stream_name = streams[c.stream].name;
+      f.timestamp = c.ts;
+      f.ingestion_time = c.ingestion;
+      f.message = std::move(message);
+      f.event_id = std::to_string(c.ts) + streams[c.stream].id.substr(0, 8) + std::to_string(c.seq);
+      page.events.push_back(std::move(f));
+      prev = c;
     }
-    ++scanned;
-    ASSIGN_OR_RETURN(auto events, ReadRange(files[c.stream], c.seq, c.seq + 1));
-    OutputEvent& e = events.front();
-    if (!MatchesFilterPattern(query.pattern, e.message)) continue;
-    size_t b = e.message.size() + kEventOverheadBytes;
-    if (!query.limit && !page.events.empty() && bytes + b > kDefaultPageBytes) {
-      const Candidate& last = candidates[k - 1];
-      page.next_token = EncodeToken({{"t", last.ts}, {"n", streams[last.stream].first}, {"q", last.seq}});
-      break;
-    }
-    bytes += b;
-    FilteredEvent f;
-    f.stream_name = streams[c.stream].first;
-    f.timestamp = e.timestamp;
-    f.ingestion_time = e.ingestion_time;
-    f.message = std::move(e.message);
-    f.event_id = std::to_string(c.ts) + streams[c.stream].second.substr(0, 8) + std::to_string(c.seq);
-    page.events.push_back(std::move(f));
+    if (chunk.size() < kFilterChunk) return page;  // that was every candidate
+    bound = FilterBound{chunk.back().ts, streams[chunk.back().stream].name, chunk.back().seq};
   }
-  return page;
+}
+
+// One pass over the streams keeps the `limit` smallest candidates in a max-heap. A stream whose
+// timestamps never decreased is entered by binary search and left at the first event past the
+// heap's largest key (or the end of the range); any other stream is scanned block by block,
+// passing over blocks whose timestamps cannot qualify.
+Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector<FilterStream>& streams,
+                                                               const FilterQuery& query,
+                                                               const std::optional<FilterBound>& bound, size_t limit) {
+  auto less = [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.ts, a.stream, a.seq) < std::tie(b.ts, b.stream, b.seq);
+  };
+  std::vector<Candidate> heap;  // max-heap under `less`
+  std::optional<int64_t> lo = query.start_time;
+  if (bound) lo = lo ? std::max(*lo, bound->ts) : bound->ts;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    const FilterStream& fs = streams[s];
+    if (!fs.first_event || !fs.last_event) continue;  // no events
+    if ((lo && *fs.last_event < *lo) || (query.end_time && *fs.first_event >= *query.end_time)) continue;
+    if (heap.size() >= limit && *fs.first_event > heap.front().ts) continue;
+    // After the bound: a later timestamp, or the same one in a later stream, or the same stream later.
+    const int name_vs_bound = bound ? fs.name.compare(bound->stream_name) : 0;
+    auto after_bound = [&](int64_t ts, uint64_t seq) {
+      if (!bound || ts != bound->ts) return !bound || ts > bound->ts;
+      return name_vs_bound > 0 || (name_vs_bound == 0 && seq > bound->seq);
+    };
+    ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(fs.id));
+    if (file->count == 0) continue;
+    const uint64_t last_block = (file->count - 1) / kBlockEvents;
+    uint64_t k = 0;
+    if (file->sorted && lo) {
+      ASSIGN_OR_RETURN(k, FirstBlockWhere(file, 0, last_block, [&](const Block& b) { return b.max_ts >= *lo; }));
+    }
+    bool done = false;
+    for (; k <= last_block && !done; ++k) {
+      ASSIGN_OR_RETURN(Block block, GetBlock(file, k));
+      const bool full = heap.size() >= limit;
+      if (Disjoint(block, lo, query.end_time) || (full && block.min_ts > heap.front().ts)) {
+        if (file->sorted && !Disjoint(block, lo, std::nullopt)) break;  // later blocks start later still
+        continue;
+      }
+      RecordReader reader(file->fd.get(), block.begin, block.end);
+      for (uint64_t seq = block.first_seq; seq < block.end_seq; ++seq) {
+        RecordHeader h;
+        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+        if (!have) return Status::DataLoss("log event file is shorter than its index");
+        if (!InRange(h.ts, query.start_time, query.end_time) || !after_bound(h.ts, seq)) {
+          if (file->sorted && query.end_time && h.ts >= *query.end_time) {
+            done = true;
+            break;
+          }
+          continue;
+        }
+        Candidate c{h.ts, static_cast<uint32_t>(s), h.len, seq, h.offset, h.ingestion};
+        if (heap.size() >= limit) {
+          if (!less(c, heap.front())) {
+            if (file->sorted) {  // keys only grow from here in this stream
+              done = true;
+              break;
+            }
+            continue;
+          }
+          std::pop_heap(heap.begin(), heap.end(), less);
+          heap.back() = c;
+        } else {
+          heap.push_back(c);
+        }
+        std::push_heap(heap.begin(), heap.end(), less);
+      }
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), less);
+  return heap;
 }
 
 }  // namespace kiln::observe

@@ -3,8 +3,17 @@
 // rows in the database (metadata only); each stream's events live in one append-only file under
 // `root`, named by the stream's internal id (never its name, which may hold any character but
 // ':' and '*'). A record is: u32 message length, i64 timestamp ms, i64 ingestion ms (all little
-// endian), then the message bytes. A per-stream index of (timestamp, offset) is built lazily on
-// the first read or append, so a page read is one pread of a contiguous byte range.
+// endian), then the message bytes.
+//
+// Memory does not grow with stream length. Beside each event file, `<id>.index` holds one 32-byte
+// entry per block of 64 events (the block's first record offset, its min and max timestamp, and
+// whether every timestamp so far has been non-decreasing), appended after the events are synced;
+// it is derived data, checked on open and rebuilt from the event file when missing, short or
+// corrupt. In memory a stream is a constant-size handle (counts, the partial last block), and at
+// most Options::max_open_streams handles (two file descriptors each) are kept, least recently
+// used evicted. A read seeks to its block through the index and scans at most one block before
+// its first event; time bounds skip whole blocks by their min/max (binary search when the stream's
+// timestamps never decreased, the common case for container output).
 //
 // Events are kept in append order: each PutLogEvents batch is sorted by timestamp (validated),
 // but batches may interleave in time. Positions in GetEvents tokens are event indexes in that
@@ -13,11 +22,13 @@
 // Errors: NotFound with "The specified log group does not exist." / "The specified log stream
 // does not exist.", AlreadyExists with "The specified log group already exists" / "The specified
 // log stream already exists", InvalidArgument for bad parameters (unsorted batch, oversized
-// message or batch, malformed token), others (I/O, database) as their Status.
+// message or batch, malformed token), DataLoss when an index entry turns out corrupt (the index is
+// then rebuilt on the next call), others (I/O, database) as their Status.
 //
 // Thread-safety: every method may be called from any thread; one mutex serialises them.
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -125,6 +136,10 @@ class LogStore {
     std::string root;                     // directory for event files; created if missing
     store::Database* database = nullptr;  // must outlive the store
     const Clock* clock = nullptr;         // nullptr: Clock::System()
+    // Stream handles kept open (two descriptors and ~150 bytes each). Fewer costs a reopen (a
+    // read of the last index entry and a scan of at most two blocks) when more streams than
+    // this are read or written in turn.
+    size_t max_open_streams = 64;
   };
   static Result<std::unique_ptr<LogStore>> Open(Options options);
   ~LogStore();
@@ -153,29 +168,56 @@ class LogStore {
   Result<EventsPage> GetEvents(const std::string& group, const std::string& stream, const EventsQuery& query);
   Result<FilterPage> Filter(const std::string& group, const FilterQuery& query);
 
- private:
-  struct IndexEntry {
-    int64_t timestamp;
-    uint64_t offset;  // of the record header
+  // What the store holds in memory for streams: open handles and their bytes (the handle, its id;
+  // no per-event or per-block state). Independent of how many events the streams hold.
+  struct MemoryStats {
+    size_t open_streams = 0;
+    size_t index_bytes = 0;
   };
+  MemoryStats TEST_MemoryStats();
+
+ private:
   struct StreamFile;
+  struct Block;
+  struct Candidate;
+  struct FilterBound;
   struct StreamRow {
     std::string id;
     StreamInfo info;
+  };
+  struct FilterStream {
+    std::string name;
+    std::string id;
+    std::optional<int64_t> first_event;  // from the stream's row: min and max timestamp
+    std::optional<int64_t> last_event;
   };
 
   explicit LogStore(Options options);
   Status CheckGroup(const std::string& group);
   Result<StreamRow> FindStream(const std::string& group, const std::string& stream);
+  // The stream's handle, opened (and its index checked or rebuilt) if not cached. The pointer is
+  // valid until the next OpenStreamFile or DropStreamFile call (either may evict it).
   Result<StreamFile*> OpenStreamFile(const std::string& id);
-  Result<std::vector<OutputEvent>> ReadRange(StreamFile* file, size_t first, size_t last);
+  Status LoadIndex(StreamFile* file);
+  // Block k of the stream (k <= (count - 1) / 64); the last block may be the partial one.
+  Result<Block> GetBlock(StreamFile* file, uint64_t k);
+  // The smallest k in [lo, hi] for which pred(block k) holds, for a predicate that is false then
+  // true over the blocks (hi + 1 when it never holds).
+  template <typename Pred>
+  Result<uint64_t> FirstBlockWhere(StreamFile* file, uint64_t lo, uint64_t hi, Pred pred);
+  // The `limit` smallest candidates of a Filter (timestamp, stream, sequence) after `bound`.
+  Result<std::vector<Candidate>> FilterChunk(const std::vector<FilterStream>& streams, const FilterQuery& query,
+                                             const std::optional<FilterBound>& bound, size_t limit);
   std::string FilePath(const std::string& id) const;
+  std::string IndexPath(const std::string& id) const;
   void DropStreamFile(const std::string& id);
   int64_t Now() const;
 
   Options options_;
   std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<StreamFile>> files_;  // by stream id; guarded by mutex_
+  // Open stream handles by stream id, and their ids most recently used first; guarded by mutex_.
+  std::map<std::string, std::unique_ptr<StreamFile>> files_;
+  std::list<std::string> lru_;
 };
 
 }  // namespace kiln::observe

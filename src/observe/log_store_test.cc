@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <tuple>
 
 // Designated initializers name only the fields a case sets; the rest keep their defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -21,11 +26,11 @@ class FakeClock : public Clock {
 class LogStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
-  void Reopen() {
+  void Reopen(size_t max_open_streams = 64) {
     store_.reset();
     db_.reset();
     db_ = store::testing::OpenTestDatabase(dir_.path(), false);
-    auto s = LogStore::Open({dir_.path() + "/logs", db_.get(), &clock_});
+    auto s = LogStore::Open({dir_.path() + "/logs", db_.get(), &clock_, max_open_streams});
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(s).value();
   }
@@ -308,6 +313,335 @@ TEST_F(LogStoreTest, FilterMergesStreams) {
   auto named = store_->Filter("g", {.stream_names = {"t"}, .start_time = 2, .end_time = 3});
   ASSERT_EQ(named->events.size(), 1u);
   EXPECT_EQ(named->events[0].message, "ERROR six");
+}
+
+// ---- Bounded memory: the index lives on disk; reads anywhere in a long stream stay exact ----
+
+// The index files of the store's streams (one per stream that was read or written).
+std::vector<std::string> IndexFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".index") out.push_back(entry.path());
+  }
+  return out;
+}
+
+TEST_F(LogStoreTest, MillionEventStreamKeepsIndexMemoryBounded) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  ASSERT_TRUE(store_->CreateStream("g", "s").ok());
+  Fill(0, 1000, 1000);
+  const auto small = store_->TEST_MemoryStats();
+  EXPECT_EQ(small.open_streams, 1u);
+  Fill(1000, 999'000, 10000);
+  const auto large = store_->TEST_MemoryStats();
+  // A constant-size handle: the same bytes for 1,000 and 1,000,000 events, and small.
+  EXPECT_EQ(large.index_bytes, small.index_bytes);
+  EXPECT_LT(large.index_bytes, 1024u);
+  EXPECT_EQ(store_->GetStream("g", "s")->event_count, 1'000'000);
+
+  auto check_reads = [&](const char* when) {
+    SCOPED_TRACE(when);
+    for (int64_t at : {0, 1, 63, 64, 65, 4095, 123'457, 500'000, 999'936, 999'990}) {
+      auto fwd = Get({.start_time = at, .limit = 5, .start_from_head = true});
+      EXPECT_EQ(Stamps(fwd), Range(at, std::min<int64_t>(at + 5, 1'000'000))) << at;
+      if (!fwd.events.empty()) {
+        EXPECT_EQ(fwd.events[0].message, "m" + std::to_string(at));
+      }
+      // The page's tokens continue from where it ended, in both directions.
+      auto next = Get({.limit = 3, .token = fwd.next_forward_token});
+      EXPECT_EQ(Stamps(next), Range(std::min<int64_t>(at + 5, 1'000'000), std::min<int64_t>(at + 8, 1'000'000)));
+      auto back = Get({.limit = 3, .token = fwd.next_backward_token});
+      EXPECT_EQ(Stamps(back), Range(std::max<int64_t>(at - 3, 0), at)) << at;
+      auto before = Get({.end_time = at + 1, .limit = 4});
+      EXPECT_EQ(Stamps(before), Range(std::max<int64_t>(at - 3, 0), at + 1)) << at;
+    }
+    EXPECT_EQ(Stamps(Get({.start_time = 700'000, .end_time = 700'010})), Range(700'000, 700'010));
+    EXPECT_EQ(Stamps(Get({.limit = 2})), Range(999'998, 1'000'000));
+    auto tail = Get({});  // 10,000 events fit in 1 MB
+    EXPECT_EQ(Stamps(tail), Range(990'000, 1'000'000));
+    auto filtered = store_->Filter("g", {.start_time = 333'330, .pattern = "m33333", .limit = 3});
+    ASSERT_TRUE(filtered.ok()) << filtered.status().ToString();
+    ASSERT_EQ(filtered->events.size(), 3u);
+    EXPECT_EQ(filtered->events[0].message, "m333330");
+    EXPECT_EQ(filtered->events[2].message, "m333332");
+  };
+  check_reads("written in this process");
+  Reopen();
+  check_reads("after reopen (index read back from disk)");
+  EXPECT_EQ(store_->TEST_MemoryStats().index_bytes, small.index_bytes);
+  // A lost index is rebuilt from the events.
+  Reopen();
+  for (const auto& path : IndexFiles(dir_.path() + "/logs")) std::filesystem::remove(path);
+  check_reads("after the index file was removed");
+  auto count = store_->Append("g", "s", {{1'000'000, "m1000000"}});
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(*count, 1'000'001);
+}
+
+// The contract, written the simple way (every event in memory), to check the store against.
+struct ModelEvent {
+  int64_t ts;
+  std::string message;
+};
+
+struct ModelPage {
+  std::vector<size_t> picked;  // event indexes, oldest first
+  size_t forward = 0;
+  size_t backward = 0;
+};
+
+ModelPage ModelGet(const std::vector<ModelEvent>& events, std::optional<size_t> position, char direction,
+                   const EventsQuery& q) {
+  const size_t n = events.size();
+  const size_t max_events = q.limit ? *q.limit : 10000;
+  ModelPage page;
+  size_t bytes = 0;
+  auto take = [&](size_t i) {
+    int64_t ts = events[i].ts;
+    if ((q.start_time && ts < *q.start_time) || (q.end_time && ts >= *q.end_time)) return true;
+    if (page.picked.size() >= max_events) return false;
+    size_t b = events[i].message.size() + 26;
+    if (!q.limit && !page.picked.empty() && bytes + b > 1048576) return false;
+    bytes += b;
+    page.picked.push_back(i);
+    return true;
+  };
+  if (direction == 'f') {
+    for (size_t i = position.value_or(0); i < n && take(i); ++i) {
+    }
+  } else {
+    for (size_t i = position.value_or(n); i > 0 && take(i - 1); --i) {
+    }
+    std::reverse(page.picked.begin(), page.picked.end());
+  }
+  if (page.picked.empty()) {
+    size_t p = position.value_or(direction == 'f' ? 0 : n);
+    if (!position && !q.start_from_head) p = 0;
+    page.forward = page.backward = p;
+  } else {
+    page.forward = page.picked.back() + 1;
+    page.backward = page.picked.front();
+  }
+  return page;
+}
+
+// Pages through the stream in one direction with the store's tokens and the model's positions
+// side by side, comparing every page.
+void ExpectSameAsModel(LogStore& store, const std::vector<ModelEvent>& events, EventsQuery q, const std::string& what) {
+  SCOPED_TRACE(what);
+  char direction = q.start_from_head ? 'f' : 'b';
+  std::optional<size_t> position;
+  for (int pages = 0; pages < 400; ++pages) {
+    auto got = store.GetEvents("g", "s", q);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ModelPage want = ModelGet(events, position, direction, q);
+    ASSERT_EQ(got->events.size(), want.picked.size()) << "page " << pages;
+    for (size_t k = 0; k < want.picked.size(); ++k) {
+      ASSERT_EQ(got->events[k].timestamp, events[want.picked[k]].ts) << "page " << pages << " event " << k;
+      ASSERT_EQ(got->events[k].message, events[want.picked[k]].message) << "page " << pages << " event " << k;
+    }
+    std::string next = direction == 'f' ? got->next_forward_token : got->next_backward_token;
+    size_t next_position = direction == 'f' ? want.forward : want.backward;
+    if (want.picked.empty()) {
+      if (!q.token.empty()) {  // the end-of-stream rule
+        EXPECT_EQ(next, q.token);
+      }
+      return;
+    }
+    q.token = next;
+    position = next_position;
+  }
+  FAIL() << "paging did not end";
+}
+
+// Batches that interleave in time (a stream whose timestamps go back), messages of mixed sizes
+// (pages end at 1 MB), across many 64-event blocks: GetEvents in both directions, with and
+// without bounds and limits, equals the model; so after a reopen.
+TEST_F(LogStoreTest, ReadsMatchTheModelOnInterleavedBatches) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  ASSERT_TRUE(store_->CreateStream("g", "s").ok());
+  std::mt19937 rng(7);
+  std::vector<ModelEvent> events;
+  for (int batch = 0; batch < 60; ++batch) {
+    std::vector<InputEvent> in;
+    int64_t ts = 1000 + std::uniform_int_distribution<int>(0, 4000)(rng);  // jumps back and forth
+    int count = std::uniform_int_distribution<int>(1, 150)(rng);
+    for (int k = 0; k < count; ++k) {
+      ts += std::uniform_int_distribution<int>(0, 3)(rng);
+      size_t size = rng() % 50 == 0 ? 60000 : 1 + rng() % 200;
+      std::string message = std::to_string(events.size()) + ":" + std::string(size, 'a' + batch % 26);
+      in.push_back({ts, message});
+      events.push_back({ts, message});
+    }
+    ASSERT_TRUE(store_->Append("g", "s", in).ok());
+  }
+  auto run = [&](const char* when) {
+    SCOPED_TRACE(when);
+    ExpectSameAsModel(*store_, events, {.limit = 97, .start_from_head = true}, "forward, limit 97");
+    ExpectSameAsModel(*store_, events, {.limit = 130}, "backward, limit 130");
+    ExpectSameAsModel(*store_, events, {.start_from_head = true}, "forward, 1 MB pages");
+    ExpectSameAsModel(*store_, events, {}, "backward, 1 MB pages");
+    ExpectSameAsModel(*store_, events, {.start_time = 2500, .end_time = 3100, .limit = 40, .start_from_head = true},
+                      "forward, window");
+    ExpectSameAsModel(*store_, events, {.start_time = 2500, .end_time = 3100, .limit = 33}, "backward, window");
+    ExpectSameAsModel(*store_, events, {.start_time = 4900, .limit = 10, .start_from_head = true}, "forward, late");
+    ExpectSameAsModel(*store_, events, {.end_time = 1100, .limit = 10}, "backward, early");
+    ExpectSameAsModel(*store_, events, {.start_time = 9000, .start_from_head = true}, "after everything");
+  };
+  run("live");
+  Reopen();
+  run("reopened");
+}
+
+// The same check for a stream whose timestamps never decrease (the binary-search path).
+TEST_F(LogStoreTest, ReadsMatchTheModelOnAnOrderedStream) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  ASSERT_TRUE(store_->CreateStream("g", "s").ok());
+  std::mt19937 rng(11);
+  std::vector<ModelEvent> events;
+  int64_t ts = 0;
+  for (int batch = 0; batch < 50; ++batch) {
+    std::vector<InputEvent> in;
+    int count = std::uniform_int_distribution<int>(1, 200)(rng);
+    for (int k = 0; k < count; ++k) {
+      ts += std::uniform_int_distribution<int>(0, 2)(rng);
+      std::string message = "e" + std::to_string(events.size());
+      in.push_back({ts, message});
+      events.push_back({ts, message});
+    }
+    ASSERT_TRUE(store_->Append("g", "s", in).ok());
+  }
+  for (int64_t start : {int64_t{0}, ts / 3, ts / 2, ts - 1, ts + 1}) {
+    ExpectSameAsModel(*store_, events, {.start_time = start, .end_time = start + 57, .limit = 25, .start_from_head = true},
+                      "forward from " + std::to_string(start));
+    ExpectSameAsModel(*store_, events, {.start_time = start - 40, .end_time = start, .limit = 25},
+                      "backward to " + std::to_string(start));
+  }
+}
+
+// FilterLogEvents over several long, partly interleaved streams equals sorting every candidate by
+// (timestamp, stream name, sequence) and paging through them (more candidates than one internal
+// selection pass holds).
+TEST_F(LogStoreTest, FilterPagingMatchesTheModelAcrossLongStreams) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  const std::vector<std::string> names = {"a", "b", "c"};
+  std::map<std::string, std::vector<ModelEvent>> by_stream;
+  std::mt19937 rng(3);
+  for (const auto& name : names) {
+    ASSERT_TRUE(store_->CreateStream("g", name).ok());
+    int64_t ts = 0;
+    for (int batch = 0; batch < 8; ++batch) {
+      std::vector<InputEvent> in;
+      // Stream "c" goes back in time between batches; "a" and "b" only forward.
+      if (name == "c") ts = std::uniform_int_distribution<int>(0, 3000)(rng);
+      for (int k = 0; k < 1000; ++k) {
+        ts += std::uniform_int_distribution<int>(0, 1)(rng);
+        std::string message = name + std::to_string(by_stream[name].size()) + (rng() % 3 == 0 ? " ERROR" : " ok");
+        in.push_back({ts, message});
+        by_stream[name].push_back({ts, message});
+      }
+      ASSERT_TRUE(store_->Append("g", name, in).ok());
+    }
+  }
+  struct Key {
+    int64_t ts;
+    size_t stream;
+    size_t seq;
+  };
+  auto model = [&](const FilterQuery& q) {
+    std::vector<Key> keys;
+    for (size_t s = 0; s < names.size(); ++s) {
+      const auto& ev = by_stream[names[s]];
+      for (size_t i = 0; i < ev.size(); ++i) {
+        if ((q.start_time && ev[i].ts < *q.start_time) || (q.end_time && ev[i].ts >= *q.end_time)) continue;
+        if (MatchesFilterPattern(q.pattern, ev[i].message)) keys.push_back({ev[i].ts, s, i});
+      }
+    }
+    std::sort(keys.begin(), keys.end(),
+              [](const Key& x, const Key& y) { return std::tie(x.ts, x.stream, x.seq) < std::tie(y.ts, y.stream, y.seq); });
+    std::vector<std::string> out;
+    for (const Key& k : keys) out.push_back(names[k.stream] + "/" + by_stream[names[k.stream]][k.seq].message);
+    return out;
+  };
+  for (FilterQuery q : {FilterQuery{.limit = 10000}, FilterQuery{.pattern = "ERROR", .limit = 777},
+                        FilterQuery{.start_time = 1500, .end_time = 2500, .limit = 100}, FilterQuery{}}) {
+    std::vector<std::string> got;
+    int pages = 0;
+    for (; pages < 200; ++pages) {
+      auto page = store_->Filter("g", q);
+      ASSERT_TRUE(page.ok()) << page.status().ToString();
+      EXPECT_EQ(page->searched_streams, names);
+      if (q.limit) {
+        EXPECT_LE(page->events.size(), static_cast<size_t>(*q.limit));
+      }
+      for (const auto& e : page->events) got.push_back(e.stream_name + "/" + e.message);
+      if (page->next_token.empty()) break;
+      q.token = page->next_token;
+    }
+    EXPECT_GT(pages, 0);
+    EXPECT_EQ(got, model(q)) << "pattern '" << q.pattern << "'";
+  }
+}
+
+// More streams than the handle cache holds: handles are evicted and reopened, nothing is lost.
+TEST_F(LogStoreTest, StreamHandlesAreEvictedLeastRecentlyUsed) {
+  Reopen(2);
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  for (int round = 0; round < 3; ++round) {
+    for (int s = 0; s < 5; ++s) {
+      std::string name = "s" + std::to_string(s);
+      if (round == 0) {
+        ASSERT_TRUE(store_->CreateStream("g", name).ok());
+      }
+      std::vector<InputEvent> in;
+      for (int k = 0; k < 100; ++k) in.push_back({round * 1000 + k, name + "/" + std::to_string(round * 100 + k)});
+      ASSERT_TRUE(store_->Append("g", name, in).ok());
+      EXPECT_LE(store_->TEST_MemoryStats().open_streams, 2u);
+    }
+  }
+  for (int s = 0; s < 5; ++s) {
+    std::string name = "s" + std::to_string(s);
+    auto page = store_->GetEvents("g", name, {.start_from_head = true});
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(page->events.size(), 300u);
+    EXPECT_EQ(page->events[150].message, name + "/150");
+  }
+  auto all = store_->Filter("g", {.pattern = "/299"});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->events.size(), 5u);
+  EXPECT_LE(store_->TEST_MemoryStats().open_streams, 2u);
+}
+
+// A damaged index is never trusted: a bad last entry is caught on open, a bad entry in the middle
+// when read (that request fails with DataLoss, the next one finds the index rebuilt).
+TEST_F(LogStoreTest, DamagedIndexIsRebuilt) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  ASSERT_TRUE(store_->CreateStream("g", "s").ok());
+  Fill(0, 1000, 100);
+  auto files = IndexFiles(dir_.path() + "/logs");
+  ASSERT_EQ(files.size(), 1u);
+  const std::string index = files[0];
+  ASSERT_EQ(std::filesystem::file_size(index), 1000u / 64 * 32);
+  auto scribble = [&](uint64_t at) {
+    std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write("garbage!", 8);
+  };
+  Reopen();
+  scribble(14 * 32 + 8);  // the last entry's min timestamp
+  EXPECT_EQ(Stamps(Get({.start_time = 900, .end_time = 905})), Range(900, 905));
+  EXPECT_EQ(std::filesystem::file_size(index), 1000u / 64 * 32);
+  Reopen();
+  scribble(3 * 32);  // an entry in the middle
+  auto first = store_->GetEvents("g", "s", {.start_time = 200, .limit = 5, .start_from_head = true});
+  EXPECT_EQ(first.status().code(), StatusCode::kDataLoss) << first.status().ToString();
+  EXPECT_EQ(Stamps(Get({.start_time = 200, .limit = 5, .start_from_head = true})), Range(200, 205));
+  EXPECT_EQ(Stamps(Get({.start_from_head = true})), Range(0, 1000));
+  // An index cut short (entries are not synced) is completed from the events.
+  Reopen();
+  std::filesystem::resize_file(index, 5 * 32 + 7);
+  EXPECT_EQ(Stamps(Get({.start_time = 990, .start_from_head = true})), Range(990, 1000));
+  EXPECT_EQ(std::filesystem::file_size(index), 1000u / 64 * 32);
 }
 
 TEST(FilterPatternTest, Table) {
