@@ -44,7 +44,8 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (auto it = series_ids_.find(key); it != series_ids_.end()) {
-      return std::optional<int64_t>(it->second);
+      lru_.splice(lru_.begin(), lru_, it->second.second);
+      return std::optional<int64_t>(it->second.first);
     }
   }
   {
@@ -55,7 +56,7 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
       int64_t id = select.ColumnInt64(0);
       if (cache) {
         std::lock_guard<std::mutex> lock(cache_mutex_);
-        series_ids_[key] = id;
+        CachePut(std::move(key), id);
       }
       return std::optional<int64_t>(id);
     }
@@ -112,10 +113,29 @@ Status MetricStore::Put(std::string_view ns, const std::vector<MetricDatum>& bat
   if (status.ok()) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     for (auto& [key, id] : created) {
-      series_ids_.emplace(std::move(key), id);
+      CachePut(std::move(key), id);
     }
   }
   return status;
+}
+
+void MetricStore::CachePut(std::string key, int64_t id) const {
+  if (auto it = series_ids_.find(key); it != series_ids_.end()) {
+    it->second.first = id;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return;
+  }
+  while (series_ids_.size() >= max_cached_series_ && !lru_.empty()) {
+    series_ids_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  series_ids_.emplace(std::move(key), std::make_pair(id, lru_.begin()));
+}
+
+size_t MetricStore::TEST_CachedSeries() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return series_ids_.size();
 }
 
 Status MetricStore::Put(std::string_view ns, std::string_view name, const Dimensions& dimensions,

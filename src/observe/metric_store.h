@@ -15,6 +15,7 @@
 // Thread-safety: all methods may be called from any thread; writers serialize on the database.
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,7 +55,11 @@ struct SeriesInfo {
 class MetricStore {
  public:
   // `db` must outlive the store and carry migration 5 (store::AllMigrations() does).
-  explicit MetricStore(store::Database* db) : db_(db) {}
+  // `max_cached_series`: series ids remembered in memory, least recently used evicted (~150
+  // bytes each); a miss costs one indexed SQLite read. Series are never deleted, so an unbounded
+  // cache would grow with every training job and endpoint ever run.
+  explicit MetricStore(store::Database* db, size_t max_cached_series = 4096)
+      : db_(db), max_cached_series_(max_cached_series == 0 ? 1 : max_cached_series) {}
   MetricStore(const MetricStore&) = delete;
   MetricStore& operator=(const MetricStore&) = delete;
 
@@ -83,17 +88,25 @@ class MetricStore {
   // The canonical text of a dimension set (a JSON object with sorted keys), as stored.
   static std::string CanonicalDimensions(const Dimensions& dimensions);
 
+  // Entries in the series-id cache (at most max_cached_series).
+  size_t TEST_CachedSeries() const;
+
  private:
   // The id of the series, creating it when `create`; nullopt when absent and !create. `cache`:
   // remember an id found in the table. Put passes false and caches only after its transaction
   // commits, so a rollback never leaves an id that names no row.
   Result<std::optional<int64_t>> SeriesId(std::string_view ns, std::string_view name, const std::string& dimensions,
                                           bool create, bool cache) const;
+  // Inserts or refreshes `key`, evicting the least recently used entry beyond the bound.
+  void CachePut(std::string key, int64_t id) const;  // requires cache_mutex_
 
   store::Database* db_;
-  // (namespace, name, dimensions) key → series id; series are never deleted, so entries never go stale.
+  const size_t max_cached_series_;
+  // (namespace, name, dimensions) key → series id and its place in lru_ (most recent first);
+  // series are never deleted, so entries never go stale. Guarded by cache_mutex_.
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, int64_t> series_ids_;  // guarded by cache_mutex_
+  mutable std::list<std::string> lru_;
+  mutable std::unordered_map<std::string, std::pair<int64_t, std::list<std::string>::iterator>> series_ids_;
 };
 
 }  // namespace kiln::observe

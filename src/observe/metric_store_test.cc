@@ -106,6 +106,28 @@ TEST_F(MetricStoreTest, ConcurrentWritersAndReaders) {
   }
 }
 
+// Series are never deleted, so the id cache must not grow with every series ever written: it
+// keeps the most recently used ones, and evicted series read and write as before.
+TEST_F(MetricStoreTest, SeriesIdCacheIsBounded) {
+  MetricStore store(db_.get(), /*max_cached_series=*/8);
+  for (int job = 0; job < 100; ++job) {
+    Dimensions dims{{"TrainingJobName", "job-" + std::to_string(job)}};
+    ASSERT_TRUE(store.Put(kNs, "loss", dims, 1000, job).ok());
+    ASSERT_TRUE(store.Last(kNs, "loss", dims).ok());
+    EXPECT_LE(store.TEST_CachedSeries(), 8u);
+  }
+  EXPECT_EQ(store.TEST_CachedSeries(), 8u);
+  for (int job = 0; job < 100; job += 7) {
+    Dimensions dims{{"TrainingJobName", "job-" + std::to_string(job)}};
+    ASSERT_TRUE(store.Put(kNs, "loss", dims, 2000, job + 0.5).ok());
+    EXPECT_EQ(*store.Query(kNs, "loss", dims, 0, 5000),
+              (std::vector<SeriesPoint>{{1000, double(job)}, {2000, job + 0.5}}));
+    EXPECT_EQ(store.Last(kNs, "loss", dims)->value().value, job + 0.5);
+  }
+  EXPECT_EQ(store.ListSeries(kNs, "loss", {{"TrainingJobName", "job-3"}})->size(), 1u);
+  EXPECT_LE(store.TEST_CachedSeries(), 8u);
+}
+
 TEST_F(MetricStoreTest, WriteThroughput) {
   // Not asserted: how many points per second one writer gets in batches of 500 (durable commits).
   store::testing::TempDir other;
