@@ -663,6 +663,12 @@ class ResponseReader {
       if (line.front() == ' ' || line.front() == '\t') {
         return Malformed("header (obsolete line folding)", line);
       }
+      // RFC 9110 §5.5: CR (here only a bare one: the line ends at LF) and NUL in a field are
+      // invalid; a recipient rejects the message or blanks them. Rejecting keeps a bare CR out of
+      // headers the router hands on (found by fuzz/http_response_fuzzer.cc).
+      if (line.find_first_of(std::string_view("\r\0", 2)) != std::string_view::npos) {
+        return Malformed("header line (bare CR or NUL)", line);
+      }
       size_t colon = line.find(':');
       if (colon == std::string_view::npos || colon == 0) {
         return Malformed("header line", line);

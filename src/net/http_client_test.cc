@@ -882,6 +882,21 @@ TEST(HttpClientTest, ReadResponseForTestParsesWhatASocketHolds) {
   EXPECT_TRUE(parsed.keep_alive);
 }
 
+TEST(HttpClientTest, BareCrOrNulInAHeaderIsDataLoss) {
+  // Found by fuzz/http_response_fuzzer.cc: "keep-alive\reon" was accepted as a header value.
+  for (std::string wire : {std::string("HTTP/1.1 200 OK\r\nConnection: keep-alive\reon\r\nContent-Length: 0\r\n\r\n"),
+                           std::string("HTTP/1.1 200 OK\r\nX-A: a\0b\r\nContent-Length: 0\r\n\r\n", 48)}) {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    ASSERT_EQ(::send(fds[0], wire.data(), wire.size(), 0), static_cast<ssize_t>(wire.size()));
+    ::close(fds[0]);
+    ParsedResponseForTest parsed = ReadResponseForTest(fds[1], /*head_request=*/false, HttpClientOptions{}, 1000);
+    ::close(fds[1]);
+    EXPECT_EQ(parsed.status.code(), StatusCode::kDataLoss) << parsed.status.ToString();
+    EXPECT_THAT(parsed.status.message(), HasSubstr("bare CR or NUL"));
+  }
+}
+
 TEST(HttpClientTest, Ipv6Literal) {
   auto server = HttpServer::Create(
       [] {
