@@ -196,8 +196,13 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   net::HttpClientOptions client_options;
   client_options.max_response_body_bytes = router_options.max_response_body_bytes;
   server->invoke_client_ = std::make_unique<net::HttpClient>(client_options);
+  serving::InvocationMetricsOptions metrics_options;
+  // A deleted endpoint's Prometheus totals go with its route (memory follows live endpoints).
+  metrics_options.is_live = [routes = server->routes_.get()](std::string_view endpoint) {
+    return routes->Find(endpoint) != nullptr;
+  };
   server->invocation_metrics_ =
-      std::make_unique<serving::InvocationMetrics>(serving::InvocationMetricsOptions{}, server->metric_store_.get());
+      std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), server->metric_store_.get());
   server->router_ = std::make_unique<serving::Router>(router_options, server->routes_.get(),
                                                       server->invoke_client_.get(), server->invocation_metrics_.get());
   server->prometheus_ = std::make_unique<serving::PrometheusExporter>(

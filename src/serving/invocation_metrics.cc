@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 
 #include "base/log.h"
 
@@ -137,15 +138,22 @@ void InvocationMetrics::Record(std::string_view endpoint, std::string_view varia
 Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   std::lock_guard<std::mutex> flush_lock(flush_mutex_);
   struct Taken {
-    const std::string* endpoint;  // points into the cell, which is never erased
+    const std::string* endpoint;  // points into the cell: only cells with nothing taken are erased
     const std::string* variant;
     int64_t second;
     InvocationCounts counts;
   };
   std::vector<Taken> taken;
+  std::set<std::string> endpoints_with_cells;
   for (Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mutex);
-    for (auto& [key, cell] : shard.cells) {
+    for (auto it = shard.cells.begin(); it != shard.cells.end();) {
+      Cell& cell = it->second;
+      if (cell.pending.empty() && cell.current.empty() && cell.second + options_.idle_cell_seconds < now_epoch_second) {
+        it = shard.cells.erase(it);  // idle: everything it counted is in totals_ already
+        continue;
+      }
+      endpoints_with_cells.insert(cell.endpoint);
       for (auto& [second, counts] : cell.pending) {
         taken.push_back({&cell.endpoint, &cell.variant, second, counts});
       }
@@ -153,6 +161,19 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
       if (!cell.current.empty() && (everything || cell.second < now_epoch_second)) {
         taken.push_back({&cell.endpoint, &cell.variant, cell.second, cell.current});
         cell.current = InvocationCounts();
+      }
+      ++it;
+    }
+  }
+  if (options_.is_live) {
+    // Totals of a deleted endpoint go once no cell can add to them any more.
+    std::lock_guard<std::mutex> lock(totals_mutex_);
+    for (auto it = totals_.begin(); it != totals_.end();) {
+      const std::string& endpoint = it->first.first;
+      if (!endpoints_with_cells.count(endpoint) && !options_.is_live(endpoint)) {
+        it = totals_.erase(it);
+      } else {
+        ++it;
       }
     }
   }
@@ -205,6 +226,18 @@ std::map<std::pair<std::string, std::string>, InvocationCounts> InvocationMetric
     }
   }
   return out;
+}
+
+InvocationMetrics::MemoryStats InvocationMetrics::TEST_MemoryStats() const {
+  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  MemoryStats stats;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    stats.cells += shard.cells.size();
+  }
+  std::lock_guard<std::mutex> lock(totals_mutex_);
+  stats.totals = totals_.size();
+  return stats;
 }
 
 std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view endpoint, std::string_view variant,

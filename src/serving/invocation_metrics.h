@@ -22,6 +22,11 @@
 // Prometheus totals (Totals()) are cumulative since process start: flushed seconds plus what the
 // shards still hold, so /metrics is never staler than the request that just finished.
 //
+// Memory follows the live endpoints, not their history: a shard's cell for an (endpoint, variant)
+// that has had no request for `idle_cell_seconds` is dropped by the flusher (its counts are in the
+// totals by then), and the totals of an endpoint that `is_live` says is gone are dropped once no
+// shard holds a cell for it (so its Prometheus series end with the endpoint).
+//
 // Thread-safety: every method may be called from any thread. Start/Stop from one owner.
 //
 //   InvocationMetrics metrics({}, &metric_store);
@@ -92,6 +97,13 @@ struct InvocationMetricsOptions {
   // How often the flusher wakes; points are per second regardless. Lower costs CPU, higher
   // delays the points' appearance in GetMetricStatistics.
   int flush_interval_ms = 1000;
+  // A shard cell idle this long is dropped (a later request recreates it). Lower costs an
+  // allocation per (endpoint, variant, thread shard) after each idle spell; higher keeps the
+  // cells of deleted endpoints (~700 bytes each, up to one per shard) longer.
+  int64_t idle_cell_seconds = 300;
+  // Whether an endpoint still exists (its totals are kept while it does). Unset: totals are
+  // kept for every endpoint ever counted.
+  std::function<bool(std::string_view endpoint)> is_live;
 };
 
 class InvocationMetrics {
@@ -118,6 +130,13 @@ class InvocationMetrics {
 
   // Cumulative counters per (endpoint, variant), including what is not flushed yet.
   std::map<std::pair<std::string, std::string>, InvocationCounts> Totals() const;
+
+  // Shard cells and totals entries held (what the idle and liveness rules bound).
+  struct MemoryStats {
+    size_t cells = 0;
+    size_t totals = 0;
+  };
+  MemoryStats TEST_MemoryStats() const;
 
   // The MetricStore points of one second of `counts` (Invocations ... OverheadLatency).
   static std::vector<observe::MetricDatum> PointsFor(std::string_view endpoint, std::string_view variant,

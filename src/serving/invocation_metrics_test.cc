@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -203,6 +204,43 @@ TEST(PrometheusTest, RendersCountersHistogramsAndGauges) {
 }
 
 TEST(PrometheusTest, EscapesLabelValues) { EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
+
+// Memory follows live endpoints: endpoints that come and go (each with traffic from several
+// threads) leave no cells once idle and no totals once deleted; a live endpoint's totals stay.
+TEST_F(InvocationMetricsTest, CellsAndTotalsOfGoneEndpointsAreDropped) {
+  std::set<std::string> live = {"keep"};
+  InvocationMetricsOptions options;
+  options.idle_cell_seconds = 60;
+  options.is_live = [&](std::string_view endpoint) { return live.count(std::string(endpoint)) > 0; };
+  InvocationMetrics metrics(options, store_.get());
+  int64_t second = 1000;
+  for (int round = 0; round < 50; ++round, second += 100) {
+    std::string name = "churn-" + std::to_string(round);
+    live.insert(name);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        metrics.Record(name, "AllTraffic", Sample(second, 200, 100, 10));
+        metrics.Record("keep", "AllTraffic", Sample(second, 200, 100, 10));
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    ASSERT_TRUE(metrics.Flush(second + 1).ok());
+    EXPECT_EQ((metrics.Totals()[{name, "AllTraffic"}].invocations), 4u);
+    live.erase(name);  // deleted; its cells idle out, then its totals go
+  }
+  ASSERT_TRUE(metrics.Flush(second + 61).ok());
+  auto stats = metrics.TEST_MemoryStats();
+  EXPECT_EQ(stats.cells, 0u);
+  EXPECT_EQ(stats.totals, 1u);
+  auto totals = metrics.Totals();
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_EQ((totals[{"keep", "AllTraffic"}].invocations), 200u);  // cumulative across idle spells
+  // A later request recreates the cell and adds to the same total.
+  metrics.Record("keep", "AllTraffic", Sample(second + 70, 200, 100, 10));
+  EXPECT_EQ((metrics.Totals()[{"keep", "AllTraffic"}].invocations), 201u);
+  EXPECT_EQ(metrics.TEST_MemoryStats().cells, 1u);
+}
 
 }  // namespace
 }  // namespace kiln::serving
