@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -259,9 +260,35 @@ Status CopyTree(const std::string& src, const std::string& dst) {
   return Status::Ok();
 }
 
+// Extracts the opened archive into a staging directory beside `code_dir` and puts it in
+// code_dir's place only when complete; on failure the staging directory is removed.
+Status ExtractSourceArchive(struct archive* a, const std::string& code_dir, const ExtractOptions& options,
+                            const std::function<Status(const std::string&)>& source_error) {
+  std::filesystem::path target = std::filesystem::path(code_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  std::string parent = target.parent_path().string();
+  if (parent.empty()) parent = ".";
+  RETURN_IF_ERROR(MakeDirs(parent));
+  std::string staging = parent + "/." + target.filename().string() + ".kiln-staging-" + RandomHex(6);
+  Status s = ExtractTar(a, staging, options, source_error, nullptr);
+  if (s.ok()) {
+    struct stat st;
+    if (stat(code_dir.c_str(), &st) == 0) {
+      chmod(staging.c_str(), st.st_mode & 07777);
+      s = RemoveAll(code_dir);
+    }
+    if (s.ok() && rename(staging.c_str(), code_dir.c_str()) != 0) {
+      s = ErrnoStatus("rename " + staging + " to " + code_dir, errno);
+    }
+  }
+  if (!s.ok()) (void)RemoveAll(staging);
+  return s;
+}
+
 }  // namespace
 
-Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri, const std::string& code_dir) {
+Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri, const std::string& code_dir,
+                         const UnpackCap& cap) {
   std::string uri = raw_uri;
   if (!uri.empty() && uri.front() == '"') {
     try {
@@ -274,6 +301,8 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
   ArchiveReadPtr a = NewTarReader();
   ExtractOptions options;
   options.dest_name = "the code directory";
+  options.cap = cap;
+  options.archive_name = "sagemaker_submit_directory " + uri;
   auto source_error = [&uri](const std::string& why) { return SourceError(uri, why); };
   if (StartsWith(uri, "file://")) {
     std::string path = uri.substr(7);
@@ -287,7 +316,7 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     if (archive_read_open_filename(a.get(), path.c_str(), kBufferSize) != ARCHIVE_OK) {
       return SourceError(uri, "it cannot be opened (" + ArchiveErrorText(a.get()) + ")");
     }
-    return ExtractTar(a.get(), code_dir, options, source_error, nullptr);
+    return ExtractSourceArchive(a.get(), code_dir, options, source_error);
   }
   auto loc = ParseS3Uri(uri);
   if (!loc.ok()) return loc.status();
@@ -299,7 +328,7 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     if (!source.error.ok()) return ObjectError(source.error, "Downloading the source code", loc->bucket, loc->key);
     return SourceError(uri, "it is not a readable tar.gz archive (" + ArchiveErrorText(a.get()) + ")");
   }
-  Status s = ExtractTar(a.get(), code_dir, options, source_error, nullptr);
+  Status s = ExtractSourceArchive(a.get(), code_dir, options, source_error);
   if (!source.error.ok()) return ObjectError(source.error, "Downloading the source code", loc->bucket, loc->key);
   return s;
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/transfer.h"
+#include "agent/unpack_cap.h"
 #include "base/status.h"
 #include "objects/object_store.h"
 
@@ -74,9 +75,15 @@ Result<std::vector<std::string>> WriteTarGz(const std::vector<std::string>& dirs
 // Extraction keeps every member inside code_dir: absolute paths and ".." components are
 // refused, nothing is written through a symlink, and symlinks whose target is absolute or
 // resolves outside code_dir are refused. Regular files keep their permission bits; devices and
-// FIFOs are skipped. Errors: InvalidArgument "ClientError: ..." naming the URI (unreadable or
-// unsafe archive, missing object, unsupported scheme); the directory may then be partly filled.
-Status DownloadSourceDir(objects::ObjectStore& store, const std::string& uri, const std::string& code_dir);
+// FIFOs are skipped. An archive is bounded by `cap` (unpack_cap.h; default unbounded): one that
+// unpacks to more fails with "ClientError: sagemaker_submit_directory <uri> unpacks to more than
+// <max> <cap.bytes_origin>. ...". Archives are extracted into a staging directory beside code_dir
+// that replaces code_dir only when complete, so a failed extraction leaves code_dir as it was.
+// Errors: InvalidArgument "ClientError: ..." naming the URI (unreadable, unsafe or over-cap
+// archive, missing object, unsupported scheme). A file:// directory is copied as it is (uncapped:
+// it is already on the node).
+Status DownloadSourceDir(objects::ObjectStore& store, const std::string& uri, const std::string& code_dir,
+                         const UnpackCap& cap = UnpackCap());
 
 // The job's FailureReason from <opt_ml>/output/failure: its first 1024 characters (Unicode code
 // points; invalid UTF-8 bytes become U+FFFD), "" when the file is missing or empty.

@@ -29,6 +29,7 @@ enum class SourceKind { kNone, kArchive, kPrefix, kObject };
 struct Source {
   SourceKind kind = SourceKind::kNone;
   std::string uri;
+  std::string field;  // where the request named it: "ModelDataUrl" or "ModelDataSource"
 };
 
 std::string StringField(const json& j, const char* name) {
@@ -46,6 +47,7 @@ Result<Source> SelectSource(const json& container) {
   if (mds != container.end() && mds->is_object() && mds->contains("S3DataSource")) {
     const json& s3 = (*mds)["S3DataSource"];
     src.uri = StringField(s3, "S3Uri");
+    src.field = "ModelDataSource";
     std::string type = StringField(s3, "S3DataType");
     std::string compression = StringField(s3, "CompressionType");
     bool gzip = EqualsIgnoreCase(compression, "Gzip");
@@ -67,6 +69,7 @@ Result<Source> SelectSource(const json& container) {
     return src;
   }
   src.uri = StringField(container, "ModelDataUrl");
+  src.field = "ModelDataUrl";
   if (!src.uri.empty()) src.kind = SourceKind::kArchive;
   return src;
 }
@@ -138,8 +141,10 @@ Status FillCacheEntry(objects::ObjectReader& reader, const std::string& path, co
 }
 
 // Extracts the archive at `uri` into `staging`, through the cache when `cache_dir` is set.
-Status FillFromArchive(objects::ObjectStore& store, const std::string& uri, const std::string& staging,
-                       const std::string& cache_dir, const CancelFlag* cancel, ModelDataResult* result) {
+Status FillFromArchive(objects::ObjectStore& store, const Source& src, const std::string& staging,
+                       const std::string& cache_dir, const CancelFlag* cancel, const UnpackCap& cap,
+                       ModelDataResult* result) {
+  const std::string& uri = src.uri;
   ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   if (loc.key.empty() || EndsWith(loc.key, "/")) {
     return Status::InvalidArgument("ClientError: ModelDataUrl " + uri +
@@ -150,6 +155,8 @@ Status FillFromArchive(objects::ObjectStore& store, const std::string& uri, cons
   options.refuse_special_files = true;
   options.refuse_absolute_hardlinks = true;
   options.cancel = cancel;
+  options.cap = cap;
+  options.archive_name = src.field + " " + uri;
   auto unsafe = [&uri](const std::string& why) { return UnsafeArchive(uri, why); };
   ExtractStats stats;
   ArchiveReadPtr a = NewTarReader();
@@ -266,7 +273,7 @@ Result<bool> MissingOrEmpty(const std::string& dir) {
 
 Result<ModelDataResult> PrepareModelData(objects::ObjectStore& store, const json& container,
                                          const std::string& model_dir, const std::string& cache_dir,
-                                         const CancelFlag* cancel) {
+                                         const CancelFlag* cancel, const UnpackCap& cap) {
   ModelDataResult result;
   ASSIGN_OR_RETURN(Source src, SelectSource(container));
   ASSIGN_OR_RETURN(bool empty, MissingOrEmpty(model_dir));
@@ -286,7 +293,7 @@ Result<ModelDataResult> PrepareModelData(objects::ObjectStore& store, const json
   Status s;
   switch (src.kind) {
     case SourceKind::kArchive:
-      s = FillFromArchive(store, src.uri, staging, cache_dir, cancel, &result);
+      s = FillFromArchive(store, src, staging, cache_dir, cancel, cap, &result);
       break;
     case SourceKind::kPrefix:
       s = FillFromPrefix(store, src.uri, staging, cancel, &result);

@@ -22,9 +22,15 @@
 // model (or a replacement) extracts from the local copy without reading the store again. Entries
 // are written temp-file + rename; concurrent callers for the same object are safe.
 //
+// Cap: an archive (either gzip form) is bounded by `cap` (unpack_cap.h): one that unpacks to more
+// fails with InvalidArgument "ClientError: ModelDataUrl s3://b/k unpacks to more than 10 GiB
+// <cap.bytes_origin>. ..." as soon as the next write would pass the cap, and model_dir stays
+// empty (the staging directory is removed). Prefix and single-object sources are what is stored
+// and are not capped.
+//
 // Errors: InvalidArgument "ClientError: ..." (missing object, unsafe or unreadable archive, bad
-// URI); DeadlineExceeded when `cancel` was raised (the caller's ModelDataDownloadTimeout);
-// ResourceExhausted when the disk is full.
+// URI, over the cap); DeadlineExceeded when `cancel` was raised (the caller's
+// ModelDataDownloadTimeout); ResourceExhausted when the disk is full.
 //
 // Thread-safety: free functions; concurrent calls for different model_dirs are safe.
 
@@ -33,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/transfer.h"
+#include "agent/unpack_cap.h"
 #include "base/status.h"
 #include "objects/object_store.h"
 
@@ -46,9 +53,9 @@ struct ModelDataResult {
 
 // `container`: one ContainerDefinition of a CreateModel request (PrimaryContainer or an entry of
 // Containers), as stored. `model_dir` must not exist yet or be empty. `cache_dir` may be empty
-// (no caching). `cancel` may be null.
+// (no caching). `cancel` may be null. `cap` bounds archives (default: unbounded).
 Result<ModelDataResult> PrepareModelData(objects::ObjectStore& store, const nlohmann::json& container,
                                          const std::string& model_dir, const std::string& cache_dir,
-                                         const CancelFlag* cancel);
+                                         const CancelFlag* cancel, const UnpackCap& cap = UnpackCap());
 
 }  // namespace kiln::agent

@@ -60,7 +60,65 @@ la_ssize_t ObjectRead(struct archive* a, void* client, const void** out) {
   return static_cast<la_ssize_t>(*n);
 }
 
+// Charges what an archive unpacks to against its UnpackCap (unpack_cap.h).
+class CapMeter {
+ public:
+  explicit CapMeter(const ExtractOptions& options) : options_(options) {}
+
+  // One member read; charges its entry cost.
+  Status Entry() {
+    const UnpackCap& cap = options_.cap;
+    ++entries_;
+    if (cap.max_entries != 0 && entries_ > cap.max_entries) {
+      return Status::InvalidArgument("ClientError: " + options_.archive_name + " has more than " +
+                                     std::to_string(cap.max_entries) + " members" + Suffix(cap.entries_origin));
+    }
+    return Charge(UnpackCap::kEntryBytes);
+  }
+
+  // `n` more bytes about to be written (or announced by a member header).
+  Status Charge(uint64_t n) {
+    const UnpackCap& cap = options_.cap;
+    if (cap.max_bytes != 0 && (charged_ > cap.max_bytes || n > cap.max_bytes - charged_)) {
+      return Status::InvalidArgument("ClientError: " + options_.archive_name + " unpacks to more than " +
+                                     FormatCapBytes(cap.max_bytes) + Suffix(cap.bytes_origin));
+    }
+    charged_ += n;
+    return Status::Ok();
+  }
+
+  // Announced sizes are checked without being charged: the bytes are charged as they are written.
+  Status Announce(uint64_t n) {
+    RETURN_IF_ERROR(Charge(n));
+    charged_ -= n;
+    return Status::Ok();
+  }
+
+  uint64_t entries() const { return entries_; }
+
+ private:
+  std::string Suffix(const std::string& origin) const {
+    return (origin.empty() ? "" : " " + origin) + ". Extraction stopped there and nothing was kept in " +
+           options_.dest_name + ".";
+  }
+
+  const ExtractOptions& options_;
+  uint64_t entries_ = 0;
+  uint64_t charged_ = 0;
+};
+
 }  // namespace
+
+std::string FormatCapBytes(uint64_t bytes) {
+  struct Unit {
+    uint64_t size;
+    const char* name;
+  };
+  for (Unit unit : {Unit{1ull << 40, "TiB"}, Unit{1ull << 30, "GiB"}, Unit{1ull << 20, "MiB"}, Unit{1ull << 10, "KiB"}}) {
+    if (bytes >= unit.size && bytes % unit.size == 0) return std::to_string(bytes / unit.size) + " " + unit.name;
+  }
+  return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
+}
 
 ArchiveReadPtr NewTarReader() {
   ArchiveReadPtr a(archive_read_new(), archive_read_free);
@@ -86,6 +144,7 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
   const std::string& where = options.dest_name;
   RETURN_IF_ERROR(MakeDirs(dest));
   ExtractStats counted;
+  CapMeter meter(options);
   std::vector<std::string> links;
   std::unique_ptr<char[]> buf(new char[kBufferSize]);
   while (true) {
@@ -97,6 +156,7 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
       if (Cancelled(options.cancel)) return CancelledStatus(dest);
       return client_error("it is not a readable tar.gz archive (" + ArchiveErrorText(a) + ")");
     }
+    RETURN_IF_ERROR(meter.Entry());
     const char* raw = archive_entry_pathname(entry);
     std::string name = raw != nullptr ? raw : "";
     if (!name.empty() && name.front() == '/') return client_error("member \"" + name + "\" has an absolute path");
@@ -147,6 +207,11 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
         unlink(path.c_str());  // never write through an existing symlink
       }
       mode_t mode = archive_entry_perm(entry) & 0777;
+      // A header announcing more than the cap leaves is refused before anything is written; the
+      // bytes themselves are charged as they arrive (the header may understate them).
+      if (archive_entry_size_is_set(entry) && archive_entry_size(entry) > 0) {
+        RETURN_IF_ERROR(meter.Announce(static_cast<uint64_t>(archive_entry_size(entry))));
+      }
       UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (!fd.valid()) return ErrnoStatus("create " + path, errno);
       while (true) {
@@ -157,6 +222,7 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
           return client_error("member \"" + name + "\" is damaged (" + ArchiveErrorText(a, "read error") + ")");
         }
         if (n == 0) break;
+        RETURN_IF_ERROR(meter.Charge(static_cast<uint64_t>(n)));
         RETURN_IF_ERROR(WriteAll(fd.get(), std::string_view(buf.get(), static_cast<size_t>(n))));
         counted.bytes += static_cast<uint64_t>(n);
       }
@@ -191,6 +257,7 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
       return client_error("symlink \"" + link_path.substr(dest.size() + 1) + "\" resolves outside " + where);
     }
   }
+  counted.entries = meter.entries();
   if (stats != nullptr) *stats = counted;
   return Status::Ok();
 }

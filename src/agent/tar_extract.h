@@ -28,6 +28,7 @@
 #include <string>
 
 #include "agent/transfer.h"
+#include "agent/unpack_cap.h"
 #include "base/status.h"
 #include "objects/object_store.h"
 
@@ -63,18 +64,26 @@ struct ExtractOptions {
   bool refuse_absolute_hardlinks = false;
   // Checked between members and buffers; when raised the call returns Aborted. May be null.
   const CancelFlag* cancel = nullptr;
+  // Bounds on what the archive unpacks to (see unpack_cap.h); the default bounds nothing.
+  UnpackCap cap;
+  // How the cap message names the archive: "ModelDataUrl s3://b/model.tar.gz".
+  std::string archive_name;
 };
 
 struct ExtractStats {
-  uint64_t files = 0;  // regular files and hard links created
-  uint64_t bytes = 0;  // bytes of regular file data written
+  uint64_t files = 0;    // regular files and hard links created
+  uint64_t bytes = 0;    // bytes of regular file data written
+  uint64_t entries = 0;  // members read, of every type
 };
 
 // Extracts every member of the opened archive `a` under `dest` (created when missing). An unsafe
 // or unreadable archive returns client_error(why), where `why` is a phrase such as
 // `member "../x" would be written outside /opt/ml/model`; the destination may then be partly
-// filled (callers that need all-or-nothing extract into a staging directory). File-system errors
-// are returned as they are (ResourceExhausted for a full disk). `stats` may be null.
+// filled (callers that need all-or-nothing extract into a staging directory). An archive that
+// passes options.cap returns InvalidArgument "ClientError: <archive_name> unpacks to more than
+// <max> <bytes_origin>. ..." (or "has more than <n> members <entries_origin>. ...") before the
+// write that would pass it. File-system errors are returned as they are (ResourceExhausted for a
+// full disk). `stats` may be null.
 Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptions& options,
                   const std::function<Status(const std::string& why)>& client_error, ExtractStats* stats);
 
