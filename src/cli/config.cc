@@ -163,6 +163,16 @@ Status LoadConfigFile(const std::string& path, Config* config) {
                                      "*_timeout_seconds must be >= 1");
     }
   }
+  if (doc.contains("archives")) {
+    const json& a = doc["archives"];
+    if (!a.is_object()) return Status::InvalidArgument(path + ": \"archives\" must be an object");
+    RETURN_IF_ERROR(Field(a, "max_unpacked_mib", &config->archives.max_unpacked_mib, path));
+    RETURN_IF_ERROR(Field(a, "max_entries", &config->archives.max_entries, path));
+    if (config->archives.max_unpacked_mib < 0 || config->archives.max_entries < 1) {
+      return Status::InvalidArgument(path + ": archives.max_unpacked_mib must be >= 0 (0: from each instance's "
+                                     "volume) and archives.max_entries >= 1");
+    }
+  }
   if (doc.contains("object_store")) {
     const json& os = doc["object_store"];
     if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");

@@ -28,7 +28,9 @@
 //                   "health_interval_seconds": 5, "port_range": [20000, 30000]},
 //     "http": {"max_connections": 512, "max_connections_per_address": 128,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
-//              "idle_timeout_seconds": 75, "io_timeout_seconds": 120}
+//              "idle_timeout_seconds": 75, "io_timeout_seconds": 120},
+//     "archives": {"max_unpacked_mib": 0,      // 0: each archive's cap comes from the volume
+//                  "max_entries": 1000000}     // members per model.tar.gz / sourcedir.tar.gz
 //   }
 
 #include <optional>
@@ -76,6 +78,12 @@ struct HttpConfig {
   int io_timeout_seconds = 120;            // a read or write that makes no progress
 };
 
+// Caps on unpacked model.tar.gz and sourcedir.tar.gz (control/archive_caps.h).
+struct ArchivesConfig {
+  int max_unpacked_mib = 0;      // operator-wide cap replacing the volume-derived one; 0: derive
+  int max_entries = 1'000'000;   // members per archive
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -97,6 +105,7 @@ struct Config {
   TrainingConfig training;
   EndpointsConfig endpoints;
   HttpConfig http;
+  ArchivesConfig archives;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -95,5 +95,28 @@ TEST(ConfigTest, HttpSectionSetsConnectionLimits) {
   }
 }
 
+TEST(ConfigTest, ArchivesSectionSetsTheUnpackCaps) {
+  Config defaults;
+  EXPECT_EQ(defaults.archives.max_unpacked_mib, 0);
+  EXPECT_EQ(defaults.archives.max_entries, 1'000'000);
+  std::string path = WriteTemp(R"({"archives": {"max_unpacked_mib": 8, "max_entries": 5000}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.archives.max_unpacked_mib, 8);
+  EXPECT_EQ(c.archives.max_entries, 5000);
+  std::filesystem::remove(path);
+  for (const char* bad : {R"({"archives": []})", R"({"archives": {"max_unpacked_mib": -1}})",
+                          R"({"archives": {"max_entries": 0}})", R"({"archives": {"max_unpacked_mib": "8"}})"}) {
+    std::string bad_path = WriteTemp(bad);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_TRUE(s.message().find("archives") != std::string::npos ||
+                s.message().find("max_unpacked_mib") != std::string::npos)
+        << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli

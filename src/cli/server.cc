@@ -110,6 +110,11 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
   training.staging_parallelism = c.training.staging_parallelism;
   training.keep_host_dirs = c.training.keep_host_dirs;
+  control::ArchiveCapOptions archive_caps;
+  archive_caps.max_unpacked_bytes = static_cast<uint64_t>(c.archives.max_unpacked_mib) << 20;
+  archive_caps.max_entries = static_cast<uint64_t>(c.archives.max_entries);
+  archive_caps.catalog = server->catalog_.get();
+  training.archive_caps = archive_caps;
   control::TrainingControllerDeps deps;
   deps.database = server->database_.get();
   deps.object_store = server->object_store_.get();
@@ -151,6 +156,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   endpoints.health_interval =
       std::chrono::milliseconds(static_cast<int64_t>(c.endpoints.health_interval_seconds * 1000));
   endpoints.drain_timeout = std::chrono::seconds(c.endpoints.invocation_timeout_seconds + 5);
+  endpoints.archive_caps = archive_caps;
   control::EndpointControllerDeps endpoint_deps;
   endpoint_deps.database = server->database_.get();
   endpoint_deps.object_store = server->object_store_.get();

@@ -112,6 +112,7 @@ class EndpointController::InstanceRun {
     json container;
     std::chrono::seconds startup_timeout{240};
     std::chrono::seconds download_timeout{3600};
+    agent::UnpackCap unpack_cap;  // bounds the model archive (archive_caps.h)
     aws::Credential credential;
     std::string dir;  // <work>/<endpoint>/<instance-id>
     int port_base = 0;
@@ -264,7 +265,7 @@ class EndpointController::InstanceRun {
         if (!done.load()) cancel_.Cancel();
       });
       auto prepared = agent::PrepareModelData(*deps().object_store, spec_.container, opt_ml + "/model",
-                                              options().model_cache_dir, &cancel_);
+                                              options().model_cache_dir, &cancel_, spec_.unpack_cap);
       done = true;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -625,6 +626,7 @@ class EndpointController::EndpointRun {
         "ContainerStartupHealthCheckTimeoutInSeconds", static_cast<int64_t>(options().default_startup_timeout.count())));
     spec.download_timeout = std::chrono::seconds(config_variant->value(
         "ModelDataDownloadTimeoutInSeconds", static_cast<int64_t>(options().default_download_timeout.count())));
+    spec.unpack_cap = ModelDataCap(*config_variant, options().archive_caps);
     spec.credential = credential_;
     spec.dir = options().work_dir + "/" + record.name + "/" + spec.instance_id;
     spec.port_base = port_base;

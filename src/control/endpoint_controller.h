@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "control/endpoint_notifier.h"
+#include "control/archive_caps.h"
 #include "control/instance_credentials.h"
 #include "control/scheduler.h"
 #include "net/http_client.h"
@@ -82,6 +83,7 @@ struct EndpointControllerOptions {
   std::chrono::seconds drain_timeout{65};             // the invocation budget plus a margin
   // A replacement that failed waits this long (doubling up to 60 s) before the next try.
   std::chrono::milliseconds replacement_backoff{1000};
+  ArchiveCapOptions archive_caps;  // bounds model.tar.gz (archive_caps.h)
 };
 
 struct EndpointControllerDeps {

@@ -409,7 +409,8 @@ Status TrainingController::JobRun::Stage(const store::TrainingJobRecord& record)
          {{"job", name_}, {"host", host.host}, {"objects", std::to_string(report.objects)},
           {"bytes", std::to_string(report.bytes)}, {"seconds", std::to_string(report.elapsed_seconds)}});
     if (submit_dir && (StartsWith(*submit_dir, "s3://") || StartsWith(*submit_dir, "file://"))) {
-      RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code"));
+      RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code",
+                                               SourceDirCap(request_, options().archive_caps)));
     }
     if (request_.contains("CheckpointConfig")) {
       ASSIGN_OR_RETURN(host.checkpoints, MakeCheckpointSync(host));

@@ -42,6 +42,7 @@
 
 #include "base/status.h"
 #include "base/time.h"
+#include "control/archive_caps.h"
 #include "control/instance_credentials.h"
 #include "control/scheduler.h"
 #include "objects/object_store.h"
@@ -67,6 +68,7 @@ struct TrainingControllerOptions {
   std::chrono::milliseconds checkpoint_quiet_period{2000};
   int staging_parallelism = 8;
   bool keep_host_dirs = false;  // keep <work_dir>/<job> after the job ends (debugging)
+  ArchiveCapOptions archive_caps;  // bounds sourcedir.tar.gz (archive_caps.h)
 };
 
 struct TrainingControllerDeps {
