@@ -191,6 +191,11 @@ def tar_extract():
     write(t, "through_existing_link", b"\x04" + tar_bytes([{"name": "up/canary", "data": b"overwritten"},
                                                            {"name": "d/x", "data": b"x"}]))
     write(t, "file_then_dir", b"\x00" + tar_bytes([{"name": "f", "data": b"x"}, {"name": "f/g", "data": b"y"}]))
+    # With the unpack cap (bit 3: 64 KiB, 8 members): within it, and a small gzip bomb past it.
+    write(t, "model_gz_capped", b"\x08" + tar_bytes(model, compress=True))
+    write(t, "many_members_capped", b"\x08" + tar_bytes([{"name": f"f{i}", "data": b"x"} for i in range(12)],
+                                                        compress=True))
+    write(t, "bomb_capped", b"\x08" + tar_bytes([{"name": "zeros", "data": b"\x00" * (1 << 20)}], compress=True))
 
 
 def log_events():

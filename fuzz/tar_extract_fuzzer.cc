@@ -7,6 +7,7 @@
 //   bit 1   ExtractOptions::refuse_absolute_hardlinks
 //   bit 2   the destination exists beforehand holding a symlink "up" -> "../outside" and a
 //           directory link "d" -> "." (paths through existing links must be refused)
+//   bit 3   ExtractOptions::cap = {64 KiB, 8 members} (agent/unpack_cap.h)
 // the rest = the archive. Seeds (corpus/tar_extract_fuzzer/) are written by make_api_seeds.py:
 // plain and gzip tars with files, directories, links, long pax names and unsafe members.
 //
@@ -18,7 +19,9 @@
 // the scratch directory still holds exactly {dest, outside}, outside still holds exactly the
 // canary with its content; on success every path under dest resolves (symlinks followed) inside
 // dest (a dangling link: the directory it names, when that exists). A refusal reported through
-// client_error is what ExtractTar returns.
+// client_error is what ExtractTar returns. With the cap, whatever the outcome, the regular files
+// under dest hold at most 64 KiB and there are at most 8 entries; ExtractStats agrees (bytes +
+// 4 KiB per member within 64 KiB, members within 8).
 
 #include <archive.h>
 #include <limits.h>
@@ -94,6 +97,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.dest_name = "/opt/ml/model";
   options.refuse_special_files = (flags & 1) != 0;
   options.refuse_absolute_hardlinks = (flags & 2) != 0;
+  constexpr uint64_t kCapBytes = 64 * 1024, kCapEntries = 8;
+  if (flags & 8) {
+    options.cap.max_bytes = kCapBytes;
+    options.cap.max_entries = kCapEntries;
+    options.archive_name = "ModelDataUrl s3://b/model.tar.gz";
+  }
   kiln::Status refusal;
   auto client_error = [&refusal](const std::string& why) {
     refusal = kiln::Status::InvalidArgument(why);
@@ -112,6 +121,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(Names(outside) == std::set<std::string>{"canary"});
   Check(!fs::is_symlink(outside / "canary") && ReadFile(outside / "canary") == kCanary);
   if (!refusal.ok()) Check(!result.ok() && result.message() == refusal.message());
+  if (flags & 8) {
+    Check(stats.entries <= kCapEntries && stats.bytes + stats.entries * kiln::agent::UnpackCap::kEntryBytes <= kCapBytes);
+    std::set<ino_t> inodes;
+    uint64_t bytes = 0, entries = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dest, fs::directory_options::none, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      ++entries;
+      struct stat st;
+      if (lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && inodes.insert(st.st_ino).second) {
+        bytes += static_cast<uint64_t>(st.st_size);
+      }
+    }
+    Check(bytes <= kCapBytes);
+    Check(entries <= kCapEntries + ((flags & 4) ? 2 : 0));
+  }
   if (!result.ok()) return 0;
 
   // On success every path under dest stays inside it once links are followed (the links the
