@@ -997,8 +997,16 @@ Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector
     if (file->count == 0) continue;
     const uint64_t last_block = (file->count - 1) / kBlockEvents;
     uint64_t k = 0;
+    if (file->sorted && bound && name_vs_bound == 0) {
+      // The bound's own stream: ordered, so everything after the bound has a greater sequence.
+      k = std::min(bound->seq / kBlockEvents, last_block);
+    }
     if (file->sorted && lo) {
-      ASSIGN_OR_RETURN(k, FirstBlockWhere(file, 0, last_block, [&](const Block& b) { return b.max_ts >= *lo; }));
+      // A stream named before the bound's needs a later timestamp than the bound's.
+      const bool strictly = bound && name_vs_bound < 0 && *lo == bound->ts;
+      ASSIGN_OR_RETURN(k, FirstBlockWhere(file, k, last_block, [&](const Block& b) {
+                         return strictly ? b.max_ts > *lo : b.max_ts >= *lo;
+                       }));
     }
     bool done = false;
     for (; k <= last_block && !done; ++k) {
