@@ -395,7 +395,78 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
 
 void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                          aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified) {
-  auto body = ReadAll(*request.body, options_.max_rpc_body_bytes);
+  // Too large by its Content-Length: refused before a byte is read (the connection is closed).
+  const std::optional<uint64_t> declared = request.body->size_hint();
+  if (declared && *declared > options_.max_rpc_body_bytes) {
+    aws::AwsError e("SerializationException",
+                    "Request body is larger than " + std::to_string(options_.max_rpc_body_bytes) + " bytes.", 413);
+    SendWire(response, aws::SerializeError(route.protocol, e, context.request_id));
+    response.CloseAfterResponse();
+    return;
+  }
+  // A large body reserves its size from the in-flight budget until it is answered.
+  const size_t reserved = declared ? static_cast<size_t>(*declared) : options_.max_rpc_body_bytes;
+  struct Reservation {
+    FrontDoor* door = nullptr;
+    size_t bytes = 0;
+    ~Reservation() {
+      if (door == nullptr) return;
+      {
+        std::lock_guard<std::mutex> lock(door->large_rpc_mutex_);
+        door->large_rpc_bytes_in_flight_ -= bytes;
+      }
+      door->large_rpc_freed_.notify_all();
+    }
+  } reservation;
+  if (reserved > options_.large_rpc_body_bytes) {
+    std::unique_lock<std::mutex> lock(large_rpc_mutex_);
+    // One request alone always fits, whatever the budget.
+    auto fits = [&] {
+      return large_rpc_bytes_in_flight_ == 0 ||
+             large_rpc_bytes_in_flight_ + reserved <= options_.max_large_rpc_bytes_in_flight;
+    };
+    if (large_rpc_freed_.wait_for(lock, std::chrono::milliseconds(options_.large_rpc_wait_millis), fits)) {
+      large_rpc_bytes_in_flight_ += reserved;
+      reservation.door = this;
+      reservation.bytes = reserved;
+    } else {
+      lock.unlock();
+      // Read and drop the body (bounded), so the client gets the answer rather than a reset.
+      char sink[16384];
+      uint64_t dropped = 0;
+      bool drained = false;
+      while (dropped <= options_.max_rpc_body_bytes) {
+        Result<size_t> n = request.body->Read(sink, sizeof sink);
+        if (!n.ok()) break;
+        if (*n == 0) {
+          drained = true;
+          break;
+        }
+        dropped += *n;
+      }
+      aws::AwsError e(route.protocol == aws::Protocol::kQuery ? "Throttling" : "ThrottlingException",
+                      "Rate exceeded: " + std::to_string(options_.max_large_rpc_bytes_in_flight >> 20) +
+                          " MiB of request bodies over " + std::to_string(options_.large_rpc_body_bytes >> 20) +
+                          " MiB are being handled; retry with backoff.");
+      SendWire(response, aws::SerializeError(route.protocol, e, context.request_id));
+      if (!drained) response.CloseAfterResponse();
+      return;
+    }
+  }
+  Result<std::string> body = [&]() -> Result<std::string> {
+    std::string text;
+    // Sized from Content-Length once, instead of doubling past it while appending.
+    if (declared) text.reserve(static_cast<size_t>(*declared));
+    char buffer[16384];
+    for (;;) {
+      ASSIGN_OR_RETURN(size_t n, request.body->Read(buffer, sizeof buffer));
+      if (n == 0) return text;
+      if (text.size() + n > options_.max_rpc_body_bytes) {
+        return Status::ResourceExhausted("body larger than " + std::to_string(options_.max_rpc_body_bytes) + " bytes");
+      }
+      text.append(buffer, n);
+    }
+  }();
   if (!body.ok()) {
     if (body.status().code() == StatusCode::kResourceExhausted) {
       aws::AwsError e("SerializationException",

@@ -19,7 +19,9 @@
 //
 // Thread-safe after construction and registration (the service table is read-only).
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +45,16 @@ struct FrontDoorOptions {
   std::string account_id = "000000000000";
   // JSON and Query bodies are read whole to hash them; larger ones get 413.
   size_t max_rpc_body_bytes = 16 * 1024 * 1024;
+  // Bodies larger than large_rpc_body_bytes (Content-Length, or max_rpc_body_bytes when chunked)
+  // count against max_large_rpc_bytes_in_flight from before they are read until they are
+  // answered: a 16 MiB JSON body costs ~3x its size while handled (text, DOM, answer), so 16 of
+  // them at once took the server past 1 GB. Past the budget a request waits up to
+  // large_rpc_wait_millis for room, then gets ThrottlingException (400, which AWS SDKs retry with
+  // backoff; its body is read and dropped, so the client sees the answer). Raising the budget lets
+  // more large requests run at once at that memory cost.
+  size_t large_rpc_body_bytes = 1024 * 1024;
+  size_t max_large_rpc_bytes_in_flight = 64 * 1024 * 1024;
+  int large_rpc_wait_millis = 10000;
   std::string version;  // reported by the health route
 };
 
@@ -85,6 +97,11 @@ class FrontDoor {
   std::map<std::string, std::unique_ptr<JsonService>> json_services_;  // by target prefix
   serving::Router* runtime_ = nullptr;
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
+  // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
+  // the condition variable. Only large bodies touch these.
+  std::mutex large_rpc_mutex_;
+  std::condition_variable large_rpc_freed_;
+  size_t large_rpc_bytes_in_flight_ = 0;
 };
 
 // The AWS error a protocol answers for an authentication failure (spec/control-plane-api.md §3.6).

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -117,6 +120,91 @@ TEST_F(FrontDoorTest, MalformedJsonIsSerializationException) {
     EXPECT_EQ(ErrorType(w), "SerializationException") << target;
   }
   EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "[1, 2]", secret_)), "SerializationException");
+}
+
+TEST_F(FrontDoorTest, OversizedRpcBodyIsRefusedFromContentLength) {
+  // A body source that declares 17 MiB but fails if read: the answer must not need it.
+  class DeclaredOnly final : public ByteSource {
+   public:
+    Result<size_t> Read(char*, size_t) override {
+      ADD_FAILURE() << "the body was read";
+      return Status::Internal("read");
+    }
+    std::optional<uint64_t> size_hint() const override { return 17u << 20; }
+  } source;
+  net::HttpRequest request;
+  request.method = "POST";
+  request.raw_path = "/";
+  request.target = "/";
+  request.headers = {{"X-Amz-Target", "SageMaker.Echo"}, {"Content-Type", "application/x-amz-json-1.1"},
+                     {"Host", "127.0.0.1:5456"}};
+  request.body = &source;
+  net::FakeResponseWriter writer;
+  door_->Handle(request, writer);
+  EXPECT_EQ(writer.status(), 413);
+  EXPECT_EQ(ErrorType(writer), "SerializationException");
+}
+
+TEST(FrontDoorBudgetTest, LargeBodiesPastTheInFlightBudgetAreThrottled) {
+  FixedCredentials credentials;
+  FrontDoorOptions options;
+  options.auth_enabled = false;
+  options.large_rpc_body_bytes = 1 << 20;
+  options.max_large_rpc_bytes_in_flight = 3 << 20;
+  options.large_rpc_wait_millis = 1000;
+  FrontDoor door(options, &credentials, nullptr);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  auto service = std::make_unique<JsonService>("SageMaker", "sagemaker", aws::Protocol::kJson11);
+  service->Register("Hold", [&](const aws::RequestContext&, const nlohmann::json&) -> JsonOutcome {
+    std::unique_lock<std::mutex> lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    return nlohmann::json::object();
+  });
+  service->Register("Echo", [](const aws::RequestContext&, const nlohmann::json&) -> JsonOutcome {
+    return nlohmann::json::object();
+  });
+  door.AddJsonService(std::move(service));
+  auto send = [&](const std::string& operation, size_t size) {
+    std::string body = R"({"Pad": ")" + std::string(size, 'p') + R"("})";
+    StringByteSource source(body);
+    net::HttpRequest request;
+    request.method = "POST";
+    request.raw_path = "/";
+    request.target = "/";
+    request.headers = {{"X-Amz-Target", "SageMaker." + operation},
+                       {"Content-Type", "application/x-amz-json-1.1"}, {"Host", "127.0.0.1:5456"}};
+    request.body = &source;
+    net::FakeResponseWriter writer;
+    door.Handle(request, writer);
+    return writer;
+  };
+  // One large request alone always fits, whatever the budget.
+  EXPECT_EQ(send("Echo", 4 << 20).status(), 200);
+
+  std::thread holder([&] { EXPECT_EQ(send("Hold", 2 << 20).status(), 200); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
+  auto throttled = send("Echo", 2 << 20);  // 2 + 2 MiB > 3 MiB, still so after the 1 s wait
+  EXPECT_EQ(throttled.status(), 400);
+  EXPECT_EQ(nlohmann::json::parse(throttled.body())["__type"], "ThrottlingException") << throttled.body();
+  EXPECT_EQ(send("Echo", 512 << 10).status(), 200);  // small bodies are not counted
+  // A request that waits gets in as soon as the holder is answered.
+  std::thread waiter([&] { EXPECT_EQ(send("Echo", 2 << 20).status(), 200); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  holder.join();
+  waiter.join();
+  EXPECT_EQ(send("Echo", 2 << 20).status(), 200);  // the budget was given back
 }
 
 TEST_F(FrontDoorTest, AuthenticationFailuresPerJsonProtocol) {

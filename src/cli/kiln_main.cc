@@ -1,5 +1,6 @@
 // The `kiln` command. Thin: parses the command line and calls into cli/ (STYLE.md §1).
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -72,6 +73,10 @@ int RunServer(const CommonFlags& flags) {
   // A crash writes the signal and a symbolised backtrace to the log before the process dies
   // (then the supervisor restarts it and the new server adopts every instance).
   InstallCrashHandler();
+  // Large buffers (request bodies, DOMs) come from mmap and go back to the system when freed.
+  // glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), after
+  // which 16 MiB request bodies came from the heap and ~0.9 GB stayed resident after a burst.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   signal(SIGPIPE, SIG_IGN);
   RaiseOpenFileLimit();
 
