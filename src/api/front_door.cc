@@ -1,5 +1,7 @@
 #include "api/front_door.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -411,11 +413,17 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     size_t bytes = 0;
     ~Reservation() {
       if (door == nullptr) return;
+      bool last = false;
       {
         std::lock_guard<std::mutex> lock(door->large_rpc_mutex_);
         door->large_rpc_bytes_in_flight_ -= bytes;
+        last = door->large_rpc_bytes_in_flight_ == 0;
       }
       door->large_rpc_freed_.notify_all();
+      // A large body's DOM is many small blocks (below the mmap threshold) spread over the
+      // threads' malloc arenas; freed, they stay resident until trimmed. When the last large
+      // request is done, give those pages back (a few ms, once per burst).
+      if (last) malloc_trim(0);
     }
   } reservation;
   if (reserved > options_.large_rpc_body_bytes) {
