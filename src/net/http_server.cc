@@ -53,6 +53,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "base/crash_handler.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
@@ -1118,6 +1119,8 @@ class HttpServerImpl final : public HttpServer {
   }
 
   void WorkerLoop() {
+    // A handler that overflows this thread's stack still gets its crash reported (base/crash_handler.h).
+    InstallAlternateSignalStack();
     Connection conn(options_.max_header_bytes + 64 * 1024);
     for (;;) {
       Pending p;
