@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -99,6 +100,28 @@ inline store::Database& RestoreDatabase(const std::function<void(store::Database
   sql += "PRAGMA foreign_keys=ON;";
   Check(db.Exec(sql).ok());
   return db;
+}
+
+// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+inline bool ValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      unsigned char d = s[i + k];
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += n;
+  }
+  return true;
 }
 
 // Splits off the first line: {line, rest}. No newline: {all, ""}.

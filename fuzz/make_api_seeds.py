@@ -130,6 +130,9 @@ def service_model():
         dict(TRAINING_JOB, StoppingCondition={"MaxRuntimeInSeconds": 2 ** 62})))
     write(t, "ListTrainingJobs_types", "ListTrainingJobs\n" + json.dumps(
         {"MaxResults": 1.5, "CreationTimeAfter": "2024-05-01T10:00:00Z", "SortBy": None}))
+    # A long multi-byte value: messages quote at most 1,024 bytes of it (3-byte characters).
+    write(t, "CreateModel_long_utf8", "CreateModel\n" + json.dumps(
+        {"ModelName": "\u20ac" * 400, "ExecutionRoleArn": "\u00e9" * 1001}, ensure_ascii=False))
     write(t, "by_number", "\x07\n{}")
 
 

@@ -81,26 +81,7 @@ void FuzzExtractor(std::string_view input) {
 // Dimension sets are stored as JSON text, written with invalid UTF-8 replaced by U+FFFD (the
 // store's documented behaviour; every dimension Kiln writes is a validated name), so only valid
 // UTF-8 is expected back unchanged.
-bool ValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = s[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n; ++k) {
-      unsigned char d = s[i + k];
-      if ((d >> 6) != 2) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += n;
-  }
-  return true;
-}
+using kiln::fuzz::ValidUtf8;
 
 void FuzzStore(std::string_view input) {
   kiln::store::Database& db = kiln::fuzz::RestoreDatabase();

@@ -10,7 +10,7 @@
 //
 // Checks besides "no crash, no sanitizer report":
 //   - an error is a SerializationException or ValidationException with status 400 and a
-//     non-empty message; a ValidationException message starts with "N validation error(s)
+//     non-empty, well-formed UTF-8 message (quoted values are cut at a byte limit); a ValidationException message starts with "N validation error(s)
 //     detected: " and counts at most kMaxReportedErrors;
 //   - validating is deterministic (the same document twice gives the same answer), and a
 //     document that survives dump → parse unchanged gets the same answer again.
@@ -76,6 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(answer->code == "SerializationException" || answer->code == "ValidationException");
     Check(answer->http_status == 400);
     Check(!answer->message.empty());
+    // Values and paths are quoted up to a byte limit: the cut must not split a character.
+    Check(kiln::fuzz::ValidUtf8(answer->message));
     if (answer->code == "ValidationException") {
       int count = 0;
       size_t i = 0;
