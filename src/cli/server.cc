@@ -166,6 +166,14 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   endpoint_deps.credentials = server->instance_credentials_.get();
   endpoint_deps.log_store = server->log_store_.get();
   endpoint_deps.routes = server->routes_.get();
+  // The invoke path's pooled connections to the instances (the router below uses it; the
+  // controller drops a stopped instance's idle connections from it).
+  serving::RouterOptions router_options;
+  router_options.invocation_timeout_ms = c.endpoints.invocation_timeout_seconds * 1000;
+  net::HttpClientOptions client_options;
+  client_options.max_response_body_bytes = router_options.max_response_body_bytes;
+  server->invoke_client_ = std::make_unique<net::HttpClient>(client_options);
+  endpoint_deps.invoke_client = server->invoke_client_.get();
   server->endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
 
   // The JSON services exist from the start so that every operation Kiln does not implement yet
@@ -195,13 +203,8 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
       "GraniteServiceVersion20100801", "monitoring", aws::Protocol::kJson10));
 
-  // The invoke path: pooled connections to the instances, the router over the routing table,
+  // The invoke path: the router over the routing table and the pooled client made above,
   // per-second invocation metrics, /metrics.
-  serving::RouterOptions router_options;
-  router_options.invocation_timeout_ms = c.endpoints.invocation_timeout_seconds * 1000;
-  net::HttpClientOptions client_options;
-  client_options.max_response_body_bytes = router_options.max_response_body_bytes;
-  server->invoke_client_ = std::make_unique<net::HttpClient>(client_options);
   serving::InvocationMetricsOptions metrics_options;
   // A deleted endpoint's Prometheus totals go with its route (memory follows live endpoints).
   metrics_options.is_live = [routes = server->routes_.get()](std::string_view endpoint) {

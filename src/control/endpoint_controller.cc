@@ -512,6 +512,7 @@ class EndpointController::InstanceRun {
       (void)deps().runtime->Remove(spec_.runtime_id);
     }
     controller_->ping_client_.Forget(target_->host, target_->port);
+    if (deps().invoke_client != nullptr) deps().invoke_client->Forget(target_->host, target_->port);
     if (reserved_) deps().scheduler->Release(spec_.runtime_id);
     (void)RemoveAll(spec_.dir);
     controller_->ReleasePorts(spec_.port_base);

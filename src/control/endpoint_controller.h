@@ -95,6 +95,9 @@ struct EndpointControllerDeps {
   InstanceCredentials* credentials = nullptr;
   observe::LogStore* log_store = nullptr;
   serving::RoutingTable* routes = nullptr;
+  // The invoke path's pooled client (may be null): a stopped instance's idle connections are
+  // dropped from it, so its pool holds sockets only to live instances.
+  net::HttpClient* invoke_client = nullptr;
 };
 
 class EndpointController final : public EndpointNotifier {

@@ -187,3 +187,26 @@ def test_a_normal_drain_lets_the_request_finish(sm, rt, module_kiln):  # noqa: F
     assert request.error is None, request.error
     assert request.body["echo_len"] == len(b'{"sleep": 2}'), request.body
     eh.wait_until(lambda: eh.endpoint_gone(sm, name), timeout=30, what="the endpoint deleted")
+
+
+def idle_pooled_connections(server):
+    import urllib.request
+    with urllib.request.urlopen(server.endpoint + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r"^kiln_http_client_idle_connections (\d+)$", text, re.M)
+    assert m, text[:500]
+    return int(m.group(1))
+
+
+def test_a_deleted_endpoints_pooled_connections_are_closed(kiln_factory):
+    """The router's keep-alive pool holds sockets only to live instances: deleting an endpoint
+    closes the idle connections to its instances (they used to stay until the port was reused)."""
+    srv = kiln_factory("pool", config=KILN_CONFIG)
+    sm, rt = srv.client("sagemaker"), srv.client("sagemaker-runtime")
+    name = deploy_one(sm, srv, "ep-pool")
+    for _ in range(5):
+        eh.invoke(rt, name, body=b"{}")
+    assert idle_pooled_connections(srv) >= 1
+    sm.delete_endpoint(EndpointName=name)
+    eh.wait_until(lambda: eh.endpoint_gone(sm, name), timeout=30, what="the endpoint deleted")
+    eh.wait_until(lambda: idle_pooled_connections(srv) == 0, timeout=10, what="no idle pooled connection left")
