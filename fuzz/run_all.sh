@@ -39,7 +39,7 @@ if [[ ! -f $BUILD/CMakeCache.txt ]]; then
         -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug || exit 2
 fi
 if [[ -f $BUILD/build.ninja ]]; then
-  mapfile -t targets < <(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzzer\): phony$/\1/p' | sort -u)
+  mapfile -t targets < <(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzzer\): phony$/\1/p' | grep -v '^cmake_' | sort -u)
 else
   mapfile -t targets < <(make -C "$BUILD" help | sed -n 's/^\.\.\. \([a-z0-9_]*_fuzzer\)$/\1/p' | sort -u)
 fi
