@@ -278,15 +278,8 @@ def signed_headers(server, path):
     return headers
 
 
-def start_endpoint(server, backend, backend_threads, name, timeout):
-    sm = server.client("sagemaker")
-    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE,
-                    PrimaryContainer={"Image": "local:" + backend,
-                                      "Environment": {"BACKEND_THREADS": str(backend_threads)}})
-    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.m5.large",
-        "InitialInstanceCount": 1}])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+def wait_in_service(sm, name, timeout):
+    """Waits until endpoint `name` is InService; RuntimeError when it fails or the time runs out."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         d = sm.describe_endpoint(EndpointName=name)
@@ -296,6 +289,18 @@ def start_endpoint(server, backend, backend_threads, name, timeout):
             raise RuntimeError("endpoint Failed: %s" % d.get("FailureReason"))
         time.sleep(0.5)
     raise RuntimeError("endpoint not InService after %.0fs" % timeout)
+
+
+def start_endpoint(server, backend, backend_threads, name, timeout):
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE,
+                    PrimaryContainer={"Image": "local:" + backend,
+                                      "Environment": {"BACKEND_THREADS": str(backend_threads)}})
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.m5.large",
+        "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    wait_in_service(sm, name, timeout)
 
 
 def measure_kiln(args, work, backend, auth):

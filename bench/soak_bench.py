@@ -90,15 +90,7 @@ def deploy(server, name, timeout):
         "VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.m5.large",
         "InitialInstanceCount": 1}])
     sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = sm.describe_endpoint(EndpointName=name)
-        if d["EndpointStatus"] == "InService":
-            return
-        if d["EndpointStatus"] == "Failed":
-            raise RuntimeError("endpoint Failed: %s" % d.get("FailureReason"))
-        time.sleep(0.5)
-    raise RuntimeError("endpoint not InService after %.0fs" % timeout)
+    sb.wait_in_service(sm, name, timeout)
 
 
 class WrkLoad:
