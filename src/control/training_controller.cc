@@ -36,7 +36,6 @@ constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
 constexpr size_t kFailureReasonMax = 1024;
 
 // Secondary statuses and their messages (training-contract.md §14).
-constexpr char kMsgStarting[] = "Starting the training job";
 constexpr char kMsgPreparing[] = "Preparing the instances for training";
 constexpr char kMsgDownloading[] = "Downloading input data";
 constexpr char kMsgTraining[] = "Training image download completed. Training in progress.";
