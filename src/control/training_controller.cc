@@ -682,8 +682,10 @@ void TrainingController::JobRun::RecordMetrics(const std::string& host, const st
   const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
   const observe::Dimensions host_dims = {{"Host", name_ + "/" + host}};
   for (const auto& p : points) {
-    batch.push_back({p.name, job_dims, p.timestamp_millis, p.value});
-    batch.push_back({p.name, host_dims, p.timestamp_millis, p.value});
+    batch.push_back({.name = p.name, .dimensions = job_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+                     .unit = "None"});
+    batch.push_back({.name = p.name, .dimensions = host_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+                     .unit = "None"});
   }
   if (deps().metric_store) {
     Status put = deps().metric_store->Put(kMetricNamespace, batch);

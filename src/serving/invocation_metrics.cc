@@ -246,7 +246,7 @@ std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view 
   if (counts.invocations == 0) return points;  // only `unavailable`: nothing AWS would count
   observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
   int64_t ts = epoch_second * 1000;
-  auto add = [&](const char* name, double value) { points.push_back({name, dimensions, ts, value}); };
+  auto add = [&](const char* name, double value) { points.push_back({.name = name, .dimensions = dimensions, .timestamp_millis = ts, .value = value}); };
   add("Invocations", static_cast<double>(counts.invocations));
   add("InvocationsPerInstance", counts.invocations_per_instance);
   add("Invocation4XXErrors", static_cast<double>(counts.errors_4xx));
