@@ -43,8 +43,8 @@ std::optional<std::string> FindExecutable(const std::string& name) {
 
 // Runs argv (argv[0] absolute) with stdin and stderr on /dev/null and returns its stdout, or
 // nullopt if it could not start, exited non-zero or ran past `timeout` (then it is killed).
-std::optional<std::string> RunCapture(const std::vector<std::string>& argv,
-                                      std::chrono::milliseconds timeout) {
+std::optional<std::string> RunCapture(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                      const char* purpose = "gpu discovery") {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
   std::vector<char*> cargv;
@@ -97,7 +97,7 @@ std::optional<std::string> RunCapture(const std::vector<std::string>& argv,
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    KLOG(warn, "gpu discovery: nvidia-smi timed out", {{"timeout_ms", std::to_string(timeout.count())}});
+    KLOG(warn, std::string(purpose) + ": nvidia-smi timed out", {{"timeout_ms", std::to_string(timeout.count())}});
     return std::nullopt;
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) return std::nullopt;
@@ -217,6 +217,55 @@ std::vector<GpuInfo> DiscoverGpus(std::chrono::milliseconds timeout) {
     }
   }
   return from_proc;
+}
+
+std::vector<std::string> DefaultGpuUsageCommand() {
+  return {"nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"};
+}
+
+std::vector<GpuUsage> ParseNvidiaSmiUsageCsv(std::string_view text) {
+  std::vector<GpuUsage> gpus;
+  // "[N/A]", "[Not Supported]" and junk read as unknown; percentages are clamped to 0–100.
+  auto number = [](std::string_view s) -> std::optional<double> {
+    std::string copy(Trim(s));
+    if (copy.empty()) return std::nullopt;
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(copy.c_str(), &end);
+    if (errno != 0 || end != copy.c_str() + copy.size() || !(v >= 0) || v > 1e15) return std::nullopt;
+    return v;
+  };
+  for (std::string_view line : Split(text, '\n')) {
+    line = Trim(line);
+    if (line.empty()) continue;
+    std::vector<std::string_view> cols = Split(line, ',');
+    if (cols.size() < 4) continue;
+    std::optional<int64_t> index = ParseInt64(Trim(cols[0]));
+    if (!index || *index < 0 || *index > 1'000'000) continue;
+    GpuUsage gpu;
+    gpu.index = static_cast<int>(*index);
+    if (std::optional<double> util = number(cols[1])) gpu.utilization_percent = std::min(*util, 100.0);
+    std::optional<double> used = number(cols[2]), total = number(cols[3]);
+    if (used && total && *total > 0) gpu.memory_percent = std::min(*used / *total * 100.0, 100.0);
+    gpus.push_back(gpu);
+  }
+  std::sort(gpus.begin(), gpus.end(), [](const GpuUsage& a, const GpuUsage& b) { return a.index < b.index; });
+  return gpus;
+}
+
+Result<std::vector<GpuUsage>> SampleGpuUsage(const std::vector<std::string>& command, std::chrono::milliseconds timeout) {
+  if (command.empty() || command[0].empty()) return Status::InvalidArgument("no GPU usage command configured");
+  std::vector<std::string> argv = command;
+  if (argv[0][0] != '/') {
+    std::optional<std::string> found = FindExecutable(argv[0]);
+    if (!found) return Status::NotFound(argv[0] + " is not installed");
+    argv[0] = *found;
+  } else if (access(argv[0].c_str(), X_OK) != 0) {
+    return Status::NotFound(argv[0] + " is not installed");
+  }
+  std::optional<std::string> out = RunCapture(argv, timeout, "gpu metrics");
+  if (!out) return Status::Unavailable(argv[0] + " failed or timed out");
+  return ParseNvidiaSmiUsageCsv(*out);
 }
 
 }  // namespace kiln::runtime

@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <optional>
 #include <vector>
+
+#include "base/status.h"
 
 namespace kiln::runtime {
 
@@ -51,5 +54,28 @@ std::string NormalizePciBusId(std::string_view bus_id);
 // Reads every <dir>/*/information (dir defaults to /proc/driver/nvidia/gpus) and numbers the GPUs
 // 0..n-1 in bus order. Empty if the directory does not exist.
 std::vector<GpuInfo> ReadProcGpus(const std::string& dir = "/proc/driver/nvidia/gpus");
+
+// One GPU's utilization now (instance metrics, serving-contract.md §15.3). A value the driver
+// does not report ("[N/A]", "[Not Supported]") is nullopt.
+struct GpuUsage {
+  int index = 0;
+  std::optional<double> utilization_percent;  // utilization.gpu: 0–100
+  std::optional<double> memory_percent;       // memory.used / memory.total × 100
+};
+
+// The nvidia-smi query that ParseNvidiaSmiUsageCsv reads:
+//   nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits
+std::vector<std::string> DefaultGpuUsageCommand();
+
+// Parses that CSV (one "index, util, used MiB, total MiB" line per GPU). Lines that do not
+// parse are skipped; the result is sorted by index.
+std::vector<GpuUsage> ParseNvidiaSmiUsageCsv(std::string_view text);
+
+// Runs `command` (argv; argv[0] absolute, or looked up as DiscoverGpus does) and parses its
+// output with ParseNvidiaSmiUsageCsv. NotFound when argv[0] is not installed (a node without
+// NVIDIA's tools: callers publish no GPU metrics); Unavailable when it fails, exits non-zero or
+// runs past `timeout` (it is killed then). Blocks up to `timeout`.
+Result<std::vector<GpuUsage>> SampleGpuUsage(const std::vector<std::string>& command,
+                                             std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 }  // namespace kiln::runtime

@@ -130,5 +130,60 @@ TEST(DiscoverGpusTest, NeverFailsAndIndicesAreUnique) {
   }
 }
 
+TEST(ParseNvidiaSmiUsageCsvTest, ParsesTheUsageQuery) {
+  // nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits
+  // as captured on an 8-GPU host (two GPUs busy, one reporting [N/A] for utilization).
+  const char* text =
+      "0, 97, 71234, 81559\n"
+      "1, 0, 4, 81559\n"
+      "3, [N/A], 40779, 81559\n"
+      "2, 45, 0, 81559\n"
+      "garbage line\n"
+      "4, 12, [N/A], [N/A]\n";
+  std::vector<GpuUsage> gpus = ParseNvidiaSmiUsageCsv(text);
+  ASSERT_EQ(gpus.size(), 5u);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_DOUBLE_EQ(*gpus[0].utilization_percent, 97);
+  EXPECT_NEAR(*gpus[0].memory_percent, 71234.0 / 81559.0 * 100.0, 1e-9);
+  EXPECT_EQ(gpus[1].index, 1);
+  EXPECT_DOUBLE_EQ(*gpus[1].utilization_percent, 0);
+  EXPECT_EQ(gpus[2].index, 2);
+  EXPECT_DOUBLE_EQ(*gpus[2].memory_percent, 0);
+  EXPECT_EQ(gpus[3].index, 3);
+  EXPECT_FALSE(gpus[3].utilization_percent.has_value());
+  EXPECT_NEAR(*gpus[3].memory_percent, 50.0, 0.01);
+  EXPECT_EQ(gpus[4].index, 4);
+  EXPECT_DOUBLE_EQ(*gpus[4].utilization_percent, 12);
+  EXPECT_FALSE(gpus[4].memory_percent.has_value());
+}
+
+TEST(ParseNvidiaSmiUsageCsvTest, RefusesNegativeAndOutOfRangeValues) {
+  std::vector<GpuUsage> gpus = ParseNvidiaSmiUsageCsv("-1, 5, 1, 2\n0, -5, 3, 0\n1, 250, 90, 80\n");
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_FALSE(gpus[0].utilization_percent.has_value());
+  EXPECT_FALSE(gpus[0].memory_percent.has_value());  // total 0
+  EXPECT_DOUBLE_EQ(*gpus[1].utilization_percent, 100);
+  EXPECT_DOUBLE_EQ(*gpus[1].memory_percent, 100);
+}
+
+TEST(SampleGpuUsageTest, RunsTheConfiguredCommand) {
+  Result<std::vector<GpuUsage>> gpus =
+      SampleGpuUsage({"/bin/sh", "-c", "printf '0, 37, 1024, 4096\\n1, 5, 0, 4096\\n'"});
+  ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
+  ASSERT_EQ(gpus->size(), 2u);
+  EXPECT_DOUBLE_EQ(*(*gpus)[0].utilization_percent, 37);
+  EXPECT_DOUBLE_EQ(*(*gpus)[0].memory_percent, 25);
+}
+
+TEST(SampleGpuUsageTest, MissingFailingAndHangingCommands) {
+  EXPECT_EQ(SampleGpuUsage({"kiln-no-such-nvidia-smi"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(SampleGpuUsage({"/nonexistent/nvidia-smi"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(SampleGpuUsage({"/bin/sh", "-c", "exit 9"}).status().code(), StatusCode::kUnavailable);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(SampleGpuUsage({"/bin/sh", "-c", "exec sleep 30"}, std::chrono::milliseconds(200)).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 }  // namespace
 }  // namespace kiln::runtime

@@ -80,6 +80,30 @@ struct InstanceStatus {
   bool stop_requested = false;  // Stop() was called for this instance
 };
 
+// What a running instance uses now (Runtime::Usage), for the instance metrics of
+// training-contract.md §15 and serving-contract.md §15.3. CPU time is cumulative, so a
+// utilization is the difference of two samples over the wall time between them; the other
+// members are levels.
+struct InstanceUsage {
+  // CPU time (user + system) of every process of the instance since it started, in
+  // microseconds. Monotonic within one `source`; compare only samples of the same source.
+  uint64_t cpu_usec = 0;
+  // Memory the instance's processes use: cgroup memory.current where the instance has its own
+  // cgroup v2 leaf with the memory controller, else the sum of their proportional set sizes
+  // (PSS: shared pages split among the sharers, so forked workers are not counted n times;
+  // resident sizes where PSS cannot be read).
+  uint64_t memory_bytes = 0;
+  // The instance's memory limit (cgroup memory.max, else InstanceSpec::memory_limit_bytes);
+  // 0 when it has none.
+  uint64_t memory_limit_bytes = 0;
+  // The GPU indices assigned to the instance (InstanceSpec::gpus).
+  std::vector<int> gpus;
+  // Where the numbers come from: "cgroup" (cpu.stat usage_usec, memory.current) or "proc"
+  // (/proc over the instance's process tree).
+  std::string source;
+  int process_count = 0;  // processes counted ("proc"; 0 for "cgroup")
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -113,6 +137,14 @@ class Runtime {
   // Forgets an exited (or lost) instance: removes its state directory. FailedPrecondition while
   // it runs.
   virtual Status Remove(const std::string& instance_id) = 0;
+
+  // What the instance uses now (InstanceUsage). NotFound if the id is unknown;
+  // FailedPrecondition when it is not running (exited, lost, or not yet exec'd). Cheap enough to
+  // call every few seconds per instance (a few /proc or cgroup reads). Backends that cannot
+  // measure answer Unimplemented (the default), and callers then publish nothing.
+  virtual Result<InstanceUsage> Usage(const std::string& instance_id) {
+    return Status::Unimplemented("this runtime does not report the usage of instance " + instance_id);
+  }
 };
 
 }  // namespace kiln::runtime

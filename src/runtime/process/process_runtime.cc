@@ -21,6 +21,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "runtime/process/state.h"
+#include "runtime/process/usage.h"
 
 extern char** environ;
 
@@ -69,6 +70,7 @@ class ProcessRuntime final : public Runtime {
   std::string OutputPath(const std::string& instance_id) const override;
   Result<std::vector<std::string>> List() override;
   Status Remove(const std::string& instance_id) override;
+  Result<InstanceUsage> Usage(const std::string& instance_id) override;
 
  private:
   std::string InstanceDir(const std::string& id) const { return ps::Join(options_.state_dir, id); }
@@ -318,6 +320,64 @@ Status ProcessRuntime::Remove(const std::string& instance_id) {
   std::string socket = ps::SocketPath(dir);
   if (!StartsWith(socket, dir)) unlink(socket.c_str());
   return RemoveAll(dir);
+}
+
+// The shim's cgroup v2 leaf when the program is in one (cpu.stat always; memory.current only
+// with the memory controller), else /proc over the program's process tree. started.json gives
+// the program's host pid and the shim's pid (the program's parent: a pid reused after the
+// program ended has another parent and is refused).
+Result<InstanceUsage> ProcessRuntime::Usage(const std::string& instance_id) {
+  ASSIGN_OR_RETURN(InstanceStatus status, Inspect(instance_id));
+  if (status.state != InstanceState::kRunning) {
+    return Status::FailedPrecondition("instance " + instance_id + " is not running");
+  }
+  const std::string dir = InstanceDir(instance_id);
+  Result<std::string> started_text = ReadFile(ps::Join(dir, ps::kStartedFile));
+  if (!started_text.ok()) return Status::FailedPrecondition("instance " + instance_id + " has not started its program yet");
+  ASSIGN_OR_RETURN(ps::StartedRecord started, ps::DecodeStarted(*started_text));
+  if (started.pid <= 0) return Status::FailedPrecondition("instance " + instance_id + " has no program pid");
+
+  InstanceUsage usage;
+  uint64_t spec_limit = 0;
+  if (Result<std::string> spec_text = ReadFile(ps::Join(dir, ps::kSpecFile)); spec_text.ok()) {
+    if (Result<InstanceSpec> spec = ps::DecodeSpec(*spec_text); spec.ok()) {
+      usage.gpus = spec->gpus;
+      spec_limit = spec->memory_limit_bytes;
+    }
+  }
+  usage.memory_limit_bytes = spec_limit;
+
+  std::optional<process_usage::CgroupUsage> cgroup;
+  if (std::optional<std::string> cgroup_dir = process_usage::InstanceCgroupDir(started.pid, instance_id)) {
+    if (Result<process_usage::CgroupUsage> sampled = process_usage::SampleCgroup(*cgroup_dir); sampled.ok()) {
+      cgroup = *sampled;
+    }
+  }
+  if (cgroup) {
+    usage.source = "cgroup";
+    usage.cpu_usec = cgroup->cpu_usec;
+    if (cgroup->memory_limit_bytes) usage.memory_limit_bytes = *cgroup->memory_limit_bytes;
+    if (cgroup->memory_bytes) {
+      usage.memory_bytes = *cgroup->memory_bytes;
+      return usage;
+    }
+  }
+  // No cgroup (or one without the memory controller): /proc over the process tree.
+  Result<process_usage::TreeUsage> tree = process_usage::SampleProcessTree(started.pid, started.shim_pid);
+  if (!tree.ok()) {
+    // The program ended between Inspect and now.
+    if (tree.status().code() == StatusCode::kNotFound || tree.status().code() == StatusCode::kFailedPrecondition) {
+      return Status::FailedPrecondition("instance " + instance_id + " is not running");
+    }
+    return tree.status();
+  }
+  if (!cgroup) {
+    usage.source = "proc";
+    usage.cpu_usec = tree->cpu_usec;
+  }
+  usage.memory_bytes = tree->memory_bytes;
+  usage.process_count = tree->process_count;
+  return usage;
 }
 
 }  // namespace

@@ -413,6 +413,40 @@ TEST_F(ProcessRuntimeTest, MemoryLimitUsesACgroupWhereAvailable) {
   EXPECT_FALSE(PathExists("/sys/fs/cgroup/kiln/mem"));
 }
 
+// Usage: CPU time of every process of the sandbox (here two busy shells), memory, the spec's
+// memory limit and GPUs; FailedPrecondition once the instance has ended, NotFound for no instance.
+TEST_F(ProcessRuntimeTest, UsageMeasuresTheSandboxsProcesses) {
+  InstanceSpec spec = Spec("usage", "(while :; do :; done) & while :; do :; done");
+  spec.memory_limit_bytes = 512ull << 20;
+  spec.gpus = {3};  // only recorded: no /dev/nvidia3 needed
+  ASSERT_TRUE(runtime_->Launch(spec).ok());
+  Result<InstanceUsage> first = runtime_->Usage("usage");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  Result<InstanceUsage> second = runtime_->Usage("usage");
+  auto wall_usec = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->source, first->source);
+  if (second->source == "proc") {
+    EXPECT_EQ(second->process_count, 2);  // the program and its subshell
+    EXPECT_EQ(second->memory_limit_bytes, 512ull << 20);
+  } else {
+    EXPECT_EQ(second->source, "cgroup");
+    EXPECT_EQ(second->memory_limit_bytes, 512ull << 20);  // memory.max as written by the shim
+  }
+  EXPECT_GT(second->memory_bytes, 0u);
+  EXPECT_EQ(second->gpus, (std::vector<int>{3}));
+  ASSERT_GE(second->cpu_usec, first->cpu_usec);
+  double percent = 100.0 * static_cast<double>(second->cpu_usec - first->cpu_usec) / static_cast<double>(wall_usec);
+  EXPECT_GT(percent, 10.0);
+
+  ASSERT_TRUE(runtime_->Stop("usage", std::chrono::seconds(0)).ok());
+  ASSERT_EQ(runtime_->Wait("usage", std::chrono::seconds(10))->state, InstanceState::kExited);
+  EXPECT_EQ(runtime_->Usage("usage").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runtime_->Usage("nope").status().code(), StatusCode::kNotFound);
+}
+
 // /dev/nvidia<N> of GPUs not assigned are /dev/null inside (needs a host with NVIDIA devices).
 TEST_F(ProcessRuntimeTest, HidesUnassignedGpus) {
   struct stat st;
