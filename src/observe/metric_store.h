@@ -23,6 +23,7 @@
 //
 // Thread-safety: all methods may be called from any thread; writers serialize on the database.
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -137,8 +138,9 @@ class MetricStore {
 
   // Appends `batch` to namespace `ns` in one transaction: all points or none. Each datum is stored
   // as `statistics` when set (with `values_counts` kept as its distribution), else as the exact set
-  // of `values_counts` when non-empty (counts <= 0 are dropped), else as the single `value`.
-  // Non-finite numbers, negative or zero sample counts and Minimum > Maximum are refused
+  // of `values_counts` when non-empty (zero counts are dropped), else as the single `value`.
+  // Non-finite numbers, negative counts, values whose counts are all zero, SampleCount <= 0 and
+  // Minimum > Maximum are refused
   // (InvalidArgument, nothing written); an empty batch is a no-op. Other AWS limits (150 values,
   // unit names, dimension counts) are the API layer's to check. Errors from
   // SQLite come back as its Status (Unavailable when locked too long, Internal otherwise).

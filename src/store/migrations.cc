@@ -172,6 +172,32 @@ CREATE TABLE endpoints (
 );
 CREATE INDEX endpoints_by_status ON endpoints(status, seq);
 )sql"},
+      // Metric points as CloudWatch statistic sets (observe/metric_store.h, issue 10): each point
+      // keeps SampleCount, Sum, Minimum, Maximum, its unit and storage resolution, and optionally
+      // its distribution (packed (value, count) doubles) for percentiles. The table is clustered
+      // on (series, time, seq) (WITHOUT ROWID) so a period query is one sequential range scan, not
+      // an index probe per point; `seq` orders equal timestamps in write order (old rows keep
+      // their rowid). Old rows become single-sample points (count 1, every statistic = value).
+      {7, "metric points as statistic sets", R"sql(
+CREATE TABLE metric_points_v7 (
+  series_id INTEGER NOT NULL,
+  timestamp_millis INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  sample_count REAL NOT NULL,
+  sum REAL NOT NULL,
+  minimum REAL NOT NULL,
+  maximum REAL NOT NULL,
+  unit TEXT NOT NULL,
+  storage_resolution INTEGER NOT NULL,
+  distribution BLOB,
+  PRIMARY KEY (series_id, timestamp_millis, seq)
+) WITHOUT ROWID;
+INSERT INTO metric_points_v7 (series_id, timestamp_millis, seq, sample_count, sum, minimum, maximum, unit,
+                              storage_resolution, distribution)
+  SELECT series_id, timestamp_millis, rowid, 1, value, value, value, 'None', 60, NULL FROM metric_points;
+DROP TABLE metric_points;
+ALTER TABLE metric_points_v7 RENAME TO metric_points;
+)sql"},
   };
   return kMigrations;
 }
