@@ -1,0 +1,280 @@
+#include "control/instance_metrics.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <set>
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "control/capacity.h"
+
+namespace kiln::control {
+namespace {
+
+constexpr char kPercent[] = "Percent";
+
+// DiskUtilization of the filesystem holding `dir`: used / (used + available to unprivileged
+// users) × 100, the figure `df` prints (the root-reserved blocks count as neither).
+std::optional<double> DiskPercent(const std::string& dir) {
+  if (dir.empty()) return std::nullopt;
+  struct statvfs st;
+  if (statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+  double used = static_cast<double>(st.f_blocks - st.f_bfree) * static_cast<double>(st.f_frsize);
+  double avail = static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
+  if (used + avail <= 0) return std::nullopt;
+  return std::clamp(used / (used + avail) * 100.0, 0.0, 100.0);
+}
+
+uint64_t HostMemoryBytes() {
+  Result<std::string> meminfo = ReadFile("/proc/meminfo");
+  if (!meminfo.ok()) return 0;
+  return ParseMemInfoTotal(*meminfo).value_or(0);
+}
+
+}  // namespace
+
+InstanceMetricsTarget TrainingHostMetricsTarget(const std::string& instance_id, const std::string& job,
+                                                const std::string& host, const std::string& opt_ml_dir) {
+  return {instance_id, kTrainingMetricsNamespace, {{{"Host", job + "/" + host}}}, opt_ml_dir};
+}
+
+InstanceMetricsTarget EndpointInstanceMetricsTarget(const std::string& instance_id, const std::string& endpoint,
+                                                    const std::string& variant, const std::string& endpoint_instance_id,
+                                                    const std::string& opt_ml_dir) {
+  return {instance_id,
+          kEndpointInstanceMetricsNamespace,
+          {{{"EndpointName", endpoint}, {"VariantName", variant}},
+           {{"Host", endpoint + "/" + variant + "/" + endpoint_instance_id}}},
+          opt_ml_dir};
+}
+
+InstanceMetrics::InstanceMetrics(InstanceMetricsOptions options, runtime::Runtime* runtime, observe::MetricStore* store)
+    : options_(std::move(options)),
+      runtime_(runtime),
+      store_(store),
+      max_cpu_percent_(100.0 * std::max(1u, std::thread::hardware_concurrency())) {
+  host_memory_bytes_ = options_.host_memory_bytes != 0 ? options_.host_memory_bytes : HostMemoryBytes();
+}
+
+InstanceMetrics::~InstanceMetrics() { Stop(); }
+
+void InstanceMetrics::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void InstanceMetrics::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+Status InstanceMetrics::Track(InstanceMetricsTarget target) {
+  if (target.instance_id.empty()) return Status::InvalidArgument("instance metrics: no instance id");
+  if (target.ns.empty() || target.dimension_sets.empty()) {
+    return Status::InvalidArgument("instance metrics: " + target.instance_id + " has no namespace or dimensions");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_.size() >= options_.max_instances && !entries_.contains(target.instance_id)) {
+    return Status::ResourceExhausted("instance metrics: already sampling " + std::to_string(entries_.size()) +
+                                     " instances");
+  }
+  Entry entry;
+  entry.generation = next_generation_++;
+  std::string id = target.instance_id;
+  entry.target = std::move(target);
+  entries_[id] = std::move(entry);
+  have_new_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void InstanceMetrics::Untrack(const std::string& instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.erase(instance_id);
+}
+
+size_t InstanceMetrics::TEST_SampleOnce() { return SampleRound(/*only_new=*/false); }
+
+size_t InstanceMetrics::TEST_Tracked() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+void InstanceMetrics::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto next = std::chrono::steady_clock::now() + options_.interval;
+  while (!stop_) {
+    cv_.wait_until(lock, next, [&] { return stop_ || have_new_; });
+    if (stop_) break;
+    const auto now = std::chrono::steady_clock::now();
+    const bool full = now >= next;
+    have_new_ = false;
+    lock.unlock();
+    SampleRound(/*only_new=*/!full);
+    lock.lock();
+    if (full) {
+      next += options_.interval;
+      // A round that overran (a slow nvidia-smi) is not made up with a burst of rounds.
+      if (next <= std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + options_.interval;
+    }
+  }
+}
+
+Result<std::vector<runtime::GpuUsage>> InstanceMetrics::SampleGpus() {
+  if (options_.gpu_sampler) return options_.gpu_sampler();
+  return runtime::SampleGpuUsage(options_.gpu_command, options_.gpu_timeout);
+}
+
+size_t InstanceMetrics::SampleRound(bool only_new) {
+  std::lock_guard<std::mutex> round(round_mutex_);
+  struct Work {
+    std::string id;
+    uint64_t generation;
+    InstanceMetricsTarget target;
+    std::optional<uint64_t> cpu_usec;
+    std::string cpu_source;
+    std::chrono::steady_clock::time_point cpu_at;
+    // Results.
+    Result<runtime::InstanceUsage> usage = Status::Unavailable("not sampled");
+    std::chrono::steady_clock::time_point sampled_at{};
+    int64_t timestamp_millis = 0;
+  };
+  std::vector<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, e] : entries_) {
+      if (only_new && e.cpu_usec.has_value()) continue;
+      work.push_back({id, e.generation, e.target, e.cpu_usec, e.cpu_source, e.cpu_at});
+    }
+  }
+  if (work.empty()) return 0;
+
+  bool any_gpus = false;
+  for (Work& w : work) {
+    w.usage = runtime_->Usage(w.id);
+    w.sampled_at = std::chrono::steady_clock::now();
+    w.timestamp_millis = NowMillis();
+    if (w.usage.ok() && !w.usage->gpus.empty()) any_gpus = true;
+  }
+  std::map<int, runtime::GpuUsage> gpus;
+  if (any_gpus) {
+    Result<std::vector<runtime::GpuUsage>> sampled = SampleGpus();
+    if (sampled.ok()) {
+      for (const runtime::GpuUsage& g : *sampled) gpus[g.index] = g;
+    } else {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!gpu_warned_) {
+        gpu_warned_ = true;
+        KLOG(warn, "instance metrics: no GPU metrics (the GPU query failed; said once)",
+             {{"error", sampled.status().ToString()}});
+      }
+    }
+  }
+
+  std::map<std::string, std::vector<observe::MetricDatum>> batches;  // by namespace
+  std::set<std::string> gone;  // ids whose instance is not running
+  struct Baseline {
+    uint64_t cpu_usec;
+    std::string source;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, Baseline> baselines;
+  for (Work& w : work) {
+    if (!w.usage.ok()) {
+      StatusCode code = w.usage.status().code();
+      if (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition ||
+          code == StatusCode::kUnimplemented) {
+        gone.insert(w.id);
+      } else {
+        KLOG(debug, "instance metrics: usage not read", {{"instance", w.id}, {"error", w.usage.status().ToString()}});
+      }
+      continue;
+    }
+    const runtime::InstanceUsage& u = *w.usage;
+    std::vector<std::pair<const char*, double>> values;
+    if (w.cpu_usec && w.cpu_source == u.source) {
+      if (u.cpu_usec >= *w.cpu_usec) {
+        auto wall = std::chrono::duration_cast<std::chrono::microseconds>(w.sampled_at - w.cpu_at).count();
+        if (wall > 0) {
+          double percent = static_cast<double>(u.cpu_usec - *w.cpu_usec) / static_cast<double>(wall) * 100.0;
+          values.emplace_back("CPUUtilization", std::min(percent, max_cpu_percent_));
+        }
+        baselines[w.id] = {u.cpu_usec, u.source, w.sampled_at};
+      }
+      // else: went backwards (a torn /proc read); keep the earlier baseline.
+    } else {
+      baselines[w.id] = {u.cpu_usec, u.source, w.sampled_at};
+    }
+    const uint64_t limit = u.memory_limit_bytes != 0 ? u.memory_limit_bytes : host_memory_bytes_;
+    if (limit != 0) {
+      values.emplace_back("MemoryUtilization",
+                          std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));
+    }
+    if (std::optional<double> disk = DiskPercent(w.target.opt_ml_dir)) values.emplace_back("DiskUtilization", *disk);
+    if (!u.gpus.empty() && !gpus.empty()) {
+      double util = 0, mem = 0;
+      bool have_util = false, have_mem = false;
+      for (int index : u.gpus) {
+        auto it = gpus.find(index);
+        if (it == gpus.end()) continue;
+        if (it->second.utilization_percent) {
+          util += *it->second.utilization_percent;
+          have_util = true;
+        }
+        if (it->second.memory_percent) {
+          mem += *it->second.memory_percent;
+          have_mem = true;
+        }
+      }
+      if (have_util) values.emplace_back("GPUUtilization", util);
+      if (have_mem) values.emplace_back("GPUMemoryUtilization", mem);
+    }
+    std::vector<observe::MetricDatum>& batch = batches[w.target.ns];
+    for (const observe::Dimensions& dims : w.target.dimension_sets) {
+      for (const auto& [name, value] : values) {
+        observe::MetricDatum d;
+        d.name = name;
+        d.dimensions = dims;
+        d.timestamp_millis = w.timestamp_millis;
+        d.value = value;
+        d.unit = kPercent;
+        batch.push_back(std::move(d));
+      }
+    }
+  }
+
+  size_t written = 0;
+  for (const auto& [ns, batch] : batches) {
+    Status put = store_->Put(ns, batch);
+    if (put.ok()) {
+      written += batch.size();
+    } else {
+      KLOG(warn, "instance metrics not stored", {{"namespace", ns}, {"error", put.ToString()}});
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Work& w : work) {
+    auto it = entries_.find(w.id);
+    if (it == entries_.end() || it->second.generation != w.generation) continue;  // untracked or re-tracked meanwhile
+    if (gone.contains(w.id)) {
+      entries_.erase(it);
+      continue;
+    }
+    if (auto b = baselines.find(w.id); b != baselines.end()) {
+      it->second.cpu_usec = b->second.cpu_usec;
+      it->second.cpu_source = b->second.source;
+      it->second.cpu_at = b->second.at;
+    }
+  }
+  return written;
+}
+
+}  // namespace kiln::control
