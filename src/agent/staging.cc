@@ -45,13 +45,11 @@ Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, co
     }
     return ObjectError(listed.status(), "Listing", loc.bucket, loc.key);
   }
-  size_t slash = loc.key.rfind('/');
-  size_t strip = slash == std::string::npos ? 0 : slash + 1;
   std::vector<SelectedObject> out;
   for (const auto& o : *listed) {
     if (EndsWith(o.key, "/")) continue;  // folder marker
     ASSIGN_OR_RETURN(std::string rel,
-                     ConfinedRelativePath(std::string_view(o.key).substr(strip),
+                     ConfinedRelativePath(PrefixRelativePath(o.key, loc.key),
                                           "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
     out.push_back({loc.bucket, o.key, std::move(rel), o.size});
   }
@@ -99,6 +97,16 @@ Result<std::vector<SelectedObject>> SelectManifest(objects::ObjectStore& store, 
 }
 
 }  // namespace
+
+std::string_view PrefixRelativePath(std::string_view key, std::string_view prefix) {
+  if (key == prefix) {
+    size_t slash = key.rfind('/');
+    return slash == std::string_view::npos ? key : key.substr(slash + 1);
+  }
+  std::string_view rel = key.substr(std::min(prefix.size(), key.size()));
+  while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
+  return rel;
+}
 
 Result<std::vector<SelectedObject>> SelectChannelObjects(objects::ObjectStore& store, const json& channel,
                                                          const std::string& role_arn) {

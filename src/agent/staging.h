@@ -3,8 +3,10 @@
 //
 // Selection (shared with Pipe mode, pipe_feeder.h):
 //   S3Prefix      every object whose key starts with the prefix, except folder markers (keys
-//                 ending in '/'); local path = key minus everything up to and including the
-//                 last '/' of the prefix.
+//                 ending in '/'); local path = PrefixRelativePath(key, prefix): the key minus
+//                 the prefix, then minus any leading '/', so "s3://b/data/train" and
+//                 "s3://b/data/train/" give the same layout (§6.2, the rule of SageMaker Local
+//                 Mode's download_folder; Session.upload_data returns prefixes without the '/').
 //   ManifestFile  the object is a JSON array [{"prefix": "s3://b/p/"}, "rel/1", ...]; entry
 //                 "rel/1" is object prefix+"rel/1" stored at <channel>/rel/1.
 //   ShardedByS3Key  entries sorted by key; entry i goes to the host at position i mod N of the
@@ -27,7 +29,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +57,12 @@ struct SelectedObject {
 // missing manifest, unsafe key); the store's errors as "InternalServerError: ...".
 Result<std::vector<SelectedObject>> SelectChannelObjects(objects::ObjectStore& store, const nlohmann::json& channel,
                                                          const std::string& role_arn);
+
+// The local path of object `key` selected by S3Prefix `prefix` (key starts with prefix), before
+// confinement: the key minus the prefix, then minus any leading '/'s; a key equal to the prefix
+// (the prefix names one object) gives its base name. Examples with prefix "data/train":
+//   "data/train/a/1.csv" -> "a/1.csv"    "data/train" -> "train"    "data/train.lst" -> ".lst"
+std::string_view PrefixRelativePath(std::string_view key, std::string_view prefix);
 
 // The share of `objects` (already in the wanted order) that host `host_index` of `host_count`
 // gets under `distribution` ("FullyReplicated" or "ShardedByS3Key").

@@ -39,13 +39,26 @@ class StagingTest : public AgentTest {
   std::string Data(const std::string& host, const std::string& rel) { return Slurp(work() + "/" + host + "/input/data/" + rel); }
 };
 
-TEST_F(StagingTest, PrefixLocalPathsFollowTheLastSlash) {
+TEST(PrefixRelativePathTest, KeyMinusPrefixThenLeadingSlashes) {
+  EXPECT_EQ(PrefixRelativePath("data/train/a/1.csv", "data/train/"), "a/1.csv");
+  EXPECT_EQ(PrefixRelativePath("data/train/a/1.csv", "data/train"), "a/1.csv");
+  EXPECT_EQ(PrefixRelativePath("data/train//a.csv", "data/train"), "a.csv");
+  EXPECT_EQ(PrefixRelativePath("data/train.lst", "data/train.lst"), "train.lst");  // the prefix is one object
+  EXPECT_EQ(PrefixRelativePath("single", "single"), "single");
+  EXPECT_EQ(PrefixRelativePath("data/train.lst", "data/train"), ".lst");
+  EXPECT_EQ(PrefixRelativePath("data/training-extra/z", "data/train"), "ing-extra/z");
+  EXPECT_EQ(PrefixRelativePath("k/x", ""), "k/x");  // the whole bucket
+}
+
+// Regression (issue 10): Session.upload_data returns s3://b/demo/train without a trailing slash
+// and scripts read $SM_CHANNEL_TRAIN/train.csv; Kiln used to stage train/train/train.csv.
+TEST_F(StagingTest, PrefixWithAndWithoutTrailingSlashGiveTheSameLayout) {
   Put("data/train/a/1.csv", "one");
   Put("data/train/2.csv", std::string(100000, 'x'));
   Put("data/train/", "");       // folder marker
   Put("data/train/sub/", "");   // folder marker
   Put("data/train.lst", "list");
-  Put("data/training-extra/z", "z");
+  Put("data/other/z", "z");
   auto r = Stage(Request({Channel("train", "s3://bkt/data/train/"), Channel("lst", "s3://bkt/data/train.lst"),
                           Channel("loose", "s3://bkt/data/train")}));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -53,17 +66,34 @@ TEST_F(StagingTest, PrefixLocalPathsFollowTheLastSlash) {
   EXPECT_EQ(Data("h", "train/2.csv"), std::string(100000, 'x'));
   EXPECT_FALSE(PathExists(work() + "/h/input/data/train/sub"));
   EXPECT_EQ(Data("h", "lst/train.lst"), "list");
-  // s3://bkt/data/train (no trailing slash) selects train/..., train.lst and training-extra/...
-  EXPECT_EQ(Data("h", "loose/train/a/1.csv"), "one");
-  EXPECT_EQ(Data("h", "loose/train.lst"), "list");
-  EXPECT_EQ(Data("h", "loose/training-extra/z"), "z");
+  // s3://bkt/data/train (no trailing slash): the same layout as with the slash, plus what else
+  // starts with the prefix (data/train.lst -> ".lst", as SageMaker Local Mode does).
+  EXPECT_EQ(Data("h", "loose/a/1.csv"), "one");
+  EXPECT_EQ(Data("h", "loose/2.csv"), std::string(100000, 'x'));
+  EXPECT_EQ(Data("h", "loose/.lst"), "list");
+  EXPECT_FALSE(PathExists(work() + "/h/input/data/loose/train"));
+  EXPECT_FALSE(PathExists(work() + "/h/input/data/loose/z"));
   ASSERT_EQ(r->channels.size(), 3u);
   EXPECT_EQ(r->channels[0].objects, 2u);
   EXPECT_EQ(r->channels[0].bytes, 100003u);
-  EXPECT_EQ(r->objects, 2u + 1u + 4u);
-  EXPECT_EQ(r->bytes, 100003u + 4u + 100003u + 4u + 1u);
+  EXPECT_EQ(r->objects, 2u + 1u + 3u);
+  EXPECT_EQ(r->bytes, 100003u + 4u + 100003u + 4u);
   EXPECT_GT(r->elapsed_seconds, 0);
   EXPECT_GT(r->BytesPerSecond(), 0);
+}
+
+TEST_F(StagingTest, ShardedByS3KeySharesUseThePrefixRule) {
+  for (int i = 0; i < 4; ++i) Put("sh/part/k" + std::to_string(i), "v" + std::to_string(i));
+  json request = Request({Channel("c", "s3://bkt/sh/part", "S3Prefix", "ShardedByS3Key")}, "FastFile");
+  for (int host = 0; host < 2; ++host) {
+    std::string name = "algo-" + std::to_string(host + 1);
+    auto r = Stage(request, host, 2, name);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(PathExists(work() + "/" + name + "/input/data/c/k" + std::to_string(i)), i % 2 == host) << name << i;
+    }
+    EXPECT_FALSE(PathExists(work() + "/" + name + "/input/data/c/part"));
+  }
 }
 
 TEST_F(StagingTest, EmptyPrefixFailsWithAwsWording) {
