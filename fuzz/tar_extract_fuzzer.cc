@@ -4,7 +4,7 @@
 //
 // Input layout: byte 0 = flags:
 //   bit 0   ExtractOptions::refuse_special_files
-//   bit 1   ExtractOptions::refuse_absolute_hardlinks
+//   bit 1   unused (was refuse_absolute_hardlinks: leading '/'s are now always dropped, issue 10)
 //   bit 2   the destination exists beforehand holding a symlink "up" -> "../outside" and a
 //           directory link "d" -> "." (paths through existing links must be refused)
 //   bit 3   ExtractOptions::cap = {64 KiB, 8 members} (agent/unpack_cap.h)
@@ -96,7 +96,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::agent::ExtractOptions options;
   options.dest_name = "/opt/ml/model";
   options.refuse_special_files = (flags & 1) != 0;
-  options.refuse_absolute_hardlinks = (flags & 2) != 0;
   constexpr uint64_t kCapBytes = 64 * 1024, kCapEntries = 8;
   if (flags & 8) {
     options.cap.max_bytes = kCapBytes;

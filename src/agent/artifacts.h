@@ -72,8 +72,9 @@ Result<std::vector<std::string>> WriteTarGz(const std::vector<std::string>& dirs
 //   s3://bucket/key        a gzip tar (sourcedir.tar.gz), streamed from the store and extracted
 //   file:///abs/dir        a directory, copied recursively
 //   file:///abs/x.tar.gz   a local gzip tar, extracted
-// Extraction keeps every member inside code_dir: absolute paths and ".." components are
-// refused, nothing is written through a symlink, and symlinks whose target is absolute or
+// Extraction keeps every member inside code_dir: leading '/'s of member names are dropped (as
+// GNU tar and Python's tarfile do), ".." components are refused, nothing is written through a
+// symlink, and symlinks whose target is absolute or
 // resolves outside code_dir are refused. Regular files keep their permission bits; devices and
 // FIFOs are skipped. An archive is bounded by `cap` (unpack_cap.h; default unbounded): one that
 // unpacks to more fails with "ClientError: sagemaker_submit_directory <uri> unpacks to more than

@@ -195,11 +195,30 @@ TEST_F(ArtifactsTest, SourceDirFromS3IsExtracted) {
   EXPECT_EQ(Slurp(work() + "/code3/train.py"), "print('hi')");
 }
 
+// Regression (issue 10): leading '/'s are dropped as GNU tar and Python's tarfile do, for
+// sourcedir.tar.gz as for model.tar.gz (a root member "/" as tarfile.add(dir, arcname="/")
+// writes it, and members written with absolute names).
+TEST_F(ArtifactsTest, SourceDirWithRootAndAbsoluteMembersIsExtractedInside) {
+  std::string tgz = MakeTarGz(work() + "/abs.tgz", {{"/", 'd', ""},
+                                                    {"train.py", 'f', "print('root')"},
+                                                    {"/lib/", 'd', ""},
+                                                    {"/lib/util.py", 'f', "x = 2"},
+                                                    {"//lib/hard.py", 'h', "/lib/util.py"}});
+  Put("code/abs.tar.gz", tgz);
+  std::string code = work() + "/abs/code";
+  Status s = DownloadSourceDir(*store_, "s3://bkt/code/abs.tar.gz", code);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Slurp(code + "/train.py"), "print('root')");
+  EXPECT_EQ(Slurp(code + "/lib/util.py"), "x = 2");
+  EXPECT_EQ(Slurp(code + "/lib/hard.py"), "x = 2");
+  EXPECT_FALSE(PathExists("/lib/util.py"));
+}
+
 TEST_F(ArtifactsTest, MaliciousSourceTarballsAreRejected) {
   const std::vector<std::vector<Member>> cases = {
       {{"../evil.py", 'f', "x"}},
       {{"a/../../evil.py", 'f', "x"}},
-      {{"/tmp/kiln-abs-evil.py", 'f', "x"}},
+      {{"/../kiln-abs-evil.py", 'f', "x"}},  // still climbs out once the leading '/' is dropped
       {{"etc", 'l', "/etc"}},
       {{"up", 'l', "../.."}},
       {{"s", 'l', "sub"}, {"sub/", 'd', ""}, {"s/x", 'f', "through a symlink"}},
@@ -217,7 +236,7 @@ TEST_F(ArtifactsTest, MaliciousSourceTarballsAreRejected) {
     EXPECT_NE(s.message().find("s3://bkt/" + name), std::string::npos) << s.message();
   }
   EXPECT_FALSE(PathExists(work() + "/evil.py"));
-  EXPECT_FALSE(PathExists("/tmp/kiln-abs-evil.py"));
+  EXPECT_FALSE(PathExists(work() + "/kiln-abs-evil.py"));
 
   Put("garbage.tar.gz", "definitely not a tarball");
   Status s = DownloadSourceDir(*store_, "s3://bkt/garbage.tar.gz", work() + "/g");

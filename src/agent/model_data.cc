@@ -77,9 +77,9 @@ Result<Source> SelectSource(const json& container) {
 Status UnsafeArchive(const std::string& uri, const std::string& why) {
   return Status::InvalidArgument(
       "ClientError: The model archive " + uri + " cannot be unpacked into " + kModelDirName + ": " + why +
-      ". Kiln refuses model archives containing absolute paths, \"..\" components, links that point outside " +
-      kModelDirName + ", or device files. Please create model.tar.gz from inside the model directory (for "
-      "example: tar -czf model.tar.gz -C <model dir> .).");
+      ". Kiln refuses model archives with members that would land outside " + kModelDirName +
+      " (\"..\" components, links that point outside it) or that are device files or FIFOs. Please create "
+      "model.tar.gz from inside the model directory (for example: tar -czf model.tar.gz -C <model dir> .).");
 }
 
 Status Cancelled(const std::string& uri) {
@@ -153,7 +153,6 @@ Status FillFromArchive(objects::ObjectStore& store, const Source& src, const std
   ExtractOptions options;
   options.dest_name = kModelDirName;
   options.refuse_special_files = true;
-  options.refuse_absolute_hardlinks = true;
   options.cancel = cancel;
   options.cap = cap;
   options.archive_name = src.field + " " + uri;

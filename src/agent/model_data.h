@@ -11,8 +11,10 @@
 //                                                           model_dir/<key relative to it>
 //   neither                                                 model_dir exists and stays empty
 //
-// Safety: no member may land outside model_dir. An archive containing an absolute path, a ".."
-// component, a symlink or hard link whose target is absolute or resolves outside model_dir, or a
+// Safety: no member may land outside model_dir. Leading '/'s of member names are dropped as GNU
+// tar and Python's tarfile do (the SDK's repack_model writes a root member "/" and
+// "/code/inference.py"). An archive containing a ".." component, a symlink whose target is
+// absolute or resolves outside model_dir, a hard link whose target resolves outside it, or a
 // device/FIFO member is refused as a whole: the call fails with InvalidArgument
 // "ClientError: ..." naming the object and the offending member, and model_dir is left empty
 // (extraction goes to a staging directory beside it that is renamed into place only on

@@ -128,6 +128,37 @@ TEST_F(ModelDataTest, ArchiveIsExtractedWithDirsPermissionsAndInsideLinks) {
   EXPECT_EQ(Slurp(dir2 + "/code/deep/er/x.txt"), "nested");
 }
 
+// Regression (issue 10): model.deploy(entry_point=...) repacks model.tar.gz with
+// tarfile.add(model_dir, arcname="/"), whose members are "/" (the root), "code/",
+// "code/inference.py", "model.pth" (Python strips the '/' of the others); GNU tar -P archives
+// keep absolute names ("/code/x.py"). Both are read as tar and tarfile read them: inside the root.
+TEST_F(ModelDataTest, SdkRepackedArchiveWithRootMemberIsExtracted) {
+  Put("repacked/model.tar.gz", BuildTarGz({{"/", 'd', ""},
+                                           {"code/", 'd', ""},
+                                           {"code/inference.py", 'f', "def model_fn(d): pass", 0755},
+                                           {"model.pth", 'f', "weights"},
+                                           {"/code/requirements.txt", 'f', "numpy"},
+                                           {"//extra/", 'd', ""},
+                                           {"/extra/notes.txt", 'f', "n"},
+                                           {"/code/same.py", 'h', "/code/inference.py"},
+                                           {"/latest", 'l', "model.pth"}}));
+  std::string dir = work() + "/repacked/model";
+  auto r = Prepare(Url("s3://bkt/repacked/model.tar.gz"), dir);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // (Listing() names entries through std::filesystem::relative, which resolves the "latest" link.)
+  EXPECT_EQ(Listing(dir + "/code"), (std::vector<std::string>{"inference.py", "requirements.txt", "same.py"}));
+  EXPECT_EQ(Listing(dir + "/extra"), std::vector<std::string>{"notes.txt"});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/latest"));
+  EXPECT_EQ(std::filesystem::read_symlink(dir + "/latest"), "model.pth");
+  EXPECT_EQ(Slurp(dir + "/code/inference.py"), "def model_fn(d): pass");
+  EXPECT_EQ(Perm(dir + "/code/inference.py"), 0755u);
+  EXPECT_EQ(Slurp(dir + "/code/requirements.txt"), "numpy");
+  EXPECT_EQ(Slurp(dir + "/code/same.py"), "def model_fn(d): pass");
+  EXPECT_EQ(Slurp(dir + "/latest"), "weights");
+  EXPECT_EQ(r->files, 5u);
+  EXPECT_FALSE(PathExists("/extra/notes.txt"));
+}
+
 TEST_F(ModelDataTest, UnsafeArchivesAreRefusedWhole) {
   struct Case {
     std::vector<TarMember> members;
@@ -136,12 +167,14 @@ TEST_F(ModelDataTest, UnsafeArchivesAreRefusedWhole) {
   const std::vector<Case> cases = {
       {{{"ok.txt", 'f', "fine"}, {"../evil", 'f', "x"}}, "\"../evil\""},
       {{{"ok.txt", 'f', "fine"}, {"a/../../evil", 'f', "x"}}, "\"a/../../evil\""},
-      {{{"/tmp/kiln-model-abs-evil", 'f', "x"}}, "\"/tmp/kiln-model-abs-evil\""},
+      {{{"/../kiln-model-abs-evil", 'f', "x"}}, "\"/../kiln-model-abs-evil\""},  // climbs out after the '/'
+      {{{"//a/../../kiln-model-abs-evil", 'f', "x"}}, "\"//a/../../kiln-model-abs-evil\""},
       {{{"etc", 'l', "/etc"}}, "\"etc\""},
       {{{"sub/up", 'l', "../../x"}}, "\"sub/up\""},
       {{{"a", 'l', "."}, {"b", 'l', "a/.."}}, "\"b\""},  // lexically inside, physically the parent
       {{{"ok.txt", 'f', "fine"}, {"h", 'h', "../outside"}}, "\"h\""},
-      {{{"ok.txt", 'f', "fine"}, {"h", 'h', "/ok.txt"}}, "\"h\""},  // absolute hard link target
+      {{{"ok.txt", 'f', "fine"}, {"h", 'h', "/../ok.txt"}}, "\"h\""},  // hard link climbing out after the '/'
+      {{{"/", 'd', ""}, {"/abs", 'l', "/etc"}}, "\"/abs\""},             // absolute symlink target
       {{{"ok.txt", 'f', "fine"}, {"dev/null", 'c', ""}}, "\"dev/null\""},
       {{{"fifo", 'p', ""}}, "\"fifo\""},
   };
@@ -162,7 +195,7 @@ TEST_F(ModelDataTest, UnsafeArchivesAreRefusedWhole) {
     EXPECT_EQ(Listing(parent), std::vector<std::string>{"model"}) << c.mentions;
   }
   EXPECT_FALSE(PathExists(work() + "/evil"));
-  EXPECT_FALSE(PathExists("/tmp/kiln-model-abs-evil"));
+  EXPECT_FALSE(PathExists(work() + "/kiln-model-abs-evil"));
 
   Put("garbage.tar.gz", "definitely not a tarball");
   auto r = Prepare(Url("s3://bkt/garbage.tar.gz"), work() + "/g/model");

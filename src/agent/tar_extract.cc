@@ -37,6 +37,11 @@ bool LinkTargetInside(const std::string& rel, const std::string& target) {
   return true;
 }
 
+std::string_view StripLeadingSlashes(std::string_view name) {
+  while (!name.empty() && name.front() == '/') name.remove_prefix(1);
+  return name;
+}
+
 bool Cancelled(const CancelFlag* cancel) { return cancel != nullptr && cancel->cancelled(); }
 
 Status CancelledStatus(const std::string& dest) {
@@ -159,11 +164,14 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
     RETURN_IF_ERROR(meter.Entry());
     const char* raw = archive_entry_pathname(entry);
     std::string name = raw != nullptr ? raw : "";
-    if (!name.empty() && name.front() == '/') return client_error("member \"" + name + "\" has an absolute path");
     mode_t type = archive_entry_filetype(entry);
-    auto rel = ConfinedRelativePath(name, "member \"" + name + "\"");
+    // Leading '/'s are dropped as GNU tar and Python's tarfile do: the SageMaker SDK's
+    // repack_model writes tarfile.add(model_dir, arcname="/"), a root member "/" followed by
+    // "/code/inference.py" (serving-contract.md §3).
+    auto rel = ConfinedRelativePath(StripLeadingSlashes(name), "member \"" + name + "\"");
     if (!rel.ok()) {
-      if (type == AE_IFDIR && name.find("..") == std::string::npos) continue;  // "./" itself
+      // The root itself ("", "/", "./"): nothing to create.
+      if (type == AE_IFDIR && name.find("..") == std::string::npos) continue;
       return client_error("member \"" + name + "\" would be written outside " + where);
     }
     const char* hardlink = archive_entry_hardlink(entry);
@@ -177,14 +185,12 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
     struct stat existing;
     bool exists = lstat(path.c_str(), &existing) == 0;
     if (hardlink != nullptr) {
+      // A hard link names another member of the archive, so its target is read like a member
+      // name (leading '/'s dropped); one that still climbs out is refused.
       std::string target_name = hardlink;
-      if (options.refuse_absolute_hardlinks && !target_name.empty() && target_name.front() == '/') {
-        return client_error("hard link \"" + name + "\" points outside " + where + " (\"" + target_name + "\")");
-      }
-      auto target = ConfinedRelativePath(target_name, "hard link target");
+      auto target = ConfinedRelativePath(StripLeadingSlashes(target_name), "hard link target");
       if (!target.ok()) {
-        return client_error("hard link \"" + name + "\" points outside " + where +
-                            (options.refuse_absolute_hardlinks ? " (\"" + target_name + "\")" : ""));
+        return client_error("hard link \"" + name + "\" points outside " + where + " (\"" + target_name + "\")");
       }
       std::string target_path = dest + "/" + *target;
       struct stat tst;

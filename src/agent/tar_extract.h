@@ -4,15 +4,19 @@
 // model.tar.gz). Both keep every member inside the destination; model data is stricter (see
 // ExtractOptions).
 //
-// Rules applied to every member:
-//   absolute path, ".." component                    refused
+// Rules applied to every member (serving-contract.md §3):
+//   leading '/'s                                     dropped, as GNU tar and Python's tarfile do
+//                                                     ("/" and "./" are the root, "/code/x.py" is
+//                                                     code/x.py: the SDK's repacked model.tar.gz)
+//   ".." component (after that)                      refused
 //   path through an existing symlink or file          refused (nothing is written through a link)
 //   symlink whose target is absolute or climbs out    refused; after the whole tree is written,
 //                                                     every symlink is resolved again and one that
 //                                                     physically leaves the root (a -> ".",
 //                                                     b -> "a/..") is refused too
 //   hard link                                         must name an already extracted regular file
-//                                                     inside the root
+//                                                     inside the root (its target's leading '/'s
+//                                                     dropped like a member name's)
 //   regular file                                      written O_EXCL|O_NOFOLLOW, keeps its
 //                                                     permission bits (plus owner write)
 //   device, FIFO, socket                              skipped, or refused with
@@ -59,9 +63,6 @@ struct ExtractOptions {
   std::string dest_name;
   // Device, FIFO and socket members: refuse the archive (true) or skip them (false).
   bool refuse_special_files = false;
-  // Hard link targets written as absolute paths: refuse (true), or drop the leading '/' as tar
-  // does (false).
-  bool refuse_absolute_hardlinks = false;
   // Checked between members and buffers; when raised the call returns Aborted. May be null.
   const CancelFlag* cancel = nullptr;
   // Bounds on what the archive unpacks to (see unpack_cap.h); the default bounds nothing.
