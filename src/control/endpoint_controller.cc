@@ -369,6 +369,11 @@ class EndpointController::InstanceRun {
     pump.stream = spec_.variant + "/" + spec_.instance_id;
     log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
     log_pump_->Start();
+    // Instance metrics (serving-contract.md §15.3) from now until Finish.
+    if (deps().instance_metrics != nullptr) {
+      (void)deps().instance_metrics->Track(EndpointInstanceMetricsTarget(
+          spec_.runtime_id, spec_.endpoint_name, spec_.variant, spec_.instance_id, spec_.dir + "/opt_ml"));
+    }
   }
 
   bool Ping() {
@@ -470,6 +475,7 @@ class EndpointController::InstanceRun {
   }
 
   void Finish() {
+    if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(spec_.runtime_id);
     if (detached()) {
       if (log_pump_) log_pump_->Stop(false);
       if (!launched_) {

@@ -51,6 +51,7 @@
 #include "control/endpoint_notifier.h"
 #include "control/archive_caps.h"
 #include "control/instance_credentials.h"
+#include "control/instance_metrics.h"
 #include "control/scheduler.h"
 #include "net/http_client.h"
 #include "objects/object_store.h"
@@ -98,6 +99,8 @@ struct EndpointControllerDeps {
   // The invoke path's pooled client (may be null): a stopped instance's idle connections are
   // dropped from it, so its pool holds sockets only to live instances.
   net::HttpClient* invoke_client = nullptr;
+  // Samples the instances' CPU/memory/disk/GPU metrics (may be null: none).
+  InstanceMetrics* instance_metrics = nullptr;
 };
 
 class EndpointController final : public EndpointNotifier {
