@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "control/endpoint_status.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
 
@@ -112,6 +113,7 @@ class EndpointController::InstanceRun {
     json container;
     std::chrono::seconds startup_timeout{240};
     std::chrono::seconds download_timeout{3600};
+    std::chrono::seconds provision_timeout{3600};  // VariantInstanceProvisionTimeoutInSeconds
     agent::UnpackCap unpack_cap;  // bounds the model archive (archive_caps.h)
     aws::Credential credential;
     std::string dir;  // <work>/<endpoint>/<instance-id>
@@ -175,6 +177,11 @@ class EndpointController::InstanceRun {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_reason_;
   }
+  // While it waits for capacity: what for (CapacityWaitMessage); empty otherwise.
+  std::string waiting_for() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_for_;
+  }
   // Set by the endpoint run once it acted on failed().
   bool failure_handled = false;
 
@@ -223,30 +230,21 @@ class EndpointController::InstanceRun {
   }
 
   void Provision() {
-    // Resources.
-    while (!stop_requested()) {
-      ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
-      auto granted = deps().scheduler->AllocateNow(request);
-      if (granted.ok()) {
-        allocation_ = granted->front();
-        reserved_ = true;
-        break;
-      }
-      bool fits_later = granted.status().code() == StatusCode::kResourceExhausted &&
-                        granted.status().message().find("does not fit now") != std::string::npos;
-      if (!fits_later) {
-        Fail("ResourceLimitExceeded: " + granted.status().message());
-        return;
-      }
-      if (deps().scheduler->options().policy == ShapePolicy::kShrink) {
-        // A development box: run beside what holds the CPUs rather than wait (documented).
-        shared_note_ = "the host has no free capacity for " + spec_.instance_type +
-                       "; the instance shares CPUs and memory with others (scheduler policy shrink)";
-        break;
-      }
-      if (SleepFor(std::chrono::seconds(2))) return;
+    // The image first: one Kiln cannot run fails the instance before it waits for capacity or
+    // downloads model data, so neither a long wait nor a download error hides the reason.
+    std::string image = spec_.container.value("Image", "");
+    auto resolved = deps().environments->Resolve(image);
+    if (!resolved.ok()) {
+      Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
+      return;
     }
-    if (stop_requested()) return;
+    if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
+      Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
+           "', but this Kiln version has no model server for framework images on the process runtime. "
+           "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
+      return;
+    }
+    if (!Reserve()) return;
 
     std::string opt_ml = spec_.dir + "/opt_ml";
     if (Status s = MakeDirs(opt_ml, 0755); !s.ok()) {
@@ -287,18 +285,6 @@ class EndpointController::InstanceRun {
     (void)MakeDirs(opt_ml + "/model", 0755);
 
     // The command: `<image entrypoint> serve`.
-    std::string image = spec_.container.value("Image", "");
-    auto resolved = deps().environments->Resolve(image);
-    if (!resolved.ok()) {
-      Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
-      return;
-    }
-    if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
-      Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
-           "', but this Kiln version has no model server for framework images on the process runtime. "
-           "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
-      return;
-    }
     runtime::InstanceSpec spec;
     spec.instance_id = spec_.runtime_id;
     spec.opt_ml_dir = opt_ml;
@@ -356,6 +342,57 @@ class EndpointController::InstanceRun {
     if (!shared_note_.empty()) {
       KLOG(warn, "endpoint instance runs unreserved", {{"endpoint", spec_.endpoint_name},
                                                        {"instance", spec_.instance_id}, {"reason", shared_note_}});
+    }
+    on_change_();
+  }
+
+  // Reserves the instance's resources (Scheduler::AllocateNow: endpoints do not queue behind
+  // training jobs). A type that can never run here fails at once; under `strict` one that does
+  // not fit now waits, saying so in waiting_for(), for at most the provision budget and then
+  // fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
+  // failed or was stopped meanwhile.
+  bool Reserve() {
+    const auto deadline = Clock::now() + spec_.provision_timeout;
+    while (!stop_requested()) {
+      ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
+      auto granted = deps().scheduler->AllocateNow(request);
+      if (granted.ok()) {
+        allocation_ = granted->front();
+        reserved_ = true;
+        break;
+      }
+      if (granted.status().code() != StatusCode::kUnavailable) {
+        SetWaiting("");
+        Fail(CapacityNeverReason(spec_.variant, granted.status().message()));
+        return false;
+      }
+      if (deps().scheduler->options().policy == ShapePolicy::kShrink) {
+        // A development box: run beside what holds the CPUs rather than wait (documented).
+        shared_note_ = "the host has no free capacity for " + spec_.instance_type +
+                       "; the instance shares CPUs and memory with others (scheduler policy shrink)";
+        break;
+      }
+      auto now = Clock::now();
+      if (now >= deadline) {
+        SetWaiting("");
+        Fail(CapacityTimeoutReason(spec_.variant, granted.status().message(), spec_.provision_timeout));
+        return false;
+      }
+      auto left = std::chrono::ceil<std::chrono::seconds>(deadline - now);
+      SetWaiting(CapacityWaitMessage(granted.status().message(), spec_.provision_timeout, left));
+      auto nap = std::min<Clock::duration>(std::chrono::seconds(2), deadline - now);
+      if (SleepFor(std::chrono::ceil<std::chrono::milliseconds>(nap))) break;
+    }
+    SetWaiting("");
+    return !stop_requested();
+  }
+
+  // Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
+  void SetWaiting(std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_for_ == message) return;
+      waiting_for_ = std::move(message);
     }
     on_change_();
   }
@@ -546,6 +583,7 @@ class EndpointController::InstanceRun {
   bool stop_requested_ = false;  // GUARDED_BY(mu_)
   bool detach_ = false;          // GUARDED_BY(mu_)
   std::string failure_reason_;   // GUARDED_BY(mu_)
+  std::string waiting_for_;      // GUARDED_BY(mu_)
   std::atomic<bool> healthy_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> stopped_{false};
@@ -633,6 +671,7 @@ class EndpointController::EndpointRun {
         "ContainerStartupHealthCheckTimeoutInSeconds", static_cast<int64_t>(options().default_startup_timeout.count())));
     spec.download_timeout = std::chrono::seconds(config_variant->value(
         "ModelDataDownloadTimeoutInSeconds", static_cast<int64_t>(options().default_download_timeout.count())));
+    spec.provision_timeout = ProvisionTimeout(*config_variant, options().default_provision_timeout);
     spec.unpack_cap = ModelDataCap(*config_variant, options().archive_caps);
     spec.credential = credential_;
     spec.dir = options().work_dir + "/" + record.name + "/" + spec.instance_id;
@@ -881,12 +920,17 @@ class EndpointController::EndpointRun {
     for (const std::string& variant : VariantNames(routed)) {
       const json* config_variant = FindVariant(routed, variant);
       int current = 0;
-      bool provisioning = false;
+      VariantProgress progress;
+      progress.endpoint_status = record.status;
+      progress.start_time = static_cast<double>(record.last_modified_millis) / 1000.0;
       for (auto& instance : instances_) {
         const auto& spec = instance->spec();
         if (spec.variant != variant) continue;
         if (spec.generation == generation && instance->healthy() && !instance->stop_requested()) ++current;
-        if (!instance->healthy() && !instance->stop_requested() && !instance->failed()) provisioning = true;
+        if (!instance->healthy() && !instance->stop_requested() && !instance->failed()) {
+          progress.provisioning = true;
+          if (progress.waiting_for.empty()) progress.waiting_for = instance->waiting_for();
+        }
       }
       json summary = {{"VariantName", variant},
                       {"CurrentWeight", CurrentWeight(record, routed, variant)},
@@ -901,14 +945,7 @@ class EndpointController::EndpointRun {
                                                   {"ResolvedImage", container["Image"]},
                                                   {"ResolutionTime", Generation(routed) / 1000.0}}});
       }
-      json statuses = json::array();
-      if (provisioning || record.status == "Creating" || record.status == "Updating") {
-        std::string status = record.status == "Creating" ? "Creating" : "Updating";
-        statuses.push_back({{"Status", status},
-                            {"StatusMessage", provisioning ? "Starting and health-checking instances." : ""},
-                            {"StartTime", static_cast<double>(record.last_modified_millis) / 1000.0}});
-      }
-      summary["VariantStatus"] = statuses;
+      summary["VariantStatus"] = VariantStatusEntries(progress);
       if (config_variant && config_variant->contains("RoutingConfig")) {
         summary["RoutingConfig"] = (*config_variant)["RoutingConfig"];
       }
@@ -969,13 +1006,22 @@ class EndpointController::EndpointRun {
     return true;
   }
 
+  // The observed state is written with the status in one transaction (as Complete does), so
+  // that no DescribeEndpoint shows Failed beside a variant that is still "Creating".
   bool FailEndpoint(const store::EndpointRecord& record, const std::string& reason) {
     StopAll();
-    return Transition(record, [&](store::EndpointRecord& rec) {
+    store::EndpointRecord failed = record;
+    failed.status = "Failed";
+    json observed = Observed(failed, json());
+    bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
       rec.status = "Failed";
       rec.failure_reason = reason;
+      for (auto& [k, v] : observed.items()) rec.state[k] = v;
       return Status::Ok();
     });
+    if (written) last_observed_ = observed;
+    Retry();
+    return false;
   }
 
   // UpdateEndpoint failed: the new fleet goes, the old one keeps serving (AWS: RollingBack, then

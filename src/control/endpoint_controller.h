@@ -10,9 +10,11 @@
 // status, FailureReason) and publishes a routing snapshot (serving/routing.h) whenever the set of
 // routable instances or the weights change.
 //
-// Instance life: reserve resources (Scheduler::AllocateNow; when the host is full under the
-// `shrink` policy the instance runs unreserved, said in its log; under `strict` it waits) →
-// model data into <instance>/opt_ml/model (agent/model_data.h; ModelDataDownloadTimeout) →
+// Instance life: resolve the image (one Kiln cannot run fails the instance before anything
+// else) → reserve resources (Scheduler::AllocateNow; when the host is full under the `shrink`
+// policy the instance runs unreserved, said in its log; under `strict` it waits, saying why in
+// the variant's VariantStatus, for at most VariantInstanceProvisionTimeoutInSeconds, then fails
+// with AWS's capacity reason; a type that can never fit here fails at once) → model data into <instance>/opt_ml/model (agent/model_data.h; ModelDataDownloadTimeout) →
 // `<image> serve` under the runtime with its own port in SAGEMAKER_BIND_TO_PORT (the process
 // runtime shares the host network, so each instance gets a block of 100 ports: the bind port and
 // SAGEMAKER_SAFE_PORT_RANGE) → GET /ping (2 s per attempt) until 200 within
@@ -25,7 +27,7 @@
 //
 // Endpoint statuses: Creating → InService when every variant has its desired instances
 // routable; a Creating endpoint whose instance fails → Failed with the reason (instances
-// stopped). UpdateEndpoint (Updating): the new deployment's instances come up beside the old
+// stopped; its variants then list no VariantStatus entry, endpoint_status.h). UpdateEndpoint (Updating): the new deployment's instances come up beside the old
 // ones; only when all are healthy does one snapshot swap move all traffic, then the old fleet
 // drains; a failure rolls back (new instances stopped, old fleet kept, InService with
 // FailureReason). UpdateEndpointWeightsAndCapacities (Updating): weights take effect in the next
@@ -81,6 +83,9 @@ struct EndpointControllerOptions {
   std::chrono::milliseconds ping_timeout{2000};       // per attempt (AWS behaviour)
   std::chrono::seconds default_startup_timeout{240};  // ContainerStartupHealthCheckTimeoutInSeconds
   std::chrono::seconds default_download_timeout{3600};  // ModelDataDownloadTimeoutInSeconds
+  // VariantInstanceProvisionTimeoutInSeconds of variants that do not set it (the API model's
+  // maximum; AWS documents no default): how long an instance waits for capacity under `strict`.
+  std::chrono::seconds default_provision_timeout{3600};
   std::chrono::seconds drain_timeout{65};             // the invocation budget plus a margin
   // A replacement that failed waits this long (doubling up to 60 s) before the next try.
   std::chrono::milliseconds replacement_backoff{1000};

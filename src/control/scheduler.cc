@@ -402,9 +402,7 @@ Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& re
   }
   std::optional<std::vector<Allocation>> allocations = TryAllocateLocked(need, request.instance_count);
   if (!allocations) {
-    return Status::ResourceExhausted(request.instance_type + " does not fit now: " +
-                                     std::to_string(free_cpus_.size()) + " vCPUs and " +
-                                     std::to_string(free_memory_ >> 30) + " GiB free");
+    return Status::Unavailable(ShortfallLocked(request.instance_type, need, request.instance_count));
   }
   granted_[request.id] = *allocations;
   return *allocations;
@@ -544,29 +542,14 @@ Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& al
   return Status::Ok();
 }
 
-std::string Scheduler::WaitingMessage(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t ahead = 0;
-  const Queued* entry = nullptr;
-  for (const Queued& q : queue_) {
-    if (q.request.id == id) {
-      entry = &q;
-      break;
-    }
-    ++ahead;
-  }
-  if (entry == nullptr) return "";
-  const Need& need = entry->need;
-  const int count = entry->request.instance_count;
+std::string Scheduler::ShortfallLocked(const std::string& instance_type, const Need& need, int count) const {
   const int64_t want_cpus = int64_t{need.cpus} * count;
   const uint64_t want_memory = need.memory_bytes * static_cast<uint64_t>(count);
   const int64_t want_gpus = int64_t{need.gpus} * count;
   int64_t free_gpus = 0;
   for (int gpu : free_gpus_) free_gpus += Contains(need.eligible_gpus, gpu) ? 1 : 0;
 
-  std::string msg = "Waiting for compute capacity: ";
-  msg += count == 1 ? entry->request.instance_type + " needs "
-                    : std::to_string(count) + " x " + entry->request.instance_type + " need ";
+  std::string msg = count == 1 ? instance_type + " needs " : std::to_string(count) + " x " + instance_type + " need ";
   msg += NeedsText(want_cpus, want_memory, want_gpus);
   std::vector<std::string> short_parts;
   if (static_cast<int64_t>(free_cpus_.size()) < want_cpus) {
@@ -579,11 +562,25 @@ std::string Scheduler::WaitingMessage(const std::string& id) const {
     short_parts.push_back(std::to_string(free_gpus) + " of " +
                           Plural(static_cast<int64_t>(need.eligible_gpus.size()), "GPU", "GPUs") + " free");
   }
-  if (!short_parts.empty()) {
-    msg += "; " + Join(short_parts, ", ");
-  } else {
-    msg += "; that much is free, but requests submitted earlier start first";
+  if (short_parts.empty()) return msg;
+  return msg + "; " + Join(short_parts, ", ");
+}
+
+std::string Scheduler::WaitingMessage(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t ahead = 0;
+  const Queued* entry = nullptr;
+  for (const Queued& q : queue_) {
+    if (q.request.id == id) {
+      entry = &q;
+      break;
+    }
+    ++ahead;
   }
+  if (entry == nullptr) return "";
+  std::string msg = "Waiting for compute capacity: " +
+                    ShortfallLocked(entry->request.instance_type, entry->need, entry->request.instance_count);
+  if (msg.find(';') == std::string::npos) msg += "; that much is free, but requests submitted earlier start first";
   msg += ahead == 0 ? " (next in line)" : " (" + Plural(static_cast<int64_t>(ahead), "job", "jobs") + " ahead)";
   return msg;
 }

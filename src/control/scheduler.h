@@ -152,8 +152,10 @@ class Scheduler {
   // Grants `request` at once if it fits in what is free now, without queueing and ahead of
   // anything queued: endpoint instances (small, latency-critical, replaced automatically) must
   // not wait behind a training job at the head of the line. The grant is held until Release().
-  // Errors: CheckFeasible's; ResourceExhausted "... does not fit now ..." (nothing held);
-  // AlreadyExists if the id is queued or granted.
+  // Errors: CheckFeasible's (the request can never fit); Unavailable when it does not fit in what
+  // is free now, nothing held, with what it needs and what is short as the message:
+  // "ml.m5.xlarge needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free"; AlreadyExists if the id is
+  // queued or granted.
   Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request);
 
   // Grants queued requests in seq order while they fit; stops at the first that does not. The
@@ -208,6 +210,9 @@ class Scheduler {
   // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
   // and changes nothing.
   bool IsQueuedLocked(const std::string& id) const;
+  // "<type> needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free": the request's whole need and each
+  // dimension that is short now (no "; ..." part when nothing is).
+  std::string ShortfallLocked(const std::string& instance_type, const Need& need, int count) const;
   std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count);
   void FreeLocked(const std::vector<Allocation>& allocations);
   std::string HolderOfCpuLocked(int cpu) const;

@@ -102,8 +102,8 @@ TEST(SchedulerTest, AllocateNowGoesAheadOfTheQueueOnlyWhenItFits) {
   ASSERT_EQ(endpoint->size(), 1u);
   EXPECT_EQ((*endpoint)[0].cpus.size(), 2u);
   auto full = s.AllocateNow({"ep-2", 0, "ml.m5.large", 1});
-  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(full.status().message().find("does not fit now"), std::string::npos) << full.status().ToString();
+  EXPECT_EQ(full.status().code(), StatusCode::kUnavailable);  // fits the host, not what is free now
+  EXPECT_EQ(full.status().message(), "ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 6 vCPUs free");
   EXPECT_FALSE(s.Granted("ep-2").has_value());  // nothing held after a refusal
   EXPECT_EQ(s.AllocateNow({"ep-1", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(s.AllocateNow({"b", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);  // queued
