@@ -130,6 +130,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
     RETURN_IF_ERROR(Field(e, "invocation_timeout_seconds", &config->endpoints.invocation_timeout_seconds, path));
     RETURN_IF_ERROR(Field(e, "stop_grace_seconds", &config->endpoints.stop_grace_seconds, path));
     RETURN_IF_ERROR(Field(e, "health_interval_seconds", &config->endpoints.health_interval_seconds, path));
+    RETURN_IF_ERROR(Field(e, "provision_timeout_seconds", &config->endpoints.provision_timeout_seconds, path));
     if (e.contains("port_range")) {
       const json& r = e["port_range"];
       if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
@@ -140,10 +141,11 @@ Status LoadConfigFile(const std::string& path, Config* config) {
     }
     const auto& ec = config->endpoints;
     if (ec.invocation_timeout_seconds < 1 || ec.stop_grace_seconds < 0 || ec.health_interval_seconds <= 0 ||
-        ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100) {
+        ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100 ||
+        ec.provision_timeout_seconds < 1) {
       return Status::InvalidArgument(path + ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
-                                     "health_interval_seconds > 0, port_range within [1024, 65536) and at least "
-                                     "100 ports wide");
+                                     "health_interval_seconds > 0, provision_timeout_seconds >= 1, port_range "
+                                     "within [1024, 65536) and at least 100 ports wide");
     }
   }
   if (doc.contains("http")) {

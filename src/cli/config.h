@@ -25,7 +25,8 @@
 //     "training": {"stop_grace_seconds": 120, "keep_host_dirs": false,
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
-//                   "health_interval_seconds": 5, "port_range": [20000, 30000]},
+//                   "health_interval_seconds": 5, "port_range": [20000, 30000],
+//                   "provision_timeout_seconds": 3600},  // for variants without VariantInstanceProvisionTimeoutInSeconds
 //     "http": {"max_connections": 512, "max_connections_per_address": 128,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
 //              "idle_timeout_seconds": 75, "io_timeout_seconds": 120},
@@ -66,6 +67,9 @@ struct EndpointsConfig {
   double health_interval_seconds = 5;   // pings of routable instances
   int port_range_begin = 20000;  // instance ports, blocks of 100; below Linux's ephemeral range (32768+)
   int port_range_end = 30000;
+  // How long an instance waits for capacity under `strict` when its variant sets no
+  // VariantInstanceProvisionTimeoutInSeconds; shorter fails endpoints sooner on a busy host.
+  int provision_timeout_seconds = 3600;
 };
 
 // The front door's connection limits (net::HttpServerOptions says what each costs).

@@ -156,6 +156,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   endpoints.health_interval =
       std::chrono::milliseconds(static_cast<int64_t>(c.endpoints.health_interval_seconds * 1000));
   endpoints.drain_timeout = std::chrono::seconds(c.endpoints.invocation_timeout_seconds + 5);
+  endpoints.default_provision_timeout = std::chrono::seconds(c.endpoints.provision_timeout_seconds);
   endpoints.archive_caps = archive_caps;
   control::EndpointControllerDeps endpoint_deps;
   endpoint_deps.database = server->database_.get();
