@@ -175,6 +175,19 @@ Status LoadConfigFile(const std::string& path, Config* config) {
                                      "volume) and archives.max_entries >= 1");
     }
   }
+  if (doc.contains("instance_metrics")) {
+    const json& m = doc["instance_metrics"];
+    if (!m.is_object()) return Status::InvalidArgument(path + ": \"instance_metrics\" must be an object");
+    RETURN_IF_ERROR(Field(m, "interval_seconds", &config->instance_metrics.interval_seconds, path));
+    RETURN_IF_ERROR(StringList(m, "gpu_command", &config->instance_metrics.gpu_command, path));
+    if (!(config->instance_metrics.interval_seconds >= 0.1 && config->instance_metrics.interval_seconds <= 3600)) {
+      return Status::InvalidArgument(path + ": instance_metrics.interval_seconds must be between 0.1 and 3600");
+    }
+    if (m.contains("gpu_command") &&
+        (config->instance_metrics.gpu_command.empty() || config->instance_metrics.gpu_command[0].empty())) {
+      return Status::InvalidArgument(path + ": instance_metrics.gpu_command must name a program (argv list)");
+    }
+  }
   if (doc.contains("object_store")) {
     const json& os = doc["object_store"];
     if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");

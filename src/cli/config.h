@@ -31,7 +31,10 @@
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
 //              "idle_timeout_seconds": 75, "io_timeout_seconds": 120},
 //     "archives": {"max_unpacked_mib": 0,      // 0: each archive's cap comes from the volume
-//                  "max_entries": 1000000}     // members per model.tar.gz / sourcedir.tar.gz
+//                  "max_entries": 1000000},    // members per model.tar.gz / sourcedir.tar.gz
+//     "instance_metrics": {"interval_seconds": 10,  // CPU/Memory/Disk/GPU utilization samples
+//                          "gpu_command": ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+//                                          "--format=csv,noheader,nounits"]}  // the default; same columns if replaced
 //   }
 
 #include <optional>
@@ -88,6 +91,12 @@ struct ArchivesConfig {
   int max_entries = 1'000'000;   // members per archive
 };
 
+// Instance metrics sampling (control/instance_metrics.h).
+struct InstanceMetricsConfig {
+  double interval_seconds = 10;          // each instance's CPU/memory/disk/GPU sample
+  std::vector<std::string> gpu_command;  // empty: nvidia-smi's usage query (runtime/gpus.h)
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -110,6 +119,7 @@ struct Config {
   EndpointsConfig endpoints;
   HttpConfig http;
   ArchivesConfig archives;
+  InstanceMetricsConfig instance_metrics;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -96,6 +96,14 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
                    control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
                                                      control::DiscoverHostCapacity()));
   server->scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, server->catalog_.get());
+  control::InstanceMetricsOptions instance_metrics;
+  instance_metrics.interval =
+      std::chrono::milliseconds(static_cast<int64_t>(c.instance_metrics.interval_seconds * 1000));
+  if (!c.instance_metrics.gpu_command.empty()) instance_metrics.gpu_command = c.instance_metrics.gpu_command;
+  // MemoryUtilization of an instance without a limit: of the node's memory as the scheduler sees it.
+  instance_metrics.host_memory_bytes = scheduler_options.capacity.memory_bytes;
+  server->instance_metrics_ = std::make_unique<control::InstanceMetrics>(
+      std::move(instance_metrics), server->runtime_.get(), server->metric_store_.get());
   if (c.environments.is_array()) {
     ASSIGN_OR_RETURN(auto table, runtime::EnvironmentTable::FromJson(c.environments));
     server->environments_ = std::make_unique<runtime::EnvironmentTable>(std::move(table));
@@ -123,6 +131,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   deps.scheduler = server->scheduler_.get();
   deps.environments = server->environments_.get();
   deps.credentials = server->instance_credentials_.get();
+  deps.instance_metrics = server->instance_metrics_.get();
 
   objects::S3ApiOptions s3_options;
   s3_options.virtual_host_suffixes = c.virtual_host_suffixes;
@@ -167,6 +176,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   endpoint_deps.credentials = server->instance_credentials_.get();
   endpoint_deps.log_store = server->log_store_.get();
   endpoint_deps.routes = server->routes_.get();
+  endpoint_deps.instance_metrics = server->instance_metrics_.get();
   // The invoke path's pooled connections to the instances (the router below uses it; the
   // controller drops a stopped instance's idle connections from it).
   serving::RouterOptions router_options;
@@ -242,6 +252,7 @@ Status Server::Start() {
   RETURN_IF_ERROR(training_->Start().WithPrefix("training controller"));
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
   invocation_metrics_->Start();
+  instance_metrics_->Start();
   return http_->Start();
 }
 
@@ -251,6 +262,7 @@ void Server::Stop(int grace_seconds) {
   if (training_) training_->Shutdown();
   if (endpoints_) endpoints_->Shutdown();
   if (invocation_metrics_) invocation_metrics_->Stop();
+  if (instance_metrics_) instance_metrics_->Stop();
 }
 
 }  // namespace kiln::cli

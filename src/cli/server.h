@@ -7,6 +7,7 @@
 #include "api/credential_store.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
+#include "control/instance_metrics.h"
 #include "control/scheduler.h"
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
@@ -54,6 +55,9 @@ class Server {
   std::unique_ptr<control::ChainedCredentialProvider> all_credentials_;
   std::unique_ptr<observe::MetricStore> metric_store_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  // Before the controllers (which untrack instances while they shut down), after the runtime and
+  // the metric store it reads and writes.
+  std::unique_ptr<control::InstanceMetrics> instance_metrics_;
   std::unique_ptr<control::InstanceCatalog> catalog_;
   std::unique_ptr<control::Scheduler> scheduler_;
   std::unique_ptr<runtime::EnvironmentTable> environments_;

@@ -672,6 +672,10 @@ void TrainingController::JobRun::StartPump(Host& host, const json& metric_defini
   };
   host.pump = std::make_unique<LogPump>(std::move(pump), deps().log_store);
   host.pump->Start();
+  // Instance metrics (§15) while the host runs (an exited one is dropped at its first sample).
+  if (deps().instance_metrics != nullptr) {
+    (void)deps().instance_metrics->Track(TrainingHostMetricsTarget(host.instance_id, name_, host.host, host.opt_ml));
+  }
 }
 
 // Metric points of one batch of a host's lines: stored as time series (one transaction per
@@ -698,6 +702,7 @@ void TrainingController::JobRun::RecordMetrics(const std::string& host, const st
 
 void TrainingController::JobRun::StopPumps(bool drain) {
   for (auto& host : hosts_) {
+    if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(host->instance_id);
     if (host->pump) host->pump->Stop(drain);
   }
 }

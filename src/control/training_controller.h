@@ -44,6 +44,7 @@
 #include "base/time.h"
 #include "control/archive_caps.h"
 #include "control/instance_credentials.h"
+#include "control/instance_metrics.h"
 #include "control/scheduler.h"
 #include "objects/object_store.h"
 #include "observe/log_store.h"
@@ -81,6 +82,7 @@ struct TrainingControllerDeps {
   const runtime::EnvironmentTable* environments = nullptr;
   InstanceCredentials* credentials = nullptr;
   const Clock* clock = nullptr;  // nullptr: the system clock
+  InstanceMetrics* instance_metrics = nullptr;  // samples the hosts' CPU/memory/disk/GPU (may be null)
 };
 
 class TrainingController {
