@@ -165,16 +165,20 @@ std::optional<double> Percentile(const PeriodAggregate& period, double p) {
   // Nearest rank: the smallest value whose cumulative count reaches ceil(p/100 * N), at least 1.
   double rank = std::max(1.0, std::ceil(p / 100.0 * total - 1e-9 * total));
   double cumulative = 0;
-  double answer = period.distribution.back().first;
-  for (const auto& [value, count] : period.distribution) {
-    cumulative += count;
+  size_t index = period.distribution.size() - 1;
+  for (size_t i = 0; i < period.distribution.size(); ++i) {
+    cumulative += period.distribution[i].second;
     if (cumulative >= rank) {
-      answer = value;
+      index = i;
       break;
     }
   }
-  // A writer's sketch approximates values; the exact extremes bound every percentile.
-  return std::clamp(answer, period.stats.minimum, period.stats.maximum);
+  // A writer's sketch approximates values (its buckets' representatives); the exact extremes
+  // are actual samples of the first and last bucket, and bound every percentile. For an exact
+  // distribution they are its first and last values anyway.
+  if (index == 0) return period.stats.minimum;
+  if (index == period.distribution.size() - 1) return period.stats.maximum;
+  return std::clamp(period.distribution[index].first, period.stats.minimum, period.stats.maximum);
 }
 
 std::string MetricStore::CanonicalDimensions(const Dimensions& dimensions) {

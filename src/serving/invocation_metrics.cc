@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <set>
 
 #include "base/log.h"
@@ -26,19 +27,78 @@ size_t ThreadShard(size_t shards) {
 
 }  // namespace
 
+namespace {
+const double kGamma = (1 + LatencySketch::kRelativeError) / (1 - LatencySketch::kRelativeError);
+const double kLogGamma = std::log(kGamma);
+}  // namespace
+
+int32_t LatencySketch::BucketOf(int64_t micros) {
+  if (micros <= 0) return 0;
+  return static_cast<int32_t>(std::ceil(std::log(static_cast<double>(micros)) / kLogGamma)) + 1;
+}
+
+double LatencySketch::ValueOf(int32_t bucket) {
+  if (bucket <= 0) return 0;
+  return 2 * std::pow(kGamma, bucket - 1) / (kGamma + 1);
+}
+
+void LatencySketch::Add(int64_t micros) {
+  int32_t bucket = BucketOf(micros);
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), bucket,
+                             [](const std::pair<int32_t, uint64_t>& b, int32_t i) { return b.first < i; });
+  if (it != buckets_.end() && it->first == bucket) {
+    ++it->second;
+  } else {
+    buckets_.insert(it, {bucket, 1});
+  }
+}
+
+void LatencySketch::Merge(const LatencySketch& other) {
+  if (other.buckets_.empty()) return;
+  std::vector<std::pair<int32_t, uint64_t>> merged;
+  merged.reserve(buckets_.size() + other.buckets_.size());
+  size_t i = 0, j = 0;
+  while (i < buckets_.size() || j < other.buckets_.size()) {
+    if (j == other.buckets_.size() || (i < buckets_.size() && buckets_[i].first < other.buckets_[j].first)) {
+      merged.push_back(buckets_[i++]);
+    } else if (i == buckets_.size() || other.buckets_[j].first < buckets_[i].first) {
+      merged.push_back(other.buckets_[j++]);
+    } else {
+      merged.emplace_back(buckets_[i].first, buckets_[i].second + other.buckets_[j].second);
+      ++i;
+      ++j;
+    }
+  }
+  buckets_ = std::move(merged);
+}
+
+std::vector<std::pair<double, double>> LatencySketch::ValuesCounts() const {
+  std::vector<std::pair<double, double>> out;
+  out.reserve(buckets_.size());
+  for (const auto& [bucket, count] : buckets_) out.emplace_back(ValueOf(bucket), static_cast<double>(count));
+  return out;
+}
+
 void LatencyHistogram::Add(int64_t micros) {
   if (micros < 0) micros = 0;
   size_t i = std::lower_bound(kLatencyBucketsMicros.begin(), kLatencyBucketsMicros.end(), micros) -
              kLatencyBucketsMicros.begin();
   ++buckets[i];
+  min_micros = count == 0 ? micros : std::min(min_micros, micros);
+  max_micros = count == 0 ? micros : std::max(max_micros, micros);
   ++count;
   sum_micros += micros;
+  sketch.Add(micros);
 }
 
 void LatencyHistogram::Merge(const LatencyHistogram& other) {
+  if (other.count == 0) return;
   for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += other.buckets[i];
+  min_micros = count == 0 ? other.min_micros : std::min(min_micros, other.min_micros);
+  max_micros = count == 0 ? other.max_micros : std::max(max_micros, other.max_micros);
   count += other.count;
   sum_micros += other.sum_micros;
+  sketch.Merge(other.sketch);
 }
 
 void InvocationCounts::Add(const InvocationSample& sample) {
@@ -46,6 +106,8 @@ void InvocationCounts::Add(const InvocationSample& sample) {
     ++unavailable;
     return;
   }
+  per_instance_min = invocations == 0 ? sample.per_instance : std::min(per_instance_min, sample.per_instance);
+  per_instance_max = invocations == 0 ? sample.per_instance : std::max(per_instance_max, sample.per_instance);
   ++invocations;
   invocations_per_instance += sample.per_instance;
   if (sample.model_status >= 400 && sample.model_status < 500) ++errors_4xx;
@@ -56,6 +118,10 @@ void InvocationCounts::Add(const InvocationSample& sample) {
 }
 
 void InvocationCounts::Merge(const InvocationCounts& other) {
+  if (other.invocations > 0) {
+    per_instance_min = invocations == 0 ? other.per_instance_min : std::min(per_instance_min, other.per_instance_min);
+    per_instance_max = invocations == 0 ? other.per_instance_max : std::max(per_instance_max, other.per_instance_max);
+  }
   invocations += other.invocations;
   invocations_per_instance += other.invocations_per_instance;
   errors_4xx += other.errors_4xx;
@@ -244,18 +310,40 @@ std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view 
                                                                int64_t epoch_second, const InvocationCounts& counts) {
   std::vector<observe::MetricDatum> points;
   if (counts.invocations == 0) return points;  // only `unavailable`: nothing AWS would count
-  observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
-  int64_t ts = epoch_second * 1000;
-  auto add = [&](const char* name, double value) { points.push_back({.name = name, .dimensions = dimensions, .timestamp_millis = ts, .value = value}); };
-  add("Invocations", static_cast<double>(counts.invocations));
-  add("InvocationsPerInstance", counts.invocations_per_instance);
-  add("Invocation4XXErrors", static_cast<double>(counts.errors_4xx));
-  add("Invocation5XXErrors", static_cast<double>(counts.errors_5xx));
-  add("InvocationModelErrors", static_cast<double>(counts.model_errors));
-  add("ModelLatency", static_cast<double>(counts.model_latency.sum_micros) /
-                          static_cast<double>(std::max<uint64_t>(counts.model_latency.count, 1)));
-  add("OverheadLatency", static_cast<double>(counts.overhead_latency.sum_micros) /
-                             static_cast<double>(std::max<uint64_t>(counts.overhead_latency.count, 1)));
+  const observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)},
+                                       {"VariantName", std::string(variant)}};
+  const int64_t ts = epoch_second * 1000;
+  const double n = static_cast<double>(counts.invocations);
+  auto add = [&](const char* name, const char* unit, observe::StatisticSet stats,
+                 std::vector<std::pair<double, double>> values_counts) {
+    points.push_back({.name = name,
+                      .dimensions = dimensions,
+                      .timestamp_millis = ts,
+                      .statistics = stats,
+                      .values_counts = std::move(values_counts),
+                      .unit = unit});
+  };
+  // n requests, k of which count (1) and the rest not (0).
+  auto count_set = [&](const char* name, uint64_t k_count) {
+    double k = static_cast<double>(k_count);
+    std::vector<std::pair<double, double>> values_counts;
+    if (k > 0 && k < n) values_counts = {{0.0, n - k}, {1.0, k}};  // else implied by Minimum == Maximum
+    add(name, "Count", {n, k, k == n ? 1.0 : 0.0, k > 0 ? 1.0 : 0.0}, std::move(values_counts));
+  };
+  auto latency_set = [&](const char* name, const LatencyHistogram& h) {
+    add(name, "Microseconds",
+        {static_cast<double>(h.count), static_cast<double>(h.sum_micros), static_cast<double>(h.min_micros),
+         static_cast<double>(h.max_micros)},
+        h.sketch.ValuesCounts());
+  };
+  count_set("Invocations", counts.invocations);
+  add("InvocationsPerInstance", "Count",
+      {n, counts.invocations_per_instance, counts.per_instance_min, counts.per_instance_max}, {});
+  count_set("Invocation4XXErrors", counts.errors_4xx);
+  count_set("Invocation5XXErrors", counts.errors_5xx);
+  count_set("InvocationModelErrors", counts.model_errors);
+  latency_set("ModelLatency", counts.model_latency);
+  latency_set("OverheadLatency", counts.overhead_latency);
   return points;
 }
 

@@ -13,10 +13,16 @@
 // cell's pending list; the flusher takes every second older than the current one. So points land
 // in the right second even when the flusher runs late.
 //
-// What one MetricStore point means (the store keeps one value per point, no statistic sets):
-//   Invocations, InvocationsPerInstance, Invocation4XXErrors, Invocation5XXErrors,
-//   InvocationModelErrors — the Sum over the second;
-//   ModelLatency, OverheadLatency — the Average over the second, in microseconds.
+// What one MetricStore point means: the CloudWatch statistic set of the second's requests, so
+// every statistic of any period is exact (the store merges sets):
+//   Invocations, Invocation4XXErrors, Invocation5XXErrors, InvocationModelErrors (unit Count) —
+//   one sample per request, 1 if it counts, else 0: SampleCount = requests, Sum = the count,
+//   Minimum/Maximum 0 or 1, with the two-value distribution {(0, n - k), (1, k)} (so Average is
+//   the rate, as on AWS, and percentiles are exact);
+//   InvocationsPerInstance (Count) — one sample of 1/instances per request: exact SampleCount,
+//   Sum, Minimum, Maximum (percentiles only for seconds where the instance count did not change);
+//   ModelLatency, OverheadLatency (Microseconds) — exact SampleCount/Sum/Minimum/Maximum, and the
+//   second's LatencySketch as the distribution, so percentiles are within 1% of the true value.
 // Only seconds with traffic are written (no zero points), as CloudWatch does.
 //
 // Prometheus totals (Totals()) are cumulative since process start: flushed seconds plus what the
@@ -58,10 +64,34 @@ inline constexpr std::array<int64_t, 16> kLatencyBucketsMicros = {
     500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
     30000000, 60000000};
 
+// A log-bucketed latency sketch (the DDSketch idea) for the percentiles of the stored points:
+// bucket i > 0 holds the values in (γ^(i-2), γ^(i-1)] with γ = 1.01 / 0.99, and reports them as
+// 2γ^(i-1) / (γ + 1), which is within 1% (relative) of every value in the bucket; bucket 0
+// holds zero exactly. Sparse (only non-empty buckets), so a second of similar latencies costs a
+// few dozen entries; at most ~2,200 for any int64 range. Not thread-safe (owned by one cell).
+class LatencySketch {
+ public:
+  static constexpr double kRelativeError = 0.01;
+  void Add(int64_t micros);  // negative counts as 0
+  void Merge(const LatencySketch& other);
+  // (representative value, count) per non-empty bucket, ascending by value.
+  std::vector<std::pair<double, double>> ValuesCounts() const;
+  size_t buckets() const { return buckets_.size(); }
+  // The bucket of `micros` (exposed for tests).
+  static int32_t BucketOf(int64_t micros);
+  static double ValueOf(int32_t bucket);
+
+ private:
+  std::vector<std::pair<int32_t, uint64_t>> buckets_;  // sorted by bucket index
+};
+
 struct LatencyHistogram {
   std::array<uint64_t, kLatencyBucketsMicros.size() + 1> buckets{};  // non-cumulative; last = +Inf
   uint64_t count = 0;
   int64_t sum_micros = 0;
+  int64_t min_micros = 0;  // exact; meaningful when count > 0
+  int64_t max_micros = 0;
+  LatencySketch sketch;
   void Add(int64_t micros);
   void Merge(const LatencyHistogram& other);
 };
@@ -81,6 +111,8 @@ struct InvocationSample {
 struct InvocationCounts {
   uint64_t invocations = 0;
   double invocations_per_instance = 0;
+  double per_instance_min = 0;  // extremes of the per-request values; meaningful when invocations > 0
+  double per_instance_max = 0;
   uint64_t errors_4xx = 0;
   uint64_t errors_5xx = 0;
   uint64_t model_errors = 0;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <thread>
 #include <vector>
@@ -31,15 +33,24 @@ class InvocationMetricsTest : public ::testing::Test {
     db_ = store::testing::OpenTestDatabase(dir_.path(), /*durable=*/false);
     store_ = std::make_unique<observe::MetricStore>(db_.get());
   }
-  double Point(std::string_view name, int64_t second, std::string_view variant = "AllTraffic") {
-    auto points = store_->Query(kNs, name, {{"EndpointName", "ep"}, {"VariantName", std::string(variant)}},
-                                second * 1000, second * 1000 + 1);
-    EXPECT_TRUE(points.ok());
-    if (!points.ok() || points->size() != 1) {
-      ADD_FAILURE() << name << " @" << second << ": " << (points.ok() ? points->size() : 0) << " points";
-      return -1;
+  // The statistic set stored for one second (exactly one point expected).
+  observe::PeriodAggregate Second(std::string_view name, int64_t second, std::string_view variant = "AllTraffic") {
+    auto periods = store_->Aggregate({.ns = std::string(kNs),
+                                      .name = std::string(name),
+                                      .dimensions = {{"EndpointName", "ep"}, {"VariantName", std::string(variant)}},
+                                      .start_millis = second * 1000,
+                                      .end_millis = second * 1000 + 1000,
+                                      .period_seconds = 1});
+    EXPECT_TRUE(periods.ok());
+    if (!periods.ok() || periods->size() != 1) {
+      ADD_FAILURE() << name << " @" << second << ": " << (periods.ok() ? periods->size() : 0) << " periods";
+      return {};
     }
-    return (*points)[0].value;
+    return (*periods)[0];
+  }
+  // The Sum of one second (what the old tests read as the point's value).
+  double Point(std::string_view name, int64_t second, std::string_view variant = "AllTraffic") {
+    return Second(name, second, variant).stats.sum;
   }
   size_t Count(std::string_view name, std::string_view variant = "AllTraffic") {
     auto points =
@@ -68,9 +79,26 @@ TEST_F(InvocationMetricsTest, AggregatesPerSecondAndWritesSumsAndAverages) {
   EXPECT_EQ(Point("Invocation4XXErrors", 100), 1);
   EXPECT_EQ(Point("Invocation5XXErrors", 100), 1);
   EXPECT_EQ(Point("InvocationModelErrors", 100), 2);
-  EXPECT_EQ(Point("ModelLatency", 100), 2000);     // (1000+3000+2000+2000)/4
-  EXPECT_EQ(Point("OverheadLatency", 100), 250);   // (100+300+200+400)/4
+  EXPECT_EQ(Point("ModelLatency", 100), 8000);     // 1000+3000+2000+2000
+  EXPECT_EQ(Point("OverheadLatency", 100), 1000);  // 100+300+200+400
   EXPECT_EQ(Count("Invocations"), 1u);
+  // Whole statistic sets: one sample per request.
+  using observe::StatisticSet;
+  EXPECT_EQ(Second("Invocations", 100).stats, (StatisticSet{4, 4, 1, 1}));
+  EXPECT_EQ(Second("Invocations", 100).unit, "Count");
+  EXPECT_EQ(Second("InvocationsPerInstance", 100).stats, (StatisticSet{4, 2, 0.5, 0.5}));
+  EXPECT_EQ(Second("Invocation4XXErrors", 100).stats, (StatisticSet{4, 1, 0, 1}));  // Average 0.25 = the rate
+  EXPECT_EQ(Second("InvocationModelErrors", 100).stats, (StatisticSet{4, 2, 0, 1}));
+  EXPECT_EQ(observe::Percentile(Second("InvocationModelErrors", 100), 50), 0.0);
+  EXPECT_EQ(observe::Percentile(Second("InvocationModelErrors", 100), 51), 1.0);
+  auto latency = Second("ModelLatency", 100);
+  EXPECT_EQ(latency.stats, (StatisticSet{4, 8000, 1000, 3000}));
+  EXPECT_EQ(latency.unit, "Microseconds");
+  ASSERT_TRUE(latency.percentiles_available);
+  EXPECT_EQ(observe::Percentile(latency, 0), 1000.0);    // the exact minimum bounds the sketch
+  EXPECT_EQ(observe::Percentile(latency, 100), 3000.0);  // and the exact maximum
+  EXPECT_NEAR(*observe::Percentile(latency, 50), 2000.0, 20.0);
+  EXPECT_EQ(Second("OverheadLatency", 100).stats, (StatisticSet{4, 1000, 100, 400}));
 
   ASSERT_TRUE(metrics.Flush(102).ok());
   EXPECT_EQ(Point("Invocations", 101), 1);
@@ -142,6 +170,76 @@ TEST_F(InvocationMetricsTest, FlusherWritesWithinAboutASecond) {
   metrics.Stop();
 }
 
+// Stored points keep exact statistics per second, and periods of several seconds merge them
+// exactly; percentiles of a period come from the merged sketches within 1%.
+TEST_F(InvocationMetricsTest, LatencyStatisticsAreExactAndPercentilesWithinOnePercent) {
+  InvocationMetrics metrics({}, store_.get());
+  std::vector<int64_t> all;
+  for (int64_t second = 200; second < 260; ++second) {
+    for (int i = 0; i < 50; ++i) {
+      int64_t us = 100 + (second - 200) * 997 + i * i * 31;  // spread over ~100 us .. ~136 ms
+      all.push_back(us);
+      metrics.Record("ep", "AllTraffic", Sample(second, 200, us, us / 10, i % 2 ? 0.5 : 1.0));
+    }
+  }
+  ASSERT_TRUE(metrics.Flush(300).ok());
+  auto periods = store_->Aggregate({.ns = std::string(kNs),
+                                    .name = "ModelLatency",
+                                    .dimensions = {{"EndpointName", "ep"}, {"VariantName", "AllTraffic"}},
+                                    .start_millis = 200'000,
+                                    .end_millis = 260'000,
+                                    .period_seconds = 60});
+  ASSERT_TRUE(periods.ok());
+  ASSERT_EQ(periods->size(), 1u);
+  const auto& minute = (*periods)[0];
+  std::sort(all.begin(), all.end());
+  double sum = 0;
+  for (int64_t us : all) sum += static_cast<double>(us);
+  EXPECT_EQ(minute.stats, (observe::StatisticSet{3000, sum, double(all.front()), double(all.back())}));
+  for (double p : {1.0, 10.0, 50.0, 90.0, 99.0, 99.9}) {
+    size_t rank = static_cast<size_t>(std::ceil(p / 100 * all.size() - 1e-6));  // p99.9 of 3000: 2997
+    double exact = static_cast<double>(all[rank - 1]);
+    auto estimate = observe::Percentile(minute, p);
+    ASSERT_TRUE(estimate.has_value()) << p;
+    EXPECT_NEAR(*estimate, exact, exact * 0.01) << "p" << p;
+  }
+  // InvocationsPerInstance: exact extremes across seconds (half the requests saw 2 instances).
+  periods = store_->Aggregate({.ns = std::string(kNs),
+                               .name = "InvocationsPerInstance",
+                               .dimensions = {{"EndpointName", "ep"}, {"VariantName", "AllTraffic"}},
+                               .start_millis = 200'000,
+                               .end_millis = 260'000,
+                               .period_seconds = 60});
+  ASSERT_EQ(periods->size(), 1u);
+  EXPECT_EQ((*periods)[0].stats, (observe::StatisticSet{3000, 2250, 0.5, 1.0}));
+}
+
+TEST(LatencySketchTest, EveryValueIsWithinOnePercentOfItsBucket) {
+  for (int64_t us : {int64_t(1), int64_t(2), int64_t(7), int64_t(99), int64_t(100), int64_t(101), int64_t(12345),
+                     int64_t(999999), int64_t(60'000'000), int64_t(1) << 40}) {
+    double value = LatencySketch::ValueOf(LatencySketch::BucketOf(us));
+    EXPECT_LE(std::fabs(value - double(us)), double(us) * LatencySketch::kRelativeError * (1 + 1e-9)) << us;
+  }
+  EXPECT_EQ(LatencySketch::ValueOf(LatencySketch::BucketOf(0)), 0.0);
+  LatencySketch a, b;
+  a.Add(100);
+  a.Add(100);
+  a.Add(0);
+  b.Add(100);
+  b.Add(5000);
+  a.Merge(b);
+  auto values = a.ValuesCounts();
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[0], (std::pair<double, double>{0.0, 1.0}));
+  EXPECT_EQ(values[1].second, 3.0);
+  EXPECT_NEAR(values[1].first, 100.0, 1.0);
+  EXPECT_EQ(values[2].second, 1.0);
+  // Sparse: a second of similar latencies needs few buckets.
+  LatencySketch c;
+  for (int64_t us = 10'000; us < 11'000; ++us) c.Add(us);
+  EXPECT_LE(c.buckets(), 6u);
+}
+
 TEST(LatencyHistogramTest, Buckets) {
   LatencyHistogram h;
   h.Add(400);       // ≤ 0.0005
@@ -153,6 +251,9 @@ TEST(LatencyHistogramTest, Buckets) {
   EXPECT_EQ(h.buckets.back(), 1u);
   EXPECT_EQ(h.count, 4u);
   EXPECT_EQ(h.sum_micros, 90001401);
+  EXPECT_EQ(h.min_micros, 400);
+  EXPECT_EQ(h.max_micros, 90000000);
+  EXPECT_EQ(h.sketch.buckets(), 3u);  // 500 and 501 share a 1% bucket
 }
 
 TEST(PrometheusTest, RendersCountersHistogramsAndGauges) {
