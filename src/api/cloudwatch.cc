@@ -310,20 +310,7 @@ std::unique_ptr<JsonService> CloudWatch::MakeJsonService() const {
 aws::WireResponse CloudWatch::HandleCbor(const aws::RequestContext& context, std::string_view operation,
                                          std::string_view body) const {
   auto error_response = [&](const aws::AwsError& error) {
-    // JSON 1.0's error headers (x-amzn-query-error, x-amzn-ErrorType, Date, request id) with a
-    // CBOR body.
-    aws::WireResponse response = aws::SerializeError(aws::Protocol::kJson10, error, context.request_id);
-    response.headers.erase("Content-Type");
-    response.headers.emplace("Content-Type", "application/cbor");
-    response.headers.emplace("smithy-protocol", "rpc-v2-cbor");
-    aws::CborWriter writer;
-    writer.MapHeader(2);
-    writer.Text("__type");
-    writer.Text(error.code);
-    writer.Text("message");
-    writer.Text(error.message);
-    response.body = writer.Take();
-    return response;
+    return aws::SerializeCborError(error, context.request_id);
   };
   json input = json::object();
   if (!body.empty()) {

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api/sts.h"
+#include "aws/cbor.h"
+#include "aws/query_codec.h"
 #include "aws/sigv2.h"
 #include "base/encoding.h"
 #include "base/hash.h"
@@ -144,7 +146,7 @@ std::string_view ProtocolName(aws::Protocol p) {
 }  // namespace
 
 struct FrontDoor::Route {
-  enum class Kind { kHealth, kMetrics, kJson, kQuery, kRuntime, kS3 } kind = Kind::kS3;
+  enum class Kind { kHealth, kMetrics, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
   const JsonService* json = nullptr;  // kJson with a known prefix
   std::string target_prefix;          // kJson
   std::string operation;              // kJson: from X-Amz-Target
@@ -264,6 +266,21 @@ FrontDoor::Route FrontDoor::Classify(net::HttpRequest& request) const {
                            ? aws::Protocol::kJson10
                            : aws::Protocol::kJson11;
     }
+    return route;
+  }
+  // Smithy RPC v2 CBOR (CloudWatch): a path S3 could also own ("service" as a path-style bucket),
+  // so only when signed for monitoring or, unsigned, when the client says it speaks the protocol.
+  if (request.method == "POST" && StartsWith(request.raw_path, "/service/") &&
+      (scope == kCloudWatchSigningName || (scope.empty() && request.Header("smithy-protocol") != nullptr))) {
+    route.kind = Route::Kind::kCbor;
+    route.signing_name = std::string(kCloudWatchSigningName);
+    route.protocol = aws::Protocol::kJson10;
+    return route;
+  }
+  if (scope == kCloudWatchSigningName && request.raw_path == "/") {
+    route.kind = Route::Kind::kQuery;
+    route.signing_name = std::string(kCloudWatchSigningName);
+    route.protocol = aws::Protocol::kQuery;
     return route;
   }
   const std::string content_type = ToLower(request.HeaderOr("Content-Type", ""));
@@ -397,12 +414,21 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
 
 void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                          aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified) {
+  // Errors in the route's protocol: CBOR bodies for RPC v2 CBOR, CloudWatch's namespace for its
+  // Query errors.
+  auto rpc_error = [&](const aws::AwsError& error) {
+    if (route.kind == Route::Kind::kCbor) return aws::SerializeCborError(error, context.request_id);
+    if (route.kind == Route::Kind::kQuery && route.signing_name == kCloudWatchSigningName) {
+      return aws::QueryError(kCloudWatchXmlns, error, context.request_id);
+    }
+    return aws::SerializeError(route.protocol, error, context.request_id);
+  };
   // Too large by its Content-Length: refused before a byte is read (the connection is closed).
   const std::optional<uint64_t> declared = request.body->size_hint();
   if (declared && *declared > options_.max_rpc_body_bytes) {
     aws::AwsError e("SerializationException",
                     "Request body is larger than " + std::to_string(options_.max_rpc_body_bytes) + " bytes.", 413);
-    SendWire(response, aws::SerializeError(route.protocol, e, context.request_id));
+    SendWire(response, rpc_error(e));
     response.CloseAfterResponse();
     return;
   }
@@ -456,7 +482,7 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
                       "Rate exceeded: " + std::to_string(options_.max_large_rpc_bytes_in_flight >> 20) +
                           " MiB of request bodies over " + std::to_string(options_.large_rpc_body_bytes >> 20) +
                           " MiB are being handled; retry with backoff.");
-      SendWire(response, aws::SerializeError(route.protocol, e, context.request_id));
+      SendWire(response, rpc_error(e));
       if (!drained) response.CloseAfterResponse();
       return;
     }
@@ -479,12 +505,10 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     if (body.status().code() == StatusCode::kResourceExhausted) {
       aws::AwsError e("SerializationException",
                       "Request body is larger than " + std::to_string(options_.max_rpc_body_bytes) + " bytes.", 413);
-      SendWire(response, aws::SerializeError(route.protocol, e, context.request_id));
+      SendWire(response, rpc_error(e));
     } else {
-      SendWire(response, aws::SerializeError(route.protocol,
-                                             aws::AwsError("SerializationException",
-                                                           "Could not read the request body: " + body.status().message()),
-                                             context.request_id));
+      SendWire(response, rpc_error(aws::AwsError("SerializationException",
+                                                           "Could not read the request body: " + body.status().message())));
     }
     response.CloseAfterResponse();
     return;
@@ -503,7 +527,7 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
       KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
                                          {"canonical_request", error->canonical_request},
                                          {"string_to_sign", error->string_to_sign}});
-      SendWire(response, aws::SerializeError(route.protocol, AuthErrorFor(route.protocol, *error), context.request_id));
+      SendWire(response, rpc_error(AuthErrorFor(route.protocol, *error)));
       return;
     }
     verified = std::get<aws::VerifiedRequest>(std::move(outcome));
@@ -515,26 +539,63 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     case Route::Kind::kJson: {
       if (route.json == nullptr) {
         std::string target = request.HeaderOr("X-Amz-Target", "");
-        SendWire(response, aws::SerializeError(route.protocol,
-                                               aws::AwsError("UnknownOperationException",
-                                                             "Kiln does not serve the target " + target + "."),
-                                               context.request_id));
+        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
+                                                             "Kiln does not serve the target " + target + ".")));
         return;
       }
       if (request.method != "POST" || request.raw_path != "/") {
-        SendWire(response, aws::SerializeError(route.protocol,
-                                               aws::AwsError("UnknownOperationException",
-                                                             "JSON protocol requests are POST /.", 404),
-                                               context.request_id));
+        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
+                                                             "JSON protocol requests are POST /.", 404)));
         return;
       }
       SendWire(response, route.json->Handle(context, route.operation, *body));
       return;
     }
     case Route::Kind::kQuery: {
+      const bool signed_for_cloudwatch = route.signing_name == kCloudWatchSigningName;
+      if (cloudwatch_ != nullptr && signed_for_cloudwatch) {
+        context.service = std::string(kCloudWatchSigningName);
+        // CloudWatch refuses what STS's lenient parsing skips: bad percent-encoding.
+        auto query = aws::ParseQueryForm(request.raw_query);
+        auto form = aws::ParseQueryForm(*body);
+        if (!query.ok() || !form.ok()) {
+          SendWire(response, rpc_error(aws::AwsError("MalformedQueryString",
+                                                     (query.ok() ? form : query).status().message())));
+          return;
+        }
+        for (auto& [k, v] : *form) (*query)[k] = std::move(v);
+        SendWire(response, cloudwatch_->HandleQuery(context, *query));
+        return;
+      }
       std::map<std::string, std::string> params = ParseForm(request.raw_query);
       for (auto& [k, v] : ParseForm(*body)) params[k] = v;
+      // Unsigned (listener auth "off"): the Action tells the services apart.
+      auto action = params.find("Action");
+      if (cloudwatch_ != nullptr && context.auth == nullptr && action != params.end() &&
+          CloudWatch::Serves(action->second)) {
+        context.service = std::string(kCloudWatchSigningName);
+        SendWire(response, cloudwatch_->HandleQuery(context, params));
+        return;
+      }
+      if (signed_for_cloudwatch) {
+        SendWire(response, rpc_error(aws::AwsError("InvalidAction", "CloudWatch is not served by this Kiln.")));
+        return;
+      }
       SendWire(response, HandleSts(context, params));
+      return;
+    }
+    case Route::Kind::kCbor: {
+      constexpr std::string_view kPrefix = kCloudWatchCborPathPrefix;
+      if (cloudwatch_ == nullptr || !StartsWith(request.raw_path, kPrefix) ||
+          request.raw_path.find('/', kPrefix.size()) != std::string::npos) {
+        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
+                                                   "Kiln does not serve POST " + request.raw_path.substr(0, 256) +
+                                                       " (RPC v2 CBOR serves /service/" +
+                                                       std::string(kCloudWatchTargetPrefix) + "/operation/<Op>).",
+                                                   404)));
+        return;
+      }
+      SendWire(response, cloudwatch_->HandleCbor(context, request.raw_path.substr(kPrefix.size()), *body));
       return;
     }
     case Route::Kind::kRuntime: {
@@ -546,8 +607,7 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     }
     default: break;
   }
-  SendWire(response, aws::SerializeError(route.protocol, aws::AwsError("InternalFailure", "unroutable request", 500),
-                                         context.request_id));
+  SendWire(response, rpc_error(aws::AwsError("InternalFailure", "unroutable request", 500)));
 }
 
 }  // namespace kiln::api

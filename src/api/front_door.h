@@ -7,7 +7,12 @@
 // Dispatch, in order:
 //   GET /_kiln/health                            → health (no auth)
 //   X-Amz-Target: <prefix>.<Op>                  → the JsonService registered for <prefix>
-//   scope "sts", or a form/query `Action=`        → STS (Query protocol)
+//   POST /service/GraniteServiceVersion20100801/operation/<Op> signed for "monitoring" (or
+//   unsigned with a smithy-protocol header)      → CloudWatch, Smithy RPC v2 CBOR
+//   scope "monitoring" on `/`                    → CloudWatch (Query protocol)
+//   scope "sts", or a form/query `Action=`        → STS (Query protocol); unsigned (listener auth
+//                                                  "off"): CloudWatch when Action is one of its
+//                                                  operations
 //   GET /metrics without credentials            → Prometheus text (only once SetMetricsExporter
 //                                                  was called; before that it is S3's, as it was)
 //   scope "sagemaker" + /endpoints/…             → SageMaker Runtime (REST-JSON): served by the
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "api/cloudwatch.h"
 #include "api/json_service.h"
 #include "aws/credentials.h"
 #include "net/http_server.h"
@@ -70,6 +76,11 @@ class FrontDoor {
   // outlive the FrontDoor). Null (the default) answers UnknownOperationException. Call before
   // serving.
   void SetRuntime(serving::Router* router) { runtime_ = router; }
+  // CloudWatch's Query and RPC v2 CBOR requests go to `cloudwatch` (not owned; must outlive the
+  // FrontDoor); its JSON 1.0 requests reach it through the JsonService registered with
+  // AddJsonService(cloudwatch->MakeJsonService()). Null (the default): Query requests are all STS's
+  // and CBOR requests answer UnknownOperationException. Call before serving.
+  void SetCloudWatch(const CloudWatch* cloudwatch) { cloudwatch_ = cloudwatch; }
   // GET /metrics (no auth) renders `exporter` (not owned). Null (the default): no /metrics route.
   // Call before serving.
   void SetMetricsExporter(const serving::PrometheusExporter* exporter) { metrics_exporter_ = exporter; }
@@ -96,6 +107,7 @@ class FrontDoor {
   objects::S3Api* s3_;
   std::map<std::string, std::unique_ptr<JsonService>> json_services_;  // by target prefix
   serving::Router* runtime_ = nullptr;
+  const CloudWatch* cloudwatch_ = nullptr;
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.

@@ -418,6 +418,21 @@ void CborWriter::Json(const nlohmann::json& value) {
   }
 }
 
+WireResponse SerializeCborError(const AwsError& error, std::string_view request_id) {
+  WireResponse response = SerializeError(Protocol::kJson10, error, request_id);
+  response.headers.erase("Content-Type");
+  response.headers.emplace("Content-Type", "application/cbor");
+  response.headers.emplace("smithy-protocol", "rpc-v2-cbor");
+  CborWriter writer;
+  writer.MapHeader(2);
+  writer.Text("__type");
+  writer.Text(error.code);
+  writer.Text("message");
+  writer.Text(error.message);
+  response.body = writer.Take();
+  return response;
+}
+
 std::string EncodeCborShaped(const nlohmann::json& shapes, std::string_view shape_name, const nlohmann::json& value) {
   CborWriter writer;
   WriteShaped(writer, shapes, shape_name, value, 0);

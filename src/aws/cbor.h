@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aws/errors.h"
 #include "base/status.h"
 
 namespace kiln::aws {
@@ -72,5 +73,11 @@ class CborWriter {
 // its shape is written with its JSON type (the shapes are Kiln's own answers, so this is a bug
 // guard, not a client error). An unknown shape name writes the value with JSON types.
 std::string EncodeCborShaped(const nlohmann::json& shapes, std::string_view shape_name, const nlohmann::json& value);
+
+// An RPC v2 CBOR error answer: the error's status, body the CBOR map {__type: code, message},
+// Content-Type application/cbor, smithy-protocol: rpc-v2-cbor, and JSON 1.0's error headers
+// (x-amzn-RequestId, x-amzn-ErrorType, x-amzn-query-error "<code>;Sender|Receiver", Date) —
+// botocore's RpcV2CBORParser reads the code from x-amzn-query-error for query-compatible services.
+WireResponse SerializeCborError(const AwsError& error, std::string_view request_id);
 
 }  // namespace kiln::aws

@@ -211,8 +211,12 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   server->front_door_->AddJsonService(std::move(logs));
   server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
       "AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
-  server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
-      "GraniteServiceVersion20100801", "monitoring", aws::Protocol::kJson10));
+  // CloudWatch metrics over the metric store, in JSON 1.0, Query and RPC v2 CBOR.
+  api::CloudWatchOptions cloudwatch_options;
+  cloudwatch_options.store = server->metric_store_.get();
+  server->cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
+  server->front_door_->AddJsonService(server->cloudwatch_->MakeJsonService());
+  server->front_door_->SetCloudWatch(server->cloudwatch_.get());
 
   // The invoke path: the router over the routing table and the pooled client made above,
   // per-second invocation metrics, /metrics.

@@ -69,6 +69,7 @@ class Server {
   std::unique_ptr<serving::Router> router_;
   std::unique_ptr<serving::PrometheusExporter> prometheus_;
   std::unique_ptr<objects::S3Api> s3_;
+  std::unique_ptr<api::CloudWatch> cloudwatch_;  // the front door points at it
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;
 };
