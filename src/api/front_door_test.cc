@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "net/test_util/fake_response_writer.h"
+#include "aws/cbor.h"
+#include "store/test_util/temp_database.h"
 #include "aws/sigv4.h"
 #include "base/hash.h"
 #include "base/log.h"
@@ -235,6 +237,98 @@ TEST_F(FrontDoorTest, StsGetCallerIdentity) {
                       "Action=AssumeRoot&Version=2011-06-15", "sts", "AKIATESTKEY000000001", secret_);
   EXPECT_EQ(unknown.status(), 400);
   EXPECT_NE(unknown.body().find("<Code>InvalidAction</Code>"), std::string::npos);
+}
+
+// ---- CloudWatch: JSON 1.0, Query (by signing scope, or by Action when unsigned) and RPC v2 CBOR.
+
+class FrontDoorCloudWatchTest : public FrontDoorTest {
+ protected:
+  FrontDoorCloudWatchTest() {
+    db_ = store::testing::OpenTestDatabase(dir_.path(), false);
+    metrics_ = std::make_unique<observe::MetricStore>(db_.get());
+    CloudWatchOptions options;
+    options.store = metrics_.get();
+    cloudwatch_ = std::make_unique<CloudWatch>(options);
+    door_->AddJsonService(cloudwatch_->MakeJsonService());
+    door_->SetCloudWatch(cloudwatch_.get());
+  }
+  net::FakeResponseWriter Form(const std::string& body, const std::string& service, const std::string& secret) {
+    return Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}}, body,
+                service, "AKIATESTKEY000000001", secret);
+  }
+  net::FakeResponseWriter Cbor(const std::string& op, const std::string& body, const std::string& secret) {
+    return Send("POST", std::string(kCloudWatchCborPathPrefix) + op, "",
+                {{"smithy-protocol", "rpc-v2-cbor"}, {"Content-Type", "application/cbor"}}, body, "monitoring",
+                "AKIATESTKEY000000001", secret);
+  }
+
+  store::testing::TempDir dir_;
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<observe::MetricStore> metrics_;
+  std::unique_ptr<CloudWatch> cloudwatch_;
+};
+
+TEST_F(FrontDoorCloudWatchTest, QueryIsRoutedByScopeOrAction) {
+  const std::string put = "Action=PutMetricData&Version=2010-08-01&Namespace=App&MetricData.member.1.MetricName=m"
+                          "&MetricData.member.1.Value=1";
+  auto signed_put = Form(put, "monitoring", secret_);
+  EXPECT_EQ(signed_put.status(), 200) << signed_put.body();
+  EXPECT_NE(signed_put.body().find("<PutMetricDataResponse"), std::string::npos);
+  auto list = Form("Action=ListMetrics&Version=2010-08-01", "monitoring", secret_);
+  EXPECT_NE(list.body().find("<MetricName>m</MetricName>"), std::string::npos) << list.body();
+  // STS keeps its requests; a CloudWatch action signed for sts is STS's unknown action.
+  auto sts = Form("Action=ListMetrics&Version=2010-08-01", "sts", secret_);
+  EXPECT_NE(sts.body().find("<Code>InvalidAction</Code>"), std::string::npos);
+  EXPECT_NE(sts.body().find("sts.amazonaws.com"), std::string::npos);
+  // Bad percent-encoding is MalformedQueryString for CloudWatch; authentication errors are Query's.
+  auto malformed = Form("Action=ListMetrics&Namespace=%zz", "monitoring", secret_);
+  EXPECT_EQ(malformed.status(), 400);
+  EXPECT_NE(malformed.body().find("<Code>MalformedQueryString</Code>"), std::string::npos);
+  EXPECT_NE(malformed.body().find("monitoring.amazonaws.com"), std::string::npos);
+  auto bad_key = Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded"}},
+                      "Action=ListMetrics", "monitoring", "AKIAUNKNOWN000000000", secret_);
+  EXPECT_EQ(bad_key.status(), 403);
+  EXPECT_NE(bad_key.body().find("<Code>InvalidClientTokenId</Code>"), std::string::npos);
+}
+
+TEST_F(FrontDoorCloudWatchTest, UnsignedQueryGoesByActionWhenAuthIsOff) {
+  FrontDoorOptions options;
+  options.auth_enabled = false;
+  door_ = std::make_unique<FrontDoor>(options, &credentials_, nullptr);
+  door_->SetCloudWatch(cloudwatch_.get());
+  auto list = Form("Action=ListMetrics&Version=2010-08-01", "", "");
+  EXPECT_EQ(list.status(), 200) << list.body();
+  EXPECT_NE(list.body().find("<ListMetricsResponse"), std::string::npos);
+  auto sts = Form("Action=GetCallerIdentity&Version=2011-06-15", "", "");
+  EXPECT_NE(sts.body().find("<GetCallerIdentityResponse"), std::string::npos);
+}
+
+TEST_F(FrontDoorCloudWatchTest, Json10AndCbor) {
+  auto json10 = Send("POST", "/", "",
+                     {{"X-Amz-Target", "GraniteServiceVersion20100801.ListMetrics"},
+                      {"Content-Type", "application/x-amz-json-1.0"},
+                      {"x-amzn-query-mode", "true"}},
+                     "{}", "monitoring", "AKIATESTKEY000000001", secret_);
+  EXPECT_EQ(json10.status(), 200) << json10.body();
+  EXPECT_EQ(nlohmann::json::parse(json10.body())["Metrics"], nlohmann::json::array());
+
+  auto cbor = Cbor("ListMetrics", "", secret_);
+  EXPECT_EQ(cbor.status(), 200) << cbor.body();
+  auto decoded = aws::DecodeCbor(cbor.body());
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ((*decoded)["Metrics"], nlohmann::json::array());
+
+  auto bad = Cbor("ListMetrics", std::string("\xbf\x61", 2), secret_);
+  EXPECT_EQ(bad.status(), 400);
+  EXPECT_EQ(*FindHeader(bad.headers(), "x-amzn-query-error"), "SerializationException;Sender");
+  auto unknown = Cbor("ListMetrics/extra", "", secret_);
+  EXPECT_EQ(unknown.status(), 404);
+  // A wrong signature answers a CBOR error the client can read.
+  auto unsigned_cbor = Cbor("ListMetrics", "", "wrong-secret");
+  EXPECT_EQ(unsigned_cbor.status(), 400);
+  auto error = aws::DecodeCbor(unsigned_cbor.body());
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ((*error)["__type"], "InvalidSignatureException");
 }
 
 // ---- The runtime route (InvokeEndpoint) and /metrics.
