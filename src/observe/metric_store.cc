@@ -79,7 +79,8 @@ std::string EncodeDistribution(const Distribution& values_counts) {
   return blob;
 }
 
-void AppendDistribution(const std::string& blob, Distribution& out) {
+void DecodeDistribution(const std::string& blob, Distribution& out) {
+  out.clear();
   const char* p = blob.data();
   for (size_t i = 0; i + 2 * sizeof(double) <= blob.size(); i += 2 * sizeof(double)) {
     double value, count;
@@ -88,6 +89,71 @@ void AppendDistribution(const std::string& blob, Distribution& out) {
     out.emplace_back(value, count);
   }
 }
+
+// Merges sorted (value, count) runs (each point's distribution) into one sorted run of distinct
+// values. A run about as large as what is merged so far is merged in directly (linear: the case
+// of sketches, whose bucket values repeat from point to point, so the merged run stays small);
+// small runs (single values) are buffered and sorted in batches at least as large as the merged
+// run, so a period of n distinct values costs O(n log n), not O(n^2).
+class DistributionMerger {
+ public:
+  void Add(const Distribution& run) {
+    if (run.size() * 8 >= merged_.size()) {
+      MergeIn(run);
+    } else {
+      pending_.insert(pending_.end(), run.begin(), run.end());
+      if (pending_.size() >= merged_.size()) FlushPending();
+    }
+  }
+  void Add(double value, double count) {
+    pending_.emplace_back(value, count);
+    if (pending_.size() >= std::max<size_t>(merged_.size(), 16)) FlushPending();
+  }
+  // The merged run; the merger is empty afterwards.
+  Distribution Take() {
+    FlushPending();
+    Distribution out = std::move(merged_);
+    merged_.clear();
+    return out;
+  }
+  void Clear() {
+    merged_.clear();
+    pending_.clear();
+  }
+
+ private:
+  void FlushPending() {
+    if (pending_.empty()) return;
+    std::sort(pending_.begin(), pending_.end());
+    MergeIn(pending_);
+    pending_.clear();
+  }
+  // Two-way merge of a sorted run (equal values within it allowed) into merged_.
+  void MergeIn(const Distribution& run) {
+    scratch_.clear();
+    scratch_.reserve(merged_.size() + run.size());
+    size_t i = 0, j = 0;
+    auto push = [&](const std::pair<double, double>& e) {
+      if (!scratch_.empty() && scratch_.back().first == e.first) {
+        scratch_.back().second += e.second;
+      } else {
+        scratch_.push_back(e);
+      }
+    };
+    while (i < merged_.size() || j < run.size()) {
+      if (j == run.size() || (i < merged_.size() && merged_[i].first <= run[j].first)) {
+        push(merged_[i++]);
+      } else {
+        push(run[j++]);
+      }
+    }
+    merged_.swap(scratch_);
+  }
+
+  Distribution merged_;
+  Distribution pending_;
+  Distribution scratch_;
+};
 
 // One datum as it is stored: its exact statistic set and its distribution ("" = none stored;
 // then ImpliesSingleValue(stats) says whether it has one).
@@ -376,21 +442,13 @@ Result<std::vector<PeriodAggregate>> MetricStore::Aggregate(const MetricQuery& q
   }
   int64_t current = -1;  // index k of the period being filled
   PeriodAggregate* period = nullptr;
-  auto finish = [](PeriodAggregate& p) {
-    if (!p.percentiles_available) return;
-    Distribution& d = p.distribution;
-    std::sort(d.begin(), d.end());
-    size_t out = 0;
-    for (size_t i = 0; i < d.size(); ++i) {
-      if (out > 0 && d[out - 1].first == d[i].first) {
-        d[out - 1].second += d[i].second;
-      } else {
-        d[out++] = d[i];
-      }
-    }
-    d.resize(out);
+  DistributionMerger merger;
+  auto finish = [&merger](PeriodAggregate& p) {
+    if (p.percentiles_available) p.distribution = merger.Take();
+    merger.Clear();
   };
   std::string blob;
+  Distribution run;
   while (true) {
     ASSIGN_OR_RETURN(bool row, select.Step());
     if (!row) break;
@@ -403,7 +461,7 @@ Result<std::vector<PeriodAggregate>> MetricStore::Aggregate(const MetricQuery& q
       period->start_millis = query.start_millis + k * period_millis;
       period->stats = s;
       period->unit = select.ColumnText(5);
-      period->percentiles_available = true;
+      period->percentiles_available = query.distributions;
     } else {
       period->stats.sample_count += s.sample_count;
       period->stats.sum += s.sum;
@@ -413,14 +471,14 @@ Result<std::vector<PeriodAggregate>> MetricStore::Aggregate(const MetricQuery& q
     if (!period->percentiles_available) continue;
     if (!select.IsNull(6)) {
       blob = select.ColumnBlob(6);
-      AppendDistribution(blob, period->distribution);
+      DecodeDistribution(blob, run);
+      merger.Add(run);
     } else if (ImpliesSingleValue(s)) {
-      period->distribution.emplace_back(s.minimum, s.sample_count);
+      merger.Add(s.minimum, s.sample_count);
     } else {
       // A bare statistic set: the period's percentiles cannot be known.
       period->percentiles_available = false;
-      period->distribution.clear();
-      period->distribution.shrink_to_fit();
+      merger.Clear();
     }
   }
   if (period != nullptr) finish(*period);

@@ -76,6 +76,10 @@ struct MetricQuery {
   int64_t end_millis = 0;          // exclusive
   int64_t period_seconds = 60;     // > 0
   std::optional<std::string> unit{};  // only points stored with this unit
+  // false: the periods' distributions are not merged (percentiles_available stays false). Over
+  // points that carry sketches merging costs ~1.5x the query without it (bench/README.md), so
+  // callers that need no percentile statistic should say so.
+  bool distributions = true;
 };
 
 // The statistics of one period that has at least one point.

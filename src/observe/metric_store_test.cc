@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include "store/migrations.h"
@@ -242,6 +243,42 @@ TEST_F(MetricStoreTest, PercentilesAreNearestRankOverMergedDistributions) {
   EXPECT_EQ((*periods)[0].distribution, (std::vector<std::pair<double, double>>{{10, 3}, {20, 1}}));
   EXPECT_EQ(Percentile((*periods)[0], 75), 10.0);
   EXPECT_EQ(Percentile((*periods)[0], 76), 20.0);
+}
+
+// Many distinct values in random order, mixed with multi-value points, merge into the same
+// distribution a brute-force count gives; without `distributions` nothing is merged.
+TEST_F(MetricStoreTest, MergedDistributionMatchesABruteForceCount) {
+  std::map<double, double> expected;
+  std::vector<MetricDatum> data;
+  uint64_t x = 12345;
+  auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  for (int i = 0; i < 5000; ++i) {
+    if (i % 50 == 0) {
+      std::vector<std::pair<double, double>> values;
+      for (int j = 0; j < 20; ++j) values.emplace_back(double(next() % 300), double(1 + next() % 3));
+      for (const auto& [v, c] : values) expected[v] += c;
+      data.push_back(Values("d", job_, 1'000 + i, values));
+    } else {
+      double v = double(next() % 100000) / 7;
+      expected[v] += 1;
+      data.push_back(Value("d", job_, 1'000 + i, v));
+    }
+  }
+  ASSERT_TRUE(store_->Put(kNs, data).ok());
+  MetricQuery query{.ns = std::string(kNs), .name = "d", .dimensions = job_, .start_millis = 0, .end_millis = 60'000};
+  auto periods = store_->Aggregate(query);
+  ASSERT_EQ(periods->size(), 1u);
+  ASSERT_TRUE((*periods)[0].percentiles_available);
+  EXPECT_EQ((*periods)[0].distribution, (std::vector<std::pair<double, double>>(expected.begin(), expected.end())));
+  query.distributions = false;
+  periods = store_->Aggregate(query);
+  ASSERT_EQ(periods->size(), 1u);
+  EXPECT_FALSE((*periods)[0].percentiles_available);
+  EXPECT_TRUE((*periods)[0].distribution.empty());
+  EXPECT_EQ(Percentile((*periods)[0], 50), std::nullopt);
 }
 
 TEST_F(MetricStoreTest, PercentilesOfASketchStayWithinTheExactExtremes) {
