@@ -185,6 +185,9 @@ json RenderTrainingJob(const store::TrainingJobRecord& record) {
   if (in.contains("InputDataConfig")) out["InputDataConfig"] = WithChannelDefaults(in["InputDataConfig"]);
   json output_config = in.value("OutputDataConfig", json::object());
   if (!output_config.contains("CompressionType")) output_config["CompressionType"] = "GZIP";
+  // AWS always answers KmsKeyId ("" when none was given); the SageMaker Python SDK's
+  // Estimator.attach reads it without a default and fails with KeyError when it is missing.
+  if (!output_config.contains("KmsKeyId")) output_config["KmsKeyId"] = "";
   out["OutputDataConfig"] = output_config;
   out["ResourceConfig"] = in.value("ResourceConfig", json::object());
   json stopping = in.value("StoppingCondition", json::object());

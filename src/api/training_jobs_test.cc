@@ -39,6 +39,7 @@ TEST(RenderTrainingJobTest, EchoesTheRequestWithAwsDefaults) {
   EXPECT_EQ(out["ModelArtifacts"]["S3ModelArtifacts"], "s3://b/out/Job-1/output/model.tar.gz");
   EXPECT_EQ(out["StoppingCondition"]["MaxRuntimeInSeconds"], 86400);
   EXPECT_EQ(out["OutputDataConfig"]["CompressionType"], "GZIP");
+  EXPECT_EQ(out["OutputDataConfig"]["KmsKeyId"], "");  // read unguarded by the SDK's Estimator.attach
   const json& channel = out["InputDataConfig"][0];
   EXPECT_EQ(channel["CompressionType"], "None");
   EXPECT_EQ(channel["RecordWrapperType"], "None");
@@ -46,6 +47,12 @@ TEST(RenderTrainingJobTest, EchoesTheRequestWithAwsDefaults) {
   EXPECT_EQ(out["Environment"]["A"], "1");
   EXPECT_EQ(out["EnableManagedSpotTraining"], false);
   EXPECT_EQ(out["HyperParameters"], json::object());
+}
+
+TEST(RenderTrainingJobTest, KeepsAGivenKmsKeyId) {
+  auto r = Record();
+  r.request["OutputDataConfig"]["KmsKeyId"] = "arn:aws:kms:us-east-1:000000000000:key/k";
+  EXPECT_EQ(RenderTrainingJob(r)["OutputDataConfig"]["KmsKeyId"], "arn:aws:kms:us-east-1:000000000000:key/k");
 }
 
 TEST(RenderTrainingJobTest, TimesAreEpochSecondsWithMillis) {
