@@ -10,6 +10,7 @@
 
 #include "api/sts.h"
 #include "aws/cbor.h"
+#include "aws/gzip.h"
 #include "aws/query_codec.h"
 #include "aws/sigv2.h"
 #include "base/encoding.h"
@@ -533,6 +534,20 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     verified = std::get<aws::VerifiedRequest>(std::move(outcome));
     context.auth = &*verified;
     context.region = verified->region;
+  }
+
+  // A compressed body (botocore gzips PutMetricData bodies over 10 KiB): the signature covered the
+  // compressed bytes; the service reads the decoded ones, bounded like any body.
+  if (const std::string* encoding = request.Header("Content-Encoding"); encoding && aws::IsGzipEncoding(*encoding)) {
+    Result<std::string> decoded = aws::Gunzip(*body, options_.max_rpc_body_bytes);
+    if (!decoded.ok()) {
+      bool too_large = decoded.status().code() == StatusCode::kResourceExhausted;
+      SendWire(response, rpc_error(aws::AwsError("SerializationException",
+                                                 "The gzip request body was refused: " + decoded.status().message() + ".",
+                                                 too_large ? 413 : 400)));
+      return;
+    }
+    body = std::move(decoded);
   }
 
   switch (route.kind) {
