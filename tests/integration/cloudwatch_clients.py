@@ -1,7 +1,9 @@
 """CloudWatch clients for test_cloudwatch.py, one per protocol Kiln serves:
 
-  * AWS JSON 1.0 — boto3/botocore 1.43 from the SageMaker SDK bundle (it ranks `json` first). It
-    runs in a subprocess (`python3 cloudwatch_clients.py` reading calls on stdin), because the
+  * AWS JSON 1.0 — boto3/botocore 1.43 from the SageMaker SDK bundle (it ranks `json` first);
+    with protocol="smithy-rpc-v2-cbor" the same botocore is made to rank CBOR first, as SDKs that
+    take the model's first protocol do, so botocore's own RPC v2 CBOR serializer and parser check
+    Kiln's CBOR. It runs in a subprocess (`python3 cloudwatch_clients.py` reading calls on stdin), because the
     pytest process has Debian's boto3 1.26 imported and a module cannot be swapped back
     (see sdk_helpers.py).
   * AWS Query — Debian's boto3 1.26 (its CloudWatch model is query-only) in the pytest process, and
@@ -52,7 +54,7 @@ def sdk_lib_dir():
     return find()
 
 
-def json10_calls(server, calls, timeout=120):
+def json10_calls(server, calls, timeout=120, protocol=None):
     """Runs [(operation, params)] with boto3 1.43 in a subprocess; returns, per call, the
     normalized answer or {"Error": {...}, "HTTPStatusCode": n}. Timestamps in params are epoch
     seconds."""
@@ -61,13 +63,14 @@ def json10_calls(server, calls, timeout=120):
         import pytest
         pytest.skip("the SageMaker SDK bundle (boto3 1.43) is not present")
     request = {"lib": lib, "endpoint": server.endpoint, "key": server.access_key, "secret": server.secret_key,
-               "calls": [[op, params] for op, params in calls]}
+               "calls": [[op, params] for op, params in calls], "protocol": protocol}
     p = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__)], input=json.dumps(request),
                        capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise AssertionError("boto3 1.43 client failed:\n%s\n%s" % (p.stdout, p.stderr))
     out = json.loads(p.stdout)
     assert out["botocore"].startswith("1.43"), out["botocore"]
+    assert out["protocol"] == (protocol or "json"), out["protocol"]
     return out["results"]
 
 
@@ -76,7 +79,11 @@ def _subprocess_main():
     sys.path.insert(0, request["lib"])
     import boto3
     import botocore
+    import botocore.model
     from botocore.config import Config
+    if request.get("protocol"):
+        # The client's protocol preference (not the server's): only this one protocol.
+        botocore.model.PRIORITY_ORDERED_SUPPORTED_PROTOCOLS = (request["protocol"],)
     from botocore.exceptions import ClientError
     client = boto3.session.Session().client(
         "cloudwatch", endpoint_url=request["endpoint"], aws_access_key_id=request["key"],
@@ -91,7 +98,8 @@ def _subprocess_main():
             error = dict(e.response["Error"])
             error["ExceptionClass"] = type(e).__name__
             results.append({"Error": error, "HTTPStatusCode": e.response["ResponseMetadata"]["HTTPStatusCode"]})
-    json.dump({"botocore": botocore.__version__, "results": results}, sys.stdout)
+    json.dump({"botocore": botocore.__version__, "protocol": client.meta.service_model.resolved_protocol,
+               "results": results}, sys.stdout)
 
 
 # ---------------------------------------------------------------------------------------------

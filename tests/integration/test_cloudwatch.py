@@ -93,13 +93,16 @@ def test_same_statistics_through_every_protocol(module_kiln, query, cli, latency
         [json10] = cw.json10_calls(module_kiln, [("GetMetricStatistics", params)])
         via_query = cw.query_call(query, "GetMetricStatistics", params)
         via_cli = cw.cli_json(cli, *cli_stats_args(params))
+        [via_botocore_cbor] = cw.json10_calls(module_kiln, [("GetMetricStatistics", params)],
+                                              protocol="smithy-rpc-v2-cbor")
         status, headers, via_cbor = cw.cbor_call(module_kiln, "GetMetricStatistics", params)
         assert status == 200, via_cbor
         assert headers["smithy-protocol"] == "rpc-v2-cbor"
         expected = cw.sorted_datapoints(json10)
         assert len(expected["Datapoints"]) == 3, expected
         assert expected["Label"] == "Latency"
-        for name, other in (("query (boto3 1.26)", via_query), ("query (aws cli)", via_cli), ("cbor", via_cbor)):
+        for name, other in (("query (boto3 1.26)", via_query), ("query (aws cli)", via_cli), ("cbor", via_cbor),
+                            ("cbor (botocore 1.43)", via_botocore_cbor)):
             assert cw.sorted_datapoints(other) == expected, name
     # The values themselves, from what was written (period starts at whole minutes).
     first, second, third = expected["Datapoints"]
@@ -151,6 +154,9 @@ def test_get_metric_data_paging_and_order(module_kiln, query, latency_data, now)
         paged["NextToken"] = page["NextToken"]
     assert pages == 5
     assert collected == {k: results[k]["Values"] for k in collected}
+
+    [via_cbor] = cw.json10_calls(module_kiln, [("GetMetricData", params)], protocol="smithy-rpc-v2-cbor")
+    assert via_cbor == whole
 
     # Descending by default, through CBOR.
     status, _, desc = cw.cbor_call(module_kiln, "GetMetricData", {k: v for k, v in params.items() if k != "ScanBy"})
@@ -211,11 +217,12 @@ def test_errors_are_aws_shaped_in_every_protocol(module_kiln, query, cli, now):
     ]
     calls = [(op, {k: v for k, v in p.items() if v is not None}) for op, p, _, _ in cases]
     json10 = cw.json10_calls(module_kiln, calls)
-    for (op, params, code, text), j in zip(cases, json10):
+    botocore_cbor = cw.json10_calls(module_kiln, calls, protocol="smithy-rpc-v2-cbor")
+    for (op, params, code, text), j, bc in zip(cases, json10, botocore_cbor):
         params = {k: v for k, v in params.items() if v is not None}
         q = cw.query_call(query, op, params)
         status, headers, c = cw.cbor_call(module_kiln, op, params)
-        for name, (got, message) in (("json 1.0", error_of(j)), ("query", error_of(q)),
+        for name, (got, message) in (("json 1.0", error_of(j)), ("query", error_of(q)), ("botocore cbor", error_of(bc)),
                                      ("cbor", (c.get("__type"), c.get("message", "")))):
             assert got == code, (name, op, params, j, q, c)
             assert text in message, (name, message)
@@ -223,6 +230,7 @@ def test_errors_are_aws_shaped_in_every_protocol(module_kiln, query, cli, now):
         assert j["HTTPStatusCode"] == 400
     # Modelled errors map onto the SDK's exception classes.
     assert json10[0]["Error"]["ExceptionClass"] == "InvalidParameterValueException"
+    assert botocore_cbor[0]["Error"]["ExceptionClass"] == "InvalidParameterValueException"
     # The CLI shows the same code and message.
     p = cli("cloudwatch", *cli_stats_args(stats_params(now, StartTime=now - 86400 * 2)), check=False)
     assert p.returncode != 0 and "(InvalidParameterCombination)" in p.stderr and "2,880 datapoints" in p.stderr
