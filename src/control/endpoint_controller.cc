@@ -687,11 +687,13 @@ class EndpointController::EndpointRun {
     for (auto& instance : instances_) instance->RequestStop();
   }
 
-  // Joins and drops stopped instances. True when any was dropped.
+  // Joins and drops stopped instances. True when any was dropped. A failed instance stays until
+  // Reconcile has acted on its failure: one that fails before launch (image, capacity, model
+  // data) stops at once, and dropping it first would lose the failure and launch it again.
   bool Reap() {
     bool any = false;
     for (auto it = instances_.begin(); it != instances_.end();) {
-      if ((*it)->stopped()) {
+      if ((*it)->stopped() && (!(*it)->failed() || (*it)->failure_handled)) {
         (*it)->Join();
         it = instances_.erase(it);
         any = true;
@@ -700,6 +702,14 @@ class EndpointController::EndpointRun {
       }
     }
     return any;
+  }
+
+  // The endpoint is Failed, Deleting or gone: no failure needs acting on any more, so every
+  // stopped instance may be reaped.
+  void ForgetFailures() {
+    for (auto& instance : instances_) {
+      if (instance->failed()) instance->failure_handled = true;
+    }
   }
 
   // One level-triggered step. True when the run is over (the endpoint is gone).
@@ -713,6 +723,8 @@ class EndpointController::EndpointRun {
       }
       // Gone (deleted by us, or by hand): nothing may keep running.
       StopAll();
+      ForgetFailures();
+      Reap();
       deps().routes->Remove(route_name_.empty() ? name_ : route_name_);
       if (!instances_.empty()) {
         Retry();
@@ -732,6 +744,7 @@ class EndpointController::EndpointRun {
     if (record.status == "Deleting") return ReconcileDeleting(record);
     if (record.status == "Failed") {
       StopAll();
+      ForgetFailures();
       Publish(record, json(), 0);
       WriteObserved(record, json());
       return false;
@@ -1001,7 +1014,10 @@ class EndpointController::EndpointRun {
       rec.last_modified_millis = NowMillis();
       return Status::Ok();
     });
-    if (!written.ok()) return false;
+    if (!written.ok()) {
+      KLOG(debug, "endpoint status not written", {{"endpoint", record.name}, {"error", written.status().ToString()}});
+      return false;
+    }
     KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", written->status}});
     return true;
   }
@@ -1054,6 +1070,8 @@ class EndpointController::EndpointRun {
 
   bool ReconcileDeleting(const store::EndpointRecord& record) {
     StopAll();
+    ForgetFailures();
+    Reap();
     Publish(record, json(), 0);
     if (!instances_.empty()) {
       Retry(Clock::now() + std::chrono::milliseconds(100));
