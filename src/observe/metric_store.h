@@ -53,29 +53,31 @@ struct StatisticSet {
   bool operator==(const StatisticSet&) const = default;
 };
 
+// One point to write. Members carry `{}` initializers so that writers may name only the members
+// they use (GCC's -Wmissing-field-initializers is quiet for members with initializers).
 struct MetricDatum {
   std::string name{};
   Dimensions dimensions{};
   int64_t timestamp_millis = 0;
-  double value = 0;                        // one sample, used when `statistics` is unset and `values_counts` empty
+  double value = 0;  // one sample, used when `statistics` is unset and `values_counts` empty
   std::optional<StatisticSet> statistics{};  // a pre-aggregated set (PutMetricData StatisticValues)
   // PutMetricData Values+Counts (counts default 1), or a writer's own distribution (e.g. a latency
   // sketch's bucket values): distinct values with their counts. When set and `statistics` is unset,
   // the stored statistic set is computed from it exactly. Kept per point for percentiles.
   std::vector<std::pair<double, double>> values_counts{};
-  std::string unit{};             // CloudWatch StandardUnit name; "" is stored as "None"
-  int storage_resolution = 60;  // 1 = high resolution (custom metrics)
+  std::string unit{};           // CloudWatch StandardUnit name; "" is stored as "None"
+  int storage_resolution = 60;  // 1 = high resolution (custom metrics); stored, not yet read back
 };
 
 // One GetMetricStatistics/GetMetricData metric stat, already validated by the API layer.
 struct MetricQuery {
   std::string ns{};
   std::string name{};
-  Dimensions dimensions{};           // exact match of the whole set
-  int64_t start_millis = 0;        // inclusive; the API aligns it to the period
-  int64_t end_millis = 0;          // exclusive
-  int64_t period_seconds = 60;     // > 0
-  std::optional<std::string> unit{};  // only points stored with this unit
+  Dimensions dimensions{};            // exact match of the whole set
+  int64_t start_millis = 0;           // inclusive; the API aligns it to the period
+  int64_t end_millis = 0;             // exclusive
+  int64_t period_seconds = 60;        // > 0
+  std::optional<std::string> unit{};  // only points stored with this unit ("" means "None")
   // false: the periods' distributions are not merged (percentiles_available stays false). Over
   // points that carry sketches merging costs ~1.5x the query without it (bench/README.md), so
   // callers that need no percentile statistic should say so.
@@ -85,16 +87,20 @@ struct MetricQuery {
 // The statistics of one period that has at least one point.
 struct PeriodAggregate {
   int64_t start_millis = 0;  // query.start_millis + k * period
-  StatisticSet stats{};        // exact, merged over the period's points
-  std::string unit{};          // the points' unit ("None" when none was given; the first point's when mixed)
+  StatisticSet stats{};      // exact, merged over the period's points
+  std::string unit{};        // the points' unit ("None" when none was given; the first point's when mixed)
   // Merged values_counts of the period (sorted by value, distinct values), empty when any point of
   // the period had no distribution (a bare StatisticValues set): then percentiles are unavailable.
   std::vector<std::pair<double, double>> distribution{};
   bool percentiles_available = false;
 };
 
-// p in [0, 100]; nullopt when !percentiles_available. Nearest rank over the distribution: the
-// smallest value whose cumulative count reaches ceil(p / 100 * SampleCount) (p = 0: the minimum).
+// p in [0, 100]; nullopt when !percentiles_available or p is out of range. Nearest rank over the
+// distribution: the smallest value whose cumulative count reaches ceil(p / 100 * N), N the
+// distribution's total count (at least rank 1). When that value is the distribution's first
+// (last), the period's exact Minimum (Maximum) is returned instead: the same value for an exact
+// distribution, and an actual sample for a writer's approximate sketch; other values are
+// clamped into [Minimum, Maximum].
 std::optional<double> Percentile(const PeriodAggregate& period, double p);
 
 struct MetricId {
@@ -170,7 +176,8 @@ class MetricStore {
 
   // Every period of the query that has points, in time order. Periods are
   // [start_millis + k * period, start_millis + (k + 1) * period) clipped to end_millis. An unknown
-  // series gives an empty list; InvalidArgument when period_seconds <= 0.
+  // series gives an empty list; InvalidArgument when period_seconds <= 0. Holds the database
+  // for one indexed range scan (~27 ms per 100k points), so writers wait that long at most.
   Result<std::vector<PeriodAggregate>> Aggregate(const MetricQuery& query) const;
 
   // Series matching `filter`, after `after_key` (exclusive; "" = from the start), at most `limit`
