@@ -35,7 +35,17 @@ test_pkgs=(
   curl procps
   python3-torch python3-numpy              # the real PyTorch training jobs of the integration tests
   nginx-light wrk                          # bench/serving_bench.py: the reference proxy and the load generator
+  python3-sklearn                          # tests/integration/test_sdk.py: the SKLearn estimator's job
+  python3-cbor2                            # CloudWatch RPC v2 CBOR tests (raw CBOR requests)
 )
+# The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
+# imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.
+sdk_pkgs_file="$(cd "$(dirname "$0")/.." && pwd)/../shared/clients/sagemaker-python-sdk/debian-packages.txt"
+if [ -r "$sdk_pkgs_file" ]; then
+  while read -r p; do
+    case "$p" in ''|'#'*) ;; *) test_pkgs+=("$p") ;; esac
+  done < "$sdk_pkgs_file"
+fi
 
 pkgs=("${build_pkgs[@]}")
 if [ "$want_test" = 1 ]; then pkgs+=("${test_pkgs[@]}"); fi
