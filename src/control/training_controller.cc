@@ -392,6 +392,12 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
 }
 
 Status TrainingController::JobRun::Stage(const store::TrainingJobRecord& record) {
+  // The image first: one Kiln cannot run fails the job before its channels are downloaded, and
+  // a download error cannot hide it (issue 10). Launch resolves it again for the command.
+  const std::string image = request_.value("AlgorithmSpecification", json::object()).value("TrainingImage", "");
+  if (auto resolved = deps().environments->Resolve(image); !resolved.ok()) {
+    return Status::InvalidArgument("ClientError: " + resolved.status().message());
+  }
   SetSecondary("Downloading", kMsgDownloading);
   const int host_count = static_cast<int>(hosts_.size());
   // Script-mode code (sagemaker_submit_directory) is fetched here, while the channels download,

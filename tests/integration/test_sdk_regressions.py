@@ -188,6 +188,17 @@ def test_unrunnable_image_fails_before_model_data_is_downloaded(module_kiln, sm,
     assert cache_files(module_kiln) == before  # nothing was downloaded
 
 
+def test_training_job_with_an_unrunnable_image_fails_on_the_image_not_on_its_channels(module_kiln, sm, bucket):
+    missing_image = "local:/nonexistent/kiln-train-%s" % th.unique_name("x")
+    name = th.unique_name("train-img")
+    sm.create_training_job(**th.training_request(
+        name, bucket, image=missing_image,
+        channels=[th.s3_channel("train", "s3://%s/no/such/prefix/" % bucket)]))
+    d = th.wait_for_status(sm, name, timeout=60, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert missing_image in d["FailureReason"] and "No S3 objects found" not in d["FailureReason"], d["FailureReason"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Capacity under the strict policy
 
