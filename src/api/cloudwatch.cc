@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <set>
 #include <utility>
@@ -234,6 +235,215 @@ std::optional<json> DecodeToken(const std::string& token) {
 }
 
 std::string EncodeToken(const json& token) { return Base64Encode(token.dump()); }
+
+
+// GetMetricData metric math (spec §13, Kiln's subset): + - * / with the usual precedence,
+// parentheses, unary minus, numbers, query ids, and SUM/AVG/MIN/MAX over a list [a, b, ...] (per
+// timestamp, across the series) or over one series (its values at each timestamp: the series
+// itself). A binary operation on two series keeps the timestamps both have; with a scalar, every
+// value. Non-finite results (x / 0) are dropped, as CloudWatch leaves such points out.
+struct MathValue {
+  bool is_series = false;
+  double scalar = 0;
+  std::map<int64_t, double> points;
+};
+using MathLookup = std::function<std::variant<const MathValue*, std::string>(const std::string& id)>;
+
+class MathParser {
+ public:
+  MathParser(std::string_view text, MathLookup lookup) : text_(text), lookup_(std::move(lookup)) {}
+
+  std::variant<MathValue, std::string> Parse() {
+    MathValue v;
+    if (!Expr(&v)) return error_;
+    Skip();
+    if (pos_ != text_.size()) return "Unexpected \"" + std::string(text_.substr(pos_, 16)) + "\" at position " +
+                                      std::to_string(pos_ + 1);
+    return v;
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool Fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+    return false;
+  }
+  bool Eat(char c) {
+    Skip();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  static MathValue Combine(const MathValue& a, const MathValue& b, char op) {
+    auto apply = [op](double x, double y) {
+      switch (op) {
+        case '+': return x + y;
+        case '-': return x - y;
+        case '*': return x * y;
+        default: return x / y;
+      }
+    };
+    MathValue out;
+    if (!a.is_series && !b.is_series) {
+      out.scalar = apply(a.scalar, b.scalar);
+      return out;
+    }
+    out.is_series = true;
+    auto put = [&](int64_t t, double v) {
+      if (std::isfinite(v)) out.points[t] = v;
+    };
+    if (a.is_series && b.is_series) {
+      for (const auto& [t, x] : a.points) {
+        auto it = b.points.find(t);
+        if (it != b.points.end()) put(t, apply(x, it->second));
+      }
+    } else if (a.is_series) {
+      for (const auto& [t, x] : a.points) put(t, apply(x, b.scalar));
+    } else {
+      for (const auto& [t, y] : b.points) put(t, apply(a.scalar, y));
+    }
+    return out;
+  }
+
+  bool Expr(MathValue* out) {
+    if (!Term(out)) return false;
+    for (;;) {
+      Skip();
+      if (pos_ >= text_.size() || (text_[pos_] != '+' && text_[pos_] != '-')) return true;
+      char op = text_[pos_++];
+      MathValue rhs;
+      if (!Term(&rhs)) return false;
+      *out = Combine(*out, rhs, op);
+    }
+  }
+  bool Term(MathValue* out) {
+    if (!Factor(out)) return false;
+    for (;;) {
+      Skip();
+      if (pos_ >= text_.size() || (text_[pos_] != '*' && text_[pos_] != '/')) return true;
+      char op = text_[pos_++];
+      MathValue rhs;
+      if (!Factor(&rhs)) return false;
+      *out = Combine(*out, rhs, op);
+    }
+  }
+  bool Factor(MathValue* out) {
+    if (++depth_ > 64) return Fail("Expression nested too deeply");
+    struct Leave {
+      int* depth;
+      ~Leave() { --*depth; }
+    } leave{&depth_};
+    Skip();
+    if (pos_ >= text_.size()) return Fail("Unexpected end of expression");
+    char c = text_[pos_];
+    if (c == '-') {
+      ++pos_;
+      if (!Factor(out)) return false;
+      MathValue minus_one;
+      minus_one.scalar = -1;
+      *out = Combine(minus_one, *out, '*');
+      return true;
+    }
+    if (c == '(') {
+      ++pos_;
+      if (!Expr(out)) return false;
+      return Eat(')') || Fail("Missing \")\"");
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+      size_t begin = pos_;
+      while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.')) ++pos_;
+      char* end = nullptr;
+      std::string number(text_.substr(begin, pos_ - begin));
+      out->is_series = false;
+      out->scalar = std::strtod(number.c_str(), &end);
+      if (end != number.c_str() + number.size()) return Fail("Invalid number " + number);
+      return true;
+    }
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      size_t begin = pos_;
+      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
+      std::string name(text_.substr(begin, pos_ - begin));
+      if (Eat('(')) return Function(name, out);
+      auto found = lookup_(name);
+      if (auto* message = std::get_if<std::string>(&found)) return Fail(*message);
+      *out = *std::get<const MathValue*>(found);
+      return true;
+    }
+    return Fail("Unexpected \"" + std::string(1, c) + "\" at position " + std::to_string(pos_ + 1));
+  }
+  bool Function(const std::string& name, MathValue* out) {
+    if (name != "SUM" && name != "AVG" && name != "MIN" && name != "MAX") {
+      return Fail("Unsupported Metric Math function: " + name + " (Kiln evaluates SUM, AVG, MIN and MAX)");
+    }
+    std::vector<MathValue> args;
+    if (Eat('[')) {
+      do {
+        MathValue v;
+        if (!Expr(&v)) return false;
+        args.push_back(std::move(v));
+      } while (Eat(','));
+      if (!Eat(']')) return Fail("Missing \"]\"");
+    } else {
+      MathValue v;
+      if (!Expr(&v)) return false;
+      args.push_back(std::move(v));
+    }
+    if (!Eat(')')) return Fail("Missing \")\"");
+    // Per timestamp across the arguments that have it (scalars count everywhere).
+    std::set<int64_t> times;
+    bool any_series = false;
+    for (const MathValue& a : args) {
+      if (!a.is_series) continue;
+      any_series = true;
+      for (const auto& [t, v] : a.points) times.insert(t);
+    }
+    auto reduce = [&](const std::vector<double>& xs) {
+      double acc = name == "MIN" ? xs[0] : name == "MAX" ? xs[0] : 0;
+      for (double x : xs) {
+        if (name == "MIN") acc = std::min(acc, x);
+        else if (name == "MAX") acc = std::max(acc, x);
+        else acc += x;
+      }
+      return name == "AVG" ? acc / static_cast<double>(xs.size()) : acc;
+    };
+    *out = MathValue();
+    if (!any_series) {
+      std::vector<double> xs;
+      for (const MathValue& a : args) xs.push_back(a.scalar);
+      out->scalar = reduce(xs);
+      return true;
+    }
+    out->is_series = true;
+    for (int64_t t : times) {
+      std::vector<double> xs;
+      for (const MathValue& a : args) {
+        if (!a.is_series) {
+          xs.push_back(a.scalar);
+        } else if (auto it = a.points.find(t); it != a.points.end()) {
+          xs.push_back(it->second);
+        }
+      }
+      double v = reduce(xs);
+      if (std::isfinite(v)) out->points[t] = v;
+    }
+    return true;
+  }
+
+  std::string_view text_;
+  MathLookup lookup_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+  std::string error_;
+};
+
+std::variant<MathValue, std::string> EvaluateMath(std::string_view text, MathLookup lookup) {
+  return MathParser(text, std::move(lookup)).Parse();
+}
 
 }  // namespace
 
@@ -602,9 +812,13 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
   struct Series {
     std::string id;
     std::string label;
-    std::vector<std::pair<int64_t, double>> points;
+    std::vector<std::pair<int64_t, double>> points;  // ascending time
   };
-  std::vector<Series> results;
+  // Every query's series (metric stats and expressions, returned or not), by id; the returned ones
+  // in request order.
+  std::map<std::string, MathValue> values;
+  std::map<std::string, std::string> expressions;  // id → text, evaluated after the metric stats
+  std::vector<std::pair<std::string, std::string>> returned;  // (id, label)
   std::set<std::string> ids;
   for (size_t i = 0; i < queries.size(); ++i) {
     const json& q = queries[i];
@@ -628,10 +842,11 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
       return Combination("Exactly one of the parameters " + p + ".MetricStat and " + p +
                          ".Expression must be specified.");
     }
+    const bool return_data = !Present(q, "ReturnData") || q["ReturnData"].get<bool>();
     if (has_expression) {
-      return aws::AwsError("ValidationError", "Kiln does not evaluate metric math expressions: " + p +
-                                                  ".Expression (\"" + q["Expression"].get<std::string>().substr(0, 256) +
-                                                  "\") cannot be answered; query each metric with MetricStat.");
+      expressions[id] = q["Expression"].get<std::string>();
+      if (return_data) returned.emplace_back(id, Present(q, "Label") ? q["Label"].get<std::string>() : id);
+      continue;
     }
     const json& stat = q["MetricStat"];
     const json& metric = stat["Metric"];
@@ -654,7 +869,6 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
       return Combination("The query " + p + " asks for " + Grouped(PeriodCount(window)) +
                          " periods; reduce the time range or increase the period.");
     }
-    if (Present(q, "ReturnData") && !q["ReturnData"].get<bool>()) continue;
     observe::MetricQuery query;
     query.ns = metric["Namespace"].get<std::string>();
     query.name = metric["MetricName"].get<std::string>();
@@ -665,12 +879,51 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
     if (Present(stat, "Unit")) query.unit = stat["Unit"].get<std::string>();
     auto periods = options_.store->Aggregate(query);
     if (!periods.ok()) return StoreError(periods.status());
+    MathValue series;
+    series.is_series = true;
+    for (const observe::PeriodAggregate& period : *periods) {
+      if (auto v = StatValue(period, *spec)) series.points[period.start_millis] = *v;
+    }
+    values[id] = std::move(series);
+    if (return_data) returned.emplace_back(id, Present(q, "Label") ? q["Label"].get<std::string>() : query.name);
+  }
+  // Expressions, each once, in dependency order (a reference cycle is refused).
+  std::set<std::string> evaluating;
+  std::function<std::optional<aws::AwsError>(const std::string&)> evaluate =
+      [&](const std::string& id) -> std::optional<aws::AwsError> {
+    if (values.count(id) > 0) return std::nullopt;
+    if (!evaluating.insert(id).second) {
+      return aws::AwsError("ValidationError", "Error in expression " + id + " [it refers to itself through other "
+                                                  "expressions]");
+    }
+    auto result = EvaluateMath(expressions[id], [&](const std::string& ref) -> std::variant<const MathValue*, std::string> {
+      if (values.count(ref) == 0 && expressions.count(ref) > 0) {
+        if (auto e = evaluate(ref)) return e->message;
+      }
+      auto it = values.find(ref);
+      if (it == values.end()) return "Unknown id " + ref;
+      return &it->second;
+    });
+    if (auto* message = std::get_if<std::string>(&result)) {
+      if (StartsWith(*message, "Error in expression ")) return aws::AwsError("ValidationError", *message);
+      return aws::AwsError("ValidationError", "Error in expression " + id + " [" + *message + "]");
+    }
+    values[id] = std::get<MathValue>(std::move(result));
+    return std::nullopt;
+  };
+  for (const auto& [id, text] : expressions) {
+    if (auto e = evaluate(id)) return *e;
+  }
+  std::vector<Series> results;
+  for (const auto& [id, label] : returned) {
     Series series;
     series.id = id;
-    series.label = Present(q, "Label") ? q["Label"].get<std::string>() : query.name;
-    for (const observe::PeriodAggregate& period : *periods) {
-      if (auto v = StatValue(period, *spec)) series.points.emplace_back(period.start_millis, *v);
+    series.label = label;
+    const MathValue& v = values[id];
+    if (v.is_series) {
+      for (const auto& [t, x] : v.points) series.points.emplace_back(t, x);
     }
+    // A scalar result (e.g. "2 * 3") has no timestamps to put it at: returned empty, as no period.
     if (!ascending) std::reverse(series.points.begin(), series.points.end());
     results.push_back(std::move(series));
   }

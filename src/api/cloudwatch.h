@@ -23,8 +23,10 @@
 // 63 days old; StartTime is rounded down to the minute (5 minutes past 15 days, the hour past 63
 // days; to the period for periods under a minute) and periods start there. GetMetricStatistics
 // answers at most 1,440 periods; GetMetricData at most 500 queries and MaxDatapoints values per
-// page (NextToken continues, results are PartialData until their last page). Math expressions in
-// GetMetricData are refused with ValidationError naming the query.
+// page (NextToken continues, results are PartialData until their last page). GetMetricData
+// expressions: + - * / over query ids and numbers, parentheses, and SUM/AVG/MIN/MAX of a list
+// [a, b, ...] (per timestamp); anything else (SEARCH, METRICS(), other functions) is
+// ValidationError "Error in expression <id> [...]".
 //
 // Thread-safety: const methods only; the MetricStore is thread-safe.
 

@@ -291,6 +291,48 @@ TEST_F(CloudWatchTest, GetMetricDataStatsOrderAndPaging) {
   EXPECT_EQ(Error("GetMetricData", in), "InvalidNextToken");
 }
 
+TEST_F(CloudWatchTest, GetMetricDataMath) {
+  json data = json::array();
+  for (int i = 0; i < 3; ++i) {
+    data.push_back({{"MetricName", "A"}, {"Timestamp", kNowSeconds - 180 + 60 * i}, {"Value", i + 1}});
+    if (i > 0) data.push_back({{"MetricName", "B"}, {"Timestamp", kNowSeconds - 180 + 60 * i}, {"Value", 10 * i}});
+  }
+  Put(data);
+  auto stat = [](const std::string& id, const std::string& name, bool returned) {
+    return json{{"Id", id},
+                {"ReturnData", returned},
+                {"MetricStat",
+                 {{"Metric", {{"Namespace", "Custom/Test"}, {"MetricName", name}}}, {"Period", 60}, {"Stat", "Sum"}}}};
+  };
+  auto expr = [](const std::string& id, const std::string& text) { return json{{"Id", id}, {"Expression", text}}; };
+  json in = {{"MetricDataQueries",
+              {expr("later", "doubled + 1"), stat("a", "A", false), stat("b", "B", false), expr("doubled", "a * 2"),
+               expr("ratio", "b / (a - 1)"), expr("total", "SUM([a, b, 100])"), expr("most", "MAX([a, b])"),
+               expr("neg", "-a"), expr("scalar", "2 * 3")}},
+             {"StartTime", kNowSeconds - 600},
+             {"EndTime", kNowSeconds},
+             {"ScanBy", "TimestampAscending"}};
+  json out = Ok("GetMetricData", in);
+  std::map<std::string, json> by_id;
+  for (const json& r : out["MetricDataResults"]) by_id[r["Id"]] = r;
+  ASSERT_EQ(by_id.size(), 7u);  // a and b are not returned
+  EXPECT_EQ(by_id["doubled"]["Values"], json({2.0, 4.0, 6.0}));
+  EXPECT_EQ(by_id["doubled"]["Label"], "doubled");
+  EXPECT_EQ(by_id["later"]["Values"], json({3.0, 5.0, 7.0}));  // refers to an expression defined after it
+  EXPECT_EQ(by_id["ratio"]["Values"], json({10.0, 10.0}));     // x / 0 at the first minute is dropped
+  EXPECT_EQ(by_id["ratio"]["Timestamps"], json({kNowSeconds - 120, kNowSeconds - 60}));
+  EXPECT_EQ(by_id["total"]["Values"], json({101.0, 112.0, 123.0}));  // B has no point at the first minute
+  EXPECT_EQ(by_id["most"]["Values"], json({1.0, 10.0, 20.0}));
+  EXPECT_EQ(by_id["neg"]["Values"], json({-1.0, -2.0, -3.0}));
+  EXPECT_TRUE(by_id["scalar"]["Values"].empty());
+  json cycle = {{"MetricDataQueries", {expr("x", "y + 1"), expr("y", "x * 2")}},
+                {"StartTime", kNowSeconds - 600},
+                {"EndTime", kNowSeconds}};
+  std::string message;
+  EXPECT_EQ(Error("GetMetricData", cycle, &message), "ValidationError");
+  EXPECT_NE(message.find("refers to itself"), std::string::npos) << message;
+}
+
 TEST_F(CloudWatchTest, GetMetricDataErrors) {
   auto with = [](json q) {
     return json{{"MetricDataQueries", {std::move(q)}}, {"StartTime", kNowSeconds - 600}, {"EndTime", kNowSeconds}};
@@ -300,7 +342,11 @@ TEST_F(CloudWatchTest, GetMetricDataErrors) {
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "a"}})), "InvalidParameterCombination");
   std::string message;
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "m1 * 2"}}), &message), "ValidationError");
-  EXPECT_NE(message.find("MetricDataQueries.member.1.Expression"), std::string::npos);
+  EXPECT_EQ(message, "Error in expression e [Unknown id m1]");
+  EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "SEARCH('{AWS/EC2}', 'Average', 300)"}}), &message),
+            "ValidationError");
+  EXPECT_NE(message.find("Unsupported Metric Math function: SEARCH"), std::string::npos);
+  EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "(1 + "}}), &message), "ValidationError");
   stat["Stat"] = "tm99";
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "a"}, {"MetricStat", stat}})), "InvalidParameterValue");
   json many = json::array();

@@ -213,7 +213,7 @@ def test_errors_are_aws_shaped_in_every_protocol(module_kiln, query, cli, now):
         ("GetMetricStatistics", stats_params(now, StartTime=now - 20 * 86400, EndTime=now - 19 * 86400, Period=60),
          "InvalidParameterValue", "multiple of 300"),
         ("GetMetricData", {"MetricDataQueries": [{"Id": "e1", "Expression": "SUM(METRICS())"}],
-                           "StartTime": now - 600, "EndTime": now}, "ValidationError", "metric math"),
+                           "StartTime": now - 600, "EndTime": now}, "ValidationError", "Unsupported Metric Math function: METRICS"),
     ]
     calls = [(op, {k: v for k, v in p.items() if v is not None}) for op, p, _, _ in cases]
     json10 = cw.json10_calls(module_kiln, calls)
