@@ -5,9 +5,9 @@ SageMaker SDK bundle), AWS Query (Debian's boto3 1.26 and the AWS CLI 2.9) and S
 invocation metrics in AWS/SageMaker.
 """
 
+import json
 import subprocess
 import time
-import urllib.parse
 
 import pytest
 
@@ -290,3 +290,22 @@ def test_endpoint_invocations_appear_in_aws_sagemaker(module_kiln, sm, query):
     finally:
         sm.delete_endpoint(EndpointName=name)
         eh.wait_until(lambda: eh.endpoint_gone(sm, name), timeout=60)
+
+
+def test_aws_cli_put_list_and_get_metric_data(module_kiln, cli, now):
+    cli("cloudwatch", "put-metric-data", "--namespace", NS + "/Cli", "--metric-name", "Requests", "--unit", "Count",
+        "--value", "3", "--dimensions", "Service=api", "--timestamp", cw.iso(now - 90))
+    cli("cloudwatch", "put-metric-data", "--namespace", NS + "/Cli", "--metric-name", "Requests",
+        "--statistic-values", "SampleCount=2,Sum=10,Minimum=4,Maximum=6", "--dimensions", "Service=api",
+        "--timestamp", cw.iso(now - 80))
+    listed = cw.cli_json(cli, "list-metrics", "--namespace", NS + "/Cli")
+    assert listed["Metrics"] == [{"Namespace": NS + "/Cli", "MetricName": "Requests",
+                                  "Dimensions": [{"Name": "Service", "Value": "api"}]}]
+    queries = ('[{"Id": "total", "MetricStat": {"Metric": {"Namespace": "%s/Cli", "MetricName": "Requests", '
+               '"Dimensions": [{"Name": "Service", "Value": "api"}]}, "Period": 60, "Stat": "Sum"}}, '
+               '{"Id": "twice", "Expression": "total * 2"}]' % NS)
+    out = json.loads(cli("cloudwatch", "get-metric-data", "--metric-data-queries", queries,
+                         "--start-time", cw.iso(now - 600), "--end-time", cw.iso(now), "--output", "json").stdout)
+    results = {r["Id"]: r for r in out["MetricDataResults"]}
+    assert results["total"]["Values"] == [13.0] and results["twice"]["Values"] == [26.0]
+    assert results["total"]["StatusCode"] == "Complete"
