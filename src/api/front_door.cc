@@ -355,15 +355,17 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
   } catch (const std::exception& e) {
     KLOG(error, "request failed with exception", {{"what", e.what()}, {"request_id", context.request_id}});
     if (!response.started()) {
-      SendWire(response, aws::SerializeError(route.protocol, aws::AwsError("InternalFailure", "Internal error", 500),
-                                             context.request_id));
+      aws::AwsError internal("InternalFailure", "Internal error", 500);
+      SendWire(response, route.kind == Route::Kind::kCbor ? aws::SerializeCborError(internal, context.request_id)
+                                                          : aws::SerializeError(route.protocol, internal, context.request_id));
     }
     response.CloseAfterResponse();
   }
   if (!response.started()) {
     // A service that forgot to answer is a bug; the client still gets a well-formed error.
-    SendWire(response, aws::SerializeError(route.protocol, aws::AwsError("InternalFailure", "No response", 500),
-                                           context.request_id));
+    aws::AwsError internal("InternalFailure", "No response", 500);
+    SendWire(response, route.kind == Route::Kind::kCbor ? aws::SerializeCborError(internal, context.request_id)
+                                                        : aws::SerializeError(route.protocol, internal, context.request_id));
   }
   std::string status = std::to_string(response.status());
   std::string millis = std::to_string(NowMillis() - context.start_millis);
