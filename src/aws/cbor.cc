@@ -413,7 +413,11 @@ void CborWriter::Json(const nlohmann::json& value) {
         Json(it.value());
       }
       break;
-    case nlohmann::json::value_t::binary: Bytes(std::string_view(reinterpret_cast<const char*>(value.get_binary().data()), value.get_binary().size())); break;
+    case nlohmann::json::value_t::binary: {
+      const auto& binary = value.get_binary();
+      Bytes(std::string_view(reinterpret_cast<const char*>(binary.data()), binary.size()));
+      break;
+    }
     case nlohmann::json::value_t::discarded: Null(); break;
   }
 }
