@@ -70,6 +70,10 @@ class Scenario:
         except OSError:
             return ""
 
+    def seconds(self):
+        """How long the scenario process ran (SDK import included), once its result was read."""
+        return (self._result or {}).get("scenario_seconds")
+
     def wait(self):
         if self.wall is not None:
             return self.proc.returncode

@@ -10,10 +10,12 @@ Everything the SDK prints (fit()'s streamed logs) is the scenario's output, whic
 """
 
 import json
+import logging
 import os
 import sys
 import time
 
+STARTED = time.monotonic()
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import sdk_helpers  # noqa: E402
@@ -183,10 +185,15 @@ def deploy_repack(sess, a):
 
 def main():
     name, result_path, args_path = sys.argv[1:4]
+    # The SDK's own INFO lines (what it creates, waits for, deletes) go to the output a failing
+    # test shows; botocore's per-client "Found endpoint ..." lines do not.
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:%(name)s:%(message)s")
+    logging.getLogger("botocore").setLevel(logging.WARNING)
     with open(args_path) as f:
         args = json.load(f)
     sess = sdk_helpers.session(args["bucket"])
     result = globals()[name](sess, args)
+    result["scenario_seconds"] = time.monotonic() - STARTED  # the SDK's import included
     with open(result_path + ".tmp", "w") as f:
         json.dump(result, f, default=str, indent=1)
     os.replace(result_path + ".tmp", result_path)
