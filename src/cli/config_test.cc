@@ -118,5 +118,24 @@ TEST(ConfigTest, ArchivesSectionSetsTheUnpackCaps) {
   }
 }
 
+TEST(ConfigTest, EndpointsProvisionTimeoutDefaultsToTheModelMaximum) {
+  Config defaults;
+  EXPECT_EQ(defaults.endpoints.provision_timeout_seconds, 3600);
+  std::string path = WriteTemp(R"({"endpoints": {"provision_timeout_seconds": 20}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.endpoints.provision_timeout_seconds, 20);
+  std::filesystem::remove(path);
+  for (const char* bad : {R"({"endpoints": {"provision_timeout_seconds": 0}})",
+                          R"({"endpoints": {"provision_timeout_seconds": "20"}})"}) {
+    std::string bad_path = WriteTemp(bad);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("provision_timeout_seconds"), std::string::npos) << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli
