@@ -54,12 +54,13 @@ UP_FRONT = {
     "test_training_job_analytics_dataframe": "pytorch_fit",
     "test_sklearn_estimator": "sklearn_fit",
     "test_generic_estimator_with_local_image": "local_image_fit",
+    "test_byoc_estimator_attach_and_deploy": "byoc_fit",
 }
 AFTER_TRAINING = {
     "test_model_deploy_json_and_csv_predictors": "deploy_json_csv",
     "test_model_deploy_with_entry_point_repacks": "deploy_repack",
 }
-TRAINING_SCENARIOS = ("pytorch_fit", "sklearn_fit", "local_image_fit")
+TRAINING_SCENARIOS = ("pytorch_fit", "sklearn_fit", "local_image_fit", "byoc_fit")
 
 
 def linear(row, w=SERVE_MODEL["w"], b=SERVE_MODEL["b"]):
@@ -136,6 +137,8 @@ def start(r, inputs, scenario, **extra):
                                 name=eh.unique_name("sdk-ep")),
         "deploy_repack": dict(bucket=b, model_data=inputs["model_data"], rows=ROWS,
                               name=eh.unique_name("sdk-repack")),
+        "byoc_fit": dict(bucket=b, data_dir=inputs["data_dir"]),
+        "byoc_deploy": dict(bucket=b, rows=ROWS, name=eh.unique_name("sdk-byoc")),
         "attach": dict(bucket=b),
         "analytics": dict(bucket=b),
     }[scenario]
@@ -166,6 +169,13 @@ def deploys(runner, inputs, request):
     for test, scenario in AFTER_TRAINING.items():
         if test in selected:
             start(runner, inputs, scenario)
+    if "test_byoc_estimator_attach_and_deploy" in selected:
+        try:
+            job = runner.result("byoc_fit")["job_name"]
+        except sdk_helpers.ScenarioFailed:
+            pass  # the test reports it
+        else:
+            start(runner, inputs, "byoc_deploy", job_name=job)
     return runner
 
 
@@ -372,3 +382,21 @@ def test_model_deploy_with_entry_point_repacks(deploys, sm, s3, inputs):
     assert answer["predictions"] == pytest.approx([10.0 * linear(row) for row in ROWS])
     assert {"model.json", "code/inference.py", "code/scale.py"} <= set(answer["model_files"])
     assert_gone(sm, r["model"]["ModelName"])
+
+
+def test_byoc_estimator_attach_and_deploy(deploys, sm, s3):
+    """One `local:` image that trains and serves: Estimator.fit(), then Estimator.attach(job)
+    .deploy() of the job's model.tar.gz with the same image, answering with the fitted model."""
+    fit = deploys.result("byoc_fit")
+    assert re.search(r"fitted w=.* on 60 rows", fit["output"]), fit["output"][-3000:]
+    files = th.untar(s3_bytes(s3, fit["model_data"]))
+    fitted = json.loads(files["model.json"])
+    assert fitted["w"] == pytest.approx(list(TRUE_W), abs=0.05) and fitted["b"] == pytest.approx(TRUE_B, abs=0.05)
+    r = deploys.result("byoc_deploy")
+    assert r["model_data"] == fit["model_data"]
+    container = r["model"]["PrimaryContainer"]
+    assert container["Image"] == "local:" + os.path.join(sdk_helpers.SDK_DIR, "linear_image.py")
+    assert container["ModelDataUrl"] == fit["model_data"]
+    assert r["json"]["content_type"] == "text/csv"
+    assert r["json"]["predictions"] == pytest.approx([linear(row, fitted["w"], fitted["b"]) for row in ROWS])
+    assert_gone(sm, r["endpoint_name"])

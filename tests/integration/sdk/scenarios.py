@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import sdk_helpers  # noqa: E402
 
 ROLE = sdk_helpers.ROLE_ARN
-SERVE_IMAGE = "local:" + os.path.join(HERE, "serve_linear.py")
+LINEAR_IMAGE = "local:" + os.path.join(HERE, "linear_image.py")  # train and serve
 PROBE_IMAGE = "local:" + os.path.join(sdk_helpers.JOBS_DIR, "probe.py")
 
 
@@ -130,6 +130,36 @@ def local_image_fit(sess, a):
             "describe": _describe_job(sess, name)}
 
 
+def byoc_fit(sess, a):
+    """The bring-your-own-container pattern: a generic Estimator whose image trains and serves."""
+    from sagemaker.estimator import Estimator
+    train_uri = sess.upload_data(a["data_dir"], key_prefix="sdk/byoc/train")
+    est = Estimator(image_uri=LINEAR_IMAGE, role=ROLE, instance_count=1, instance_type="ml.m5.large",
+                    base_job_name="sdk-byoc", sagemaker_session=sess)
+    est.fit({"train": train_uri}, logs=True)
+    return {"job_name": est.latest_training_job.name, "model_data": est.model_data}
+
+
+def byoc_deploy(sess, a):
+    """Estimator.attach to the finished BYOC job, then estimator.deploy(): a model from the job's
+    image and artifacts, a Predictor (CSV in, JSON out); deleted again."""
+    from sagemaker.deserializers import JSONDeserializer
+    from sagemaker.estimator import Estimator
+    from sagemaker.serializers import CSVSerializer
+    est = Estimator.attach(a["job_name"], sagemaker_session=sess)
+    predictor = est.deploy(initial_instance_count=1, instance_type="ml.m5.large", endpoint_name=a["name"],
+                           serializer=CSVSerializer(), deserializer=JSONDeserializer())
+    out = {"endpoint_name": predictor.endpoint_name, "model_data": est.model_data,
+           "json": predictor.predict(a["rows"])}
+    sm = sess.sagemaker_client
+    config = sm.describe_endpoint_config(
+        EndpointConfigName=sm.describe_endpoint(EndpointName=a["name"])["EndpointConfigName"])
+    out["model"] = sm.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+    predictor.delete_model()
+    predictor.delete_endpoint()
+    return out
+
+
 def deploy_json_csv(sess, a):
     """Model(image_uri="local:...", model_data=...).deploy() with the default 30 s polling; a
     Predictor with the JSON serializer/deserializer and one with CSV; delete_model and
@@ -139,7 +169,7 @@ def deploy_json_csv(sess, a):
     from sagemaker.predictor import Predictor
     from sagemaker.serializers import CSVSerializer, JSONSerializer
     name, rows = a["name"], a["rows"]
-    model = Model(image_uri=SERVE_IMAGE, model_data=a["model_data"], role=ROLE, name=name,
+    model = Model(image_uri=LINEAR_IMAGE, model_data=a["model_data"], role=ROLE, name=name,
                   predictor_cls=Predictor, sagemaker_session=sess)
     t0 = time.monotonic()
     predictor = model.deploy(initial_instance_count=1, instance_type="ml.m5.large", endpoint_name=name,
@@ -167,7 +197,7 @@ def deploy_repack(sess, a):
     from sagemaker.predictor import Predictor
     from sagemaker.serializers import JSONSerializer
     name, rows = a["name"], a["rows"]
-    model = Model(image_uri=SERVE_IMAGE, model_data=a["model_data"], role=ROLE, name=name,
+    model = Model(image_uri=LINEAR_IMAGE, model_data=a["model_data"], role=ROLE, name=name,
                   entry_point="inference.py", source_dir=os.path.join(HERE, "inference_src"),
                   predictor_cls=Predictor, sagemaker_session=sess)
     t0 = time.monotonic()

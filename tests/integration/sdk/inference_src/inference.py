@@ -1,5 +1,5 @@
 """User inference code shipped with Model(entry_point="inference.py", source_dir=...): the SDK
-repacks it into model.tar.gz under code/; serve_linear.py imports it from there."""
+repacks it into model.tar.gz under code/; linear_image.py imports it from there."""
 from scale import SCALE  # a second file of source_dir, found beside this one
 
 

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
-"""A bring-your-own-container serving program for the SDK tests (image `local:<this file>`; Kiln
-runs it as `<this file> serve`, as `docker run IMAGE serve`). Standard library only.
+"""A bring-your-own-container image for the SDK tests (image `local:<this file>`): Kiln runs it as
+`<this file> train` for a training job and `<this file> serve` for an endpoint instance, as
+`docker run IMAGE train|serve`. Standard library only.
 
-Model: /opt/ml/model/model.json {"w": [w1, ...], "b": b}; a prediction is w.x + b.
+train: least squares y = w.x + b over /opt/ml/input/data/train/*.csv (rows "y,x1,...,xn");
+  writes /opt/ml/model/model.json {"w": [w1, ...], "b": b} and prints "fitted w=[...] b=...".
+
+serve: the model is /opt/ml/model/model.json; a prediction is w.x + b.
 User code: when SAGEMAKER_PROGRAM is set (Model(entry_point=...) sets it, with
 SAGEMAKER_SUBMIT_DIRECTORY=/opt/ml/model/code after the SDK repacked the model), that module is
 imported from the submit directory, as the framework serving containers do, and its
@@ -16,6 +20,7 @@ POST /invocations
      "model_files": [sorted paths under /opt/ml/model]}
 GET /ping: 200. SIGTERM exits 0 at once.
 """
+import glob
 import importlib.util
 import json
 import os
@@ -53,19 +58,18 @@ def model_files():
     return sorted(out)
 
 
-MODEL = load_model()
-PREDICT, HANDLER = load_handler()
-
-
 def default_predict(rows, model):
     return [sum(w * x for w, x in zip(model["w"], row)) + model["b"] for row in rows]
+
+
+MODEL, PREDICT, HANDLER = None, None, "default"
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, fmt, *args):
-        sys.stdout.write("serve_linear: " + (fmt % args) + "\n")
+        sys.stdout.write("linear_image: " + (fmt % args) + "\n")
         sys.stdout.flush()
 
     def reply(self, status, body, content_type):
@@ -108,14 +112,54 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, json.dumps(answer).encode(), "application/json")
 
 
-def main():
-    if sys.argv[1:] != ["serve"]:
-        sys.exit("usage: %s serve" % sys.argv[0])
+def solve(a, v):
+    """x with a x = v (Gaussian elimination with partial pivoting; a is small and well posed)."""
+    n = len(v)
+    m = [list(row) + [v[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def train():
+    rows = []
+    for path in sorted(glob.glob("/opt/ml/input/data/train/*.csv")):
+        with open(path) as f:
+            rows += [[float(v) for v in line.split(",")] for line in f if line.strip()]
+    xs = [row[1:] + [1.0] for row in rows]  # the bias as a last feature of 1
+    n = len(xs[0])
+    xtx = [[sum(x[i] * x[j] for x in xs) for j in range(n)] for i in range(n)]
+    xty = [sum(x[i] * row[0] for x, row in zip(xs, rows)) for i in range(n)]
+    coef = solve(xtx, xty)
+    model = {"w": coef[:-1], "b": coef[-1]}
+    with open(os.path.join(MODEL_DIR, "model.json"), "w") as f:
+        json.dump(model, f)
+    print("fitted w=%s b=%.6f on %d rows" % (["%.6f" % w for w in model["w"]], model["b"], len(rows)), flush=True)
+
+
+def serve():
+    global MODEL, PREDICT, HANDLER
+    MODEL = load_model()
+    PREDICT, HANDLER = load_handler()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", "8080"))
     server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    print("serve_linear ready on port %d (handler %s)" % (port, HANDLER), flush=True)
+    print("linear_image ready on port %d (handler %s)" % (port, HANDLER), flush=True)
     server.serve_forever()
+
+
+def main():
+    if sys.argv[1:] == ["train"]:
+        train()
+    elif sys.argv[1:] == ["serve"]:
+        serve()
+    else:
+        sys.exit("usage: %s train|serve" % sys.argv[0])
 
 
 if __name__ == "__main__":
