@@ -30,6 +30,8 @@ SCENARIOS = os.path.join(SDK_DIR, "scenarios.py")
 JOBS_DIR = os.path.join(HERE, "jobs")
 
 ROLE_ARN = "arn:aws:iam::000000000000:role/KilnSdkTest"
+# The bundle is pure Python for Debian's interpreter (its numpy, pandas, scikit-learn, torch).
+SDK_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 REGION = "us-east-1"
 
 
@@ -153,7 +155,7 @@ class ScenarioRunner:
             json.dump(args, f)
         out = open(out_path, "wb")
         try:
-            proc = subprocess.Popen([sys.executable, SCENARIOS, name, result_path, args_path],
+            proc = subprocess.Popen([SDK_PYTHON, SCENARIOS, name, result_path, args_path],
                                     cwd=self.workdir, env=self.env(), stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT)
         finally:

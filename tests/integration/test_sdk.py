@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 import endpoint_helpers as eh
 import sdk_helpers
 import training_helpers as th
-from training_helpers import sm, s3, logs  # noqa: F401 (module-scoped client fixtures)
+from training_helpers import sm, s3  # noqa: F401 (module-scoped client fixtures)
 
 KILN_CONFIG = {
     "scheduler": {"policy": "shrink", "allow_cpu_fallback": True},
