@@ -55,12 +55,14 @@ UP_FRONT = {
     "test_sklearn_estimator": "sklearn_fit",
     "test_generic_estimator_with_local_image": "local_image_fit",
     "test_byoc_estimator_attach_and_deploy": "byoc_fit",
+    "test_failed_fit_raises_with_the_failure_reason": "failing_fit",
 }
 AFTER_TRAINING = {
     "test_model_deploy_json_and_csv_predictors": "deploy_json_csv",
     "test_model_deploy_with_entry_point_repacks": "deploy_repack",
 }
-TRAINING_SCENARIOS = ("pytorch_fit", "sklearn_fit", "local_image_fit", "byoc_fit")
+TRAINING_SCENARIOS = ("pytorch_fit", "sklearn_fit", "local_image_fit", "byoc_fit", "failing_fit")
+FAILURE = "ValueError: column 'y' is missing from train.csv"
 
 
 def linear(row, w=SERVE_MODEL["w"], b=SERVE_MODEL["b"]):
@@ -138,6 +140,7 @@ def start(r, inputs, scenario, **extra):
         "deploy_repack": dict(bucket=b, model_data=inputs["model_data"], rows=ROWS,
                               name=eh.unique_name("sdk-repack")),
         "byoc_fit": dict(bucket=b, data_dir=inputs["data_dir"]),
+        "failing_fit": dict(bucket=b, failure=FAILURE),
         "byoc_deploy": dict(bucket=b, rows=ROWS, name=eh.unique_name("sdk-byoc")),
         "attach": dict(bucket=b),
         "analytics": dict(bucket=b),
@@ -342,6 +345,17 @@ def test_generic_estimator_with_local_image(runner, s3, inputs):
     # that prefix, minus the leading "/", is the file's path in the channel (contract §6.2).
     with open(os.path.join(inputs["data_dir"], "train.csv"), "rb") as f:
         assert report["channels"]["train"] == {"train.csv": th.sha256(f.read())}
+
+
+def test_failed_fit_raises_with_the_failure_reason(runner, sm):
+    r = runner.result("failing_fit")
+    assert r["raised"] == "UnexpectedStatusException", r
+    assert r["actual_status"] == "Failed"
+    d = sm.describe_training_job(TrainingJobName=r["job_name"])
+    assert d["FailureReason"] == FAILURE
+    # "Error for Training job <name>: Failed. Reason: <FailureReason>. Check troubleshooting guide..."
+    assert "Error for Training job %s: Failed. Reason: %s." % (r["job_name"], FAILURE) in r["message"], r["message"]
+    assert re.search(r"line 1$", r["output"], re.M), r["output"][-3000:]  # the log was streamed first
 
 
 def test_model_deploy_json_and_csv_predictors(deploys, sm):

@@ -130,6 +130,22 @@ def local_image_fit(sess, a):
             "describe": _describe_job(sess, name)}
 
 
+def failing_fit(sess, a):
+    """fit() of a job whose program fails: the SDK raises UnexpectedStatusException carrying the
+    FailureReason the program wrote, after streaming its log."""
+    from sagemaker.estimator import Estimator
+    from sagemaker.exceptions import UnexpectedStatusException
+    est = Estimator(image_uri=PROBE_IMAGE, role=ROLE, instance_count=1, instance_type="ml.m5.large",
+                    base_job_name="sdk-failing", sagemaker_session=sess,
+                    hyperparameters={"lines": 2, "failure": a["failure"], "exit_code": 3})
+    try:
+        est.fit(logs=True)
+    except UnexpectedStatusException as e:
+        return {"raised": type(e).__name__, "message": str(e), "actual_status": e.actual_status,
+                "job_name": est.latest_training_job.name}
+    return {"raised": None, "job_name": est.latest_training_job.name}
+
+
 def byoc_fit(sess, a):
     """The bring-your-own-container pattern: a generic Estimator whose image trains and serves."""
     from sagemaker.estimator import Estimator
