@@ -403,6 +403,8 @@ def test_byoc_estimator_attach_and_deploy(deploys, sm, s3):
     .deploy() of the job's model.tar.gz with the same image, answering with the fitted model."""
     fit = deploys.result("byoc_fit")
     assert re.search(r"fitted w=.* on 60 rows", fit["output"]), fit["output"][-3000:]
+    # A managed spot job: the SDK divides BillableTimeInSeconds by TrainingTimeInSeconds.
+    assert re.search(r"^Managed Spot Training savings: \d+\.\d%$", fit["output"], re.M), fit["output"][-2000:]
     files = th.untar(s3_bytes(s3, fit["model_data"]))
     fitted = json.loads(files["model.json"])
     assert fitted["w"] == pytest.approx(list(TRUE_W), abs=0.05) and fitted["b"] == pytest.approx(TRUE_B, abs=0.05)
