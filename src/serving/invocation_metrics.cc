@@ -262,11 +262,15 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
         merged.Merge(taken[j].counts);
         ++j;
       }
-      totals_[{*taken[i].endpoint, *taken[i].variant}].Merge(merged);
       if (store_ != nullptr) {
         auto points = PointsFor(*taken[i].endpoint, *taken[i].variant, taken[i].second, merged);
         batch.insert(batch.end(), std::make_move_iterator(points.begin()), std::make_move_iterator(points.end()));
       }
+      // The totals serve Prometheus, whose histograms use the fixed buckets: they keep no
+      // sketch, so a long-lived endpoint's totals stay at their fixed size.
+      merged.model_latency.sketch = LatencySketch();
+      merged.overhead_latency.sketch = LatencySketch();
+      totals_[{*taken[i].endpoint, *taken[i].variant}].Merge(merged);
       i = j;
     }
   }

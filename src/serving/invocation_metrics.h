@@ -26,7 +26,8 @@
 // Only seconds with traffic are written (no zero points), as CloudWatch does.
 //
 // Prometheus totals (Totals()) are cumulative since process start: flushed seconds plus what the
-// shards still hold, so /metrics is never staler than the request that just finished.
+// shards still hold, so /metrics is never staler than the request that just finished. Flushed
+// totals keep no LatencySketch (only the stored points need one).
 //
 // Memory follows the live endpoints, not their history: a shard's cell for an (endpoint, variant)
 // that has had no request for `idle_cell_seconds` is dropped by the flusher (its counts are in the

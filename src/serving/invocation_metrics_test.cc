@@ -128,6 +128,9 @@ TEST_F(InvocationMetricsTest, TotalsIncludeUnflushedAndAreCumulative) {
   metrics.Record("ep", "B", Sample(100, 500, 10, 1));
   EXPECT_EQ((metrics.Totals()[{"ep", "A"}].invocations), 1u);
   ASSERT_TRUE(metrics.Flush(101).ok());
+  // Flushed totals keep the counters but no sketch (Prometheus uses the fixed buckets).
+  EXPECT_EQ((metrics.Totals()[{"ep", "A"}].model_latency.count), 1u);
+  EXPECT_EQ((metrics.Totals()[{"ep", "A"}].model_latency.sketch.buckets()), 0u);
   metrics.Record("ep", "A", Sample(101, 200, 10, 1));
   auto totals = metrics.Totals();
   EXPECT_EQ((totals[{"ep", "A"}].invocations), 2u);
