@@ -468,11 +468,20 @@ void Scheduler::Cancel(const std::string& id) {
 }
 
 void Scheduler::Release(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = granted_.find(id);
-  if (it == granted_.end()) return;
-  FreeLocked(it->second);
-  granted_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = granted_.find(id);
+    if (it == granted_.end()) return;
+    FreeLocked(it->second);
+    granted_.erase(it);
+  }
+  std::lock_guard<std::mutex> listener_lock(listener_mu_);
+  if (release_listener_) release_listener_();
+}
+
+void Scheduler::SetReleaseListener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> listener_lock(listener_mu_);
+  release_listener_ = std::move(listener);
 }
 
 std::string Scheduler::HolderOfCpuLocked(int cpu) const {

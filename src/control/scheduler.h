@@ -33,6 +33,7 @@
 // Thread-safety: every method may be called from any thread (one internal mutex).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -167,8 +168,15 @@ class Scheduler {
   void Cancel(const std::string& id);
 
   // Frees a granted request's resources. No-op for an unknown id. Call Schedule() afterwards to
-  // start what now fits.
+  // start what now fits; the release listener (below) is told, so the owner of the queue learns
+  // of capacity freed by someone else (an endpoint instance released while a job waits).
   void Release(const std::string& id);
+
+  // `listener` runs after every Release() that freed a grant, on the releasing thread, outside the
+  // scheduler's lock; it must be cheap and must not call Release(). Replaces any earlier listener;
+  // an empty function removes it, and returns only once no call of the old listener is running
+  // (so its owner may be destroyed afterwards).
+  void SetReleaseListener(std::function<void()> listener);
 
   // Re-reserves exactly `allocations` for `id` after a server restart (before Schedule(), so
   // that nothing else is granted the same CPUs or GPUs). All or nothing: FailedPrecondition if a
@@ -226,6 +234,9 @@ class Scheduler {
   std::map<int, std::string> gpu_uuids_;  // GPU index -> UUID
 
   mutable std::mutex mu_;
+  // Guards release_listener_ and is held while it runs (SetReleaseListener waits out a call).
+  std::mutex listener_mu_;
+  std::function<void()> release_listener_;  // guarded by listener_mu_
   std::vector<int> free_cpus_;            // GUARDED_BY(mu_), ascending
   uint64_t free_memory_ = 0;              // GUARDED_BY(mu_)
   std::vector<int> free_gpus_;            // GUARDED_BY(mu_), ascending

@@ -113,6 +113,25 @@ TEST(SchedulerTest, AllocateNowGoesAheadOfTheQueueOnlyWhenItFits) {
   EXPECT_THAT(Ids(s.Schedule()), ElementsAre("b"));
 }
 
+// The owner of the queue learns of capacity freed by another user of the scheduler (an endpoint
+// instance released while a training job waits): otherwise nothing re-runs Schedule().
+TEST(SchedulerTest, ReleaseListenerHearsOfFreedGrantsOnly) {
+  Scheduler s(Options(Host(2, 64)), Catalog());
+  std::atomic<int> heard{0};
+  s.SetReleaseListener([&] { heard++; });
+  ASSERT_TRUE(s.AllocateNow({"ep-1", 0, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"job", 1, "ml.m5.large", 1}).ok());
+  EXPECT_TRUE(s.Schedule().empty());
+  s.Release("unknown");  // frees nothing: not heard
+  EXPECT_EQ(heard.load(), 0);
+  s.Release("ep-1");
+  EXPECT_EQ(heard.load(), 1);
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("job"));
+  s.SetReleaseListener({});
+  s.Release("job");
+  EXPECT_EQ(heard.load(), 1);  // removed: not heard
+}
+
 TEST(SchedulerTest, AllocationsAreConcreteAndDisjoint) {
   Scheduler s(Options(Host(8, 64)), Catalog());
   ASSERT_TRUE(s.Enqueue({"two-hosts", 1, "ml.m5.large", 2}).ok());

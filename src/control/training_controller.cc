@@ -963,11 +963,20 @@ Status TrainingController::Start() {
     }
   }
   for (const auto& name : to_queue) Submit(name);
+  // Capacity freed elsewhere (an endpoint instance going away) must start queued jobs too, not
+  // only the end of one of ours: without this a job queued behind an endpoint waited forever.
+  deps_.scheduler->SetReleaseListener([this] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    schedule_needed_ = true;
+    wake_.notify_all();
+  });
   scheduler_thread_ = std::thread([this] { RunScheduler(); });
   return Status::Ok();
 }
 
 void TrainingController::Shutdown() {
+  // No release may reach this controller once Shutdown starts (and none after it is destroyed).
+  if (deps_.scheduler != nullptr) deps_.scheduler->SetReleaseListener({});
   std::map<std::string, std::shared_ptr<JobRun>> runs;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -131,3 +131,25 @@ def test_strict_policy_refuses_shapes_larger_than_the_host(sm, s3):
     assert err["Code"] == "ResourceLimitExceeded", err
     assert "ml.m5.4xlarge" in err["Message"] and "shrink" in err["Message"], err
     assert th.describe_error(sm, name) == ("ValidationException", "Requested resource not found.")  # nothing created
+
+
+def test_job_queued_behind_an_endpoint_starts_when_the_endpoint_goes(module_kiln, sm, s3):
+    """Capacity freed by an endpoint (not by another job) starts the queued job: the scheduler
+    tells the training controller of every release. Before, nothing re-ran the queue and the job
+    stayed Pending forever (found by the SageMaker SDK suite: fit() after delete_endpoint hung)."""
+    import endpoint_helpers as eh
+    bucket = th.unique_name("behind-ep")
+    s3.create_bucket(Bucket=bucket)
+    ep = eh.unique_name("holder")
+    eh.create_model(sm, ep + "-model")
+    eh.deploy(sm, ep, [("AllTraffic", ep + "-model", 2, 1.0)], server=module_kiln)  # both CPUs
+    name = th.unique_name("waits")
+    try:
+        sm.create_training_job(**th.training_request(name, bucket, hyperparameters={"lines": "1"}))
+        th.wait_for_secondary(sm, name, ["Pending"], timeout=60)
+        time.sleep(1)  # still waiting: nothing of ours will free capacity
+        assert sm.describe_training_job(TrainingJobName=name)["SecondaryStatus"] == "Pending"
+    finally:
+        sm.delete_endpoint(EndpointName=ep)
+    d = th.wait_for_status(sm, name, timeout=60, server=module_kiln)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
