@@ -125,7 +125,9 @@ Status Database::StatusFromCode(int rc, std::string_view what) { return CodeToSt
 
 Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const Options& options) {
   sqlite3* raw = nullptr;
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
+  // NOMUTEX: every use of the connection already holds mutex_ (Statement and Transaction carry the
+  // lock), so SQLite's own per-call mutex only cost time (~27% of a metric-store range read).
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   if (rc != SQLITE_OK) {
     Status s = CodeToStatus(raw, rc, "open database " + path);
