@@ -2,8 +2,10 @@
 // HTTP/1.1 client with pooled keep-alive connections, for the invoke path (a request from the
 // router to a serving container) and Kiln's own health pings.
 //
-// Model: blocking calls on the caller's thread over plain non-blocking fds with deadlines
-// (socket_io.h), like the server. Per target ("host:port") the pool keeps idle connections in
+// Model: blocking calls on the caller's thread over plain non-blocking fds with deadlines, like
+// the server, but with the client's own poll/sendmsg/recv loop (http_client.cc), not the server's
+// socket_io.h helpers: every wait here also watches the call's CancelSignal and counts against
+// one deadline for the whole call rather than one per wait. Per target ("host:port") the pool keeps idle connections in
 // LIFO order (the most recently used one is the warmest); a call takes one (or connects), sends
 // the request, reads the whole response, and gives the connection back when the response allows
 // keep-alive. Nothing is allocated per request on the hot path beyond the response itself:

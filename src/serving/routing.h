@@ -1,6 +1,7 @@
 #pragma once
 // The routing snapshot (DESIGN.md §2, §7): what the invoke path needs to know about an endpoint,
-// published by the endpoint controller and read by the router without locks or SQLite.
+// published by the endpoint controller and read by the router without a mutex or SQLite (an
+// atomic<shared_ptr> load; see RoutingTable::Find).
 //
 // A snapshot is immutable once published: the controller builds a new EndpointRoute for every
 // change (an instance became healthy or was removed, weights changed, status changed) and swaps
@@ -86,32 +87,35 @@ class RoutingTable {
   // Adds or replaces the route of route->name.
   void Publish(std::shared_ptr<const EndpointRoute> route) {
     std::lock_guard<std::mutex> lock(write_mutex_);
-    auto next = std::make_shared<Map>(*std::atomic_load(&map_));
+    auto next = std::make_shared<Map>(*map_.load(std::memory_order_acquire));
     (*next)[route->name] = std::move(route);
-    std::atomic_store(&map_, std::shared_ptr<const Map>(std::move(next)));
+    map_.store(std::shared_ptr<const Map>(std::move(next)), std::memory_order_release);
   }
 
   void Remove(std::string_view name) {
     std::lock_guard<std::mutex> lock(write_mutex_);
-    auto next = std::make_shared<Map>(*std::atomic_load(&map_));
+    auto next = std::make_shared<Map>(*map_.load(std::memory_order_acquire));
     auto it = next->find(name);
     if (it == next->end()) return;
     next->erase(it);
-    std::atomic_store(&map_, std::shared_ptr<const Map>(std::move(next)));
+    map_.store(std::shared_ptr<const Map>(std::move(next)), std::memory_order_release);
   }
 
-  // The current route of `name`, or null. Lock-free for readers (one atomic shared_ptr load).
+  // The current route of `name`, or null. Readers take no mutex and touch no SQLite: one
+  // atomic<shared_ptr> load. It is not lock-free: libstdc++ (GCC 12) guards the control-block
+  // pointer with a one-bit spin lock inside the atomic, held only for the reference-count
+  // increment, so readers never wait on a writer's map copy (made before the store).
   std::shared_ptr<const EndpointRoute> Find(std::string_view name) const {
-    std::shared_ptr<const Map> map = std::atomic_load(&map_);
+    std::shared_ptr<const Map> map = map_.load(std::memory_order_acquire);
     auto it = map->find(name);
     return it == map->end() ? nullptr : it->second;
   }
 
-  std::shared_ptr<const Map> All() const { return std::atomic_load(&map_); }
+  std::shared_ptr<const Map> All() const { return map_.load(std::memory_order_acquire); }
 
  private:
-  std::mutex write_mutex_;
-  std::shared_ptr<const Map> map_ = std::make_shared<const Map>();
+  std::mutex write_mutex_;  // serialises writers' copy-modify-store, so none is lost
+  std::atomic<std::shared_ptr<const Map>> map_{std::make_shared<const Map>()};
 };
 
 }  // namespace kiln::serving
