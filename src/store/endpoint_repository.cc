@@ -135,6 +135,16 @@ Result<std::vector<DefinitionRecord>> DefinitionRepository::List(const Definitio
   return out;
 }
 
+Result<std::vector<DefinitionSummaryRow>> DefinitionRepository::ListPage(const ListPageQuery& query) {
+  const ListTable table{.table = TableOf(kind_), .columns = "name, arn, creation_millis"};
+  std::vector<DefinitionSummaryRow> out;
+  RETURN_IF_ERROR(store::ListPage(*database_, table, query, [&](const Statement& st) {
+    out.push_back({st.ColumnText(0), st.ColumnText(1), st.ColumnInt64(2)});
+    return Status::Ok();
+  }));
+  return out;
+}
+
 Status DefinitionRepository::Delete(const std::string& name) {
   return database_->WithTransaction([&](Database& db) -> Status {
     ASSIGN_OR_RETURN(auto record, Get(name));
@@ -224,6 +234,19 @@ Result<std::vector<EndpointRecord>> EndpointRepository::List(const EndpointListQ
     if (!NameMatches(needle, record.name)) continue;
     out.push_back(std::move(record));
   }
+  return out;
+}
+
+Result<std::vector<EndpointSummaryRow>> EndpointRepository::ListPage(const ListPageQuery& query) {
+  static constexpr ListTable kTable{.table = "endpoints",
+                                    .columns = "name, arn, status, creation_millis, last_modified_millis",
+                                    .has_status = true,
+                                    .has_modified = true};
+  std::vector<EndpointSummaryRow> out;
+  RETURN_IF_ERROR(store::ListPage(*database_, kTable, query, [&](const Statement& st) {
+    out.push_back({st.ColumnText(0), st.ColumnText(1), st.ColumnText(2), st.ColumnInt64(3), st.ColumnInt64(4)});
+    return Status::Ok();
+  }));
   return out;
 }
 

@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "store/database.h"
+#include "store/list_query.h"
 
 namespace kiln::store {
 
@@ -38,6 +39,13 @@ struct DefinitionListQuery {
   std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
 };
 
+// What a ListModels / ListEndpointConfigs summary shows (no JSON is read).
+struct DefinitionSummaryRow {
+  std::string name;
+  std::string arn;
+  int64_t creation_millis = 0;
+};
+
 // One repository class for both immutable kinds; `kind` picks the table.
 class DefinitionRepository {
  public:
@@ -50,6 +58,9 @@ class DefinitionRepository {
   Result<DefinitionRecord> Get(const std::string& name);
   // Matching rows in creation order (callers sort and page).
   Result<std::vector<DefinitionRecord>> List(const DefinitionListQuery& query);
+  // One page in (sort key, name) order from indexed columns (store/list_query.h); sorting by
+  // kStatus and status or last-modified filters are InvalidArgument (these rows have neither).
+  Result<std::vector<DefinitionSummaryRow>> ListPage(const ListPageQuery& query);
   // Removes the row and its tags. NotFound when absent.
   Status Delete(const std::string& name);
 
@@ -89,6 +100,15 @@ struct EndpointRecord {
   int64_t version = 0;  // incremented by every write
 };
 
+// What a ListEndpoints summary shows (no JSON is read).
+struct EndpointSummaryRow {
+  std::string name;
+  std::string arn;
+  std::string status;
+  int64_t creation_millis = 0;
+  int64_t last_modified_millis = 0;
+};
+
 struct EndpointListQuery {
   std::optional<std::string> status_equals;
   std::optional<std::string> name_contains;  // case-insensitive substring
@@ -110,6 +130,8 @@ class EndpointRepository {
   Result<EndpointRecord> Mutate(const std::string& name, const std::function<Status(EndpointRecord&)>& mutate);
   // Matching rows in creation order (callers sort and page).
   Result<std::vector<EndpointRecord>> List(const EndpointListQuery& query);
+  // One page in (sort key, name) order from indexed columns (store/list_query.h).
+  Result<std::vector<EndpointSummaryRow>> ListPage(const ListPageQuery& query);
   // Removes the row and its tags. NotFound when absent.
   Status Delete(const std::string& name);
 

@@ -198,6 +198,22 @@ INSERT INTO metric_points_v7 (series_id, timestamp_millis, seq, sample_count, su
 DROP TABLE metric_points;
 ALTER TABLE metric_points_v7 RENAME TO metric_points;
 )sql"},
+      // Keyset listing (store/list_query.h, issue 11): one index per (filter, sort) a List*
+      // page can ask for, each ending in the name, the tie-breaker, so a page is an index range
+      // of `limit` entries. Sorting by name uses the names' UNIQUE (NOCASE) index; the
+      // last-modified index serves LastModifiedTime filters. training_jobs_by_status (status, seq)
+      // stays for the scheduler's active-job scan.
+      {8, "indexes for keyset listing", R"sql(
+CREATE INDEX training_jobs_by_status_name ON training_jobs(status, name);
+CREATE INDEX training_jobs_by_status_creation ON training_jobs(status, creation_millis, name);
+CREATE INDEX training_jobs_by_modified ON training_jobs(last_modified_millis);
+CREATE INDEX models_by_creation ON models(creation_millis, name);
+CREATE INDEX endpoint_configs_by_creation ON endpoint_configs(creation_millis, name);
+CREATE INDEX endpoints_by_creation ON endpoints(creation_millis, name);
+CREATE INDEX endpoints_by_status_name ON endpoints(status, name);
+CREATE INDEX endpoints_by_status_creation ON endpoints(status, creation_millis, name);
+CREATE INDEX endpoints_by_modified ON endpoints(last_modified_millis);
+)sql"},
   };
   return kMigrations;
 }

@@ -127,6 +127,28 @@ Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const Trainin
   return out;
 }
 
+Result<std::vector<TrainingJobSummaryRow>> TrainingJobRepository::ListPage(const ListPageQuery& query) {
+  static constexpr ListTable kTable{
+      .table = "training_jobs",
+      .columns = "name, arn, status, secondary_status, creation_millis, last_modified_millis, training_end_millis",
+      .has_status = true,
+      .has_modified = true};
+  std::vector<TrainingJobSummaryRow> out;
+  RETURN_IF_ERROR(store::ListPage(*database_, kTable, query, [&](const Statement& st) {
+    TrainingJobSummaryRow r;
+    r.name = st.ColumnText(0);
+    r.arn = st.ColumnText(1);
+    r.status = st.ColumnText(2);
+    r.secondary_status = st.ColumnText(3);
+    r.creation_millis = st.ColumnInt64(4);
+    r.last_modified_millis = st.ColumnInt64(5);
+    if (!st.IsNull(6)) r.training_end_millis = st.ColumnInt64(6);
+    out.push_back(std::move(r));
+    return Status::Ok();
+  }));
+  return out;
+}
+
 Result<std::vector<TrainingJobRecord>> TrainingJobRepository::ListActive() {
   ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kColumns) +
                                                " FROM training_jobs WHERE status IN ('InProgress', 'Stopping') "

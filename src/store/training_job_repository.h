@@ -21,6 +21,7 @@
 
 #include "base/status.h"
 #include "store/database.h"
+#include "store/list_query.h"
 
 namespace kiln::store {
 
@@ -45,6 +46,17 @@ struct TrainingJobListQuery {
   std::optional<int64_t> modified_after_millis, modified_before_millis;          // exclusive bounds
 };
 
+// What a ListTrainingJobs summary shows: the typed columns only (no JSON is read).
+struct TrainingJobSummaryRow {
+  std::string name;
+  std::string arn;
+  std::string status;
+  std::string secondary_status;
+  int64_t creation_millis = 0;
+  int64_t last_modified_millis = 0;
+  std::optional<int64_t> training_end_millis;
+};
+
 class TrainingJobRepository {
  public:
   explicit TrainingJobRepository(Database* database) : database_(database) {}
@@ -60,6 +72,10 @@ class TrainingJobRepository {
                                    const std::function<Status(TrainingJobRecord&)>& mutate);
   // Every job matching `query`, in submission order (callers sort and page).
   Result<std::vector<TrainingJobRecord>> List(const TrainingJobListQuery& query);
+  // One page of jobs in (sort key, name) order from indexed columns (store/list_query.h): the
+  // cost is that of `query.limit` rows whatever the number of jobs (NameContains aside, which
+  // scans names). Sorting by kStatus, filtering on status and last-modified time are supported.
+  Result<std::vector<TrainingJobSummaryRow>> ListPage(const ListPageQuery& query);
   // Jobs whose status is InProgress or Stopping, in submission order.
   Result<std::vector<TrainingJobRecord>> ListActive();
   // Removes the job and its tags. NotFound when absent.
