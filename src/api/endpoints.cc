@@ -10,6 +10,7 @@
 
 #include "api/endpoints.h"
 #include "api/inference_common.h"
+#include "api/paging.h"
 #include "base/strings.h"
 
 namespace kiln::api {
@@ -192,29 +193,28 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
   });
 
   service->Register("ListEndpoints", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::EndpointListQuery query;
+    store::ListFilter query;
     if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
     if (Has(in, "StatusEquals")) query.status_equals = in["StatusEquals"].get<std::string>();
     query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
     query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
     query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
     query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
-    auto rows = endpoints->List(query);
-    if (!rows.ok()) return Internal(rows.status());
     const std::string sort_by = StringMember(in, "SortBy", "CreationTime");
-    std::vector<ListItem> items;
-    for (size_t i = 0; i < rows->size(); ++i) {
-      const auto& r = (*rows)[i];
-      json key = sort_by == "Name" ? json(ToLower(r.name)) : sort_by == "Status" ? json(r.status) : json(r.creation_millis);
-      items.push_back({std::move(key), r.name, i});
-    }
-    auto paged = Paginate(std::move(items), in, StringMember(in, "SortOrder", "Descending") == "Descending",
-                          NowMillis(*ctx));
-    if (auto* error = std::get_if<aws::AwsError>(&paged)) return *error;
-    const Page& page = std::get<Page>(paged);
+    const int64_t now = NowMillis(*ctx);
+    auto parsed = ParseListPaging(in,
+                                  sort_by == "Name"     ? store::ListSortKey::kName
+                                  : sort_by == "Status" ? store::ListSortKey::kStatus
+                                                        : store::ListSortKey::kCreationTime,
+                                  StringMember(in, "SortOrder", "Descending") == "Descending", now);
+    if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
+    ListPaging& paging = std::get<ListPaging>(parsed);
+    paging.query.filter = std::move(query);
+    auto rows = endpoints->ListPage(paging.query);
+    if (!rows.ok()) return Internal(rows.status());
+    std::optional<std::string> next_token = CutPage(*rows, paging, in, now);
     json summaries = json::array();
-    for (size_t i : page.indices) {
-      const auto& r = (*rows)[i];
+    for (const auto& r : *rows) {
       summaries.push_back({{"EndpointName", r.name},
                            {"EndpointArn", r.arn},
                            {"CreationTime", Seconds(r.creation_millis)},
@@ -222,7 +222,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
                            {"EndpointStatus", r.status}});
     }
     json out = {{"Endpoints", summaries}};
-    if (page.next_token) out["NextToken"] = *page.next_token;
+    if (next_token) out["NextToken"] = *next_token;
     return out;
   });
 

@@ -1,13 +1,12 @@
 #pragma once
 // Internal to api/: helpers shared by models.cc, endpoint_configs.cc and endpoints.cc (ARNs,
-// AWS's "not found" texts, timestamps, List* sorting and NextToken paging). Not a public
-// interface; nothing outside api/ includes it.
+// AWS's "not found" texts, timestamps, ListModels/ListEndpointConfigs; the NextToken paging they
+// use is api/paging.h). Not a public interface; nothing outside api/ includes it.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <variant>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,24 +48,6 @@ std::string StringMember(const nlohmann::json& in, const char* member, const std
 
 // Create* Tags → the tag table (a failure is logged: the resource exists either way).
 void StoreCreateTags(store::TagRepository& tags, const std::string& arn, const nlohmann::json& in);
-
-// One row of a List* answer: its sort key (number or string) and its name (unique, the
-// tie-breaker that keeps a cursor stable while rows are created between pages).
-struct ListItem {
-  nlohmann::json key;
-  std::string name;
-  size_t index = 0;  // into the caller's rows
-};
-struct Page {
-  std::vector<size_t> indices;  // the caller's rows on this page, in order
-  std::optional<std::string> next_token;
-};
-// Sorts `items` by (key, lower-cased name), ascending or descending, and cuts the page that
-// `in` asks for (MaxResults, default 10; NextToken). Token: base64 of the last row's cursor, a
-// hash of the other request members and the issue time; a token reused with other filters or
-// older than 24 h → ValidationException "The provided NextToken is invalid." (§4).
-std::variant<Page, aws::AwsError> Paginate(std::vector<ListItem> items, const nlohmann::json& in, bool descending,
-                                           int64_t now_millis);
 
 // ListModels / ListEndpointConfigs: NameContains and CreationTime filters, SortBy Name or
 // CreationTime (default), SortOrder (default Descending), paging; each summary is

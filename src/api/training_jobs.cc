@@ -1,6 +1,7 @@
 #include "api/training_jobs.h"
 
 #include "agent/artifacts.h"
+#include "api/paging.h"
 
 #include <algorithm>
 #include <set>
@@ -19,7 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kTokenLifetimeMillis = 24LL * 3600 * 1000;
 constexpr size_t kMaxTagsPerResource = 50;
 
 aws::AwsError Validation(std::string message) { return aws::AwsError("ValidationException", std::move(message)); }
@@ -238,32 +238,6 @@ json RenderTrainingJob(const store::TrainingJobRecord& record) {
 
 namespace {
 
-// ListTrainingJobs / ListTags tokens: base64 of {"k": sort key, "n": last name, "f": filter
-// hash, "t": issue time}. Reusing a token with other filters, or after 24 h, is AWS's
-// "The provided NextToken is invalid." (control-plane-api.md §4).
-std::string EncodeToken(const json& cursor, const std::string& filter_hash, int64_t now) {
-  json token = {{"c", cursor}, {"f", filter_hash}, {"t", now}};
-  return Base64Encode(token.dump());
-}
-
-std::optional<json> DecodeToken(const std::string& token, const std::string& filter_hash, int64_t now) {
-  auto raw = Base64Decode(token);
-  if (!raw) return std::nullopt;
-  // A token is the client's to send: parsed with bounds, as any request body.
-  json parsed = ParseJsonBounded(*raw, {.max_depth = 8}).value_or(json());
-  if (!parsed.is_object() || parsed.value("f", "") != filter_hash || !parsed.contains("c")) return std::nullopt;
-  int64_t issued = parsed.value("t", int64_t{0});
-  if (now - issued > kTokenLifetimeMillis) return std::nullopt;
-  return parsed["c"];
-}
-
-std::string FilterHash(const json& in) {
-  json filters = in;
-  filters.erase("NextToken");
-  filters.erase("MaxResults");
-  return Sha256Hex(filters.dump()).substr(0, 16);
-}
-
 // "arn:aws:sagemaker:<r>:<a>:<kind>/<name>" → name (case kept) when the ARN is of `kind`
 // ("training-job", "model", "endpoint-config", "endpoint"; matched case-insensitively).
 std::optional<std::string> NameFromArn(const std::string& arn, const std::string& kind) {
@@ -321,7 +295,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
   });
 
   service->Register("ListTrainingJobs", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::TrainingJobListQuery query;
+    store::ListFilter query;
     if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
     if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
     if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
@@ -329,40 +303,25 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
     if (in.contains("LastModifiedTimeBefore")) query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
     const std::string sort_by = in.value("SortBy", "CreationTime");
+    const store::ListSortKey sort_key = sort_by == "Name"     ? store::ListSortKey::kName
+                                        : sort_by == "Status" ? store::ListSortKey::kStatus
+                                                              : store::ListSortKey::kCreationTime;
     const bool descending = in.value("SortOrder", "Ascending") == "Descending";
-    const int max_results = in.value("MaxResults", 10);
     const int64_t now = NowOf(*ctx);
-    const std::string filter_hash = FilterHash(in);
-
-    auto listed = jobs->List(query);
-    if (!listed.ok()) return aws::AwsError("InternalFailure", listed.status().message(), 500);
-    std::vector<store::TrainingJobRecord> rows = std::move(listed).value();
+    auto parsed = ParseListPaging(in, sort_key, descending, now);
+    if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
+    ListPaging& paging = std::get<ListPaging>(parsed);
+    paging.query.filter = std::move(query);
+    std::vector<store::TrainingJobSummaryRow> rows;
     // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
-    if (in.contains("WarmPoolStatusEquals") && !in["WarmPoolStatusEquals"].is_null()) rows.clear();
-    // Sort key, then the name (unique) as tie-breaker: a cursor on (key, name) stays valid while
-    // jobs are created between pages.
-    auto key_of = [&](const store::TrainingJobRecord& r) -> json {
-      if (sort_by == "Name") return ToLower(r.name);
-      if (sort_by == "Status") return r.status;
-      return r.creation_millis;
-    };
-    auto less = [&](const json& ka, const std::string& na, const json& kb, const std::string& nb) {
-      if (ka != kb) return descending ? kb < ka : ka < kb;
-      return descending ? ToLower(nb) < ToLower(na) : ToLower(na) < ToLower(nb);
-    };
-    std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return less(key_of(a), a.name, key_of(b), b.name); });
-    size_t start = 0;
-    if (in.contains("NextToken") && in["NextToken"].is_string()) {
-      auto cursor = DecodeToken(in["NextToken"].get<std::string>(), filter_hash, now);
-      if (!cursor) return Validation("The provided NextToken is invalid.");
-      json key = (*cursor)["k"];
-      std::string last = (*cursor)["n"];
-      while (start < rows.size() && !less(key, last, key_of(rows[start]), rows[start].name)) ++start;
+    if (!in.contains("WarmPoolStatusEquals") || in["WarmPoolStatusEquals"].is_null()) {
+      auto listed = jobs->ListPage(paging.query);
+      if (!listed.ok()) return aws::AwsError("InternalFailure", listed.status().message(), 500);
+      rows = std::move(listed).value();
     }
+    std::optional<std::string> next_token = CutPage(rows, paging, in, now);
     json summaries = json::array();
-    size_t end = std::min(rows.size(), start + static_cast<size_t>(max_results));
-    for (size_t i = start; i < end; ++i) {
-      const auto& r = rows[i];
+    for (const auto& r : rows) {
       json s = {{"TrainingJobName", r.name},
                 {"TrainingJobArn", r.arn},
                 {"CreationTime", Seconds(r.creation_millis)},
@@ -373,9 +332,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
       summaries.push_back(s);
     }
     json out = {{"TrainingJobSummaries", summaries}};
-    if (end < rows.size() && end > start) {
-      out["NextToken"] = EncodeToken({{"k", key_of(rows[end - 1])}, {"n", rows[end - 1].name}}, filter_hash, now);
-    }
+    if (next_token) out["NextToken"] = *next_token;
     return out;
   });
 
@@ -497,19 +454,18 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     auto list = tags->List(arn);
     if (!list.ok()) return aws::AwsError("InternalFailure", list.status().message(), 500);
     const size_t max_results = static_cast<size_t>(in.value("MaxResults", 50));
-    const std::string filter_hash = FilterHash(in);
     const int64_t now = NowOf(*ctx);
     size_t start = 0;
     if (in.contains("NextToken") && in["NextToken"].is_string()) {
-      auto cursor = DecodeToken(in["NextToken"].get<std::string>(), filter_hash, now);
-      if (!cursor || !cursor->is_number_unsigned()) return Validation("The provided NextToken is invalid.");
+      auto cursor = DecodeNextToken(in["NextToken"].get<std::string>(), in, now);
+      if (!cursor || !cursor->is_number_unsigned()) return InvalidNextToken();
       start = cursor->get<size_t>();
     }
     json out_tags = json::array();
     size_t end = std::min(list->size(), start + max_results);
     for (size_t i = start; i < end; ++i) out_tags.push_back({{"Key", (*list)[i].key}, {"Value", (*list)[i].value}});
     json out = {{"Tags", out_tags}};
-    if (end < list->size()) out["NextToken"] = EncodeToken(end, filter_hash, now);
+    if (end < list->size()) out["NextToken"] = EncodeNextToken(end, in, now);
     return out;
   });
 
