@@ -191,7 +191,7 @@ TEST_F(CloudWatchTest, StatisticsRequestErrors) {
   EXPECT_EQ(message, "Must specify either Statistics or ExtendedStatistics.");
   // An empty list breaks the model's length rule (1 to 5).
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", json::array()}})), "ValidationError");
-  EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", {"Median"}}})), "ValidationError");
+  EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", {"Median"}}})), "InvalidParameterValue");  // as AWS, not the enum
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"ExtendedStatistics", {"p101"}}})), "InvalidParameterValue");
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Period", 45}})), "InvalidParameterValue");
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"StartTime", kNowSeconds}, {"EndTime", kNowSeconds - 60}})),
