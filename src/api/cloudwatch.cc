@@ -487,6 +487,20 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
                                               " for version 2010-08-01 (Kiln serves PutMetricData, "
                                               "GetMetricStatistics, GetMetricData and ListMetrics).");
   }
+  if (operation == "GetMetricStatistics") {
+    // CloudWatch checks Statistics itself, before the model's enum, with its own code and words
+    // (clients and scripts match this message; the enum check would say ValidationError).
+    if (auto it = input.find("Statistics"); it != input.end() && it->is_array()) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        const json& s = (*it)[i];
+        if (!s.is_string()) break;  // a type error: the model's SerializationException below
+        std::optional<StatSpec> stat = ParseStat(s.get<std::string>());
+        if (stat && stat->kind != Stat::kPercentile) continue;
+        return InvalidValue("The parameter Statistics.member." + std::to_string(i + 1) +
+                            " must be a value in the set [ Minimum, Maximum, Average, SampleCount, Sum ].");
+      }
+    }
+  }
   if (auto invalid = Model()->ValidateInput(operation, input)) {
     // CloudWatch answers constraint violations with the Query code ValidationError.
     if (invalid->code == "ValidationException") invalid->code = "ValidationError";
