@@ -1,11 +1,19 @@
 #include "control/training_controller.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+
+#include "base/fs.h"
+#include "control/test_util/controller_fixture.h"
 
 namespace kiln::control {
 namespace {
 
 using nlohmann::json;
+using runtime::testing::FakeRuntime;
 
 TEST(RecordSecondaryStatusTest, AppendsOnChangeAndReplacesMessageWithinAStatus) {
   store::TrainingJobRecord record;
@@ -33,6 +41,340 @@ TEST(MetricDefinitionsFromJsonTest, TakesNameAndRegexAndSkipsJunk) {
   EXPECT_EQ(defs[1].name, "acc");
   EXPECT_EQ(defs[1].regex, "");
   EXPECT_TRUE(MetricDefinitionsFromJson(json::object()).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller over a fake runtime and clock (control/test_util/controller_fixture.h): what a
+// training job goes through, from queue to terminal status, without processes or a server.
+
+constexpr std::chrono::seconds kStopGrace{7};  // distinct from the default, to see it passed on
+
+class TrainingControllerTest : public testing::ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    MakeScheduler(testing::SmallHost(2, 8));  // fits one ml.m5.large
+  }
+  void TearDown() override { controller_.reset(); }
+
+  void StartController() {
+    TrainingControllerOptions options;
+    options.work_dir = work_dir();
+    options.region = "us-east-1";
+    options.endpoint_url = "http://127.0.0.1:1";
+    options.stop_grace = kStopGrace;
+    TrainingControllerDeps deps;
+    deps.database = db_.get();
+    deps.object_store = object_store_.get();
+    deps.log_store = log_store_.get();
+    deps.metric_store = metric_store_.get();
+    deps.runtime = runtime_.get();
+    deps.scheduler = scheduler_.get();
+    deps.environments = environments_.get();
+    deps.credentials = credentials_.get();
+    deps.clock = &clock_;
+    controller_ = std::make_unique<TrainingController>(options, deps);
+    ASSERT_TRUE(controller_->Start().ok());
+  }
+
+  // A server restart: the controller goes (instances keep running), a new one adopts.
+  void RestartController() {
+    controller_.reset();
+    RenewServerState();
+    StartController();
+  }
+
+  // Inserts the job as CreateTrainingJob does and submits it.
+  void Create(const std::string& name, const json& overrides = json::object()) {
+    json request = {{"TrainingJobName", name},
+                    {"RoleArn", "arn:aws:iam::000000000000:role/r"},
+                    {"AlgorithmSpecification", {{"TrainingImage", "local:/bin/true"}, {"TrainingInputMode", "File"}}},
+                    {"ResourceConfig", {{"InstanceType", "ml.m5.large"}, {"InstanceCount", 1}, {"VolumeSizeInGB", 1}}},
+                    {"OutputDataConfig", {{"S3OutputPath", "s3://bkt/out"}}},
+                    {"StoppingCondition", {{"MaxRuntimeInSeconds", 3600}}}};
+    request.merge_patch(overrides);
+    store::TrainingJobRecord record;
+    record.name = name;
+    record.arn = "arn:aws:sagemaker:us-east-1:000000000000:training-job/" + name;
+    record.request = request;
+    record.status = "InProgress";
+    record.creation_millis = clock_.NowMillis();
+    record.state = {{"phase", "queued"}};
+    RecordSecondaryStatus(record, "Starting", "Starting the training job", clock_.NowMillis());
+    store::TrainingJobRepository jobs(db_.get());
+    ASSERT_TRUE(jobs.Insert(record).ok());
+    controller_->Submit(name);
+  }
+
+  // StopTrainingJob as the API does it: the row says Stopping, then the controller is told.
+  void StopJob(const std::string& name) {
+    store::TrainingJobRepository jobs(db_.get());
+    auto updated = jobs.Mutate(name, [&](store::TrainingJobRecord& r) {
+      r.status = "Stopping";
+      r.state["stop_requested"] = "user";
+      RecordSecondaryStatus(r, "Stopping", "Stopping the training job", clock_.NowMillis());
+      return Status::Ok();
+    });
+    ASSERT_TRUE(updated.ok());
+    controller_->RequestStop(name);
+  }
+
+  store::TrainingJobRecord Job(const std::string& name) {
+    store::TrainingJobRepository jobs(db_.get());
+    auto r = jobs.Get(name);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : store::TrainingJobRecord{};
+  }
+
+  // Waits for the job's status (and secondary status, when given); returns the row.
+  store::TrainingJobRecord WaitForStatus(const std::string& name, const std::string& status,
+                                         const std::string& secondary = "") {
+    store::TrainingJobRecord last;
+    bool reached = WaitFor([&] {
+      last = Job(name);
+      return last.status == status && (secondary.empty() || last.secondary_status == secondary);
+    });
+    EXPECT_TRUE(reached) << name << " is " << last.status << "/" << last.secondary_status << " ("
+                         << last.state.value("failure_reason", "") << "), not " << status << "/" << secondary;
+    return last;
+  }
+
+  static std::string Instance(const std::string& job) { return "training-" + job + "-algo-1"; }
+
+  bool WaitForLaunch(const std::string& job) { return runtime_->WaitForLaunch(Instance(job), kPatience); }
+
+  std::unique_ptr<TrainingController> controller_;
+};
+
+TEST_F(TrainingControllerTest, ExitZeroCompletesWithTheModelUploaded) {
+  StartController();
+  Create("ok");
+  ASSERT_TRUE(WaitForLaunch("ok"));
+  auto spec = runtime_->spec(Instance("ok"));
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->argv, (std::vector<std::string>{"/bin/true", "train"}));
+  EXPECT_EQ(spec->hostname, "algo-1");
+  EXPECT_EQ(spec->cpus.size(), 2u);
+  EXPECT_EQ(spec->memory_limit_bytes, 8 * testing::kGiB);
+  EXPECT_EQ(WaitForStatus("ok", "InProgress", "Training").state.value("phase", ""), "running");
+
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("ok"), 'o', "epoch 1 done").ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("ok"), 0).ok());
+  auto done = WaitForStatus("ok", "Completed", "Completed");
+  EXPECT_EQ(done.state.value("phase", ""), "done");
+  EXPECT_EQ(done.state.value("model_artifacts", json()), "s3://bkt/out/ok/output/model.tar.gz");
+  EXPECT_TRUE(object_store_->HeadObject("bkt", "out/ok/output/model.tar.gz").ok());
+  // The instance is forgotten and the capacity given back.
+  EXPECT_TRUE(WaitFor([&] { return !runtime_->Inspect(Instance("ok")).ok(); }));
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("ok").has_value(); }));
+  // The captured line reached the job's log stream.
+  EXPECT_EQ(done.state["hosts"].size(), 1u);
+}
+
+TEST_F(TrainingControllerTest, NonZeroExitFailsWithTheLastErrorLine) {
+  StartController();
+  Create("bad");
+  ASSERT_TRUE(WaitForLaunch("bad"));
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("bad"), 'e', "ValueError: learning rate must be positive").ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("bad"), 2).ok());
+  auto failed = WaitForStatus("bad", "Failed", "Failed");
+  EXPECT_EQ(failed.state.value("failure_reason", ""),
+            "AlgorithmError: ValueError: learning rate must be positive, exit code: 2");
+}
+
+TEST_F(TrainingControllerTest, TheFailureFileIsTheFailureReason) {
+  StartController();
+  Create("file");
+  ASSERT_TRUE(WaitForLaunch("file"));
+  const std::string opt_ml = runtime_->spec(Instance("file"))->opt_ml_dir;
+  ASSERT_TRUE(MakeDirs(opt_ml + "/output", 0755).ok());
+  std::ofstream(opt_ml + "/output/failure") << "my own reason";
+  ASSERT_TRUE(runtime_->Exit(Instance("file"), 1).ok());
+  EXPECT_EQ(WaitForStatus("file", "Failed").state.value("failure_reason", ""), "my own reason");
+}
+
+TEST_F(TrainingControllerTest, KilledBySigkillIsOutOfMemory) {
+  StartController();
+  Create("oom");
+  ASSERT_TRUE(WaitForLaunch("oom"));
+  ASSERT_TRUE(runtime_->Kill(Instance("oom"), SIGKILL).ok());
+  EXPECT_THAT(WaitForStatus("oom", "Failed").state.value("failure_reason", ""),
+              ::testing::StartsWith("OutOfMemory: "));
+}
+
+TEST_F(TrainingControllerTest, LaunchFailureFailsTheJobWithTheRuntimesMessage) {
+  FakeRuntime::Behavior broken;
+  broken.on_launch = FakeRuntime::Behavior::OnLaunch::kFailLaunch;
+  broken.launch_error = "cannot execute /opt/x/train: Permission denied";
+  runtime_->AddRule(FakeRuntime::IdStartsWith(Instance("nolaunch")), broken);
+  StartController();
+  Create("nolaunch");
+  auto failed = WaitForStatus("nolaunch", "Failed", "Failed");
+  EXPECT_THAT(failed.state.value("failure_reason", ""),
+              ::testing::StartsWith("ClientError: the training program could not be started on algo-1: cannot "
+                                    "execute /opt/x/train: Permission denied."));
+  EXPECT_TRUE(runtime_->launches().empty());
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("nolaunch").has_value(); }));
+}
+
+TEST_F(TrainingControllerTest, ALostInstanceIsRetriedUnderRetryStrategy) {
+  StartController();
+  Create("retry", {{"RetryStrategy", {{"MaximumRetryAttempts", 1}}}});
+  ASSERT_TRUE(WaitForLaunch("retry"));
+  ASSERT_TRUE(runtime_->Lose(Instance("retry")).ok());  // InternalServerError: retried
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  auto job = Job("retry");
+  EXPECT_EQ(job.state.value("retries", 0), 1);
+  bool restarted = false;
+  for (const json& t : job.state["transitions"]) restarted |= t.value("Status", "") == "Restarting";
+  EXPECT_TRUE(restarted);
+  // The second attempt is lost too: no attempts left.
+  ASSERT_TRUE(WaitFor([&] { return runtime_->running(Instance("retry")); }));
+  ASSERT_TRUE(runtime_->Lose(Instance("retry")).ok());
+  EXPECT_THAT(WaitForStatus("retry", "Failed").state.value("failure_reason", ""),
+              ::testing::StartsWith("InternalServerError: the instance algo-1 was lost"));
+  EXPECT_EQ(runtime_->launches().size(), 2u);
+}
+
+TEST_F(TrainingControllerTest, TwoJobsOnAHostThatFitsOneRunOneAfterTheOther) {
+  StartController();
+  Create("first");
+  ASSERT_TRUE(WaitForLaunch("first"));
+  Create("second");
+  auto waiting = WaitForStatus("second", "InProgress", "Pending");
+  EXPECT_THAT(waiting.state.value("status_message", ""), ::testing::StartsWith("Waiting for compute capacity"));
+  EXPECT_EQ(runtime_->launches(), std::vector<std::string>{Instance("first")});
+
+  ASSERT_TRUE(runtime_->Exit(Instance("first"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("second"));
+  EXPECT_EQ(WaitForStatus("first", "Completed").status, "Completed");
+  // A job that waited goes from Pending straight to Downloading, then Training.
+  auto second = WaitForStatus("second", "InProgress", "Training");
+  std::vector<std::string> secondary;
+  for (const json& t : second.state["transitions"]) secondary.push_back(t.value("Status", ""));
+  EXPECT_EQ(secondary, (std::vector<std::string>{"Starting", "Pending", "Downloading", "Training"}));
+  ASSERT_TRUE(runtime_->Exit(Instance("second"), 0).ok());
+  WaitForStatus("second", "Completed");
+  EXPECT_EQ(runtime_->launches(), (std::vector<std::string>{Instance("first"), Instance("second")}));
+}
+
+TEST_F(TrainingControllerTest, ASmallerLaterJobWaitsBehindTheHeadOfTheQueue) {
+  MakeScheduler(testing::SmallHost(6, 64));
+  StartController();
+  Create("big1", {{"ResourceConfig", {{"InstanceType", "ml.m5.xlarge"}}}});  // 4 of 6 vCPUs
+  ASSERT_TRUE(WaitForLaunch("big1"));
+  Create("big2", {{"ResourceConfig", {{"InstanceType", "ml.m5.xlarge"}}}});  // does not fit now
+  WaitForStatus("big2", "InProgress", "Pending");
+  Create("small", {{"ResourceConfig", {{"InstanceType", "ml.m5.large"}}}});  // 2 vCPUs: would fit
+  // Once it shows Pending, the pass that considered it has granted nothing to it.
+  WaitForStatus("small", "InProgress", "Pending");
+  EXPECT_EQ(runtime_->launches(), std::vector<std::string>{Instance("big1")});
+
+  ASSERT_TRUE(runtime_->Exit(Instance("big1"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("big2"));
+  ASSERT_TRUE(WaitForLaunch("small"));  // granted in the same pass, beside big2 (4 + 2 vCPUs)
+  EXPECT_THAT(runtime_->launches(), ::testing::UnorderedElementsAre(Instance("big1"), Instance("big2"), Instance("small")));
+}
+
+TEST_F(TrainingControllerTest, StopWhilePendingEndsStoppedWithoutLaunching) {
+  StartController();
+  Create("runs");
+  ASSERT_TRUE(WaitForLaunch("runs"));
+  Create("waits");
+  WaitForStatus("waits", "InProgress", "Pending");
+  StopJob("waits");
+  auto stopped = WaitForStatus("waits", "Stopped", "Stopped");
+  EXPECT_EQ(stopped.state.value("phase", ""), "done");
+  EXPECT_FALSE(scheduler_->IsQueued("waits"));
+  EXPECT_TRUE(runtime_->stops().empty());
+  ASSERT_TRUE(runtime_->Exit(Instance("runs"), 0).ok());
+  WaitForStatus("runs", "Completed");
+  EXPECT_FALSE(runtime_->Launched(Instance("waits")));
+}
+
+TEST_F(TrainingControllerTest, StopWhileTrainingStopsTheInstanceWithTheConfiguredGrace) {
+  StartController();
+  Create("train");
+  ASSERT_TRUE(WaitForLaunch("train"));
+  WaitForStatus("train", "InProgress", "Training");
+  StopJob("train");
+  auto stopped = WaitForStatus("train", "Stopped", "Stopped");
+  auto stops = runtime_->stops();
+  ASSERT_FALSE(stops.empty());
+  EXPECT_EQ(stops[0].instance_id, Instance("train"));
+  EXPECT_EQ(stops[0].grace, kStopGrace);
+  // A stopped job still uploads what it wrote (training-contract.md §11).
+  EXPECT_TRUE(stopped.state.contains("model_artifacts"));
+}
+
+TEST_F(TrainingControllerTest, AStopIgnoredUntilTheGraceEndsStaysStopping) {
+  FakeRuntime::Behavior stubborn;
+  stubborn.hangs_on_stop = true;
+  runtime_->SetDefaultBehavior(stubborn);
+  StartController();
+  Create("hang");
+  ASSERT_TRUE(WaitForLaunch("hang"));
+  WaitForStatus("hang", "InProgress", "Training");
+  StopJob("hang");
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->stops().empty(); }));
+  EXPECT_TRUE(runtime_->running(Instance("hang")));
+  EXPECT_EQ(Job("hang").status, "Stopping");
+  ASSERT_TRUE(runtime_->ExpireGrace(Instance("hang")).ok());
+  WaitForStatus("hang", "Stopped", "Stopped");
+}
+
+TEST_F(TrainingControllerTest, MaxRuntimeStopsTheJob) {
+  StartController();
+  Create("slow", {{"StoppingCondition", {{"MaxRuntimeInSeconds", 60}}}});
+  ASSERT_TRUE(WaitForLaunch("slow"));
+  WaitForStatus("slow", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(59));
+  clock_.Advance(std::chrono::seconds(2));
+  auto stopped = WaitForStatus("slow", "Stopped", "MaxRuntimeExceeded");
+  EXPECT_EQ(stopped.state.value("stop_requested", ""), "max_runtime");
+  auto stops = runtime_->stops();
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].grace, kStopGrace);
+  EXPECT_EQ(stopped.state["transitions"].back().value("StatusMessage", ""),
+            "Job stopped because max runtime was exceeded");
+}
+
+TEST_F(TrainingControllerTest, ARestartedControllerAdoptsARunningJobAndRequeuesAWaitingOne) {
+  StartController();
+  Create("adopted");
+  ASSERT_TRUE(WaitForLaunch("adopted"));
+  WaitForStatus("adopted", "InProgress", "Training");
+  Create("queued");
+  WaitForStatus("queued", "InProgress", "Pending");
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("adopted"), 'o', "before the restart").ok());
+
+  RestartController();
+  EXPECT_TRUE(runtime_->running(Instance("adopted")));  // the server going did not stop it
+  // The adopted job holds its CPUs again, so the queued one still waits.
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("adopted").has_value(); }));
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->IsQueued("queued"); }));
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("adopted"), 'e', "boom after the restart").ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("adopted"), 3).ok());
+  EXPECT_EQ(WaitForStatus("adopted", "Failed").state.value("failure_reason", ""),
+            "AlgorithmError: boom after the restart, exit code: 3");
+  ASSERT_TRUE(WaitForLaunch("queued"));
+  EXPECT_EQ(runtime_->launches(), (std::vector<std::string>{Instance("adopted"), Instance("queued")}));
+}
+
+TEST_F(TrainingControllerTest, ARestartedControllerFinishesAJobWhoseInstanceEndedMeanwhile) {
+  StartController();
+  Create("ended");
+  ASSERT_TRUE(WaitForLaunch("ended"));
+  WaitForStatus("ended", "InProgress", "Training");
+  controller_.reset();
+  ASSERT_TRUE(runtime_->Exit(Instance("ended"), 0).ok());  // while no server runs
+  RenewServerState();
+  StartController();
+  auto done = WaitForStatus("ended", "Completed", "Completed");
+  EXPECT_TRUE(done.state.contains("model_artifacts"));
+  EXPECT_EQ(runtime_->launches().size(), 1u);
 }
 
 }  // namespace

@@ -444,6 +444,15 @@ class FakeRuntime final : public Runtime {
                                "\r\nContent-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
           (void)!::send(conn, answer.data(), answer.size(), MSG_NOSIGNAL);
+          // The client closes first (it was told "Connection: close"), so that TIME_WAIT lands
+          // on its ephemeral port, not on this port: a controller checks a port block is free
+          // by binding it, and many pings must not make it look taken.
+          auto close_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+          while (!stop_ && std::chrono::steady_clock::now() < close_deadline) {
+            pollfd c{conn, POLLIN, 0};
+            if (::poll(&c, 1, 20) <= 0) continue;
+            if (::read(conn, buffer, sizeof(buffer)) <= 0) break;
+          }
         }
         ::close(conn);
       }

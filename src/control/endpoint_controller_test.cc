@@ -1,0 +1,385 @@
+#include "control/endpoint_controller.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "control/test_util/controller_fixture.h"
+
+// The endpoint controller over a fake runtime (control/test_util/controller_fixture.h): each
+// fake instance answers GET /ping on the port the controller gives it, so creation, health
+// replacement, updates, adoption and deletion run without processes or a server. The controller
+// reads steady and system clocks itself, so these tests run in real time with short intervals.
+
+namespace kiln::control {
+namespace {
+
+using nlohmann::json;
+using runtime::testing::FakeRuntime;
+
+constexpr std::chrono::seconds kStopGrace{9};  // distinct from the default, to see it passed on
+
+class EndpointControllerTest : public testing::ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    MakeScheduler(testing::SmallHost(4, 16));  // fits two ml.m5.large
+    routes_ = std::make_unique<serving::RoutingTable>();
+  }
+  void TearDown() override { controller_.reset(); }
+
+  void StartController() {
+    EndpointControllerOptions options;
+    options.work_dir = work_dir();
+    options.endpoint_url = "http://127.0.0.1:1";
+    // Below 32768 (Linux's ephemeral ports); processes running these tests at once start at
+    // different blocks (the controller skips a block it cannot bind anyway).
+    options.port_range_begin = 20000 + static_cast<int>(::getpid() % 50) * 100;
+    options.port_range_end = 30000;
+    options.stop_grace = kStopGrace;
+    options.health_interval = std::chrono::milliseconds(20);
+    options.unhealthy_threshold = 2;
+    options.ping_timeout = std::chrono::milliseconds(1000);
+    options.default_startup_timeout = std::chrono::seconds(10);
+    options.drain_timeout = std::chrono::seconds(2);
+    options.replacement_backoff = replacement_backoff_;
+    EndpointControllerDeps deps;
+    deps.database = db_.get();
+    deps.object_store = object_store_.get();
+    deps.runtime = runtime_.get();
+    deps.scheduler = scheduler_.get();
+    deps.environments = environments_.get();
+    deps.credentials = credentials_.get();
+    deps.log_store = log_store_.get();
+    deps.routes = routes_.get();
+    controller_ = std::make_unique<EndpointController>(options, deps);
+    ASSERT_TRUE(controller_->Start().ok());
+  }
+
+  void RestartController() {
+    controller_.reset();
+    RenewServerState();
+    routes_ = std::make_unique<serving::RoutingTable>();
+    StartController();
+  }
+
+  // A deployment as the API builds it: one variant of `count` ml.m5.large running `image`.
+  static json Deployment(const std::string& config, const std::string& image, int count, int64_t deployed_millis) {
+    json variant = {{"VariantName", "main"},
+                    {"ModelName", "model-" + config},
+                    {"InstanceType", "ml.m5.large"},
+                    {"InitialInstanceCount", count}};
+    return {{"EndpointConfigName", config},
+            {"EndpointConfig", {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}}},
+            {"Models", {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}}},
+            {"DeployedMillis", deployed_millis}};
+  }
+  static json Desired(int count) { return {{"main", {{"DesiredWeight", 1.0}, {"DesiredInstanceCount", count}}}}; }
+
+  // CreateEndpoint as the API does it.
+  void Create(const std::string& name, const std::string& image = "local:/bin/true", int count = 1) {
+    store::EndpointRecord record;
+    record.name = name;
+    record.arn = "arn:aws:sagemaker:us-east-1:000000000000:endpoint/" + name;
+    record.config_name = "cfg1";
+    record.status = "Creating";
+    record.creation_millis = NowMillis();
+    record.last_modified_millis = record.creation_millis;
+    record.request = {{"EndpointName", name}, {"EndpointConfigName", "cfg1"}};
+    record.deployment = Deployment("cfg1", image, count, 1000);
+    record.desired = Desired(count);
+    store::EndpointRepository endpoints(db_.get());
+    ASSERT_TRUE(endpoints.Insert(record).ok());
+    controller_->EndpointChanged(name);
+  }
+
+  // Writes the row as the API would (`change` on it), then tells the controller.
+  void Change(const std::string& name, const std::function<void(store::EndpointRecord&)>& change) {
+    store::EndpointRepository endpoints(db_.get());
+    auto written = endpoints.Mutate(name, [&](store::EndpointRecord& r) {
+      change(r);
+      r.last_modified_millis = NowMillis();
+      return Status::Ok();
+    });
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    controller_->EndpointChanged(name);
+  }
+
+  Result<store::EndpointRecord> Endpoint(const std::string& name) {
+    store::EndpointRepository endpoints(db_.get());
+    return endpoints.Get(name);
+  }
+
+  store::EndpointRecord WaitForStatus(const std::string& name, const std::string& status) {
+    store::EndpointRecord last;
+    bool reached = WaitFor([&] {
+      auto r = Endpoint(name);
+      if (r.ok()) last = *r;
+      return r.ok() && r->status == status;
+    });
+    EXPECT_TRUE(reached) << name << " is " << last.status << " (" << last.failure_reason << "), not " << status;
+    return last;
+  }
+
+  // The instance ids routed for the endpoint now.
+  std::vector<std::string> Routed(const std::string& name) const {
+    std::vector<std::string> ids;
+    auto route = routes_->Find(name);
+    if (!route) return ids;
+    for (const auto& v : route->variants) {
+      for (const auto& i : v.instances) ids.push_back(i->instance_id);
+    }
+    return ids;
+  }
+
+  // The runtime id of a routed instance id.
+  static std::string RuntimeId(const std::string& endpoint, const std::string& instance_id) {
+    return "endpoint-" + endpoint + "-" + instance_id;
+  }
+
+  std::chrono::milliseconds replacement_backoff_{20};
+  std::unique_ptr<serving::RoutingTable> routes_;
+  std::unique_ptr<EndpointController> controller_;
+};
+
+TEST_F(EndpointControllerTest, CreateBringsTheEndpointInServiceAndRoutesItsInstance) {
+  StartController();
+  Create("ep");
+  auto in_service = WaitForStatus("ep", "InService");
+  ASSERT_EQ(runtime_->launches().size(), 1u);
+  const std::string runtime_id = runtime_->launches()[0];
+  auto spec = runtime_->spec(runtime_id);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->argv, (std::vector<std::string>{"/bin/true", "serve"}));
+  EXPECT_EQ(spec->cpus.size(), 2u);
+  EXPECT_TRUE(spec->env.count("SAGEMAKER_BIND_TO_PORT"));
+  // Routed, and recorded in the row for a restarted server.
+  auto routed = Routed("ep");
+  ASSERT_EQ(routed.size(), 1u);
+  EXPECT_EQ(RuntimeId("ep", routed[0]), runtime_id);
+  ASSERT_EQ(in_service.state["Instances"].size(), 1u);
+  EXPECT_EQ(in_service.state["Instances"][0].value("RuntimeId", ""), runtime_id);
+  EXPECT_EQ(in_service.state["ProductionVariants"][0].value("CurrentInstanceCount", 0), 1);
+}
+
+TEST_F(EndpointControllerTest, ALaunchFailureWhileCreatingFailsTheEndpointWithTheRuntimesMessage) {
+  FakeRuntime::Behavior broken;
+  broken.on_launch = FakeRuntime::Behavior::OnLaunch::kFailLaunch;
+  broken.launch_error = "cannot execute /bin/true: Exec format error";
+  runtime_->SetDefaultBehavior(broken);
+  StartController();
+  Create("ep");
+  auto failed = WaitForStatus("ep", "Failed");
+  EXPECT_EQ(failed.failure_reason,
+            "ClientError: The container of production variant main could not start: cannot execute /bin/true: Exec "
+            "format error");
+  // Nothing holds capacity once the failed instance is gone.
+  EXPECT_TRUE(WaitFor([&] { return scheduler_->Snapshot().granted.empty(); }));
+}
+
+TEST_F(EndpointControllerTest, AContainerThatExitsBeforeItIsHealthyFailsTheEndpoint) {
+  FakeRuntime::Behavior crashes;
+  crashes.on_launch = FakeRuntime::Behavior::OnLaunch::kExitAtOnce;
+  crashes.exit_code = 3;
+  crashes.output = {{'e', "ModuleNotFoundError: No module named 'flask'"}};
+  runtime_->SetDefaultBehavior(crashes);
+  StartController();
+  Create("ep");
+  auto failed = WaitForStatus("ep", "Failed");
+  EXPECT_THAT(failed.failure_reason, ::testing::HasSubstr("exited with code 3 before it passed the ping health check"));
+}
+
+TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  const std::string first = runtime_->launches().at(0);
+  ASSERT_TRUE(runtime_->Exit(first, 137).ok());
+  auto second = runtime_->WaitForLaunchNumber(2, kPatience);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_NE(*second, first);
+  // The replacement is routed, the dead one is not, and the endpoint stayed InService.
+  ASSERT_TRUE(WaitFor([&] {
+    auto routed = Routed("ep");
+    return routed.size() == 1 && RuntimeId("ep", routed[0]) == *second;
+  }));
+  EXPECT_EQ(Endpoint("ep")->status, "InService");
+  EXPECT_TRUE(WaitFor([&] {
+    auto removed = runtime_->removed();
+    return std::find(removed.begin(), removed.end(), first) != removed.end();
+  }));
+}
+
+TEST_F(EndpointControllerTest, AnInstanceThatFailsItsHealthChecksIsStoppedAndReplaced) {
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  const std::string first = runtime_->launches().at(0);
+  ASSERT_TRUE(runtime_->SetPingStatus(first, 500).ok());
+  auto second = runtime_->WaitForLaunchNumber(2, kPatience);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->running(first); }));
+  auto stops = runtime_->stops();
+  ASSERT_FALSE(stops.empty());
+  EXPECT_EQ(stops[0].instance_id, first);
+  EXPECT_EQ(stops[0].grace, kStopGrace);
+  ASSERT_TRUE(WaitFor([&] {
+    auto routed = Routed("ep");
+    return routed.size() == 1 && RuntimeId("ep", routed[0]) == *second;
+  }));
+}
+
+TEST_F(EndpointControllerTest, ReplacementsWaitForABackoffThatDoubles) {
+  replacement_backoff_ = std::chrono::milliseconds(150);
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  // From now on every new instance dies at once.
+  FakeRuntime::Behavior crashes;
+  crashes.on_launch = FakeRuntime::Behavior::OnLaunch::kExitAtOnce;
+  crashes.exit_code = 1;
+  runtime_->SetDefaultBehavior(crashes);
+  const auto died = std::chrono::steady_clock::now();
+  ASSERT_TRUE(runtime_->Exit(runtime_->launches().at(0), 1).ok());
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(3, kPatience).has_value());
+  auto times = runtime_->launch_times();
+  // Lower bounds only (the run may wake later than a backoff ends, never earlier).
+  EXPECT_GE(times[1] - died, std::chrono::milliseconds(150));
+  EXPECT_GE(times[2] - times[1], std::chrono::milliseconds(300));
+  // Failing replacements never fail an endpoint that is InService.
+  EXPECT_EQ(Endpoint("ep")->status, "InService");
+}
+
+TEST_F(EndpointControllerTest, DeleteStopsTheInstancesAndRemovesTheEndpoint) {
+  StartController();
+  Create("ep", "local:/bin/true", 2);
+  WaitForStatus("ep", "InService");
+  ASSERT_EQ(runtime_->launches().size(), 2u);
+  ASSERT_EQ(Routed("ep").size(), 2u);
+  Change("ep", [](store::EndpointRecord& r) { r.status = "Deleting"; });
+  ASSERT_TRUE(WaitFor([&] { return Endpoint("ep").status().IsNotFound(); }));
+  EXPECT_EQ(routes_->Find("ep"), nullptr);
+  EXPECT_TRUE(runtime_->running_ids().empty());
+  auto stops = runtime_->stops();
+  ASSERT_EQ(stops.size(), 2u);
+  for (const auto& stop : stops) EXPECT_EQ(stop.grace, kStopGrace);
+  EXPECT_TRUE(scheduler_->Snapshot().granted.empty());
+}
+
+TEST_F(EndpointControllerTest, CountChangesLaunchAndDrainInstances) {
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = "Updating";
+    r.desired = Desired(2);
+  });
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  WaitForStatus("ep", "InService");
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = "Updating";
+    r.desired = Desired(1);
+  });
+  // Scale in drops the newest.
+  const std::string newest = runtime_->launches().at(1);
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->running(newest); }));
+  WaitForStatus("ep", "InService");
+  EXPECT_EQ(Routed("ep"), std::vector<std::string>{runtime_->launches().at(0).substr(std::string("endpoint-ep-").size())});
+}
+
+TEST_F(EndpointControllerTest, UpdateEndpointMovesTrafficOnceTheNewFleetIsHealthy) {
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  const std::string old_id = runtime_->launches().at(0);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = "Updating";
+    r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
+  });
+  auto updated = WaitForStatus("ep", "InService");
+  EXPECT_EQ(updated.config_name, "cfg2");
+  EXPECT_TRUE(updated.pending.is_null());
+  ASSERT_EQ(runtime_->launches().size(), 2u);
+  const std::string new_id = runtime_->launches().at(1);
+  EXPECT_EQ(runtime_->spec(new_id)->argv[0], "/bin/cat");
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->running(old_id); }));
+  auto routed = Routed("ep");
+  ASSERT_EQ(routed.size(), 1u);
+  EXPECT_EQ(RuntimeId("ep", routed[0]), new_id);
+}
+
+TEST_F(EndpointControllerTest, AFailedUpdateRollsBackAndKeepsTheOldFleet) {
+  FakeRuntime::Behavior broken;
+  broken.on_launch = FakeRuntime::Behavior::OnLaunch::kFailLaunch;
+  broken.launch_error = "cannot execute /bin/cat: Permission denied";
+  runtime_->AddRule(FakeRuntime::ProgramIs("/bin/cat"), broken);
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  const std::string old_id = runtime_->launches().at(0);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = "Updating";
+    r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
+  });
+  store::EndpointRecord rolled_back;
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    if (r.ok()) rolled_back = *r;
+    return r.ok() && r->status == "InService" && !r->failure_reason.empty();
+  }));
+  EXPECT_THAT(rolled_back.failure_reason,
+              ::testing::StartsWith("UpdateEndpoint rolled back to cfg1: ClientError: The container of production "
+                                    "variant main could not start: cannot execute /bin/cat: Permission denied"));
+  EXPECT_TRUE(rolled_back.pending.is_null());
+  EXPECT_EQ(rolled_back.config_name, "cfg1");
+  EXPECT_TRUE(runtime_->running(old_id));
+  auto routed = Routed("ep");
+  ASSERT_EQ(routed.size(), 1u);
+  EXPECT_EQ(RuntimeId("ep", routed[0]), old_id);
+}
+
+TEST_F(EndpointControllerTest, ARestartedControllerAdoptsLiveInstancesAndReplacesVanishedOnes) {
+  StartController();
+  Create("ep", "local:/bin/true", 2);
+  WaitForStatus("ep", "InService");
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
+  const std::string kept = runtime_->launches().at(0);
+  const std::string vanished = runtime_->launches().at(1);
+
+  controller_.reset();  // the instances keep running
+  EXPECT_TRUE(runtime_->running(kept));
+  runtime_->Vanish(vanished);  // e.g. the node lost it while no server ran
+  RestartController();
+
+  // The live one is pinged and routed again, not relaunched; the vanished one is replaced.
+  auto replacement = runtime_->WaitForLaunchNumber(3, kPatience);
+  ASSERT_TRUE(replacement.has_value());
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
+  auto routed = Routed("ep");
+  std::vector<std::string> runtime_ids;
+  for (const auto& id : routed) runtime_ids.push_back(RuntimeId("ep", id));
+  std::sort(runtime_ids.begin(), runtime_ids.end());
+  std::vector<std::string> expected = {kept, *replacement};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(runtime_ids, expected);
+  EXPECT_EQ(runtime_->launches().size(), 3u);
+  EXPECT_TRUE(runtime_->stops().empty());
+  EXPECT_TRUE(scheduler_->Granted(kept).has_value());  // its resources re-reserved
+}
+
+TEST_F(EndpointControllerTest, OrphanedEndpointInstancesAreStoppedAtStart) {
+  runtime::InstanceSpec orphan;
+  orphan.instance_id = "endpoint-gone-i-0123456789abcdef0";
+  ASSERT_TRUE(runtime_->Launch(orphan).ok());
+  runtime::InstanceSpec training;
+  training.instance_id = "training-job-algo-1";  // not the endpoint controller's
+  ASSERT_TRUE(runtime_->Launch(training).ok());
+  StartController();
+  EXPECT_FALSE(runtime_->Inspect(orphan.instance_id).ok());
+  EXPECT_TRUE(runtime_->running(training.instance_id));
+}
+
+}  // namespace
+}  // namespace kiln::control
