@@ -166,7 +166,7 @@ json WithChannelDefaults(json channels) {
 
 }  // namespace
 
-json RenderTrainingJob(const store::TrainingJobRecord& record) {
+json RenderTrainingJob(const store::TrainingJobRecord& record, const control::TrainingQueueView* queue) {
   const json& in = record.request;
   const json& state = record.state;
   json out = json::object();
@@ -204,6 +204,13 @@ json RenderTrainingJob(const store::TrainingJobRecord& record) {
                   {"StatusMessage", t.value("StatusMessage", "")}};
     if (t.contains("EndTime")) entry["EndTime"] = Seconds(t["EndTime"].get<int64_t>());
     transitions.push_back(entry);
+  }
+  // The place in line changes with every grant and is not in the row: read it from the queue.
+  if (queue != nullptr && record.secondary_status == "Pending" && !transitions.empty() &&
+      transitions.back()["Status"] == "Pending") {
+    if (std::string live = queue->PendingMessage(record.name); !live.empty()) {
+      transitions.back()["StatusMessage"] = std::move(live);
+    }
   }
   out["SecondaryStatusTransitions"] = transitions;
   json metrics = json::array();
@@ -253,6 +260,7 @@ std::optional<std::string> NameFromArn(const std::string& arn, const std::string
 
 void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsContext& context) {
   auto ctx = std::make_shared<TrainingJobsContext>(context);
+  if (ctx->queue == nullptr) ctx->queue = ctx->controller;
   auto jobs = std::make_shared<store::TrainingJobRepository>(context.database);
   auto tags = std::make_shared<store::TagRepository>(context.database);
 
@@ -287,11 +295,11 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     return json{{"TrainingJobArn", record.arn}};
   });
 
-  service->Register("DescribeTrainingJob", [jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
+  service->Register("DescribeTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
     auto record = jobs->Get(in["TrainingJobName"].get<std::string>());
     if (record.status().IsNotFound()) return Validation("Requested resource not found.");
     if (!record.ok()) return aws::AwsError("InternalFailure", record.status().message(), 500);
-    return RenderTrainingJob(*record);
+    return RenderTrainingJob(*record, ctx->queue);
   });
 
   service->Register("ListTrainingJobs", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {

@@ -18,6 +18,7 @@
 
 #include "api/json_service.h"
 #include "control/training_controller.h"
+#include "control/training_queue_view.h"
 #include "store/database.h"
 #include "store/training_job_repository.h"
 
@@ -26,6 +27,9 @@ namespace kiln::api {
 struct TrainingJobsContext {
   store::Database* database = nullptr;
   control::TrainingController* controller = nullptr;
+  // Where Describe reads a Pending job's place in line (never stored in its row); nullptr: the
+  // controller.
+  const control::TrainingQueueView* queue = nullptr;
   std::string account_id;
   std::string region;
   const Clock* clock = nullptr;  // nullptr: the system clock
@@ -35,7 +39,10 @@ struct TrainingJobsContext {
 // outlive the service.
 void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsContext& context);
 
-// DescribeTrainingJob's output for `record` (exposed for tests and for Search later).
-nlohmann::json RenderTrainingJob(const store::TrainingJobRecord& record);
+// DescribeTrainingJob's output for `record` (exposed for tests and for Search later). While the
+// job is Pending, the StatusMessage of its last transition is `queue`'s live message (what it
+// waits for and its place in line) when `queue` is given and still has the job queued.
+nlohmann::json RenderTrainingJob(const store::TrainingJobRecord& record,
+                                 const control::TrainingQueueView* queue = nullptr);
 
 }  // namespace kiln::api

@@ -32,6 +32,48 @@ store::TrainingJobRecord Record() {
   return r;
 }
 
+// A queue that has "Job-1" waiting with two jobs ahead.
+class FakeQueue : public control::TrainingQueueView {
+ public:
+  std::string PendingMessage(const std::string& job_name) const override {
+    return job_name == queued ? "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB (2 jobs ahead)" : "";
+  }
+  std::string queued = "Job-1";
+};
+
+store::TrainingJobRecord PendingRecord() {
+  store::TrainingJobRecord r = Record();
+  r.status = "InProgress";
+  r.secondary_status = "Pending";
+  r.training_end_millis.reset();
+  r.state = json::parse(R"({"transitions": [
+    {"Status": "Starting", "StartTime": 1714557600123, "EndTime": 1714557600200, "StatusMessage": "Starting the training job"},
+    {"Status": "Pending", "StartTime": 1714557600200, "StatusMessage": "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB"}]})");
+  return r;
+}
+
+TEST(RenderTrainingJobTest, APendingJobShowsItsLivePlaceInLine) {
+  FakeQueue queue;
+  json out = RenderTrainingJob(PendingRecord(), &queue);
+  EXPECT_EQ(out["SecondaryStatus"], "Pending");
+  ASSERT_EQ(out["SecondaryStatusTransitions"].size(), 2u);
+  EXPECT_EQ(out["SecondaryStatusTransitions"][1]["StatusMessage"],
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB (2 jobs ahead)");
+  EXPECT_EQ(out["SecondaryStatusTransitions"][0]["StatusMessage"], "Starting the training job");
+}
+
+TEST(RenderTrainingJobTest, TheRowsPendingMessageStandsWhenTheQueueHasNotTheJob) {
+  FakeQueue queue;
+  queue.queued = "someone-else";  // granted meanwhile: its row still says Pending for a moment
+  const std::string stored = "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB";
+  EXPECT_EQ(RenderTrainingJob(PendingRecord(), &queue)["SecondaryStatusTransitions"][1]["StatusMessage"], stored);
+  EXPECT_EQ(RenderTrainingJob(PendingRecord())["SecondaryStatusTransitions"][1]["StatusMessage"], stored);
+  // Only a Pending job asks the queue.
+  queue.queued = "Job-1";
+  json done = RenderTrainingJob(Record(), &queue);
+  EXPECT_EQ(done["SecondaryStatusTransitions"][1]["StatusMessage"], "Training job completed");
+}
+
 TEST(RenderTrainingJobTest, EchoesTheRequestWithAwsDefaults) {
   json out = RenderTrainingJob(Record());
   EXPECT_EQ(out["TrainingJobName"], "Job-1");

@@ -456,7 +456,7 @@ std::vector<Grant> Scheduler::Schedule() {
     if (!allocations) break;  // head-of-line: later requests wait even if they would fit
     granted_[head.request.id] = *allocations;
     grants.push_back(Grant{head.request.id, std::move(*allocations)});
-    queue_.erase(queue_.begin());
+    queue_.pop_front();
   }
   return grants;
 }
@@ -575,17 +575,28 @@ std::string Scheduler::ShortfallLocked(const std::string& instance_type, const N
   return msg + "; " + Join(short_parts, ", ");
 }
 
+const Scheduler::Queued* Scheduler::FindQueuedLocked(const std::string& id, size_t* ahead) const {
+  *ahead = 0;
+  for (const Queued& q : queue_) {
+    if (q.request.id == id) return &q;
+    ++*ahead;
+  }
+  return nullptr;
+}
+
+std::string Scheduler::WaitingReason(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t ahead = 0;
+  const Queued* entry = FindQueuedLocked(id, &ahead);
+  if (entry == nullptr) return "";
+  return "Waiting for compute capacity: " +
+         ShortfallLocked(entry->request.instance_type, entry->need, entry->request.instance_count);
+}
+
 std::string Scheduler::WaitingMessage(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t ahead = 0;
-  const Queued* entry = nullptr;
-  for (const Queued& q : queue_) {
-    if (q.request.id == id) {
-      entry = &q;
-      break;
-    }
-    ++ahead;
-  }
+  const Queued* entry = FindQueuedLocked(id, &ahead);
   if (entry == nullptr) return "";
   std::string msg = "Waiting for compute capacity: " +
                     ShortfallLocked(entry->request.instance_type, entry->need, entry->request.instance_count);

@@ -33,6 +33,7 @@
 // Thread-safety: every method may be called from any thread (one internal mutex).
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -187,8 +188,12 @@ class Scheduler {
 
   // For StatusMessage while Pending: what the request waits for and its place in line, e.g.
   // "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)".
-  // Empty if the id is not queued.
+  // Empty if the id is not queued. Computed from the live queue on every call (O(place in line)):
+  // callers render it when it is read and never store it, since it changes with every grant.
   std::string WaitingMessage(const std::string& id) const;
+  // The same without the place in line ("Waiting for compute capacity: ml.m5.large needs ...;
+  // 0 of 2 vCPUs free"): what a job records once as it enters Pending. Empty if not queued.
+  std::string WaitingReason(const std::string& id) const;
 
   // The grant of `id`, or nullopt if it holds none.
   std::optional<std::vector<Allocation>> Granted(const std::string& id) const;
@@ -218,6 +223,8 @@ class Scheduler {
   // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
   // and changes nothing.
   bool IsQueuedLocked(const std::string& id) const;
+  // The queued entry of `id` and how many entries are ahead of it, or nullptr.
+  const Queued* FindQueuedLocked(const std::string& id, size_t* ahead) const;
   // "<type> needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free": the request's whole need and each
   // dimension that is short now (no "; ..." part when nothing is).
   std::string ShortfallLocked(const std::string& instance_type, const Need& need, int count) const;
@@ -240,7 +247,8 @@ class Scheduler {
   std::vector<int> free_cpus_;            // GUARDED_BY(mu_), ascending
   uint64_t free_memory_ = 0;              // GUARDED_BY(mu_)
   std::vector<int> free_gpus_;            // GUARDED_BY(mu_), ascending
-  std::vector<Queued> queue_;             // GUARDED_BY(mu_), sorted by seq (stable)
+  // A deque: Schedule() takes from the front, so a grant costs O(1) however long the queue is.
+  std::deque<Queued> queue_;              // GUARDED_BY(mu_), sorted by seq (stable)
   std::map<std::string, std::vector<Allocation>> granted_;  // GUARDED_BY(mu_)
 };
 

@@ -339,6 +339,35 @@ TEST(SchedulerTest, WaitingMessageNamesWhatIsMissingAndThePlaceInLine) {
             "Waiting for compute capacity: 2 x ml.m5.large need 4 vCPUs and 16 GiB; 2 of 4 vCPUs free (next in line)");
 }
 
+TEST(SchedulerTest, WaitingReasonIsTheMessageWithoutThePlaceInLine) {
+  Scheduler s(Options(Host(2, 32)), Catalog());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.Enqueue({"j" + std::to_string(i), i, "ml.m5.large", 1}).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("j0"));
+  EXPECT_EQ(s.WaitingReason("j2"), "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free");
+  EXPECT_EQ(s.WaitingReason("j1"), s.WaitingReason("j2"));  // the same wherever in line
+  EXPECT_EQ(s.WaitingReason("j0"), "");                     // granted
+  EXPECT_EQ(s.WaitingReason("nobody"), "");
+}
+
+TEST(SchedulerTest, ALongQueueDrainsInOrderFromTheFront) {
+  // Grants take from the front of the queue (a deque): 2,000 requests, two at a time, in order.
+  Scheduler s(Options(Host(4, 64)), Catalog());
+  const int n = 2000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(s.Enqueue({"j" + std::to_string(i), i, "ml.m5.large", 1}).ok());
+  std::vector<std::string> order;
+  for (int round = 0; round < n / 2; ++round) {
+    std::vector<Grant> grants = s.Schedule();
+    ASSERT_EQ(grants.size(), 2u) << round;
+    for (const Grant& g : grants) {
+      order.push_back(g.id);
+      s.Release(g.id);
+    }
+  }
+  ASSERT_EQ(order.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(order[i], "j" + std::to_string(i));
+  EXPECT_TRUE(s.Snapshot().queue.empty());
+}
+
 TEST(SchedulerTest, CancelLeavesTheQueue) {
   Scheduler s(Options(Host(2, 16)), Catalog());
   ASSERT_TRUE(s.Enqueue({"a", 1, "ml.m5.large", 1}).ok());

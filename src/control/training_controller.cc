@@ -46,6 +46,16 @@ constexpr char kMsgStopped[] = "Training job stopped";
 constexpr char kMsgMaxRuntime[] = "Job stopped because max runtime was exceeded";
 constexpr char kMsgMaxPending[] = "Job stopped because max pending time was exceeded";
 
+constexpr char kMsgWaiting[] = "Waiting for compute capacity";
+
+// "; <what the scheduler gave instead of the full shape>" (the first note), or "".
+std::string AllocationNote(const std::vector<Allocation>& allocations) {
+  for (const auto& a : allocations) {
+    if (!a.note.empty()) return "; " + a.note;
+  }
+  return "";
+}
+
 std::string Truncate(std::string s, size_t max) {
   if (s.size() <= max) return s;
   size_t cut = max;
@@ -342,31 +352,11 @@ void TrainingController::JobRun::RunSteps() {
 }
 
 Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
-  // A job that waited for capacity goes from Pending straight to Downloading (control-plane-api.md
-  // §9.1); one granted at once shows the provisioning messages under Starting.
-  const bool was_pending = record.secondary_status == "Pending";
-  // Under the `shrink` policy (or CPU fallback) the scheduler may give less than the instance
-  // type's shape; the status message says so (the job still shows it while it trains).
-  for (const auto& a : allocations_) {
-    if (!a.note.empty()) {
-      allocation_note_ = "; " + a.note;
-      break;
-    }
-  }
-  // One commit for the grant: the phase, the resources (for adoption) and the message. (The
-  // intermediate "Launching requested ML instances" would be replaced within the same status
-  // before anyone could read it; committing it would only lengthen the job start.)
-  const int64_t now = Now();
-  auto persisted = Update([&](store::TrainingJobRecord& r) {
-    r.state["phase"] = "staging";
-    json allocations = json::array();
-    for (const auto& a : allocations_) allocations.push_back(a);
-    r.state["allocations"] = allocations;
-    if (!was_pending && r.status != "Stopping") {
-      RecordSecondaryStatus(r, "Starting", kMsgPreparing + allocation_note_, now);
-    }
-  });
-  if (!persisted.ok()) return persisted.status();
+  // The grant (phase staging, allocations, Starting message) was written by the scheduling pass,
+  // together with the other grants of that pass (RunPass). Under the `shrink` policy (or CPU
+  // fallback) the scheduler may give less than the instance type's shape; the status message
+  // says so (the job still shows it while it trains).
+  allocation_note_ = AllocationNote(allocations_);
 
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
@@ -1016,13 +1006,28 @@ void TrainingController::Submit(const std::string& name) {
     });
     return;
   }
-  (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
-    rec.state["phase"] = "queued";
-    return Status::Ok();
-  });
+  // CreateTrainingJob inserts the row queued already; a retried or re-queued (restart) job is
+  // written back to queued here.
+  if (record->state.value("phase", "") != "queued") {
+    (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+      rec.state["phase"] = "queued";
+      return Status::Ok();
+    });
+  }
+  // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
+  const int64_t max_pending_seconds = StoppingSeconds(record->request, "MaxPendingTimeInSeconds", -1);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (max_pending_seconds >= 0) {
+    pending_deadlines_.emplace(AddSaturating(record->creation_millis, SecondsToMillisSaturating(max_pending_seconds)),
+                               record->name);
+  }
+  entering_pending_.push_back(record->name);
   schedule_needed_ = true;
   wake_.notify_all();
+}
+
+std::string TrainingController::PendingMessage(const std::string& job_name) const {
+  return deps_.scheduler->WaitingMessage(job_name);
 }
 
 void TrainingController::RequestStop(const std::string& name) {
@@ -1061,28 +1066,87 @@ Status TrainingController::FinishWithoutRunning(const std::string& name, const s
   return r.status();
 }
 
-void TrainingController::MarkPending(const std::string& name) {
-  // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
-  auto job = jobs_.Get(name);
-  if (!job.ok()) return;
-  const int64_t max_pending_seconds = StoppingSeconds(job->request, "MaxPendingTimeInSeconds", -1);
-  if (max_pending_seconds >= 0) {
-    int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
-    if (now >= AddSaturating(job->creation_millis, SecondsToMillisSaturating(max_pending_seconds))) {
-      deps_.scheduler->Cancel(name);
-      (void)FinishWithoutRunning(name, "max_pending");
-      return;
+bool TrainingController::ExpirePendingDeadlines() {
+  const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  std::vector<std::string> expired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto end = pending_deadlines_.upper_bound(now);
+    for (auto it = pending_deadlines_.begin(); it != end; ++it) expired.push_back(it->second);
+    pending_deadlines_.erase(pending_deadlines_.begin(), end);
+  }
+  bool any = false;
+  for (const auto& name : expired) {
+    // Granted (or gone) by now: the deadline no longer applies.
+    if (!deps_.scheduler->IsQueued(name)) continue;
+    deps_.scheduler->Cancel(name);
+    (void)FinishWithoutRunning(name, "max_pending");
+    any = true;
+  }
+  return any;
+}
+
+void TrainingController::RunPass() {
+  std::vector<Grant> grants = deps_.scheduler->Schedule();
+  // The grants of this pass in one transaction: the phase, the resources (for adoption) and the
+  // message. A job that waited for capacity goes from Pending straight to Downloading
+  // (control-plane-api.md §9.1); one granted at once shows the provisioning message under
+  // Starting. (The intermediate "Launching requested ML instances" would be replaced within the
+  // same status before anyone could read it; committing it would only lengthen the job start.)
+  if (!grants.empty()) {
+    std::map<std::string, const Grant*> by_name;
+    std::vector<std::string> names;
+    for (const auto& grant : grants) {
+      by_name[grant.id] = &grant;
+      names.push_back(grant.id);
+    }
+    const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+    Status persisted = jobs_.MutateEach(names, [&](store::TrainingJobRecord& r) {
+      // Stopped while its grant was on the way (RequestStop found no run yet): its run ends at once.
+      if (r.status != "InProgress" && r.status != "Stopping") return false;
+      auto it = by_name.find(r.name);
+      if (it == by_name.end()) return false;
+      const std::vector<Allocation>& allocations = it->second->allocations;
+      r.state["phase"] = "staging";
+      json persisted_allocations = json::array();
+      for (const auto& a : allocations) persisted_allocations.push_back(a);
+      r.state["allocations"] = persisted_allocations;
+      if (r.secondary_status != "Pending" && r.status != "Stopping") {
+        RecordSecondaryStatus(r, "Starting", kMsgPreparing + AllocationNote(allocations), now);
+      }
+      return true;
+    });
+    if (!persisted.ok()) {
+      // The runs start anyway; a restart before their next write re-queues them (phase queued).
+      KLOG(warn, "training grants not persisted", {{"jobs", std::to_string(names.size())}, {"error", persisted.ToString()}});
     }
   }
-  std::string message = deps_.scheduler->WaitingMessage(name);
-  if (message.empty()) message = "Waiting for compute capacity";
-  int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
-  (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
-    if (rec.status != "InProgress") return Status::Ok();
-    if (rec.secondary_status == "Pending" && rec.state.value("status_message", "") == message) return Status::Ok();
-    RecordSecondaryStatus(rec, "Pending", message, now);
-    return Status::Ok();
+  for (auto& grant : grants) StartRun(grant.id, std::move(grant.allocations), /*adopt=*/false);
+
+  // Jobs that entered the queue since the last pass and still wait record Pending once, with what
+  // they wait for; their place in line is rendered live when read (TrainingQueueView).
+  std::vector<std::string> entering;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entering.swap(entering_pending_);
+  }
+  std::vector<std::string> waiting;
+  std::map<std::string, std::string> reasons;
+  for (const auto& name : entering) {
+    std::string reason = deps_.scheduler->WaitingReason(name);
+    if (reason.empty()) continue;  // granted (above) or cancelled
+    reasons[name] = std::move(reason);
+    waiting.push_back(name);
+  }
+  if (waiting.empty()) return;
+  const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  Status recorded = jobs_.MutateEach(waiting, [&](store::TrainingJobRecord& rec) {
+    if (rec.status != "InProgress" || rec.secondary_status == "Pending") return false;
+    auto it = reasons.find(rec.name);
+    RecordSecondaryStatus(rec, "Pending", it == reasons.end() ? kMsgWaiting : it->second, now);
+    return true;
   });
+  if (!recorded.ok()) KLOG(warn, "Pending not recorded", {{"jobs", std::to_string(waiting.size())}, {"error", recorded.ToString()}});
 }
 
 void TrainingController::RunScheduler() {
@@ -1098,14 +1162,13 @@ void TrainingController::RunScheduler() {
     lock.unlock();
     for (auto& run : finished) run->Join();
     finished.clear();
+    // A job stopped at the head of the line may let the ones behind it start.
+    const bool expired = ExpirePendingDeadlines();
     lock.lock();
-    if (!schedule_needed_) continue;
+    if (!schedule_needed_ && !expired) continue;
     schedule_needed_ = false;
     lock.unlock();
-    std::vector<Grant> grants = deps_.scheduler->Schedule();
-    for (auto& grant : grants) StartRun(grant.id, std::move(grant.allocations), /*adopt=*/false);
-    // Whatever is still queued shows why it waits.
-    for (const auto& queued : deps_.scheduler->Snapshot().queue) MarkPending(queued.id);
+    RunPass();
     lock.lock();
   }
 }

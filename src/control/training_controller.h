@@ -29,6 +29,14 @@
 // Thread-safety: public methods may be called from any thread. Each running job has one
 // monitor thread, one log pump per host, and the agent's workers; the scheduler is driven from
 // Submit/RequestStop and from jobs releasing capacity.
+//
+// Scheduling writes (issue 11): the scheduler thread runs a pass whenever something was
+// submitted, stopped or released. A pass writes only the jobs whose own state changes, each group
+// in one transaction: the jobs it granted (phase staging, allocations, Starting message) and the
+// jobs that newly entered the queue and still wait (SecondaryStatus Pending, once, with what they
+// wait for). Nothing is written for the jobs that merely moved up in line: their place is read
+// live (TrainingQueueView::PendingMessage) when Describe renders them. MaxPendingTimeInSeconds is
+// kept as in-memory deadlines checked on every wake (at least every 5 s), not by reading rows.
 
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +54,7 @@
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
 #include "control/scheduler.h"
+#include "control/training_queue_view.h"
 #include "objects/object_store.h"
 #include "observe/log_store.h"
 #include "observe/metric_extractor.h"
@@ -85,10 +94,10 @@ struct TrainingControllerDeps {
   InstanceMetrics* instance_metrics = nullptr;  // samples the hosts' CPU/memory/disk/GPU (may be null)
 };
 
-class TrainingController {
+class TrainingController : public TrainingQueueView {
  public:
   TrainingController(TrainingControllerOptions options, TrainingControllerDeps deps);
-  ~TrainingController();
+  ~TrainingController() override;
   TrainingController(const TrainingController&) = delete;
   TrainingController& operator=(const TrainingController&) = delete;
 
@@ -105,6 +114,9 @@ class TrainingController {
   // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
   Status CheckFeasible(const std::string& instance_type, int instance_count) const;
 
+  // TrainingQueueView: the live waiting message of a queued job (the scheduler's).
+  std::string PendingMessage(const std::string& job_name) const override;
+
  private:
   class JobRun;
   friend class JobRun;
@@ -114,7 +126,11 @@ class TrainingController {
   void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt);
   void OnRunFinished(const std::string& name);
   Status FinishWithoutRunning(const std::string& name, const std::string& why);
-  void MarkPending(const std::string& name);
+  // One pass: grant what fits (persisting the grants together), start their runs, and record
+  // Pending for the jobs that entered the queue since the last pass and still wait.
+  void RunPass();
+  // Stops the queued jobs whose MaxPendingTimeInSeconds has passed; true if any was.
+  bool ExpirePendingDeadlines();
 
   TrainingControllerOptions options_;
   TrainingControllerDeps deps_;
@@ -126,6 +142,8 @@ class TrainingController {
   bool schedule_needed_ = false;                            // GUARDED_BY(mutex_)
   std::map<std::string, std::shared_ptr<JobRun>> runs_;     // GUARDED_BY(mutex_)
   std::vector<std::shared_ptr<JobRun>> finished_runs_;      // GUARDED_BY(mutex_): to join
+  std::vector<std::string> entering_pending_;               // GUARDED_BY(mutex_): submitted since the last pass
+  std::multimap<int64_t, std::string> pending_deadlines_;   // GUARDED_BY(mutex_): MaxPendingTime, millis -> job
   std::thread scheduler_thread_;
 };
 

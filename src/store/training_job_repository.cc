@@ -101,6 +101,34 @@ Result<TrainingJobRecord> TrainingJobRepository::Mutate(const std::string& name,
   return record;
 }
 
+Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
+                                         const std::function<bool(TrainingJobRecord&)>& mutate) {
+  if (names.empty()) return Status::Ok();
+  return database_->WithTransaction([&](Database& db) -> Status {
+    ASSIGN_OR_RETURN(auto st, db.Prepare(
+                                  "UPDATE training_jobs SET status = ?, secondary_status = ?, "
+                                  "last_modified_millis = ?, training_end_millis = ?, state_json = ?, "
+                                  "request_json = ?, version = version + 1 WHERE seq = ?"));
+    for (const std::string& name : names) {
+      auto found = Get(name);
+      if (found.status().IsNotFound()) continue;
+      if (!found.ok()) return found.status();
+      TrainingJobRecord& record = *found;
+      if (!mutate(record)) continue;
+      st.Reset();
+      st.BindText(1, record.status).BindText(2, record.secondary_status).BindInt64(3, record.last_modified_millis);
+      if (record.training_end_millis) {
+        st.BindInt64(4, *record.training_end_millis);
+      } else {
+        st.BindNull(4);
+      }
+      st.BindText(5, record.state.dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+      RETURN_IF_ERROR(st.Run());
+    }
+    return Status::Ok();
+  });
+}
+
 Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const TrainingJobListQuery& query) {
   std::string sql = "SELECT " + std::string(kColumns) + " FROM training_jobs WHERE 1 = 1";
   if (query.status_equals) sql += " AND status = ?1";

@@ -70,6 +70,11 @@ class TrainingJobRepository {
   // An error from `mutate` aborts without writing and is returned. Returns the record as written.
   Result<TrainingJobRecord> Mutate(const std::string& name,
                                    const std::function<Status(TrainingJobRecord&)>& mutate);
+  // Mutate for many jobs in ONE transaction (one commit, one fsync), for controllers that change
+  // several jobs at once (the grants of one scheduling pass, the jobs entering Pending together).
+  // `mutate` returns true to write the row back (version + 1), false to leave it as it was; names
+  // with no job are skipped. A database error rolls every row back and is returned.
+  Status MutateEach(const std::vector<std::string>& names, const std::function<bool(TrainingJobRecord&)>& mutate);
   // Every job matching `query`, in submission order (callers sort and page).
   Result<std::vector<TrainingJobRecord>> List(const TrainingJobListQuery& query);
   // One page of jobs in (sort key, name) order from indexed columns (store/list_query.h): the

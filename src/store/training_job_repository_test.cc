@@ -66,6 +66,30 @@ TEST_F(TrainingJobRepositoryTest, MutateIsAtomicAndAbortsOnError) {
   EXPECT_EQ(got->last_modified_millis, 5000);
 }
 
+TEST_F(TrainingJobRepositoryTest, MutateEachWritesTheChosenRowsInOneGo) {
+  for (const char* name : {"a", "b", "c"}) {
+    auto job = Job(name, 1000);
+    ASSERT_TRUE(repo_->Insert(job).ok());
+  }
+  std::vector<std::string> seen;
+  Status s = repo_->MutateEach({"A", "b", "missing", "c"}, [&](TrainingJobRecord& j) {
+    seen.push_back(j.name);
+    if (j.name == "b") return false;  // left as it was
+    j.secondary_status = "Pending";
+    j.state["n"] = j.name;
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "c"}));  // the missing name skipped
+  EXPECT_EQ(repo_->Get("a")->secondary_status, "Pending");
+  EXPECT_EQ(repo_->Get("a")->state["n"], "a");
+  EXPECT_EQ(repo_->Get("a")->version, 2);
+  EXPECT_EQ(repo_->Get("b")->secondary_status, "Starting");
+  EXPECT_EQ(repo_->Get("b")->version, 1);
+  EXPECT_EQ(repo_->Get("c")->state["n"], "c");
+  EXPECT_TRUE(repo_->MutateEach({}, [](TrainingJobRecord&) { return true; }).ok());
+}
+
 TEST_F(TrainingJobRepositoryTest, ListFiltersAndActive) {
   for (int i = 0; i < 5; ++i) {
     auto j = Job("job-" + std::to_string(i), 1000 * (i + 1));
