@@ -289,6 +289,24 @@ TEST_F(EndpointControllerTest, CountChangesLaunchAndDrainInstances) {
   EXPECT_EQ(Routed("ep"), std::vector<std::string>{runtime_->launches().at(0).substr(std::string("endpoint-ep-").size())});
 }
 
+TEST_F(EndpointControllerTest, AWeightChangeIsPublishedWithoutRelaunching) {
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", "InService");
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = "Updating";
+    r.desired["main"]["DesiredWeight"] = 0.25;
+  });
+  auto updated = WaitForStatus("ep", "InService");
+  EXPECT_EQ(updated.state["ProductionVariants"][0].value("CurrentWeight", 0.0), 0.25);
+  auto route = routes_->Find("ep");
+  ASSERT_NE(route, nullptr);
+  ASSERT_EQ(route->variants.size(), 1u);
+  EXPECT_EQ(route->variants[0].weight, 0.25);
+  EXPECT_EQ(route->variants[0].instances.size(), 1u);
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+}
+
 TEST_F(EndpointControllerTest, UpdateEndpointMovesTrafficOnceTheNewFleetIsHealthy) {
   StartController();
   Create("ep");
