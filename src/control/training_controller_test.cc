@@ -258,6 +258,64 @@ TEST_F(TrainingControllerTest, TwoJobsOnAHostThatFitsOneRunOneAfterTheOther) {
   EXPECT_EQ(runtime_->launches(), (std::vector<std::string>{Instance("first"), Instance("second")}));
 }
 
+TEST_F(TrainingControllerTest, AQueuedJobWritesPendingOnceAndItsPlaceInLineIsReadLive) {
+  // Issue 11: a pass used to rewrite every queued row with its place in line. Now a waiting
+  // job's row is written once as it enters Pending; its place is the queue's, read when rendered.
+  StartController();
+  Create("runs");
+  ASSERT_TRUE(WaitForLaunch("runs"));
+  Create("w1");
+  Create("w2");
+  Create("w3");
+  auto w3 = WaitForStatus("w3", "InProgress", "Pending");
+  WaitForStatus("w1", "InProgress", "Pending");
+  EXPECT_EQ(w3.state.value("status_message", ""),
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
+  EXPECT_EQ(controller_->PendingMessage("w3"),
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free (2 jobs ahead)");
+  const int64_t w3_version = w3.version;
+
+  // "runs" ends, w1 is granted: w3 moves up in line without its row being written.
+  ASSERT_TRUE(runtime_->Exit(Instance("runs"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("w1"));
+  ASSERT_TRUE(WaitFor([&] { return controller_->PendingMessage("w3").ends_with("(1 job ahead)"); }));
+  WaitForStatus("runs", "Completed");
+  EXPECT_EQ(Job("w3").version, w3_version);
+  EXPECT_EQ(Job("w3").secondary_status, "Pending");
+  EXPECT_EQ(controller_->PendingMessage("w1"), "");  // granted: not queued any more
+
+  ASSERT_TRUE(runtime_->Exit(Instance("w1"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("w2"));
+  ASSERT_TRUE(runtime_->Exit(Instance("w2"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("w3"));
+  ASSERT_TRUE(runtime_->Exit(Instance("w3"), 0).ok());
+  auto done = WaitForStatus("w3", "Completed");
+  std::vector<std::string> secondary;
+  std::string pending_message;
+  for (const json& t : done.state["transitions"]) {
+    secondary.push_back(t.value("Status", ""));
+    if (t.value("Status", "") == "Pending") pending_message = t.value("StatusMessage", "");
+  }
+  EXPECT_EQ(secondary, (std::vector<std::string>{"Starting", "Pending", "Downloading", "Training", "Uploading", "Completed"}));
+  EXPECT_EQ(pending_message, "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
+}
+
+TEST_F(TrainingControllerTest, MaxPendingTimeStopsAJobStillWaiting) {
+  StartController();
+  Create("runs");
+  ASSERT_TRUE(WaitForLaunch("runs"));
+  Create("impatient", {{"StoppingCondition", {{"MaxRuntimeInSeconds", 3600}, {"MaxPendingTimeInSeconds", 7200}}}});
+  WaitForStatus("impatient", "InProgress", "Pending");
+  clock_.Advance(std::chrono::seconds(7201));
+  // Checked on the scheduler's next wake (at most 5 s); a submission wakes it at once.
+  Create("later");
+  auto stopped = WaitForStatus("impatient", "Stopped", "Stopped");
+  EXPECT_EQ(stopped.state["transitions"].back().value("StatusMessage", ""),
+            "Job stopped because max pending time was exceeded");
+  EXPECT_FALSE(scheduler_->IsQueued("impatient"));
+  EXPECT_TRUE(scheduler_->IsQueued("later"));
+}
+
 TEST_F(TrainingControllerTest, ASmallerLaterJobWaitsBehindTheHeadOfTheQueue) {
   MakeScheduler(testing::SmallHost(6, 64));
   StartController();
@@ -361,6 +419,27 @@ TEST_F(TrainingControllerTest, ARestartedControllerAdoptsARunningJobAndRequeuesA
             "AlgorithmError: boom after the restart, exit code: 3");
   ASSERT_TRUE(WaitForLaunch("queued"));
   EXPECT_EQ(runtime_->launches(), (std::vector<std::string>{Instance("adopted"), Instance("queued")}));
+}
+
+TEST_F(TrainingControllerTest, OutputReachesTheLogStreamAndMetricsOnceAcrossARestart) {
+  StartController();
+  Create("logs", {{"AlgorithmSpecification", {{"MetricDefinitions", {{{"Name", "loss"}, {"Regex", "loss=([0-9.]+)"}}}}}}});
+  ASSERT_TRUE(WaitForLaunch("logs"));
+  const std::string stream = WaitForStatus("logs", "InProgress", "Training").state["hosts"][0].value("log_stream", "");
+  EXPECT_THAT(stream, ::testing::StartsWith("logs/algo-1-"));
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("logs"), 'o', "epoch 1 loss=0.5").ok());
+  RestartController();  // the new pump resumes at the offset the old one reached
+  ASSERT_TRUE(runtime_->WriteOutput(Instance("logs"), 'o', "epoch 2 loss=0.25").ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("logs"), 0).ok());
+  auto done = WaitForStatus("logs", "Completed");
+  EXPECT_EQ(done.state["final_metrics"]["loss"].value("value", 0.0), 0.25);
+  observe::EventsQuery query;
+  query.start_from_head = true;
+  auto events = log_store_->GetEvents(kTrainingLogGroup, stream, query);
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  std::vector<std::string> lines;
+  for (const auto& e : events->events) lines.push_back(e.message);
+  EXPECT_EQ(lines, (std::vector<std::string>{"epoch 1 loss=0.5", "epoch 2 loss=0.25"}));
 }
 
 TEST_F(TrainingControllerTest, ARestartedControllerFinishesAJobWhoseInstanceEndedMeanwhile) {
