@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/encoding.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 
@@ -241,19 +242,9 @@ void Encode(std::string& out, const nlohmann::json& shapes, const std::string& s
 }  // namespace
 
 Result<std::map<std::string, std::string>> ParseQueryForm(std::string_view text) {
-  std::map<std::string, std::string> out;
-  for (std::string_view pair : Split(text, '&')) {
-    if (pair.empty()) continue;
-    size_t eq = pair.find('=');
-    auto name = UriDecode(pair.substr(0, eq), true);
-    auto value = UriDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), true);
-    if (!name || !value) {
-      return Status::InvalidArgument("The parameter " + std::string(pair.substr(0, std::min<size_t>(eq, 128))) +
-                                     " is not correctly percent-encoded.");
-    }
-    out[*name] = std::move(*value);
-  }
-  return out;
+  ASSIGN_OR_RETURN(std::vector<QueryParam> params,
+                   ParseQueryString(text, {.plus_is_space = true, .bad_escape = QueryBadEscape::kRefuse}));
+  return QueryParamMap(std::move(params));
 }
 
 Result<nlohmann::json> DecodeQueryInput(const nlohmann::json& shapes, std::string_view shape_name,

@@ -1,6 +1,7 @@
 #include "objects/s3api/s3_request.h"
 
 #include "base/encoding.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 
@@ -8,17 +9,9 @@ namespace kiln::objects::s3 {
 
 QueryParams QueryParams::Parse(std::string_view raw_query) {
   QueryParams out;
-  if (raw_query.empty()) return out;
-  for (std::string_view part : Split(raw_query, '&')) {
-    if (part.empty()) continue;
-    size_t eq = part.find('=');
-    std::string_view name = part.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1);
-    auto decoded_name = UriDecode(name, /*plus_is_space=*/true);
-    auto decoded_value = UriDecode(value, /*plus_is_space=*/true);
-    out.params_.emplace_back(decoded_name ? *decoded_name : std::string(name),
-                             decoded_value ? *decoded_value : std::string(value));
-  }
+  // S3 reads '+' as a space; a malformed escape is kept as written.
+  Result<std::vector<QueryParam>> params = ParseQueryString(raw_query, {.plus_is_space = true});
+  for (QueryParam& p : *params) out.params_.emplace_back(std::move(p.name), std::move(p.value));
   return out;
 }
 
