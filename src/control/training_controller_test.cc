@@ -442,27 +442,6 @@ TEST_F(TrainingControllerTest, OutputReachesTheLogStreamAndMetricsOnceAcrossARes
   EXPECT_EQ(lines, (std::vector<std::string>{"epoch 1 loss=0.5", "epoch 2 loss=0.25"}));
 }
 
-TEST_F(TrainingControllerTest, OutputReachesTheLogStreamAndMetricsOnceAcrossARestart) {
-  StartController();
-  Create("logs", {{"AlgorithmSpecification", {{"MetricDefinitions", {{{"Name", "loss"}, {"Regex", "loss=([0-9.]+)"}}}}}}});
-  ASSERT_TRUE(WaitForLaunch("logs"));
-  const std::string stream = WaitForStatus("logs", "InProgress", "Training").state["hosts"][0].value("log_stream", "");
-  EXPECT_THAT(stream, ::testing::StartsWith("logs/algo-1-"));
-  ASSERT_TRUE(runtime_->WriteOutput(Instance("logs"), 'o', "epoch 1 loss=0.5").ok());
-  RestartController();  // the new pump resumes at the offset the old one reached
-  ASSERT_TRUE(runtime_->WriteOutput(Instance("logs"), 'o', "epoch 2 loss=0.25").ok());
-  ASSERT_TRUE(runtime_->Exit(Instance("logs"), 0).ok());
-  auto done = WaitForStatus("logs", "Completed");
-  EXPECT_EQ(done.state["final_metrics"]["loss"].value("value", 0.0), 0.25);
-  observe::EventsQuery query;
-  query.start_from_head = true;
-  auto events = log_store_->GetEvents(kTrainingLogGroup, stream, query);
-  ASSERT_TRUE(events.ok()) << events.status().ToString();
-  std::vector<std::string> lines;
-  for (const auto& e : events->events) lines.push_back(e.message);
-  EXPECT_EQ(lines, (std::vector<std::string>{"epoch 1 loss=0.5", "epoch 2 loss=0.25"}));
-}
-
 TEST_F(TrainingControllerTest, ARestartedControllerFinishesAJobWhoseInstanceEndedMeanwhile) {
   StartController();
   Create("ended");
