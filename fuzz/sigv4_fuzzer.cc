@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool s3 = flags & 0x01;
   static const char* const kMethods[] = {"GET", "PUT", "POST", "HEAD"};
 
-  kiln::aws::SignableRequest request;
+  kiln::aws::OwnedSignable request;
   request.method = kMethods[(flags >> 2) & 3];
   request.raw_path = std::string(fields[1]);
   request.raw_query = std::string(fields[2]);
@@ -104,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (flags & 0x40) {
     // Sign a clean copy (no fuzzed auth or date headers) and verify it.
-    kiln::aws::SignableRequest clean;
+    kiln::aws::OwnedSignable clean;
     clean.method = request.method;
     clean.raw_path = request.raw_path.empty() ? "/" : request.raw_path;
     clean.raw_query = request.raw_query;

@@ -17,6 +17,7 @@
 #include "base/hash.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 
@@ -32,30 +33,10 @@ constexpr std::string_view kEndpointsPrefix = "/endpoints/";
 // 6 MB after one big request.
 constexpr size_t kKeepBodyCapacity = 1 << 20;
 
-// Lends a request's method, path, query and headers to a SignableRequest without copying them,
-// and gives them back on destruction (the SigV4 functions only read them).
-class BorrowedSignable {
- public:
-  explicit BorrowedSignable(net::HttpRequest& request) : request_(request) {
-    signable_.method = std::move(request.method);
-    signable_.raw_path = std::move(request.raw_path);
-    signable_.raw_query = std::move(request.raw_query);
-    signable_.headers = std::move(request.headers);
-  }
-  ~BorrowedSignable() {
-    request_.method = std::move(signable_.method);
-    request_.raw_path = std::move(signable_.raw_path);
-    request_.raw_query = std::move(signable_.raw_query);
-    request_.headers = std::move(signable_.headers);
-  }
-  BorrowedSignable(const BorrowedSignable&) = delete;
-  BorrowedSignable& operator=(const BorrowedSignable&) = delete;
-  const aws::SignableRequest& get() const { return signable_; }
-
- private:
-  net::HttpRequest& request_;
-  aws::SignableRequest signable_;
-};
+// The request as SigV4 sees it: a view of its own strings (nothing copied).
+aws::SignableRequest Signable(const net::HttpRequest& request) {
+  return {request.method, request.raw_path, request.raw_query, request.headers};
+}
 
 // ^[a-zA-Z0-9](-*[a-zA-Z0-9])*$, at most 63 characters (runtime-api.md §1).
 bool IsEndpointName(std::string_view name) {
@@ -107,30 +88,16 @@ class RecordingWriter final : public net::ResponseWriter {
   uint64_t bytes_ = 0;
 };
 
+// STS's lenient form reading: a pair with a bad escape is skipped (CloudWatch's ParseQueryForm
+// refuses it instead).
 std::map<std::string, std::string> ParseForm(std::string_view text) {
-  std::map<std::string, std::string> out;
-  if (text.empty()) return out;
-  for (std::string_view pair : Split(text, '&')) {
-    if (pair.empty()) continue;
-    size_t eq = pair.find('=');
-    auto name = UriDecode(pair.substr(0, eq), true);
-    auto value = UriDecode(eq == std::string_view::npos ? "" : pair.substr(eq + 1), true);
-    if (name && value) out[*name] = *value;
-  }
-  return out;
+  Result<std::vector<QueryParam>> params =
+      ParseQueryString(text, {.plus_is_space = true, .bad_escape = QueryBadEscape::kDropPair});  // cannot fail
+  return QueryParamMap(std::move(*params));
 }
 
 void SendWire(net::ResponseWriter& response, const aws::WireResponse& wire) {
   (void)response.Send(wire.status, wire.headers, wire.body);
-}
-
-aws::SignableRequest ToSignable(const net::HttpRequest& request) {
-  aws::SignableRequest s;
-  s.method = request.method;
-  s.raw_path = request.raw_path;
-  s.raw_query = request.raw_query;
-  s.headers = request.headers;
-  return s;
 }
 
 std::string_view ProtocolName(aws::Protocol p) {
@@ -234,7 +201,7 @@ void FrontDoor::AddJsonService(std::unique_ptr<JsonService> service) {
   json_services_[prefix] = std::move(service);
 }
 
-FrontDoor::Route FrontDoor::Classify(net::HttpRequest& request) const {
+FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
   Route route;
   if (request.raw_path == kHealthPath && (request.method == "GET" || request.method == "HEAD")) {
     route.kind = Route::Kind::kHealth;
@@ -246,11 +213,7 @@ FrontDoor::Route FrontDoor::Classify(net::HttpRequest& request) const {
     route.kind = Route::Kind::kMetrics;
     return route;
   }
-  std::string scope;
-  {
-    BorrowedSignable signable(request);
-    scope = aws::ScopeServiceOf(signable.get());
-  }
+  const std::string scope = aws::ScopeServiceOf(Signable(request));
   if (const std::string* target = request.Header("X-Amz-Target")) {
     route.kind = Route::Kind::kJson;
     size_t dot = target->rfind('.');
@@ -384,33 +347,46 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
                          {"duration_ms", millis}});
 }
 
+std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& request, std::string_view signing_name,
+                                                      std::optional<std::string_view> body,
+                                                      aws::RequestContext& context,
+                                                      std::optional<aws::VerifiedRequest>& verified) const {
+  const aws::SignableRequest signable = Signable(request);
+  const bool s3 = !body.has_value();
+  const bool sigv2 = s3 && aws::IsSigV2(signable);
+  bool has_auth = request.Header("Authorization") != nullptr ||
+                  request.raw_query.find("X-Amz-Signature=") != std::string::npos;
+  // S3 also verifies (and so refuses) a presigned URL missing its signature, and SigV2.
+  if (s3) has_auth = has_auth || sigv2 || request.raw_query.find("X-Amz-Credential=") != std::string::npos;
+  if (!has_auth && !options_.auth_enabled) return std::nullopt;
+  aws::VerifyOptions verify;
+  verify.expected_service = std::string(signing_name);
+  verify.regions = options_.regions;
+  verify.accept_any_region = options_.accept_any_region;
+  verify.s3 = s3;
+  std::variant<aws::VerifiedRequest, aws::AuthError> outcome =
+      sigv2  ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
+      : s3   ? aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt)
+             : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), Sha256Hex(*body));
+  if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
+    KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
+                                       {"canonical_request", error->canonical_request},
+                                       {"string_to_sign", error->string_to_sign}});
+    return std::move(*error);
+  }
+  verified = std::get<aws::VerifiedRequest>(std::move(outcome));
+  context.auth = &*verified;
+  context.region = verified->region;
+  return std::nullopt;
+}
+
 void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                         std::optional<aws::VerifiedRequest>& verified) {
-  aws::SignableRequest signable = ToSignable(request);
-  bool sigv2 = aws::IsSigV2(signable);
-  bool has_auth = sigv2 || request.Header("Authorization") != nullptr ||
-                  request.raw_query.find("X-Amz-Signature=") != std::string::npos ||
-                  request.raw_query.find("X-Amz-Credential=") != std::string::npos;
-  if (has_auth || options_.auth_enabled) {
-    aws::VerifyOptions verify;
-    verify.expected_service = "s3";
-    verify.regions = options_.regions;
-    verify.accept_any_region = options_.accept_any_region;
-    verify.s3 = true;
-    auto outcome = sigv2 ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
-                         : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt);
-    if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
-      KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
-                                         {"canonical_request", error->canonical_request},
-                                         {"string_to_sign", error->string_to_sign}});
-      SendWire(response, aws::SerializeError(aws::Protocol::kRestXml, AuthErrorFor(aws::Protocol::kRestXml, *error),
-                                             context.request_id, request.method == "HEAD"));
-      response.CloseAfterResponse();
-      return;
-    }
-    verified = std::get<aws::VerifiedRequest>(std::move(outcome));
-    context.auth = &*verified;
-    context.region = verified->region;
+  if (auto error = Authenticate(request, "s3", std::nullopt, context, verified)) {
+    SendWire(response, aws::SerializeError(aws::Protocol::kRestXml, AuthErrorFor(aws::Protocol::kRestXml, *error),
+                                           context.request_id, request.method == "HEAD"));
+    response.CloseAfterResponse();
+    return;
   }
   s3_->Handle(context, request, response);
 }
@@ -516,26 +492,9 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     response.CloseAfterResponse();
     return;
   }
-  aws::SignableRequest signable = ToSignable(request);
-  bool has_auth = request.Header("Authorization") != nullptr ||
-                  request.raw_query.find("X-Amz-Signature=") != std::string::npos;
-  if (has_auth || options_.auth_enabled) {
-    aws::VerifyOptions verify;
-    verify.expected_service = route.signing_name;
-    verify.regions = options_.regions;
-    verify.accept_any_region = options_.accept_any_region;
-    std::string body_hash = Sha256Hex(*body);
-    auto outcome = aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), body_hash);
-    if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
-      KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
-                                         {"canonical_request", error->canonical_request},
-                                         {"string_to_sign", error->string_to_sign}});
-      SendWire(response, rpc_error(AuthErrorFor(route.protocol, *error)));
-      return;
-    }
-    verified = std::get<aws::VerifiedRequest>(std::move(outcome));
-    context.auth = &*verified;
-    context.region = verified->region;
+  if (auto error = Authenticate(request, route.signing_name, *body, context, verified)) {
+    SendWire(response, rpc_error(AuthErrorFor(route.protocol, *error)));
+    return;
   }
 
   // A compressed body (botocore gzips PutMetricData bodies over 10 KiB): the signature covered the
@@ -687,32 +646,11 @@ void FrontDoor::ServeRuntime(net::HttpRequest& request, net::ResponseWriter& res
     if (*n == 0) break;
   }
 
-  bool has_auth = request.Header("Authorization") != nullptr ||
-                  request.raw_query.find("X-Amz-Signature=") != std::string::npos;
-  if (has_auth || options_.auth_enabled) {
-    aws::VerifyOptions verify;
-    verify.expected_service = "sagemaker";
-    verify.regions = options_.regions;
-    verify.accept_any_region = options_.accept_any_region;
-    std::string body_hash = Sha256Hex(body);
-    std::variant<aws::VerifiedRequest, aws::AuthError> outcome = [&] {
-      BorrowedSignable signable(request);
-      return aws::VerifyRequest(signable.get(), *credentials_, verify, NowMillis(), body_hash);
-    }();
-    if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
-      KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
-                                         {"canonical_request", error->canonical_request},
-                                         {"string_to_sign", error->string_to_sign}});
-      send_error(AuthErrorFor(aws::Protocol::kRestJson, *error));
-      return;
-    }
-    verified = std::get<aws::VerifiedRequest>(std::move(outcome));
-    context.auth = &*verified;
-    context.region = verified->region;
+  if (auto error = Authenticate(request, "sagemaker", body, context, verified)) {
+    send_error(AuthErrorFor(aws::Protocol::kRestJson, *error));
+    return;
   }
 
-  // Split again: the views above pointed into raw_path, which was lent out meanwhile.
-  runtime_path = SplitRuntimePath(request.raw_path, &name, &op);
   if (!runtime_path || (op != "invocations" && op != "async-invocations" && op != "invocations-response-stream")) {
     send_error(aws::AwsError("UnknownOperationException",
                              "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404));

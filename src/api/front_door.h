@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/cloudwatch.h"
@@ -90,9 +91,18 @@ class FrontDoor {
 
  private:
   struct Route;
-  // Non-const request: its fields are lent to (and given back by) the SigV4 scope parser.
-  Route Classify(net::HttpRequest& request) const;
-  // Both verify the signature into `verified` (owned by Handle) and point context.auth at it.
+  Route Classify(const net::HttpRequest& request) const;
+  // The one signature check of every route. Verifies `request` when it carries credentials (an
+  // Authorization header or a presigned signature) or auth is enabled: SigV4 signed for
+  // `signing_name` over `body` (JSON, Query, CBOR and runtime bodies, read whole before), or, with
+  // no body (nullopt: S3, which streams its payload), S3's rules, SigV2, and presigned URLs that
+  // merely name a credential. On success fills `verified` (owned by Handle), points context.auth
+  // at it and takes its region; on failure logs the canonical request at debug level and returns
+  // the failure, for the caller to answer in its protocol (AuthErrorFor).
+  std::optional<aws::AuthError> Authenticate(const net::HttpRequest& request, std::string_view signing_name,
+                                             std::optional<std::string_view> body, aws::RequestContext& context,
+                                             std::optional<aws::VerifiedRequest>& verified) const;
+  // The Serve* functions authenticate (above), then hand the request to the service.
   void ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                 aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified);
   void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,

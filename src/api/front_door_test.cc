@@ -56,7 +56,7 @@ class FrontDoorTest : public ::testing::Test {
                           const std::string& secret, int64_t time_millis = 0) {
     headers.emplace("Host", "127.0.0.1:5456");
     if (!secret.empty()) {
-      aws::SignableRequest signable{method, path, query, headers};
+      aws::OwnedSignable signable{method, path, query, headers};
       aws::SignOptions sign;
       sign.access_key_id = key_id;
       sign.secret_access_key = secret;
@@ -488,7 +488,7 @@ TEST_F(FrontDoorRuntimeTest, DISABLED_InvokeCost) {
     ASSERT_EQ(w.status(), 200);
   });
 
-  aws::SignableRequest signable{"POST", "/endpoints/churn-ep/invocations", "", headers};
+  aws::OwnedSignable signable{"POST", "/endpoints/churn-ep/invocations", "", headers};
   aws::SignOptions sign;
   sign.access_key_id = "AKIATESTKEY000000001";
   sign.secret_access_key = secret_;

@@ -313,7 +313,7 @@ class FakeCredentials final : public CredentialProvider {
 // Verifies the example's header signature with VerifyRequest, so the chunk chain starts from a
 // seed that Kiln computed itself.
 VerifiedRequest VerifyDocExample(bool trailer) {
-  SignableRequest request{"PUT", "/examplebucket/chunkObject.txt", "", {}};
+  OwnedSignable request{"PUT", "/examplebucket/chunkObject.txt", "", {}};
   request.headers.emplace("Host", "s3.amazonaws.com");
   request.headers.emplace("Content-Encoding", "aws-chunked");
   request.headers.emplace("x-amz-date", "20130524T000000Z");

@@ -8,6 +8,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 
@@ -28,22 +29,11 @@ bool IsSubresource(std::string_view name) {
   return std::find(std::begin(kSubresources), std::end(kSubresources), name) != std::end(kSubresources);
 }
 
-// Query parameters as (raw name, decoded value) pairs, in order.
-std::vector<std::pair<std::string, std::string>> QueryPairs(std::string_view raw_query) {
-  std::vector<std::pair<std::string, std::string>> out;
-  if (raw_query.empty()) return out;
-  for (std::string_view part : Split(raw_query, '&')) {
-    if (part.empty()) continue;
-    size_t eq = part.find('=');
-    std::string name(part.substr(0, eq));
-    std::string value;
-    if (eq != std::string_view::npos) {
-      auto decoded = UriDecode(part.substr(eq + 1));
-      value = decoded ? *decoded : std::string(part.substr(eq + 1));
-    }
-    out.emplace_back(std::move(name), std::move(value));
-  }
-  return out;
+// Query parameters as (raw name, decoded value) pairs, in order; '+' is a literal plus and a
+// malformed escape is kept as written.
+std::vector<QueryParam> QueryPairs(std::string_view raw_query) {
+  Result<std::vector<QueryParam>> params = ParseQueryString(raw_query, {.decode_names = false});  // cannot fail
+  return std::move(*params);
 }
 
 std::string QueryValue(std::string_view raw_query, std::string_view name) {
@@ -76,7 +66,7 @@ bool IsSigV2(const SignableRequest& request) {
 
 std::string SigV2StringToSign(const SignableRequest& request, std::string_view date_or_expires,
                               std::string_view resource_path, bool query_form) {
-  std::string out = request.method + "\n";
+  std::string out = std::string(request.method) + "\n";
   auto pairs = QueryPairs(request.raw_query);
   auto header_or_query = [&](std::string_view name) {
     std::string v = HeaderValue(request.headers, name);
@@ -119,7 +109,7 @@ std::string SigV2StringToSign(const SignableRequest& request, std::string_view d
     out += sub[i].first;
     // botocore writes `name=value` whenever the parameter had a '=' (even with an empty value);
     // S3's own sub-resources without values (?uploads, ?delete) are sent bare.
-    if (!sub[i].second.empty() || request.raw_query.find(sub[i].first + "=") != std::string::npos) {
+    if (!sub[i].second.empty() || request.raw_query.find(sub[i].first + "=") != std::string_view::npos) {
       out += '=';
       out += sub[i].second;
     }
@@ -202,7 +192,7 @@ std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& requ
   }
   // Virtual-hosted requests sign "/<bucket>" + path; the front door does not know the bucket
   // suffixes, so the host's first label is tried as the bucket when the plain path fails.
-  std::vector<std::string> resources = {request.raw_path.empty() ? "/" : request.raw_path};
+  std::vector<std::string> resources = {request.raw_path.empty() ? "/" : std::string(request.raw_path)};
   std::string host = HeaderValue(request.headers, "Host");
   if (size_t dot = host.find('.'); dot != std::string::npos && dot > 0 &&
                                    host.find_first_not_of("0123456789.:") != std::string::npos) {

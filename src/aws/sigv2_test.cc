@@ -25,7 +25,7 @@ class OneKey final : public CredentialProvider {
 // Expected strings and signatures computed with botocore 1.26's HmacV1Auth
 // (canonical_string / sign_string) for the same requests.
 TEST(SigV2Test, HeaderFormMatchesBotocore) {
-  SignableRequest r;
+  OwnedSignable r;
   r.method = "PUT";
   r.raw_path = "/bucket/a%20b/c.txt";
   r.raw_query = "uploadId=xyz&partNumber=3";
@@ -41,7 +41,7 @@ TEST(SigV2Test, HeaderFormMatchesBotocore) {
 }
 
 TEST(SigV2Test, QueryFormSubresourceValuesAreDecoded) {
-  SignableRequest r;
+  OwnedSignable r;
   r.method = "GET";
   r.raw_path = "/bucket/key";
   r.raw_query = "response-content-type=text%2Fhtml&AWSAccessKeyId=x&Expires=1175139620&Signature=y";
@@ -50,8 +50,8 @@ TEST(SigV2Test, QueryFormSubresourceValuesAreDecoded) {
   EXPECT_EQ(SigV2Sign(kSecret, sts), "k2jljKoDdp46OyRy55Cpla/4Zq4=");
 }
 
-SignableRequest Presigned(int64_t expires, const std::string& secret, const std::string& key_id = kKeyId) {
-  SignableRequest r;
+OwnedSignable Presigned(int64_t expires, const std::string& secret, const std::string& key_id = kKeyId) {
+  OwnedSignable r;
   r.method = "GET";
   r.raw_path = "/bucket/photos/puppy.jpg";
   r.headers = {{"Host", "127.0.0.1:5456"}};
@@ -85,7 +85,7 @@ TEST(SigV2Test, VerifiesPresignedUrls) {
 TEST(SigV2Test, PresignedFailuresAsS3) {
   OneKey keys;
   int64_t now = 1714557600000;  // 2024-05-01T10:00:00Z
-  auto error_of = [&](const SignableRequest& r) {
+  auto error_of = [&](const OwnedSignable& r) {
     auto result = VerifySigV2(r, keys, "us-east-1", now);
     EXPECT_TRUE(std::holds_alternative<AuthError>(result));
     return std::holds_alternative<AuthError>(result) ? std::get<AuthError>(result) : AuthError{};
@@ -98,14 +98,14 @@ TEST(SigV2Test, PresignedFailuresAsS3) {
   EXPECT_EQ(expired.details, (Details{{"Expires", "2024-05-01T09:58:30Z"}, {"ServerTime", "2024-05-01T10:00:00Z"}}));
 
   for (const std::string expires : {"tomorrow", "-5", "2147483648", "1e10"}) {
-    SignableRequest r = Presigned(now / 1000 + 60, kSecret);
+    OwnedSignable r = Presigned(now / 1000 + 60, kSecret);
     r.raw_query.replace(r.raw_query.find("Expires=") + 8, std::to_string(now / 1000 + 60).size(), expires);
     AuthError invalid = error_of(r);
     EXPECT_EQ(invalid.failure, AuthFailure::kMalformed) << expires;
     EXPECT_EQ(invalid.form, AuthForm::kQueryV2) << expires;
     EXPECT_EQ(invalid.message, "Invalid date (should be seconds since epoch): " + expires);
   }
-  SignableRequest missing = Presigned(now / 1000 + 60, kSecret);
+  OwnedSignable missing = Presigned(now / 1000 + 60, kSecret);
   missing.raw_query = missing.raw_query.substr(0, missing.raw_query.find("&Signature="));
   AuthError incomplete = error_of(missing);
   EXPECT_EQ(incomplete.form, AuthForm::kQueryV2);
@@ -116,7 +116,7 @@ TEST(SigV2Test, PresignedFailuresAsS3) {
 TEST(SigV2Test, HeaderFormChecksClockAndVirtualHostResource) {
   OneKey keys;
   int64_t now = NowMillis();
-  SignableRequest r;
+  OwnedSignable r;
   r.method = "GET";
   r.raw_path = "/photos/puppy.jpg";
   std::string date = FormatRfc1123(now);

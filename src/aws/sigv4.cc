@@ -8,6 +8,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 
@@ -81,40 +82,11 @@ std::string DecodeLenient(std::string_view s) {
   return decoded ? *decoded : std::string(s);
 }
 
-struct QueryParam {
-  std::string name;   // decoded
-  std::string value;  // decoded
-};
-
+// The query as SigV4 reads it: '+' is a literal plus and a malformed escape is kept as written
+// (see DecodeLenient).
 std::vector<QueryParam> ParseQuery(std::string_view raw_query) {
-  std::vector<QueryParam> params;
-  if (raw_query.empty()) {
-    return params;
-  }
-  for (std::string_view part : Split(raw_query, '&')) {
-    if (part.empty()) {
-      continue;
-    }
-    size_t eq = part.find('=');
-    QueryParam param;
-    if (eq == std::string_view::npos) {
-      param.name = DecodeLenient(part);
-    } else {
-      param.name = DecodeLenient(part.substr(0, eq));
-      param.value = DecodeLenient(part.substr(eq + 1));
-    }
-    params.push_back(std::move(param));
-  }
-  return params;
-}
-
-const std::string* FindParam(const std::vector<QueryParam>& params, std::string_view name) {
-  for (const QueryParam& param : params) {
-    if (param.name == name) {
-      return &param.value;
-    }
-  }
-  return nullptr;
+  Result<std::vector<QueryParam>> params = ParseQueryString(raw_query);  // never fails in this mode
+  return std::move(*params);
 }
 
 // RFC 3986 §5.2.4 dot-segment removal plus the collapsing of empty segments that AWS services
@@ -332,12 +304,12 @@ std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryPa
                                                       const VerifyOptions& options) {
   ParsedAuth parsed;
   parsed.presigned = true;
-  const std::string* algorithm = FindParam(params, "X-Amz-Algorithm");
-  const std::string* credential = FindParam(params, "X-Amz-Credential");
-  const std::string* date = FindParam(params, "X-Amz-Date");
-  const std::string* expires = FindParam(params, "X-Amz-Expires");
-  const std::string* signed_headers = FindParam(params, "X-Amz-SignedHeaders");
-  const std::string* signature = FindParam(params, "X-Amz-Signature");
+  const std::string* algorithm = FindQueryParam(params, "X-Amz-Algorithm");
+  const std::string* credential = FindQueryParam(params, "X-Amz-Credential");
+  const std::string* date = FindQueryParam(params, "X-Amz-Date");
+  const std::string* expires = FindQueryParam(params, "X-Amz-Expires");
+  const std::string* signed_headers = FindQueryParam(params, "X-Amz-SignedHeaders");
+  const std::string* signature = FindQueryParam(params, "X-Amz-Signature");
   std::string missing;
   for (auto [value, name] : {std::pair{algorithm, "X-Amz-Algorithm"}, std::pair{credential, "X-Amz-Credential"},
                              std::pair{signature, "X-Amz-Signature"}, std::pair{date, "X-Amz-Date"},
@@ -388,7 +360,7 @@ std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryPa
     parsed.signed_headers.emplace_back(name);
   }
   parsed.signature = *signature;
-  if (const std::string* token = FindParam(params, "X-Amz-Security-Token")) {
+  if (const std::string* token = FindQueryParam(params, "X-Amz-Security-Token")) {
     parsed.security_token = *token;
     parsed.has_security_token = true;
   }
@@ -482,7 +454,7 @@ std::string StringToSign(std::string_view amz_date, std::string_view scope, std:
   return out;
 }
 
-std::string SignRequest(SignableRequest& request, const SignOptions& options) {
+std::string SignRequest(OwnedSignable& request, const SignOptions& options) {
   int64_t now = options.time_millis != 0 ? options.time_millis : NowMillis();
   std::string amz_date = FormatAmzDate(now);
   std::string date = FormatAmzDateShort(now);
@@ -520,7 +492,7 @@ std::string PresignQuery(const SignableRequest& request, const SignOptions& opti
   std::string amz_date = FormatAmzDate(now);
   std::string date = FormatAmzDateShort(now);
   std::string scope = Scope(date, options.region, options.service);
-  std::string query = request.raw_query;
+  std::string query(request.raw_query);
   auto add = [&query](std::string_view name, std::string_view value) {
     if (!query.empty()) {
       query += '&';
@@ -539,7 +511,7 @@ std::string PresignQuery(const SignableRequest& request, const SignOptions& opti
   if (payload_hash.empty()) {
     payload_hash = options.s3 ? std::string(kUnsignedPayload) : std::string(kEmptySha256);
   }
-  SignableRequest presigned{request.method, request.raw_path, query, {}};
+  OwnedSignable presigned{std::string(request.method), std::string(request.raw_path), query, {}};
   if (const std::string* host = FindHeader(request.headers, "host")) {
     presigned.headers.emplace("host", *host);
   }
@@ -560,8 +532,8 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
   std::variant<ParsedAuth, AuthError> parse_result;
   if (authorization != nullptr) {
     parse_result = ParseHeaderForm(request, *authorization, options);
-  } else if (FindParam(params, "X-Amz-Algorithm") || FindParam(params, "X-Amz-Credential") ||
-             FindParam(params, "X-Amz-Signature")) {
+  } else if (FindQueryParam(params, "X-Amz-Algorithm") || FindQueryParam(params, "X-Amz-Credential") ||
+             FindQueryParam(params, "X-Amz-Signature")) {
     parse_result = ParsePresignedForm(params, options);
   } else {
     return Fail(AuthFailure::kMissing, "Missing Authentication Token");
@@ -736,7 +708,7 @@ std::string ScopeServiceOf(const SignableRequest& request) {
     credential = std::string(Trim(rest.substr(0, rest.find(','))));
   } else {
     const std::vector<QueryParam> params = ParseQuery(request.raw_query);
-    const std::string* value = FindParam(params, "X-Amz-Credential");
+    const std::string* value = FindQueryParam(params, "X-Amz-Credential");
     if (value == nullptr) {
       return "";
     }

@@ -27,12 +27,26 @@ inline constexpr std::string_view kStreamingSigned = "STREAMING-AWS4-HMAC-SHA256
 inline constexpr std::string_view kStreamingSignedTrailer = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
 inline constexpr std::string_view kStreamingUnsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER";
 
-// The parts of an HTTP request that SigV4 covers.
+// The parts of an HTTP request that SigV4 covers, as a non-owning view: the server verifies the
+// request it received in place (net::HttpRequest's own strings), nothing is copied or moved.
+// The viewed strings and header map must outlive every call given the view.
 struct SignableRequest {
+  std::string_view method;
+  std::string_view raw_path;   // percent-encoded, as on the wire
+  std::string_view raw_query;  // without '?'
+  const HeaderMap& headers;
+};
+
+// An owned request to sign (client side) or to build in tests; it views as a SignableRequest
+// (implicitly), so every function below takes either.
+struct OwnedSignable {
   std::string method;
   std::string raw_path;   // percent-encoded, as on the wire
   std::string raw_query;  // without '?'
   HeaderMap headers;
+
+  SignableRequest view() const { return {method, raw_path, raw_query, headers}; }
+  operator SignableRequest() const { return view(); }  // NOLINT(google-explicit-constructor)
 };
 
 // kSigning = HMAC chain over date, region, service, "aws4_request" (raw 32 bytes).
@@ -67,7 +81,7 @@ struct SignOptions {
 
 // Adds X-Amz-Date, (X-Amz-Content-Sha256 for S3), X-Amz-Security-Token and Authorization to
 // `request.headers`, signing every header present (Host must be present). Returns the signature.
-std::string SignRequest(SignableRequest& request, const SignOptions& options);
+std::string SignRequest(OwnedSignable& request, const SignOptions& options);
 
 // Returns the query string (without '?') of a presigned URL for `request` (the request's own
 // query parameters first), valid for `expires_seconds`; signs only `host`.

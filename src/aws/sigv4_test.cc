@@ -141,8 +141,8 @@ const std::vector<SuiteCase>& SuiteCases() {
   return *cases;
 }
 
-SignableRequest SuiteRequest(const SuiteCase& c) {
-  SignableRequest request{c.method, c.path, c.query, {}};
+OwnedSignable SuiteRequest(const SuiteCase& c) {
+  OwnedSignable request{c.method, c.path, c.query, {}};
   request.headers.emplace("Host", "example.amazonaws.com");
   for (const auto& [name, value] : c.headers) {
     request.headers.emplace(name, value);
@@ -172,7 +172,7 @@ VerifyOptions SuiteVerifyOptions() {
 TEST(SigV4SuiteTest, SignsEveryVector) {
   for (const SuiteCase& c : SuiteCases()) {
     SCOPED_TRACE(c.name);
-    SignableRequest request = SuiteRequest(c);
+    OwnedSignable request = SuiteRequest(c);
     EXPECT_EQ(SignRequest(request, SuiteSignOptions(c)), c.signature);
     const std::string* authorization = FindHeader(request.headers, "authorization");
     ASSERT_NE(authorization, nullptr);
@@ -187,7 +187,7 @@ TEST(SigV4SuiteTest, VerifiesEveryVectorAndRejectsAnyChange) {
     SCOPED_TRACE(c.name);
     FakeCredentials credentials;
     credentials.Add(std::string(kSuiteKeyId), std::string(kSuiteSecret), c.session_token);
-    SignableRequest request = SuiteRequest(c);
+    OwnedSignable request = SuiteRequest(c);
     SignRequest(request, SuiteSignOptions(c));
     std::string body_hash = Sha256Hex(c.body);
     const VerifiedRequest& verified =
@@ -199,12 +199,12 @@ TEST(SigV4SuiteTest, VerifiesEveryVectorAndRejectsAnyChange) {
     EXPECT_EQ(verified.signing_key, DeriveSigningKey(kSuiteSecret, "20150830", "us-east-1", "service"));
 
     // Each signed part changed → rejected.
-    auto expect_rejected = [&](SignableRequest changed, std::string_view hash, std::string_view what) {
+    auto expect_rejected = [&](OwnedSignable changed, std::string_view hash, std::string_view what) {
       SCOPED_TRACE(what);
       AuthError error = Err(VerifyRequest(changed, credentials, SuiteVerifyOptions(), At(kSuiteDate), hash));
       EXPECT_EQ(error.failure, AuthFailure::kBadSignature);
     };
-    SignableRequest changed = request;
+    OwnedSignable changed = request;
     changed.method = c.method == "GET" ? "PUT" : "GET";
     expect_rejected(changed, body_hash, "method");
     changed = request;
@@ -233,7 +233,7 @@ TEST(SigV4SuiteTest, VerifiesEveryVectorAndRejectsAnyChange) {
 
 TEST(SigV4SuiteTest, CanonicalRequestAndStringToSign) {
   // get-vanilla-query-order-key-case: creq and sts from the suite.
-  SignableRequest request{"GET", "/", "Param2=value2&Param1=value1", {}};
+  OwnedSignable request{"GET", "/", "Param2=value2&Param1=value1", {}};
   request.headers.emplace("Host", "example.amazonaws.com");
   request.headers.emplace("X-Amz-Date", "20150830T123600Z");
   std::string canonical = CanonicalRequest(request, {"host", "x-amz-date"}, kEmptySha256, false);
@@ -244,7 +244,7 @@ TEST(SigV4SuiteTest, CanonicalRequestAndStringToSign) {
             "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
             "816cd5b414d056048ba4f7c5386d6e0533120fb1fcfa93762cf0fc39e2cf19e0");
   // get-header-value-trim canonical headers.
-  SignableRequest trim{"GET", "/", "", {}};
+  OwnedSignable trim{"GET", "/", "", {}};
   trim.headers.emplace("Host", "example.amazonaws.com");
   trim.headers.emplace("My-Header1", " value1");
   trim.headers.emplace("My-Header2", " \"a   b   c\"");
@@ -304,8 +304,8 @@ FakeCredentials S3Credentials() {
   return credentials;
 }
 
-SignableRequest S3GetObjectExample() {
-  SignableRequest request{"GET", "/test.txt", "", {}};
+OwnedSignable S3GetObjectExample() {
+  OwnedSignable request{"GET", "/test.txt", "", {}};
   request.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
   request.headers.emplace("Range", "bytes=0-9");
   request.headers.emplace("x-amz-content-sha256", std::string(kEmptySha256));
@@ -319,7 +319,7 @@ SignableRequest S3GetObjectExample() {
 
 TEST(SigV4S3Test, GetObjectExample) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest request = S3GetObjectExample();
+  OwnedSignable request = S3GetObjectExample();
   const VerifiedRequest& verified =
       Ok(VerifyRequest(request, credentials, S3Options(), At("20130524T000000Z"), std::nullopt));
   EXPECT_EQ(verified.payload_mode, kEmptySha256);
@@ -330,7 +330,7 @@ TEST(SigV4S3Test, GetObjectExample) {
             "x-amz-date:20130524T000000Z\n\nhost;range;x-amz-content-sha256;x-amz-date\n"
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 
-  SignableRequest to_sign{"GET", "/test.txt", "", {}};
+  OwnedSignable to_sign{"GET", "/test.txt", "", {}};
   to_sign.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
   to_sign.headers.emplace("Range", "bytes=0-9");
   SignOptions options;
@@ -341,7 +341,7 @@ TEST(SigV4S3Test, GetObjectExample) {
   options.time_millis = At("20130524T000000Z");
   EXPECT_EQ(SignRequest(to_sign, options), "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
 
-  SignableRequest tampered = request;
+  OwnedSignable tampered = request;
   tampered.headers.find("range")->second = "bytes=0-10";
   EXPECT_EQ(Err(VerifyRequest(tampered, credentials, S3Options(), At("20130524T000000Z"), std::nullopt)).failure,
             AuthFailure::kBadSignature);
@@ -350,7 +350,7 @@ TEST(SigV4S3Test, GetObjectExample) {
 TEST(SigV4S3Test, PutObjectExampleBothPathSpellings) {
   FakeCredentials credentials = S3Credentials();
   for (std::string path : {"/test$file.text", "/test%24file.text"}) {
-    SignableRequest request{"PUT", path, "", {}};
+    OwnedSignable request{"PUT", path, "", {}};
     request.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
     request.headers.emplace("Date", "Fri, 24 May 2013 00:00:00 GMT");
     request.headers.emplace("x-amz-date", "20130524T000000Z");
@@ -374,7 +374,7 @@ TEST(SigV4S3Test, BucketExamplesWithQueries) {
   };
   for (const Case& c : {Case{"lifecycle", "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"},
                         Case{"max-keys=2&prefix=J", "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"}}) {
-    SignableRequest request{"GET", "/", c.query, {}};
+    OwnedSignable request{"GET", "/", c.query, {}};
     request.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
     request.headers.emplace("x-amz-date", "20130524T000000Z");
     request.headers.emplace("x-amz-content-sha256", std::string(kEmptySha256));
@@ -386,8 +386,8 @@ TEST(SigV4S3Test, BucketExamplesWithQueries) {
   }
 }
 
-SignableRequest S3PresignedExample() {
-  SignableRequest request{"GET", "/test.txt",
+OwnedSignable S3PresignedExample() {
+  OwnedSignable request{"GET", "/test.txt",
                           "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-"
                           "east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-"
                           "SignedHeaders=host&X-Amz-Signature="
@@ -399,7 +399,7 @@ SignableRequest S3PresignedExample() {
 
 TEST(SigV4S3Test, PresignedExampleValidity) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest request = S3PresignedExample();
+  OwnedSignable request = S3PresignedExample();
   int64_t t = At("20130524T000000Z");
   const VerifiedRequest& verified = Ok(VerifyRequest(request, credentials, S3Options(), t, std::nullopt));
   EXPECT_TRUE(verified.presigned);
@@ -413,7 +413,7 @@ TEST(SigV4S3Test, PresignedExampleValidity) {
             AuthFailure::kExpired);
 
   // PresignQuery reproduces the documented URL.
-  SignableRequest plain{"GET", "/test.txt", "", {}};
+  OwnedSignable plain{"GET", "/test.txt", "", {}};
   plain.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
   SignOptions options;
   options.access_key_id = std::string(kS3KeyId);
@@ -426,7 +426,7 @@ TEST(SigV4S3Test, PresignedExampleValidity) {
 
 TEST(SigV4S3Test, PresignedLimits) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest plain{"GET", "/b/k", "partNumber=1", {}};
+  OwnedSignable plain{"GET", "/b/k", "partNumber=1", {}};
   plain.headers.emplace("Host", "kiln.example");
   SignOptions options;
   options.access_key_id = std::string(kS3KeyId);
@@ -434,7 +434,7 @@ TEST(SigV4S3Test, PresignedLimits) {
   options.service = "s3";
   options.s3 = true;
   options.time_millis = At("20240501T100000Z");
-  SignableRequest presigned = plain;
+  OwnedSignable presigned = plain;
   presigned.raw_query = PresignQuery(plain, options, 604801);
   AuthError error = Err(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt));
   EXPECT_EQ(error.failure, AuthFailure::kMalformed);
@@ -452,7 +452,7 @@ TEST(SigV4S3Test, PresignedLimits) {
 // (the front door answers AuthorizationQueryParametersError, 400).
 TEST(SigV4S3Test, PresignedExpiresValuesAsS3) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest plain{"GET", "/b/k", "", {}};
+  OwnedSignable plain{"GET", "/b/k", "", {}};
   plain.headers.emplace("Host", "kiln.example");
   SignOptions options;
   options.access_key_id = std::string(kS3KeyId);
@@ -461,7 +461,7 @@ TEST(SigV4S3Test, PresignedExpiresValuesAsS3) {
   options.s3 = true;
   options.time_millis = At("20240501T100000Z");
   auto with_expires = [&](const std::string& value) {
-    SignableRequest presigned = plain;
+    OwnedSignable presigned = plain;
     presigned.raw_query = PresignQuery(plain, options, 60);
     size_t at = presigned.raw_query.find("X-Amz-Expires=60");
     presigned.raw_query.replace(at, 16, "X-Amz-Expires=" + value);
@@ -489,7 +489,7 @@ TEST(SigV4S3Test, PresignedExpiresValuesAsS3) {
 
 TEST(SigV4S3Test, PresignedExpiryDetailsAsS3) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest request = S3PresignedExample();  // X-Amz-Date 20130524T000000Z, X-Amz-Expires 86400
+  OwnedSignable request = S3PresignedExample();  // X-Amz-Date 20130524T000000Z, X-Amz-Expires 86400
   int64_t t = At("20130524T000000Z");
   AuthError expired = Err(VerifyRequest(request, credentials, S3Options(), t + 86401 * 1000, std::nullopt));
   EXPECT_EQ(expired.failure, AuthFailure::kExpired);
@@ -508,7 +508,7 @@ TEST(SigV4S3Test, PresignedExpiryDetailsAsS3) {
 
 TEST(SigV4S3Test, PresignedCredentialErrorsNameTheParameter) {
   FakeCredentials credentials = S3Credentials();
-  SignableRequest request = S3PresignedExample();
+  OwnedSignable request = S3PresignedExample();
   VerifyOptions west = S3Options();
   west.regions = {"eu-west-1"};
   AuthError region = Err(VerifyRequest(request, credentials, west, At("20130524T000000Z"), std::nullopt));
@@ -522,7 +522,7 @@ TEST(SigV4S3Test, PresignedCredentialErrorsNameTheParameter) {
   EXPECT_EQ(mangled.message.rfind("Error parsing the X-Amz-Credential parameter; the Credential is mal-formed", 0),
             0u);
   // The header form keeps its own wording and form.
-  SignableRequest header{"GET", "/b", "", {}};
+  OwnedSignable header{"GET", "/b", "", {}};
   header.headers.emplace("Authorization", "AWS4-HMAC-SHA256 Credential=garbage, SignedHeaders=host, Signature=00");
   header.headers.emplace("X-Amz-Date", "20130524T000000Z");
   AuthError header_error = Err(VerifyRequest(header, credentials, S3Options(), At("20130524T000000Z"), std::nullopt));
@@ -540,7 +540,7 @@ FakeCredentials BotocoreCredentials(std::string token = "") {
 
 TEST(SigV4BotocoreTest, S3GetObjectWithOddKey) {
   // s3.get_object(Bucket="bucket", Key="a//b/./c~d$e.txt"), endpoint https://kiln.example:8443.
-  SignableRequest request{"GET", "/bucket/a//b/./c~d%24e.txt", "", {}};
+  OwnedSignable request{"GET", "/bucket/a//b/./c~d%24e.txt", "", {}};
   request.headers.emplace("Host", "kiln.example:8443");
   request.headers.emplace("x-amz-checksum-mode", "ENABLED");
   request.headers.emplace("User-Agent", "Botocore/1.43.11 ua/2.1 os/linux");
@@ -559,7 +559,7 @@ TEST(SigV4BotocoreTest, S3GetObjectWithOddKey) {
 }
 
 TEST(SigV4BotocoreTest, S3PutObjectStreamingUnsignedTrailer) {
-  SignableRequest request{"PUT", "/bucket/dir/a%20b%2Bc.txt", "", {}};
+  OwnedSignable request{"PUT", "/bucket/dir/a%20b%2Bc.txt", "", {}};
   request.headers.emplace("Host", "kiln.example:8443");
   request.headers.emplace("x-amz-sdk-checksum-algorithm", "CRC32");
   request.headers.emplace("Content-Encoding", "aws-chunked");
@@ -578,7 +578,7 @@ TEST(SigV4BotocoreTest, S3PutObjectStreamingUnsignedTrailer) {
 }
 
 TEST(SigV4BotocoreTest, S3PresignedUrl) {
-  SignableRequest request{"GET", "/bucket/x/y%20z.bin",
+  OwnedSignable request{"GET", "/bucket/x/y%20z.bin",
                           "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20240501%2Fus-east-1%2Fs3%"
                           "2Faws4_request&X-Amz-Date=20240501T100000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-"
                           "Amz-Signature=6b0674d014bfd2be1ba4c6328bdef71d775e207d12fb09fcb65484b0225a0c92",
@@ -590,7 +590,7 @@ TEST(SigV4BotocoreTest, S3PresignedUrl) {
 TEST(SigV4BotocoreTest, NonS3PathNormalisedAndEncodedTwiceWithToken) {
   // SigV4Auth(service "sagemaker") on POST
   // https://kiln.example/endpoints/a%20b/./x//y/../invocations?b=2&a=%2A1 with body {"x":1}.
-  SignableRequest request{"POST", "/endpoints/a%20b/./x//y/../invocations", "b=2&a=%2A1", {}};
+  OwnedSignable request{"POST", "/endpoints/a%20b/./x//y/../invocations", "b=2&a=%2A1", {}};
   request.headers.emplace("Host", "kiln.example");
   request.headers.emplace("Content-Type", "application/json");
   request.headers.emplace("X-Amz-Date", "20240501T100000Z");
@@ -611,7 +611,7 @@ TEST(SigV4BotocoreTest, NonS3PathNormalisedAndEncodedTwiceWithToken) {
                               Sha256Hex("{\"x\":1}")))
                 .failure,
             AuthFailure::kBadToken);
-  SignableRequest no_token = request;
+  OwnedSignable no_token = request;
   no_token.headers.erase("x-amz-security-token");
   EXPECT_EQ(Err(VerifyRequest(no_token, BotocoreCredentials("TOKEN/+="), options, At("20240501T100000Z"),
                               Sha256Hex("{\"x\":1}")))
@@ -641,19 +641,19 @@ class SigV4FailureTest : public ::testing::Test {
     sign_.payload_hash = Sha256Hex("{}");
   }
 
-  std::variant<VerifiedRequest, AuthError> Verify(const SignableRequest& request, int64_t now) {
+  std::variant<VerifiedRequest, AuthError> Verify(const OwnedSignable& request, int64_t now) {
     return VerifyRequest(request, credentials_, options_, now, Sha256Hex("{}"));
   }
 
   FakeCredentials credentials_;
-  SignableRequest request_;
+  OwnedSignable request_;
   VerifyOptions options_;
   SignOptions sign_;
 };
 
 TEST_F(SigV4FailureTest, MissingAndMalformed) {
   EXPECT_EQ(Err(Verify(request_, sign_.time_millis)).failure, AuthFailure::kMissing);
-  SignableRequest request = request_;
+  OwnedSignable request = request_;
   request.headers.emplace("X-Amz-Date", "20240501T100000Z");
   request.headers.emplace("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDKILN/20240501/us-east-1/sagemaker/"
                                            "aws4_request, SignedHeaders=host;x-amz-date");
@@ -701,7 +701,7 @@ TEST_F(SigV4FailureTest, WrongScope) {
   options_.accept_any_region = false;
   sign_.region = "us-east-1";
   sign_.service = "s3";
-  SignableRequest request = request_;
+  OwnedSignable request = request_;
   SignRequest(request, sign_);
   AuthError service = Err(Verify(request, sign_.time_millis));
   EXPECT_EQ(service.failure, AuthFailure::kBadSignature);
@@ -710,7 +710,7 @@ TEST_F(SigV4FailureTest, WrongScope) {
 
 TEST_F(SigV4FailureTest, SignedHeaderRules) {
   // Host not signed.
-  SignableRequest request = request_;
+  OwnedSignable request = request_;
   request.headers.erase("host");
   SignRequest(request, sign_);
   request.headers.emplace("Host", "kiln.example");
@@ -741,7 +741,7 @@ TEST_F(SigV4FailureTest, S3ContentSha256Rules) {
   options_.expected_service = "s3";
   sign_.service = "s3";
   sign_.s3 = true;
-  SignableRequest request = request_;
+  OwnedSignable request = request_;
   SignRequest(request, sign_);
   Ok(VerifyRequest(request, credentials_, options_, sign_.time_millis, std::nullopt));
   request.headers.erase("x-amz-content-sha256");
@@ -761,13 +761,13 @@ TEST_F(SigV4FailureTest, S3ContentSha256Rules) {
 }
 
 TEST_F(SigV4FailureTest, PresignedRoundTripNonS3) {
-  SignableRequest plain{"GET", "/", "Action=GetCallerIdentity&Version=2011-06-15", {}};
+  OwnedSignable plain{"GET", "/", "Action=GetCallerIdentity&Version=2011-06-15", {}};
   plain.headers.emplace("Host", "kiln.example");
   sign_.service = "sts";
   sign_.session_token = "";
   sign_.payload_hash = "";
   options_.expected_service = "sts";
-  SignableRequest presigned = plain;
+  OwnedSignable presigned = plain;
   presigned.raw_query = PresignQuery(plain, sign_, 60);
   EXPECT_EQ(ScopeServiceOf(presigned), "sts");
   const VerifiedRequest& verified = Ok(VerifyRequest(presigned, credentials_, options_, sign_.time_millis, std::nullopt));
@@ -781,7 +781,7 @@ TEST_F(SigV4FailureTest, PresignedRoundTripNonS3) {
 }
 
 TEST(SigV4Test, ScopeServiceOf) {
-  SignableRequest request{"GET", "/", "", {}};
+  OwnedSignable request{"GET", "/", "", {}};
   EXPECT_EQ(ScopeServiceOf(request), "");
   request.headers.emplace("Authorization",
                           "AWS4-HMAC-SHA256 Credential=AKID/20240501/us-east-1/logs/aws4_request, SignedHeaders=host, "

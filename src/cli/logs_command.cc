@@ -32,7 +32,7 @@ class JsonClient {
     std::string host;
     ASSIGN_OR_RETURN(auto host_port, HostOf(options_.endpoint));
     host = host_port;
-    aws::SignableRequest request;
+    aws::OwnedSignable request;
     request.method = "POST";
     request.raw_path = "/";
     request.headers.emplace("Host", host);

@@ -333,7 +333,7 @@ Result<S3ObjectStore::Response> S3ObjectStore::Perform(Request& request) {
     if (!raw_query.empty()) raw_query += '&';
     raw_query += UriEncode(k) + "=" + UriEncode(v);
   }
-  aws::SignableRequest signable;
+  aws::OwnedSignable signable;
   signable.method = request.method;
   signable.raw_path = path;
   signable.raw_query = raw_query;
@@ -706,7 +706,7 @@ Result<std::unique_ptr<ObjectReader>> S3ObjectStore::GetObject(const std::string
   // Sign like Perform does, but run the transfer through the streaming reader.
   std::string host = options_.path_style ? authority_ : bucket + "." + authority_;
   std::string path = base_path_ + (options_.path_style ? "/" + bucket : "") + "/" + UriEncode(key, true);
-  aws::SignableRequest signable;
+  aws::OwnedSignable signable;
   signable.method = "GET";
   signable.raw_path = path;
   signable.headers.emplace("host", host);
