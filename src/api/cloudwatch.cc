@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/errors.h"
 #include "aws/cbor.h"
 #include "aws/query_codec.h"
 #include "base/encoding.h"
@@ -40,14 +41,6 @@ aws::AwsError InvalidValue(std::string message) { return aws::AwsError("InvalidP
 aws::AwsError Missing(std::string message) { return aws::AwsError("MissingParameter", std::move(message)); }
 aws::AwsError Combination(std::string message) {
   return aws::AwsError("InvalidParameterCombination", std::move(message));
-}
-aws::AwsError StoreError(const Status& status) {
-  if (status.code() == StatusCode::kInvalidArgument) return InvalidValue(status.message());
-  aws::AwsError e(status.code() == StatusCode::kUnavailable ? "ServiceUnavailable" : "InternalServiceError",
-                  "The metric store failed: " + status.message(),
-                  status.code() == StatusCode::kUnavailable ? 503 : 500);
-  e.sender_fault = false;
-  return e;
 }
 
 // "1440" → "1,440" (AWS's datapoint-limit message groups digits).
@@ -727,7 +720,7 @@ JsonOutcome CloudWatch::PutMetricData(const json& in) const {
     batch.push_back(std::move(datum));
   }
   Status stored = options_.store->Put(ns, batch);
-  if (!stored.ok()) return StoreError(stored);
+  if (!stored.ok()) return AwsErrorFromStatus(stored, ErrorService::kCloudWatch);
   return json::object();
 }
 
@@ -775,7 +768,7 @@ JsonOutcome CloudWatch::GetMetricStatistics(const json& in) const {
   if (Present(in, "Unit")) query.unit = in["Unit"].get<std::string>();
   query.distributions = !percentiles.empty();  // merging sketches is ~35% of a latency query
   auto periods = options_.store->Aggregate(query);
-  if (!periods.ok()) return StoreError(periods.status());
+  if (!periods.ok()) return AwsErrorFromStatus(periods.status(), ErrorService::kCloudWatch);
   std::set<std::string> wanted;
   if (has_statistics) {
     for (const json& s : in["Statistics"]) wanted.insert(s.get<std::string>());
@@ -894,7 +887,7 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
     if (Present(stat, "Unit")) query.unit = stat["Unit"].get<std::string>();
     query.distributions = spec->kind == Stat::kPercentile;  // merging sketches is ~35% of a latency query
     auto periods = options_.store->Aggregate(query);
-    if (!periods.ok()) return StoreError(periods.status());
+    if (!periods.ok()) return AwsErrorFromStatus(periods.status(), ErrorService::kCloudWatch);
     MathValue series;
     series.is_series = true;
     for (const observe::PeriodAggregate& period : *periods) {
@@ -1022,7 +1015,7 @@ JsonOutcome CloudWatch::ListMetrics(const json& in) const {
     if (page.status().code() == StatusCode::kInvalidArgument) {
       return InvalidValue("The parameter NextToken is invalid.");
     }
-    return StoreError(page.status());
+    return AwsErrorFromStatus(page.status(), ErrorService::kCloudWatch);
   }
   json metrics = json::array();
   for (const observe::MetricId& m : page->metrics) {

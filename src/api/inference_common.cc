@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "api/errors.h"
 #include "api/paging.h"
 #include "base/log.h"
 #include "base/strings.h"
@@ -12,7 +13,7 @@ using nlohmann::json;
 
 aws::AwsError Validation(std::string message) { return aws::AwsError("ValidationException", std::move(message)); }
 
-aws::AwsError Internal(const Status& status) { return aws::AwsError("InternalFailure", status.ToString(), 500); }
+aws::AwsError Internal(const Status& status) { return AwsErrorFromStatus(status, ErrorService::kSageMaker); }
 
 int64_t NowMillis(const EndpointsContext& context) {
   return context.clock ? context.clock->NowMillis() : Clock::System().NowMillis();

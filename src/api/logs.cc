@@ -3,6 +3,8 @@
 #include <optional>
 #include <utility>
 
+#include "api/errors.h"
+
 namespace kiln::api {
 namespace {
 
@@ -11,19 +13,6 @@ using observe::LogStore;
 
 aws::AwsError InvalidParameter(std::string message) {
   return aws::AwsError("InvalidParameterException", std::move(message));
-}
-
-aws::AwsError FromStatus(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kNotFound:
-      return aws::AwsError("ResourceNotFoundException", status.message());
-    case StatusCode::kAlreadyExists:
-      return aws::AwsError("ResourceAlreadyExistsException", status.message());
-    case StatusCode::kInvalidArgument:
-      return InvalidParameter(status.message());
-    default:
-      return aws::ErrorFromStatus(aws::Protocol::kJson11, status);
-  }
 }
 
 std::string ConstraintMessage(const std::string& value, const std::string& member, const std::string& constraint) {
@@ -163,7 +152,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (name) input.GroupName(*name, "logGroupName");
     if (input.error()) return *input.error();
     Status s = ctx->store->CreateGroup(*name);
-    if (!s.ok()) return FromStatus(s);
+    if (!s.ok()) return AwsErrorFromStatus(s, ErrorService::kLogs);
     return json::object();
   });
 
@@ -173,7 +162,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (name) input.GroupName(*name, "logGroupName");
     if (input.error()) return *input.error();
     Status s = ctx->store->DeleteGroup(*name);
-    if (!s.ok()) return FromStatus(s);
+    if (!s.ok()) return AwsErrorFromStatus(s, ErrorService::kLogs);
     return json::object();
   });
 
@@ -185,7 +174,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (stream) input.StreamName(*stream, "logStreamName");
     if (input.error()) return *input.error();
     Status s = ctx->store->CreateStream(*group, *stream);
-    if (!s.ok()) return FromStatus(s);
+    if (!s.ok()) return AwsErrorFromStatus(s, ErrorService::kLogs);
     return json::object();
   });
 
@@ -197,7 +186,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (stream) input.StreamName(*stream, "logStreamName");
     if (input.error()) return *input.error();
     Status s = ctx->store->DeleteStream(*group, *stream);
-    if (!s.ok()) return FromStatus(s);
+    if (!s.ok()) return AwsErrorFromStatus(s, ErrorService::kLogs);
     return json::object();
   });
 
@@ -234,7 +223,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
       events.push_back({*ts, std::move(*message)});
     }
     auto count = ctx->store->Append(*group, *stream, events);
-    if (!count.ok()) return FromStatus(count.status());
+    if (!count.ok()) return AwsErrorFromStatus(count.status(), ErrorService::kLogs);
     // AWS's sequence tokens are long decimal strings; they are ignored by PutLogEvents since 2023.
     std::string token = std::to_string(*count);
     token.insert(0, token.size() < 56 ? 56 - token.size() : 0, '0');
@@ -252,7 +241,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (!prefix.empty()) input.GroupName(prefix, "logGroupNamePrefix");
     if (input.error()) return *input.error();
     auto page = ctx->store->ListGroups(prefix, pattern, limit.value_or(50), token.value_or(""));
-    if (!page.ok()) return FromStatus(page.status());
+    if (!page.ok()) return AwsErrorFromStatus(page.status(), ErrorService::kLogs);
     json groups = json::array();
     for (const auto& g : page->groups) {
       std::string arn = ctx->GroupArn(rc, g.name);
@@ -287,7 +276,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     auto order =
         order_by == "LastEventTime" ? observe::StreamOrder::kLastEventTime : observe::StreamOrder::kLogStreamName;
     auto page = ctx->store->ListStreams(group, prefix, order, descending, limit.value_or(50), token.value_or(""));
-    if (!page.ok()) return FromStatus(page.status());
+    if (!page.ok()) return AwsErrorFromStatus(page.status(), ErrorService::kLogs);
     json streams = json::array();
     std::string group_arn = ctx->GroupArn(rc, group);
     for (const auto& s : page->streams) {
@@ -321,7 +310,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (input.error()) return *input.error();
     query.token = token.value_or("");
     auto page = ctx->store->GetEvents(group, *stream, query);
-    if (!page.ok()) return FromStatus(page.status());
+    if (!page.ok()) return AwsErrorFromStatus(page.status(), ErrorService::kLogs);
     json events = json::array();
     for (const auto& e : page->events) {
       events.push_back({{"timestamp", e.timestamp}, {"message", e.message}, {"ingestionTime", e.ingestion_time}});
@@ -370,7 +359,7 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
     if (input.error()) return *input.error();
     query.token = token.value_or("");
     auto page = ctx->store->Filter(group, query);
-    if (!page.ok()) return FromStatus(page.status());
+    if (!page.ok()) return AwsErrorFromStatus(page.status(), ErrorService::kLogs);
     json events = json::array();
     for (const auto& e : page->events) {
       events.push_back({{"logStreamName", e.stream_name},

@@ -1,6 +1,7 @@
 #include "api/training_jobs.h"
 
 #include "agent/artifacts.h"
+#include "api/errors.h"
 #include "api/paging.h"
 
 #include <algorithm>
@@ -284,7 +285,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
                            "with this name already exists (" +
                                inserted.message() + ")");
     }
-    if (!inserted.ok()) return aws::AwsError("InternalFailure", inserted.message(), 500);
+    if (!inserted.ok()) return AwsErrorFromStatus(inserted, ErrorService::kSageMaker);
     if (in.contains("Tags") && in["Tags"].is_array() && !in["Tags"].empty()) {
       std::vector<store::Tag> list;
       for (const json& t : in["Tags"]) list.push_back({t.value("Key", ""), t.value("Value", "")});
@@ -298,7 +299,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
   service->Register("DescribeTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
     auto record = jobs->Get(in["TrainingJobName"].get<std::string>());
     if (record.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!record.ok()) return aws::AwsError("InternalFailure", record.status().message(), 500);
+    if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
     return RenderTrainingJob(*record, ctx->queue);
   });
 
@@ -324,7 +325,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
     if (!in.contains("WarmPoolStatusEquals") || in["WarmPoolStatusEquals"].is_null()) {
       auto listed = jobs->ListPage(paging.query);
-      if (!listed.ok()) return aws::AwsError("InternalFailure", listed.status().message(), 500);
+      if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
       rows = std::move(listed).value();
     }
     std::optional<std::string> next_token = CutPage(rows, paging, in, now);
@@ -360,7 +361,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     });
     if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
     if (!refused.empty()) return Validation(refused);
-    if (!updated.ok()) return aws::AwsError("InternalFailure", updated.status().message(), 500);
+    if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
     ctx->controller->RequestStop(updated->name);
     return json::object();
   });
@@ -369,13 +370,13 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     const std::string name = in["TrainingJobName"].get<std::string>();
     auto record = jobs->Get(name);
     if (record.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!record.ok()) return aws::AwsError("InternalFailure", record.status().message(), 500);
+    if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
     if (record->status == "InProgress" || record->status == "Stopping") {
       return Validation("The training job " + record->name + " is " + record->status +
                         ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
     }
     Status deleted = jobs->Delete(record->name);
-    if (!deleted.ok() && !deleted.IsNotFound()) return aws::AwsError("InternalFailure", deleted.message(), 500);
+    if (!deleted.ok() && !deleted.IsNotFound()) return AwsErrorFromStatus(deleted, ErrorService::kSageMaker);
     return json::object();
   });
 
@@ -400,7 +401,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     });
     if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
     if (!refused.empty()) return Validation(refused);
-    if (!updated.ok()) return aws::AwsError("InternalFailure", updated.status().message(), 500);
+    if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
     return json{{"TrainingJobArn", updated->arn}};
   });
 
@@ -441,7 +442,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
       list.push_back({key, t.value("Value", "")});
     }
     auto existing = tags->List(arn);
-    if (!existing.ok()) return aws::AwsError("InternalFailure", existing.status().message(), 500);
+    if (!existing.ok()) return AwsErrorFromStatus(existing.status(), ErrorService::kSageMaker);
     std::set<std::string> keys;
     for (const auto& t : *existing) keys.insert(t.key);
     for (const auto& t : list) keys.insert(t.key);
@@ -450,7 +451,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
                                                         arn + " " + std::to_string(keys.size()) + ".");
     }
     Status added = tags->Add(arn, list);
-    if (!added.ok()) return aws::AwsError("InternalFailure", added.message(), 500);
+    if (!added.ok()) return AwsErrorFromStatus(added, ErrorService::kSageMaker);
     json out_tags = json::array();
     for (const json& t : in["Tags"]) out_tags.push_back(t);
     return json{{"Tags", out_tags}};
@@ -460,7 +461,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     const std::string arn = in["ResourceArn"].get<std::string>();
     if (auto error = check_resource(arn)) return *error;
     auto list = tags->List(arn);
-    if (!list.ok()) return aws::AwsError("InternalFailure", list.status().message(), 500);
+    if (!list.ok()) return AwsErrorFromStatus(list.status(), ErrorService::kSageMaker);
     const size_t max_results = static_cast<size_t>(in.value("MaxResults", 50));
     const int64_t now = NowOf(*ctx);
     size_t start = 0;
@@ -481,7 +482,7 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     const std::string arn = in["ResourceArn"].get<std::string>();
     if (auto error = check_resource(arn)) return *error;
     Status removed = tags->Remove(arn, in["TagKeys"].get<std::vector<std::string>>());
-    if (!removed.ok()) return aws::AwsError("InternalFailure", removed.message(), 500);
+    if (!removed.ok()) return AwsErrorFromStatus(removed, ErrorService::kSageMaker);
     return json::object();
   });
 }
