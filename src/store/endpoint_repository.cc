@@ -1,7 +1,5 @@
 #include "store/endpoint_repository.h"
 
-#include "base/strings.h"
-
 namespace kiln::store {
 namespace {
 
@@ -11,15 +9,6 @@ const char* TableOf(DefinitionRepository::Kind kind) {
 
 const char* NounOf(DefinitionRepository::Kind kind) {
   return kind == DefinitionRepository::Kind::kModel ? "model" : "endpoint configuration";
-}
-
-bool NameMatches(const std::optional<std::string>& needle_lower, const std::string& name) {
-  return !needle_lower || needle_lower->empty() || ToLower(name).find(*needle_lower) != std::string::npos;
-}
-
-std::optional<std::string> LowerNeedle(const std::optional<std::string>& needle) {
-  if (!needle) return std::nullopt;
-  return ToLower(*needle);
 }
 
 constexpr std::string_view kDefinitionColumns = "name, arn, request_json, creation_millis";
@@ -116,22 +105,13 @@ Result<DefinitionRecord> DefinitionRepository::Get(const std::string& name) {
 }
 
 Result<std::vector<DefinitionRecord>> DefinitionRepository::List(const DefinitionListQuery& query) {
-  std::string sql = "SELECT " + std::string(kDefinitionColumns) + " FROM " + TableOf(kind_) + " WHERE 1 = 1";
-  if (query.creation_after_millis) sql += " AND creation_millis > ?1";
-  if (query.creation_before_millis) sql += " AND creation_millis < ?2";
-  sql += " ORDER BY seq";
-  ASSIGN_OR_RETURN(auto st, database_->Prepare(sql));
-  if (query.creation_after_millis) st.BindInt64(1, *query.creation_after_millis);
-  if (query.creation_before_millis) st.BindInt64(2, *query.creation_before_millis);
-  const auto needle = LowerNeedle(query.name_contains);
+  const ListTable table{.table = TableOf(kind_), .columns = kDefinitionColumns};
   std::vector<DefinitionRecord> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
+  RETURN_IF_ERROR(ListAll(*database_, table, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadDefinition(st, NounOf(kind_)));
-    if (!NameMatches(needle, record.name)) continue;
     out.push_back(std::move(record));
-  }
+    return Status::Ok();
+  }));
   return out;
 }
 
@@ -212,28 +192,14 @@ Result<EndpointRecord> EndpointRepository::Mutate(const std::string& name,
 }
 
 Result<std::vector<EndpointRecord>> EndpointRepository::List(const EndpointListQuery& query) {
-  std::string sql = "SELECT " + std::string(kEndpointColumns) + " FROM endpoints WHERE 1 = 1";
-  if (query.status_equals) sql += " AND status = ?1";
-  if (query.creation_after_millis) sql += " AND creation_millis > ?2";
-  if (query.creation_before_millis) sql += " AND creation_millis < ?3";
-  if (query.modified_after_millis) sql += " AND last_modified_millis > ?4";
-  if (query.modified_before_millis) sql += " AND last_modified_millis < ?5";
-  sql += " ORDER BY seq";
-  ASSIGN_OR_RETURN(auto st, database_->Prepare(sql));
-  if (query.status_equals) st.BindText(1, *query.status_equals);
-  if (query.creation_after_millis) st.BindInt64(2, *query.creation_after_millis);
-  if (query.creation_before_millis) st.BindInt64(3, *query.creation_before_millis);
-  if (query.modified_after_millis) st.BindInt64(4, *query.modified_after_millis);
-  if (query.modified_before_millis) st.BindInt64(5, *query.modified_before_millis);
-  const auto needle = LowerNeedle(query.name_contains);
+  static constexpr ListTable kTable{.table = "endpoints", .columns = kEndpointColumns, .has_status = true,
+                                    .has_modified = true};
   std::vector<EndpointRecord> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
+  RETURN_IF_ERROR(ListAll(*database_, kTable, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadEndpoint(st, nullptr));
-    if (!NameMatches(needle, record.name)) continue;
     out.push_back(std::move(record));
-  }
+    return Status::Ok();
+  }));
   return out;
 }
 

@@ -34,10 +34,9 @@ struct DefinitionRecord {
   int64_t creation_millis = 0;
 };
 
-struct DefinitionListQuery {
-  std::optional<std::string> name_contains;  // case-insensitive substring
-  std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
-};
+// Filters of DefinitionRepository::List: name substring and creation-time bounds (a status or
+// last-modified filter is InvalidArgument: these rows have neither).
+using DefinitionListQuery = ListFilter;
 
 // What a ListModels / ListEndpointConfigs summary shows (no JSON is read).
 struct DefinitionSummaryRow {
@@ -109,12 +108,8 @@ struct EndpointSummaryRow {
   int64_t last_modified_millis = 0;
 };
 
-struct EndpointListQuery {
-  std::optional<std::string> status_equals;
-  std::optional<std::string> name_contains;  // case-insensitive substring
-  std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
-  std::optional<int64_t> modified_after_millis, modified_before_millis;  // exclusive bounds
-};
+// Filters of EndpointRepository::List.
+using EndpointListQuery = ListFilter;
 
 class EndpointRepository {
  public:

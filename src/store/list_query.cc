@@ -17,6 +17,12 @@ ListSqlArg Key(const std::variant<int64_t, std::string>& key) {
   return Text(std::get<std::string>(key));
 }
 
+void AddWhere(ListSql& out, std::string_view condition, ListSqlArg value) {
+  out.sql += " AND ";
+  out.sql += condition;
+  out.args.push_back(std::move(value));
+}
+
 void Bind(Statement& st, int index, const ListSqlArg& arg) {
   if (arg.is_text) {
     st.BindText(index, arg.text);
@@ -27,31 +33,32 @@ void Bind(Statement& st, int index, const ListSqlArg& arg) {
 
 }  // namespace
 
-Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query) {
-  const ListFilter& f = query.filter;
-  if ((f.status_equals || query.sort_by == ListSortKey::kStatus) && !table.has_status) {
-    return Status::InvalidArgument(std::string(table.table) + " has no status to filter or sort on");
+Result<ListSql> BuildFilterSql(const ListTable& table, const ListFilter& f) {
+  if (f.status_equals && !table.has_status) {
+    return Status::InvalidArgument(std::string(table.table) + " has no status to filter on");
   }
   if ((f.modified_after_millis || f.modified_before_millis) && !table.has_modified) {
     return Status::InvalidArgument(std::string(table.table) + " has no last-modified time to filter on");
   }
   ListSql out;
   out.sql = "SELECT " + std::string(table.columns) + " FROM " + std::string(table.table) + " WHERE 1 = 1";
-  auto where = [&](std::string_view condition, ListSqlArg value) {
-    out.sql += " AND ";
-    out.sql += condition;
-    out.args.push_back(std::move(value));
-  };
-  if (f.status_equals) where("status = ?", Text(*f.status_equals));
-  if (f.creation_after_millis) where("creation_millis > ?", Int(*f.creation_after_millis));
-  if (f.creation_before_millis) where("creation_millis < ?", Int(*f.creation_before_millis));
-  if (f.modified_after_millis) where("last_modified_millis > ?", Int(*f.modified_after_millis));
-  if (f.modified_before_millis) where("last_modified_millis < ?", Int(*f.modified_before_millis));
+  if (f.status_equals) AddWhere(out, "status = ?", Text(*f.status_equals));
+  if (f.creation_after_millis) AddWhere(out, "creation_millis > ?", Int(*f.creation_after_millis));
+  if (f.creation_before_millis) AddWhere(out, "creation_millis < ?", Int(*f.creation_before_millis));
+  if (f.modified_after_millis) AddWhere(out, "last_modified_millis > ?", Int(*f.modified_after_millis));
+  if (f.modified_before_millis) AddWhere(out, "last_modified_millis < ?", Int(*f.modified_before_millis));
   // SQLite's built-in lower() folds ASCII only, like base's ToLower that the API used before.
   if (f.name_contains && !f.name_contains->empty()) {
-    where("instr(lower(name), ?) > 0", Text(ToLower(*f.name_contains)));
+    AddWhere(out, "instr(lower(name), ?) > 0", Text(ToLower(*f.name_contains)));
   }
+  return out;
+}
 
+Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query) {
+  if (query.sort_by == ListSortKey::kStatus && !table.has_status) {
+    return Status::InvalidArgument(std::string(table.table) + " has no status to sort on");
+  }
+  ASSIGN_OR_RETURN(ListSql out, BuildFilterSql(table, query.filter));
   const char* key_column = query.sort_by == ListSortKey::kCreationTime ? "creation_millis"
                            : query.sort_by == ListSortKey::kStatus     ? "status"
                                                                        : nullptr;
@@ -59,7 +66,7 @@ Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query)
   if (query.after) {
     const ListCursor& c = *query.after;
     if (key_column == nullptr) {
-      where("name " + after + " ?", Text(c.name));
+      AddWhere(out, "name " + after + " ?", Text(c.name));
     } else {
       const bool want_int = query.sort_by == ListSortKey::kCreationTime;
       if (want_int != std::holds_alternative<int64_t>(c.key)) {
@@ -69,8 +76,8 @@ Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query)
       // the first conjunct is a plain range on the index's leading sort column, which SQLite
       // turns into an index seek; the second only tests the rows tied on k.
       const std::string key(key_column);
-      where(key + (query.descending ? " <= ?" : " >= ?"), Key(c.key));
-      where("(" + key + " " + after + " ? OR name " + after + " ?)", Key(c.key));
+      AddWhere(out, key + (query.descending ? " <= ?" : " >= ?"), Key(c.key));
+      AddWhere(out, "(" + key + " " + after + " ? OR name " + after + " ?)", Key(c.key));
       out.args.push_back(Text(c.name));
     }
   }
@@ -84,9 +91,9 @@ Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query)
   return out;
 }
 
-Status ListPage(Database& database, const ListTable& table, const ListPageQuery& query,
-                const std::function<Status(const Statement&)>& row) {
-  ASSIGN_OR_RETURN(ListSql sql, BuildListSql(table, query));
+namespace {
+
+Status Run(Database& database, const ListSql& sql, const std::function<Status(const Statement&)>& row) {
   ASSIGN_OR_RETURN(auto st, database.Prepare(sql.sql));
   for (size_t i = 0; i < sql.args.size(); ++i) Bind(st, static_cast<int>(i + 1), sql.args[i]);
   while (true) {
@@ -94,6 +101,22 @@ Status ListPage(Database& database, const ListTable& table, const ListPageQuery&
     if (!more) return Status::Ok();
     RETURN_IF_ERROR(row(st));
   }
+}
+
+}  // namespace
+
+Status ListPage(Database& database, const ListTable& table, const ListPageQuery& query,
+                const std::function<Status(const Statement&)>& row) {
+  ASSIGN_OR_RETURN(ListSql sql, BuildListSql(table, query));
+  return Run(database, sql, row);
+}
+
+Status ListAll(Database& database, const ListTable& table, const ListFilter& filter, std::string_view order_by,
+               const std::function<Status(const Statement&)>& row) {
+  ASSIGN_OR_RETURN(ListSql sql, BuildFilterSql(table, filter));
+  sql.sql += " ORDER BY ";
+  sql.sql += order_by;
+  return Run(database, sql, row);
 }
 
 }  // namespace kiln::store

@@ -71,7 +71,13 @@ struct ListTable {
 Status ListPage(Database& database, const ListTable& table, const ListPageQuery& query,
                 const std::function<Status(const Statement&)>& row);
 
-// The same query's SQL and its bound values in order (tests check the plan with it).
+// Every row matching `filter`, ordered by `order_by` (columns of the table, e.g. "seq"), for the
+// callers that want them all (the repositories' List); errors as ListPage.
+Status ListAll(Database& database, const ListTable& table, const ListFilter& filter, std::string_view order_by,
+               const std::function<Status(const Statement&)>& row);
+
+// The page query's SQL and its bound values in order (tests check the plan with it), and the
+// filter's alone ("SELECT <columns> FROM <table> WHERE ...", no order, no limit).
 struct ListSqlArg {
   bool is_text = false;
   int64_t integer = 0;
@@ -82,5 +88,6 @@ struct ListSql {
   std::vector<ListSqlArg> args;  // for the `?`s in order
 };
 Result<ListSql> BuildListSql(const ListTable& table, const ListPageQuery& query);
+Result<ListSql> BuildFilterSql(const ListTable& table, const ListFilter& filter);
 
 }  // namespace kiln::store

@@ -1,8 +1,5 @@
 #include "store/training_job_repository.h"
 
-#include <algorithm>
-#include <cctype>
-
 namespace kiln::store {
 namespace {
 
@@ -27,11 +24,6 @@ Result<TrainingJobRecord> ReadRow(const Statement& st) {
     return Status::Internal("training job '" + r.name + "' has a corrupt row (unparsable JSON)");
   }
   return r;
-}
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
 }
 
 }  // namespace
@@ -130,28 +122,14 @@ Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
 }
 
 Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const TrainingJobListQuery& query) {
-  std::string sql = "SELECT " + std::string(kColumns) + " FROM training_jobs WHERE 1 = 1";
-  if (query.status_equals) sql += " AND status = ?1";
-  if (query.creation_after_millis) sql += " AND creation_millis > ?2";
-  if (query.creation_before_millis) sql += " AND creation_millis < ?3";
-  if (query.modified_after_millis) sql += " AND last_modified_millis > ?4";
-  if (query.modified_before_millis) sql += " AND last_modified_millis < ?5";
-  sql += " ORDER BY seq";
-  ASSIGN_OR_RETURN(auto st, database_->Prepare(sql));
-  if (query.status_equals) st.BindText(1, *query.status_equals);
-  if (query.creation_after_millis) st.BindInt64(2, *query.creation_after_millis);
-  if (query.creation_before_millis) st.BindInt64(3, *query.creation_before_millis);
-  if (query.modified_after_millis) st.BindInt64(4, *query.modified_after_millis);
-  if (query.modified_before_millis) st.BindInt64(5, *query.modified_before_millis);
-  std::string needle = query.name_contains ? Lower(*query.name_contains) : "";
+  static constexpr ListTable kTable{.table = "training_jobs", .columns = kColumns, .has_status = true,
+                                    .has_modified = true};
   std::vector<TrainingJobRecord> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
+  RETURN_IF_ERROR(ListAll(*database_, kTable, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadRow(st));
-    if (!needle.empty() && Lower(record.name).find(needle) == std::string::npos) continue;
     out.push_back(std::move(record));
-  }
+    return Status::Ok();
+  }));
   return out;
 }
 

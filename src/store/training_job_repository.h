@@ -39,12 +39,8 @@ struct TrainingJobRecord {
   int64_t version = 0;  // incremented by every write
 };
 
-struct TrainingJobListQuery {
-  std::optional<std::string> status_equals;
-  std::optional<std::string> name_contains;  // case-insensitive substring
-  std::optional<int64_t> creation_after_millis, creation_before_millis;          // exclusive bounds
-  std::optional<int64_t> modified_after_millis, modified_before_millis;          // exclusive bounds
-};
+// Filters of List: status, case-insensitive name substring, exclusive time bounds.
+using TrainingJobListQuery = ListFilter;
 
 // What a ListTrainingJobs summary shows: the typed columns only (no JSON is read).
 struct TrainingJobSummaryRow {
