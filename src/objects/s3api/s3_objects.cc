@@ -5,6 +5,7 @@
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
 #include "objects/s3api/s3_handlers.h"
@@ -85,11 +86,9 @@ std::variant<std::map<std::string, std::string>, aws::AwsError> ObjectHeadersFro
         .With("MaxSizeAllowed", std::to_string(kMaxUserMetadataBytes));
   }
   if (const std::string* tagging = call.Header("x-amz-tagging")) {
-    size_t count = 0;
-    for (std::string_view pair : Split(*tagging, '&')) {
-      if (!pair.empty()) ++count;
-    }
-    if (count > 0) headers["x-amz-tagging-count"] = std::to_string(count);
+    // The tag set is a query string ("k1=v1&k2=v2"); empty segments are no tags.
+    Result<std::vector<QueryParam>> tags = ParseQueryString(*tagging, {.plus_is_space = true});
+    if (!tags->empty()) headers["x-amz-tagging-count"] = std::to_string(tags->size());
   }
   return headers;
 }
