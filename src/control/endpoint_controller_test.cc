@@ -65,11 +65,13 @@ class EndpointControllerTest : public testing::ControllerTest {
   }
 
   // A deployment as the API builds it: one variant of `count` ml.m5.large running `image`.
-  static json Deployment(const std::string& config, const std::string& image, int count, int64_t deployed_millis) {
+  static json Deployment(const std::string& config, const std::string& image, int count, int64_t deployed_millis,
+                         const json& variant_members = json::object()) {
     json variant = {{"VariantName", "main"},
                     {"ModelName", "model-" + config},
                     {"InstanceType", "ml.m5.large"},
                     {"InitialInstanceCount", count}};
+    variant.merge_patch(variant_members);
     return {{"EndpointConfigName", config},
             {"EndpointConfig", {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}}},
             {"Models", {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}}},
@@ -78,7 +80,8 @@ class EndpointControllerTest : public testing::ControllerTest {
   static json Desired(int count) { return {{"main", {{"DesiredWeight", 1.0}, {"DesiredInstanceCount", count}}}}; }
 
   // CreateEndpoint as the API does it.
-  void Create(const std::string& name, const std::string& image = "local:/bin/true", int count = 1) {
+  void Create(const std::string& name, const std::string& image = "local:/bin/true", int count = 1,
+              const json& variant_members = json::object()) {
     store::EndpointRecord record;
     record.name = name;
     record.arn = "arn:aws:sagemaker:us-east-1:000000000000:endpoint/" + name;
@@ -87,7 +90,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     record.creation_millis = NowMillis();
     record.last_modified_millis = record.creation_millis;
     record.request = {{"EndpointName", name}, {"EndpointConfigName", "cfg1"}};
-    record.deployment = Deployment("cfg1", image, count, 1000);
+    record.deployment = Deployment("cfg1", image, count, 1000, variant_members);
     record.desired = Desired(count);
     store::EndpointRepository endpoints(db_.get());
     ASSERT_TRUE(endpoints.Insert(record).ok());
@@ -188,6 +191,31 @@ TEST_F(EndpointControllerTest, AContainerThatExitsBeforeItIsHealthyFailsTheEndpo
   Create("ep");
   auto failed = WaitForStatus("ep", "Failed");
   EXPECT_THAT(failed.failure_reason, ::testing::HasSubstr("exited with code 3 before it passed the ping health check"));
+}
+
+TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapacityReason) {
+  // Something else holds 2 of the 4 CPUs; an ml.m5.xlarge needs all 4 (strict shapes).
+  ASSERT_TRUE(scheduler_->AllocateNow({"hog", 0, "ml.m5.large", 1}).ok());
+  StartController();
+  Create("ep", "local:/bin/true", 1,
+         {{"InstanceType", "ml.m5.xlarge"}, {"VariantInstanceProvisionTimeoutInSeconds", 1}});
+  // While it waits, the variant says what for.
+  std::string waiting;
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    if (!r.ok() || !r->state.contains("ProductionVariants")) return false;
+    const json& status = r->state["ProductionVariants"][0].value("VariantStatus", json::array());
+    if (status.empty()) return false;
+    waiting = status[0].value("StatusMessage", "");
+    return waiting.starts_with("Waiting for compute capacity");
+  }));
+  EXPECT_THAT(waiting, ::testing::HasSubstr("ml.m5.xlarge needs 4 vCPUs"));
+  EXPECT_EQ(Endpoint("ep")->status, "Creating");
+  auto failed = WaitForStatus("ep", "Failed");
+  EXPECT_THAT(failed.failure_reason,
+              ::testing::StartsWith("Unable to provision requested ML compute capacity. Please retry using a "
+                                    "different ML instance type. Kiln: production variant main waited 1 s"));
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
 }
 
 TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
