@@ -386,11 +386,11 @@ Status Scheduler::Enqueue(const ScheduleRequest& request) {
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), request.seq,
                               [](int64_t seq, const Queued& q) { return seq < q.request.seq; });
   queue_.insert(pos, Queued{request, std::move(need)});
+  queued_seq_[request.id] = request.seq;
   return Status::Ok();
 }
 
-bool Scheduler::IsQueuedLocked(const std::string& id) const {
-  return std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; });
+bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_seq_.count(id) != 0;
 }
 
 Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
@@ -456,6 +456,7 @@ std::vector<Grant> Scheduler::Schedule() {
     if (!allocations) break;  // head-of-line: later requests wait even if they would fit
     granted_[head.request.id] = *allocations;
     grants.push_back(Grant{head.request.id, std::move(*allocations)});
+    queued_seq_.erase(head.request.id);
     queue_.pop_front();
   }
   return grants;
@@ -463,6 +464,7 @@ std::vector<Grant> Scheduler::Schedule() {
 
 void Scheduler::Cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (queued_seq_.erase(id) == 0) return;
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; }),
                queue_.end());
 }
@@ -505,9 +507,7 @@ std::string Scheduler::HolderOfGpuLocked(int gpu) const {
 Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& allocations) {
   std::lock_guard<std::mutex> lock(mu_);
   if (granted_.count(id) != 0) return Status::AlreadyExists("cannot adopt " + id + ": it already holds a grant");
-  for (const Queued& q : queue_) {
-    if (q.request.id == id) return Status::AlreadyExists("cannot adopt " + id + ": it is queued");
-  }
+  if (IsQueuedLocked(id)) return Status::AlreadyExists("cannot adopt " + id + ": it is queued");
   const std::string prefix = "cannot adopt " + id + ": ";
   std::set<int> cpus, gpus;
   uint64_t memory = 0;
@@ -577,9 +577,16 @@ std::string Scheduler::ShortfallLocked(const std::string& instance_type, const N
 
 const Scheduler::Queued* Scheduler::FindQueuedLocked(const std::string& id, size_t* ahead) const {
   *ahead = 0;
-  for (const Queued& q : queue_) {
-    if (q.request.id == id) return &q;
-    ++*ahead;
+  auto seq = queued_seq_.find(id);
+  if (seq == queued_seq_.end()) return nullptr;
+  // The queue is sorted by seq: find the first entry of that seq, then the id among its ties.
+  auto it = std::lower_bound(queue_.begin(), queue_.end(), seq->second,
+                             [](const Queued& q, int64_t s) { return q.request.seq < s; });
+  for (; it != queue_.end() && it->request.seq == seq->second; ++it) {
+    if (it->request.id == id) {
+      *ahead = static_cast<size_t>(it - queue_.begin());
+      return &*it;
+    }
   }
   return nullptr;
 }
@@ -614,7 +621,7 @@ std::optional<std::vector<Allocation>> Scheduler::Granted(const std::string& id)
 
 bool Scheduler::IsQueued(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; });
+  return IsQueuedLocked(id);
 }
 
 SchedulerSnapshot Scheduler::Snapshot() const {

@@ -39,6 +39,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -188,7 +189,7 @@ class Scheduler {
 
   // For StatusMessage while Pending: what the request waits for and its place in line, e.g.
   // "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)".
-  // Empty if the id is not queued. Computed from the live queue on every call (O(place in line)):
+  // Empty if the id is not queued. Computed from the live queue on every call (O(log n)):
   // callers render it when it is read and never store it, since it changes with every grant.
   std::string WaitingMessage(const std::string& id) const;
   // The same without the place in line ("Waiting for compute capacity: ml.m5.large needs ...;
@@ -249,6 +250,9 @@ class Scheduler {
   std::vector<int> free_gpus_;            // GUARDED_BY(mu_), ascending
   // A deque: Schedule() takes from the front, so a grant costs O(1) however long the queue is.
   std::deque<Queued> queue_;              // GUARDED_BY(mu_), sorted by seq (stable)
+  // id -> seq of every queued request: IsQueued, Enqueue's idempotence and a request's place in
+  // line (WaitingMessage, read by every Describe of a Pending job) in O(log n), not a scan.
+  std::unordered_map<std::string, int64_t> queued_seq_;  // GUARDED_BY(mu_)
   std::map<std::string, std::vector<Allocation>> granted_;  // GUARDED_BY(mu_)
 };
 

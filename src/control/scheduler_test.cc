@@ -12,6 +12,7 @@ namespace kiln::control {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
@@ -347,6 +348,27 @@ TEST(SchedulerTest, WaitingReasonIsTheMessageWithoutThePlaceInLine) {
   EXPECT_EQ(s.WaitingReason("j1"), s.WaitingReason("j2"));  // the same wherever in line
   EXPECT_EQ(s.WaitingReason("j0"), "");                     // granted
   EXPECT_EQ(s.WaitingReason("nobody"), "");
+}
+
+TEST(SchedulerTest, ThePlaceInLineCountsTiesInEnqueueOrderAndFollowsCancels) {
+  Scheduler s(Options(Host(2, 32)), Catalog());
+  ASSERT_TRUE(s.Enqueue({"head", 1, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"t1", 5, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"t2", 5, "ml.m5.large", 1}).ok());  // same seq: behind t1
+  ASSERT_TRUE(s.Enqueue({"t0", 3, "ml.m5.large", 1}).ok());  // lower seq: ahead of both
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("head"));
+  EXPECT_THAT(s.WaitingMessage("t0"), EndsWith("(next in line)"));
+  EXPECT_THAT(s.WaitingMessage("t1"), EndsWith("(1 job ahead)"));
+  EXPECT_THAT(s.WaitingMessage("t2"), EndsWith("(2 jobs ahead)"));
+  s.Cancel("t1");
+  EXPECT_FALSE(s.IsQueued("t1"));
+  EXPECT_EQ(s.WaitingMessage("t1"), "");
+  EXPECT_THAT(s.WaitingMessage("t2"), EndsWith("(1 job ahead)"));
+  EXPECT_TRUE(s.Adopt("t2", {}).IsAlreadyExists());
+  ASSERT_TRUE(s.Enqueue({"t1", 5, "ml.m5.large", 1}).ok());  // back in, behind t2 now
+  EXPECT_THAT(s.WaitingMessage("t1"), EndsWith("(2 jobs ahead)"));
+  ASSERT_TRUE(s.Enqueue({"t1", 5, "ml.m5.large", 1}).ok());  // idempotent while queued
+  EXPECT_EQ(s.Snapshot().queue.size(), 3u);
 }
 
 TEST(SchedulerTest, ALongQueueDrainsInOrderFromTheFront) {

@@ -149,8 +149,15 @@ void RecordSecondaryStatus(store::TrainingJobRecord& record, const std::string& 
 
 class TrainingController::JobRun {
  public:
-  JobRun(TrainingController* controller, std::string name, std::vector<Allocation> allocations, bool adopt)
-      : controller_(controller), name_(std::move(name)), allocations_(std::move(allocations)), adopt_(adopt) {}
+  // `grant_written`: whether the scheduling pass persisted the grant (an error fails the job in
+  // Prepare, as a failed write of its own would).
+  JobRun(TrainingController* controller, std::string name, std::vector<Allocation> allocations, bool adopt,
+         Status grant_written)
+      : controller_(controller),
+        name_(std::move(name)),
+        allocations_(std::move(allocations)),
+        adopt_(adopt),
+        grant_written_(std::move(grant_written)) {}
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
@@ -241,6 +248,7 @@ class TrainingController::JobRun {
   std::string name_;
   std::vector<Allocation> allocations_;
   bool adopt_;
+  Status grant_written_;
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> shutting_down_{false};
@@ -357,6 +365,7 @@ Status TrainingController::JobRun::Prepare(store::TrainingJobRecord& record) {
   // fallback) the scheduler may give less than the instance type's shape; the status message
   // says so (the job still shows it while it trains).
   allocation_note_ = AllocationNote(allocations_);
+  RETURN_IF_ERROR(grant_written_);
 
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
@@ -1088,6 +1097,7 @@ bool TrainingController::ExpirePendingDeadlines() {
 
 void TrainingController::RunPass() {
   std::vector<Grant> grants = deps_.scheduler->Schedule();
+  Status grant_written = Status::Ok();
   // The grants of this pass in one transaction: the phase, the resources (for adoption) and the
   // message. A job that waited for capacity goes from Pending straight to Downloading
   // (control-plane-api.md §9.1); one granted at once shows the provisioning message under
@@ -1116,12 +1126,11 @@ void TrainingController::RunPass() {
       }
       return true;
     });
-    if (!persisted.ok()) {
-      // The runs start anyway; a restart before their next write re-queues them (phase queued).
-      KLOG(warn, "training grants not persisted", {{"jobs", std::to_string(names.size())}, {"error", persisted.ToString()}});
-    }
+    // Not written (every row rolled back): each run fails in Prepare with the error, releasing
+    // its grant, as a job whose own grant write failed always did.
+    grant_written = persisted;
   }
-  for (auto& grant : grants) StartRun(grant.id, std::move(grant.allocations), /*adopt=*/false);
+  for (auto& grant : grants) StartRun(grant.id, std::move(grant.allocations), /*adopt=*/false, grant_written);
 
   // Jobs that entered the queue since the last pass and still wait record Pending once, with what
   // they wait for; their place in line is rendered live when read (TrainingQueueView).
@@ -1173,8 +1182,9 @@ void TrainingController::RunScheduler() {
   }
 }
 
-void TrainingController::StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt) {
-  auto run = std::make_shared<JobRun>(this, name, std::move(allocations), adopt);
+void TrainingController::StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt,
+                                  Status grant_written) {
+  auto run = std::make_shared<JobRun>(this, name, std::move(allocations), adopt, std::move(grant_written));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shutting_down_) return;

@@ -123,7 +123,9 @@ class TrainingController : public TrainingQueueView {
 
   void ScheduleLocked();
   void RunScheduler();
-  void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt);
+  // `grant_written`: the pass's write of the grant (an error fails the run in its first step).
+  void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt,
+                Status grant_written = Status::Ok());
   void OnRunFinished(const std::string& name);
   Status FinishWithoutRunning(const std::string& name, const std::string& why);
   // One pass: grant what fits (persisting the grants together), start their runs, and record
