@@ -189,6 +189,7 @@ class TrainingController::JobRun {
     bool exited = false;
     int exit_code = -1;
     int term_signal = 0;
+    bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
     std::unique_ptr<LogPump> pump;
     std::unique_ptr<agent::PipeFeeder> feeder;
     std::unique_ptr<agent::CheckpointSync> checkpoints;
@@ -602,6 +603,7 @@ void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record)
         if (status.ok() && status->state == runtime::InstanceState::kExited) {
           host->exit_code = status->exit_code;
           host->term_signal = status->term_signal;
+          host->stopped_by_kiln = status->stop_requested;
         } else {
           host->exit_code = -1;  // lost: the shim vanished without recording an exit
         }
@@ -771,13 +773,22 @@ Result<std::unique_ptr<agent::CheckpointSync>> TrainingController::JobRun::MakeC
 }
 
 std::string TrainingController::JobRun::FailureReasonFromHosts() {
-  // The first host (in hosts order) that failed and wrote a failure file (§8).
+  // Hosts that failed on their own come first: when algo-2 crashes Kiln stops algo-1, whose exit
+  // (SIGTERM, 143) is a consequence, not the reason. Within each group, hosts order.
+  std::vector<Host*> order;
   for (auto& host : hosts_) {
+    if (!host->stopped_by_kiln) order.push_back(host.get());
+  }
+  for (auto& host : hosts_) {
+    if (host->stopped_by_kiln) order.push_back(host.get());
+  }
+  // The first host that failed and wrote a failure file (§8).
+  for (Host* host : order) {
     if (host->exit_code == 0) continue;
     std::string reason = agent::ReadFailureReason(host->opt_ml);
     if (!reason.empty()) return Truncate(reason, kFailureReasonMax);
   }
-  for (auto& host : hosts_) {
+  for (Host* host : order) {
     if (host->exit_code == 0) continue;
     if (host->exit_code == -1 && host->term_signal == 0) {
       return "InternalServerError: the instance " + host->host +

@@ -259,7 +259,7 @@ TEST_F(TrainingControllerTest, AFailingHostStopsItsPeersAndFailsTheJob) {
 // algo-2 fails and Kiln stops algo-1 (SIGTERM), the reason blames algo-1 ("the training program
 // exited with a non-zero status, exit code: 143") instead of algo-2's error. The fix: prefer hosts
 // that ended on their own over the ones the peer-failure stop ended (InstanceStatus::stop_requested).
-TEST_F(TrainingControllerTest, DISABLED_TheFailureReasonNamesTheHostThatFailedNotThePeerKilnStopped) {
+TEST_F(TrainingControllerTest, TheFailureReasonNamesTheHostThatFailedNotThePeerKilnStopped) {
   MakeScheduler(testing::SmallHost(4, 16));
   StartController();
   Create("peer", {{"ResourceConfig", {{"InstanceCount", 2}}}});
