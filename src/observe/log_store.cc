@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -78,6 +79,15 @@ std::vector<std::string> PatternTerms(const std::string& pattern) {
     terms.push_back(std::move(term));
   }
   return terms;
+}
+
+// The least string above every string that starts with `prefix` in byte order (the prefix with
+// trailing 0xff bytes dropped and its last byte incremented); none for an empty or all-0xff one.
+std::optional<std::string> PrefixEnd(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (prefix.empty()) return std::nullopt;
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
 }
 
 }  // namespace
@@ -676,13 +686,20 @@ Result<GroupPage> LogStore::ListGroups(const std::string& prefix, const std::str
     after = (*j)["g"].get<std::string>();
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  // A keyset range of the name index: after the token, and within [prefix, PrefixEnd(prefix))
+  // (the substr test stays the definition of the prefix; the bounds let the index skip the rest).
+  const std::optional<std::string> end = PrefixEnd(prefix);
   ASSIGN_OR_RETURN(auto st,
                    options_.database->Prepare(
-                       "SELECT g.name, g.created_millis, "
-                       "(SELECT coalesce(sum(stored_bytes), 0) FROM log_streams s WHERE s.group_name = g.name) "
-                       "FROM log_groups g WHERE g.name > ?1 AND substr(g.name, 1, length(?2)) = ?2 "
-                       "AND (?3 = '' OR instr(lower(g.name), lower(?3)) > 0) ORDER BY g.name LIMIT ?4"));
+                       std::string("SELECT g.name, g.created_millis, "
+                                   "(SELECT coalesce(sum(stored_bytes), 0) FROM log_streams s "
+                                   "WHERE s.group_name = g.name) "
+                                   "FROM log_groups g WHERE g.name > ?1 AND substr(g.name, 1, length(?2)) = ?2 "
+                                   "AND g.name >= ?2") +
+                       (end ? " AND g.name < ?5" : "") +
+                       " AND (?3 = '' OR instr(lower(g.name), lower(?3)) > 0) ORDER BY g.name LIMIT ?4"));
   st.BindText(1, after).BindText(2, prefix).BindText(3, pattern).BindInt64(4, limit + 1);
+  if (end) st.BindText(5, *end);
   GroupPage page;
   for (;;) {
     ASSIGN_OR_RETURN(bool row, st.Step());
@@ -701,7 +718,9 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
   if (!prefix.empty() && order == StreamOrder::kLastEventTime) {
     return Status::InvalidArgument("Cannot order by LastEventTime with a logStreamNamePrefix.");
   }
-  // The token is the sort key of the last stream returned; the next page starts after it.
+  // The token is the sort key (k, name) of the last stream returned; the next page starts after
+  // it. k is the last event time (0 for a stream without events) ordering by LastEventTime, and
+  // always 0 ordering by name.
   std::optional<std::pair<int64_t, std::string>> after;
   if (!token.empty()) {
     auto j = DecodeToken(token);
@@ -712,40 +731,71 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
   }
   std::lock_guard<std::mutex> lock(mutex_);
   RETURN_IF_ERROR(CheckGroup(group));
-  ASSIGN_OR_RETURN(auto st,
-                   options_.database->Prepare("SELECT name, created_millis, first_event_millis, last_event_millis, "
-                                              "last_ingestion_millis, stored_bytes, event_count FROM log_streams "
-                                              "WHERE group_name = ?1 AND substr(name, 1, length(?2)) = ?2"));
-  st.BindText(1, group).BindText(2, prefix);
-  std::vector<StreamInfo> all;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    StreamInfo info;
-    info.name = st.ColumnText(0);
-    info.creation_time = st.ColumnInt64(1);
-    if (!st.IsNull(2)) info.first_event_timestamp = st.ColumnInt64(2);
-    if (!st.IsNull(3)) info.last_event_timestamp = st.ColumnInt64(3);
-    if (!st.IsNull(4)) info.last_ingestion_time = st.ColumnInt64(4);
-    info.stored_bytes = st.ColumnInt64(5);
-    info.event_count = st.ColumnInt64(6);
-    all.push_back(std::move(info));
-  }
-  auto key = [&](const StreamInfo& s) {
-    int64_t k = order == StreamOrder::kLastEventTime ? s.last_event_timestamp.value_or(0) : 0;
-    return std::make_pair(k, s.name);
-  };
-  std::sort(all.begin(), all.end(),
-            [&](const StreamInfo& a, const StreamInfo& b) { return descending ? key(b) < key(a) : key(a) < key(b); });
+  // Keyset pages: each query below is one range of an index (UNIQUE (group_name, name), or
+  // log_streams_by_last_event) read for at most limit + 1 rows, so a page costs the same however
+  // many streams the group holds. The extra row only says whether there is a next page.
   StreamPage page;
-  for (const StreamInfo& s : all) {
-    if (after && (descending ? !(key(s) < *after) : !(*after < key(s)))) continue;
-    if (page.streams.size() == static_cast<size_t>(limit)) {
-      auto k = key(page.streams.back());
-      page.next_token = EncodeToken({{"k", k.first}, {"n", k.second}});
-      break;
+  const size_t want = static_cast<size_t>(limit) + 1;
+  auto run = [&](const std::string& where, const std::string& order_by,
+                 const std::function<void(store::Statement&)>& bind) -> Status {
+    if (page.streams.size() >= want) return Status::Ok();
+    ASSIGN_OR_RETURN(auto st, options_.database->Prepare(
+                                  "SELECT name, created_millis, first_event_millis, last_event_millis, "
+                                  "last_ingestion_millis, stored_bytes, event_count FROM log_streams "
+                                  "WHERE group_name = ?1" + where + " ORDER BY " + order_by + " LIMIT ?9"));
+    st.BindText(1, group).BindInt64(9, static_cast<int64_t>(want - page.streams.size()));
+    bind(st);
+    for (;;) {
+      ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      StreamInfo info;
+      info.name = st.ColumnText(0);
+      info.creation_time = st.ColumnInt64(1);
+      if (!st.IsNull(2)) info.first_event_timestamp = st.ColumnInt64(2);
+      if (!st.IsNull(3)) info.last_event_timestamp = st.ColumnInt64(3);
+      if (!st.IsNull(4)) info.last_ingestion_time = st.ColumnInt64(4);
+      info.stored_bytes = st.ColumnInt64(5);
+      info.event_count = st.ColumnInt64(6);
+      page.streams.push_back(std::move(info));
     }
-    page.streams.push_back(s);
+    return Status::Ok();
+  };
+  const char* dir = descending ? " DESC" : "";
+  const char* past = descending ? " < " : " > ";  // after the token in the page order
+  if (order == StreamOrder::kLogStreamName) {
+    // Every key here is (0, name): a token with another k lies before or after all of them.
+    if (after && after->first != 0 && (descending ? after->first < 0 : after->first > 0)) return page;
+    const bool by_name = after && after->first == 0;
+    // Names starting with the prefix (byte order, BINARY collation) lie in [prefix, end): the
+    // bounds make the prefix an index range; the substr test stays the definition.
+    std::optional<std::string> end = PrefixEnd(prefix);
+    std::string where = " AND substr(name, 1, length(?2)) = ?2 AND name >= ?2";
+    if (end) where += " AND name < ?3";
+    if (by_name) where += std::string(" AND name") + past + "?4";
+    RETURN_IF_ERROR(run(where, std::string("name") + dir, [&](store::Statement& st) {
+      st.BindText(2, prefix);
+      if (end) st.BindText(3, *end);
+      if (by_name) st.BindText(4, after->second);
+    }));
+  } else {
+    // The expression must match log_streams_by_last_event's for the index to serve it. The rest
+    // of the token's own k comes first (names after the token's), then the later k's; two ranges,
+    // since SQLite does not range-scan a row-value comparison over an expression.
+    const std::string k = "coalesce(last_event_millis, 0)";
+    if (after) {
+      RETURN_IF_ERROR(run(" AND " + k + " = ?5 AND name" + past + "?4", std::string("name") + dir,
+                          [&](store::Statement& st) { st.BindInt64(5, after->first).BindText(4, after->second); }));
+    }
+    RETURN_IF_ERROR(run(after ? " AND " + k + past + "?5" : std::string(), k + dir + ", name" + dir,
+                        [&](store::Statement& st) {
+                          if (after) st.BindInt64(5, after->first);
+                        }));
+  }
+  if (page.streams.size() > static_cast<size_t>(limit)) {
+    page.streams.resize(limit);
+    const StreamInfo& last = page.streams.back();
+    int64_t k = order == StreamOrder::kLastEventTime ? last.last_event_timestamp.value_or(0) : 0;
+    page.next_token = EncodeToken({{"k", k}, {"n", last.name}});
   }
   return page;
 }

@@ -269,6 +269,87 @@ TEST_F(LogStoreTest, ListStreamsOrdering) {
   EXPECT_TRUE(store_->ListStreams("nope", "", StreamOrder::kLogStreamName, false, 50, "").status().IsNotFound());
 }
 
+// Keyset pages (two index ranges per LastEventTime page, prefix bounds by name) return what a
+// sort of every stream by (k, name) and a scan past the token's key returns: every order,
+// direction, prefix and limit, ties in last event time, streams without events (k = 0), and a
+// token carried from one order to the other.
+TEST_F(LogStoreTest, ListStreamsPagesMatchAFullSort) {
+  ASSERT_TRUE(store_->CreateGroup("g").ok());
+  ASSERT_TRUE(store_->CreateGroup("other").ok());
+  ASSERT_TRUE(store_->CreateStream("other", "a").ok());
+  const std::vector<std::pair<std::string, std::optional<int64_t>>> streams = {
+      {"a", 5},      {"ab", 5},     {"abc", std::nullopt}, {"abd", 7},  {"b", 5},
+      {"b/1", -3},   {"b/2", std::nullopt}, {"ba", 7},    {"c", 1},    {"a\x7f", 2}};
+  for (const auto& [name, ts] : streams) {
+    ASSERT_TRUE(store_->CreateStream("g", name).ok());
+    if (ts) {
+      ASSERT_TRUE(store_->Append("g", name, {{*ts, "x"}}).ok());
+    }
+  }
+  using Key = std::pair<int64_t, std::string>;
+  auto expected = [&](StreamOrder order, bool desc, const std::string& prefix, const std::optional<Key>& after) {
+    std::vector<Key> keys;
+    for (const auto& [name, ts] : streams) {
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      keys.emplace_back(order == StreamOrder::kLastEventTime ? ts.value_or(0) : 0, name);
+    }
+    std::sort(keys.begin(), keys.end());
+    if (desc) std::reverse(keys.begin(), keys.end());
+    std::vector<std::string> out;
+    for (const Key& k : keys) {
+      if (!after || (desc ? k < *after : *after < k)) out.push_back(k.second);
+    }
+    return out;
+  };
+  for (StreamOrder order : {StreamOrder::kLogStreamName, StreamOrder::kLastEventTime}) {
+    for (bool desc : {false, true}) {
+      for (std::string prefix : {"", "a", "ab", "b/", "z", "a\x7f"}) {
+        if (order == StreamOrder::kLastEventTime && !prefix.empty()) continue;
+        for (int limit = 1; limit <= 4; ++limit) {
+          std::vector<std::string> got;
+          std::string token;
+          for (int pages = 0; pages < 20; ++pages) {
+            auto page = store_->ListStreams("g", prefix, order, desc, limit, token);
+            ASSERT_TRUE(page.ok()) << page.status().ToString();
+            ASSERT_LE(page->streams.size(), static_cast<size_t>(limit));
+            for (const auto& s : page->streams) got.push_back(s.name);
+            token = page->next_token;
+            if (token.empty()) break;
+          }
+          EXPECT_EQ(got, expected(order, desc, prefix, std::nullopt))
+              << "order " << int(order) << " desc " << desc << " prefix " << prefix << " limit " << limit;
+        }
+      }
+    }
+  }
+  // A LastEventTime token (k = 7) used ordering by name: every (0, name) key is before it.
+  auto by_time = store_->ListStreams("g", "", StreamOrder::kLastEventTime, true, 1, "");
+  ASSERT_TRUE(by_time.ok());
+  ASSERT_EQ(by_time->streams[0].name, "ba");
+  for (bool desc : {false, true}) {
+    auto page = store_->ListStreams("g", "", StreamOrder::kLogStreamName, desc, 50, by_time->next_token);
+    ASSERT_TRUE(page.ok());
+    std::vector<std::string> got;
+    for (const auto& s : page->streams) got.push_back(s.name);
+    EXPECT_EQ(got, expected(StreamOrder::kLogStreamName, desc, "", Key{7, "ba"}));
+  }
+  EXPECT_TRUE(store_->ListStreams("g", "", StreamOrder::kLogStreamName, false, 5, "bm90IGpzb24=")
+                  .status()
+                  .IsInvalidArgument());
+}
+
+TEST_F(LogStoreTest, ListGroupsPrefixBounds) {
+  for (const char* name : {"/a", "/a/1", "/a0", "/b", "/a\x7f"}) ASSERT_TRUE(store_->CreateGroup(name).ok());
+  auto names = [](const GroupPage& p) {
+    std::vector<std::string> out;
+    for (const auto& g : p.groups) out.push_back(g.name);
+    return out;
+  };
+  EXPECT_EQ(names(*store_->ListGroups("/a", "", 50, "")), (std::vector<std::string>{"/a", "/a/1", "/a0", "/a\x7f"}));
+  EXPECT_EQ(names(*store_->ListGroups("/a\x7f", "", 50, "")), (std::vector<std::string>{"/a\x7f"}));
+  EXPECT_EQ(names(*store_->ListGroups("/c", "", 50, "")), (std::vector<std::string>{}));
+}
+
 TEST_F(LogStoreTest, ListGroupsPaging) {
   for (const char* name : {"/b/1", "/a/2", "/a/1", "x"}) ASSERT_TRUE(store_->CreateGroup(name).ok());
   auto p1 = store_->ListGroups("/a", "", 1, "");

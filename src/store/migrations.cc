@@ -214,6 +214,12 @@ CREATE INDEX endpoints_by_status_name ON endpoints(status, name);
 CREATE INDEX endpoints_by_status_creation ON endpoints(status, creation_millis, name);
 CREATE INDEX endpoints_by_modified ON endpoints(last_modified_millis);
 )sql"},
+      // DescribeLogStreams by LastEventTime (observe::LogStore::ListStreams): a stream without
+      // events sorts as 0, so the index is on that expression, ending in the name (the
+      // tie-breaker) for keyset pages. Ordering by name uses UNIQUE (group_name, name).
+      {9, "log streams by last event time", R"sql(
+CREATE INDEX log_streams_by_last_event ON log_streams(group_name, coalesce(last_event_millis, 0), name);
+)sql"},
   };
   return kMigrations;
 }
