@@ -132,7 +132,7 @@ Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
     std::string path = local_dir_ + "/" + rel;
     auto put = UploadFile(store_, location_.bucket, t.key, path);
     if (!put.ok()) {
-      if (put.status().IsNotFound() && !StartsWith(put.status().message(), "NoSuchBucket")) continue;  // file gone
+      if (put.status().IsNotFound() && !put.status().Is(ErrorReason::kNoSuchBucket)) continue;  // file gone
       note(ObjectError(put.status(), "Uploading checkpoint to", location_.bucket, t.key));
       continue;
     }

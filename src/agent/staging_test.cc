@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "agent/test_util/agent_fixture.h"
+#include "agent/transfer.h"
 #include "base/strings.h"
 
 namespace kiln::agent {
@@ -223,6 +224,25 @@ TEST_F(StagingTest, ReportsThroughput) {
   EXPECT_EQ(r->bytes, 16u * blob.size());
   std::printf("staging: %llu bytes in %.3f s = %.1f MiB/s\n", static_cast<unsigned long long>(r->bytes),
               r->elapsed_seconds, r->BytesPerSecond() / (1 << 20));
+}
+
+// ObjectError tells a missing bucket from a missing object by the store's typed reason, not by
+// the message text: a NotFound whose message merely starts with "NoSuchBucket" but carries no
+// reason is a missing object, and a prefixed message keeps its reason.
+TEST(ObjectErrorTest, MissingBucketIsTheTypedReason) {
+  Status bucket = ObjectError(Status::NotFound("NoSuchBucket: gone").WithReason(ErrorReason::kNoSuchBucket),
+                              "Downloading", "b", "k");
+  EXPECT_EQ(bucket.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bucket.message().find("bucket \"b\" does not exist"), std::string::npos) << bucket.message();
+  Status prefixed = ObjectError(
+      Status::NotFound("NoSuchBucket: gone").WithReason(ErrorReason::kNoSuchBucket).WithPrefix("listing"),
+      "Downloading", "b", "k");
+  EXPECT_NE(prefixed.message().find("bucket \"b\" does not exist"), std::string::npos) << prefixed.message();
+  Status key = ObjectError(Status::NotFound("NoSuchKey: gone").WithReason(ErrorReason::kNoSuchKey),
+                           "Downloading", "b", "k");
+  EXPECT_NE(key.message().find("the object does not exist"), std::string::npos) << key.message();
+  Status untyped = ObjectError(Status::NotFound("NoSuchBucket lookalike"), "Downloading", "b", "k");
+  EXPECT_NE(untyped.message().find("the object does not exist"), std::string::npos) << untyped.message();
 }
 
 }  // namespace

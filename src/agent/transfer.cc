@@ -48,7 +48,7 @@ Status ObjectError(const Status& status, std::string_view what, const std::strin
   std::string uri = "s3://" + bucket + "/" + key;
   const std::string& m = status.message();
   if (status.IsNotFound()) {
-    if (StartsWith(m, "NoSuchBucket")) {
+    if (status.Is(ErrorReason::kNoSuchBucket)) {
       return Status::InvalidArgument("ClientError: " + std::string(what) + " \"" + uri + "\" failed: bucket \"" +
                                      bucket +
                                      "\" does not exist. Please ensure that the bucket exists in the selected "

@@ -57,7 +57,7 @@ Status ObjectError(const Status& status, std::string_view what, const std::strin
                    const std::string& key);
 
 // Every object under `prefix` (all pages), in key order. Errors: the store's (NotFound for a
-// missing bucket, message "NoSuchBucket: ...").
+// missing bucket, reason ErrorReason::kNoSuchBucket).
 Result<std::vector<objects::ObjectInfo>> ListAllObjects(objects::ObjectStore& store, const std::string& bucket,
                                                         const std::string& prefix);
 

@@ -33,6 +33,34 @@ TEST(StatusTest, OkAndErrors) {
   EXPECT_EQ(from_ok.status().code(), StatusCode::kInternal);
 }
 
+TEST(StatusTest, ReasonTravelsWithTheErrorAndLeavesTheMessageAlone) {
+  EXPECT_EQ(Status::Ok().reason(), ErrorReason::kNone);
+  EXPECT_EQ(Status::NotFound("x").reason(), ErrorReason::kNone);
+  Status s = Status::NotFound("NoSuchKey: gone").WithReason(ErrorReason::kNoSuchKey);
+  EXPECT_TRUE(s.Is(ErrorReason::kNoSuchKey));
+  EXPECT_FALSE(s.Is(ErrorReason::kNoSuchBucket));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "NoSuchKey: gone");
+  EXPECT_EQ(s.ToString(), "NotFound: NoSuchKey: gone");  // the reason is not in the text
+  Status copy = s;
+  EXPECT_EQ(copy.reason(), ErrorReason::kNoSuchKey);
+  Status moved = std::move(copy);
+  EXPECT_EQ(moved.reason(), ErrorReason::kNoSuchKey);
+  Status prefixed = s.WithPrefix("reading");
+  EXPECT_EQ(prefixed.message(), "reading: NoSuchKey: gone");
+  EXPECT_EQ(prefixed.reason(), ErrorReason::kNoSuchKey);
+  EXPECT_EQ(s.WithReason(ErrorReason::kNone).reason(), ErrorReason::kNone);
+  EXPECT_EQ(s.reason(), ErrorReason::kNoSuchKey);  // WithReason copies; the original is unchanged
+  EXPECT_TRUE(Status::Ok().WithReason(ErrorReason::kNoSuchKey).ok());  // OK stays OK, without one
+  EXPECT_EQ(Status::Ok().WithReason(ErrorReason::kNoSuchKey).reason(), ErrorReason::kNone);
+  Status direct(StatusCode::kUnavailable, "full", ErrorReason::kDoesNotFitNow);
+  EXPECT_TRUE(direct.Is(ErrorReason::kDoesNotFitNow));
+  EXPECT_EQ(Status(StatusCode::kOk, "", ErrorReason::kNoSuchKey).reason(), ErrorReason::kNone);
+  Result<int> r(s);
+  EXPECT_EQ(r.status().reason(), ErrorReason::kNoSuchKey);
+  EXPECT_EQ(ErrorReasonName(ErrorReason::kNoSuchUpload), "NoSuchUpload");
+}
+
 TEST(EncodingTest, Base64RoundTripAndRejects) {
   for (std::string s : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
     EXPECT_EQ(Base64Decode(Base64Encode(s)).value(), s);

@@ -23,9 +23,22 @@ std::string_view StatusCodeName(StatusCode code) {
   return "Unknown";
 }
 
-Status::Status(StatusCode code, std::string message) {
+std::string_view ErrorReasonName(ErrorReason reason) {
+  switch (reason) {
+    case ErrorReason::kNone: return "None";
+    case ErrorReason::kNoSuchBucket: return "NoSuchBucket";
+    case ErrorReason::kNoSuchKey: return "NoSuchKey";
+    case ErrorReason::kNoSuchUpload: return "NoSuchUpload";
+    case ErrorReason::kBucketNotEmpty: return "BucketNotEmpty";
+    case ErrorReason::kPreconditionFailed: return "PreconditionFailed";
+    case ErrorReason::kDoesNotFitNow: return "DoesNotFitNow";
+  }
+  return "Unknown";
+}
+
+Status::Status(StatusCode code, std::string message, ErrorReason reason) {
   if (code != StatusCode::kOk) {
-    state_ = std::make_shared<const State>(State{code, std::move(message)});
+    state_ = std::make_shared<const State>(State{code, std::move(message), reason});
   }
 }
 
@@ -47,7 +60,12 @@ Status Status::WithPrefix(std::string_view prefix) const {
   std::string m(prefix);
   m += ": ";
   m += state_->message;
-  return Status(code(), std::move(m));
+  return Status(code(), std::move(m), reason());
+}
+
+Status Status::WithReason(ErrorReason reason) const {
+  if (ok()) return *this;
+  return Status(code(), state_->message, reason);
 }
 
 }  // namespace kiln

@@ -38,10 +38,28 @@ enum class StatusCode : int {
 
 std::string_view StatusCodeName(StatusCode code);
 
+// A finer, typed sub-kind of an error, set where the error is made and tested where a caller must
+// tell errors of one code apart (which S3 error a NotFound is; whether a placement failed only for
+// now). The message stays what users read; callers never parse it to learn the reason. kNone for
+// OK and for errors nobody needs to tell apart.
+enum class ErrorReason : int {
+  kNone = 0,
+  // objects/ and store/ (object_store.h): the S3 error a NotFound / FailedPrecondition stands for.
+  kNoSuchBucket,
+  kNoSuchKey,
+  kNoSuchUpload,
+  kBucketNotEmpty,
+  kPreconditionFailed,
+  // control/ scheduler: the request fits the fleet but not what is free now (retry later).
+  kDoesNotFitNow,
+};
+
+std::string_view ErrorReasonName(ErrorReason reason);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(StatusCode code, std::string message);
+  Status(StatusCode code, std::string message, ErrorReason reason = ErrorReason::kNone);
 
   static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
@@ -63,6 +81,9 @@ class [[nodiscard]] Status {
   StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
   // Empty for OK.
   const std::string& message() const;
+  // kNone for OK and for errors made without one.
+  ErrorReason reason() const { return state_ ? state_->reason : ErrorReason::kNone; }
+  bool Is(ErrorReason r) const { return reason() == r; }
   // "OK" or "<CodeName>: <message>".
   std::string ToString() const;
 
@@ -70,13 +91,17 @@ class [[nodiscard]] Status {
   bool IsInvalidArgument() const { return code() == StatusCode::kInvalidArgument; }
   bool IsAlreadyExists() const { return code() == StatusCode::kAlreadyExists; }
 
-  // Returns a copy whose message is "<prefix>: <message>"; OK stays OK.
+  // Returns a copy whose message is "<prefix>: <message>" (code and reason kept); OK stays OK.
   Status WithPrefix(std::string_view prefix) const;
+  // Returns a copy with the given reason (code and message kept); OK stays OK.
+  //   return Status::NotFound("NoSuchKey: ...").WithReason(ErrorReason::kNoSuchKey);
+  Status WithReason(ErrorReason reason) const;
 
  private:
   struct State {
     StatusCode code;
     std::string message;
+    ErrorReason reason = ErrorReason::kNone;
   };
   // nullptr means OK; shared so that copies are cheap. Never mutated after construction.
   std::shared_ptr<const State> state_;

@@ -361,7 +361,7 @@ class EndpointController::InstanceRun {
         reserved_ = true;
         break;
       }
-      if (granted.status().code() != StatusCode::kUnavailable) {
+      if (!granted.status().Is(ErrorReason::kDoesNotFitNow)) {
         SetWaiting("");
         Fail(CapacityNeverReason(spec_.variant, granted.status().message()));
         return false;

@@ -402,7 +402,8 @@ Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& re
   }
   std::optional<std::vector<Allocation>> allocations = TryAllocateLocked(need, request.instance_count);
   if (!allocations) {
-    return Status::Unavailable(ShortfallLocked(request.instance_type, need, request.instance_count));
+    return Status::Unavailable(ShortfallLocked(request.instance_type, need, request.instance_count))
+        .WithReason(ErrorReason::kDoesNotFitNow);
   }
   granted_[request.id] = *allocations;
   return *allocations;

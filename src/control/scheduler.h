@@ -155,8 +155,9 @@ class Scheduler {
   // Grants `request` at once if it fits in what is free now, without queueing and ahead of
   // anything queued: endpoint instances (small, latency-critical, replaced automatically) must
   // not wait behind a training job at the head of the line. The grant is held until Release().
-  // Errors: CheckFeasible's (the request can never fit); Unavailable when it does not fit in what
-  // is free now, nothing held, with what it needs and what is short as the message:
+  // Errors: CheckFeasible's (the request can never fit); Unavailable with reason kDoesNotFitNow
+  // when it does not fit in what is free now, nothing held, with what it needs and what is short
+  // as the message:
   // "ml.m5.xlarge needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free"; AlreadyExists if the id is
   // queued or granted.
   Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request);

@@ -105,10 +105,12 @@ TEST(SchedulerTest, AllocateNowGoesAheadOfTheQueueOnlyWhenItFits) {
   auto full = s.AllocateNow({"ep-2", 0, "ml.m5.large", 1});
   EXPECT_EQ(full.status().code(), StatusCode::kUnavailable);  // fits the host, not what is free now
   EXPECT_EQ(full.status().message(), "ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 6 vCPUs free");
+  EXPECT_TRUE(full.status().Is(ErrorReason::kDoesNotFitNow));  // what EndpointController waits on
   EXPECT_FALSE(s.Granted("ep-2").has_value());  // nothing held after a refusal
   EXPECT_EQ(s.AllocateNow({"ep-1", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(s.AllocateNow({"b", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);  // queued
   EXPECT_EQ(s.AllocateNow({"ep-3", 0, "ml.nope", 1}).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.AllocateNow({"ep-3", 0, "ml.nope", 1}).status().reason(), ErrorReason::kNone);  // never fits
   s.Release("ep-1");
   s.Release("a");
   EXPECT_THAT(Ids(s.Schedule()), ElementsAre("b"));

@@ -10,10 +10,12 @@
 //
 // Keys are arbitrary byte strings up to 1024 bytes, stored literally ("../x", "a//b/./c" are keys
 // like any other). Errors use Status codes with these meanings:
-//   NotFound            no such bucket / key / upload (message starts with "NoSuchBucket:",
-//                       "NoSuchKey:" or "NoSuchUpload:" so fronts can tell them apart)
+//   NotFound            no such bucket / key / upload: reason kNoSuchBucket, kNoSuchKey or
+//                       kNoSuchUpload (base/status.h), which fronts test to tell them apart; the
+//                       message starts with the same name ("NoSuchKey: ...") for people
 //   AlreadyExists       bucket exists (CreateBucket)
-//   FailedPrecondition  bucket not empty; conditional request failed ("PreconditionFailed:")
+//   FailedPrecondition  bucket not empty (reason kBucketNotEmpty, "BucketNotEmpty:"); conditional
+//                       request failed (reason kPreconditionFailed, "PreconditionFailed:")
 //   InvalidArgument     bad name, bad part list ("InvalidPart:", "InvalidPartOrder:",
 //                       "EntityTooSmall:"), bad range ("InvalidRange:")
 //   ResourceExhausted   disk full, object too large

@@ -185,11 +185,23 @@ class ObjectStoreConformanceTest : public ::testing::TestWithParam<Backend> {
   std::vector<std::string> created_;
 };
 
+// The typed reason an error with this message prefix must carry (object_store.h): fronts test the
+// reason, never the text, so every store must set both.
+ErrorReason ReasonForPrefix(std::string_view prefix) {
+  if (prefix == "NoSuchBucket:") return ErrorReason::kNoSuchBucket;
+  if (prefix == "NoSuchKey:") return ErrorReason::kNoSuchKey;
+  if (prefix == "NoSuchUpload:") return ErrorReason::kNoSuchUpload;
+  if (prefix == "BucketNotEmpty:") return ErrorReason::kBucketNotEmpty;
+  if (prefix == "PreconditionFailed:") return ErrorReason::kPreconditionFailed;
+  return ErrorReason::kNone;
+}
+
 #define EXPECT_PREFIX(status_expr, want_code, want_prefix)                                             \
   do {                                                                                                \
     Status st_ = (status_expr);                                                                       \
     EXPECT_EQ(st_.code(), want_code) << st_.ToString();                                               \
     EXPECT_TRUE(StartsWith(st_.message(), want_prefix)) << "want " << want_prefix << ": " << st_.ToString(); \
+    EXPECT_EQ(st_.reason(), ReasonForPrefix(want_prefix)) << st_.ToString();                        \
   } while (0)
 
 TEST_P(ObjectStoreConformanceTest, Buckets) {

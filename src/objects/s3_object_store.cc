@@ -111,13 +111,16 @@ Status MapError(long http_status, const std::string& body, const std::string& fa
     }
   }
   std::string text = code + ": " + (message.empty() ? "HTTP " + std::to_string(http_status) : message);
-  if (code == "NoSuchBucket" || code == "NoSuchKey" || code == "NoSuchUpload" || code == "NotFound") {
-    return Status::NotFound(text);
-  }
+  if (code == "NoSuchBucket") return Status(StatusCode::kNotFound, text, ErrorReason::kNoSuchBucket);
+  if (code == "NoSuchKey") return Status(StatusCode::kNotFound, text, ErrorReason::kNoSuchKey);
+  if (code == "NoSuchUpload") return Status(StatusCode::kNotFound, text, ErrorReason::kNoSuchUpload);
+  if (code == "NotFound") return Status::NotFound(text);
   if (code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists") return Status::AlreadyExists(text);
-  if (code == "BucketNotEmpty" || code == "PreconditionFailed" || code == "Conflict") {
-    return Status::FailedPrecondition(text);
+  if (code == "BucketNotEmpty") return Status(StatusCode::kFailedPrecondition, text, ErrorReason::kBucketNotEmpty);
+  if (code == "PreconditionFailed") {
+    return Status(StatusCode::kFailedPrecondition, text, ErrorReason::kPreconditionFailed);
   }
+  if (code == "Conflict") return Status::FailedPrecondition(text);
   if (code == "EntityTooLarge") return Status::ResourceExhausted(text);
   if (code == "BadDigest" || code == "XAmzContentSHA256Mismatch" || code == "InvalidDigest") {
     return Status::DataLoss("BadDigest: " + (message.empty() ? code : message));
@@ -572,8 +575,8 @@ Result<ObjectInfo> S3ObjectStore::HeadObject(const std::string& bucket, const st
     breq.method = "HEAD";
     breq.bucket = bucket;
     ASSIGN_OR_RETURN(Response bresp, Perform(breq));
-    if (bresp.status == 404) return Status::NotFound("NoSuchBucket: the specified bucket does not exist");
-    return Status::NotFound("NoSuchKey: the specified key does not exist");
+    if (bresp.status == 404) return Status::NotFound("NoSuchBucket: the specified bucket does not exist").WithReason(ErrorReason::kNoSuchBucket);
+    return Status::NotFound("NoSuchKey: the specified key does not exist").WithReason(ErrorReason::kNoSuchKey);
   }
   if (resp.status >= 300) return MapError(resp.status, resp.body, "NoSuchKey");
   return InfoFromHeaders(bucket, key, resp.headers);
@@ -762,7 +765,7 @@ Status S3ObjectStore::DeleteObject(const std::string& bucket, const std::string&
   ASSIGN_OR_RETURN(Response resp, Perform(req));
   if (resp.status == 404) {
     Status s = MapError(resp.status, resp.body, "NoSuchBucket");
-    if (StartsWith(s.message(), "NoSuchKey")) return Status::Ok();
+    if (s.Is(ErrorReason::kNoSuchKey)) return Status::Ok();
     return s;
   }
   if (resp.status >= 300) return MapError(resp.status, resp.body, "NoSuchBucket");
@@ -1011,7 +1014,8 @@ Result<MultipartUpload> S3ObjectStore::GetMultipartUpload(const std::string& buc
     o.key_marker = page.next_key_marker;
     o.upload_id_marker = page.next_upload_id_marker;
   }
-  return Status::NotFound("NoSuchUpload: the specified upload does not exist: " + upload_id);
+  return Status::NotFound("NoSuchUpload: the specified upload does not exist: " + upload_id)
+      .WithReason(ErrorReason::kNoSuchUpload);
 }
 
 Result<ListUploadsResult> S3ObjectStore::ListMultipartUploads(const std::string& bucket,

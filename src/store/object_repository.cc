@@ -40,7 +40,8 @@ constexpr std::string_view kUploadColumns =
     "upload_id, bucket, key, initiated_millis, headers_json, checksum_algorithm";
 
 Status NoSuchUpload(const std::string& upload_id) {
-  return Status::NotFound("NoSuchUpload: the specified upload does not exist: " + upload_id);
+  return Status::NotFound("NoSuchUpload: the specified upload does not exist: " + upload_id)
+      .WithReason(ErrorReason::kNoSuchUpload);
 }
 
 void AppendUnique(std::vector<std::string>& out, const std::string& id) {
@@ -115,7 +116,8 @@ Status ObjectRepository::RequireBucket(const std::string& bucket) {
   ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT 1 FROM buckets WHERE name = ?"));
   st.BindText(1, bucket);
   ASSIGN_OR_RETURN(bool row, st.Step());
-  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + bucket);
+  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + bucket)
+        .WithReason(ErrorReason::kNoSuchBucket);
   return Status::Ok();
 }
 
@@ -136,7 +138,8 @@ Status ObjectRepository::DeleteBucket(const std::string& name) {
       st.BindText(1, name).BindText(2, name);
       ASSIGN_OR_RETURN(bool row, st.Step());
       if (row && st.ColumnInt64(0) != 0) {
-        return Status::FailedPrecondition("BucketNotEmpty: the bucket you tried to delete is not empty: " + name);
+        return Status::FailedPrecondition("BucketNotEmpty: the bucket you tried to delete is not empty: " + name)
+            .WithReason(ErrorReason::kBucketNotEmpty);
       }
     }
     ASSIGN_OR_RETURN(auto del, db.Prepare("DELETE FROM buckets WHERE name = ?"));
@@ -149,7 +152,8 @@ Result<BucketRow> ObjectRepository::GetBucket(const std::string& name) {
   ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT name, region, created_millis FROM buckets WHERE name = ?"));
   st.BindText(1, name);
   ASSIGN_OR_RETURN(bool row, st.Step());
-  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + name);
+  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + name)
+        .WithReason(ErrorReason::kNoSuchBucket);
   return BucketRow{st.ColumnText(0), st.ColumnText(1), st.ColumnInt64(2)};
 }
 
@@ -182,7 +186,7 @@ Result<ObjectRow> ObjectRepository::GetObject(const std::string& bucket, const s
       return Status::Ok();
     }
     RETURN_IF_ERROR(RequireBucket(bucket));
-    return Status::NotFound("NoSuchKey: the specified key does not exist");
+    return Status::NotFound("NoSuchKey: the specified key does not exist").WithReason(ErrorReason::kNoSuchKey);
   });
   if (!s.ok()) return s;
   return result;
@@ -201,10 +205,12 @@ Result<std::vector<std::string>> ObjectRepository::PutObject(const ObjectRow& ro
       st.BindText(1, row.bucket).BindBlob(2, row.key);
       ASSIGN_OR_RETURN(bool exists, st.Step());
       if (exists && condition.if_none_match_star) {
-        return Status::FailedPrecondition("PreconditionFailed: the object already exists (If-None-Match: *)");
+        return Status::FailedPrecondition("PreconditionFailed: the object already exists (If-None-Match: *)")
+            .WithReason(ErrorReason::kPreconditionFailed);
       }
       if (condition.if_match.has_value() && (!exists || st.ColumnText(1) != *condition.if_match)) {
-        return Status::FailedPrecondition("PreconditionFailed: the object's ETag does not match If-Match");
+        return Status::FailedPrecondition("PreconditionFailed: the object's ETag does not match If-Match")
+            .WithReason(ErrorReason::kPreconditionFailed);
       }
       if (exists) AppendUnique(old_files, st.ColumnText(0));
     }

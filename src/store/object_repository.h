@@ -6,8 +6,9 @@
 // migration 2) or an ordered list of extents (`ObjectRow::extents`: a completed multipart upload
 // adopts its part files without copying them). No data file is referenced by more than one row.
 //
-// Errors carry the S3-style prefixes of objects/object_store.h ("NoSuchBucket:", "NoSuchKey:",
-// "NoSuchUpload:", "BucketNotEmpty:", "PreconditionFailed:") so the object store can pass them on.
+// Errors carry the typed reasons of objects/object_store.h (ErrorReason::kNoSuchBucket, kNoSuchKey,
+// kNoSuchUpload, kBucketNotEmpty, kPreconditionFailed) and the matching message prefixes
+// ("NoSuchBucket:", ...) so the object store can pass them on unchanged.
 // Every mutating method runs in one transaction and, where it replaces or removes rows, returns
 // the file ids that are no longer referenced; the caller deletes those files after the call
 // returns (after the commit), so a crash in between leaves only orphans that startup collects.

@@ -42,7 +42,9 @@ TEST_F(ObjectRepositoryTest, BucketsUniqueAndNotEmpty) {
   Status s = repo_->DeleteBucket("b");
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(StartsWith(s.message(), "BucketNotEmpty:")) << s.message();
+  EXPECT_TRUE(s.Is(ErrorReason::kBucketNotEmpty));
   EXPECT_TRUE(StartsWith(repo_->DeleteBucket("nope").message(), "NoSuchBucket:"));
+  EXPECT_TRUE(repo_->DeleteBucket("nope").Is(ErrorReason::kNoSuchBucket));
   auto old = repo_->DeleteObject("b", "k");
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(*old, std::vector<std::string>{"f1"});
@@ -61,6 +63,8 @@ TEST_F(ObjectRepositoryTest, PutReplacesAndReturnsOldFile) {
   EXPECT_EQ(got->file_id, "f2");
   EXPECT_TRUE(StartsWith(repo_->GetObject("b", "zz").status().message(), "NoSuchKey:"));
   EXPECT_TRUE(StartsWith(repo_->GetObject("q", "k").status().message(), "NoSuchBucket:"));
+  EXPECT_TRUE(repo_->GetObject("b", "zz").status().Is(ErrorReason::kNoSuchKey));
+  EXPECT_TRUE(repo_->GetObject("q", "k").status().Is(ErrorReason::kNoSuchBucket));
 }
 
 TEST_F(ObjectRepositoryTest, ConditionsCheckedInTransaction) {
@@ -69,6 +73,7 @@ TEST_F(ObjectRepositoryTest, ConditionsCheckedInTransaction) {
   none_match.if_none_match_star = true;
   auto r = repo_->PutObject(Row("k", "f2"), none_match);
   EXPECT_TRUE(StartsWith(r.status().message(), "PreconditionFailed:"));
+  EXPECT_TRUE(r.status().Is(ErrorReason::kPreconditionFailed));
   WriteCondition match;
   match.if_match = "wrong";
   EXPECT_FALSE(repo_->PutObject(Row("k", "f2"), match).ok());
@@ -96,6 +101,7 @@ TEST_F(ObjectRepositoryTest, MultipartLifecycle) {
   UploadRow up{"u1", "b", "key", 5, "{}", ""};
   ASSERT_TRUE(repo_->CreateUpload(up).ok());
   EXPECT_TRUE(StartsWith(repo_->GetUpload("b", "other", "u1").status().message(), "NoSuchUpload:"));
+  EXPECT_TRUE(repo_->GetUpload("b", "other", "u1").status().Is(ErrorReason::kNoSuchUpload));
   PartRow p{"u1", 1, "p1", 10, "e1", 6, "{}"};
   ASSERT_TRUE(repo_->PutPart("b", "key", p).ok());
   p.file_id = "p1b";

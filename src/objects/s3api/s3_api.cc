@@ -61,14 +61,14 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
   const std::string& m = status.message();
   switch (status.code()) {
     case StatusCode::kNotFound:
-      if (StartsWith(m, "NoSuchUpload")) {
+      if (status.Is(ErrorReason::kNoSuchUpload)) {
         return aws::AwsError("NoSuchUpload",
                              "The specified upload does not exist. The upload ID may be invalid, or the upload "
                              "may have been aborted or completed.",
                              404)
             .With("UploadId", upload_id);
       }
-      if (StartsWith(m, "NoSuchKey")) {
+      if (status.Is(ErrorReason::kNoSuchKey)) {
         return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", call.key());
       }
       return aws::AwsError("NoSuchBucket", "The specified bucket does not exist.", 404)
@@ -78,7 +78,7 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
                            "Your previous request to create the named bucket succeeded and you already own it.", 409)
           .With("BucketName", call.bucket());
     case StatusCode::kFailedPrecondition:
-      if (StartsWith(m, "PreconditionFailed")) {
+      if (status.Is(ErrorReason::kPreconditionFailed)) {
         return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold",
                              412)
             .With("Condition", call.Header("If-Match") ? "If-Match" : "If-None-Match");

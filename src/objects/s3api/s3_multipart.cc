@@ -119,7 +119,7 @@ Outcome UploadPartCopy(Call& call) {
   const CopySource& source = std::get<CopySource>(parsed);
   auto info = call.store->HeadObject(source.bucket, source.key);
   if (!info.ok()) {
-    if (info.status().IsNotFound() && StartsWith(info.status().message(), "NoSuchKey")) {
+    if (info.status().IsNotFound() && info.status().Is(ErrorReason::kNoSuchKey)) {
       return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", source.key);
     }
     if (info.status().IsNotFound()) {

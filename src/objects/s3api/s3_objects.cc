@@ -385,7 +385,7 @@ Outcome CheckCopySourceConditions(const Call& call, const ObjectInfo& source) {
 namespace {
 
 aws::AwsError SourceError(const Status& status, const CopySource& source) {
-  if (status.IsNotFound() && StartsWith(status.message(), "NoSuchKey")) {
+  if (status.IsNotFound() && status.Is(ErrorReason::kNoSuchKey)) {
     return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", source.key);
   }
   if (status.IsNotFound()) {
@@ -430,7 +430,7 @@ Outcome CopyObject(Call& call) {
   }
   auto copied = call.store->CopyObject(source.bucket, source.key, call.bucket(), call.key(), replace);
   if (!copied.ok()) {
-    if (copied.status().IsNotFound() && StartsWith(copied.status().message(), "NoSuchKey")) {
+    if (copied.status().IsNotFound() && copied.status().Is(ErrorReason::kNoSuchKey)) {
       return SourceError(copied.status(), source);
     }
     return StoreError(call, copied.status());

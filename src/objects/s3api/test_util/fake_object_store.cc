@@ -58,8 +58,12 @@ Status Checksums(const PutOptions& options, const std::string& data, std::map<st
   return Status::Ok();
 }
 
-Status NoSuchBucket(const std::string& b) { return Status::NotFound("NoSuchBucket: " + b); }
-Status NoSuchKey(const std::string& k) { return Status::NotFound("NoSuchKey: " + k); }
+Status NoSuchBucket(const std::string& b) {
+  return Status::NotFound("NoSuchBucket: " + b).WithReason(ErrorReason::kNoSuchBucket);
+}
+Status NoSuchKey(const std::string& k) {
+  return Status::NotFound("NoSuchKey: " + k).WithReason(ErrorReason::kNoSuchKey);
+}
 
 std::string StripQuotes(std::string s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
@@ -97,7 +101,7 @@ Status FakeObjectStore::DeleteBucket(const std::string& bucket) {
   std::lock_guard lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
-  if (!it->second.objects.empty()) return Status::FailedPrecondition("BucketNotEmpty: " + bucket);
+  if (!it->second.objects.empty()) return Status::FailedPrecondition("BucketNotEmpty: " + bucket).WithReason(ErrorReason::kBucketNotEmpty);
   buckets_.erase(it);
   return Status::Ok();
 }
@@ -132,12 +136,14 @@ Result<ObjectInfo> FakeObjectStore::PutObject(const std::string& bucket, const s
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   auto existing = it->second.objects.find(key);
   if (options.if_none_match_star && existing != it->second.objects.end()) {
-    return Status::FailedPrecondition("PreconditionFailed: key exists");
+    return Status::FailedPrecondition("PreconditionFailed: key exists")
+        .WithReason(ErrorReason::kPreconditionFailed);
   }
   if (options.if_match) {
     if (existing == it->second.objects.end()) return NoSuchKey(key);
     if (existing->second.info.etag != StripQuotes(*options.if_match)) {
-      return Status::FailedPrecondition("PreconditionFailed: etag differs");
+      return Status::FailedPrecondition("PreconditionFailed: etag differs")
+          .WithReason(ErrorReason::kPreconditionFailed);
     }
   }
   Object object;
@@ -256,7 +262,7 @@ Result<FakeObjectStore::Upload*> FakeObjectStore::FindUploadLocked(const std::st
   if (!buckets_.count(bucket)) return NoSuchBucket(bucket);
   auto it = uploads_.find(upload_id);
   if (it == uploads_.end() || it->second.info.bucket != bucket || it->second.info.key != key) {
-    return Status::NotFound("NoSuchUpload: " + upload_id);
+    return Status::NotFound("NoSuchUpload: " + upload_id).WithReason(ErrorReason::kNoSuchUpload);
   }
   return &it->second;
 }
