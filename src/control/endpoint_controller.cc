@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <limits>
 
 #include "agent/model_data.h"
 #include "base/fs.h"
@@ -23,7 +24,7 @@ namespace kiln::control {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;  // real-time budgets (deps.clock: see the header)
 
 constexpr std::string_view kRuntimePrefix = "endpoint-";
 constexpr int kPortBlock = 100;
@@ -182,6 +183,12 @@ class EndpointController::InstanceRun {
     std::lock_guard<std::mutex> lock(mu_);
     return waiting_for_;
   }
+  // Re-evaluates a capacity wait now (EndpointController::Wake). Sticky until the wait sees it.
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+    cv_.notify_all();
+  }
   // Set by the endpoint run once it acted on failed().
   bool failure_handled = false;
 
@@ -203,6 +210,14 @@ class EndpointController::InstanceRun {
   bool SleepFor(std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, d, [&] { return stop_requested_; });
+  }
+
+  // Like SleepFor, but Wake() also ends it (the capacity wait re-reads the controller's clock).
+  bool NapFor(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool stop = cv_.wait_for(lock, d, [&] { return stop_requested_ || wake_; }) && stop_requested_;
+    wake_ = false;
+    return stop;
   }
 
   void Fail(std::string reason) {
@@ -255,10 +270,10 @@ class EndpointController::InstanceRun {
     {
       std::atomic<bool> done{false};
       std::thread watchdog([&] {
-        auto deadline = Clock::now() + spec_.download_timeout;
+        auto deadline = SteadyClock::now() + spec_.download_timeout;
         std::unique_lock<std::mutex> lock(mu_);
-        while (!done.load() && !stop_requested_ && Clock::now() < deadline) {
-          cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+        while (!done.load() && !stop_requested_ && SteadyClock::now() < deadline) {
+          cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(200)));
         }
         if (!done.load()) cancel_.Cancel();
       });
@@ -334,7 +349,7 @@ class EndpointController::InstanceRun {
            launched.message());
       return;
     }
-    spec_.launched_millis = NowMillis();
+    spec_.launched_millis = controller_->WallMillis();
     launched_ = true;
     KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
                                               {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
@@ -352,7 +367,8 @@ class EndpointController::InstanceRun {
   // fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
   // failed or was stopped meanwhile.
   bool Reserve() {
-    const auto deadline = Clock::now() + spec_.provision_timeout;
+    const int64_t deadline =
+        controller_->DeadlineMillis() + std::chrono::milliseconds(spec_.provision_timeout).count();
     while (!stop_requested()) {
       ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
       auto granted = deps().scheduler->AllocateNow(request);
@@ -372,16 +388,15 @@ class EndpointController::InstanceRun {
                        "; the instance shares CPUs and memory with others (scheduler policy shrink)";
         break;
       }
-      auto now = Clock::now();
+      const int64_t now = controller_->DeadlineMillis();
       if (now >= deadline) {
         SetWaiting("");
         Fail(CapacityTimeoutReason(spec_.variant, granted.status().message(), spec_.provision_timeout));
         return false;
       }
-      auto left = std::chrono::ceil<std::chrono::seconds>(deadline - now);
+      auto left = std::chrono::ceil<std::chrono::seconds>(std::chrono::milliseconds(deadline - now));
       SetWaiting(CapacityWaitMessage(granted.status().message(), spec_.provision_timeout, left));
-      auto nap = std::min<Clock::duration>(std::chrono::seconds(2), deadline - now);
-      if (SleepFor(std::chrono::ceil<std::chrono::milliseconds>(nap))) break;
+      if (NapFor(std::chrono::milliseconds(std::min<int64_t>(2000, deadline - now)))) break;
     }
     SetWaiting("");
     return !stop_requested();
@@ -452,7 +467,7 @@ class EndpointController::InstanceRun {
 
   // Pings until the container answers 200 or the startup budget ends. True when healthy.
   bool HealthGate() {
-    auto start = Clock::now();
+    auto start = SteadyClock::now();
     // An adopted instance was healthy before the restart: it gets the regular budget again.
     auto deadline = start + spec_.startup_timeout;
     auto interval = std::chrono::milliseconds(20);
@@ -466,11 +481,11 @@ class EndpointController::InstanceRun {
         healthy_ = true;
         KLOG(info, "endpoint instance healthy",
              {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-              {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())}});
+              {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count())}});
         on_change_();
         return true;
       }
-      if (Clock::now() >= deadline) {
+      if (SteadyClock::now() >= deadline) {
         Fail("ClientError: The primary container for production variant " + spec_.variant +
              " did not pass the ping health check. Kiln gives every instance its own port in "
              "SAGEMAKER_BIND_TO_PORT (here " + std::to_string(spec_.port_base) +
@@ -526,8 +541,8 @@ class EndpointController::InstanceRun {
     on_change_();  // the endpoint run publishes a snapshot without this instance
     // Drain: once no snapshot and no request in flight references the target, only this run
     // holds it.
-    auto drain_deadline = Clock::now() + options().drain_timeout;
-    while (target_.use_count() > 1 && Clock::now() < drain_deadline && !detached()) {
+    auto drain_deadline = SteadyClock::now() + options().drain_timeout;
+    while (target_.use_count() > 1 && SteadyClock::now() < drain_deadline && !detached()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (target_.use_count() > 1 && !detached()) {
@@ -541,8 +556,8 @@ class EndpointController::InstanceRun {
     }
     if (launched_) {
       (void)deps().runtime->Stop(spec_.runtime_id, options().stop_grace);
-      auto stop_deadline = Clock::now() + options().stop_grace + std::chrono::seconds(5);
-      while (Clock::now() < stop_deadline && !detached()) {
+      auto stop_deadline = SteadyClock::now() + options().stop_grace + std::chrono::seconds(5);
+      while (SteadyClock::now() < stop_deadline && !detached()) {
         auto status = deps().runtime->Wait(spec_.runtime_id, std::chrono::milliseconds(200));
         if (!status.ok() || status->state != runtime::InstanceState::kRunning) break;
       }
@@ -584,6 +599,7 @@ class EndpointController::InstanceRun {
   bool detach_ = false;          // GUARDED_BY(mu_)
   std::string failure_reason_;   // GUARDED_BY(mu_)
   std::string waiting_for_;      // GUARDED_BY(mu_)
+  bool wake_ = false;            // GUARDED_BY(mu_), Wake() until NapFor sees it
   std::atomic<bool> healthy_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> stopped_{false};
@@ -614,6 +630,12 @@ class EndpointController::EndpointRun {
     detach_ = true;
     cv_.notify_all();
   }
+  // Reconciles now and has the instances re-evaluate their waits (EndpointController::Wake).
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+    cv_.notify_all();
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -623,13 +645,31 @@ class EndpointController::EndpointRun {
   const EndpointControllerOptions& options() const { return controller_->options_; }
   const EndpointControllerDeps& deps() const { return controller_->deps_; }
 
+  // Reconciles when notified, when the earliest wake a reconcile asked for (Retry: a backoff's
+  // end, a delete's re-check) comes, or — when none was asked for — after an idle second, a
+  // safety net for a change that would otherwise go unnoticed.
   void Run() {
     while (true) {
+      bool wake_instances = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return dirty_ || detach_; });
+        while (!dirty_ && !detach_ && !wake_) {
+          if (next_wake_ == kNever) {
+            cv_.wait_for(lock, std::chrono::seconds(1), [&] { return dirty_ || detach_ || wake_; });
+            break;
+          }
+          const int64_t now = controller_->DeadlineMillis();
+          if (next_wake_ <= now) break;
+          cv_.wait_for(lock, std::chrono::milliseconds(next_wake_ - now));
+        }
         if (detach_) break;
+        wake_instances = wake_;
+        wake_ = false;
         dirty_ = false;
+        next_wake_ = kNever;
+      }
+      if (wake_instances) {
+        for (auto& instance : instances_) instance->Wake();
       }
       if (Reconcile()) break;
     }
@@ -772,13 +812,15 @@ class EndpointController::EndpointRun {
     for (auto& instance : instances_) {
       if (!instance->failed() || instance->failure_handled) continue;
       instance->failure_handled = true;
+      // The backoff is set before the stop, so whoever sees the instance stopped sees it too.
+      if (instance->spec().generation == gen_target) {
+        if (failure.empty()) failure = instance->failure_reason();
+        auto& backoff = backoff_[instance->spec().variant];
+        backoff.delay = backoff.delay.count() == 0 ? options().replacement_backoff
+                                                   : std::min(backoff.delay * 2, std::chrono::milliseconds(60000));
+        backoff.not_before = controller_->DeadlineMillis() + backoff.delay.count();
+      }
       instance->RequestStop();
-      if (instance->spec().generation != gen_target) continue;
-      if (failure.empty()) failure = instance->failure_reason();
-      auto& backoff = backoff_[instance->spec().variant];
-      backoff.delay = backoff.delay.count() == 0 ? options().replacement_backoff
-                                                 : std::min(backoff.delay * 2, std::chrono::milliseconds(60000));
-      backoff.not_before = Clock::now() + backoff.delay;
     }
     if (!failure.empty()) {
       if (record.status == "Creating") return FailEndpoint(record, failure);
@@ -801,7 +843,7 @@ class EndpointController::EndpointRun {
       }
       if (static_cast<int>(live.size()) < desired) {
         auto& backoff = backoff_[variant];
-        if (Clock::now() >= backoff.not_before) {
+        if (controller_->DeadlineMillis() >= backoff.not_before) {
           for (int i = static_cast<int>(live.size()); i < desired; ++i) {
             if (!Launch(record, target, variant)) break;
           }
@@ -1011,7 +1053,7 @@ class EndpointController::EndpointRun {
     auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
       if (rec.version != version) return Status::Aborted("changed meanwhile");
       RETURN_IF_ERROR(change(rec));
-      rec.last_modified_millis = NowMillis();
+      rec.last_modified_millis = controller_->WallMillis();
       return Status::Ok();
     });
     if (!written.ok()) {
@@ -1074,13 +1116,13 @@ class EndpointController::EndpointRun {
     Reap();
     Publish(record, json(), 0);
     if (!instances_.empty()) {
-      Retry(Clock::now() + std::chrono::milliseconds(100));
+      Retry(controller_->DeadlineMillis() + 100);
       return false;
     }
     Status deleted = controller_->endpoints_.Delete(record.name);
     if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) {
       KLOG(warn, "endpoint delete failed", {{"endpoint", record.name}, {"error", deleted.ToString()}});
-      Retry(Clock::now() + std::chrono::seconds(1));
+      Retry(controller_->DeadlineMillis() + 1000);
       return false;
     }
     deps().routes->Remove(record.name);
@@ -1091,19 +1133,22 @@ class EndpointController::EndpointRun {
     return true;
   }
 
-  // Reconcile again soon (at `when`, default: at once).
-  void Retry(Clock::time_point when = Clock::now()) {
+  // Reconcile again soon: at `when` (DeadlineMillis), default at once. Called by the run thread
+  // during Reconcile; Run clears what was asked before it reconciles, so each pass asks anew.
+  void Retry(int64_t when = 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (when <= Clock::now() + std::chrono::milliseconds(20)) {
+    if (when <= controller_->DeadlineMillis() + 20) {
       dirty_ = true;
       return;
     }
-    // The loop wakes at least every second; a later wake-up comes from the periodic tick.
+    next_wake_ = std::min(next_wake_, when);
   }
+
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
   struct Backoff {
     std::chrono::milliseconds delay{0};
-    Clock::time_point not_before{};
+    int64_t not_before = 0;  // DeadlineMillis
   };
 
   EndpointController* controller_;
@@ -1122,6 +1167,8 @@ class EndpointController::EndpointRun {
   std::condition_variable cv_;
   bool dirty_ = true;    // GUARDED_BY(mu_)
   bool detach_ = false;  // GUARDED_BY(mu_)
+  bool wake_ = false;    // GUARDED_BY(mu_), Wake()
+  int64_t next_wake_ = kNever;  // GUARDED_BY(mu_), the earliest Retry(when) of the last pass
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1131,6 +1178,19 @@ EndpointController::EndpointController(EndpointControllerOptions options, Endpoi
     : options_(std::move(options)), deps_(deps), endpoints_(deps.database), ping_client_(net::HttpClientOptions{}) {}
 
 EndpointController::~EndpointController() { Shutdown(); }
+
+int64_t EndpointController::WallMillis() const { return deps_.clock ? deps_.clock->NowMillis() : NowMillis(); }
+
+int64_t EndpointController::DeadlineMillis() const {
+  if (deps_.clock) return deps_.clock->NowMillis();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void EndpointController::Wake() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [name, run] : runs_) run->Wake();
+}
 
 Status EndpointController::Start() {
   RETURN_IF_ERROR(MakeDirs(options_.work_dir, 0755).WithPrefix("endpoint work dir"));

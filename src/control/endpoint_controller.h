@@ -50,6 +50,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/time.h"
 #include "control/endpoint_notifier.h"
 #include "control/archive_caps.h"
 #include "control/instance_credentials.h"
@@ -106,6 +107,13 @@ struct EndpointControllerDeps {
   net::HttpClient* invoke_client = nullptr;
   // Samples the instances' CPU/memory/disk/GPU metrics (may be null: none).
   InstanceMetrics* instance_metrics = nullptr;
+  // Time for the controller's own decisions: the wall-clock stamps it writes and the deadlines
+  // of replacement backoff and the capacity wait. nullptr: the system clock for stamps and
+  // std::chrono::steady_clock for deadlines (a stepped wall clock never stretches or cuts a
+  // wait). A clock given here serves both (a test's fake clock moves only forward); after
+  // advancing it, call EndpointController::Wake(). Startup, drain and stop budgets stay in real
+  // time: they bound real processes and pings.
+  const Clock* clock = nullptr;
 };
 
 class EndpointController final : public EndpointNotifier {
@@ -122,6 +130,10 @@ class EndpointController final : public EndpointNotifier {
 
   void EndpointChanged(const std::string& endpoint_name) override;
 
+  // Re-evaluates every time-based wait now (backoffs, capacity waits): for a test that advanced
+  // deps.clock. Waits end on their own when the clock is the system's.
+  void Wake();
+
   class InstanceRun;
   class EndpointRun;
 
@@ -135,6 +147,9 @@ class EndpointController final : public EndpointNotifier {
   int ReservePorts();
   void MarkPortsUsed(int base);
   void ReleasePorts(int base);
+  // deps_.clock's wall time, and the milliseconds that deadlines are measured in (see deps).
+  int64_t WallMillis() const;
+  int64_t DeadlineMillis() const;
 
   EndpointControllerOptions options_;
   EndpointControllerDeps deps_;

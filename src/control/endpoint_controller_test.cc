@@ -9,8 +9,10 @@
 
 // The endpoint controller over a fake runtime (control/test_util/controller_fixture.h): each
 // fake instance answers GET /ping on the port the controller gives it, so creation, health
-// replacement, updates, adoption and deletion run without processes or a server. The controller
-// reads steady and system clocks itself, so these tests run in real time with short intervals.
+// replacement, updates, adoption and deletion run without processes or a server. The controller's
+// own deadlines (replacement backoff, the capacity wait) and its stamps run on the fixture's fake
+// clock, which the tests advance (then EndpointController::Wake); pings, startup and drain run in
+// real time with short intervals.
 
 namespace kiln::control {
 namespace {
@@ -53,6 +55,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     deps.credentials = credentials_.get();
     deps.log_store = log_store_.get();
     deps.routes = routes_.get();
+    deps.clock = &clock_;
     controller_ = std::make_unique<EndpointController>(options, deps);
     ASSERT_TRUE(controller_->Start().ok());
   }
@@ -141,6 +144,33 @@ class EndpointControllerTest : public testing::ControllerTest {
     return "endpoint-" + endpoint + "-" + instance_id;
   }
 
+  // Moves the controller's clock a backoff at a time until `done()` holds: for tests about
+  // replacement, not about its timing (ReplacementsWaitForABackoffThatDoubles is).
+  bool AdvanceUntil(const std::function<bool()>& done) {
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= give_up) return false;
+      clock_.Advance(replacement_backoff_);
+      controller_->Wake();
+      runtime_->WaitUntil(done, std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+
+  // Advances the clock `step` at a time (waking the controller) until the runtime saw launch
+  // number `n`; returns the fake milliseconds that took.
+  int64_t AdvanceUntilLaunch(size_t n, std::chrono::milliseconds step) {
+    const int64_t start = clock_.NowMillis();
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    auto launched = [&] { return runtime_->launches().size() >= n; };
+    while (!launched() && std::chrono::steady_clock::now() < give_up) {
+      clock_.Advance(step);
+      controller_->Wake();
+      runtime_->WaitUntil(launched, std::chrono::milliseconds(10));
+    }
+    return clock_.NowMillis() - start;
+  }
+
   std::chrono::milliseconds replacement_backoff_{20};
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<EndpointController> controller_;
@@ -199,7 +229,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
   StartController();
   Create("ep", "local:/bin/true", 1,
          {{"InstanceType", "ml.m5.xlarge"}, {"VariantInstanceProvisionTimeoutInSeconds", 1}});
-  // While it waits, the variant says what for.
+  // While it waits, the variant says what for; it waits on the controller's clock.
   std::string waiting;
   ASSERT_TRUE(WaitFor([&] {
     auto r = Endpoint("ep");
@@ -211,6 +241,11 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
   }));
   EXPECT_THAT(waiting, ::testing::HasSubstr("ml.m5.xlarge needs 4 vCPUs"));
   EXPECT_EQ(Endpoint("ep")->status, "Creating");
+  clock_.Advance(std::chrono::milliseconds(999));
+  controller_->Wake();
+  EXPECT_EQ(Endpoint("ep")->status, "Creating");  // the budget is not spent yet
+  clock_.Advance(std::chrono::milliseconds(1));
+  controller_->Wake();
   auto failed = WaitForStatus("ep", "Failed");
   EXPECT_THAT(failed.failure_reason,
               ::testing::StartsWith("Unable to provision requested ML compute capacity. Please retry using a "
@@ -224,6 +259,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
   WaitForStatus("ep", "InService");
   const std::string first = runtime_->launches().at(0);
   ASSERT_TRUE(runtime_->Exit(first, 137).ok());
+  ASSERT_TRUE(AdvanceUntil([&] { return runtime_->launches().size() >= 2; }));
   auto second = runtime_->WaitForLaunchNumber(2, kPatience);
   ASSERT_TRUE(second.has_value());
   EXPECT_NE(*second, first);
@@ -245,6 +281,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatFailsItsHealthChecksIsStoppedAndRep
   WaitForStatus("ep", "InService");
   const std::string first = runtime_->launches().at(0);
   ASSERT_TRUE(runtime_->SetPingStatus(first, 500).ok());
+  ASSERT_TRUE(AdvanceUntil([&] { return runtime_->launches().size() >= 2; }));
   auto second = runtime_->WaitForLaunchNumber(2, kPatience);
   ASSERT_TRUE(second.has_value());
   ASSERT_TRUE(WaitFor([&] { return !runtime_->running(first); }));
@@ -268,13 +305,15 @@ TEST_F(EndpointControllerTest, ReplacementsWaitForABackoffThatDoubles) {
   crashes.on_launch = FakeRuntime::Behavior::OnLaunch::kExitAtOnce;
   crashes.exit_code = 1;
   runtime_->SetDefaultBehavior(crashes);
-  const auto died = std::chrono::steady_clock::now();
+  // The fake clock moves 50 ms at a time until the next launch: a launch is seen no earlier than
+  // the clock passed its backoff (it may be seen later, never earlier).
   ASSERT_TRUE(runtime_->Exit(runtime_->launches().at(0), 1).ok());
-  ASSERT_TRUE(runtime_->WaitForLaunchNumber(3, kPatience).has_value());
-  auto times = runtime_->launch_times();
-  // Lower bounds only (the run may wake later than a backoff ends, never earlier).
-  EXPECT_GE(times[1] - died, std::chrono::milliseconds(150));
-  EXPECT_GE(times[2] - times[1], std::chrono::milliseconds(300));
+  const int64_t first_wait = AdvanceUntilLaunch(2, std::chrono::milliseconds(50));
+  ASSERT_EQ(runtime_->launches().size(), 2u);
+  const int64_t second_wait = AdvanceUntilLaunch(3, std::chrono::milliseconds(50));
+  ASSERT_EQ(runtime_->launches().size(), 3u);
+  EXPECT_GE(first_wait, 150);
+  EXPECT_GE(second_wait, 300);
   // Failing replacements never fail an endpoint that is InService.
   EXPECT_EQ(Endpoint("ep")->status, "InService");
 }
@@ -299,6 +338,7 @@ TEST_F(EndpointControllerTest, CountChangesLaunchAndDrainInstances) {
   StartController();
   Create("ep");
   WaitForStatus("ep", "InService");
+  clock_.Advance(std::chrono::seconds(1));  // the second instance is launched later (LaunchedMillis)
   Change("ep", [](store::EndpointRecord& r) {
     r.status = "Updating";
     r.desired = Desired(2);
