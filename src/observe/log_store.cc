@@ -694,8 +694,9 @@ Result<GroupPage> LogStore::ListGroups(const std::string& prefix, const std::str
                        std::string("SELECT g.name, g.created_millis, "
                                    "(SELECT coalesce(sum(stored_bytes), 0) FROM log_streams s "
                                    "WHERE s.group_name = g.name) "
-                                   "FROM log_groups g WHERE g.name > ?1 AND substr(g.name, 1, length(?2)) = ?2 "
-                                   "AND g.name >= ?2") +
+                                   "FROM log_groups g WHERE substr(g.name, 1, length(?2)) = ?2") +
+                       // Only the tighter lower bound (SQLite ranges the index on one of them).
+                       (after >= prefix ? " AND g.name > ?1" : " AND g.name >= ?2") +
                        (end ? " AND g.name < ?5" : "") +
                        " AND (?3 = '' OR instr(lower(g.name), lower(?3)) > 0) ORDER BY g.name LIMIT ?4"));
   st.BindText(1, after).BindText(2, prefix).BindText(3, pattern).BindInt64(4, limit + 1);
@@ -768,10 +769,18 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
     const bool by_name = after && after->first == 0;
     // Names starting with the prefix (byte order, BINARY collation) lie in [prefix, end): the
     // bounds make the prefix an index range; the substr test stays the definition.
+    // Only the tighter of two bounds on the same side is written: SQLite ranges the index on one
+    // of them, and the other would leave it scanning from the prefix to the token.
     std::optional<std::string> end = PrefixEnd(prefix);
-    std::string where = " AND substr(name, 1, length(?2)) = ?2 AND name >= ?2";
-    if (end) where += " AND name < ?3";
-    if (by_name) where += std::string(" AND name") + past + "?4";
+    bool lower_is_token = by_name && !descending && after->second >= prefix;
+    bool upper_is_token = by_name && descending && (!end || after->second <= *end);
+    std::string where = " AND substr(name, 1, length(?2)) = ?2";
+    where += lower_is_token ? " AND name > ?4" : " AND name >= ?2";
+    if (upper_is_token) {
+      where += " AND name < ?4";
+    } else if (end) {
+      where += " AND name < ?3";
+    }
     RETURN_IF_ERROR(run(where, std::string("name") + dir, [&](store::Statement& st) {
       st.BindText(2, prefix);
       if (end) st.BindText(3, *end);
