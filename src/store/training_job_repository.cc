@@ -69,23 +69,33 @@ Result<TrainingJobRecord> TrainingJobRepository::Get(const std::string& name) {
   return ReadRow(st);
 }
 
+namespace {
+
+// One job row's mutable columns, written by Mutate and MutateEach alike (version + 1 on each).
+constexpr const char* kUpdateSql =
+    "UPDATE training_jobs SET status = ?, secondary_status = ?, last_modified_millis = ?, "
+    "training_end_millis = ?, state_json = ?, request_json = ?, version = version + 1 WHERE seq = ?";
+
+void BindUpdate(Statement& st, const TrainingJobRecord& record) {
+  st.BindText(1, record.status).BindText(2, record.secondary_status).BindInt64(3, record.last_modified_millis);
+  if (record.training_end_millis) {
+    st.BindInt64(4, *record.training_end_millis);
+  } else {
+    st.BindNull(4);
+  }
+  st.BindText(5, record.state.dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+}
+
+}  // namespace
+
 Result<TrainingJobRecord> TrainingJobRepository::Mutate(const std::string& name,
                                                         const std::function<Status(TrainingJobRecord&)>& mutate) {
   TrainingJobRecord record;
   RETURN_IF_ERROR(database_->WithTransaction([&](Database& db) -> Status {
     ASSIGN_OR_RETURN(record, Get(name));
     RETURN_IF_ERROR(mutate(record));
-    ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                  "UPDATE training_jobs SET status = ?, secondary_status = ?, "
-                                  "last_modified_millis = ?, training_end_millis = ?, state_json = ?, "
-                                  "request_json = ?, version = version + 1 WHERE seq = ?"));
-    st.BindText(1, record.status).BindText(2, record.secondary_status).BindInt64(3, record.last_modified_millis);
-    if (record.training_end_millis) {
-      st.BindInt64(4, *record.training_end_millis);
-    } else {
-      st.BindNull(4);
-    }
-    st.BindText(5, record.state.dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+    ASSIGN_OR_RETURN(auto st, db.Prepare(kUpdateSql));
+    BindUpdate(st, record);
     RETURN_IF_ERROR(st.Run());
     ++record.version;
     return Status::Ok();
@@ -97,10 +107,7 @@ Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
                                          const std::function<bool(TrainingJobRecord&)>& mutate) {
   if (names.empty()) return Status::Ok();
   return database_->WithTransaction([&](Database& db) -> Status {
-    ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                  "UPDATE training_jobs SET status = ?, secondary_status = ?, "
-                                  "last_modified_millis = ?, training_end_millis = ?, state_json = ?, "
-                                  "request_json = ?, version = version + 1 WHERE seq = ?"));
+    ASSIGN_OR_RETURN(auto st, db.Prepare(kUpdateSql));
     for (const std::string& name : names) {
       auto found = Get(name);
       if (found.status().IsNotFound()) continue;
@@ -108,13 +115,7 @@ Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
       TrainingJobRecord& record = *found;
       if (!mutate(record)) continue;
       st.Reset();
-      st.BindText(1, record.status).BindText(2, record.secondary_status).BindInt64(3, record.last_modified_millis);
-      if (record.training_end_millis) {
-        st.BindInt64(4, *record.training_end_millis);
-      } else {
-        st.BindNull(4);
-      }
-      st.BindText(5, record.state.dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+      BindUpdate(st, record);
       RETURN_IF_ERROR(st.Run());
     }
     return Status::Ok();
