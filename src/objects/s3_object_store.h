@@ -90,14 +90,25 @@ class S3ObjectStore final : public ObjectStore {
   Result<ListUploadsResult> ListMultipartUploads(const std::string& bucket,
                                                  const ListUploadsOptions& options) override;
 
-  // Implementation types, public only so that the .cc's helpers can name them.
+  // Implementation types (s3_object_store_internal.h), public only so that the .cc files' helpers
+  // can name them.
   struct Request;
   struct Response;
+  struct Prepared;
   class HandlePool;
 
  private:
   explicit S3ObjectStore(const Options& options);
+  // Builds `request`'s URL and signs it: the URL and curl header list in `out`.
+  void Prepare(const Request& request, Prepared& out) const;
+  // Runs `request` to completion. Errors: Unavailable when the service cannot be reached, the
+  // body's own error when it fails mid-upload; an HTTP error status is a Response, not an error.
   Result<Response> Perform(Request& request);
+  // Performs the PUT `request` with `data` as its body (spooled first when its size is unknown)
+  // and the headers of `options`; sets `*size` to the bytes sent. HTTP errors map through
+  // MapError with `fallback_404`.
+  Result<Response> SendBody(Request& request, ByteSource& data, const PutOptions& options,
+                            const std::string& fallback_404, uint64_t* size);
   Result<PartInfo> SendPart(const std::string& bucket, const std::string& key, const std::string& upload_id,
                             uint32_t part_number, ByteSource& data, const PutOptions& options);
 
