@@ -22,8 +22,7 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
     Result<nlohmann::json> parsed = ParseJsonBounded(body, kRequestLimits);
     if (!parsed.ok()) {
       // Nesting and size limits are the caller's to fix, like malformed text; say which.
-      std::string message = parsed.status().code() == StatusCode::kInvalidArgument &&
-                                    parsed.status().message().rfind("malformed", 0) == 0
+      std::string message = parsed.status().Is(ErrorReason::kMalformed)
                                 ? "The request body is not a valid JSON object."
                                 : "The request body was refused: " + parsed.status().message() + ".";
       return aws::SerializeError(protocol_, aws::AwsError("SerializationException", message), context.request_id);

@@ -90,7 +90,7 @@ Result<Json> ParseBounded(std::string_view text, const JsonLimits& limits) {
                          /*strict=*/true);
   } catch (const std::exception& e) {
     // The DOM builder does not throw with allow_exceptions=false; this is belt and braces.
-    return Status::InvalidArgument(std::string("malformed JSON: ") + e.what());
+    return Status(StatusCode::kInvalidArgument, std::string("malformed JSON: ") + e.what(), ErrorReason::kMalformed);
   }
   if (builder.too_deep()) {
     // Whatever was built so far is dropped here; its depth is bounded, so destruction is too.
@@ -103,8 +103,10 @@ Result<Json> ParseBounded(std::string_view text, const JsonLimits& limits) {
     std::string detail = builder.error();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." → from "parse error".
     size_t at = detail.find("parse error");
-    return Status::InvalidArgument("malformed JSON" +
-                                   (detail.empty() ? std::string() : ": " + detail.substr(at == std::string::npos ? 0 : at)));
+    return Status(StatusCode::kInvalidArgument,
+                  "malformed JSON" +
+                      (detail.empty() ? std::string() : ": " + detail.substr(at == std::string::npos ? 0 : at)),
+                  ErrorReason::kMalformed);
   }
   return result;
 }

@@ -25,6 +25,7 @@ TEST(JsonParseTest, DepthAtTheLimitIsAcceptedOneMoreIsRefused) {
   ASSERT_FALSE(deeper.ok());
   EXPECT_EQ(deeper.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(deeper.status().message().find("deeper than 64 levels"), std::string::npos);
+  EXPECT_FALSE(deeper.status().Is(ErrorReason::kMalformed));  // a limit, not malformed text
 }
 
 TEST(JsonParseTest, HugeNestingIsRefusedWithoutRecursion) {
@@ -44,7 +45,8 @@ TEST(JsonParseTest, MalformedTextIsInvalidArgumentWithPosition) {
   ASSERT_FALSE(doc.ok());
   EXPECT_EQ(doc.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(doc.status().message().rfind("malformed JSON", 0), 0u) << doc.status().message();
-  EXPECT_FALSE(ParseJsonBounded("{} x").ok());
+  EXPECT_TRUE(doc.status().Is(ErrorReason::kMalformed));
+  EXPECT_TRUE(ParseJsonBounded("{} x").status().Is(ErrorReason::kMalformed));
   EXPECT_FALSE(ParseJsonBounded("").ok());
 }
 

@@ -32,6 +32,20 @@ std::string_view ErrorReasonName(ErrorReason reason) {
     case ErrorReason::kBucketNotEmpty: return "BucketNotEmpty";
     case ErrorReason::kPreconditionFailed: return "PreconditionFailed";
     case ErrorReason::kDoesNotFitNow: return "DoesNotFitNow";
+    case ErrorReason::kInvalidPart: return "InvalidPart";
+    case ErrorReason::kInvalidPartOrder: return "InvalidPartOrder";
+    case ErrorReason::kEntityTooSmall: return "EntityTooSmall";
+    case ErrorReason::kInvalidRange: return "InvalidRange";
+    case ErrorReason::kInvalidBucketName: return "InvalidBucketName";
+    case ErrorReason::kKeyTooLong: return "KeyTooLongError";
+    case ErrorReason::kInvalidArgument: return "InvalidArgument";
+    case ErrorReason::kInvalidRequest: return "InvalidRequest";
+    case ErrorReason::kEntityTooLarge: return "EntityTooLarge";
+    case ErrorReason::kBadDigest: return "BadDigest";
+    case ErrorReason::kInvalidDigest: return "InvalidDigest";
+    case ErrorReason::kMalformed: return "Malformed";
+    case ErrorReason::kClientError: return "ClientError";
+    case ErrorReason::kInternalServerError: return "InternalServerError";
   }
   return "Unknown";
 }

@@ -50,6 +50,23 @@ enum class ErrorReason : int {
   kNoSuchUpload,
   kBucketNotEmpty,
   kPreconditionFailed,
+  kInvalidPart,          // a completed part is missing or its ETag differs
+  kInvalidPartOrder,     // the part list is not in ascending order
+  kEntityTooSmall,       // a non-last part is under the minimum part size
+  kInvalidRange,         // a byte range outside the object
+  kInvalidBucketName,    // the bucket name breaks S3's naming rules
+  kKeyTooLong,           // S3's KeyTooLongError: the key is over 1,024 bytes
+  kInvalidArgument,      // S3's InvalidArgument (not StatusCode::kInvalidArgument): the message's detail is shown
+  kInvalidRequest,       // S3's InvalidRequest: the message's detail is shown
+  kEntityTooLarge,       // the object or part is over the size limit
+  kBadDigest,            // the data does not match its Content-MD5 or x-amz-checksum-*
+  kInvalidDigest,        // aws/payload: the Content-MD5 header itself is not a base64 MD5
+  // base/json_parse: the text is not well-formed JSON (as opposed to over a size or depth limit).
+  kMalformed,
+  // agent/ (agent/errors.h): the message is the job's FailureReason verbatim and says whose fault it
+  // is ("ClientError: ..." the user's, "InternalServerError: ..." Kiln's).
+  kClientError,
+  kInternalServerError,
   // control/ scheduler: the request fits the fleet but not what is free now (retry later).
   kDoesNotFitNow,
 };
