@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 
+#include "agent/errors.h"
 #include "agent/tar_extract.h"
 #include "base/fs.h"
 #include "base/ids.h"
@@ -244,7 +245,7 @@ Result<Uploaded> UploadJobArtifacts(objects::ObjectStore& store, const std::vect
 namespace {
 
 Status SourceError(const std::string& uri, const std::string& why) {
-  return Status::InvalidArgument("ClientError: Failed to extract the source code archive \"" + uri + "\": " + why +
+  return ClientError("Failed to extract the source code archive \"" + uri + "\": " + why +
                                  ". Please make sure that sagemaker_submit_directory names a gzip-compressed tar "
                                  "file (sourcedir.tar.gz) whose members are relative paths inside the archive.");
 }
@@ -294,7 +295,7 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     try {
       uri = json::parse(uri).get<std::string>();
     } catch (const json::exception&) {
-      return Status::InvalidArgument("ClientError: sagemaker_submit_directory " + raw_uri +
+      return ClientError("sagemaker_submit_directory " + raw_uri +
                                      " is not a valid JSON string. Please pass an s3:// URI.");
     }
   }
@@ -308,7 +309,7 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     std::string path = uri.substr(7);
     struct stat st;
     if (path.empty() || path.front() != '/' || stat(path.c_str(), &st) != 0) {
-      return Status::InvalidArgument("ClientError: the source directory \"" + uri +
+      return ClientError("the source directory \"" + uri +
                                      "\" does not exist on the Kiln node. Please give an absolute file:// path or an "
                                      "s3:// URI.");
     }

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "agent/errors.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/strings.h"
@@ -117,7 +118,7 @@ Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
     local[rel] = {static_cast<uint64_t>(st.st_size), MtimeNs(st)};
   }
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    note(Status::Internal("InternalServerError: scanning checkpoint directory " + local_dir_ + ": " + ec.message()));
+    note(InternalServerError("scanning checkpoint directory " + local_dir_ + ": " + ec.message()));
   }
   struct timespec now_ts;
   clock_gettime(CLOCK_REALTIME, &now_ts);

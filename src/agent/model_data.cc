@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "agent/errors.h"
 #include "agent/tar_extract.h"
 #include "base/fs.h"
 #include "base/hash.h"
@@ -53,12 +54,12 @@ Result<Source> SelectSource(const json& container) {
     bool gzip = EqualsIgnoreCase(compression, "Gzip");
     if (type == "S3Prefix") {
       if (gzip) {
-        return Status::InvalidArgument("ClientError: ModelDataSource " + src.uri +
+        return ClientError("ModelDataSource " + src.uri +
                                        " has S3DataType S3Prefix with CompressionType Gzip. Please use "
                                        "CompressionType None for a prefix, or S3Object for one model.tar.gz.");
       }
       if (!EndsWith(src.uri, "/")) {
-        return Status::InvalidArgument("ClientError: The model data prefix " + src.uri +
+        return ClientError("The model data prefix " + src.uri +
                                        " must end with \"/\" when S3DataType is S3Prefix.");
       }
       src.kind = SourceKind::kPrefix;
@@ -75,8 +76,8 @@ Result<Source> SelectSource(const json& container) {
 }
 
 Status UnsafeArchive(const std::string& uri, const std::string& why) {
-  return Status::InvalidArgument(
-      "ClientError: The model archive " + uri + " cannot be unpacked into " + kModelDirName + ": " + why +
+  return ClientError(
+      "The model archive " + uri + " cannot be unpacked into " + kModelDirName + ": " + why +
       ". Kiln refuses model archives with members that would land outside " + kModelDirName +
       " (\"..\" components, links that point outside it) or that are device files or FIFOs. Please create "
       "model.tar.gz from inside the model directory (for example: tar -czf model.tar.gz -C <model dir> .).");
@@ -147,7 +148,7 @@ Status FillFromArchive(objects::ObjectStore& store, const Source& src, const std
   const std::string& uri = src.uri;
   ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   if (loc.key.empty() || EndsWith(loc.key, "/")) {
-    return Status::InvalidArgument("ClientError: ModelDataUrl " + uri +
+    return ClientError("ModelDataUrl " + uri +
                                    " must name one gzip-compressed tar object (model.tar.gz), not a prefix.");
   }
   ExtractOptions options;
@@ -212,13 +213,13 @@ Status FillFromPrefix(objects::ObjectStore& store, const std::string& uri, const
     std::string object_uri = "s3://" + loc.bucket + "/" + o.key;
     auto rel = ConfinedRelativePath(std::string_view(o.key).substr(loc.key.size()), "S3 object key");
     if (!rel.ok()) {
-      return Status::InvalidArgument("ClientError: The model data object " + object_uri + " would be copied outside " +
+      return ClientError("The model data object " + object_uri + " would be copied outside " +
                                      kModelDirName + ". Please remove \"..\" components from the keys under " + uri +
                                      ".");
     }
     auto path = PrepareConfinedPath(staging, *rel);
     if (!path.ok()) {
-      return Status::InvalidArgument("ClientError: The model data object " + object_uri +
+      return ClientError("The model data object " + object_uri +
                                      " clashes with another object used as its directory. Please make sure no key "
                                      "under " + uri + " is both a file and a folder.");
     }
@@ -228,7 +229,7 @@ Status FillFromPrefix(objects::ObjectStore& store, const std::string& uri, const
     result->bytes += *n;
   }
   if (result->files == 0) {
-    return Status::InvalidArgument("ClientError: No S3 objects found under the model data prefix " + uri +
+    return ClientError("No S3 objects found under the model data prefix " + uri +
                                    ". Please ensure that the prefix is spelled correctly and holds the model files.");
   }
   return Status::Ok();
@@ -239,7 +240,7 @@ Status FillFromObject(objects::ObjectStore& store, const std::string& uri, const
   ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string name = std::filesystem::path(loc.key).filename().string();
   if (name.empty() || name == "..") {
-    return Status::InvalidArgument("ClientError: The model data object " + uri + " does not name an object.");
+    return ClientError("The model data object " + uri + " does not name an object.");
   }
   RETURN_IF_ERROR(MakeDirs(staging));
   auto n = DownloadObjectToFile(store, loc.bucket, loc.key, staging + "/" + name, std::nullopt, cancel);

@@ -9,6 +9,7 @@
 
 #include <numeric>
 
+#include "agent/errors.h"
 #include "agent/training_layout.h"
 #include "agent/transfer.h"
 #include "base/fs.h"
@@ -211,6 +212,75 @@ class FifoWriter {
   int error_ = 0;
 };
 
+// Where StreamObject writes, and how: one channel's FIFO for one epoch.
+struct StreamTarget {
+  objects::ObjectStore& store;
+  const std::atomic<bool>& stop;
+  const std::string& channel;
+  bool gzip;
+  bool recordio;
+  FifoWriter& writer;
+  std::vector<char>& buf;
+};
+
+// Streams object `o` into the FIFO (gunzipped when target.gzip; as one RecordIO record when
+// target.recordio). Returns why it could not be read (outcome then kOk); otherwise `outcome` says
+// whether writing can go on (kStopped also when a stop came while a gzip object was measured).
+Status StreamObject(const StreamTarget& target, const SelectedObject& o, WriteOutcome& outcome) {
+  std::string uri = "s3://" + o.bucket + "/" + o.key;
+  auto reader = target.store.GetObject(o.bucket, o.key, std::nullopt);
+  if (!reader.ok()) return ObjectError(reader.status(), "Streaming", o.bucket, o.key);
+  std::unique_ptr<GzipSource> gunzip;
+  ByteSource* source = reader->get();
+  if (target.gzip) {
+    gunzip = std::make_unique<GzipSource>(**reader, "S3 object \"" + uri + "\"");
+    source = gunzip.get();
+  }
+  uint64_t length = (*reader)->info().size;
+  if (target.recordio && target.gzip) {
+    // The record header carries the decompressed length: count it in a first pass.
+    auto counting = target.store.GetObject(o.bucket, o.key, std::nullopt);
+    if (!counting.ok()) return ObjectError(counting.status(), "Streaming", o.bucket, o.key);
+    GzipSource count_source(**counting, "S3 object \"" + uri + "\"");
+    length = 0;
+    while (!target.stop.load()) {
+      auto n = count_source.Read(target.buf.data(), target.buf.size());
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      length += *n;
+    }
+    if (target.stop.load()) {
+      outcome = WriteOutcome::kStopped;
+      return Status::Ok();
+    }
+  }
+  if (target.recordio) {
+    if (length > kMaxRecordLength) {
+      return ClientError("S3 object \"" + uri + "\" is " + std::to_string(length) +
+                         " bytes, too large for one RecordIO record (at most 536870911 bytes) in Pipe channel \"" +
+                         target.channel + "\". Please split it into smaller objects or use RecordWrapperType None.");
+    }
+    std::string header = RecordIoHeader(static_cast<uint32_t>(length));
+    outcome = target.writer.Write(header.data(), header.size());
+    if (outcome != WriteOutcome::kOk) return Status::Ok();
+  }
+  uint64_t written = 0;
+  while (outcome == WriteOutcome::kOk) {
+    auto n = source->Read(target.buf.data(), target.buf.size());
+    if (!n.ok()) return n.status();
+    if (*n == 0) break;
+    written += *n;
+    outcome = target.writer.Write(target.buf.data(), *n);
+  }
+  if (outcome != WriteOutcome::kOk) return Status::Ok();
+  if (target.recordio) {
+    if (written != length) return InternalServerError("S3 object \"" + uri + "\" changed while it was streamed");
+    static const char kZeros[4] = {0, 0, 0, 0};
+    outcome = target.writer.Write(kZeros, RecordIoPadding(length));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void PipeFeeder::Feed(Channel& ch) {
@@ -268,83 +338,19 @@ void PipeFeeder::Feed(Channel& ch) {
     FifoWriter writer(fd.get(), stop_, options_.poll_interval);
     WriteOutcome outcome = WriteOutcome::kOk;
     Status error;
+    StreamTarget target{store_, stop_, ch.name, ch.gzip, ch.recordio, writer, buf};
     for (const auto& o : share) {
-      std::string uri = "s3://" + o.bucket + "/" + o.key;
-      auto reader = store_.GetObject(o.bucket, o.key, std::nullopt);
-      if (!reader.ok()) {
-        error = ObjectError(reader.status(), "Streaming", o.bucket, o.key);
-        break;
-      }
-      std::unique_ptr<GzipSource> gunzip;
-      ByteSource* source = reader->get();
-      if (ch.gzip) {
-        gunzip = std::make_unique<GzipSource>(**reader, "S3 object \"" + uri + "\"");
-        source = gunzip.get();
-      }
-      uint64_t length = (*reader)->info().size;
-      if (ch.recordio && ch.gzip) {
-        // The record header carries the decompressed length: count it in a first pass.
-        auto counting = store_.GetObject(o.bucket, o.key, std::nullopt);
-        if (!counting.ok()) {
-          error = ObjectError(counting.status(), "Streaming", o.bucket, o.key);
-          break;
-        }
-        GzipSource count_source(**counting, "S3 object \"" + uri + "\"");
-        length = 0;
-        while (!stop_.load()) {
-          auto n = count_source.Read(buf.data(), buf.size());
-          if (!n.ok()) {
-            error = n.status();
-            break;
-          }
-          if (*n == 0) break;
-          length += *n;
-        }
-        if (!error.ok() || stop_.load()) break;
-      }
-      if (ch.recordio) {
-        if (length > kMaxRecordLength) {
-          error = Status::InvalidArgument(
-              "ClientError: S3 object \"" + uri + "\" is " + std::to_string(length) +
-              " bytes, too large for one RecordIO record (at most 536870911 bytes) in Pipe channel \"" + ch.name +
-              "\". Please split it into smaller objects or use RecordWrapperType None.");
-          break;
-        }
-        std::string header = RecordIoHeader(static_cast<uint32_t>(length));
-        outcome = writer.Write(header.data(), header.size());
-        if (outcome != WriteOutcome::kOk) break;
-      }
-      uint64_t written = 0;
-      while (outcome == WriteOutcome::kOk) {
-        auto n = source->Read(buf.data(), buf.size());
-        if (!n.ok()) {
-          error = n.status();
-          break;
-        }
-        if (*n == 0) break;
-        written += *n;
-        outcome = writer.Write(buf.data(), *n);
-      }
+      error = StreamObject(target, o, outcome);
       if (!error.ok() || outcome != WriteOutcome::kOk) break;
-      if (ch.recordio) {
-        if (written != length) {
-          error = Status::Internal("InternalServerError: S3 object \"" + uri + "\" changed while it was streamed");
-          break;
-        }
-        static const char kZeros[4] = {0, 0, 0, 0};
-        outcome = writer.Write(kZeros, RecordIoPadding(length));
-        if (outcome != WriteOutcome::kOk) break;
-      }
     }
     fd.Reset();
     if (!error.ok()) {
       if (error.code() == StatusCode::kDataLoss) {
-        error = Status::InvalidArgument("ClientError: " + error.message() + " in Pipe channel \"" + ch.name +
-                                        "\" with CompressionType Gzip. Please make sure every object of the channel "
-                                        "is gzip-compressed, or set CompressionType to None.");
-      } else if (!StartsWith(error.message(), "ClientError: ") &&
-                 !StartsWith(error.message(), "InternalServerError: ")) {
-        error = Status(error.code(), "InternalServerError: Pipe channel \"" + ch.name + "\": " + error.ToString());
+        error = ClientError(error.message() + " in Pipe channel \"" + ch.name +
+                            "\" with CompressionType Gzip. Please make sure every object of the channel "
+                            "is gzip-compressed, or set CompressionType to None.");
+      } else if (!IsFailureReason(error)) {
+        error = InternalServerError("Pipe channel \"" + ch.name + "\": " + error.ToString(), error.code());
       }
       return fail(error);
     }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include "agent/errors.h"
 #include <thread>
 
 #include "agent/training_layout.h"
@@ -23,14 +24,14 @@ namespace {
 constexpr size_t kMaxManifestBytes = 256u << 20;
 
 std::string NoObjectsMessage(const std::string& uri, const std::string& bucket, const std::string& role_arn) {
-  return "ClientError: No S3 objects found under S3 URL \"" + uri +
+  return "No S3 objects found under S3 URL \"" + uri +
          "\" given in input data source. Please ensure that the bucket exists in the selected region, that "
          "objects exist under that S3 prefix, and that the role \"" +
          role_arn + "\" has \"s3:ListBucket\" permissions on bucket \"" + bucket + "\".";
 }
 
 Status BadManifest(const std::string& uri, const std::string& why) {
-  return Status::InvalidArgument("ClientError: The manifest file \"" + uri + "\" is invalid: " + why +
+  return ClientError("The manifest file \"" + uri + "\" is invalid: " + why +
                                  ". Please provide a JSON array whose first element is {\"prefix\": "
                                  "\"s3://bucket/prefix/\"} followed by the object keys relative to that prefix.");
 }
@@ -41,7 +42,7 @@ Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, co
   auto listed = ListAllObjects(store, loc.bucket, loc.key);
   if (!listed.ok()) {
     if (listed.status().IsNotFound()) {
-      return Status::InvalidArgument(NoObjectsMessage(uri, loc.bucket, role_arn));
+      return ClientError(NoObjectsMessage(uri, loc.bucket, role_arn));
     }
     return ObjectError(listed.status(), "Listing", loc.bucket, loc.key);
   }
@@ -53,7 +54,7 @@ Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, co
                                           "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
     out.push_back({loc.bucket, o.key, std::move(rel), o.size});
   }
-  if (out.empty()) return Status::InvalidArgument(NoObjectsMessage(uri, loc.bucket, role_arn));
+  if (out.empty()) return ClientError(NoObjectsMessage(uri, loc.bucket, role_arn));
   return out;
 }
 
@@ -117,13 +118,13 @@ Result<std::vector<SelectedObject>> SelectChannelObjects(objects::ObjectStore& s
     s3 = &channel["DataSource"]["S3DataSource"];
   }
   if (s3 == nullptr || !s3->is_object()) {
-    return Status::InvalidArgument("ClientError: channel \"" + name + "\" has no S3DataSource.");
+    return ClientError("channel \"" + name + "\" has no S3DataSource.");
   }
   std::string type = s3->value("S3DataType", "S3Prefix");
   std::string uri = s3->value("S3Uri", "");
   if (type == "S3Prefix") return SelectPrefix(store, uri, role_arn);
   if (type == "ManifestFile") return SelectManifest(store, uri);
-  return Status::InvalidArgument("ClientError: S3DataType \"" + type + "\" of channel \"" + name +
+  return ClientError("S3DataType \"" + type + "\" of channel \"" + name +
                                  "\" is not supported by Kiln. Please use S3Prefix or ManifestFile.");
 }
 

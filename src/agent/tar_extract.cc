@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "agent/errors.h"
 #include "base/fs.h"
 #include "base/strings.h"
 
@@ -75,7 +76,7 @@ class CapMeter {
     const UnpackCap& cap = options_.cap;
     ++entries_;
     if (cap.max_entries != 0 && entries_ > cap.max_entries) {
-      return Status::InvalidArgument("ClientError: " + options_.archive_name + " has more than " +
+      return ClientError(options_.archive_name + " has more than " +
                                      std::to_string(cap.max_entries) + " members" + Suffix(cap.entries_origin));
     }
     return Charge(UnpackCap::kEntryBytes);
@@ -85,7 +86,7 @@ class CapMeter {
   Status Charge(uint64_t n) {
     const UnpackCap& cap = options_.cap;
     if (cap.max_bytes != 0 && (charged_ > cap.max_bytes || n > cap.max_bytes - charged_)) {
-      return Status::InvalidArgument("ClientError: " + options_.archive_name + " unpacks to more than " +
+      return ClientError(options_.archive_name + " unpacks to more than " +
                                      FormatCapBytes(cap.max_bytes) + Suffix(cap.bytes_origin));
     }
     charged_ += n;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "agent/errors.h"
 #include "base/fs.h"
 #include "base/strings.h"
 
@@ -161,7 +162,7 @@ std::string ResourceConfigJson(const HostLayout& host) {
 
 Result<std::string> SandboxPathToHost(const std::string& opt_ml, std::string_view sandbox_path) {
   auto outside = [&] {
-    return Status::InvalidArgument("ClientError: the local path \"" + std::string(sandbox_path) +
+    return ClientError("the local path \"" + std::string(sandbox_path) +
                                    "\" is not under /opt/ml. Please choose an absolute path under /opt/ml (for "
                                    "example /opt/ml/checkpoints).");
   };

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "agent/errors.h"
 #include "base/ids.h"
 #include "base/strings.h"
 
@@ -21,7 +22,7 @@ constexpr std::string_view kTempMarker = ".kiln-tmp-";
 
 Result<S3Location> ParseS3Uri(std::string_view uri) {
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("ClientError: \"" + std::string(uri) + "\" is not a valid S3 URI (" +
+    return ClientError("\"" + std::string(uri) + "\" is not a valid S3 URI (" +
                                    std::string(why) + "). Please use the form s3://bucket/key-or-prefix.");
   };
   size_t scheme_end = uri.find("://");
@@ -46,27 +47,26 @@ std::string JoinKey(std::string_view prefix, std::string_view rel) {
 Status ObjectError(const Status& status, std::string_view what, const std::string& bucket,
                    const std::string& key) {
   std::string uri = "s3://" + bucket + "/" + key;
-  const std::string& m = status.message();
   if (status.IsNotFound()) {
     if (status.Is(ErrorReason::kNoSuchBucket)) {
-      return Status::InvalidArgument("ClientError: " + std::string(what) + " \"" + uri + "\" failed: bucket \"" +
+      return ClientError(std::string(what) + " \"" + uri + "\" failed: bucket \"" +
                                      bucket +
                                      "\" does not exist. Please ensure that the bucket exists in the selected "
                                      "region and that the URI is spelled correctly.");
     }
-    return Status::InvalidArgument("ClientError: " + std::string(what) + " \"" + uri +
+    return ClientError(std::string(what) + " \"" + uri +
                                    "\" failed: the object does not exist. Please ensure that the object exists "
                                    "and that the URI is spelled correctly.");
   }
   if (status.code() == StatusCode::kPermissionDenied || status.code() == StatusCode::kUnauthenticated) {
-    return Status::InvalidArgument("ClientError: " + std::string(what) + " \"" + uri +
+    return ClientError(std::string(what) + " \"" + uri +
                                    "\" failed: access denied. Please ensure that the role has permission to "
                                    "access bucket \"" + bucket + "\".");
   }
   if (status.code() == StatusCode::kAborted) return status;
-  if (StartsWith(m, "ClientError: ") || StartsWith(m, "InternalServerError: ")) return status;
-  return Status(status.code() == StatusCode::kInvalidArgument ? StatusCode::kInternal : status.code(),
-                "InternalServerError: " + std::string(what) + " \"" + uri + "\" failed: " + status.ToString());
+  if (IsFailureReason(status)) return status;
+  return InternalServerError(std::string(what) + " \"" + uri + "\" failed: " + status.ToString(),
+                             status.code() == StatusCode::kInvalidArgument ? StatusCode::kInternal : status.code());
 }
 
 Result<std::vector<objects::ObjectInfo>> ListAllObjects(objects::ObjectStore& store, const std::string& bucket,
@@ -86,21 +86,21 @@ Result<std::vector<objects::ObjectInfo>> ListAllObjects(objects::ObjectStore& st
 
 Result<std::string> ConfinedRelativePath(std::string_view rel, std::string_view origin) {
   if (rel.find('\0') != std::string_view::npos) {
-    return Status::InvalidArgument("ClientError: " + std::string(origin) +
+    return ClientError(std::string(origin) +
                                    " contains a NUL byte and cannot be stored as a local file. Please rename it.");
   }
   std::vector<std::string> parts;
   for (std::string_view part : Split(rel, '/')) {
     if (part.empty() || part == ".") continue;
     if (part == "..") {
-      return Status::InvalidArgument("ClientError: " + std::string(origin) +
+      return ClientError(std::string(origin) +
                                      " contains a \"..\" path component, which would place a file outside its "
                                      "destination directory. Please rename it.");
     }
     parts.emplace_back(part);
   }
   if (parts.empty()) {
-    return Status::InvalidArgument("ClientError: " + std::string(origin) +
+    return ClientError(std::string(origin) +
                                    " does not name a file (empty relative path). Please rename it.");
   }
   return Join(parts, "/");
@@ -115,7 +115,7 @@ Result<std::string> PrepareConfinedPath(const std::string& root, const std::stri
     struct stat st;
     if (lstat(cur.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      return Status::InvalidArgument("ClientError: cannot create \"" + rel + "\": \"" +
+      return ClientError("cannot create \"" + rel + "\": \"" +
                                      std::string(cur.substr(root.size() + 1)) +
                                      "\" already exists and is not a directory (a file or symlink). Please make "
                                      "sure no name is used both as a file and as a folder.");
@@ -139,10 +139,11 @@ bool Transient(const Status& s) {
 // reports a full training volume as a ClientError of the data download).
 Status WriteError(const Status& error, const std::string& bucket, const std::string& key, const std::string& path) {
   if (error.code() != StatusCode::kResourceExhausted) return error;
-  return Status::ResourceExhausted(
-      "ClientError: Data download failed: no space left on device while staging s3://" + bucket + "/" + key +
+  return ClientError(
+      "Data download failed: no space left on device while staging s3://" + bucket + "/" + key +
       " to " + path + ". The disk that holds the Kiln data directory (and with it the job's volume) is full: "
-      "free space there, or make the input data smaller.");
+      "free space there, or make the input data smaller.",
+      StatusCode::kResourceExhausted);
 }
 
 Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
@@ -160,7 +161,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     if (errno == ENOTDIR || errno == EISDIR) {
-      return Status::InvalidArgument("ClientError: cannot store s3://" + bucket + "/" + key + " at \"" + path +
+      return ClientError("cannot store s3://" + bucket + "/" + key + " at \"" + path +
                                      "\": a file and a folder have the same name. Please rename the objects.");
     }
     return ErrnoStatus("create " + tmp, errno);
@@ -219,7 +220,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     if (err == EISDIR || err == ENOTDIR) {
-      return fail(Status::InvalidArgument("ClientError: cannot store s3://" + bucket + "/" + key + " at \"" + path +
+      return fail(ClientError("cannot store s3://" + bucket + "/" + key + " at \"" + path +
                                           "\": a file and a folder have the same name. Please rename the objects."));
     }
     return fail(ErrnoStatus("rename " + tmp, err));
