@@ -522,44 +522,38 @@ std::string PresignQuery(const SignableRequest& request, const SignOptions& opti
   return query;
 }
 
-std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& request,
-                                                      const CredentialProvider& credentials,
-                                                      const VerifyOptions& options, int64_t now_millis,
-                                                      std::optional<std::string_view> body_sha256_hex) {
-  // Step 1: parse the header or presigned form.
+namespace {
+
+// The steps of VerifyRequest, in order. Each answers the first failure it finds (nullopt: passed).
+
+// Step 1: parse the header or presigned form.
+std::variant<ParsedAuth, AuthError> ParseAuth(const SignableRequest& request, const VerifyOptions& options) {
   std::vector<QueryParam> params = ParseQuery(request.raw_query);
   const std::string* authorization = FindHeader(request.headers, "authorization");
-  std::variant<ParsedAuth, AuthError> parse_result;
   if (authorization != nullptr) {
-    parse_result = ParseHeaderForm(request, *authorization, options);
-  } else if (FindQueryParam(params, "X-Amz-Algorithm") || FindQueryParam(params, "X-Amz-Credential") ||
-             FindQueryParam(params, "X-Amz-Signature")) {
-    parse_result = ParsePresignedForm(params, options);
-  } else {
-    return Fail(AuthFailure::kMissing, "Missing Authentication Token");
+    return ParseHeaderForm(request, *authorization, options);
   }
-  if (auto* error = std::get_if<AuthError>(&parse_result)) {
-    return std::move(*error);
+  if (FindQueryParam(params, "X-Amz-Algorithm") || FindQueryParam(params, "X-Amz-Credential") ||
+      FindQueryParam(params, "X-Amz-Signature")) {
+    return ParsePresignedForm(params, options);
   }
-  ParsedAuth parsed = std::move(std::get<ParsedAuth>(parse_result));
+  return Fail(AuthFailure::kMissing, "Missing Authentication Token");
+}
 
-  // Step 2: the key, and its security token when it has one.
-  std::optional<Credential> credential = credentials.Lookup(parsed.access_key_id);
-  if (!credential) {
-    return Fail(AuthFailure::kUnknownKey, options.s3
-                                              ? "The AWS Access Key Id you provided does not exist in our records."
-                                              : "The security token included in the request is invalid.");
+// Step 2: the key's security token, when it has one or the request sends one.
+std::optional<AuthError> CheckSecurityToken(const ParsedAuth& parsed, const Credential& credential) {
+  if (credential.session_token.empty() && !parsed.has_security_token) return std::nullopt;
+  bool token_signed = parsed.presigned || std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(),
+                                                    "x-amz-security-token") != parsed.signed_headers.end();
+  if (!parsed.has_security_token || !token_signed ||
+      !ConstantTimeEquals(parsed.security_token, credential.session_token)) {
+    return Fail(AuthFailure::kBadToken, "The security token included in the request is invalid.");
   }
-  if (!credential->session_token.empty() || parsed.has_security_token) {
-    bool token_signed = parsed.presigned || std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(),
-                                                      "x-amz-security-token") != parsed.signed_headers.end();
-    if (!parsed.has_security_token || !token_signed ||
-        !ConstantTimeEquals(parsed.security_token, credential->session_token)) {
-      return Fail(AuthFailure::kBadToken, "The security token included in the request is invalid.");
-    }
-  }
+  return std::nullopt;
+}
 
-  // Step 3: the credential scope.
+// Step 3: the credential scope (date, region, service, terminator).
+std::optional<AuthError> CheckScope(const ParsedAuth& parsed, const VerifyOptions& options) {
   if (parsed.date != std::string_view(parsed.amz_date).substr(0, 8)) {
     return Fail(AuthFailure::kBadSignature,
                 "Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: '" +
@@ -589,8 +583,11 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
                 "Credential should be scoped with a valid terminator: 'aws4_request', not '" + parsed.terminator +
                     "'. ");
   }
+  return std::nullopt;
+}
 
-  // Step 4: time.
+// Step 4: time (a presigned URL's validity window, or the header form's allowed skew).
+std::optional<AuthError> CheckTime(const ParsedAuth& parsed, const VerifyOptions& options, int64_t now_millis) {
   int64_t request_millis = *ParseAmzDate(parsed.amz_date);
   if (parsed.presigned) {
     // expires_seconds <= 604800 (checked while parsing): no overflow.
@@ -618,38 +615,51 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
                                           FormatAmzDate(now_millis + options.max_skew_millis) + " (" +
                                           FormatAmzDate(now_millis) + " + 15 min.)");
   }
+  return std::nullopt;
+}
 
-  // The payload hash that went into the canonical request.
-  std::string payload_hash;
-  std::string payload_mode;
+// The payload hash that went into the canonical request, and the x-amz-content-sha256 mode the
+// payload reader must honour (empty when the header form sent none outside S3).
+struct PayloadHash {
+  std::string hash;
+  std::string mode;
+};
+
+std::variant<PayloadHash, AuthError> ResolvePayloadHash(const SignableRequest& request, const ParsedAuth& parsed,
+                                                        const VerifyOptions& options,
+                                                        std::optional<std::string_view> body_sha256_hex) {
+  PayloadHash out;
   const std::string* content_sha256 = FindHeader(request.headers, "x-amz-content-sha256");
   if (content_sha256 != nullptr) {
-    payload_hash = std::string(Trim(*content_sha256));
-    if (!IsHex64(payload_hash) && !IsPayloadLiteral(payload_hash)) {
+    out.hash = std::string(Trim(*content_sha256));
+    if (!IsHex64(out.hash) && !IsPayloadLiteral(out.hash)) {
       return Fail(AuthFailure::kBadContentSha256,
                   "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, "
                   "STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid "
                   "sha256 value.");
     }
-    if (!options.s3 && body_sha256_hex && IsHex64(payload_hash) &&
-        ToLower(payload_hash) != ToLower(*body_sha256_hex)) {
+    if (!options.s3 && body_sha256_hex && IsHex64(out.hash) && ToLower(out.hash) != ToLower(*body_sha256_hex)) {
       return Fail(AuthFailure::kBadContentSha256,
                   "The provided 'x-amz-content-sha256' header does not match what was computed.");
     }
-    payload_mode = payload_hash;
+    out.mode = out.hash;
   } else if (options.s3) {
     if (!parsed.presigned) {
       return Fail(AuthFailure::kBadContentSha256, "Missing required header for this request: x-amz-content-sha256");
     }
-    payload_hash = std::string(kUnsignedPayload);
-    payload_mode = payload_hash;
+    out.hash = std::string(kUnsignedPayload);
+    out.mode = out.hash;
   } else if (body_sha256_hex) {
-    payload_hash = std::string(*body_sha256_hex);
+    out.hash = std::string(*body_sha256_hex);
   } else {
-    payload_hash = std::string(kEmptySha256);
+    out.hash = std::string(kEmptySha256);
   }
+  return out;
+}
 
-  // Step 5: signed headers.
+// Step 5: signed headers (host always; X-Amz-Date when the date came from it; every one present).
+std::optional<AuthError> CheckSignedHeaders(const SignableRequest& request, const ParsedAuth& parsed,
+                                            const VerifyOptions& options) {
   auto is_signed = [&parsed](std::string_view name) {
     return std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(), name) != parsed.signed_headers.end();
   };
@@ -664,19 +674,47 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
   }
   for (const std::string& name : parsed.signed_headers) {
     if (name.empty() || name != ToLower(name) || FindHeader(request.headers, name) == nullptr) {
-      AuthError error = Fail(AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3) +
-                                                             " Signed header '" + name +
-                                                             "' is not present in the request.");
-      return error;
+      return Fail(AuthFailure::kBadSignature,
+                  SignatureMismatchMessage(options.s3) + " Signed header '" + name + "' is not present in the request.");
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& request,
+                                                      const CredentialProvider& credentials,
+                                                      const VerifyOptions& options, int64_t now_millis,
+                                                      std::optional<std::string_view> body_sha256_hex) {
+  std::variant<ParsedAuth, AuthError> parse_result = ParseAuth(request, options);
+  if (auto* error = std::get_if<AuthError>(&parse_result)) {
+    return std::move(*error);
+  }
+  ParsedAuth parsed = std::move(std::get<ParsedAuth>(parse_result));
+
+  std::optional<Credential> credential = credentials.Lookup(parsed.access_key_id);
+  if (!credential) {
+    return Fail(AuthFailure::kUnknownKey, options.s3
+                                              ? "The AWS Access Key Id you provided does not exist in our records."
+                                              : "The security token included in the request is invalid.");
+  }
+  if (auto error = CheckSecurityToken(parsed, *credential)) return std::move(*error);
+  if (auto error = CheckScope(parsed, options)) return std::move(*error);
+  if (auto error = CheckTime(parsed, options, now_millis)) return std::move(*error);
+  std::variant<PayloadHash, AuthError> payload = ResolvePayloadHash(request, parsed, options, body_sha256_hex);
+  if (auto* error = std::get_if<AuthError>(&payload)) {
+    return std::move(*error);
+  }
+  PayloadHash& payload_hash = std::get<PayloadHash>(payload);
+  if (auto error = CheckSignedHeaders(request, parsed, options)) return std::move(*error);
 
   // Step 6: the signature.
   std::string scope = Scope(parsed.date, parsed.region, parsed.service);
   std::string signing_key =
       KeyCache().Get(credential->access_key_id, credential->secret_access_key, parsed.date, parsed.region,
                      parsed.service);
-  std::string canonical = CanonicalRequest(request, parsed.signed_headers, payload_hash, options.s3);
+  std::string canonical = CanonicalRequest(request, parsed.signed_headers, payload_hash.hash, options.s3);
   std::string string_to_sign = StringToSign(parsed.amz_date, scope, canonical);
   std::string expected = HexEncode(HmacSha256(signing_key, string_to_sign));
   if (!ConstantTimeEquals(expected, ToLower(parsed.signature))) {
@@ -692,7 +730,7 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
   verified.scope = std::move(scope);
   verified.signing_key = std::move(signing_key);
   verified.seed_signature = std::move(expected);
-  verified.payload_mode = std::move(payload_mode);
+  verified.payload_mode = std::move(payload_hash.mode);
   verified.presigned = parsed.presigned;
   return verified;
 }
