@@ -130,6 +130,189 @@ class OutstandingGuard {
   const InstanceTarget* instance_;
 };
 
+// The ValidationError message when `route` (null: not found) cannot take a synchronous
+// invocation; empty when it can.
+std::string CheckEndpoint(const EndpointRoute* route, const InvokeRequest& request) {
+  if (route == nullptr) {
+    return "Endpoint " + std::string(request.endpoint_name) + " of account " + std::string(request.account_id) +
+           " not found.";
+  }
+  const std::string& status = route->status;
+  if (status != "InService" && status != "Updating" && status != "SystemUpdating" && status != "RollingBack") {
+    return "Endpoint " + route->name + " is not in service.";
+  }
+  if (route->async) {
+    return "Endpoint " + route->name + " is configured for asynchronous inference; call InvokeEndpointAsync instead.";
+  }
+  return {};
+}
+
+// The invocation headers Kiln reads (runtime-api.md §3.1); null when absent.
+struct InvokeHeaders {
+  const std::string* content_type;
+  const std::string* accept;
+  const std::string* custom_attributes;
+  const std::string* target_model;
+  const std::string* target_variant;
+  const std::string* target_container;
+  const std::string* inference_id;
+  const std::string* explanations;
+  const std::string* component;
+  const std::string* session_id;
+};
+
+InvokeHeaders ReadInvokeHeaders(const HeaderMap& in) {
+  return InvokeHeaders{FindHeader(in, "Content-Type"),
+                       FindHeader(in, "Accept"),
+                       FindHeader(in, "X-Amzn-SageMaker-Custom-Attributes"),
+                       FindHeader(in, "X-Amzn-SageMaker-Target-Model"),
+                       FindHeader(in, "X-Amzn-SageMaker-Target-Variant"),
+                       FindHeader(in, "X-Amzn-SageMaker-Target-Container-Hostname"),
+                       FindHeader(in, "X-Amzn-SageMaker-Inference-Id"),
+                       FindHeader(in, "X-Amzn-SageMaker-Enable-Explanations"),
+                       FindHeader(in, "X-Amzn-SageMaker-Inference-Component"),
+                       FindHeader(in, "X-Amzn-SageMaker-Session-Id")};
+}
+
+// The ValidationError message for the first header that breaks its constraint or asks for what
+// `route` does not offer; empty when all are acceptable.
+std::string CheckInvokeHeaders(const InvokeHeaders& h, const EndpointRoute& route) {
+  for (std::string m : {CheckLength(h.content_type, "contentType", 0, 1024), CheckLength(h.accept, "accept", 0, 1024),
+                        CheckLength(h.custom_attributes, "customAttributes", 0, 1024),
+                        CheckLength(h.target_model, "targetModel", 1, 1024),
+                        CheckLength(h.target_variant, "targetVariant", 0, 63),
+                        CheckLength(h.target_container, "targetContainerHostname", 0, 63),
+                        CheckLength(h.inference_id, "inferenceId", 1, 64),
+                        CheckLength(h.explanations, "enableExplanations", 1, 64),
+                        CheckLength(h.component, "inferenceComponentName", 0, 63),
+                        CheckLength(h.session_id, "sessionId", 1, 256)}) {
+    if (!m.empty()) return m;
+  }
+  if ((h.content_type && !AllAscii(*h.content_type)) || (h.accept && !AllAscii(*h.accept))) {
+    return h.content_type && !AllAscii(*h.content_type)
+               ? ConstraintError(*h.content_type, "contentType", "Member must satisfy regular expression pattern: \\p{ASCII}*")
+               : ConstraintError(*h.accept, "accept", "Member must satisfy regular expression pattern: \\p{ASCII}*");
+  }
+  if (h.custom_attributes && !AllAscii(*h.custom_attributes)) {
+    return ConstraintError(*h.custom_attributes, "customAttributes",
+                           "Member must satisfy regular expression pattern: \\p{ASCII}*");
+  }
+  if (h.target_variant && !h.target_variant->empty() && !IsResourceName(*h.target_variant)) {
+    return ConstraintError(*h.target_variant, "targetVariant",
+                           "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*");
+  }
+  if (h.target_model && !AllPrintable(*h.target_model)) {
+    return ConstraintError(*h.target_model, "targetModel", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
+  }
+  if (h.inference_id && (!AllPrintable(*h.inference_id) || h.inference_id->front() == ' ')) {
+    return ConstraintError(*h.inference_id, "inferenceId", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
+  }
+  if (h.session_id && !AllPrintable(*h.session_id)) {
+    return ConstraintError(*h.session_id, "sessionId", "Member must satisfy regular expression pattern: ^(NEW_SESSION)$|^[a-zA-Z0-9](-*[a-zA-Z0-9])*$");
+  }
+  if (h.component != nullptr) {
+    return "Inference components are not supported by this Kiln version (X-Amzn-SageMaker-Inference-Component).";
+  }
+  if (h.target_model != nullptr && !route.multi_model) {
+    return "Endpoint " + route.name + " is not a multi-model endpoint; remove TargetModel (" +
+           "X-Amzn-SageMaker-Target-Model) or invoke a multi-model endpoint.";
+  }
+  if (h.target_container != nullptr) {
+    return "Endpoint " + route.name +
+           " is not a multi-container endpoint with Direct invocation; remove TargetContainerHostname.";
+  }
+  return {};
+}
+
+// Only serving-contract §5.3's headers go to the container (the rest, signature included, stays
+// here). The map is rebuilt per request; its nodes are the only allocations besides the response.
+HeaderMap ForwardHeaders(const InvokeHeaders& h, std::string_view request_id) {
+  HeaderMap forward;
+  forward.emplace("Content-Type", h.content_type != nullptr ? *h.content_type : std::string(kOctetStream));
+  if (h.accept != nullptr) forward.emplace("Accept", *h.accept);
+  if (h.custom_attributes != nullptr) forward.emplace("X-Amzn-SageMaker-Custom-Attributes", *h.custom_attributes);
+  if (h.target_model != nullptr) forward.emplace("X-Amzn-SageMaker-Target-Model", *h.target_model);
+  if (h.inference_id != nullptr) forward.emplace("X-Amzn-SageMaker-Inference-Id", *h.inference_id);
+  if (h.session_id != nullptr) forward.emplace("X-Amzn-SageMaker-Session-Id", *h.session_id);
+  forward.emplace("X-Amzn-RequestId", std::string(request_id));
+  return forward;
+}
+
+// 503 for a variant with no instance to take the call; `why` (may be empty) follows "the request".
+aws::AwsError NoHealthyInstance(const EndpointRoute& route, const VariantRoute& variant, const std::string& why) {
+  return aws::AwsError("ServiceUnavailable",
+                       "Endpoint " + route.name + " has no healthy instance in production variant " + variant.name +
+                           " to serve the request" + why + ". Try again later.",
+                       503);
+}
+
+// The ModelError for a call that got no answer (`error`), or whose answer was too large.
+aws::AwsError ModelCallError(const Status& error, const InstanceTarget& instance, const VariantRoute& variant,
+                             const EndpointRoute& route) {
+  std::string_view container = ContainerName(instance);
+  aws::AwsError model_error("ModelError", "", 424);
+  if (instance.failure.cancelled()) {
+    // Declared failed while the request was in flight (the call was cut, or the connection
+    // died with the instance): the container may have processed it, so it is not resent.
+    std::string text = "The instance " + instance.instance_id + " serving variant " + variant.name +
+                       " failed while the request was in flight: " + instance.failure.reason();
+    std::string what(Utf8Prefix(text, kMaxOriginalMessage));
+    model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" + what +
+                          "\". See the endpoint's log group for more information.";
+    model_error.With("OriginalMessage", what);
+  } else if (error.code() == StatusCode::kDeadlineExceeded) {
+    model_error.message = "Your invocation timed out while waiting for a response from container " +
+                          std::string(container) +
+                          ". Review the latency metrics for each container, resolve the issue, and try again.";
+  } else {
+    std::string_view reason = error.message();
+    if (error.code() == StatusCode::kResourceExhausted) {
+      reason = "Response body exceeded the maximum response size of 6291456 bytes";
+    }
+    model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
+                          std::string(reason) + "\".";
+    model_error.With("OriginalMessage", std::string(Utf8Prefix(reason, kMaxOriginalMessage)));
+  }
+  model_error.fields.insert(model_error.fields.begin(), {"LogStreamArn", route.log_group_arn});
+  model_error.fields.insert(model_error.fields.begin(), {"ErrorCode", "SERVER_ERROR_FROM_MODEL"});
+  model_error.WithInt("OriginalStatusCode", 0);
+  return model_error;
+}
+
+// The ModelError for a container's non-2xx answer.
+aws::AwsError ModelStatusError(const net::ClientResponse& answer, const InstanceTarget& instance,
+                               const EndpointRoute& route) {
+  bool client_error = answer.status >= 400 && answer.status < 500;
+  std::string_view original = Utf8Prefix(answer.body, kMaxOriginalMessage);
+  aws::AwsError model_error("ModelError", "", 424);
+  model_error.message = std::string(client_error ? "Received client error (" : "Received server error (") +
+                        std::to_string(answer.status) + ") from " + std::string(ContainerName(instance)) +
+                        " with message \"" + std::string(original) +
+                        "\". See the endpoint's log group for more information.";
+  model_error.With("ErrorCode", client_error ? "CLIENT_ERROR_FROM_MODEL" : "SERVER_ERROR_FROM_MODEL")
+      .With("LogStreamArn", route.log_group_arn)
+      .With("OriginalMessage", std::string(original))
+      .WithInt("OriginalStatusCode", answer.status);
+  return model_error;
+}
+
+// The container's 2xx answer, passed on with the headers the runtime API returns.
+void SendAnswer(net::ResponseWriter& response, const net::ClientResponse& answer, const VariantRoute& variant,
+                std::string_view request_id) {
+  HeaderMap out;
+  const std::string* answer_type = FindHeader(answer.headers, "Content-Type");
+  out.emplace("Content-Type", answer_type != nullptr ? *answer_type : std::string(kOctetStream));
+  for (std::string_view name : {"X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-New-Session-Id",
+                                "X-Amzn-SageMaker-Closed-Session-Id"}) {
+    if (const std::string* value = FindHeader(answer.headers, name)) out.emplace(std::string(name), *value);
+  }
+  out.emplace("x-Amzn-Invoked-Production-Variant", variant.name);
+  out.emplace("x-amzn-RequestId", std::string(request_id));
+  if (response.Start(200, out, answer.body.size()).ok() && response.Write(answer.body).ok()) {
+    (void)response.Finish();
+  }
+}
+
 }  // namespace
 
 uint64_t ThreadRandom() { return ThreadRng().Next(); }
@@ -221,19 +404,8 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
 
   // 1. The endpoint (one snapshot load; held until we return).
   std::shared_ptr<const EndpointRoute> route = routes_->Find(request.endpoint_name);
-  if (route == nullptr) {
-    validation("Endpoint " + std::string(request.endpoint_name) + " of account " + std::string(request.account_id) +
-               " not found.");
-    return;
-  }
-  const std::string& status = route->status;
-  if (status != "InService" && status != "Updating" && status != "SystemUpdating" && status != "RollingBack") {
-    validation("Endpoint " + route->name + " is not in service.");
-    return;
-  }
-  if (route->async) {
-    validation("Endpoint " + route->name +
-               " is configured for asynchronous inference; call InvokeEndpointAsync instead.");
+  if (std::string m = CheckEndpoint(route.get(), request); !m.empty()) {
+    validation(std::move(m));
     return;
   }
   if (request.body.size() > options_.max_request_body_bytes) {
@@ -243,83 +415,22 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
   }
 
   // 2. Headers.
-  const std::string* content_type = FindHeader(in, "Content-Type");
-  const std::string* accept = FindHeader(in, "Accept");
-  const std::string* custom_attributes = FindHeader(in, "X-Amzn-SageMaker-Custom-Attributes");
-  const std::string* target_model = FindHeader(in, "X-Amzn-SageMaker-Target-Model");
-  const std::string* target_variant = FindHeader(in, "X-Amzn-SageMaker-Target-Variant");
-  const std::string* target_container = FindHeader(in, "X-Amzn-SageMaker-Target-Container-Hostname");
-  const std::string* inference_id = FindHeader(in, "X-Amzn-SageMaker-Inference-Id");
-  const std::string* explanations = FindHeader(in, "X-Amzn-SageMaker-Enable-Explanations");
-  const std::string* component = FindHeader(in, "X-Amzn-SageMaker-Inference-Component");
-  const std::string* session_id = FindHeader(in, "X-Amzn-SageMaker-Session-Id");
-  for (std::string m : {CheckLength(content_type, "contentType", 0, 1024), CheckLength(accept, "accept", 0, 1024),
-                        CheckLength(custom_attributes, "customAttributes", 0, 1024),
-                        CheckLength(target_model, "targetModel", 1, 1024),
-                        CheckLength(target_variant, "targetVariant", 0, 63),
-                        CheckLength(target_container, "targetContainerHostname", 0, 63),
-                        CheckLength(inference_id, "inferenceId", 1, 64),
-                        CheckLength(explanations, "enableExplanations", 1, 64),
-                        CheckLength(component, "inferenceComponentName", 0, 63),
-                        CheckLength(session_id, "sessionId", 1, 256)}) {
-    if (!m.empty()) {
-      validation(std::move(m));
-      return;
-    }
-  }
-  if ((content_type && !AllAscii(*content_type)) || (accept && !AllAscii(*accept))) {
-    validation(content_type && !AllAscii(*content_type)
-                   ? ConstraintError(*content_type, "contentType", "Member must satisfy regular expression pattern: \\p{ASCII}*")
-                   : ConstraintError(*accept, "accept", "Member must satisfy regular expression pattern: \\p{ASCII}*"));
-    return;
-  }
-  if (custom_attributes && !AllAscii(*custom_attributes)) {
-    validation(ConstraintError(*custom_attributes, "customAttributes",
-                               "Member must satisfy regular expression pattern: \\p{ASCII}*"));
-    return;
-  }
-  if (target_variant && !target_variant->empty() && !IsResourceName(*target_variant)) {
-    validation(ConstraintError(*target_variant, "targetVariant",
-                               "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*"));
-    return;
-  }
-  if (target_model && !AllPrintable(*target_model)) {
-    validation(ConstraintError(*target_model, "targetModel", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z"));
-    return;
-  }
-  if (inference_id && (!AllPrintable(*inference_id) || inference_id->front() == ' ')) {
-    validation(ConstraintError(*inference_id, "inferenceId", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z"));
-    return;
-  }
-  if (session_id && !AllPrintable(*session_id)) {
-    validation(ConstraintError(*session_id, "sessionId", "Member must satisfy regular expression pattern: ^(NEW_SESSION)$|^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"));
-    return;
-  }
-  if (component != nullptr) {
-    validation("Inference components are not supported by this Kiln version (X-Amzn-SageMaker-Inference-Component).");
-    return;
-  }
-  if (target_model != nullptr && !route->multi_model) {
-    validation("Endpoint " + route->name + " is not a multi-model endpoint; remove TargetModel (" +
-               "X-Amzn-SageMaker-Target-Model) or invoke a multi-model endpoint.");
-    return;
-  }
-  if (target_container != nullptr) {
-    validation("Endpoint " + route->name +
-               " is not a multi-container endpoint with Direct invocation; remove TargetContainerHostname.");
+  const InvokeHeaders headers = ReadInvokeHeaders(in);
+  if (std::string m = CheckInvokeHeaders(headers, *route); !m.empty()) {
+    validation(std::move(m));
     return;
   }
 
   // 3. The variant.
-  std::string_view wanted = target_variant != nullptr ? std::string_view(*target_variant) : std::string_view();
+  std::string_view wanted =
+      headers.target_variant != nullptr ? std::string_view(*headers.target_variant) : std::string_view();
   const VariantRoute* variant = PickVariant(*route, wanted, ThreadUniform());
   if (variant == nullptr) {
-    if (!wanted.empty()) {
-      validation("Endpoint " + route->name + " does not have a production variant named " + std::string(wanted) + ".");
-    } else {
-      validation("Endpoint " + route->name +
-                 " has no production variant with a weight greater than 0; set TargetVariant or update the weights.");
-    }
+    validation(!wanted.empty() ? "Endpoint " + route->name + " does not have a production variant named " +
+                                     std::string(wanted) + "."
+                               : "Endpoint " + route->name +
+                                     " has no production variant with a weight greater than 0; set TargetVariant or "
+                                     "update the weights.");
     return;
   }
 
@@ -337,29 +448,14 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
   // 4. The instance.
   const InstanceTarget* instance = PickInstance(*variant, nullptr);
   if (instance == nullptr) {
-    SendError(response,
-              aws::AwsError("ServiceUnavailable",
-                            "Endpoint " + route->name + " has no healthy instance in production variant " +
-                                variant->name + " to serve the request. Try again later.",
-                            503),
-              request.request_id);
+    SendError(response, NoHealthyInstance(*route, *variant, ""), request.request_id);
     sample.reached_model = false;
     record();
     return;
   }
 
-  // 5. The call. Forward only serving-contract §5.3's headers (the rest, signature included,
-  // stays here). The map is rebuilt per request; its nodes are the only allocations besides the
-  // response.
-  HeaderMap forward;
-  forward.emplace("Content-Type", content_type != nullptr ? *content_type : std::string(kOctetStream));
-  if (accept != nullptr) forward.emplace("Accept", *accept);
-  if (custom_attributes != nullptr) forward.emplace("X-Amzn-SageMaker-Custom-Attributes", *custom_attributes);
-  if (target_model != nullptr) forward.emplace("X-Amzn-SageMaker-Target-Model", *target_model);
-  if (inference_id != nullptr) forward.emplace("X-Amzn-SageMaker-Inference-Id", *inference_id);
-  if (session_id != nullptr) forward.emplace("X-Amzn-SageMaker-Session-Id", *session_id);
-  forward.emplace("X-Amzn-RequestId", std::string(request.request_id));
-
+  // 5. The call.
+  HeaderMap forward = ForwardHeaders(headers, request.request_id);
   net::ClientRequest call;
   call.method = "POST";
   call.target = "/invocations";
@@ -394,11 +490,8 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
     // was published: the same as having no instance (503, which botocore retries; by then the
     // snapshot without it is out).
     SendError(response,
-              aws::AwsError("ServiceUnavailable",
-                            "Endpoint " + route->name + " has no healthy instance in production variant " +
-                                variant->name + " to serve the request (instance " + instance->instance_id +
-                                " failed: " + instance->failure.reason() + "). Try again later.",
-                            503),
+              NoHealthyInstance(*route, *variant,
+                                " (instance " + instance->instance_id + " failed: " + instance->failure.reason() + ")"),
               request.request_id);
     sample.reached_model = false;
     record();
@@ -406,75 +499,20 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
   }
 
   // 6. The answer.
-  std::string_view container = ContainerName(*instance);
   if (result.ok() && result->body.size() > options_.max_response_body_bytes) {
     result = Status::ResourceExhausted("the response body is larger than " +
                                        std::to_string(options_.max_response_body_bytes) + " bytes");
   }
   if (!result.ok()) {
-    const Status& error = result.status();
     sample.model_error = true;
-    aws::AwsError model_error("ModelError", "", 424);
-    if (instance->failure.cancelled()) {
-      // Declared failed while the request was in flight (the call was cut, or the connection
-      // died with the instance): the container may have processed it, so it is not resent.
-      std::string text = "The instance " + instance->instance_id + " serving variant " + variant->name +
-                         " failed while the request was in flight: " + instance->failure.reason();
-      std::string what(Utf8Prefix(text, kMaxOriginalMessage));
-      model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
-                            what + "\". See the endpoint's log group for more information.";
-      model_error.With("OriginalMessage", what);
-    } else if (error.code() == StatusCode::kDeadlineExceeded) {
-      model_error.message = "Your invocation timed out while waiting for a response from container " +
-                            std::string(container) +
-                            ". Review the latency metrics for each container, resolve the issue, and try again.";
-    } else {
-      std::string_view reason = error.message();
-      if (error.code() == StatusCode::kResourceExhausted) {
-        reason = "Response body exceeded the maximum response size of 6291456 bytes";
-      }
-      model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
-                            std::string(reason) + "\".";
-      model_error.With("OriginalMessage", std::string(Utf8Prefix(reason, kMaxOriginalMessage)));
-    }
-    model_error.fields.insert(model_error.fields.begin(), {"LogStreamArn", route->log_group_arn});
-    model_error.fields.insert(model_error.fields.begin(), {"ErrorCode", "SERVER_ERROR_FROM_MODEL"});
-    model_error.WithInt("OriginalStatusCode", 0);
-    SendError(response, model_error, request.request_id);
-    record();
-    return;
-  }
-
-  net::ClientResponse& answer = *result;
-  sample.model_status = answer.status;
-  if (answer.status < 200 || answer.status > 299) {
+    SendError(response, ModelCallError(result.status(), *instance, *variant, *route), request.request_id);
+  } else if (result->status < 200 || result->status > 299) {
+    sample.model_status = result->status;
     sample.model_error = true;
-    bool client_error = answer.status >= 400 && answer.status < 500;
-    std::string_view original = Utf8Prefix(answer.body, kMaxOriginalMessage);
-    aws::AwsError model_error("ModelError", "", 424);
-    model_error.message = std::string(client_error ? "Received client error (" : "Received server error (") +
-                          std::to_string(answer.status) + ") from " + std::string(container) + " with message \"" +
-                          std::string(original) + "\". See the endpoint's log group for more information.";
-    model_error.With("ErrorCode", client_error ? "CLIENT_ERROR_FROM_MODEL" : "SERVER_ERROR_FROM_MODEL")
-        .With("LogStreamArn", route->log_group_arn)
-        .With("OriginalMessage", std::string(original))
-        .WithInt("OriginalStatusCode", answer.status);
-    SendError(response, model_error, request.request_id);
-    record();
-    return;
-  }
-
-  HeaderMap out;
-  const std::string* answer_type = FindHeader(answer.headers, "Content-Type");
-  out.emplace("Content-Type", answer_type != nullptr ? *answer_type : std::string(kOctetStream));
-  for (std::string_view name : {"X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-New-Session-Id",
-                                "X-Amzn-SageMaker-Closed-Session-Id"}) {
-    if (const std::string* value = FindHeader(answer.headers, name)) out.emplace(std::string(name), *value);
-  }
-  out.emplace("x-Amzn-Invoked-Production-Variant", variant->name);
-  out.emplace("x-amzn-RequestId", std::string(request.request_id));
-  if (response.Start(200, out, answer.body.size()).ok() && response.Write(answer.body).ok()) {
-    (void)response.Finish();
+    SendError(response, ModelStatusError(*result, *instance, *route), request.request_id);
+  } else {
+    sample.model_status = result->status;
+    SendAnswer(response, *result, *variant, request.request_id);
   }
   record();
 }
