@@ -3,6 +3,7 @@
 #include <memory>
 #include <set>
 
+#include "api/definition_operations.h"
 #include "api/endpoints.h"
 #include "api/inference_common.h"
 #include "base/strings.h"
@@ -90,52 +91,20 @@ json RenderEndpointConfig(const store::DefinitionRecord& record) {
 }
 
 void RegisterEndpointConfigOperations(JsonService* service, const EndpointsContext& context) {
-  auto ctx = std::make_shared<EndpointsContext>(context);
-  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
-  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
-                                                               store::DefinitionRepository::Kind::kEndpointConfig);
-  auto tags = std::make_shared<store::TagRepository>(context.database);
-
-  service->Register("CreateEndpointConfig",
-                    [ctx, models, configs, tags](const aws::RequestContext&, const json& in) -> JsonOutcome {
-                      if (auto error = CheckCreateEndpointConfig(*ctx, *models, in)) return *error;
-                      store::DefinitionRecord record;
-                      record.name = in["EndpointConfigName"].get<std::string>();
-                      record.arn = EndpointConfigArn(*ctx, record.name);
-                      record.request = in;
-                      record.request.erase("Tags");
-                      record.creation_millis = NowMillis(*ctx);
-                      Status inserted = configs->Insert(record);
-                      if (inserted.IsAlreadyExists()) {
-                        return Validation("Cannot create already existing endpoint configuration \"" +
-                                          inserted.message() + "\".");
-                      }
-                      if (!inserted.ok()) return Internal(inserted);
-                      StoreCreateTags(*tags, record.arn, in);
-                      return json{{"EndpointConfigArn", record.arn}};
-                    });
-
-  service->Register("DescribeEndpointConfig", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointConfigName"].get<std::string>();
-    auto record = configs->Get(name);
-    if (record.status().IsNotFound()) return EndpointConfigNotFound(*ctx, name);
-    if (!record.ok()) return Internal(record.status());
-    return RenderEndpointConfig(*record);
-  });
-
-  service->Register("ListEndpointConfigs", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    auto listed = ListDefinitions(*configs, *ctx, in, "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn");
-    if (auto* error = std::get_if<aws::AwsError>(&listed)) return *error;
-    return std::get<json>(std::move(listed));
-  });
-
-  // Allowed while endpoints use the configuration: their deployments hold a copy (§8.4).
-  service->Register("DeleteEndpointConfig", [ctx, configs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointConfigName"].get<std::string>();
-    Status deleted = configs->Delete(name);
-    if (deleted.IsNotFound()) return EndpointConfigNotFound(*ctx, name);
-    if (!deleted.ok()) return Internal(deleted);
-    return json::object();
+  static constexpr DefinitionKind kEndpointConfigs{store::DefinitionRepository::Kind::kEndpointConfig,
+                                                   "EndpointConfig",
+                                                   "EndpointConfigName",
+                                                   "EndpointConfigArn",
+                                                   "EndpointConfigs",
+                                                   "endpoint configuration",
+                                                   EndpointConfigArn,
+                                                   EndpointConfigNotFound,
+                                                   RenderEndpointConfig};
+  // Its check reads the models the variants name.
+  auto models =
+      std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
+  RegisterDefinitionOperations(service, context, kEndpointConfigs, [context, models](const json& in) {
+    return CheckCreateEndpointConfig(context, *models, in);
   });
 }
 

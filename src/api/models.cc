@@ -1,6 +1,7 @@
 // CreateModel, DescribeModel, ListModels, DeleteModel (spec/control-plane-api.md §8.3).
 #include <memory>
 
+#include "api/definition_operations.h"
 #include "api/endpoints.h"
 #include "api/inference_common.h"
 #include "base/strings.h"
@@ -67,50 +68,16 @@ json RenderModel(const store::DefinitionRecord& record) {
 }
 
 void RegisterModelOperations(JsonService* service, const EndpointsContext& context) {
-  auto ctx = std::make_shared<EndpointsContext>(context);
-  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
-  auto tags = std::make_shared<store::TagRepository>(context.database);
-
-  service->Register("CreateModel", [ctx, models, tags](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    if (auto error = CheckCreateModel(in)) return *error;
-    store::DefinitionRecord record;
-    record.name = in["ModelName"].get<std::string>();
-    record.arn = ModelArn(*ctx, record.name);
-    record.request = in;
-    record.request.erase("Tags");  // kept in the tag table
-    record.creation_millis = NowMillis(*ctx);
-    Status inserted = models->Insert(record);
-    if (inserted.IsAlreadyExists()) {
-      // The SageMaker SDK tests for this text and reuses the model (§7).
-      return Validation("Cannot create already existing model \"" + inserted.message() + "\".");
-    }
-    if (!inserted.ok()) return Internal(inserted);
-    StoreCreateTags(*tags, record.arn, in);
-    return json{{"ModelArn", record.arn}};
-  });
-
-  service->Register("DescribeModel", [ctx, models](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["ModelName"].get<std::string>();
-    auto record = models->Get(name);
-    if (record.status().IsNotFound()) return ModelNotFound(*ctx, name);
-    if (!record.ok()) return Internal(record.status());
-    return RenderModel(*record);
-  });
-
-  service->Register("ListModels", [ctx, models](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    auto listed = ListDefinitions(*models, *ctx, in, "Models", "ModelName", "ModelArn");
-    if (auto* error = std::get_if<aws::AwsError>(&listed)) return *error;
-    return std::get<json>(std::move(listed));
-  });
-
-  // Allowed while endpoints use the model: their deployments hold a copy (§8.3).
-  service->Register("DeleteModel", [ctx, models](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["ModelName"].get<std::string>();
-    Status deleted = models->Delete(name);
-    if (deleted.IsNotFound()) return ModelNotFound(*ctx, name);
-    if (!deleted.ok()) return Internal(deleted);
-    return json::object();
-  });
+  static constexpr DefinitionKind kModels{store::DefinitionRepository::Kind::kModel,
+                                          "Model",
+                                          "ModelName",
+                                          "ModelArn",
+                                          "Models",
+                                          "model",
+                                          ModelArn,
+                                          ModelNotFound,
+                                          RenderModel};
+  RegisterDefinitionOperations(service, context, kModels, CheckCreateModel);
 }
 
 }  // namespace kiln::api
