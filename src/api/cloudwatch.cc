@@ -230,6 +230,201 @@ std::optional<json> DecodeToken(const std::string& token) {
 
 std::string EncodeToken(const json& token) { return Base64Encode(token.dump()); }
 
+// One PutMetricData datum `d`, reported as parameter `p` in errors; `now` is the default and
+// the reference for the accepted timestamp range.
+std::variant<observe::MetricDatum, aws::AwsError> ReadDatum(const std::string& p, const json& datum_json, int64_t now) {
+  const json* d = &datum_json;
+  observe::MetricDatum datum;
+  datum.name = d->value("MetricName", "");
+  auto dims = ParseDimensions(*d, p + ".Dimensions");
+  if (auto* e = std::get_if<aws::AwsError>(&dims)) return *e;
+  datum.dimensions = std::move(std::get<observe::Dimensions>(dims));
+  datum.timestamp_millis = now;
+  if (Present(*d, "Timestamp")) {
+    auto t = TimestampMillis((*d)["Timestamp"]);
+    if (!t) return InvalidValue("The parameter " + p + ".Timestamp is not a valid timestamp.");
+    if (*t < now - 14 * kDay) {
+      return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two weeks in the past.");
+    }
+    if (*t > now + 2 * kHour) {
+      return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two hours in the future.");
+    }
+    datum.timestamp_millis = *t;
+  }
+  const bool has_value = Present(*d, "Value");
+  const bool has_values = Present(*d, "Values") && !(*d)["Values"].empty();
+  const bool has_counts = Present(*d, "Counts") && !(*d)["Counts"].empty();
+  const bool has_stats = Present(*d, "StatisticValues");
+  if (has_value + has_values + has_stats > 1) {
+    std::string first = has_value ? "Value" : "Values";
+    std::string second = has_stats ? "StatisticValues" : "Values";
+    return Combination("The parameters " + p + "." + first + " and " + p + "." + second +
+                       " are mutually exclusive and you have specified both.");
+  }
+  if (!has_value && !has_values && !has_stats) {
+    return Missing("The parameter " + p + ".Value, " + p + ".Values or " + p + ".StatisticValues is required.");
+  }
+  if (has_counts && !has_values) {
+    return Combination("The parameter " + p + ".Counts can only be specified with " + p + ".Values.");
+  }
+  if (has_value) {
+    double v = (*d)["Value"].get<double>();
+    if (!ValueInRange(v)) return BadNumber(v, p + ".Value");
+    datum.value = v;
+  } else if (has_values) {
+    const json& values = (*d)["Values"];
+    if (values.size() > kMaxValues) {
+      return InvalidValue("The collection " + p + ".Values must not have a size greater than " +
+                          std::to_string(kMaxValues) + " (it has " + std::to_string(values.size()) + ").");
+    }
+    if (has_counts && (*d)["Counts"].size() != values.size()) {
+      return InvalidValue("The parameters " + p + ".Values and " + p + ".Counts must be of the same size (" +
+                          std::to_string(values.size()) + " and " + std::to_string((*d)["Counts"].size()) + ").");
+    }
+    std::map<double, double> merged;
+    for (size_t i = 0; i < values.size(); ++i) {
+      double v = values[i].get<double>();
+      if (!ValueInRange(v)) return BadNumber(v, p + ".Values.member." + std::to_string(i + 1));
+      double c = has_counts ? (*d)["Counts"][i].get<double>() : 1.0;
+      if (!std::isfinite(c) || c <= 0 || c > kMaxMagnitude) {
+        return InvalidValue("The value " + FormatNumber(c) + " for parameter " + p + ".Counts.member." +
+                            std::to_string(i + 1) + " is invalid: counts must be positive numbers.");
+      }
+      merged[v == 0 ? 0.0 : v] += c;
+    }
+    datum.values_counts.assign(merged.begin(), merged.end());
+  } else {
+    const json& s = (*d)["StatisticValues"];
+    observe::StatisticSet set;
+    set.sample_count = s["SampleCount"].get<double>();
+    set.sum = s["Sum"].get<double>();
+    set.minimum = s["Minimum"].get<double>();
+    set.maximum = s["Maximum"].get<double>();
+    for (auto [name, v] : {std::pair<const char*, double>{"SampleCount", set.sample_count},
+                           {"Sum", set.sum}, {"Minimum", set.minimum}, {"Maximum", set.maximum}}) {
+      if (!ValueInRange(v)) return BadNumber(v, p + ".StatisticValues." + name);
+    }
+    if (set.sample_count <= 0) {
+      return InvalidValue("The value " + FormatNumber(set.sample_count) + " for parameter " + p +
+                          ".StatisticValues.SampleCount is invalid: it must be greater than 0.");
+    }
+    if (set.minimum > set.maximum) {
+      return InvalidValue("The parameter " + p + ".StatisticValues.Minimum must be less than or equal to " + p +
+                          ".StatisticValues.Maximum.");
+    }
+    datum.statistics = set;
+  }
+  datum.unit = d->value("Unit", "");
+  if (Present(*d, "StorageResolution")) {
+    int64_t r = (*d)["StorageResolution"].get<int64_t>();
+    if (r != 1 && r != 60) {
+      return InvalidValue("The value " + std::to_string(r) + " for parameter " + p +
+                          ".StorageResolution is invalid: valid values are 1 and 60.");
+    }
+    datum.storage_resolution = static_cast<int>(r);
+  }
+  return datum;
+}
+
+// One returned GetMetricData result: its points in the order answered.
+struct Series {
+  std::string id;
+  std::string label;
+  std::vector<std::pair<int64_t, double>> points;
+};
+
+// Evaluates every expression (id → text) into `values`, each once, in dependency order (a
+// reference cycle is refused); `values` holds the metric stats' series on entry.
+std::optional<aws::AwsError> EvaluateExpressions(const std::map<std::string, std::string>& expressions,
+                                                 std::map<std::string, MathValue>& values) {
+  std::set<std::string> evaluating;
+  std::function<std::optional<aws::AwsError>(const std::string&)> evaluate =
+      [&](const std::string& id) -> std::optional<aws::AwsError> {
+    if (values.count(id) > 0) return std::nullopt;
+    if (!evaluating.insert(id).second) {
+      return aws::AwsError("ValidationError", "Error in expression " + id + " [it refers to itself through other "
+                                                  "expressions]");
+    }
+    // An error in an expression this one refers to is answered as it is, not wrapped again.
+    std::optional<aws::AwsError> referenced_error;
+    auto result = EvaluateMath(expressions.at(id), [&](const std::string& ref) -> std::variant<const MathValue*, std::string> {
+      if (values.count(ref) == 0 && expressions.count(ref) > 0) {
+        if (auto e = evaluate(ref)) {
+          if (!referenced_error) referenced_error = e;
+          return e->message;
+        }
+      }
+      auto it = values.find(ref);
+      if (it == values.end()) return "Unknown id " + ref;
+      return &it->second;
+    });
+    if (auto* message = std::get_if<std::string>(&result)) {
+      if (referenced_error && referenced_error->message == *message) return referenced_error;
+      return aws::AwsError("ValidationError", "Error in expression " + id + " [" + *message + "]");
+    }
+    values[id] = std::get<MathValue>(std::move(result));
+    return std::nullopt;
+  };
+  for (const auto& [id, text] : expressions) {
+    if (auto e = evaluate(id)) return e;
+  }
+  return std::nullopt;
+}
+
+// GetMetricData's answer: at most `max_datapoints` points over all `results`, from where the
+// request's NextToken left off. The token holds each result's offset and a digest of the request
+// it belongs to.
+JsonOutcome PageMetricData(const json& in, const std::vector<Series>& results, int64_t max_datapoints) {
+  const std::string digest = Canonical(in);
+  std::vector<int64_t> offsets(results.size(), 0);
+  if (Present(in, "NextToken")) {
+    auto token = DecodeToken(in["NextToken"].get<std::string>());
+    bool valid = token && token->value("h", "") == digest && token->contains("o") && (*token)["o"].is_array() &&
+                 (*token)["o"].size() == results.size();
+    if (valid) {
+      for (size_t i = 0; i < results.size(); ++i) {
+        const json& o = (*token)["o"][i];
+        valid = valid && o.is_number_integer() && o.get<int64_t>() >= 0 &&
+                o.get<int64_t>() <= static_cast<int64_t>(results[i].points.size());
+        if (valid) offsets[i] = o.get<int64_t>();
+      }
+    }
+    if (!valid) {
+      return aws::AwsError("InvalidNextToken",
+                           "The NextToken is invalid: it does not belong to this request (pass the same queries, "
+                           "times and options as the call that returned it).");
+    }
+  }
+  int64_t budget = max_datapoints;
+  bool more = false;
+  json out_results = json::array();
+  std::vector<int64_t> next = offsets;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Series& s = results[i];
+    const int64_t total = static_cast<int64_t>(s.points.size());
+    const int64_t take = std::min(total - offsets[i], budget);
+    json timestamps = json::array();
+    json values = json::array();
+    for (int64_t k = offsets[i]; k < offsets[i] + take; ++k) {
+      timestamps.push_back(Seconds(s.points[static_cast<size_t>(k)].first));
+      values.push_back(s.points[static_cast<size_t>(k)].second);
+    }
+    budget -= take;
+    next[i] = offsets[i] + take;
+    const bool complete = next[i] == total;
+    more = more || !complete;
+    out_results.push_back(json{{"Id", s.id},
+                               {"Label", s.label},
+                               {"Timestamps", std::move(timestamps)},
+                               {"Values", std::move(values)},
+                               {"StatusCode", complete ? "Complete" : "PartialData"},
+                               {"Messages", json::array()}});
+  }
+  json out = {{"MetricDataResults", std::move(out_results)}, {"Messages", json::array()}};
+  if (more) out["NextToken"] = EncodeToken(json{{"h", digest}, {"o", next}});
+  return out;
+}
+
 }  // namespace
 
 CloudWatch::CloudWatch(CloudWatchOptions options) : options_(std::move(options)) {}
@@ -420,96 +615,9 @@ JsonOutcome CloudWatch::PutMetricData(const json& in) const {
   std::vector<observe::MetricDatum> batch;
   batch.reserve(data.size());
   for (const auto& [p, d] : data) {
-    observe::MetricDatum datum;
-    datum.name = d->value("MetricName", "");
-    auto dims = ParseDimensions(*d, p + ".Dimensions");
-    if (auto* e = std::get_if<aws::AwsError>(&dims)) return *e;
-    datum.dimensions = std::move(std::get<observe::Dimensions>(dims));
-    datum.timestamp_millis = now;
-    if (Present(*d, "Timestamp")) {
-      auto t = TimestampMillis((*d)["Timestamp"]);
-      if (!t) return InvalidValue("The parameter " + p + ".Timestamp is not a valid timestamp.");
-      if (*t < now - 14 * kDay) {
-        return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two weeks in the past.");
-      }
-      if (*t > now + 2 * kHour) {
-        return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two hours in the future.");
-      }
-      datum.timestamp_millis = *t;
-    }
-    const bool has_value = Present(*d, "Value");
-    const bool has_values = Present(*d, "Values") && !(*d)["Values"].empty();
-    const bool has_counts = Present(*d, "Counts") && !(*d)["Counts"].empty();
-    const bool has_stats = Present(*d, "StatisticValues");
-    if (has_value + has_values + has_stats > 1) {
-      std::string first = has_value ? "Value" : "Values";
-      std::string second = has_stats ? "StatisticValues" : "Values";
-      return Combination("The parameters " + p + "." + first + " and " + p + "." + second +
-                         " are mutually exclusive and you have specified both.");
-    }
-    if (!has_value && !has_values && !has_stats) {
-      return Missing("The parameter " + p + ".Value, " + p + ".Values or " + p + ".StatisticValues is required.");
-    }
-    if (has_counts && !has_values) {
-      return Combination("The parameter " + p + ".Counts can only be specified with " + p + ".Values.");
-    }
-    if (has_value) {
-      double v = (*d)["Value"].get<double>();
-      if (!ValueInRange(v)) return BadNumber(v, p + ".Value");
-      datum.value = v;
-    } else if (has_values) {
-      const json& values = (*d)["Values"];
-      if (values.size() > kMaxValues) {
-        return InvalidValue("The collection " + p + ".Values must not have a size greater than " +
-                            std::to_string(kMaxValues) + " (it has " + std::to_string(values.size()) + ").");
-      }
-      if (has_counts && (*d)["Counts"].size() != values.size()) {
-        return InvalidValue("The parameters " + p + ".Values and " + p + ".Counts must be of the same size (" +
-                            std::to_string(values.size()) + " and " + std::to_string((*d)["Counts"].size()) + ").");
-      }
-      std::map<double, double> merged;
-      for (size_t i = 0; i < values.size(); ++i) {
-        double v = values[i].get<double>();
-        if (!ValueInRange(v)) return BadNumber(v, p + ".Values.member." + std::to_string(i + 1));
-        double c = has_counts ? (*d)["Counts"][i].get<double>() : 1.0;
-        if (!std::isfinite(c) || c <= 0 || c > kMaxMagnitude) {
-          return InvalidValue("The value " + FormatNumber(c) + " for parameter " + p + ".Counts.member." +
-                              std::to_string(i + 1) + " is invalid: counts must be positive numbers.");
-        }
-        merged[v == 0 ? 0.0 : v] += c;
-      }
-      datum.values_counts.assign(merged.begin(), merged.end());
-    } else {
-      const json& s = (*d)["StatisticValues"];
-      observe::StatisticSet set;
-      set.sample_count = s["SampleCount"].get<double>();
-      set.sum = s["Sum"].get<double>();
-      set.minimum = s["Minimum"].get<double>();
-      set.maximum = s["Maximum"].get<double>();
-      for (auto [name, v] : {std::pair<const char*, double>{"SampleCount", set.sample_count},
-                             {"Sum", set.sum}, {"Minimum", set.minimum}, {"Maximum", set.maximum}}) {
-        if (!ValueInRange(v)) return BadNumber(v, p + ".StatisticValues." + name);
-      }
-      if (set.sample_count <= 0) {
-        return InvalidValue("The value " + FormatNumber(set.sample_count) + " for parameter " + p +
-                            ".StatisticValues.SampleCount is invalid: it must be greater than 0.");
-      }
-      if (set.minimum > set.maximum) {
-        return InvalidValue("The parameter " + p + ".StatisticValues.Minimum must be less than or equal to " + p +
-                            ".StatisticValues.Maximum.");
-      }
-      datum.statistics = set;
-    }
-    datum.unit = d->value("Unit", "");
-    if (Present(*d, "StorageResolution")) {
-      int64_t r = (*d)["StorageResolution"].get<int64_t>();
-      if (r != 1 && r != 60) {
-        return InvalidValue("The value " + std::to_string(r) + " for parameter " + p +
-                            ".StorageResolution is invalid: valid values are 1 and 60.");
-      }
-      datum.storage_resolution = static_cast<int>(r);
-    }
-    batch.push_back(std::move(datum));
+    auto datum = ReadDatum(p, *d, now);
+    if (auto* e = std::get_if<aws::AwsError>(&datum)) return *e;
+    batch.push_back(std::get<observe::MetricDatum>(std::move(datum)));
   }
   Status stored = options_.store->Put(ns, batch);
   if (!stored.ok()) return AwsErrorFromStatus(stored, ErrorService::kCloudWatch);
@@ -609,11 +717,6 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
   const bool ascending = in.value("ScanBy", "TimestampDescending") == "TimestampAscending";
   const int64_t now = Now();
 
-  struct Series {
-    std::string id;
-    std::string label;
-    std::vector<std::pair<int64_t, double>> points;  // ascending time
-  };
   // Every query's series (metric stats and expressions, returned or not), by id; the returned ones
   // in request order.
   std::map<std::string, MathValue> values;
@@ -689,32 +792,7 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
     if (return_data) returned.emplace_back(id, Present(q, "Label") ? q["Label"].get<std::string>() : query.name);
   }
   // Expressions, each once, in dependency order (a reference cycle is refused).
-  std::set<std::string> evaluating;
-  std::function<std::optional<aws::AwsError>(const std::string&)> evaluate =
-      [&](const std::string& id) -> std::optional<aws::AwsError> {
-    if (values.count(id) > 0) return std::nullopt;
-    if (!evaluating.insert(id).second) {
-      return aws::AwsError("ValidationError", "Error in expression " + id + " [it refers to itself through other "
-                                                  "expressions]");
-    }
-    auto result = EvaluateMath(expressions[id], [&](const std::string& ref) -> std::variant<const MathValue*, std::string> {
-      if (values.count(ref) == 0 && expressions.count(ref) > 0) {
-        if (auto e = evaluate(ref)) return e->message;
-      }
-      auto it = values.find(ref);
-      if (it == values.end()) return "Unknown id " + ref;
-      return &it->second;
-    });
-    if (auto* message = std::get_if<std::string>(&result)) {
-      if (StartsWith(*message, "Error in expression ")) return aws::AwsError("ValidationError", *message);
-      return aws::AwsError("ValidationError", "Error in expression " + id + " [" + *message + "]");
-    }
-    values[id] = std::get<MathValue>(std::move(result));
-    return std::nullopt;
-  };
-  for (const auto& [id, text] : expressions) {
-    if (auto e = evaluate(id)) return *e;
-  }
+  if (auto e = EvaluateExpressions(expressions, values)) return *e;
   std::vector<Series> results;
   for (const auto& [id, label] : returned) {
     Series series;
@@ -729,55 +807,7 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
     results.push_back(std::move(series));
   }
 
-  // Paging: the token holds each result's offset and a digest of the request it belongs to.
-  const std::string digest = Canonical(in);
-  std::vector<int64_t> offsets(results.size(), 0);
-  if (Present(in, "NextToken")) {
-    auto token = DecodeToken(in["NextToken"].get<std::string>());
-    bool valid = token && token->value("h", "") == digest && token->contains("o") && (*token)["o"].is_array() &&
-                 (*token)["o"].size() == results.size();
-    if (valid) {
-      for (size_t i = 0; i < results.size(); ++i) {
-        const json& o = (*token)["o"][i];
-        valid = valid && o.is_number_integer() && o.get<int64_t>() >= 0 &&
-                o.get<int64_t>() <= static_cast<int64_t>(results[i].points.size());
-        if (valid) offsets[i] = o.get<int64_t>();
-      }
-    }
-    if (!valid) {
-      return aws::AwsError("InvalidNextToken",
-                           "The NextToken is invalid: it does not belong to this request (pass the same queries, "
-                           "times and options as the call that returned it).");
-    }
-  }
-  int64_t budget = max_datapoints;
-  bool more = false;
-  json out_results = json::array();
-  std::vector<int64_t> next = offsets;
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Series& s = results[i];
-    const int64_t total = static_cast<int64_t>(s.points.size());
-    const int64_t take = std::min(total - offsets[i], budget);
-    json timestamps = json::array();
-    json values = json::array();
-    for (int64_t k = offsets[i]; k < offsets[i] + take; ++k) {
-      timestamps.push_back(Seconds(s.points[static_cast<size_t>(k)].first));
-      values.push_back(s.points[static_cast<size_t>(k)].second);
-    }
-    budget -= take;
-    next[i] = offsets[i] + take;
-    const bool complete = next[i] == total;
-    more = more || !complete;
-    out_results.push_back(json{{"Id", s.id},
-                               {"Label", s.label},
-                               {"Timestamps", std::move(timestamps)},
-                               {"Values", std::move(values)},
-                               {"StatusCode", complete ? "Complete" : "PartialData"},
-                               {"Messages", json::array()}});
-  }
-  json out = {{"MetricDataResults", std::move(out_results)}, {"Messages", json::array()}};
-  if (more) out["NextToken"] = EncodeToken(json{{"h", digest}, {"o", next}});
-  return out;
+  return PageMetricData(in, results, max_datapoints);
 }
 
 JsonOutcome CloudWatch::ListMetrics(const json& in) const {

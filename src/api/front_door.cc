@@ -391,17 +391,90 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
   s3_->Handle(context, request, response);
 }
 
+namespace {
+
+// Reads and drops at most about `max_bytes` of `body`, so that a refused client gets the answer
+// rather than a reset; true when the body was read to its end.
+bool DrainBody(ByteSource& body, uint64_t max_bytes) {
+  char sink[16384];
+  uint64_t dropped = 0;
+  while (dropped <= max_bytes) {
+    Result<size_t> n = body.Read(sink, sizeof sink);
+    if (!n.ok()) return false;
+    if (*n == 0) return true;
+    dropped += *n;
+  }
+  return false;
+}
+
+// The whole body, at most `max_bytes` (ResourceExhausted past it), sized from Content-Length
+// (`declared`) once instead of doubling past it while appending.
+Result<std::string> ReadWholeBody(ByteSource& body, std::optional<uint64_t> declared, size_t max_bytes) {
+  std::string text;
+  if (declared) text.reserve(static_cast<size_t>(*declared));
+  char buffer[16384];
+  for (;;) {
+    ASSIGN_OR_RETURN(size_t n, body.Read(buffer, sizeof buffer));
+    if (n == 0) return text;
+    if (text.size() + n > max_bytes) {
+      return Status::ResourceExhausted("body larger than " + std::to_string(max_bytes) + " bytes");
+    }
+    text.append(buffer, n);
+  }
+}
+
+}  // namespace
+
+aws::WireResponse FrontDoor::RpcError(const Route& route, const aws::AwsError& error, const std::string& request_id) {
+  if (route.kind == Route::Kind::kCbor) return aws::SerializeCborError(error, request_id);
+  if (route.kind == Route::Kind::kQuery && route.signing_name == kCloudWatchSigningName) {
+    return aws::QueryError(kCloudWatchXmlns, error, request_id);
+  }
+  return aws::SerializeError(route.protocol, error, request_id);
+}
+
+// Holds a large RPC body's bytes against max_large_rpc_bytes_in_flight until it is destroyed.
+struct FrontDoor::LargeRpcReservation {
+  FrontDoor* door = nullptr;
+  size_t bytes = 0;
+  LargeRpcReservation() = default;
+  LargeRpcReservation(const LargeRpcReservation&) = delete;
+  LargeRpcReservation& operator=(const LargeRpcReservation&) = delete;
+  ~LargeRpcReservation() {
+    if (door == nullptr) return;
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> lock(door->large_rpc_mutex_);
+      door->large_rpc_bytes_in_flight_ -= bytes;
+      last = door->large_rpc_bytes_in_flight_ == 0;
+    }
+    door->large_rpc_freed_.notify_all();
+    // A large body's DOM is many small blocks (below the mmap threshold) spread over the
+    // threads' malloc arenas; freed, they stay resident until trimmed. When the last large
+    // request is done, give those pages back (a few ms, once per burst).
+    if (last) malloc_trim(0);
+  }
+};
+
+bool FrontDoor::ReserveLargeRpc(size_t bytes, LargeRpcReservation& reservation) {
+  std::unique_lock<std::mutex> lock(large_rpc_mutex_);
+  // One request alone always fits, whatever the budget.
+  auto fits = [&] {
+    return large_rpc_bytes_in_flight_ == 0 ||
+           large_rpc_bytes_in_flight_ + bytes <= options_.max_large_rpc_bytes_in_flight;
+  };
+  if (!large_rpc_freed_.wait_for(lock, std::chrono::milliseconds(options_.large_rpc_wait_millis), fits)) {
+    return false;
+  }
+  large_rpc_bytes_in_flight_ += bytes;
+  reservation.door = this;
+  reservation.bytes = bytes;
+  return true;
+}
+
 void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                          aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified) {
-  // Errors in the route's protocol: CBOR bodies for RPC v2 CBOR, CloudWatch's namespace for its
-  // Query errors.
-  auto rpc_error = [&](const aws::AwsError& error) {
-    if (route.kind == Route::Kind::kCbor) return aws::SerializeCborError(error, context.request_id);
-    if (route.kind == Route::Kind::kQuery && route.signing_name == kCloudWatchSigningName) {
-      return aws::QueryError(kCloudWatchXmlns, error, context.request_id);
-    }
-    return aws::SerializeError(route.protocol, error, context.request_id);
-  };
+  auto rpc_error = [&](const aws::AwsError& error) { return RpcError(route, error, context.request_id); };
   // Too large by its Content-Length: refused before a byte is read (the connection is closed).
   const std::optional<uint64_t> declared = request.body->size_hint();
   if (declared && *declared > options_.max_rpc_body_bytes) {
@@ -413,73 +486,18 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
   }
   // A large body reserves its size from the in-flight budget until it is answered.
   const size_t reserved = declared ? static_cast<size_t>(*declared) : options_.max_rpc_body_bytes;
-  struct Reservation {
-    FrontDoor* door = nullptr;
-    size_t bytes = 0;
-    ~Reservation() {
-      if (door == nullptr) return;
-      bool last = false;
-      {
-        std::lock_guard<std::mutex> lock(door->large_rpc_mutex_);
-        door->large_rpc_bytes_in_flight_ -= bytes;
-        last = door->large_rpc_bytes_in_flight_ == 0;
-      }
-      door->large_rpc_freed_.notify_all();
-      // A large body's DOM is many small blocks (below the mmap threshold) spread over the
-      // threads' malloc arenas; freed, they stay resident until trimmed. When the last large
-      // request is done, give those pages back (a few ms, once per burst).
-      if (last) malloc_trim(0);
-    }
-  } reservation;
-  if (reserved > options_.large_rpc_body_bytes) {
-    std::unique_lock<std::mutex> lock(large_rpc_mutex_);
-    // One request alone always fits, whatever the budget.
-    auto fits = [&] {
-      return large_rpc_bytes_in_flight_ == 0 ||
-             large_rpc_bytes_in_flight_ + reserved <= options_.max_large_rpc_bytes_in_flight;
-    };
-    if (large_rpc_freed_.wait_for(lock, std::chrono::milliseconds(options_.large_rpc_wait_millis), fits)) {
-      large_rpc_bytes_in_flight_ += reserved;
-      reservation.door = this;
-      reservation.bytes = reserved;
-    } else {
-      lock.unlock();
-      // Read and drop the body (bounded), so the client gets the answer rather than a reset.
-      char sink[16384];
-      uint64_t dropped = 0;
-      bool drained = false;
-      while (dropped <= options_.max_rpc_body_bytes) {
-        Result<size_t> n = request.body->Read(sink, sizeof sink);
-        if (!n.ok()) break;
-        if (*n == 0) {
-          drained = true;
-          break;
-        }
-        dropped += *n;
-      }
-      aws::AwsError e(route.protocol == aws::Protocol::kQuery ? "Throttling" : "ThrottlingException",
-                      "Rate exceeded: " + std::to_string(options_.max_large_rpc_bytes_in_flight >> 20) +
-                          " MiB of request bodies over " + std::to_string(options_.large_rpc_body_bytes >> 20) +
-                          " MiB are being handled; retry with backoff.");
-      SendWire(response, rpc_error(e));
-      if (!drained) response.CloseAfterResponse();
-      return;
-    }
+  LargeRpcReservation reservation;
+  if (reserved > options_.large_rpc_body_bytes && !ReserveLargeRpc(reserved, reservation)) {
+    bool drained = DrainBody(*request.body, options_.max_rpc_body_bytes);
+    aws::AwsError e(route.protocol == aws::Protocol::kQuery ? "Throttling" : "ThrottlingException",
+                    "Rate exceeded: " + std::to_string(options_.max_large_rpc_bytes_in_flight >> 20) +
+                        " MiB of request bodies over " + std::to_string(options_.large_rpc_body_bytes >> 20) +
+                        " MiB are being handled; retry with backoff.");
+    SendWire(response, rpc_error(e));
+    if (!drained) response.CloseAfterResponse();
+    return;
   }
-  Result<std::string> body = [&]() -> Result<std::string> {
-    std::string text;
-    // Sized from Content-Length once, instead of doubling past it while appending.
-    if (declared) text.reserve(static_cast<size_t>(*declared));
-    char buffer[16384];
-    for (;;) {
-      ASSIGN_OR_RETURN(size_t n, request.body->Read(buffer, sizeof buffer));
-      if (n == 0) return text;
-      if (text.size() + n > options_.max_rpc_body_bytes) {
-        return Status::ResourceExhausted("body larger than " + std::to_string(options_.max_rpc_body_bytes) + " bytes");
-      }
-      text.append(buffer, n);
-    }
-  }();
+  Result<std::string> body = ReadWholeBody(*request.body, declared, options_.max_rpc_body_bytes);
   if (!body.ok()) {
     if (body.status().code() == StatusCode::kResourceExhausted) {
       aws::AwsError e("SerializationException",
@@ -510,22 +528,22 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     }
     body = std::move(decoded);
   }
+  SendWire(response, DispatchRpc(route, request, context, *body));
+}
 
+aws::WireResponse FrontDoor::DispatchRpc(const Route& route, const net::HttpRequest& request,
+                                         aws::RequestContext& context, const std::string& body) {
+  auto rpc_error = [&](const aws::AwsError& error) { return RpcError(route, error, context.request_id); };
   switch (route.kind) {
     case Route::Kind::kJson: {
       if (route.json == nullptr) {
         std::string target = request.HeaderOr("X-Amz-Target", "");
-        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
-                                                             "Kiln does not serve the target " + target + ".")));
-        return;
+        return rpc_error(aws::AwsError("UnknownOperationException", "Kiln does not serve the target " + target + "."));
       }
       if (request.method != "POST" || request.raw_path != "/") {
-        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
-                                                             "JSON protocol requests are POST /.", 404)));
-        return;
+        return rpc_error(aws::AwsError("UnknownOperationException", "JSON protocol requests are POST /.", 404));
       }
-      SendWire(response, route.json->Handle(context, route.operation, *body));
-      return;
+      return route.json->Handle(context, route.operation, body);
     }
     case Route::Kind::kQuery: {
       const bool signed_for_cloudwatch = route.signing_name == kCloudWatchSigningName;
@@ -533,57 +551,47 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
         context.service = std::string(kCloudWatchSigningName);
         // CloudWatch refuses what STS's lenient parsing skips: bad percent-encoding.
         auto query = aws::ParseQueryForm(request.raw_query);
-        auto form = aws::ParseQueryForm(*body);
+        auto form = aws::ParseQueryForm(body);
         if (!query.ok() || !form.ok()) {
-          SendWire(response, rpc_error(aws::AwsError("MalformedQueryString",
-                                                     (query.ok() ? form : query).status().message())));
-          return;
+          return rpc_error(aws::AwsError("MalformedQueryString", (query.ok() ? form : query).status().message()));
         }
         for (auto& [k, v] : *form) (*query)[k] = std::move(v);
-        SendWire(response, cloudwatch_->HandleQuery(context, *query));
-        return;
+        return cloudwatch_->HandleQuery(context, *query);
       }
       std::map<std::string, std::string> params = ParseForm(request.raw_query);
-      for (auto& [k, v] : ParseForm(*body)) params[k] = v;
+      for (auto& [k, v] : ParseForm(body)) params[k] = v;
       // Unsigned (listener auth "off"): the Action tells the services apart.
       auto action = params.find("Action");
       if (cloudwatch_ != nullptr && context.auth == nullptr && action != params.end() &&
           CloudWatch::Serves(action->second)) {
         context.service = std::string(kCloudWatchSigningName);
-        SendWire(response, cloudwatch_->HandleQuery(context, params));
-        return;
+        return cloudwatch_->HandleQuery(context, params);
       }
       if (signed_for_cloudwatch) {
-        SendWire(response, rpc_error(aws::AwsError("InvalidAction", "CloudWatch is not served by this Kiln.")));
-        return;
+        return rpc_error(aws::AwsError("InvalidAction", "CloudWatch is not served by this Kiln."));
       }
-      SendWire(response, HandleSts(context, params));
-      return;
+      return HandleSts(context, params);
     }
     case Route::Kind::kCbor: {
       constexpr std::string_view kPrefix = kCloudWatchCborPathPrefix;
       if (cloudwatch_ == nullptr || !StartsWith(request.raw_path, kPrefix) ||
           request.raw_path.find('/', kPrefix.size()) != std::string::npos) {
-        SendWire(response, rpc_error(aws::AwsError("UnknownOperationException",
-                                                   "Kiln does not serve POST " + request.raw_path.substr(0, 256) +
-                                                       " (RPC v2 CBOR serves /service/" +
-                                                       std::string(kCloudWatchTargetPrefix) + "/operation/<Op>).",
-                                                   404)));
-        return;
+        return rpc_error(aws::AwsError("UnknownOperationException",
+                                       "Kiln does not serve POST " + request.raw_path.substr(0, 256) +
+                                           " (RPC v2 CBOR serves /service/" + std::string(kCloudWatchTargetPrefix) +
+                                           "/operation/<Op>).",
+                                       404));
       }
-      SendWire(response, cloudwatch_->HandleCbor(context, request.raw_path.substr(kPrefix.size()), *body));
-      return;
+      return cloudwatch_->HandleCbor(context, request.raw_path.substr(kPrefix.size()), body);
     }
-    case Route::Kind::kRuntime: {
-      SendWire(response, aws::SerializeError(aws::Protocol::kRestJson,
-                                             aws::AwsError("UnknownOperationException",
-                                                           "SageMaker Runtime is not served by this Kiln version.", 404),
-                                             context.request_id));
-      return;
-    }
+    case Route::Kind::kRuntime:
+      return aws::SerializeError(aws::Protocol::kRestJson,
+                                 aws::AwsError("UnknownOperationException",
+                                               "SageMaker Runtime is not served by this Kiln version.", 404),
+                                 context.request_id);
     default: break;
   }
-  SendWire(response, rpc_error(aws::AwsError("InternalFailure", "unroutable request", 500)));
+  return rpc_error(aws::AwsError("InternalFailure", "unroutable request", 500));
 }
 
 }  // namespace kiln::api

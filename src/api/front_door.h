@@ -105,6 +105,16 @@ class FrontDoor {
   // The Serve* functions authenticate (above), then hand the request to the service.
   void ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                 aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified);
+  // ServeRpc's steps: hold a large body's bytes against max_large_rpc_bytes_in_flight (false when
+  // no room came within large_rpc_wait_millis); hand the authenticated, decoded body to the
+  // service `route` names and return its answer.
+  struct LargeRpcReservation;
+  bool ReserveLargeRpc(size_t bytes, LargeRpcReservation& reservation);
+  aws::WireResponse DispatchRpc(const Route& route, const net::HttpRequest& request, aws::RequestContext& context,
+                                const std::string& body);
+  // An RPC route's error in its protocol: CBOR bodies for RPC v2 CBOR, CloudWatch's namespace
+  // for its Query errors.
+  static aws::WireResponse RpcError(const Route& route, const aws::AwsError& error, const std::string& request_id);
   void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                std::optional<aws::VerifiedRequest>& verified);
   // InvokeEndpoint and friends: 413 from Content-Length, body read into a per-thread buffer,
