@@ -153,6 +153,21 @@ struct FsObjectStore::StageOptions {
   std::vector<std::string> extra_checksums;
 };
 
+namespace {
+
+// The columns a row (store::ObjectRow or store::PartRow) takes from the file it names, freshly
+// staged (a FsObjectStore::StagedFile) at `now_millis`.
+template <typename Row, typename Staged>
+void SetStagedColumns(Row& row, const Staged& staged, int64_t now_millis) {
+  row.file_id = staged.file_id;
+  row.size = staged.size;
+  row.etag = HexEncode(staged.md5);
+  row.last_modified_millis = now_millis;
+  row.checksums_json = ToJson(staged.checksums);
+}
+
+}  // namespace
+
 FsObjectStore::FsObjectStore(const Options& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock : &Clock::System()),
@@ -363,12 +378,8 @@ Result<ObjectInfo> FsObjectStore::PutObject(const std::string& bucket, const std
   store::ObjectRow row;
   row.bucket = bucket;
   row.key = key;
-  row.file_id = staged.file_id;
-  row.size = staged.size;
-  row.etag = HexEncode(staged.md5);
-  row.last_modified_millis = Now();
+  SetStagedColumns(row, staged, Now());
   row.headers_json = ToJson(options.headers);
-  row.checksums_json = ToJson(staged.checksums);
   store::WriteCondition condition;
   if (options.if_match.has_value()) condition.if_match = StripQuotes(*options.if_match);
   condition.if_none_match_star = options.if_none_match_star;
@@ -561,11 +572,7 @@ Result<PartInfo> FsObjectStore::StorePart(const std::string& bucket, const std::
   store::PartRow row;
   row.upload_id = upload_id;
   row.part_number = part_number;
-  row.file_id = staged.file_id;
-  row.size = staged.size;
-  row.etag = HexEncode(staged.md5);
-  row.last_modified_millis = Now();
-  row.checksums_json = ToJson(staged.checksums);
+  SetStagedColumns(row, staged, Now());
   auto old = repo_.PutPart(bucket, key, row);
   if (!old.ok()) {
     RemoveDataFiles({staged.file_id});
