@@ -44,6 +44,34 @@ Status NoSuchUpload(const std::string& upload_id) {
       .WithReason(ErrorReason::kNoSuchUpload);
 }
 
+// Every row `st` returns, each made by `read(st)`. Errors: the first failed Step().
+template <typename Read>
+auto ReadRows(Statement& st, Read read) -> Result<std::vector<decltype(read(st))>> {
+  std::vector<decltype(read(st))> out;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(read(st));
+  }
+  return out;
+}
+
+PartRow ReadPartRow(const Statement& st) {
+  PartRow p;
+  p.upload_id = st.ColumnText(0);
+  p.part_number = static_cast<uint32_t>(st.ColumnInt64(1));
+  p.file_id = st.ColumnText(2);
+  p.size = static_cast<uint64_t>(st.ColumnInt64(3));
+  p.etag = st.ColumnText(4);
+  p.last_modified_millis = st.ColumnInt64(5);
+  p.checksums_json = st.ColumnText(6);
+  return p;
+}
+
+BucketRow ReadBucketRow(const Statement& st) {
+  return BucketRow{st.ColumnText(0), st.ColumnText(1), st.ColumnInt64(2)};
+}
+
 void AppendUnique(std::vector<std::string>& out, const std::string& id) {
   if (id.empty()) return;
   for (const auto& existing : out) {
@@ -56,14 +84,9 @@ Result<std::vector<Extent>> ReadExtents(Database& db, const std::string& bucket,
   ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT file_id, file_offset, length FROM object_extents "
                                        "WHERE bucket = ? AND key = ? ORDER BY seq"));
   st.BindText(1, bucket).BindBlob(2, key);
-  std::vector<Extent> out;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(Extent{st.ColumnText(0), static_cast<uint64_t>(st.ColumnInt64(1)),
-                         static_cast<uint64_t>(st.ColumnInt64(2))});
-  }
-  return out;
+  return ReadRows(st, [](const Statement& s) {
+    return Extent{s.ColumnText(0), static_cast<uint64_t>(s.ColumnInt64(1)), static_cast<uint64_t>(s.ColumnInt64(2))};
+  });
 }
 
 // Deletes the extents rows of (bucket, key) and appends their file ids to `files`.
@@ -154,18 +177,12 @@ Result<BucketRow> ObjectRepository::GetBucket(const std::string& name) {
   ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + name)
         .WithReason(ErrorReason::kNoSuchBucket);
-  return BucketRow{st.ColumnText(0), st.ColumnText(1), st.ColumnInt64(2)};
+  return ReadBucketRow(st);
 }
 
 Result<std::vector<BucketRow>> ObjectRepository::ListBuckets() {
   ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT name, region, created_millis FROM buckets ORDER BY name"));
-  std::vector<BucketRow> out;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(BucketRow{st.ColumnText(0), st.ColumnText(1), st.ColumnInt64(2)});
-  }
-  return out;
+  return ReadRows(st, ReadBucketRow);
 }
 
 Result<ObjectRow> ObjectRepository::GetObject(const std::string& bucket, const std::string& key) {
@@ -266,13 +283,7 @@ Result<std::vector<ObjectRow>> ObjectRepository::ScanObjects(const std::string& 
   int next = 3;
   if (upper.has_value()) st.BindBlob(next++, *upper);
   st.BindInt64(next, limit);
-  std::vector<ObjectRow> out;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(ReadObjectRow(st));
-  }
-  return out;
+  return ReadRows(st, ReadObjectRow);
 }
 
 Status ObjectRepository::CreateUpload(const UploadRow& row) {
@@ -341,21 +352,7 @@ Result<std::vector<PartRow>> ObjectRepository::ListParts(const std::string& uplo
                                          "checksums_json FROM multipart_parts WHERE upload_id = ? AND "
                                          "part_number > ? ORDER BY part_number LIMIT ?"));
   st.BindText(1, upload_id).BindInt64(2, marker).BindInt64(3, limit == 0 ? -1 : static_cast<int64_t>(limit));
-  std::vector<PartRow> out;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    PartRow p;
-    p.upload_id = st.ColumnText(0);
-    p.part_number = static_cast<uint32_t>(st.ColumnInt64(1));
-    p.file_id = st.ColumnText(2);
-    p.size = static_cast<uint64_t>(st.ColumnInt64(3));
-    p.etag = st.ColumnText(4);
-    p.last_modified_millis = st.ColumnInt64(5);
-    p.checksums_json = st.ColumnText(6);
-    out.push_back(std::move(p));
-  }
-  return out;
+  return ReadRows(st, ReadPartRow);
 }
 
 Result<std::vector<std::string>> ObjectRepository::CompleteUpload(const std::string& bucket, const std::string& key,
@@ -433,13 +430,7 @@ Result<std::vector<UploadRow>> ObjectRepository::ListUploads(const std::string& 
     }
   }
   st.BindInt64(next, limit);
-  std::vector<UploadRow> out;
-  for (;;) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(ReadUploadRow(st));
-  }
-  return out;
+  return ReadRows(st, ReadUploadRow);
 }
 
 Result<std::unordered_set<std::string>> ObjectRepository::AllFileIds() {
