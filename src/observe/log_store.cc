@@ -512,6 +512,41 @@ template <typename BlockT>
 bool Disjoint(const BlockT& b, const std::optional<int64_t>& start, const std::optional<int64_t>& end) {
   return (start && b.max_ts < *start) || (end && b.min_ts >= *end);
 }
+
+// Reads the records of sequences [first_seq, end_seq) from `reader` (placed at first_seq's
+// record) and calls visit(header, seq) for each, in order, until it returns false. Errors:
+// DataLoss when the file holds fewer records than its index says; visit's own.
+template <typename Visit>
+Status VisitRecords(RecordReader& reader, uint64_t first_seq, uint64_t end_seq, Visit visit) {
+  for (uint64_t seq = first_seq; seq < end_seq; ++seq) {
+    RecordHeader h;
+    ASSIGN_OR_RETURN(bool have, reader.Next(&h));
+    if (!have) return Status::DataLoss("log event file is shorter than its index");
+    ASSIGN_OR_RETURN(bool more, visit(h, seq));
+    if (!more) break;
+  }
+  return Status::Ok();
+}
+
+// The direction ('f' or 'b') and event position (an index in append order) of a GetLogEvents
+// token. Errors: InvalidArgument(kBadToken) when it is malformed or names a stream other than
+// `stream_id`.
+Status DecodeEventsToken(const std::string& token, const std::string& stream_id, char* direction,
+                         std::optional<size_t>* position) {
+  if (token.size() < 3 || (token[0] != 'f' && token[0] != 'b') || token[1] != '/') {
+    return Status::InvalidArgument(kBadToken);
+  }
+  auto j = DecodeToken(std::string_view(token).substr(2));
+  if (!j || !j->contains("s") || !j->contains("p") || !j->contains("d") || !(*j)["s"].is_string() ||
+      !(*j)["p"].is_number_unsigned() || !(*j)["d"].is_string() ||
+      (*j)["d"].get<std::string>() != std::string(1, token[0])) {
+    return Status::InvalidArgument(kBadToken);
+  }
+  if ((*j)["s"].get<std::string>() != stream_id) return Status::InvalidArgument(kBadToken);
+  *direction = token[0];
+  *position = (*j)["p"].get<size_t>();
+  return Status::Ok();
+}
 }  // namespace
 
 LogStore::MemoryStats LogStore::TEST_MemoryStats() {
@@ -821,23 +856,9 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(StreamRow row, FindStream(group, stream));
-  // Decode the token: direction and position (an event index in append order).
   char direction = query.start_from_head ? 'f' : 'b';
   std::optional<size_t> position;
-  if (!query.token.empty()) {
-    if (query.token.size() < 3 || (query.token[0] != 'f' && query.token[0] != 'b') || query.token[1] != '/') {
-      return Status::InvalidArgument(kBadToken);
-    }
-    auto j = DecodeToken(std::string_view(query.token).substr(2));
-    if (!j || !j->contains("s") || !j->contains("p") || !j->contains("d") || !(*j)["s"].is_string() ||
-        !(*j)["p"].is_number_unsigned() || !(*j)["d"].is_string() ||
-        (*j)["d"].get<std::string>() != std::string(1, query.token[0])) {
-      return Status::InvalidArgument(kBadToken);
-    }
-    if ((*j)["s"].get<std::string>() != row.id) return Status::InvalidArgument(kBadToken);
-    direction = query.token[0];
-    position = (*j)["p"].get<size_t>();
-  }
+  if (!query.token.empty()) RETURN_IF_ERROR(DecodeEventsToken(query.token, row.id, &direction, &position));
   ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(row.id));
   const uint64_t n = file->count;
   if (position && *position > n) return Status::InvalidArgument(kBadToken);
@@ -879,17 +900,13 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
         continue;
       }
       RecordReader reader(file->fd.get(), block.begin, block.end);
-      for (uint64_t seq = block.first_seq; seq < block.end_seq; ++seq) {
-        RecordHeader h;
-        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
-        if (!have) return Status::DataLoss("log event file is shorter than its index");
-        if (seq < i) continue;
-        ASSIGN_OR_RETURN(bool more, take(h, seq, reader));
-        if (!more) {
-          full = true;
-          break;
-        }
-      }
+      RETURN_IF_ERROR(VisitRecords(reader, block.first_seq, block.end_seq,
+                                   [&](const RecordHeader& h, uint64_t seq) -> Result<bool> {
+                                     if (seq < i) return true;
+                                     ASSIGN_OR_RETURN(bool more, take(h, seq, reader));
+                                     full = !more;
+                                     return more;
+                                   }));
       i = block.end_seq;
     }
   } else {
@@ -910,12 +927,10 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
       }
       RecordReader reader(file->fd.get(), block.begin, block.end);
       headers.clear();
-      for (uint64_t seq = block.first_seq; seq < i; ++seq) {
-        RecordHeader h;
-        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
-        if (!have) return Status::DataLoss("log event file is shorter than its index");
+      RETURN_IF_ERROR(VisitRecords(reader, block.first_seq, i, [&](const RecordHeader& h, uint64_t) -> Result<bool> {
         headers.push_back(h);
-      }
+        return true;
+      }));
       for (size_t j = headers.size(); j > 0 && !full; --j) {
         ASSIGN_OR_RETURN(bool more, take(headers[j - 1], block.first_seq + j - 1, reader));
         full = !more;
@@ -1076,25 +1091,17 @@ Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector
         continue;
       }
       RecordReader reader(file->fd.get(), block.begin, block.end);
-      for (uint64_t seq = block.first_seq; seq < block.end_seq; ++seq) {
-        RecordHeader h;
-        ASSIGN_OR_RETURN(bool have, reader.Next(&h));
-        if (!have) return Status::DataLoss("log event file is shorter than its index");
+      RETURN_IF_ERROR(VisitRecords(reader, block.first_seq, block.end_seq,
+                                   [&](const RecordHeader& h, uint64_t seq) -> Result<bool> {
         if (!InRange(h.ts, query.start_time, query.end_time) || !after_bound(h.ts, seq)) {
-          if (file->sorted && query.end_time && h.ts >= *query.end_time) {
-            done = true;
-            break;
-          }
-          continue;
+          done = file->sorted && query.end_time && h.ts >= *query.end_time;
+          return !done;
         }
         Candidate c{h.ts, static_cast<uint32_t>(s), h.len, seq, h.offset, h.ingestion};
         if (heap.size() >= limit) {
           if (!less(c, heap.front())) {
-            if (file->sorted) {  // keys only grow from here in this stream
-              done = true;
-              break;
-            }
-            continue;
+            done = file->sorted;  // keys only grow from here in this stream
+            return !done;
           }
           std::pop_heap(heap.begin(), heap.end(), less);
           heap.back() = c;
@@ -1102,7 +1109,8 @@ Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector
           heap.push_back(c);
         }
         std::push_heap(heap.begin(), heap.end(), less);
-      }
+        return true;
+      }));
     }
   }
   std::sort_heap(heap.begin(), heap.end(), less);
