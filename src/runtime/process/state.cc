@@ -17,6 +17,21 @@ namespace kiln::runtime::process_state {
 
 using nlohmann::json;
 
+namespace {
+
+// Parses `text` as JSON and returns read(document). Errors: DataLoss("bad <what>: ...") when the
+// text is not JSON or lacks a field of the type `read` asks for (any json::exception).
+template <typename Read>
+auto DecodeJson(std::string_view text, const char* what, Read read) -> Result<decltype(read(json()))> {
+  try {
+    return read(json::parse(text));
+  } catch (const json::exception& e) {
+    return Status::DataLoss(std::string("bad ") + what + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 bool ValidInstanceId(std::string_view id) {
   if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
   for (char c : id) {
@@ -64,8 +79,7 @@ std::string EncodeSpec(const InstanceSpec& spec) {
 }
 
 Result<InstanceSpec> DecodeSpec(std::string_view text) {
-  try {
-    json j = json::parse(text);
+  return DecodeJson(text, "instance spec", [](const json& j) {
     InstanceSpec spec;
     spec.instance_id = j.at("instance_id").get<std::string>();
     spec.opt_ml_dir = j.at("opt_ml_dir").get<std::string>();
@@ -82,9 +96,7 @@ Result<InstanceSpec> DecodeSpec(std::string_view text) {
     spec.memory_limit_bytes = j.at("memory_limit_bytes").get<uint64_t>();
     spec.gpus = j.at("gpus").get<std::vector<int>>();
     return spec;
-  } catch (const json::exception& e) {
-    return Status::DataLoss(std::string("bad instance spec: ") + e.what());
-  }
+  });
 }
 
 std::string EncodeExit(const ExitRecord& r) {
@@ -97,8 +109,7 @@ std::string EncodeExit(const ExitRecord& r) {
 }
 
 Result<ExitRecord> DecodeExit(std::string_view text) {
-  try {
-    json j = json::parse(text);
+  return DecodeJson(text, "exit record", [](const json& j) {
     ExitRecord r;
     r.exit_code = j.at("exit_code").get<int>();
     r.term_signal = j.at("term_signal").get<int>();
@@ -106,9 +117,7 @@ Result<ExitRecord> DecodeExit(std::string_view text) {
     r.finished_millis = j.at("finished_millis").get<int64_t>();
     r.stop_requested = j.at("stop_requested").get<bool>();
     return r;
-  } catch (const json::exception& e) {
-    return Status::DataLoss(std::string("bad exit record: ") + e.what());
-  }
+  });
 }
 
 std::string EncodeStarted(const StartedRecord& r) {
@@ -117,17 +126,14 @@ std::string EncodeStarted(const StartedRecord& r) {
 }
 
 Result<StartedRecord> DecodeStarted(std::string_view text) {
-  try {
-    json j = json::parse(text);
+  return DecodeJson(text, "started record", [](const json& j) {
     StartedRecord r;
     r.started_millis = j.at("started_millis").get<int64_t>();
     r.shim_pid = j.at("shim_pid").get<int>();
     r.pid = j.at("pid").get<int>();
     r.socket = j.at("socket").get<std::string>();
     return r;
-  } catch (const json::exception& e) {
-    return Status::DataLoss(std::string("bad started record: ") + e.what());
-  }
+  });
 }
 
 Status WriteFileRenamed(const std::string& path, std::string_view content) {
