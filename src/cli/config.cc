@@ -50,6 +50,157 @@ Status StringList(const json& doc, const char* name, std::vector<std::string>* o
   }
   return Status::Ok();
 }
+
+// The sections of the config file, each applied over `config` by its own step; `path` names the
+// file in errors. A section that is absent leaves `config` as it was.
+
+Status LoadCredentials(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("credentials")) return Status::Ok();
+  if (!doc["credentials"].is_array()) return Status::InvalidArgument(path + ": \"credentials\" must be a list");
+  config->credentials.clear();
+  for (const auto& k : doc["credentials"]) {
+    if (!k.is_object() || !k.contains("access_key_id") || !k.contains("secret_access_key") ||
+        !k["access_key_id"].is_string() || !k["secret_access_key"].is_string()) {
+      return Status::InvalidArgument(path + ": each credential needs string access_key_id and secret_access_key");
+    }
+    aws::Credential c;
+    c.access_key_id = k["access_key_id"].get<std::string>();
+    c.secret_access_key = k["secret_access_key"].get<std::string>();
+    if (c.access_key_id.empty() || c.secret_access_key.size() < 16) {
+      return Status::InvalidArgument(path + ": credential " + c.access_key_id +
+                                     " needs a non-empty key id and a secret of at least 16 characters");
+    }
+    c.session_token = k.value("session_token", "");
+    c.account_id = k.value("account_id", "");
+    c.principal_arn = k.value("principal_arn", "");
+    c.user_id = k.value("user_id", "");
+    config->credentials.push_back(std::move(c));
+  }
+  return Status::Ok();
+}
+
+// "scheduler", "instance_types" and "environments" are kept as JSON for their owners to parse;
+// only their shape is checked here.
+Status LoadOwnerSections(const json& doc, Config* config, const std::string& path) {
+  if (doc.contains("scheduler") && !doc["scheduler"].is_object()) {
+    return Status::InvalidArgument(path + ": \"scheduler\" must be an object");
+  }
+  if (doc.contains("instance_types") && !doc["instance_types"].is_array() && !doc["instance_types"].is_object()) {
+    return Status::InvalidArgument(path + ": \"instance_types\" must be a list of instance-type rows");
+  }
+  if (doc.contains("scheduler")) config->scheduler = doc["scheduler"];
+  if (doc.contains("instance_types")) config->instance_types = doc["instance_types"];
+  if (doc.contains("environments")) {
+    if (!doc["environments"].is_array()) return Status::InvalidArgument(path + ": \"environments\" must be a list");
+    config->environments = doc["environments"];
+  }
+  return Status::Ok();
+}
+
+Status LoadTraining(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("training")) return Status::Ok();
+  const json& t = doc["training"];
+  if (!t.is_object()) return Status::InvalidArgument(path + ": \"training\" must be an object");
+  RETURN_IF_ERROR(Field(t, "stop_grace_seconds", &config->training.stop_grace_seconds, path));
+  RETURN_IF_ERROR(Field(t, "keep_host_dirs", &config->training.keep_host_dirs, path));
+  RETURN_IF_ERROR(Field(t, "staging_parallelism", &config->training.staging_parallelism, path));
+  RETURN_IF_ERROR(Field(t, "toolkit_dir", &config->training.toolkit_dir, path));
+  if (config->training.stop_grace_seconds < 0 || config->training.staging_parallelism < 1) {
+    return Status::InvalidArgument(path + ": training.stop_grace_seconds must be >= 0 and "
+                                   "training.staging_parallelism >= 1");
+  }
+  return Status::Ok();
+}
+
+Status LoadEndpoints(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("endpoints")) return Status::Ok();
+  const json& e = doc["endpoints"];
+  if (!e.is_object()) return Status::InvalidArgument(path + ": \"endpoints\" must be an object");
+  RETURN_IF_ERROR(Field(e, "invocation_timeout_seconds", &config->endpoints.invocation_timeout_seconds, path));
+  RETURN_IF_ERROR(Field(e, "stop_grace_seconds", &config->endpoints.stop_grace_seconds, path));
+  RETURN_IF_ERROR(Field(e, "health_interval_seconds", &config->endpoints.health_interval_seconds, path));
+  RETURN_IF_ERROR(Field(e, "provision_timeout_seconds", &config->endpoints.provision_timeout_seconds, path));
+  if (e.contains("port_range")) {
+    const json& r = e["port_range"];
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
+      return Status::InvalidArgument(path + ": endpoints.port_range must be [first, end), e.g. [20000, 30000]");
+    }
+    config->endpoints.port_range_begin = r[0].get<int>();
+    config->endpoints.port_range_end = r[1].get<int>();
+  }
+  const auto& ec = config->endpoints;
+  if (ec.invocation_timeout_seconds < 1 || ec.stop_grace_seconds < 0 || ec.health_interval_seconds <= 0 ||
+      ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100 ||
+      ec.provision_timeout_seconds < 1) {
+    return Status::InvalidArgument(path + ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
+                                   "health_interval_seconds > 0, provision_timeout_seconds >= 1, port_range "
+                                   "within [1024, 65536) and at least 100 ports wide");
+  }
+  return Status::Ok();
+}
+
+Status LoadHttp(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("http")) return Status::Ok();
+  const json& h = doc["http"];
+  if (!h.is_object()) return Status::InvalidArgument(path + ": \"http\" must be an object");
+  HttpConfig& hc = config->http;
+  const std::string where = path + ": http";  // errors say which section
+  RETURN_IF_ERROR(Field(h, "max_connections", &hc.max_connections, where));
+  RETURN_IF_ERROR(Field(h, "max_connections_per_address", &hc.max_connections_per_address, where));
+  RETURN_IF_ERROR(Field(h, "first_byte_timeout_seconds", &hc.first_byte_timeout_seconds, where));
+  RETURN_IF_ERROR(Field(h, "header_timeout_seconds", &hc.header_timeout_seconds, where));
+  RETURN_IF_ERROR(Field(h, "idle_timeout_seconds", &hc.idle_timeout_seconds, where));
+  RETURN_IF_ERROR(Field(h, "io_timeout_seconds", &hc.io_timeout_seconds, where));
+  if (hc.max_connections < 1 || hc.max_connections_per_address < 1 || hc.first_byte_timeout_seconds < 1 ||
+      hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1) {
+    return Status::InvalidArgument(path + ": http: max_connections, max_connections_per_address and every "
+                                   "*_timeout_seconds must be >= 1");
+  }
+  return Status::Ok();
+}
+
+Status LoadArchives(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("archives")) return Status::Ok();
+  const json& a = doc["archives"];
+  if (!a.is_object()) return Status::InvalidArgument(path + ": \"archives\" must be an object");
+  RETURN_IF_ERROR(Field(a, "max_unpacked_mib", &config->archives.max_unpacked_mib, path));
+  RETURN_IF_ERROR(Field(a, "max_entries", &config->archives.max_entries, path));
+  if (config->archives.max_unpacked_mib < 0 || config->archives.max_entries < 1) {
+    return Status::InvalidArgument(path + ": archives.max_unpacked_mib must be >= 0 (0: from each instance's "
+                                   "volume) and archives.max_entries >= 1");
+  }
+  return Status::Ok();
+}
+
+Status LoadInstanceMetrics(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("instance_metrics")) return Status::Ok();
+  const json& m = doc["instance_metrics"];
+  if (!m.is_object()) return Status::InvalidArgument(path + ": \"instance_metrics\" must be an object");
+  RETURN_IF_ERROR(Field(m, "interval_seconds", &config->instance_metrics.interval_seconds, path));
+  RETURN_IF_ERROR(StringList(m, "gpu_command", &config->instance_metrics.gpu_command, path));
+  if (!(config->instance_metrics.interval_seconds >= 0.1 && config->instance_metrics.interval_seconds <= 3600)) {
+    return Status::InvalidArgument(path + ": instance_metrics.interval_seconds must be between 0.1 and 3600");
+  }
+  if (m.contains("gpu_command") &&
+      (config->instance_metrics.gpu_command.empty() || config->instance_metrics.gpu_command[0].empty())) {
+    return Status::InvalidArgument(path + ": instance_metrics.gpu_command must name a program (argv list)");
+  }
+  return Status::Ok();
+}
+
+Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("object_store")) return Status::Ok();
+  const json& os = doc["object_store"];
+  if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");
+  RETURN_IF_ERROR(Field(os, "backend", &config->object_store.backend, path));
+  RETURN_IF_ERROR(Field(os, "endpoint", &config->object_store.endpoint, path));
+  RETURN_IF_ERROR(Field(os, "region", &config->object_store.region, path));
+  RETURN_IF_ERROR(Field(os, "access_key_id", &config->object_store.access_key_id, path));
+  RETURN_IF_ERROR(Field(os, "secret_access_key", &config->object_store.secret_access_key, path));
+  RETURN_IF_ERROR(Field(os, "session_token", &config->object_store.session_token, path));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LoadConfigFile(const std::string& path, Config* config) {
@@ -78,126 +229,14 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(Field(doc, "log_format", &config->log_format, path));
   RETURN_IF_ERROR(Field(doc, "public_endpoint", &config->public_endpoint, path));
   RETURN_IF_ERROR(StringList(doc, "virtual_host_suffixes", &config->virtual_host_suffixes, path));
-  if (doc.contains("credentials")) {
-    if (!doc["credentials"].is_array()) return Status::InvalidArgument(path + ": \"credentials\" must be a list");
-    config->credentials.clear();
-    for (const auto& k : doc["credentials"]) {
-      if (!k.is_object() || !k.contains("access_key_id") || !k.contains("secret_access_key") ||
-          !k["access_key_id"].is_string() || !k["secret_access_key"].is_string()) {
-        return Status::InvalidArgument(path + ": each credential needs string access_key_id and secret_access_key");
-      }
-      aws::Credential c;
-      c.access_key_id = k["access_key_id"].get<std::string>();
-      c.secret_access_key = k["secret_access_key"].get<std::string>();
-      if (c.access_key_id.empty() || c.secret_access_key.size() < 16) {
-        return Status::InvalidArgument(path + ": credential " + c.access_key_id +
-                                       " needs a non-empty key id and a secret of at least 16 characters");
-      }
-      c.session_token = k.value("session_token", "");
-      c.account_id = k.value("account_id", "");
-      c.principal_arn = k.value("principal_arn", "");
-      c.user_id = k.value("user_id", "");
-      config->credentials.push_back(std::move(c));
-    }
-  }
-  if (doc.contains("scheduler") && !doc["scheduler"].is_object()) {
-    return Status::InvalidArgument(path + ": \"scheduler\" must be an object");
-  }
-  if (doc.contains("instance_types") && !doc["instance_types"].is_array() && !doc["instance_types"].is_object()) {
-    return Status::InvalidArgument(path + ": \"instance_types\" must be a list of instance-type rows");
-  }
-  if (doc.contains("scheduler")) config->scheduler = doc["scheduler"];
-  if (doc.contains("instance_types")) config->instance_types = doc["instance_types"];
-  if (doc.contains("environments")) {
-    if (!doc["environments"].is_array()) return Status::InvalidArgument(path + ": \"environments\" must be a list");
-    config->environments = doc["environments"];
-  }
-  if (doc.contains("training")) {
-    const json& t = doc["training"];
-    if (!t.is_object()) return Status::InvalidArgument(path + ": \"training\" must be an object");
-    RETURN_IF_ERROR(Field(t, "stop_grace_seconds", &config->training.stop_grace_seconds, path));
-    RETURN_IF_ERROR(Field(t, "keep_host_dirs", &config->training.keep_host_dirs, path));
-    RETURN_IF_ERROR(Field(t, "staging_parallelism", &config->training.staging_parallelism, path));
-    RETURN_IF_ERROR(Field(t, "toolkit_dir", &config->training.toolkit_dir, path));
-    if (config->training.stop_grace_seconds < 0 || config->training.staging_parallelism < 1) {
-      return Status::InvalidArgument(path + ": training.stop_grace_seconds must be >= 0 and "
-                                     "training.staging_parallelism >= 1");
-    }
-  }
-  if (doc.contains("endpoints")) {
-    const json& e = doc["endpoints"];
-    if (!e.is_object()) return Status::InvalidArgument(path + ": \"endpoints\" must be an object");
-    RETURN_IF_ERROR(Field(e, "invocation_timeout_seconds", &config->endpoints.invocation_timeout_seconds, path));
-    RETURN_IF_ERROR(Field(e, "stop_grace_seconds", &config->endpoints.stop_grace_seconds, path));
-    RETURN_IF_ERROR(Field(e, "health_interval_seconds", &config->endpoints.health_interval_seconds, path));
-    RETURN_IF_ERROR(Field(e, "provision_timeout_seconds", &config->endpoints.provision_timeout_seconds, path));
-    if (e.contains("port_range")) {
-      const json& r = e["port_range"];
-      if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
-        return Status::InvalidArgument(path + ": endpoints.port_range must be [first, end), e.g. [20000, 30000]");
-      }
-      config->endpoints.port_range_begin = r[0].get<int>();
-      config->endpoints.port_range_end = r[1].get<int>();
-    }
-    const auto& ec = config->endpoints;
-    if (ec.invocation_timeout_seconds < 1 || ec.stop_grace_seconds < 0 || ec.health_interval_seconds <= 0 ||
-        ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100 ||
-        ec.provision_timeout_seconds < 1) {
-      return Status::InvalidArgument(path + ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
-                                     "health_interval_seconds > 0, provision_timeout_seconds >= 1, port_range "
-                                     "within [1024, 65536) and at least 100 ports wide");
-    }
-  }
-  if (doc.contains("http")) {
-    const json& h = doc["http"];
-    if (!h.is_object()) return Status::InvalidArgument(path + ": \"http\" must be an object");
-    HttpConfig& hc = config->http;
-    const std::string where = path + ": http";  // errors say which section
-    RETURN_IF_ERROR(Field(h, "max_connections", &hc.max_connections, where));
-    RETURN_IF_ERROR(Field(h, "max_connections_per_address", &hc.max_connections_per_address, where));
-    RETURN_IF_ERROR(Field(h, "first_byte_timeout_seconds", &hc.first_byte_timeout_seconds, where));
-    RETURN_IF_ERROR(Field(h, "header_timeout_seconds", &hc.header_timeout_seconds, where));
-    RETURN_IF_ERROR(Field(h, "idle_timeout_seconds", &hc.idle_timeout_seconds, where));
-    RETURN_IF_ERROR(Field(h, "io_timeout_seconds", &hc.io_timeout_seconds, where));
-    if (hc.max_connections < 1 || hc.max_connections_per_address < 1 || hc.first_byte_timeout_seconds < 1 ||
-        hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1) {
-      return Status::InvalidArgument(path + ": http: max_connections, max_connections_per_address and every "
-                                     "*_timeout_seconds must be >= 1");
-    }
-  }
-  if (doc.contains("archives")) {
-    const json& a = doc["archives"];
-    if (!a.is_object()) return Status::InvalidArgument(path + ": \"archives\" must be an object");
-    RETURN_IF_ERROR(Field(a, "max_unpacked_mib", &config->archives.max_unpacked_mib, path));
-    RETURN_IF_ERROR(Field(a, "max_entries", &config->archives.max_entries, path));
-    if (config->archives.max_unpacked_mib < 0 || config->archives.max_entries < 1) {
-      return Status::InvalidArgument(path + ": archives.max_unpacked_mib must be >= 0 (0: from each instance's "
-                                     "volume) and archives.max_entries >= 1");
-    }
-  }
-  if (doc.contains("instance_metrics")) {
-    const json& m = doc["instance_metrics"];
-    if (!m.is_object()) return Status::InvalidArgument(path + ": \"instance_metrics\" must be an object");
-    RETURN_IF_ERROR(Field(m, "interval_seconds", &config->instance_metrics.interval_seconds, path));
-    RETURN_IF_ERROR(StringList(m, "gpu_command", &config->instance_metrics.gpu_command, path));
-    if (!(config->instance_metrics.interval_seconds >= 0.1 && config->instance_metrics.interval_seconds <= 3600)) {
-      return Status::InvalidArgument(path + ": instance_metrics.interval_seconds must be between 0.1 and 3600");
-    }
-    if (m.contains("gpu_command") &&
-        (config->instance_metrics.gpu_command.empty() || config->instance_metrics.gpu_command[0].empty())) {
-      return Status::InvalidArgument(path + ": instance_metrics.gpu_command must name a program (argv list)");
-    }
-  }
-  if (doc.contains("object_store")) {
-    const json& os = doc["object_store"];
-    if (!os.is_object()) return Status::InvalidArgument(path + ": \"object_store\" must be an object");
-    RETURN_IF_ERROR(Field(os, "backend", &config->object_store.backend, path));
-    RETURN_IF_ERROR(Field(os, "endpoint", &config->object_store.endpoint, path));
-    RETURN_IF_ERROR(Field(os, "region", &config->object_store.region, path));
-    RETURN_IF_ERROR(Field(os, "access_key_id", &config->object_store.access_key_id, path));
-    RETURN_IF_ERROR(Field(os, "secret_access_key", &config->object_store.secret_access_key, path));
-    RETURN_IF_ERROR(Field(os, "session_token", &config->object_store.session_token, path));
-  }
+  RETURN_IF_ERROR(LoadCredentials(doc, config, path));
+  RETURN_IF_ERROR(LoadOwnerSections(doc, config, path));
+  RETURN_IF_ERROR(LoadTraining(doc, config, path));
+  RETURN_IF_ERROR(LoadEndpoints(doc, config, path));
+  RETURN_IF_ERROR(LoadHttp(doc, config, path));
+  RETURN_IF_ERROR(LoadArchives(doc, config, path));
+  RETURN_IF_ERROR(LoadInstanceMetrics(doc, config, path));
+  RETURN_IF_ERROR(LoadObjectStore(doc, config, path));
   return Status::Ok();
 }
 

@@ -43,6 +43,65 @@ std::string ToolkitScript(const Config& config) {
   return candidates.back() + "/kiln_toolkit/train.py";
 }
 
+// The option structs the steps below fill from the config (no side effects).
+
+control::ArchiveCapOptions ArchiveCaps(const Config& c, const control::InstanceCatalog* catalog) {
+  control::ArchiveCapOptions archive_caps;
+  archive_caps.max_unpacked_bytes = static_cast<uint64_t>(c.archives.max_unpacked_mib) << 20;
+  archive_caps.max_entries = static_cast<uint64_t>(c.archives.max_entries);
+  archive_caps.catalog = catalog;
+  return archive_caps;
+}
+
+control::TrainingControllerOptions TrainingOptions(const Config& c, const control::ArchiveCapOptions& archive_caps) {
+  control::TrainingControllerOptions training;
+  training.work_dir = c.data_dir + "/training";
+  training.region = c.regions.front();
+  training.endpoint_url = ClientEndpoint(c);
+  training.toolkit_script = ToolkitScript(c);
+  training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
+  training.staging_parallelism = c.training.staging_parallelism;
+  training.keep_host_dirs = c.training.keep_host_dirs;
+  training.archive_caps = archive_caps;
+  return training;
+}
+
+control::EndpointControllerOptions EndpointOptions(const Config& c, const control::ArchiveCapOptions& archive_caps) {
+  control::EndpointControllerOptions endpoints;
+  endpoints.work_dir = c.data_dir + "/endpoints";
+  endpoints.model_cache_dir = c.data_dir + "/model-cache";
+  endpoints.region = c.regions.front();
+  endpoints.account_id = c.account_id;
+  endpoints.endpoint_url = ClientEndpoint(c);
+  endpoints.port_range_begin = c.endpoints.port_range_begin;
+  endpoints.port_range_end = c.endpoints.port_range_end;
+  endpoints.stop_grace = std::chrono::seconds(c.endpoints.stop_grace_seconds);
+  endpoints.health_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(c.endpoints.health_interval_seconds * 1000));
+  endpoints.drain_timeout = std::chrono::seconds(c.endpoints.invocation_timeout_seconds + 5);
+  endpoints.default_provision_timeout = std::chrono::seconds(c.endpoints.provision_timeout_seconds);
+  endpoints.archive_caps = archive_caps;
+  return endpoints;
+}
+
+serving::RouterOptions RouterOptionsFor(const Config& c) {
+  serving::RouterOptions router_options;
+  router_options.invocation_timeout_ms = c.endpoints.invocation_timeout_seconds * 1000;
+  return router_options;
+}
+
+net::HttpServerOptions HttpOptions(const Config& c) {
+  net::HttpServerOptions http;
+  http.listen = c.listen;
+  http.max_connections = static_cast<size_t>(c.http.max_connections);
+  http.max_connections_per_address = static_cast<size_t>(c.http.max_connections_per_address);
+  http.first_byte_timeout_seconds = c.http.first_byte_timeout_seconds;
+  http.header_timeout_seconds = c.http.header_timeout_seconds;
+  http.idle_timeout_seconds = c.http.idle_timeout_seconds;
+  http.io_timeout_seconds = c.http.io_timeout_seconds;
+  return http;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& config, store::Database* database) {
@@ -63,81 +122,90 @@ Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& conf
   return std::unique_ptr<objects::ObjectStore>(std::move(store));
 }
 
+// Each step builds one group of components, in dependency order; Create runs them in sequence.
+// A step's error already names what failed; the components built so far are destroyed in
+// reverse (member order).
 Result<std::unique_ptr<Server>> Server::Create(Config config) {
   std::unique_ptr<Server> server(new Server(std::move(config)));
   const Config& c = server->config_;
+  RETURN_IF_ERROR(server->OpenState());
+  RETURN_IF_ERROR(server->OpenRuntimeAndCapacity());
+  const control::ArchiveCapOptions archive_caps = ArchiveCaps(c, server->catalog_.get());
+  control::TrainingControllerOptions training = TrainingOptions(c, archive_caps);
+  server->BuildFrontDoor();
+  RETURN_IF_ERROR(server->OpenLogsAndTraining(std::move(training)));
+  server->BuildEndpointController(archive_caps);
+  server->RegisterJsonServices();
+  server->BuildInvokePath();
+  RETURN_IF_ERROR(server->BindHttp());
+  return server;
+}
+
+// The data dir, the database, the object store backend and the credentials (the configured and
+// stored keys, the per-instance ones, and the chain the front door checks), and the metric store.
+Status Server::OpenState() {
+  const Config& c = config_;
   RETURN_IF_ERROR(MakeDirs(c.data_dir, 0700).WithPrefix("data dir"));
 
-  ASSIGN_OR_RETURN(server->database_, store::Database::Open(c.data_dir + "/kiln.db", {}));
-  ASSIGN_OR_RETURN(server->object_store_, OpenObjectStore(c, server->database_.get()));
+  ASSIGN_OR_RETURN(database_, store::Database::Open(c.data_dir + "/kiln.db", {}));
+  ASSIGN_OR_RETURN(object_store_, OpenObjectStore(c, database_.get()));
 
   api::CredentialStore::Options cred_options;
   cred_options.path = c.data_dir + "/credentials.json";
   cred_options.account_id = c.account_id;
   cred_options.configured = c.credentials;
-  ASSIGN_OR_RETURN(server->credentials_, api::CredentialStore::Open(std::move(cred_options), true));
+  ASSIGN_OR_RETURN(credentials_, api::CredentialStore::Open(std::move(cred_options), true));
 
-  // Training: instance credentials, metrics, the process runtime, capacity and the controller.
-  server->instance_credentials_ = std::make_unique<control::InstanceCredentials>(c.account_id);
-  server->all_credentials_ = std::make_unique<control::ChainedCredentialProvider>(
-      server->credentials_.get(), server->instance_credentials_.get());
-  server->metric_store_ = std::make_unique<observe::MetricStore>(server->database_.get());
+  instance_credentials_ = std::make_unique<control::InstanceCredentials>(c.account_id);
+  all_credentials_ = std::make_unique<control::ChainedCredentialProvider>(credentials_.get(),
+                                                                          instance_credentials_.get());
+  metric_store_ = std::make_unique<observe::MetricStore>(database_.get());
+  return Status::Ok();
+}
+
+// What instances run on: the process runtime, the instance catalog, the scheduler over the host's
+// capacity, the per-instance metrics sampler and the environment table.
+Status Server::OpenRuntimeAndCapacity() {
+  const Config& c = config_;
   runtime::ProcessRuntimeOptions runtime_options;
   runtime_options.state_dir = c.data_dir + "/instances";
   runtime_options.shim_command = {SelfExecutable(), "shim"};
-  ASSIGN_OR_RETURN(server->runtime_, runtime::OpenProcessRuntime(runtime_options));
+  ASSIGN_OR_RETURN(runtime_, runtime::OpenProcessRuntime(runtime_options));
   if (!c.instance_types.is_null()) {
     ASSIGN_OR_RETURN(auto catalog, control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
-    server->catalog_ = std::make_unique<control::InstanceCatalog>(std::move(catalog));
+    catalog_ = std::make_unique<control::InstanceCatalog>(std::move(catalog));
   } else {
-    server->catalog_ = std::make_unique<control::InstanceCatalog>(control::InstanceCatalog::BuiltIn());
+    catalog_ = std::make_unique<control::InstanceCatalog>(control::InstanceCatalog::BuiltIn());
   }
   ASSIGN_OR_RETURN(auto scheduler_options,
                    control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
                                                      control::DiscoverHostCapacity()));
-  server->scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, server->catalog_.get());
+  scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, catalog_.get());
   control::InstanceMetricsOptions instance_metrics;
   instance_metrics.interval =
       std::chrono::milliseconds(static_cast<int64_t>(c.instance_metrics.interval_seconds * 1000));
   if (!c.instance_metrics.gpu_command.empty()) instance_metrics.gpu_command = c.instance_metrics.gpu_command;
   // MemoryUtilization of an instance without a limit: of the node's memory as the scheduler sees it.
   instance_metrics.host_memory_bytes = scheduler_options.capacity.memory_bytes;
-  server->instance_metrics_ = std::make_unique<control::InstanceMetrics>(
-      std::move(instance_metrics), server->runtime_.get(), server->metric_store_.get());
+  instance_metrics_ = std::make_unique<control::InstanceMetrics>(std::move(instance_metrics), runtime_.get(),
+                                                                 metric_store_.get());
   if (c.environments.is_array()) {
     ASSIGN_OR_RETURN(auto table, runtime::EnvironmentTable::FromJson(c.environments));
-    server->environments_ = std::make_unique<runtime::EnvironmentTable>(std::move(table));
+    environments_ = std::make_unique<runtime::EnvironmentTable>(std::move(table));
   } else {
-    server->environments_ = std::make_unique<runtime::EnvironmentTable>(runtime::EnvironmentTable::Default());
+    environments_ = std::make_unique<runtime::EnvironmentTable>(runtime::EnvironmentTable::Default());
   }
-  control::TrainingControllerOptions training;
-  training.work_dir = c.data_dir + "/training";
-  training.region = c.regions.front();
-  training.endpoint_url = ClientEndpoint(c);
-  training.toolkit_script = ToolkitScript(c);
-  training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
-  training.staging_parallelism = c.training.staging_parallelism;
-  training.keep_host_dirs = c.training.keep_host_dirs;
-  control::ArchiveCapOptions archive_caps;
-  archive_caps.max_unpacked_bytes = static_cast<uint64_t>(c.archives.max_unpacked_mib) << 20;
-  archive_caps.max_entries = static_cast<uint64_t>(c.archives.max_entries);
-  archive_caps.catalog = server->catalog_.get();
-  training.archive_caps = archive_caps;
-  control::TrainingControllerDeps deps;
-  deps.database = server->database_.get();
-  deps.object_store = server->object_store_.get();
-  deps.metric_store = server->metric_store_.get();
-  deps.runtime = server->runtime_.get();
-  deps.scheduler = server->scheduler_.get();
-  deps.environments = server->environments_.get();
-  deps.credentials = server->instance_credentials_.get();
-  deps.instance_metrics = server->instance_metrics_.get();
+  return Status::Ok();
+}
 
+// The S3 front and the front door that every request goes through (services are added later).
+void Server::BuildFrontDoor() {
+  const Config& c = config_;
   objects::S3ApiOptions s3_options;
   s3_options.virtual_host_suffixes = c.virtual_host_suffixes;
   s3_options.default_region = c.regions.front();
   s3_options.account_id = c.account_id;
-  server->s3_ = std::make_unique<objects::S3Api>(std::move(s3_options), server->object_store_.get());
+  s3_ = std::make_unique<objects::S3Api>(std::move(s3_options), object_store_.get());
 
   api::FrontDoorOptions door;
   door.auth_enabled = c.auth_enabled;
@@ -145,109 +213,111 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   door.accept_any_region = c.accept_any_region;
   door.account_id = c.account_id;
   door.version = KilnVersion();
-  server->front_door_ = std::make_unique<api::FrontDoor>(door, server->all_credentials_.get(), server->s3_.get());
-  ASSIGN_OR_RETURN(server->log_store_,
-                   observe::LogStore::Open({c.data_dir + "/logs", server->database_.get(), nullptr}));
-  deps.log_store = server->log_store_.get();
-  server->training_ = std::make_unique<control::TrainingController>(training, deps);
+  front_door_ = std::make_unique<api::FrontDoor>(door, all_credentials_.get(), s3_.get());
+}
 
-  // Endpoints: the controller publishes routing snapshots that the invoke path reads.
-  server->routes_ = std::make_unique<serving::RoutingTable>();
-  control::EndpointControllerOptions endpoints;
-  endpoints.work_dir = c.data_dir + "/endpoints";
-  endpoints.model_cache_dir = c.data_dir + "/model-cache";
-  endpoints.region = c.regions.front();
-  endpoints.account_id = c.account_id;
-  endpoints.endpoint_url = ClientEndpoint(c);
-  endpoints.port_range_begin = c.endpoints.port_range_begin;
-  endpoints.port_range_end = c.endpoints.port_range_end;
-  endpoints.stop_grace = std::chrono::seconds(c.endpoints.stop_grace_seconds);
-  endpoints.health_interval =
-      std::chrono::milliseconds(static_cast<int64_t>(c.endpoints.health_interval_seconds * 1000));
-  endpoints.drain_timeout = std::chrono::seconds(c.endpoints.invocation_timeout_seconds + 5);
-  endpoints.default_provision_timeout = std::chrono::seconds(c.endpoints.provision_timeout_seconds);
-  endpoints.archive_caps = archive_caps;
+// The log store and the training controller that writes into it.
+Status Server::OpenLogsAndTraining(control::TrainingControllerOptions training) {
+  const Config& c = config_;
+  ASSIGN_OR_RETURN(log_store_, observe::LogStore::Open({c.data_dir + "/logs", database_.get(), nullptr}));
+  control::TrainingControllerDeps deps;
+  deps.database = database_.get();
+  deps.object_store = object_store_.get();
+  deps.metric_store = metric_store_.get();
+  deps.runtime = runtime_.get();
+  deps.scheduler = scheduler_.get();
+  deps.environments = environments_.get();
+  deps.credentials = instance_credentials_.get();
+  deps.instance_metrics = instance_metrics_.get();
+  deps.log_store = log_store_.get();
+  training_ = std::make_unique<control::TrainingController>(training, deps);
+  return Status::Ok();
+}
+
+// Endpoints: the routing table (the controller publishes snapshots that the invoke path reads),
+// the invoke path's pooled client, and the endpoint controller.
+void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_caps) {
+  const Config& c = config_;
+  routes_ = std::make_unique<serving::RoutingTable>();
+  control::EndpointControllerOptions endpoints = EndpointOptions(c, archive_caps);
   control::EndpointControllerDeps endpoint_deps;
-  endpoint_deps.database = server->database_.get();
-  endpoint_deps.object_store = server->object_store_.get();
-  endpoint_deps.runtime = server->runtime_.get();
-  endpoint_deps.scheduler = server->scheduler_.get();
-  endpoint_deps.environments = server->environments_.get();
-  endpoint_deps.credentials = server->instance_credentials_.get();
-  endpoint_deps.log_store = server->log_store_.get();
-  endpoint_deps.routes = server->routes_.get();
-  endpoint_deps.instance_metrics = server->instance_metrics_.get();
-  // The invoke path's pooled connections to the instances (the router below uses it; the
-  // controller drops a stopped instance's idle connections from it).
-  serving::RouterOptions router_options;
-  router_options.invocation_timeout_ms = c.endpoints.invocation_timeout_seconds * 1000;
+  endpoint_deps.database = database_.get();
+  endpoint_deps.object_store = object_store_.get();
+  endpoint_deps.runtime = runtime_.get();
+  endpoint_deps.scheduler = scheduler_.get();
+  endpoint_deps.environments = environments_.get();
+  endpoint_deps.credentials = instance_credentials_.get();
+  endpoint_deps.log_store = log_store_.get();
+  endpoint_deps.routes = routes_.get();
+  endpoint_deps.instance_metrics = instance_metrics_.get();
+  // The invoke path's pooled connections to the instances (the router, built in BuildInvokePath,
+  // uses it; the controller drops a stopped instance's idle connections from it).
   net::HttpClientOptions client_options;
-  client_options.max_response_body_bytes = router_options.max_response_body_bytes;
-  server->invoke_client_ = std::make_unique<net::HttpClient>(client_options);
-  endpoint_deps.invoke_client = server->invoke_client_.get();
-  server->endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
+  client_options.max_response_body_bytes = RouterOptionsFor(c).max_response_body_bytes;
+  invoke_client_ = std::make_unique<net::HttpClient>(client_options);
+  endpoint_deps.invoke_client = invoke_client_.get();
+  endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
+}
 
-  // The JSON services exist from the start so that every operation Kiln does not implement yet
-  // answers UnknownOperationException naming it. SageMaker requests are validated against the
-  // botocore model before any handler runs.
+// The JSON services exist from the start so that every operation Kiln does not implement yet
+// answers UnknownOperationException naming it. SageMaker requests are validated against the
+// botocore model before any handler runs.
+void Server::RegisterJsonServices() {
+  const Config& c = config_;
   auto sagemaker = std::make_unique<api::JsonService>("SageMaker", "sagemaker", aws::Protocol::kJson11);
   sagemaker->SetModel(api::ServiceModel::SageMaker());
   api::TrainingJobsContext training_api;
-  training_api.database = server->database_.get();
-  training_api.controller = server->training_.get();
+  training_api.database = database_.get();
+  training_api.controller = training_.get();
   training_api.account_id = c.account_id;
   training_api.region = c.regions.front();
   api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
   api::EndpointsContext endpoints_api;
-  endpoints_api.database = server->database_.get();
-  endpoints_api.notifier = server->endpoints_.get();
-  endpoints_api.catalog = server->catalog_.get();
+  endpoints_api.database = database_.get();
+  endpoints_api.notifier = endpoints_.get();
+  endpoints_api.catalog = catalog_.get();
   endpoints_api.account_id = c.account_id;
   endpoints_api.region = c.regions.front();
   api::RegisterInferenceOperations(sagemaker.get(), endpoints_api);
-  server->front_door_->AddJsonService(std::move(sagemaker));
+  front_door_->AddJsonService(std::move(sagemaker));
   auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
-  api::RegisterLogsOperations(logs.get(), server->log_store_.get(), c.account_id, c.regions.front());
-  server->front_door_->AddJsonService(std::move(logs));
-  server->front_door_->AddJsonService(std::make_unique<api::JsonService>(
+  api::RegisterLogsOperations(logs.get(), log_store_.get(), c.account_id, c.regions.front());
+  front_door_->AddJsonService(std::move(logs));
+  front_door_->AddJsonService(std::make_unique<api::JsonService>(
       "AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
   // CloudWatch metrics over the metric store, in JSON 1.0, Query and RPC v2 CBOR.
   api::CloudWatchOptions cloudwatch_options;
-  cloudwatch_options.store = server->metric_store_.get();
-  server->cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
-  server->front_door_->AddJsonService(server->cloudwatch_->MakeJsonService());
-  server->front_door_->SetCloudWatch(server->cloudwatch_.get());
+  cloudwatch_options.store = metric_store_.get();
+  cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
+  front_door_->AddJsonService(cloudwatch_->MakeJsonService());
+  front_door_->SetCloudWatch(cloudwatch_.get());
+}
 
-  // The invoke path: the router over the routing table and the pooled client made above,
-  // per-second invocation metrics, /metrics.
+// The invoke path: the router over the routing table and the pooled client, per-second
+// invocation metrics, /metrics.
+void Server::BuildInvokePath() {
   serving::InvocationMetricsOptions metrics_options;
   // A deleted endpoint's Prometheus totals go with its route (memory follows live endpoints).
-  metrics_options.is_live = [routes = server->routes_.get()](std::string_view endpoint) {
+  metrics_options.is_live = [routes = routes_.get()](std::string_view endpoint) {
     return routes->Find(endpoint) != nullptr;
   };
-  server->invocation_metrics_ =
-      std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), server->metric_store_.get());
-  server->router_ = std::make_unique<serving::Router>(router_options, server->routes_.get(),
-                                                      server->invoke_client_.get(), server->invocation_metrics_.get());
-  server->prometheus_ = std::make_unique<serving::PrometheusExporter>(
-      server->invocation_metrics_.get(), server->routes_.get(), server->invoke_client_.get());
-  server->front_door_->SetRuntime(server->router_.get());
-  server->front_door_->SetMetricsExporter(server->prometheus_.get());
+  invocation_metrics_ = std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), metric_store_.get());
+  router_ = std::make_unique<serving::Router>(RouterOptionsFor(config_), routes_.get(), invoke_client_.get(),
+                                              invocation_metrics_.get());
+  prometheus_ = std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(),
+                                                              invoke_client_.get());
+  front_door_->SetRuntime(router_.get());
+  front_door_->SetMetricsExporter(prometheus_.get());
+}
 
-  net::HttpServerOptions http;
-  http.listen = c.listen;
-  http.max_connections = static_cast<size_t>(c.http.max_connections);
-  http.max_connections_per_address = static_cast<size_t>(c.http.max_connections_per_address);
-  http.first_byte_timeout_seconds = c.http.first_byte_timeout_seconds;
-  http.header_timeout_seconds = c.http.header_timeout_seconds;
-  http.idle_timeout_seconds = c.http.idle_timeout_seconds;
-  http.io_timeout_seconds = c.http.io_timeout_seconds;
-  api::FrontDoor* door_ptr = server->front_door_.get();
-  ASSIGN_OR_RETURN(server->http_, net::HttpServer::Create(
-                                      http, [door_ptr](net::HttpRequest& request, net::ResponseWriter& response) {
-                                        door_ptr->Handle(request, response);
-                                      }));
-  return server;
+// Binds the listen address (serving starts in Start()); every request goes to the front door.
+Status Server::BindHttp() {
+  api::FrontDoor* door_ptr = front_door_.get();
+  ASSIGN_OR_RETURN(http_, net::HttpServer::Create(HttpOptions(config_),
+                                                  [door_ptr](net::HttpRequest& request, net::ResponseWriter& response) {
+                                                    door_ptr->Handle(request, response);
+                                                  }));
+  return Status::Ok();
 }
 
 Server::~Server() { Stop(); }

@@ -1,6 +1,7 @@
 #pragma once
-// `kiln server`: the composition root. Opens the state (SQLite), the object store backend, the
-// credentials, builds the front door with every service, and serves HTTP until Stop().
+// `kiln server`: the composition root. Opens the state (SQLite), the object store backend and the
+// credentials, the process runtime and scheduler, the training and endpoint controllers, builds
+// the front door with every service and the invoke path, and serves HTTP until Stop().
 
 #include <memory>
 
@@ -44,6 +45,17 @@ class Server {
 
  private:
   explicit Server(Config config) : config_(std::move(config)) {}
+
+  // The steps of Create, in the order it runs them (server.cc says what each builds). Each
+  // fills members declared below; errors name the component that failed.
+  Status OpenState();
+  Status OpenRuntimeAndCapacity();
+  void BuildFrontDoor();
+  Status OpenLogsAndTraining(control::TrainingControllerOptions training);
+  void BuildEndpointController(const control::ArchiveCapOptions& archive_caps);
+  void RegisterJsonServices();
+  void BuildInvokePath();
+  Status BindHttp();
 
   Config config_;
   // Declared in dependency order: destroyed in reverse.
