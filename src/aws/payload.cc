@@ -126,7 +126,8 @@ class PayloadReaderBase : public PayloadReader {
     if (const std::string* md5 = FindHeader(headers, "content-md5")) {
       std::optional<std::string> raw = Base64Decode(Trim(*md5));
       if (!raw || raw->size() != 16) {
-        return Status::InvalidArgument("The Content-MD5 you specified was invalid.");
+        return Status::InvalidArgument("The Content-MD5 you specified was invalid.")
+            .WithReason(ErrorReason::kInvalidDigest);
       }
       if (options.verify_content_md5) {
         expected_md5_ = *raw;

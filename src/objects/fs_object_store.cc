@@ -240,7 +240,8 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
   auto add_hasher = [&](const std::string& name) -> Status {
     S3Checksum::Algorithm algorithm;
     if (!S3Checksum::ParseAlgorithm(name, &algorithm)) {
-      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + name);
+      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + name)
+          .WithReason(ErrorReason::kInvalidArgument);
     }
     std::string lower(S3Checksum::Name(algorithm));
     if (hashers.count(lower) == 0) hashers.emplace(lower, S3Checksum(algorithm));
@@ -259,7 +260,8 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
   for (const auto& name : stage.extra_checksums) RETURN_IF_ERROR(add_hasher(name));
   std::optional<uint64_t> hint = data.size_hint();
   if (hint.has_value() && *hint > options_.max_object_size) {
-    return Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size");
+    return Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size")
+        .WithReason(ErrorReason::kEntityTooLarge);
   }
 
   std::string tmp_path = tmp_dir_ + "/" + RandomHex(16);
@@ -291,7 +293,8 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
       std::string_view chunk(buffer.data(), filled);
       staged.size += filled;
       if (staged.size > options_.max_object_size) {
-        return fail(Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size"));
+        return fail(Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size")
+                        .WithReason(ErrorReason::kEntityTooLarge));
       }
       md5.Update(chunk);
       for (auto& [name, hasher] : hashers) hasher.Update(chunk);
@@ -305,7 +308,8 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
 
   // Verify what the client promised before anything becomes visible.
   if (expected_md5.has_value() && Base64Encode(staged.md5) != *expected_md5) {
-    return fail(Status::DataLoss("BadDigest: the Content-MD5 you specified did not match what we received"));
+    return fail(Status::DataLoss("BadDigest: the Content-MD5 you specified did not match what we received")
+                    .WithReason(ErrorReason::kBadDigest));
   }
   if (stage.put != nullptr) {
     for (const auto& [name, value] : stage.put->expected_checksums) {
@@ -313,7 +317,8 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
       if (lower == "md5") continue;
       auto it = staged.checksums.find(lower);
       if (it == staged.checksums.end() || it->second != value) {
-        return fail(Status::DataLoss("BadDigest: the " + lower + " you specified did not match the calculated checksum"));
+        return fail(Status::DataLoss("BadDigest: the " + lower + " you specified did not match the calculated checksum")
+                        .WithReason(ErrorReason::kBadDigest));
       }
     }
     for (const auto& [name, value] : stage.put->verified_checksums) staged.checksums[ToLower(name)] = value;
@@ -408,7 +413,8 @@ Result<std::unique_ptr<ObjectReader>> FsObjectStore::GetObject(const std::string
     uint64_t end = info.size;
     if (range.has_value()) {
       if (range->first > range->last || range->first >= info.size) {
-        return Status::InvalidArgument("InvalidRange: the requested range is not satisfiable");
+        return Status::InvalidArgument("InvalidRange: the requested range is not satisfiable")
+            .WithReason(ErrorReason::kInvalidRange);
       }
       first = range->first;
       end = std::min<uint64_t>(range->last + 1, info.size);
@@ -543,7 +549,8 @@ Result<MultipartUpload> FsObjectStore::CreateMultipartUpload(const std::string& 
   if (!checksum_algorithm.empty()) {
     S3Checksum::Algorithm parsed;
     if (!S3Checksum::ParseAlgorithm(checksum_algorithm, &parsed)) {
-      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + checksum_algorithm);
+      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + checksum_algorithm)
+          .WithReason(ErrorReason::kInvalidArgument);
     }
     algorithm = std::string(S3Checksum::Name(parsed));
   }
@@ -562,7 +569,8 @@ Result<PartInfo> FsObjectStore::StorePart(const std::string& bucket, const std::
                                           const std::string& upload_id, uint32_t part_number, ByteSource& data,
                                           const PutOptions& options) {
   if (part_number < 1 || part_number > kMaxPartNumber) {
-    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000");
+    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000")
+        .WithReason(ErrorReason::kInvalidArgument);
   }
   ASSIGN_OR_RETURN(auto upload, repo_.GetUpload(bucket, key, upload_id));
   StageOptions stage;
@@ -601,11 +609,13 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
                                                           const std::vector<CompletedPart>& parts) {
   ASSIGN_OR_RETURN(auto upload, repo_.GetUpload(bucket, key, upload_id));
   if (parts.empty()) {
-    return Status::InvalidArgument("InvalidPart: you must specify at least one part");
+    return Status::InvalidArgument("InvalidPart: you must specify at least one part")
+        .WithReason(ErrorReason::kInvalidPart);
   }
   for (size_t i = 1; i < parts.size(); ++i) {
     if (parts[i].part_number <= parts[i - 1].part_number) {
-      return Status::InvalidArgument("InvalidPartOrder: the list of parts was not in ascending order");
+      return Status::InvalidArgument("InvalidPartOrder: the list of parts was not in ascending order")
+          .WithReason(ErrorReason::kInvalidPartOrder);
     }
   }
   ASSIGN_OR_RETURN(auto stored, repo_.ListParts(upload_id, 0, 0));
@@ -617,11 +627,13 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
     auto it = by_number.find(parts[i].part_number);
     if (it == by_number.end() || StripQuotes(parts[i].etag) != it->second->etag) {
       return Status::InvalidArgument("InvalidPart: one or more of the specified parts could not be found or its "
-                                     "entity tag did not match (part " + std::to_string(parts[i].part_number) + ")");
+                                     "entity tag did not match (part " + std::to_string(parts[i].part_number) + ")")
+          .WithReason(ErrorReason::kInvalidPart);
     }
     if (i + 1 < parts.size() && it->second->size < options_.min_part_size) {
       return Status::InvalidArgument("EntityTooSmall: your proposed upload is smaller than the minimum allowed "
-                                     "size (part " + std::to_string(parts[i].part_number) + ")");
+                                     "size (part " + std::to_string(parts[i].part_number) + ")")
+          .WithReason(ErrorReason::kEntityTooSmall);
     }
     chosen.push_back(it->second);
   }

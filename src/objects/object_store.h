@@ -16,10 +16,14 @@
 //   AlreadyExists       bucket exists (CreateBucket)
 //   FailedPrecondition  bucket not empty (reason kBucketNotEmpty, "BucketNotEmpty:"); conditional
 //                       request failed (reason kPreconditionFailed, "PreconditionFailed:")
-//   InvalidArgument     bad name, bad part list ("InvalidPart:", "InvalidPartOrder:",
-//                       "EntityTooSmall:"), bad range ("InvalidRange:")
-//   ResourceExhausted   disk full, object too large
-//   DataLoss            the source's bytes failed a checksum while streaming in (message from source)
+//   InvalidArgument     bad name (kInvalidBucketName, kKeyTooLong), bad part list (kInvalidPart,
+//                       kInvalidPartOrder, kEntityTooSmall), bad range (kInvalidRange), another
+//                       S3 InvalidArgument / InvalidRequest (kInvalidArgument, kInvalidRequest);
+//                       the message starts with the S3 code ("InvalidPart: ...") and what follows
+//                       the colon is the detail the S3 front shows for the last three
+//   ResourceExhausted   disk full, object too large (kEntityTooLarge, "EntityTooLarge: ...")
+//   DataLoss            the source's bytes failed a checksum while streaming in (message from source);
+//                       the data did not match the expected checksums (kBadDigest, "BadDigest: ...")
 //   Unavailable         backend unreachable (s3 backend)
 
 #include <cstdint>

@@ -188,11 +188,22 @@ class ObjectStoreConformanceTest : public ::testing::TestWithParam<Backend> {
 // The typed reason an error with this message prefix must carry (object_store.h): fronts test the
 // reason, never the text, so every store must set both.
 ErrorReason ReasonForPrefix(std::string_view prefix) {
-  if (prefix == "NoSuchBucket:") return ErrorReason::kNoSuchBucket;
-  if (prefix == "NoSuchKey:") return ErrorReason::kNoSuchKey;
-  if (prefix == "NoSuchUpload:") return ErrorReason::kNoSuchUpload;
-  if (prefix == "BucketNotEmpty:") return ErrorReason::kBucketNotEmpty;
-  if (prefix == "PreconditionFailed:") return ErrorReason::kPreconditionFailed;
+  if (!prefix.empty() && prefix.back() == ':') prefix.remove_suffix(1);
+  if (prefix == "NoSuchBucket") return ErrorReason::kNoSuchBucket;
+  if (prefix == "NoSuchKey") return ErrorReason::kNoSuchKey;
+  if (prefix == "NoSuchUpload") return ErrorReason::kNoSuchUpload;
+  if (prefix == "BucketNotEmpty") return ErrorReason::kBucketNotEmpty;
+  if (prefix == "PreconditionFailed") return ErrorReason::kPreconditionFailed;
+  if (prefix == "InvalidPart") return ErrorReason::kInvalidPart;
+  if (prefix == "InvalidPartOrder") return ErrorReason::kInvalidPartOrder;
+  if (prefix == "EntityTooSmall") return ErrorReason::kEntityTooSmall;
+  if (prefix == "InvalidRange") return ErrorReason::kInvalidRange;
+  if (prefix == "InvalidBucketName") return ErrorReason::kInvalidBucketName;
+  if (prefix == "KeyTooLongError") return ErrorReason::kKeyTooLong;
+  if (prefix == "InvalidArgument") return ErrorReason::kInvalidArgument;
+  if (prefix == "InvalidRequest") return ErrorReason::kInvalidRequest;
+  if (prefix == "EntityTooLarge") return ErrorReason::kEntityTooLarge;
+  if (prefix == "BadDigest") return ErrorReason::kBadDigest;
   return ErrorReason::kNone;
 }
 

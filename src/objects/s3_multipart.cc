@@ -74,7 +74,8 @@ Result<PartInfo> S3ObjectStore::UploadPart(const std::string& bucket, const std:
                                            const std::string& upload_id, uint32_t part_number, ByteSource& data,
                                            const PutOptions& options) {
   if (part_number < 1 || part_number > 10000) {
-    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000");
+    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000")
+        .WithReason(ErrorReason::kInvalidArgument);
   }
   return SendPart(bucket, key, upload_id, part_number, data, options);
 }
@@ -84,7 +85,8 @@ Result<PartInfo> S3ObjectStore::UploadPartCopy(const std::string& bucket, const 
                                                const std::string& src_bucket, const std::string& src_key,
                                                std::optional<ByteRange> range) {
   if (part_number < 1 || part_number > 10000) {
-    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000");
+    return Status::InvalidArgument("InvalidArgument: part number must be an integer between 1 and 10000")
+        .WithReason(ErrorReason::kInvalidArgument);
   }
   Request req;
   req.method = "PUT";

@@ -87,6 +87,19 @@ std::string StripQuotes(std::string_view etag) {
   return std::string(etag);
 }
 
+// The ObjectStore reason (object_store.h) of an S3 error code answered as InvalidArgument.
+static ErrorReason InvalidArgumentReason(const std::string& code) {
+  if (code == "InvalidPart") return ErrorReason::kInvalidPart;
+  if (code == "InvalidPartOrder") return ErrorReason::kInvalidPartOrder;
+  if (code == "EntityTooSmall") return ErrorReason::kEntityTooSmall;
+  if (code == "InvalidRange") return ErrorReason::kInvalidRange;
+  if (code == "InvalidBucketName") return ErrorReason::kInvalidBucketName;
+  if (code == "KeyTooLongError") return ErrorReason::kKeyTooLong;
+  if (code == "InvalidArgument") return ErrorReason::kInvalidArgument;
+  if (code == "InvalidRequest") return ErrorReason::kInvalidRequest;
+  return ErrorReason::kNone;
+}
+
 // Maps an S3 error response to a Status with the ObjectStore contract's prefixes.
 Status MapError(long http_status, const std::string& body, const std::string& fallback_404) {
   std::string code;
@@ -118,9 +131,9 @@ Status MapError(long http_status, const std::string& body, const std::string& fa
     return Status(StatusCode::kFailedPrecondition, text, ErrorReason::kPreconditionFailed);
   }
   if (code == "Conflict") return Status::FailedPrecondition(text);
-  if (code == "EntityTooLarge") return Status::ResourceExhausted(text);
+  if (code == "EntityTooLarge") return Status(StatusCode::kResourceExhausted, text, ErrorReason::kEntityTooLarge);
   if (code == "BadDigest" || code == "XAmzContentSHA256Mismatch" || code == "InvalidDigest") {
-    return Status::DataLoss("BadDigest: " + (message.empty() ? code : message));
+    return Status(StatusCode::kDataLoss, "BadDigest: " + (message.empty() ? code : message), ErrorReason::kBadDigest);
   }
   if (code == "AccessDenied" || code == "AllAccessDisabled") return Status::PermissionDenied(text);
   if (code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "ExpiredToken" ||
@@ -130,7 +143,7 @@ Status MapError(long http_status, const std::string& body, const std::string& fa
   if (code == "SlowDown" || code == "ServiceUnavailable" || code == "InternalError" || http_status >= 500) {
     return Status::Unavailable(text);
   }
-  return Status::InvalidArgument(text);
+  return Status(StatusCode::kInvalidArgument, text, InvalidArgumentReason(code));
 }
 
 size_t HeaderCallback(char* data, size_t size, size_t nitems, void* user) {
@@ -221,7 +234,8 @@ Status AddPutHeaders(S3ObjectStore::Request& req, const PutOptions& options) {
   for (const auto& name : options.compute_checksums) {
     S3Checksum::Algorithm algorithm;
     if (!S3Checksum::ParseAlgorithm(name, &algorithm)) {
-      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + name);
+      return Status::InvalidArgument("InvalidArgument: unsupported checksum algorithm: " + name)
+          .WithReason(ErrorReason::kInvalidArgument);
     }
     req.compute.emplace(std::string(S3Checksum::Name(algorithm)), S3Checksum(algorithm));
   }

@@ -20,7 +20,8 @@ bool IsIpv4Like(const std::string& name) {
 
 Status ValidateBucketName(const std::string& bucket) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("InvalidBucketName: the specified bucket is not valid (" + why + "): " + bucket);
+    return Status::InvalidArgument("InvalidBucketName: the specified bucket is not valid (" + why + "): " + bucket)
+        .WithReason(ErrorReason::kInvalidBucketName);
   };
   if (bucket.size() < 3 || bucket.size() > 63) return bad("length must be 3-63");
   for (char c : bucket) {
@@ -35,10 +36,14 @@ Status ValidateBucketName(const std::string& bucket) {
 }
 
 Status ValidateObjectKey(const std::string& key) {
-  if (key.empty()) return Status::InvalidArgument("InvalidArgument: the object key must not be empty");
+  if (key.empty()) {
+    return Status::InvalidArgument("InvalidArgument: the object key must not be empty")
+        .WithReason(ErrorReason::kInvalidArgument);
+  }
   if (key.size() > kMaxKeyBytes) {
     return Status::InvalidArgument("KeyTooLongError: your key is too long (" + std::to_string(key.size()) +
-                                   " bytes; the limit is 1024)");
+                                   " bytes; the limit is 1024)")
+        .WithReason(ErrorReason::kKeyTooLong);
   }
   return Status::Ok();
 }

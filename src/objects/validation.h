@@ -9,9 +9,11 @@
 namespace kiln::objects {
 
 // S3 bucket-name rules: 3–63 characters of a-z 0-9 . -, starting and ending with a letter or
-// digit, no "..", not shaped like an IPv4 address. InvalidArgument("InvalidBucketName: ...").
+// digit, no "..", not shaped like an IPv4 address. InvalidArgument("InvalidBucketName: ...") with
+// reason kInvalidBucketName.
 Status ValidateBucketName(const std::string& bucket);
-// 1..1024 bytes; longer: InvalidArgument("KeyTooLongError: ...").
+// 1..1024 bytes; empty: InvalidArgument("InvalidArgument: ...") with reason kInvalidArgument;
+// longer: InvalidArgument("KeyTooLongError: ...") with reason kKeyTooLong.
 Status ValidateObjectKey(const std::string& key);
 
 }  // namespace kiln::objects

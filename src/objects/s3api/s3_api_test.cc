@@ -27,6 +27,17 @@ struct Reply {
   bool HasHeader(std::string_view name) const { return writer.has_header(name); }
 };
 
+// The fake store, whose DeleteObject can be made to fail with a chosen Status (to test how the
+// front maps store errors).
+class TestStore : public FakeObjectStore {
+ public:
+  Status DeleteObject(const std::string& bucket, const std::string& key) override {
+    if (!delete_error.ok()) return delete_error;
+    return FakeObjectStore::DeleteObject(bucket, key);
+  }
+  Status delete_error;
+};
+
 class S3ApiTest : public ::testing::Test {
  protected:
   S3ApiTest() : api_(Options(), &store_) {}
@@ -75,7 +86,7 @@ class S3ApiTest : public ::testing::Test {
     ASSERT_TRUE(store_.PutObject(bucket, key, source, PutOptions{}).ok());
   }
 
-  FakeObjectStore store_;
+  TestStore store_;
   S3Api api_;
 };
 
@@ -407,6 +418,49 @@ TEST_F(S3ApiTest, ExistingBucketWithReservedNameStaysUsable) {
   EXPECT_EQ(Do("DELETE", "/xn--legacy/k")->status, 204);
   EXPECT_EQ(Do("DELETE", "/xn--legacy")->status, 204);
 }
+// The S3 error of a store failure follows its typed reason (object_store.h), never its text: the
+// same message without the reason is a plain InvalidArgument carrying the whole message.
+TEST_F(S3ApiTest, StoreErrorsMapByReasonNotMessage) {
+  MakeBucket("bkt");
+  struct Case {
+    Status status;
+    int http;
+    std::string code;
+    std::string message;
+  };
+  const Case cases[] = {
+      {Status::InvalidArgument("KeyTooLongError: your key is too long").WithReason(ErrorReason::kKeyTooLong), 400,
+       "KeyTooLongError", "your key is too long"},
+      {Status::InvalidArgument("KeyTooLongError: your key is too long"), 400, "InvalidArgument",
+       "KeyTooLongError: your key is too long"},
+      {Status::InvalidArgument("InvalidArgument:  part number  ").WithReason(ErrorReason::kInvalidArgument), 400,
+       "InvalidArgument", "part number"},
+      {Status::InvalidArgument("InvalidRequest: HTTP 400").WithReason(ErrorReason::kInvalidRequest), 400,
+       "InvalidRequest", "HTTP 400"},
+      {Status::InvalidArgument("bad range").WithReason(ErrorReason::kInvalidRange), 416, "InvalidRange",
+       "The requested range is not satisfiable"},
+      {Status::InvalidArgument("InvalidRange: x"), 400, "InvalidArgument", "InvalidRange: x"},
+      {Status::InvalidArgument("no").WithReason(ErrorReason::kInvalidBucketName), 400, "InvalidBucketName",
+       "The specified bucket is not valid."},
+      {Status::InvalidArgument("no").WithReason(ErrorReason::kEntityTooSmall), 400, "EntityTooSmall",
+       "Your proposed upload is smaller than the minimum allowed object size."},
+      {Status::ResourceExhausted("big").WithReason(ErrorReason::kEntityTooLarge), 400, "EntityTooLarge",
+       "Your proposed upload exceeds the maximum allowed object size."},
+      {Status::DataLoss("BadDigest: x").WithReason(ErrorReason::kBadDigest), 400, "BadDigest",
+       "The Content-MD5 or checksum value that you specified did not match what the server received."},
+  };
+  for (const Case& c : cases) {
+    store_.delete_error = c.status;
+    auto reply = Do("DELETE", "/bkt/k");
+    EXPECT_EQ(reply->status, c.http) << c.status.ToString();
+    EXPECT_THAT(reply->body, HasSubstr("<Code>" + c.code + "</Code>")) << c.status.ToString();
+    EXPECT_THAT(reply->body, HasSubstr("<Message>" + c.message + "</Message>")) << c.status.ToString();
+  }
+  // Mapped without a reason: the DataLoss is not a BadDigest.
+  store_.delete_error = Status::DataLoss("BadDigest: x");
+  EXPECT_THAT(Do("DELETE", "/bkt/k")->body, Not(HasSubstr("<Code>BadDigest</Code>")));
+}
+
 TEST_F(S3ApiTest, HeadBucketErrorsHaveEmptyBodies) {
   auto missing = Do("HEAD", "/nope-bucket");
   EXPECT_EQ(missing->status, 404);

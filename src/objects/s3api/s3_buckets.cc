@@ -134,17 +134,15 @@ Outcome GetBucketVersioning(Call& call) {
 }
 
 Outcome ListObjectsV2(Call& call) {
-  auto max_keys = ParseMax(call, "max-keys", kMaxListKeys);
-  if (auto* e = std::get_if<aws::AwsError>(&max_keys)) return *e;
-  auto url = ParseEncodingType(call);
-  if (auto* e = std::get_if<aws::AwsError>(&url)) return *e;
-  bool encode = std::get<bool>(url);
+  auto limits = ParseListLimits(call, "max-keys", kMaxListKeys);
+  if (auto* e = std::get_if<aws::AwsError>(&limits)) return *e;
+  const bool encode = std::get<ListLimits>(limits).encode;
   const std::string* token = call.query.Get("continuation-token");
   const std::string* start_after = call.query.Get("start-after");
   ListOptions options;
   options.prefix = call.query.GetOr("prefix", "");
   options.delimiter = call.query.GetOr("delimiter", "");
-  options.max_keys = std::get<uint32_t>(max_keys);
+  options.max_keys = std::get<ListLimits>(limits).max;
   if (token) {
     // The token is opaque to clients: base64 of the marker to continue after.
     auto marker = Base64Decode(*token);
@@ -181,16 +179,14 @@ Outcome ListObjectsV2(Call& call) {
 }
 
 Outcome ListObjectsV1(Call& call) {
-  auto max_keys = ParseMax(call, "max-keys", kMaxListKeys);
-  if (auto* e = std::get_if<aws::AwsError>(&max_keys)) return *e;
-  auto url = ParseEncodingType(call);
-  if (auto* e = std::get_if<aws::AwsError>(&url)) return *e;
-  bool encode = std::get<bool>(url);
+  auto limits = ParseListLimits(call, "max-keys", kMaxListKeys);
+  if (auto* e = std::get_if<aws::AwsError>(&limits)) return *e;
+  const bool encode = std::get<ListLimits>(limits).encode;
   ListOptions options;
   options.prefix = call.query.GetOr("prefix", "");
   options.delimiter = call.query.GetOr("delimiter", "");
   options.start_after = call.query.GetOr("marker", "");
-  options.max_keys = std::get<uint32_t>(max_keys);
+  options.max_keys = std::get<ListLimits>(limits).max;
   auto list = call.store->ListObjects(call.bucket(), options);
   if (!list.ok()) return StoreError(call, list.status());
   auto enc = [&](const std::string& s) { return encode ? ListEncode(s) : s; };

@@ -71,6 +71,18 @@ aws::AwsError MalformedXml();
 std::variant<uint32_t, aws::AwsError> ParseMax(const Call& call, std::string_view name, uint32_t limit);
 // `encoding-type`: absent → false, "url" → true, anything else → InvalidArgument.
 std::variant<bool, aws::AwsError> ParseEncodingType(const Call& call);
+// ParseMax(`max_name`, `limit`) then ParseEncodingType, as the List* operations read them.
+struct ListLimits {
+  uint32_t max;
+  bool encode;  // encoding-type=url
+};
+std::variant<ListLimits, aws::AwsError> ParseListLimits(const Call& call, std::string_view max_name, uint32_t limit);
+// Refuses a body whose x-amz-decoded-content-length (aws-chunked) or else Content-Length is over
+// `max_bytes` (EntityTooLarge), or not a number (InvalidArgument), before any of it is read.
+Outcome CheckDeclaredSize(const Call& call, uint64_t max_bytes);
+// The Checksum<ALG> elements of a response for `checksums` (lower-case algorithm → base64);
+// algorithms S3 has no element for are left out.
+void AddChecksumElements(XmlWriter& xml, const std::map<std::string, std::string>& checksums);
 
 // The S3 error for an OpenPayload failure (an invalid Content-MD5 or checksum header, an
 // unsupported payload mode).

@@ -17,15 +17,6 @@ constexpr uint64_t kMaxCompleteBody = 1024 * 1024;
 constexpr uint32_t kMaxPartNumber = 10000;
 constexpr uint32_t kMaxListParts = 1000;
 
-std::string ChecksumElement(std::string_view alg) {
-  if (alg == "crc32") return "ChecksumCRC32";
-  if (alg == "crc32c") return "ChecksumCRC32C";
-  if (alg == "sha1") return "ChecksumSHA1";
-  if (alg == "sha256") return "ChecksumSHA256";
-  if (alg == "crc64nvme") return "ChecksumCRC64NVME";
-  return "";
-}
-
 std::string Upper(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -78,18 +69,7 @@ Outcome UploadPart(Call& call) {
   auto target = PartTarget(call);
   if (auto* e = std::get_if<aws::AwsError>(&target)) return *e;
   auto [part_number, upload_id] = std::get<0>(target);
-  for (const char* name : {"x-amz-decoded-content-length", "Content-Length"}) {
-    const std::string* v = call.Header(name);
-    if (!v) continue;
-    auto n = ParseUint64(Trim(*v));
-    if (!n) return aws::AwsError("InvalidArgument", std::string("Invalid ") + name, 400);
-    if (std::string_view(name) == "Content-Length" && call.Header("x-amz-decoded-content-length")) continue;
-    if (*n > kMaxPartSize) {
-      return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", 400)
-          .With("ProposedSize", std::to_string(*n))
-          .With("MaxSizeAllowed", std::to_string(kMaxPartSize));
-    }
-  }
+  if (auto e = CheckDeclaredSize(call, kMaxPartSize)) return e;
   PutOptions options;
   if (auto e = ChecksumOptions(call, &options)) return e;
   auto payload = OpenBody(call, kMaxPartSize, /*store_verifies_md5=*/true);
@@ -155,10 +135,7 @@ Outcome UploadPartCopy(Call& call) {
   if (!part.ok()) return StoreError(call, part.status(), upload_id);
   XmlWriter xml("CopyPartResult");
   xml.Element("LastModified", FormatIso8601Millis(part->last_modified_millis)).Element("ETag", Quote(part->etag));
-  for (const auto& [alg, value] : part->checksums) {
-    std::string element = ChecksumElement(alg);
-    if (!element.empty()) xml.Element(element, value);
-  }
+  AddChecksumElements(xml, part->checksums);
   SendXml(call, 200, BaseHeaders(call), xml.Finish());
   return std::nullopt;
 }
@@ -199,10 +176,7 @@ Outcome CompleteMultipartUpload(Call& call) {
       .Element("Bucket", call.bucket())
       .Element("Key", call.key())
       .Element("ETag", Quote(info->etag));
-  for (const auto& [alg, value] : info->checksums) {
-    std::string element = ChecksumElement(alg);
-    if (!element.empty()) xml.Element(element, value);
-  }
+  AddChecksumElements(xml, info->checksums);
   SendXml(call, 200, BaseHeaders(call), xml.Finish());
   return std::nullopt;
 }
@@ -252,10 +226,7 @@ Outcome ListParts(Call& call) {
         .Element("LastModified", FormatIso8601Millis(part.last_modified_millis))
         .Element("ETag", Quote(part.etag))
         .Element("Size", std::to_string(part.size));
-    for (const auto& [alg, value] : part.checksums) {
-      std::string element = ChecksumElement(alg);
-      if (!element.empty()) xml.Element(element, value);
-    }
+    AddChecksumElements(xml, part.checksums);
     xml.Close("Part");
   }
   SendXml(call, 200, BaseHeaders(call), xml.Finish());
@@ -263,17 +234,15 @@ Outcome ListParts(Call& call) {
 }
 
 Outcome ListMultipartUploads(Call& call) {
-  auto max_uploads = ParseMax(call, "max-uploads", 1000);
-  if (auto* e = std::get_if<aws::AwsError>(&max_uploads)) return *e;
-  auto encoding = ParseEncodingType(call);
-  if (auto* e = std::get_if<aws::AwsError>(&encoding)) return *e;
-  bool encode = std::get<bool>(encoding);
+  auto limits = ParseListLimits(call, "max-uploads", 1000);
+  if (auto* e = std::get_if<aws::AwsError>(&limits)) return *e;
+  const bool encode = std::get<ListLimits>(limits).encode;
   auto enc = [&](const std::string& s) { return encode ? ListEncode(s) : s; };
   ListUploadsOptions options;
   options.prefix = call.query.GetOr("prefix", "");
   options.key_marker = call.query.GetOr("key-marker", "");
   options.upload_id_marker = call.query.GetOr("upload-id-marker", "");
-  options.max_uploads = std::get<uint32_t>(max_uploads);
+  options.max_uploads = std::get<ListLimits>(limits).max;
   auto result = call.store->ListMultipartUploads(call.bucket(), options);
   if (!result.ok()) return StoreError(call, result.status());
   XmlWriter xml("ListMultipartUploadsResult");

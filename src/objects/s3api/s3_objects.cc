@@ -14,6 +14,18 @@ namespace kiln::objects::s3 {
 
 namespace {
 
+// If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since, each under `prefix`
+// ("x-amz-copy-source-" for the copy source's; header names are case-insensitive).
+ConditionHeaders ReadConditionHeaders(const Call& call, std::string_view prefix) {
+  auto header = [&](std::string_view name) { return call.Header(std::string(prefix).append(name)); };
+  ConditionHeaders conditions;
+  conditions.if_match = header("If-Match");
+  conditions.if_none_match = header("If-None-Match");
+  conditions.if_modified_since = header("If-Modified-Since");
+  conditions.if_unmodified_since = header("If-Unmodified-Since");
+  return conditions;
+}
+
 constexpr uint64_t kMaxObjectSize = 5ull * 1024 * 1024 * 1024;
 constexpr size_t kMaxUserMetadataBytes = 2048;
 // Streaming buffer for GetObject: large enough to keep syscalls few, small enough that many
@@ -33,26 +45,6 @@ std::string ToUpper(std::string_view s) {
     if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
   }
   return out;
-}
-
-aws::AwsError EntityTooLarge(uint64_t proposed) {
-  return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", 400)
-      .With("ProposedSize", std::to_string(proposed))
-      .With("MaxSizeAllowed", std::to_string(kMaxObjectSize));
-}
-
-// Rejects bodies that declare more than the S3 single-object maximum before reading any of them.
-Outcome CheckDeclaredSize(const Call& call) {
-  for (const char* name : {"x-amz-decoded-content-length", "Content-Length"}) {
-    const std::string* v = call.Header(name);
-    if (!v) continue;
-    auto n = ParseUint64(Trim(*v));
-    if (!n) return aws::AwsError("InvalidArgument", std::string("Invalid ") + name, 400);
-    // For aws-chunked bodies Content-Length includes the framing; the decoded length is what counts.
-    if (std::string_view(name) == "Content-Length" && call.Header("x-amz-decoded-content-length")) continue;
-    if (*n > kMaxObjectSize) return EntityTooLarge(*n);
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -133,7 +125,7 @@ std::optional<aws::AwsError> ChecksumOptions(const Call& call, PutOptions* optio
 }
 
 Outcome PutObject(Call& call) {
-  if (auto e = CheckDeclaredSize(call)) return e;
+  if (auto e = CheckDeclaredSize(call, kMaxObjectSize)) return e;
   auto headers = ObjectHeadersFromRequest(call);
   if (auto* e = std::get_if<aws::AwsError>(&headers)) return *e;
   PutOptions options;
@@ -222,13 +214,8 @@ struct ReadPlan {
 
 std::variant<ReadPlan, aws::AwsError> PlanRead(const Call& call, const ObjectInfo& info) {
   ReadPlan plan;
-  ConditionHeaders conditions;
-  conditions.if_match = call.Header("If-Match");
-  conditions.if_none_match = call.Header("If-None-Match");
-  conditions.if_modified_since = call.Header("If-Modified-Since");
-  conditions.if_unmodified_since = call.Header("If-Unmodified-Since");
   std::string failed;
-  switch (EvaluateConditions(conditions, info.etag, info.last_modified_millis, &failed)) {
+  switch (EvaluateConditions(ReadConditionHeaders(call, ""), info.etag, info.last_modified_millis, &failed)) {
     case ConditionResult::kPreconditionFailed:
       return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412)
           .With("Condition", failed);
@@ -368,13 +355,8 @@ std::variant<CopySource, aws::AwsError> ParseCopySource(const std::string& heade
 }
 
 Outcome CheckCopySourceConditions(const Call& call, const ObjectInfo& source) {
-  ConditionHeaders conditions;
-  conditions.if_match = call.Header("x-amz-copy-source-if-match");
-  conditions.if_none_match = call.Header("x-amz-copy-source-if-none-match");
-  conditions.if_modified_since = call.Header("x-amz-copy-source-if-modified-since");
-  conditions.if_unmodified_since = call.Header("x-amz-copy-source-if-unmodified-since");
   std::string failed;
-  if (EvaluateConditions(conditions, source.etag, source.last_modified_millis, &failed) !=
+  if (EvaluateConditions(ReadConditionHeaders(call, "x-amz-copy-source-"), source.etag, source.last_modified_millis, &failed) !=
       ConditionResult::kProceed) {
     return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412)
         .With("Condition", "x-amz-copy-source-" + ToLower(failed));

@@ -50,7 +50,9 @@ std::string ChecksumOf(const std::string& alg, const std::string& data) {
 // Applies PutOptions checksum rules to `data`; fills `out` with what to store.
 Status Checksums(const PutOptions& options, const std::string& data, std::map<std::string, std::string>* out) {
   for (const auto& [alg, expected] : options.expected_checksums) {
-    if (ChecksumOf(alg, data) != expected) return Status::DataLoss("BadDigest: " + alg + " mismatch");
+    if (ChecksumOf(alg, data) != expected) {
+      return Status::DataLoss("BadDigest: " + alg + " mismatch").WithReason(ErrorReason::kBadDigest);
+    }
     if (alg != "md5") (*out)[alg] = expected;
   }
   for (const auto& [alg, value] : options.verified_checksums) (*out)[alg] = value;
@@ -172,7 +174,7 @@ Result<std::unique_ptr<ObjectReader>> FakeObjectStore::GetObject(const std::stri
   std::string data = object->data;
   if (range) {
     if (range->first > range->last || range->last >= data.size()) {
-      return Status::InvalidArgument("InvalidRange: outside the object");
+      return Status::InvalidArgument("InvalidRange: outside the object").WithReason(ErrorReason::kInvalidRange);
     }
     data = data.substr(range->first, range->last - range->first + 1);
   }
@@ -295,7 +297,7 @@ Result<PartInfo> FakeObjectStore::UploadPartCopy(const std::string& bucket, cons
   std::string bytes = source->data;
   if (range) {
     if (range->first > range->last || range->last >= bytes.size()) {
-      return Status::InvalidArgument("InvalidRange: outside the source");
+      return Status::InvalidArgument("InvalidRange: outside the source").WithReason(ErrorReason::kInvalidRange);
     }
     bytes = bytes.substr(range->first, range->last - range->first + 1);
   }
@@ -314,19 +316,21 @@ Result<ObjectInfo> FakeObjectStore::CompleteMultipartUpload(const std::string& b
                                                             const std::vector<CompletedPart>& parts) {
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
-  if (parts.empty()) return Status::InvalidArgument("InvalidPart: no parts");
+  if (parts.empty()) return Status::InvalidArgument("InvalidPart: no parts").WithReason(ErrorReason::kInvalidPart);
   std::string data, md5s;
   Object object;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (i > 0 && parts[i].part_number <= parts[i - 1].part_number) {
-      return Status::InvalidArgument("InvalidPartOrder: not ascending");
+      return Status::InvalidArgument("InvalidPartOrder: not ascending").WithReason(ErrorReason::kInvalidPartOrder);
     }
     auto it = upload->parts.find(parts[i].part_number);
     if (it == upload->parts.end() || it->second.info.etag != StripQuotes(parts[i].etag)) {
-      return Status::InvalidArgument("InvalidPart: " + std::to_string(parts[i].part_number));
+      return Status::InvalidArgument("InvalidPart: " + std::to_string(parts[i].part_number))
+          .WithReason(ErrorReason::kInvalidPart);
     }
     if (i + 1 < parts.size() && it->second.info.size < min_part_size_) {
-      return Status::InvalidArgument("EntityTooSmall: part " + std::to_string(parts[i].part_number));
+      return Status::InvalidArgument("EntityTooSmall: part " + std::to_string(parts[i].part_number))
+          .WithReason(ErrorReason::kEntityTooSmall);
     }
     data += it->second.data;
     md5s += Md5(it->second.data);
