@@ -158,10 +158,10 @@ struct World {
       "OutputDataConfig": {"S3OutputPath": "s3://b/out/"},
       "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
       "StoppingCondition": {"MaxRuntimeInSeconds": 3600}})");
-    job.status = "InProgress";
-    job.secondary_status = "Training";
+    job.status = kiln::store::TrainingJobStatus::kInProgress;
+    job.secondary_status = kiln::store::SecondaryStatus::kTraining;
     job.creation_millis = job.last_modified_millis = 1714557600000;
-    job.state = json::parse(R"({"phase": "running", "transitions": []})");
+    job.state.phase = kiln::store::TrainingPhase::kRunning;
     kiln::store::TrainingJobRepository jobs(db);
     Check(jobs.Insert(job).ok());
     kiln::aws::RequestContext context;

@@ -14,6 +14,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "observe/metric_extractor.h"
+#include "control/training_states.h"
 #include "store/endpoint_repository.h"
 
 namespace kiln::api {
@@ -169,15 +170,15 @@ json WithChannelDefaults(json channels) {
 
 json RenderTrainingJob(const store::TrainingJobRecord& record, const control::TrainingQueueView* queue) {
   const json& in = record.request;
-  const json& state = record.state;
+  const store::TrainingJobState& state = record.state;
   json out = json::object();
   out["TrainingJobName"] = record.name;
   out["TrainingJobArn"] = record.arn;
   if (in.contains("TuningJobArn")) out["TuningJobArn"] = in["TuningJobArn"];
   out["ModelArtifacts"] = {{"S3ModelArtifacts", ModelArtifactsUri(in)}};
-  out["TrainingJobStatus"] = record.status;
-  out["SecondaryStatus"] = record.secondary_status;
-  if (state.contains("failure_reason")) out["FailureReason"] = state["failure_reason"];
+  out["TrainingJobStatus"] = store::ToString(record.status);
+  out["SecondaryStatus"] = store::ToString(record.secondary_status);
+  if (state.failure_reason) out["FailureReason"] = *state.failure_reason;
   out["HyperParameters"] = in.value("HyperParameters", json::object());
   json algorithm = in.value("AlgorithmSpecification", json::object());
   if (!algorithm.contains("EnableSageMakerMetricsTimeSeries")) algorithm["EnableSageMakerMetricsTimeSeries"] = false;
@@ -195,38 +196,36 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
   if (!stopping.contains("MaxRuntimeInSeconds")) stopping["MaxRuntimeInSeconds"] = 86400;
   out["StoppingCondition"] = stopping;
   out["CreationTime"] = Seconds(record.creation_millis);
-  if (state.contains("training_start_millis")) out["TrainingStartTime"] = Seconds(state["training_start_millis"].get<int64_t>());
+  if (state.training_start_millis) out["TrainingStartTime"] = Seconds(*state.training_start_millis);
   if (record.training_end_millis) out["TrainingEndTime"] = Seconds(*record.training_end_millis);
   out["LastModifiedTime"] = Seconds(record.last_modified_millis);
   json transitions = json::array();
-  for (const json& t : state.value("transitions", json::array())) {
-    json entry = {{"Status", t.value("Status", "")},
-                  {"StartTime", Seconds(t.value("StartTime", int64_t{0}))},
-                  {"StatusMessage", t.value("StatusMessage", "")}};
-    if (t.contains("EndTime")) entry["EndTime"] = Seconds(t["EndTime"].get<int64_t>());
+  for (const store::SecondaryStatusTransition& t : state.transitions) {
+    json entry = {{"Status", store::ToString(t.status)},
+                  {"StartTime", Seconds(t.start_millis)},
+                  {"StatusMessage", t.message}};
+    if (t.end_millis) entry["EndTime"] = Seconds(*t.end_millis);
     transitions.push_back(entry);
   }
   // The place in line changes with every grant and is not in the row: read it from the queue.
-  if (queue != nullptr && record.secondary_status == "Pending" && !transitions.empty() &&
-      transitions.back()["Status"] == "Pending") {
+  if (queue != nullptr && record.secondary_status == store::SecondaryStatus::kPending && !state.transitions.empty() &&
+      state.transitions.back().status == store::SecondaryStatus::kPending) {
     if (std::string live = queue->PendingMessage(record.name); !live.empty()) {
       transitions.back()["StatusMessage"] = std::move(live);
     }
   }
   out["SecondaryStatusTransitions"] = transitions;
   json metrics = json::array();
-  const json final_metrics = state.value("final_metrics", json::object());
-  for (const auto& [name, point] : final_metrics.items()) {
-    metrics.push_back({{"MetricName", name},
-                       {"Value", point.value("value", 0.0)},
-                       {"Timestamp", Seconds(point.value("timestamp_millis", int64_t{0}))}});
+  for (const auto& [name, point] : state.final_metrics) {
+    metrics.push_back(
+        {{"MetricName", name}, {"Value", point.value}, {"Timestamp", Seconds(point.timestamp_millis)}});
   }
   out["FinalMetricDataList"] = metrics;
   for (const char* flag : {"EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining"}) {
     out[flag] = in.value(flag, false);
   }
-  if (state.contains("training_start_millis")) {
-    int64_t start = state["training_start_millis"].get<int64_t>();
+  if (state.training_start_millis) {
+    int64_t start = *state.training_start_millis;
     int64_t end = record.training_end_millis.value_or(0);
     if (end >= start && end > 0) {
       // Whole seconds, rounded up, as AWS bills (a job that ran at all ran at least 1 s).
@@ -274,10 +273,9 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     record.arn = TrainingJobArn(*ctx, name);
     record.request = in;
     record.request.erase("Tags");  // kept in the tag table; Describe does not return them
-    record.status = "InProgress";
+    record.status = store::TrainingJobStatus::kInProgress;  // phase: queued (the default; the controller's)
     record.creation_millis = now;
-    record.state = {{"phase", "queued"}};
-    control::RecordSecondaryStatus(record, "Starting", "Starting the training job", now);
+    control::RecordSecondaryStatus(record, store::SecondaryStatus::kStarting, "Starting the training job", now);
     Status inserted = jobs->Insert(record);
     if (inserted.IsAlreadyExists()) {
       return aws::AwsError("ResourceInUse",
@@ -350,13 +348,14 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     const int64_t now = NowOf(*ctx);
     std::string refused;
     auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
-      if (r.status != "InProgress") {
-        refused = "The job status is " + r.status + "; only InProgress jobs can be stopped.";
+      if (r.status != store::TrainingJobStatus::kInProgress) {
+        refused = "The job status is " + std::string(store::ToString(r.status)) + "; only InProgress jobs can be stopped.";
         return Status::FailedPrecondition(refused);
       }
-      r.status = "Stopping";
-      r.state["stop_requested"] = "user";
-      control::RecordSecondaryStatus(r, "Stopping", "Stopping the training job", now);
+      // A request for the controller to carry out (RequestStop below); the phase stays its own.
+      control::SetStatus(r, store::TrainingJobStatus::kStopping);
+      r.state.stop_requested = store::StopRequest::kUser;
+      control::RecordSecondaryStatus(r, store::SecondaryStatus::kStopping, "Stopping the training job", now);
       return Status::Ok();
     });
     if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
@@ -371,8 +370,8 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     auto record = jobs->Get(name);
     if (record.status().IsNotFound()) return Validation("Requested resource not found.");
     if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
-    if (record->status == "InProgress" || record->status == "Stopping") {
-      return Validation("The training job " + record->name + " is " + record->status +
+    if (store::IsActive(record->status)) {
+      return Validation("The training job " + record->name + " is " + std::string(store::ToString(record->status)) +
                         ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
     }
     Status deleted = jobs->Delete(record->name);
@@ -384,8 +383,9 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
     const std::string name = in["TrainingJobName"].get<std::string>();
     std::string refused;
     auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
-      if (r.status != "InProgress") {
-        refused = "The training job " + r.name + " is " + r.status + "; only InProgress jobs can be updated.";
+      if (r.status != store::TrainingJobStatus::kInProgress) {
+        refused = "The training job " + r.name + " is " + std::string(store::ToString(r.status)) +
+                  "; only InProgress jobs can be updated.";
         return Status::FailedPrecondition(refused);
       }
       // The members Kiln keeps: they are echoed by Describe. Profiler settings have no effect on

@@ -19,16 +19,16 @@ store::TrainingJobRecord Record() {
     "OutputDataConfig": {"S3OutputPath": "s3://b/out/"},
     "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
     "Environment": {"A": "1"}})");
-  r.status = "Completed";
-  r.secondary_status = "Completed";
+  r.status = store::TrainingJobStatus::kCompleted;
+  r.secondary_status = store::SecondaryStatus::kCompleted;
   r.creation_millis = 1714557600123;
   r.last_modified_millis = 1714557700000;
   r.training_end_millis = 1714557650500;
-  r.state = json::parse(R"({"training_start_millis": 1714557640000,
+  r.state = *store::TrainingJobStateFromJson(json::parse(R"({"training_start_millis": 1714557640000,
     "transitions": [{"Status": "Training", "StartTime": 1714557640000, "EndTime": 1714557650500,
                      "StatusMessage": "Training image download completed. Training in progress."},
                     {"Status": "Completed", "StartTime": 1714557650500, "StatusMessage": "Training job completed"}],
-    "final_metrics": {"loss": {"value": 0.25, "timestamp_millis": 1714557650000}}})");
+    "final_metrics": {"loss": {"value": 0.25, "timestamp_millis": 1714557650000}}})"));
   return r;
 }
 
@@ -43,12 +43,12 @@ class FakeQueue : public control::TrainingQueueView {
 
 store::TrainingJobRecord PendingRecord() {
   store::TrainingJobRecord r = Record();
-  r.status = "InProgress";
-  r.secondary_status = "Pending";
+  r.status = store::TrainingJobStatus::kInProgress;
+  r.secondary_status = store::SecondaryStatus::kPending;
   r.training_end_millis.reset();
-  r.state = json::parse(R"({"transitions": [
+  r.state = *store::TrainingJobStateFromJson(json::parse(R"({"transitions": [
     {"Status": "Starting", "StartTime": 1714557600123, "EndTime": 1714557600200, "StatusMessage": "Starting the training job"},
-    {"Status": "Pending", "StartTime": 1714557600200, "StatusMessage": "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB"}]})");
+    {"Status": "Pending", "StartTime": 1714557600200, "StatusMessage": "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB"}]})"));
   return r;
 }
 
@@ -116,8 +116,8 @@ TEST(RenderTrainingJobTest, TimesAreEpochSecondsWithMillis) {
 TEST(RenderTrainingJobTest, FailureReasonOnlyWhenFailed) {
   auto r = Record();
   EXPECT_FALSE(RenderTrainingJob(r).contains("FailureReason"));
-  r.status = "Failed";
-  r.state["failure_reason"] = "AlgorithmError: boom, exit code: 1";
+  r.status = store::TrainingJobStatus::kFailed;
+  r.state.failure_reason = "AlgorithmError: boom, exit code: 1";
   EXPECT_EQ(RenderTrainingJob(r)["FailureReason"], "AlgorithmError: boom, exit code: 1");
 }
 

@@ -24,13 +24,21 @@
 #include "base/strings.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
+#include "control/training_states.h"
 #include "observe/metric_extractor.h"
 
 namespace kiln::control {
 namespace {
 
 using nlohmann::json;
+using store::SecondaryStatus;
+using store::StopRequest;
+using JobStatus = store::TrainingJobStatus;
+using Phase = store::TrainingPhase;
 namespace fs = std::filesystem;
+
+// Why this run is stopping its hosts: the job's stop request, or a host that failed on its own.
+enum class StopReason { kNone, kUser, kMaxRuntime, kPeerFailure };
 
 constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
 constexpr size_t kFailureReasonMax = 1024;
@@ -129,18 +137,17 @@ std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const json& def
   return out;
 }
 
-void RecordSecondaryStatus(store::TrainingJobRecord& record, const std::string& secondary, const std::string& message,
+void RecordSecondaryStatus(store::TrainingJobRecord& record, SecondaryStatus secondary, const std::string& message,
                            int64_t now_millis) {
-  json& transitions = record.state["transitions"];
-  if (!transitions.is_array()) transitions = json::array();
-  if (!transitions.empty() && transitions.back().value("Status", "") == secondary) {
-    transitions.back()["StatusMessage"] = message;
+  auto& transitions = record.state.transitions;
+  if (!transitions.empty() && transitions.back().status == secondary) {
+    transitions.back().message = message;
   } else {
-    if (!transitions.empty()) transitions.back()["EndTime"] = now_millis;
-    transitions.push_back({{"Status", secondary}, {"StartTime", now_millis}, {"StatusMessage", message}});
+    if (!transitions.empty()) transitions.back().end_millis = now_millis;
+    transitions.push_back({.status = secondary, .start_millis = now_millis, .end_millis = std::nullopt, .message = message});
   }
   record.secondary_status = secondary;
-  record.state["status_message"] = message;
+  record.state.status_message = message;
   record.last_modified_millis = now_millis;
 }
 
@@ -216,11 +223,11 @@ class TrainingController::JobRun {
       return Status::Ok();
     });
   }
-  void SetSecondary(const std::string& secondary, const std::string& message) {
+  void SetSecondary(SecondaryStatus secondary, const std::string& message) {
     int64_t now = Now();
     auto r = Update([&](store::TrainingJobRecord& rec) {
       // A stop the API recorded wins over progress: keep showing Stopping.
-      if (rec.status == "Stopping" && secondary != "Stopping") return;
+      if (rec.status == JobStatus::kStopping && secondary != SecondaryStatus::kStopping) return;
       RecordSecondaryStatus(rec, secondary, message, now);
     });
     if (!r.ok()) KLOG(warn, "training job update failed", {{"job", name_}, {"error", r.status().ToString()}});
@@ -260,13 +267,13 @@ class TrainingController::JobRun {
   json request_;
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
-  std::string stop_reason_;  // "user" | "max_runtime" | "peer_failure"
+  StopReason stop_reason_ = StopReason::kNone;
   bool retrying_ = false;  // set by RetryIfAllowed: Run() queues the job again
   std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;
 
   std::mutex metrics_mutex_;
-  json final_metrics_ = json::object();  // GUARDED_BY(metrics_mutex_)
+  std::map<std::string, store::FinalMetric> final_metrics_;  // GUARDED_BY(metrics_mutex_)
   bool metrics_dirty_ = false;           // GUARDED_BY(metrics_mutex_)
 };
 
@@ -285,13 +292,14 @@ bool TrainingController::JobRun::RetryIfAllowed(const std::string& why) {
   const int64_t now = Now();
   bool retry = false;
   (void)Update([&](store::TrainingJobRecord& rec) {
-    const int retries = rec.state.value("retries", 0);
-    if (rec.status != "InProgress" || retries >= max_attempts) return;
-    rec.state["retries"] = retries + 1;
-    rec.state["phase"] = "queued";
-    rec.state["last_failure"] = why;
-    for (const char* member : {"hosts", "allocations"}) rec.state.erase(member);
-    RecordSecondaryStatus(rec, "Restarting", "Restarting the training job (attempt " + std::to_string(retries + 2) +
+    const int retries = rec.state.retries;
+    if (rec.status != JobStatus::kInProgress || retries >= max_attempts) return;
+    rec.state.retries = retries + 1;
+    SetPhase(rec, Phase::kQueued);
+    rec.state.last_failure = why;
+    rec.state.hosts.clear();
+    rec.state.allocations = json();
+    RecordSecondaryStatus(rec, SecondaryStatus::kRestarting, "Restarting the training job (attempt " + std::to_string(retries + 2) +
                                                  " of " + std::to_string(max_attempts + 1) + "): " + why,
                           now);
     retry = true;
@@ -310,21 +318,21 @@ void TrainingController::JobRun::RunSteps() {
     return;
   }
   store::TrainingJobRecord record = std::move(loaded).value();
-  if (record.status != "InProgress" && record.status != "Stopping") {
+  if (!store::IsActive(record.status)) {
     // Stopped while its grant was on the way (RequestStop found no run yet): nothing to do.
     return;
   }
   request_ = record.request;
   job_dir_ = options().work_dir + "/" + record.name;
-  if (record.state.value("stop_requested", "") != "") {
+  if (record.state.stop_requested != StopRequest::kNone) {
     stop_requested_.store(true);
-    stop_reason_ = record.state.value("stop_requested", "user");
+    stop_reason_ = record.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime : StopReason::kUser;
   }
 
-  const std::string phase = record.state.value("phase", "queued");
-  if (adopt_ && (phase == "running" || phase == "finishing")) {
+  const Phase phase = record.state.phase;
+  if (adopt_ && (phase == Phase::kRunning || phase == Phase::kFinishing)) {
     Adopt(record);
-    if (phase == "running") Monitor(record);
+    if (phase == Phase::kRunning) Monitor(record);
   } else {
     Status prepared = Prepare(record);
     if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
@@ -398,7 +406,7 @@ Status TrainingController::JobRun::Stage(const store::TrainingJobRecord& record)
   if (auto resolved = deps().environments->Resolve(image); !resolved.ok()) {
     return Status::InvalidArgument("ClientError: " + resolved.status().message());
   }
-  SetSecondary("Downloading", kMsgDownloading);
+  SetSecondary(SecondaryStatus::kDownloading, kMsgDownloading);
   const int host_count = static_cast<int>(hosts_.size());
   // Script-mode code (sagemaker_submit_directory) is fetched here, while the channels download,
   // so that the toolkit finds /opt/ml/code filled and starts the user's script at once.
@@ -444,8 +452,8 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
 
   // Credentials for the instances: issued once per job and kept in its state, so that a
   // restarted server can accept them again.
-  aws::Credential credential = record.state.contains("credentials")
-                                   ? CredentialFromJson(record.state["credentials"])
+  aws::Credential credential = !record.state.credentials.is_null()
+                                   ? CredentialFromJson(record.state.credentials)
                                    : deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
   deps().credentials->Register(credential);
 
@@ -461,7 +469,7 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
   for (const auto& h : hosts_) host_names.push_back(h->host);
   const std::vector<std::string> hosts_lines = HostsFileLines(host_names);
 
-  json hosts_state = json::array();
+  std::vector<store::TrainingHostState> hosts_state;
   int64_t last_stream_epoch = 0;
   for (size_t i = 0; i < hosts_.size(); ++i) {
     Host& host = *hosts_[i];
@@ -492,28 +500,29 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
     }
     host.started_millis = Now();
     // A restarted job's container gets a new stream even when it starts within the same second.
-    const int64_t previous_epoch = record.state.value("last_stream_epoch", int64_t{0});
+    const int64_t previous_epoch = record.state.last_stream_epoch;
     const int64_t epoch = std::max<int64_t>(host.started_millis / 1000, previous_epoch + 1);
     last_stream_epoch = std::max(last_stream_epoch, epoch);
     host.log_stream = record.name + "/" + host.host + "-" + std::to_string(epoch);
-    json h = {{"host", host.host},
-              {"shard_index", host.shard_index},
-              {"instance_id", host.instance_id},
-              {"root", host.root},
-              {"log_stream", host.log_stream},
-              {"started_millis", host.started_millis}};
-    hosts_state.push_back(h);
+    hosts_state.push_back({.host = host.host,
+                           .shard_index = host.shard_index,
+                           .instance_id = host.instance_id,
+                           .root = host.root,
+                           .log_stream = host.log_stream,
+                           .started_millis = host.started_millis});
   }
   training_start_millis_ = hosts_.empty() ? Now() : hosts_.front()->started_millis;
   json credential_state = CredentialToJson(credential);
   int64_t now = Now();
   auto r = Update([&](store::TrainingJobRecord& rec) {
-    rec.state["phase"] = "running";
-    rec.state["hosts"] = hosts_state;
-    rec.state["last_stream_epoch"] = last_stream_epoch;
-    rec.state["credentials"] = credential_state;
-    rec.state["training_start_millis"] = training_start_millis_;
-    if (rec.status != "Stopping") RecordSecondaryStatus(rec, "Training", kMsgTraining + allocation_note_, now);
+    SetPhase(rec, Phase::kRunning);
+    rec.state.hosts = hosts_state;
+    rec.state.last_stream_epoch = last_stream_epoch;
+    rec.state.credentials = credential_state;
+    rec.state.training_start_millis = training_start_millis_;
+    if (rec.status != JobStatus::kStopping) {
+      RecordSecondaryStatus(rec, SecondaryStatus::kTraining, kMsgTraining + allocation_note_, now);
+    }
   });
   if (!r.ok()) return r.status();
 
@@ -527,39 +536,40 @@ Status TrainingController::JobRun::Launch(store::TrainingJobRecord& record) {
 }
 
 void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
-  training_start_millis_ = record.state.value("training_start_millis", int64_t{0});
-  if (record.state.contains("credentials")) {
-    deps().credentials->Register(CredentialFromJson(record.state["credentials"]));
+  training_start_millis_ = record.state.training_start_millis.value_or(0);
+  if (!record.state.credentials.is_null()) {
+    deps().credentials->Register(CredentialFromJson(record.state.credentials));
   }
   const json metric_definitions =
       request_.value("AlgorithmSpecification", json::object()).value("MetricDefinitions", json::array());
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
-    final_metrics_ = record.state.value("final_metrics", json::object());
+    final_metrics_ = record.state.final_metrics;
   }
-  for (const json& h : record.state.value("hosts", json::array())) {
+  const bool running = record.state.phase == Phase::kRunning;
+  for (const store::TrainingHostState& h : record.state.hosts) {
     auto host = std::make_unique<Host>();
-    host->host = h.value("host", "");
-    host->instance_id = h.value("instance_id", "");
-    host->root = h.value("root", "");
+    host->host = h.host;
+    host->instance_id = h.instance_id;
+    host->root = h.root;
     host->opt_ml = host->root + "/opt_ml";
-    host->log_stream = h.value("log_stream", "");
-    host->started_millis = h.value("started_millis", int64_t{0});
+    host->log_stream = h.log_stream;
+    host->started_millis = h.started_millis;
     const int64_t offset = LogPump::ReadOffset(host->root + "/log.offset");
     if (request_.contains("CheckpointConfig")) {
       auto checkpoints = MakeCheckpointSync(*host);
       if (checkpoints.ok()) {
         host->checkpoints = std::move(checkpoints).value();
-        if (record.state.value("phase", "") == "running") host->checkpoints->Start();
+        if (running) host->checkpoints->Start();
       }
     }
     if (auto syncs = MakeOutputSyncs(*host); syncs.ok()) {
       host->output_syncs = std::move(syncs).value();
-      if (record.state.value("phase", "") == "running") {
+      if (running) {
         for (auto& sync : host->output_syncs) sync->Start();
       }
     }
-    if (record.state.value("phase", "") == "running") {
+    if (running) {
       // Pipe channels: a new feeder continues where the old server's stopped (its progress is
       // recorded beside the FIFOs).
       agent::PipeFeeder::Options feeder_options;
@@ -569,7 +579,7 @@ void TrainingController::JobRun::Adopt(const store::TrainingJobRecord& record) {
         KLOG(warn, "pipe channel failed", {{"job", job}, {"channel", channel}, {"error", error.ToString()}});
       };
       int host_count = request_.value("ResourceConfig", json::object()).value("InstanceCount", 1);
-      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.value("shard_index", 0),
+      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.shard_index,
                                                         host_count, host->opt_ml, feeder_options);
       Status started = feeder->Start();
       if (started.ok()) {
@@ -615,19 +625,19 @@ void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record)
     if (all_exited) break;
 
     if (!stop_sent) {
-      std::string reason;
-      if (stop_requested_.load()) reason = stop_reason_.empty() ? "user" : stop_reason_;
-      if (reason.empty() && Now() >= deadline) reason = "max_runtime";
+      StopReason reason = StopReason::kNone;
+      if (stop_requested_.load()) reason = stop_reason_ == StopReason::kNone ? StopReason::kUser : stop_reason_;
+      if (reason == StopReason::kNone && Now() >= deadline) reason = StopReason::kMaxRuntime;
       // A host failing fails the job; the other hosts are stopped like a stop (§11).
-      if (reason.empty() && any_failed) reason = "peer_failure";
-      if (!reason.empty()) {
+      if (reason == StopReason::kNone && any_failed) reason = StopReason::kPeerFailure;
+      if (reason != StopReason::kNone) {
         stop_reason_ = reason;
-        if (reason == "max_runtime") {
+        if (reason == StopReason::kMaxRuntime) {
           int64_t now = Now();
           (void)Update([&](store::TrainingJobRecord& rec) {
-            rec.status = "Stopping";
-            rec.state["stop_requested"] = "max_runtime";
-            RecordSecondaryStatus(rec, "Stopping", kMsgStopping, now);
+            SetStatus(rec, JobStatus::kStopping);
+            rec.state.stop_requested = StopRequest::kMaxRuntime;
+            RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
           });
         }
         for (auto& host : hosts_) {
@@ -641,9 +651,9 @@ void TrainingController::JobRun::Monitor(const store::TrainingJobRecord& record)
       last_metrics_flush = Now();
       std::lock_guard<std::mutex> lock(metrics_mutex_);
       if (metrics_dirty_) {
-        json snapshot = final_metrics_;
+        auto snapshot = final_metrics_;
         metrics_dirty_ = false;
-        (void)Update([&](store::TrainingJobRecord& rec) { rec.state["final_metrics"] = snapshot; });
+        (void)Update([&](store::TrainingJobRecord& rec) { rec.state.final_metrics = snapshot; });
       }
     }
     // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
@@ -703,7 +713,7 @@ void TrainingController::JobRun::RecordMetrics(const std::string& host, const st
     if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
   }
   std::lock_guard<std::mutex> lock(metrics_mutex_);
-  for (const auto& p : points) final_metrics_[p.name] = {{"value", p.value}, {"timestamp_millis", p.timestamp_millis}};
+  for (const auto& p : points) final_metrics_[p.name] = {.value = p.value, .timestamp_millis = p.timestamp_millis};
   metrics_dirty_ = true;
 }
 
@@ -817,8 +827,8 @@ void TrainingController::JobRun::Finish(bool ran) {
     if (host->feeder) host->feeder->Stop();
   }
   if (ran) {
-    SetSecondary("Uploading", kMsgUploading);
-    (void)Update([&](store::TrainingJobRecord& rec) { rec.state["phase"] = "finishing"; });
+    SetSecondary(SecondaryStatus::kUploading, kMsgUploading);
+    (void)Update([&](store::TrainingJobRecord& rec) { SetPhase(rec, Phase::kFinishing); });
   }
   std::string upload_error;
   for (auto& host : hosts_) {
@@ -834,7 +844,7 @@ void TrainingController::JobRun::Finish(bool ran) {
     }
     host->output_syncs.clear();
   }
-  json model_artifacts, output_artifacts;
+  std::optional<std::string> model_artifacts, output_artifacts;
   if (ran) {
     std::vector<std::string> opt_ml_dirs;
     for (auto& host : hosts_) opt_ml_dirs.push_back(host->opt_ml);
@@ -857,7 +867,7 @@ void TrainingController::JobRun::Finish(bool ran) {
   std::string failure = FailureReasonFromHosts();
   bool any_failed = false;
   for (auto& host : hosts_) any_failed |= host->exit_code != 0;
-  if (stop_reason_.empty() || stop_reason_ == "peer_failure") {
+  if (stop_reason_ == StopReason::kNone || stop_reason_ == StopReason::kPeerFailure) {
     const std::string why = any_failed ? failure : upload_error;
     if (!why.empty() && RetryIfAllowed(why)) {
       Cleanup();
@@ -865,7 +875,7 @@ void TrainingController::JobRun::Finish(bool ran) {
     }
   }
   int64_t now = Now();
-  json final_metrics;
+  std::map<std::string, store::FinalMetric> final_metrics;
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     final_metrics = final_metrics_;
@@ -876,34 +886,34 @@ void TrainingController::JobRun::Finish(bool ran) {
     if (status.ok() && status->finished_millis > 0) end_millis = std::max<int64_t>(status->finished_millis, 0);
   }
   (void)Update([&](store::TrainingJobRecord& rec) {
-    std::string reason = rec.state.value("stop_requested", stop_reason_);
-    if (reason.empty()) reason = stop_reason_;
-    rec.state["phase"] = "done";
-    rec.state["final_metrics"] = final_metrics;
-    if (!model_artifacts.is_null()) rec.state["model_artifacts"] = model_artifacts;
-    if (!output_artifacts.is_null()) rec.state["output_artifacts"] = output_artifacts;
+    // The row's request (the API's or the MaxRuntime stop's) first, then what this run saw.
+    StopReason reason = rec.state.stop_requested == StopRequest::kUser         ? StopReason::kUser
+                        : rec.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime
+                                                                               : stop_reason_;
+    SetPhase(rec, Phase::kDone);
+    rec.state.final_metrics = final_metrics;
+    if (model_artifacts) rec.state.model_artifacts = model_artifacts;
+    if (output_artifacts) rec.state.output_artifacts = output_artifacts;
     if (ran) {
       rec.training_end_millis = end_millis;
-      rec.state["training_end_millis"] = end_millis;
+      rec.state.training_end_millis = end_millis;
     }
-    if (reason == "user" || (reason.empty() && stop_requested_.load())) {
-      rec.status = "Stopped";
-      RecordSecondaryStatus(rec, "Stopped", kMsgStopped, now);
-    } else if (reason == "max_runtime") {
-      rec.status = "Stopped";
-      RecordSecondaryStatus(rec, "MaxRuntimeExceeded", kMsgMaxRuntime, now);
+    if (reason == StopReason::kUser || (reason == StopReason::kNone && stop_requested_.load())) {
+      SetStatus(rec, JobStatus::kStopped);
+      RecordSecondaryStatus(rec, SecondaryStatus::kStopped, kMsgStopped, now);
+    } else if (reason == StopReason::kMaxRuntime) {
+      SetStatus(rec, JobStatus::kStopped);
+      RecordSecondaryStatus(rec, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, now);
     } else if (any_failed || !upload_error.empty()) {
       std::string why = any_failed ? failure : upload_error;
-      rec.status = "Failed";
-      rec.state["failure_reason"] = why;
-      RecordSecondaryStatus(rec, "Failed", why, now);
+      SetStatus(rec, JobStatus::kFailed);
+      rec.state.failure_reason = why;
+      RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
     } else {
-      rec.status = "Completed";
-      RecordSecondaryStatus(rec, "Completed", kMsgCompleted, now);
+      SetStatus(rec, JobStatus::kCompleted);
+      RecordSecondaryStatus(rec, SecondaryStatus::kCompleted, kMsgCompleted, now);
     }
-    if (rec.state.contains("transitions") && !rec.state["transitions"].empty()) {
-      rec.state["transitions"].back()["EndTime"] = now;
-    }
+    if (!rec.state.transitions.empty()) rec.state.transitions.back().end_millis = now;
   });
   Cleanup();
 }
@@ -921,11 +931,11 @@ void TrainingController::JobRun::Fail(const std::string& reason) {
   }
   int64_t now = Now();
   (void)Update([&](store::TrainingJobRecord& rec) {
-    rec.status = "Failed";
-    rec.state["phase"] = "done";
-    rec.state["failure_reason"] = why;
-    RecordSecondaryStatus(rec, "Failed", why, now);
-    rec.state["transitions"].back()["EndTime"] = now;
+    SetStatus(rec, JobStatus::kFailed);
+    SetPhase(rec, Phase::kDone);
+    rec.state.failure_reason = why;
+    RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
+    rec.state.transitions.back().end_millis = now;
   });
   KLOG(info, "training job failed", {{"job", name_}, {"reason", why}});
   Cleanup();
@@ -933,8 +943,8 @@ void TrainingController::JobRun::Fail(const std::string& reason) {
 
 void TrainingController::JobRun::Cleanup() {
   auto record = controller_->jobs_.Get(name_);
-  if (record.ok() && record->state.contains("credentials")) {
-    deps().credentials->Revoke(record->state["credentials"].value("access_key_id", ""));
+  if (record.ok() && record->state.credentials.is_object()) {
+    deps().credentials->Revoke(record->state.credentials.value("access_key_id", ""));
   }
   for (auto& host : hosts_) {
     if (!host->instance_id.empty()) (void)deps().runtime->Remove(host->instance_id);
@@ -957,17 +967,19 @@ Status TrainingController::Start() {
   ASSIGN_OR_RETURN(auto active, jobs_.ListActive());
   std::vector<std::string> to_queue;
   for (auto& job : active) {
-    const std::string phase = job.state.value("phase", "queued");
-    if (phase == "running" || phase == "finishing") {
+    const Phase phase = job.state.phase;
+    if (phase == Phase::kRunning || phase == Phase::kFinishing) {
       std::vector<Allocation> allocations;
-      for (const json& a : job.state.value("allocations", json::array())) allocations.push_back(a.get<Allocation>());
+      if (job.state.allocations.is_array()) {
+        for (const json& a : job.state.allocations) allocations.push_back(a.get<Allocation>());
+      }
       Status adopted = deps_.scheduler->Adopt(job.name, allocations);
       if (!adopted.ok()) {
         KLOG(warn, "could not re-reserve an adopted job's resources", {{"job", job.name}, {"error", adopted.ToString()}});
       }
       StartRun(job.name, allocations, /*adopt=*/true);
-    } else if (job.status == "Stopping") {
-      (void)FinishWithoutRunning(job.name, "user");
+    } else if (job.status == JobStatus::kStopping) {
+      (void)FinishWithoutRunning(job.name, /*max_pending=*/false);
     } else {
       to_queue.push_back(job.name);
     }
@@ -1018,19 +1030,19 @@ void TrainingController::Submit(const std::string& name) {
     int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
     std::string why = "ClientError: " + enqueued.message();
     (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
-      rec.status = "Failed";
-      rec.state["phase"] = "done";
-      rec.state["failure_reason"] = why;
-      RecordSecondaryStatus(rec, "Failed", why, now);
+      SetStatus(rec, JobStatus::kFailed);
+      SetPhase(rec, Phase::kDone);
+      rec.state.failure_reason = why;
+      RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
       return Status::Ok();
     });
     return;
   }
   // CreateTrainingJob inserts the row queued already; a retried or re-queued (restart) job is
   // written back to queued here.
-  if (record->state.value("phase", "") != "queued") {
+  if (record->state.phase != Phase::kQueued) {
     (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
-      rec.state["phase"] = "queued";
+      SetPhase(rec, Phase::kQueued);
       return Status::Ok();
     });
   }
@@ -1063,7 +1075,7 @@ void TrainingController::RequestStop(const std::string& name) {
   }
   // Not granted yet: it leaves the queue and ends Stopped at once.
   deps_.scheduler->Cancel(name);
-  (void)FinishWithoutRunning(name, "user");
+  (void)FinishWithoutRunning(name, /*max_pending=*/false);
   std::lock_guard<std::mutex> lock(mutex_);
   schedule_needed_ = true;
   wake_.notify_all();
@@ -1073,14 +1085,14 @@ Status TrainingController::CheckFeasible(const std::string& instance_type, int i
   return deps_.scheduler->CheckFeasible(instance_type, instance_count);
 }
 
-Status TrainingController::FinishWithoutRunning(const std::string& name, const std::string& why) {
+Status TrainingController::FinishWithoutRunning(const std::string& name, bool max_pending) {
   int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   auto r = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
-    if (rec.status != "InProgress" && rec.status != "Stopping") return Status::Ok();
-    rec.status = "Stopped";
-    rec.state["phase"] = "done";
-    RecordSecondaryStatus(rec, "Stopped", why == "max_pending" ? kMsgMaxPending : kMsgStopped, now);
-    rec.state["transitions"].back()["EndTime"] = now;
+    if (!store::IsActive(rec.status)) return Status::Ok();
+    SetStatus(rec, JobStatus::kStopped);
+    SetPhase(rec, Phase::kDone);
+    RecordSecondaryStatus(rec, SecondaryStatus::kStopped, max_pending ? kMsgMaxPending : kMsgStopped, now);
+    rec.state.transitions.back().end_millis = now;
     return Status::Ok();
   });
   return r.status();
@@ -1100,7 +1112,7 @@ bool TrainingController::ExpirePendingDeadlines() {
     // Granted (or gone) by now: the deadline no longer applies.
     if (!deps_.scheduler->IsQueued(name)) continue;
     deps_.scheduler->Cancel(name);
-    (void)FinishWithoutRunning(name, "max_pending");
+    (void)FinishWithoutRunning(name, /*max_pending=*/true);
     any = true;
   }
   return any;
@@ -1124,16 +1136,16 @@ void TrainingController::RunPass() {
     const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
     Status persisted = jobs_.MutateEach(names, [&](store::TrainingJobRecord& r) {
       // Stopped while its grant was on the way (RequestStop found no run yet): its run ends at once.
-      if (r.status != "InProgress" && r.status != "Stopping") return false;
+      if (!store::IsActive(r.status)) return false;
       auto it = by_name.find(r.name);
       if (it == by_name.end()) return false;
       const std::vector<Allocation>& allocations = it->second->allocations;
-      r.state["phase"] = "staging";
+      SetPhase(r, Phase::kStaging);
       json persisted_allocations = json::array();
       for (const auto& a : allocations) persisted_allocations.push_back(a);
-      r.state["allocations"] = persisted_allocations;
-      if (r.secondary_status != "Pending" && r.status != "Stopping") {
-        RecordSecondaryStatus(r, "Starting", kMsgPreparing + AllocationNote(allocations), now);
+      r.state.allocations = persisted_allocations;
+      if (r.secondary_status != SecondaryStatus::kPending && r.status != JobStatus::kStopping) {
+        RecordSecondaryStatus(r, SecondaryStatus::kStarting, kMsgPreparing + AllocationNote(allocations), now);
       }
       return true;
     });
@@ -1161,9 +1173,9 @@ void TrainingController::RunPass() {
   if (waiting.empty()) return;
   const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   Status recorded = jobs_.MutateEach(waiting, [&](store::TrainingJobRecord& rec) {
-    if (rec.status != "InProgress" || rec.secondary_status == "Pending") return false;
+    if (rec.status != JobStatus::kInProgress || rec.secondary_status == SecondaryStatus::kPending) return false;
     auto it = reasons.find(rec.name);
-    RecordSecondaryStatus(rec, "Pending", it == reasons.end() ? kMsgWaiting : it->second, now);
+    RecordSecondaryStatus(rec, SecondaryStatus::kPending, it == reasons.end() ? kMsgWaiting : it->second, now);
     return true;
   });
   if (!recorded.ok()) KLOG(warn, "Pending not recorded", {{"jobs", std::to_string(waiting.size())}, {"error", recorded.ToString()}});

@@ -16,15 +16,10 @@
 // pumps resumed at the persisted offsets and their deadlines kept; finishing jobs redo the
 // upload. A server shutting down (Shutdown()) leaves every instance running.
 //
-// Job state document (TrainingJobRecord::state) members used here:
-//   phase              "queued" | "staging" | "running" | "finishing" | "done"
-//   transitions        SecondaryStatusTransitions as Describe returns them (millis inside)
-//   status_message     message of the current secondary status
-//   hosts[]            {host, instance_id, allocation, log_stream, started_millis, exit_code, term_signal}
-//   credentials        the instance credentials issued to the job
-//   stop_requested     "user" | "max_runtime" when a stop is under way
-//   training_start_millis, failure_reason, final_metrics {name: {value, timestamp_millis}},
-//   model_artifacts, output_artifacts
+// The job's state is typed (store/training_job_state.h: TrainingPhase, TrainingJobStatus,
+// SecondaryStatus, TrainingJobState and its JSON mapping). Only this controller changes the
+// phase; the API inserts a job in the default phase (queued) and records a stop as a request
+// (state.stop_requested = kUser, status Stopping).
 //
 // Thread-safety: public methods may be called from any thread. Each running job has one
 // monitor thread, one log pump per host, and the agent's workers; the scheduler is driven from
@@ -108,7 +103,7 @@ class TrainingController : public TrainingQueueView {
 
   // A job row was inserted (InProgress / Starting): schedule it.
   void Submit(const std::string& name);
-  // The API marked the job Stopping (state.stop_requested = "user"): carry the stop out.
+  // The API marked the job Stopping (state.stop_requested = kUser): carry the stop out.
   void RequestStop(const std::string& name);
 
   // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
@@ -127,7 +122,8 @@ class TrainingController : public TrainingQueueView {
   void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt,
                 Status grant_written = Status::Ok());
   void OnRunFinished(const std::string& name);
-  Status FinishWithoutRunning(const std::string& name, const std::string& why);
+  // A job that never ran ends Stopped (a user's stop, or MaxPendingTimeInSeconds when `max_pending`).
+  Status FinishWithoutRunning(const std::string& name, bool max_pending);
   // One pass: grant what fits (persisting the grants together), start their runs, and record
   // Pending for the jobs that entered the queue since the last pass and still wait.
   void RunPass();
@@ -154,8 +150,8 @@ class TrainingController : public TrainingQueueView {
 // Appends or updates SecondaryStatusTransitions in `state` per training-contract.md §14: a new
 // entry only when the status changes (closing the previous one at `now`), otherwise the message
 // of the last entry is replaced.
-void RecordSecondaryStatus(store::TrainingJobRecord& record, const std::string& secondary, const std::string& message,
-                           int64_t now_millis);
+void RecordSecondaryStatus(store::TrainingJobRecord& record, store::SecondaryStatus secondary,
+                           const std::string& message, int64_t now_millis);
 
 // AlgorithmSpecification.MetricDefinitions ([{Name, Regex}]) as the extractor takes them.
 std::vector<observe::MetricDefinition> MetricDefinitionsFromJson(const nlohmann::json& definitions);

@@ -23,14 +23,15 @@ class ListQueryTest : public ::testing::Test {
     jobs_ = std::make_unique<TrainingJobRepository>(db_.get());
     // Ties on every key: 6 creation times, 3 statuses, names in mixed case.
     std::mt19937 rng(7);
-    const char* statuses[] = {"InProgress", "Completed", "Failed"};
+    const TrainingJobStatus statuses[] = {TrainingJobStatus::kInProgress, TrainingJobStatus::kCompleted,
+                                          TrainingJobStatus::kFailed};
     for (int i = 0; i < 60; ++i) {
       TrainingJobRecord r;
       r.name = std::string(i % 2 ? "Job-" : "job-") + std::to_string(rng() % 1000) + "-" + std::to_string(i);
       r.arn = "arn:" + r.name;
       r.request = {{"TrainingJobName", r.name}};
       r.status = statuses[rng() % 3];
-      r.secondary_status = "Starting";
+      r.secondary_status = SecondaryStatus::kStarting;
       r.creation_millis = 1000 * static_cast<int64_t>(rng() % 6);
       r.last_modified_millis = r.creation_millis + static_cast<int64_t>(rng() % 5000);
       if (i % 5 == 0) r.training_end_millis = r.last_modified_millis;
@@ -44,7 +45,7 @@ class ListQueryTest : public ::testing::Test {
     std::vector<TrainingJobRecord> rows;
     const ListFilter& f = q.filter;
     for (const auto& r : all_) {
-      if (f.status_equals && r.status != *f.status_equals) continue;
+      if (f.status_equals && ToString(r.status) != *f.status_equals) continue;
       if (f.name_contains && ToLower(r.name).find(ToLower(*f.name_contains)) == std::string::npos) continue;
       if (f.creation_after_millis && !(r.creation_millis > *f.creation_after_millis)) continue;
       if (f.creation_before_millis && !(r.creation_millis < *f.creation_before_millis)) continue;
@@ -53,7 +54,7 @@ class ListQueryTest : public ::testing::Test {
       rows.push_back(r);
     }
     auto key = [&](const TrainingJobRecord& r) {
-      std::string k = q.sort_by == ListSortKey::kStatus ? r.status : "";
+      std::string k = q.sort_by == ListSortKey::kStatus ? std::string(ToString(r.status)) : "";
       int64_t n = q.sort_by == ListSortKey::kCreationTime ? r.creation_millis : 0;
       return std::make_tuple(n, k, ToLower(r.name));
     };
@@ -130,8 +131,8 @@ TEST_F(ListQueryTest, SummaryRowsCarryTheTypedColumns) {
     auto it = std::find_if(all_.begin(), all_.end(), [&](const auto& r) { return r.name == row.name; });
     ASSERT_NE(it, all_.end());
     EXPECT_EQ(row.arn, it->arn);
-    EXPECT_EQ(row.status, it->status);
-    EXPECT_EQ(row.secondary_status, it->secondary_status);
+    EXPECT_EQ(row.status, ToString(it->status));
+    EXPECT_EQ(row.secondary_status, ToString(it->secondary_status));
     EXPECT_EQ(row.creation_millis, it->creation_millis);
     EXPECT_EQ(row.last_modified_millis, it->last_modified_millis);
     EXPECT_EQ(row.training_end_millis, it->training_end_millis);

@@ -13,16 +13,29 @@ Result<TrainingJobRecord> ReadRow(const Statement& st) {
   r.name = st.ColumnText(1);
   r.arn = st.ColumnText(2);
   r.request = nlohmann::json::parse(st.ColumnText(3), nullptr, false);
-  r.status = st.ColumnText(4);
-  r.secondary_status = st.ColumnText(5);
+  const std::string status = st.ColumnText(4);
+  const std::string secondary_status = st.ColumnText(5);
   r.creation_millis = st.ColumnInt64(6);
   r.last_modified_millis = st.ColumnInt64(7);
   if (!st.IsNull(8)) r.training_end_millis = st.ColumnInt64(8);
-  r.state = nlohmann::json::parse(st.ColumnText(9), nullptr, false);
+  const nlohmann::json state = nlohmann::json::parse(st.ColumnText(9), nullptr, false);
   r.version = st.ColumnInt64(10);
-  if (r.request.is_discarded() || r.state.is_discarded()) {
+  if (r.request.is_discarded() || state.is_discarded()) {
     return Status::Internal("training job '" + r.name + "' has a corrupt row (unparsable JSON)");
   }
+  auto typed_status = ParseTrainingJobStatus(status);
+  auto typed_secondary = ParseSecondaryStatus(secondary_status);
+  if (!typed_status || !typed_secondary) {
+    return Status::Internal("training job '" + r.name + "' has a corrupt row (status '" + status + "' / '" +
+                            secondary_status + "')");
+  }
+  r.status = *typed_status;
+  r.secondary_status = *typed_secondary;
+  auto typed_state = TrainingJobStateFromJson(state);
+  if (!typed_state.ok()) {
+    return Status::Internal("training job '" + r.name + "' has a corrupt row (" + typed_state.status().message() + ")");
+  }
+  r.state = std::move(typed_state).value();
   return r;
 }
 
@@ -43,8 +56,8 @@ Status TrainingJobRepository::Insert(TrainingJobRecord& record) {
     st.BindText(1, record.name)
         .BindText(2, record.arn)
         .BindText(3, record.request.dump())
-        .BindText(4, record.status)
-        .BindText(5, record.secondary_status)
+        .BindText(4, std::string(ToString(record.status)))
+        .BindText(5, std::string(ToString(record.secondary_status)))
         .BindInt64(6, record.creation_millis)
         .BindInt64(7, record.last_modified_millis);
     if (record.training_end_millis) {
@@ -52,7 +65,7 @@ Status TrainingJobRepository::Insert(TrainingJobRecord& record) {
     } else {
       st.BindNull(8);
     }
-    st.BindText(9, record.state.dump());
+    st.BindText(9, TrainingJobStateToJson(record.state).dump());
     RETURN_IF_ERROR(st.Run());
     record.seq = db.LastInsertRowId();
     record.version = 1;
@@ -77,13 +90,15 @@ constexpr const char* kUpdateSql =
     "training_end_millis = ?, state_json = ?, request_json = ?, version = version + 1 WHERE seq = ?";
 
 void BindUpdate(Statement& st, const TrainingJobRecord& record) {
-  st.BindText(1, record.status).BindText(2, record.secondary_status).BindInt64(3, record.last_modified_millis);
+  st.BindText(1, std::string(ToString(record.status)))
+      .BindText(2, std::string(ToString(record.secondary_status)))
+      .BindInt64(3, record.last_modified_millis);
   if (record.training_end_millis) {
     st.BindInt64(4, *record.training_end_millis);
   } else {
     st.BindNull(4);
   }
-  st.BindText(5, record.state.dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+  st.BindText(5, TrainingJobStateToJson(record.state).dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
 }
 
 }  // namespace

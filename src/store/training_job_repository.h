@@ -4,8 +4,10 @@
 // A row keeps the validated CreateTrainingJob request verbatim (`request`), the typed columns
 // that lists filter and sort on, and the observed state as one JSON document (`state`: secondary
 // status transitions, failure reason, artifacts, final metrics, instance bookkeeping) that the
-// controller rewrites with every step. Names are unique case-insensitively; Get/Mutate/Delete
-// find a job by its name in any case.
+// controller rewrites with every step. The repository maps the status columns and the document
+// to their types (store/training_job_state.h); a row whose status strings or document cannot be
+// read is an Internal error ("corrupt row") on every read. Names are unique
+// case-insensitively; Get/Mutate/Delete find a job by its name in any case.
 //
 // Thread-safety: all methods may be called from any thread (the Database serialises them).
 // Mutate() is the only read-modify-write: it runs in one transaction, so the API (a stop
@@ -22,6 +24,7 @@
 #include "base/status.h"
 #include "store/database.h"
 #include "store/list_query.h"
+#include "store/training_job_state.h"
 
 namespace kiln::store {
 
@@ -30,12 +33,12 @@ struct TrainingJobRecord {
   std::string name;
   std::string arn;
   nlohmann::json request;  // the validated CreateTrainingJob input, as received
-  std::string status;      // TrainingJobStatus
-  std::string secondary_status;
+  TrainingJobStatus status = TrainingJobStatus::kInProgress;
+  SecondaryStatus secondary_status = SecondaryStatus::kStarting;
   int64_t creation_millis = 0;
   int64_t last_modified_millis = 0;
   std::optional<int64_t> training_end_millis;
-  nlohmann::json state = nlohmann::json::object();
+  TrainingJobState state;  // the state_json column, typed (store/training_job_state.h)
   int64_t version = 0;  // incremented by every write
 };
 
