@@ -1,11 +1,11 @@
 #include "base/log.h"
 #include "base/log_flush.h"
+#include "base/mutex.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -79,9 +79,9 @@ class BufferedStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
 };
 
 // spdlog 1.10's flush_every() takes whole seconds; lines should appear within 100 ms.
-std::mutex g_flusher_mutex;
-std::condition_variable g_flusher_wake;
-bool g_flusher_stop = false;
+Mutex g_flusher_mutex;
+CondVar g_flusher_wake;
+bool g_flusher_stop GUARDED_BY(g_flusher_mutex) = false;
 std::thread g_flusher;
 // Leaked on purpose: flushed by the flusher thread and at exit, after spdlog's registry (which
 // owns the logger) may already be gone.
@@ -90,21 +90,26 @@ std::shared_ptr<spdlog::sinks::sink>* g_sink = nullptr;
 void StartFlusher() {
   if (g_flusher.joinable()) return;
   g_flusher = std::thread([] {
-    std::unique_lock<std::mutex> lock(g_flusher_mutex);
-    while (!g_flusher_wake.wait_for(lock, std::chrono::milliseconds(100), [] { return g_flusher_stop; })) {
-      lock.unlock();
+    MutexLock lock(g_flusher_mutex);
+    while (true) {
+      // Sleep 100 ms (through spurious wake-ups) unless told to stop.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (!g_flusher_stop && g_flusher_wake.WaitUntil(g_flusher_mutex, deadline) == std::cv_status::no_timeout) {
+      }
+      if (g_flusher_stop) break;
+      lock.Unlock();
       if (g_sink != nullptr) (*g_sink)->flush();
-      lock.lock();
+      lock.Lock();
     }
   });
 }
 
 void StopFlusher() {
   {
-    std::lock_guard<std::mutex> lock(g_flusher_mutex);
+    MutexLock lock(g_flusher_mutex);
     g_flusher_stop = true;
   }
-  g_flusher_wake.notify_all();
+  g_flusher_wake.NotifyAll();
   if (g_flusher.joinable()) g_flusher.join();
 }
 
