@@ -40,7 +40,7 @@ Status CodeToStatus(sqlite3* db, int rc, std::string_view what) {
 
 // ---- Statement ----
 
-Statement::Statement(Database* db, sqlite3_stmt* stmt, std::unique_lock<std::recursive_mutex> lock)
+Statement::Statement(Database* db, sqlite3_stmt* stmt, std::unique_lock<RecursiveMutex> lock)
     : db_(db), stmt_(stmt), lock_(std::move(lock)) {}
 
 Statement::Statement(Statement&& other) noexcept
@@ -149,7 +149,7 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const 
 Database::~Database() { sqlite3_close_v2(db_); }
 
 Result<Statement> Database::Prepare(std::string_view sql) {
-  std::unique_lock<std::recursive_mutex> lock(mutex_);
+  std::unique_lock<RecursiveMutex> lock(mutex_);  // handed to the Statement
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) return StatusFromCode(rc, "prepare");
@@ -158,7 +158,7 @@ Result<Statement> Database::Prepare(std::string_view sql) {
 }
 
 Status Database::Exec(std::string_view sql) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  RecursiveMutexLock lock(mutex_);
   std::string text(sql);
   char* err = nullptr;
   int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
@@ -179,12 +179,12 @@ Status Database::WithTransaction(const std::function<Status(Database&)>& body) {
 }
 
 int64_t Database::LastInsertRowId() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  RecursiveMutexLock lock(mutex_);
   return sqlite3_last_insert_rowid(db_);
 }
 
 int64_t Database::Changes() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  RecursiveMutexLock lock(mutex_);
   return sqlite3_changes64(db_);
 }
 
@@ -256,6 +256,7 @@ Transaction::~Transaction() {
 
 Status Transaction::Commit() {
   if (done_) return Status::FailedPrecondition("transaction already finished");
+  db_.mutex_.AssertHeld();  // lock_ holds it
   int depth = db_.transaction_depth_ - 1;
   Status s = depth == 0 ? db_.Exec("COMMIT") : db_.Exec("RELEASE kiln_sp" + std::to_string(depth));
   if (!s.ok()) return s;  // the destructor rolls back
