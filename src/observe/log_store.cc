@@ -550,7 +550,7 @@ Status DecodeEventsToken(const std::string& token, const std::string& stream_id,
 }  // namespace
 
 LogStore::MemoryStats LogStore::TEST_MemoryStats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   MemoryStats stats;
   stats.open_streams = files_.size();
   for (const auto& [id, file] : files_) stats.index_bytes += sizeof(StreamFile) + file->id.capacity();
@@ -558,7 +558,7 @@ LogStore::MemoryStats LogStore::TEST_MemoryStats() {
 }
 
 Status LogStore::CreateGroup(const std::string& group) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(auto st, options_.database->Prepare("INSERT INTO log_groups(name, created_millis) VALUES (?, ?)"));
   st.BindText(1, group).BindInt64(2, Now());
   Status s = st.Run();
@@ -567,7 +567,7 @@ Status LogStore::CreateGroup(const std::string& group) {
 }
 
 Status LogStore::DeleteGroup(const std::string& group) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<std::string> ids;
   RETURN_IF_ERROR(options_.database->WithTransaction([&](store::Database& db) -> Status {
     ASSIGN_OR_RETURN(auto check, db.Prepare("SELECT 1 FROM log_groups WHERE name = ?"));
@@ -593,7 +593,7 @@ Status LogStore::DeleteGroup(const std::string& group) {
 }
 
 Status LogStore::CreateStream(const std::string& group, const std::string& stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   RETURN_IF_ERROR(CheckGroup(group));
   ASSIGN_OR_RETURN(auto st, options_.database->Prepare(
                                 "INSERT INTO log_streams(id, group_name, name, created_millis) VALUES (?, ?, ?, ?)"));
@@ -604,7 +604,7 @@ Status LogStore::CreateStream(const std::string& group, const std::string& strea
 }
 
 Status LogStore::DeleteStream(const std::string& group, const std::string& stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(StreamRow row, FindStream(group, stream));
   ASSIGN_OR_RETURN(auto st, options_.database->Prepare("DELETE FROM log_streams WHERE id = ?"));
   st.BindText(1, row.id);
@@ -642,7 +642,7 @@ Result<int64_t> LogStore::Append(const std::string& group, const std::string& st
         "A batch of log events in a single PutLogEvents request cannot span more than 24 hours.");
   }
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(StreamRow row, FindStream(group, stream));
   ASSIGN_OR_RETURN(StreamFile * file, OpenStreamFile(row.id));
   int64_t now = Now();
@@ -720,7 +720,7 @@ Result<GroupPage> LogStore::ListGroups(const std::string& prefix, const std::str
     if (!j || !j->contains("g") || !(*j)["g"].is_string()) return Status::InvalidArgument(kBadToken);
     after = (*j)["g"].get<std::string>();
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   // A keyset range of the name index: after the token, and within [prefix, PrefixEnd(prefix))
   // (the substr test stays the definition of the prefix; the bounds let the index skip the rest).
   const std::optional<std::string> end = PrefixEnd(prefix);
@@ -765,7 +765,7 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
     }
     after.emplace((*j)["k"].get<int64_t>(), (*j)["n"].get<std::string>());
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   RETURN_IF_ERROR(CheckGroup(group));
   // Keyset pages: each query below is one range of an index (UNIQUE (group_name, name), or
   // log_streams_by_last_event) read for at most limit + 1 rows, so a page costs the same however
@@ -845,7 +845,7 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
 }
 
 Result<StreamInfo> LogStore::GetStream(const std::string& group, const std::string& stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(StreamRow row, FindStream(group, stream));
   return row.info;
 }
@@ -854,7 +854,7 @@ Result<EventsPage> LogStore::GetEvents(const std::string& group, const std::stri
   if (query.limit && (*query.limit < 1 || *query.limit > kMaxEventsLimit)) {
     return Status::InvalidArgument("limit must be between 1 and 10000");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(StreamRow row, FindStream(group, stream));
   char direction = query.start_from_head ? 'f' : 'b';
   std::optional<size_t> position;
@@ -973,7 +973,7 @@ Result<FilterPage> LogStore::Filter(const std::string& group, const FilterQuery&
     }
     after = FilterBound{(*j)["t"].get<int64_t>(), (*j)["n"].get<std::string>(), (*j)["q"].get<uint64_t>()};
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   RETURN_IF_ERROR(CheckGroup(group));
   std::vector<FilterStream> streams;  // by name
   {

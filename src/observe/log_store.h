@@ -31,11 +31,11 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "store/database.h"
@@ -196,28 +196,30 @@ class LogStore {
   Status CheckGroup(const std::string& group);
   Result<StreamRow> FindStream(const std::string& group, const std::string& stream);
   // The stream's handle, opened (and its index checked or rebuilt) if not cached. The pointer is
-  // valid until the next OpenStreamFile or DropStreamFile call (either may evict it).
-  Result<StreamFile*> OpenStreamFile(const std::string& id);
-  Status LoadIndex(StreamFile* file);
+  // valid until the next OpenStreamFile or DropStreamFile call (either may evict it); the handle,
+  // like files_, is only used under mutex_ (a nested struct cannot name it in GUARDED_BY).
+  Result<StreamFile*> OpenStreamFile(const std::string& id) REQUIRES(mutex_);
+  Status LoadIndex(StreamFile* file) REQUIRES(mutex_);
   // Block k of the stream (k <= (count - 1) / 64); the last block may be the partial one.
-  Result<Block> GetBlock(StreamFile* file, uint64_t k);
+  Result<Block> GetBlock(StreamFile* file, uint64_t k) REQUIRES(mutex_);
   // The smallest k in [lo, hi] for which pred(block k) holds, for a predicate that is false then
   // true over the blocks (hi + 1 when it never holds).
   template <typename Pred>
-  Result<uint64_t> FirstBlockWhere(StreamFile* file, uint64_t lo, uint64_t hi, Pred pred);
+  Result<uint64_t> FirstBlockWhere(StreamFile* file, uint64_t lo, uint64_t hi, Pred pred) REQUIRES(mutex_);
   // The `limit` smallest candidates of a Filter (timestamp, stream, sequence) after `bound`.
   Result<std::vector<Candidate>> FilterChunk(const std::vector<FilterStream>& streams, const FilterQuery& query,
-                                             const std::optional<FilterBound>& bound, size_t limit);
+                                             const std::optional<FilterBound>& bound, size_t limit)
+      REQUIRES(mutex_);
   std::string FilePath(const std::string& id) const;
   std::string IndexPath(const std::string& id) const;
-  void DropStreamFile(const std::string& id);
+  void DropStreamFile(const std::string& id) REQUIRES(mutex_);
   int64_t Now() const;
 
   Options options_;
-  std::mutex mutex_;
-  // Open stream handles by stream id, and their ids most recently used first; guarded by mutex_.
-  std::map<std::string, std::unique_ptr<StreamFile>> files_;
-  std::list<std::string> lru_;
+  Mutex mutex_;
+  // Open stream handles by stream id, and their ids most recently used first.
+  std::map<std::string, std::unique_ptr<StreamFile>> files_ GUARDED_BY(mutex_);
+  std::list<std::string> lru_ GUARDED_BY(mutex_);
 };
 
 }  // namespace kiln::observe

@@ -259,7 +259,7 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
                                                      const std::string& dimensions, bool create, bool cache) const {
   std::string key = CacheKey(ns, name, dimensions);
   {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     if (auto it = series_ids_.find(key); it != series_ids_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.second);
       return std::optional<int64_t>(it->second.first);
@@ -272,7 +272,7 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
     if (row) {
       int64_t id = select.ColumnInt64(0);
       if (cache) {
-        std::lock_guard<std::mutex> lock(cache_mutex_);
+        MutexLock lock(cache_mutex_);
         CachePut(std::move(key), id);
       }
       return std::optional<int64_t>(id);
@@ -364,7 +364,7 @@ Status MetricStore::Put(std::string_view ns, const std::vector<MetricDatum>& bat
     return Status::Ok();
   });
   if (status.ok()) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     for (auto& [key, id] : created) {
       CachePut(std::move(key), id);
     }
@@ -387,7 +387,7 @@ void MetricStore::CachePut(std::string key, int64_t id) const {
 }
 
 size_t MetricStore::TEST_CachedSeries() const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   return series_ids_.size();
 }
 

@@ -28,7 +28,6 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "store/database.h"
 
@@ -197,15 +197,16 @@ class MetricStore {
   Result<std::optional<int64_t>> SeriesId(std::string_view ns, std::string_view name, const std::string& dimensions,
                                           bool create, bool cache) const;
   // Inserts or refreshes `key`, evicting the least recently used entry beyond the bound.
-  void CachePut(std::string key, int64_t id) const;  // requires cache_mutex_
+  void CachePut(std::string key, int64_t id) const REQUIRES(cache_mutex_);
 
   store::Database* db_;
   const size_t max_cached_series_;
   // (namespace, name, dimensions) key → series id and its place in lru_ (most recent first);
-  // series are never deleted, so entries never go stale. Guarded by cache_mutex_.
-  mutable std::mutex cache_mutex_;
-  mutable std::list<std::string> lru_;
-  mutable std::unordered_map<std::string, std::pair<int64_t, std::list<std::string>::iterator>> series_ids_;
+  // series are never deleted, so entries never go stale.
+  mutable Mutex cache_mutex_;
+  mutable std::list<std::string> lru_ GUARDED_BY(cache_mutex_);
+  mutable std::unordered_map<std::string, std::pair<int64_t, std::list<std::string>::iterator>> series_ids_
+      GUARDED_BY(cache_mutex_);
 };
 
 }  // namespace kiln::observe
