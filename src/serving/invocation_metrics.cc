@@ -138,7 +138,7 @@ InvocationMetrics::InvocationMetrics(InvocationMetricsOptions options, observe::
 InvocationMetrics::~InvocationMetrics() { Stop(); }
 
 void InvocationMetrics::Start() {
-  std::lock_guard<std::mutex> lock(run_mutex_);
+  MutexLock lock(run_mutex_);
   if (flusher_.joinable()) return;
   stopping_ = false;
   flusher_ = std::thread([this] { Run(); });
@@ -146,11 +146,11 @@ void InvocationMetrics::Start() {
 
 void InvocationMetrics::Stop() {
   {
-    std::lock_guard<std::mutex> lock(run_mutex_);
+    MutexLock lock(run_mutex_);
     if (!flusher_.joinable()) return;
     stopping_ = true;
   }
-  run_cv_.notify_all();
+  run_cv_.NotifyAll();
   flusher_.join();
   Status status = Flush(NowEpochMillis() / 1000, /*everything=*/true);
   if (!status.ok()) {
@@ -159,19 +159,21 @@ void InvocationMetrics::Stop() {
 }
 
 void InvocationMetrics::Run() {
-  std::unique_lock<std::mutex> lock(run_mutex_);
+  MutexLock lock(run_mutex_);
   while (!stopping_) {
     // Wake just after a second boundary so the second that ended is complete.
     int64_t now = NowEpochMillis();
     int64_t wait_ms = options_.flush_interval_ms >= 1000 ? 1000 - now % 1000 + 5 : options_.flush_interval_ms;
-    run_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stopping_; });
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    while (!stopping_ && run_cv_.WaitUntil(run_mutex_, deadline) == std::cv_status::no_timeout) {
+    }
     if (stopping_) break;
-    lock.unlock();
+    lock.Unlock();
     Status status = Flush(NowEpochMillis() / 1000);
     if (!status.ok()) {
       KLOG(warn, "invocation metrics: flush failed; those points are lost", {{"error", status.ToString()}});
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -181,7 +183,7 @@ void InvocationMetrics::Record(std::string_view endpoint, std::string_view varia
   key.push_back('\x1f');
   key.append(variant);
   Shard& shard = shards_[ThreadShard(kShards)];
-  std::lock_guard<std::mutex> lock(shard.mutex);
+  MutexLock lock(shard.mutex);
   auto it = shard.cells.find(std::string_view(key));
   if (it == shard.cells.end()) {
     it = shard.cells.emplace(key, Cell{}).first;
@@ -202,7 +204,7 @@ void InvocationMetrics::Record(std::string_view endpoint, std::string_view varia
 }
 
 Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
-  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  MutexLock flush_lock(flush_mutex_);
   struct Taken {
     const std::string* endpoint;  // points into the cell: only cells with nothing taken are erased
     const std::string* variant;
@@ -212,7 +214,7 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   std::vector<Taken> taken;
   std::set<std::string> endpoints_with_cells;
   for (Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     for (auto it = shard.cells.begin(); it != shard.cells.end();) {
       Cell& cell = it->second;
       if (cell.pending.empty() && cell.current.empty() && cell.second + options_.idle_cell_seconds < now_epoch_second) {
@@ -233,7 +235,7 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   }
   if (options_.is_live) {
     // Totals of a deleted endpoint go once no cell can add to them any more.
-    std::lock_guard<std::mutex> lock(totals_mutex_);
+    MutexLock lock(totals_mutex_);
     for (auto it = totals_.begin(); it != totals_.end();) {
       const std::string& endpoint = it->first.first;
       if (!endpoints_with_cells.count(endpoint) && !options_.is_live(endpoint)) {
@@ -253,7 +255,7 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   });
   std::vector<observe::MetricDatum> batch;
   {
-    std::lock_guard<std::mutex> lock(totals_mutex_);
+    MutexLock lock(totals_mutex_);
     for (size_t i = 0; i < taken.size();) {
       InvocationCounts merged = taken[i].counts;
       size_t j = i + 1;
@@ -281,14 +283,14 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
 std::map<std::pair<std::string, std::string>, InvocationCounts> InvocationMetrics::Totals() const {
   // Excludes a concurrent Flush, which moves counts from the shards into totals_: without it an
   // answer could miss them and a Prometheus counter would seem to go backwards.
-  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  MutexLock flush_lock(flush_mutex_);
   std::map<std::pair<std::string, std::string>, InvocationCounts> out;
   {
-    std::lock_guard<std::mutex> lock(totals_mutex_);
+    MutexLock lock(totals_mutex_);
     out = totals_;
   }
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     for (const auto& [key, cell] : shard.cells) {
       InvocationCounts& total = out[{cell.endpoint, cell.variant}];
       for (const auto& [second, counts] : cell.pending) total.Merge(counts);
@@ -299,13 +301,13 @@ std::map<std::pair<std::string, std::string>, InvocationCounts> InvocationMetric
 }
 
 InvocationMetrics::MemoryStats InvocationMetrics::TEST_MemoryStats() const {
-  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  MutexLock flush_lock(flush_mutex_);
   MemoryStats stats;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mutex);
+    MutexLock lock(shard.mutex);
     stats.cells += shard.cells.size();
   }
-  std::lock_guard<std::mutex> lock(totals_mutex_);
+  MutexLock lock(totals_mutex_);
   stats.totals = totals_.size();
   return stats;
 }

@@ -42,18 +42,17 @@
 //   metrics.Stop();  // flushes what is left
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "observe/metric_store.h"
 
@@ -189,9 +188,9 @@ class InvocationMetrics {
     size_t operator()(std::string_view key) const { return std::hash<std::string_view>()(key); }
   };
   struct Shard {
-    mutable std::mutex mutex;
+    mutable Mutex mutex;
     // key "endpoint\x1fvariant" (0x1f cannot appear in either name)
-    std::unordered_map<std::string, Cell, KeyHash, std::equal_to<>> cells;  // guarded by mutex
+    std::unordered_map<std::string, Cell, KeyHash, std::equal_to<>> cells GUARDED_BY(mutex);
   };
   void Run();
 
@@ -199,13 +198,13 @@ class InvocationMetrics {
   observe::MetricStore* const store_;
   std::array<Shard, kShards> shards_;
 
-  mutable std::mutex totals_mutex_;
-  std::map<std::pair<std::string, std::string>, InvocationCounts> totals_;  // guarded by totals_mutex_
-  mutable std::mutex flush_mutex_;  // one Flush at a time (flusher vs Stop vs tests), and Totals
+  mutable Mutex totals_mutex_;
+  std::map<std::pair<std::string, std::string>, InvocationCounts> totals_ GUARDED_BY(totals_mutex_);
+  mutable Mutex flush_mutex_;  // one Flush at a time (flusher vs Stop vs tests), and Totals
 
-  std::mutex run_mutex_;
-  std::condition_variable run_cv_;
-  bool stopping_ = false;  // guarded by run_mutex_
+  Mutex run_mutex_;
+  CondVar run_cv_;
+  bool stopping_ GUARDED_BY(run_mutex_) = false;
   std::thread flusher_;
 };
 

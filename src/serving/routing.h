@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "net/http_client.h"
 
 namespace kiln::serving {
@@ -86,14 +86,14 @@ class RoutingTable {
 
   // Adds or replaces the route of route->name.
   void Publish(std::shared_ptr<const EndpointRoute> route) {
-    std::lock_guard<std::mutex> lock(write_mutex_);
+    MutexLock lock(write_mutex_);
     auto next = std::make_shared<Map>(*map_.load(std::memory_order_acquire));
     (*next)[route->name] = std::move(route);
     map_.store(std::shared_ptr<const Map>(std::move(next)), std::memory_order_release);
   }
 
   void Remove(std::string_view name) {
-    std::lock_guard<std::mutex> lock(write_mutex_);
+    MutexLock lock(write_mutex_);
     auto next = std::make_shared<Map>(*map_.load(std::memory_order_acquire));
     auto it = next->find(name);
     if (it == next->end()) return;
@@ -114,7 +114,7 @@ class RoutingTable {
   std::shared_ptr<const Map> All() const { return map_.load(std::memory_order_acquire); }
 
  private:
-  std::mutex write_mutex_;  // serialises writers' copy-modify-store, so none is lost
+  Mutex write_mutex_;  // serialises writers' copy-modify-store, so none is lost
   std::atomic<std::shared_ptr<const Map>> map_{std::make_shared<const Map>()};
 };
 

@@ -18,10 +18,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace kiln::serving::testing {
 
@@ -55,7 +56,7 @@ class FakeContainer {
     ::close(listen_fd_);
     std::vector<std::thread> threads;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       threads.swap(threads_);
     }
     for (auto& t : threads) t.join();
@@ -64,27 +65,27 @@ class FakeContainer {
   uint16_t port() const { return port_; }
 
   void Respond(int status, std::string body, std::string extra_headers = "Content-Type: application/json\r\n") {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     mode_ = Mode::kRespond;
     status_ = status;
     body_ = std::move(body);
     extra_headers_ = std::move(extra_headers);
   }
   void SetMode(Mode mode) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     mode_ = mode;
   }
   // kRespond and kBig wait this long before answering (a slow model).
   void SetDelay(std::chrono::milliseconds delay) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     delay_ = delay;
   }
   std::vector<Received> received() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return received_;
   }
   size_t requests() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return received_.size();
   }
 
@@ -109,7 +110,7 @@ class FakeContainer {
         if (stop_) return;
         continue;
       }
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       threads_.emplace_back([this, fd] { Serve(fd); });
     }
   }
@@ -164,7 +165,7 @@ class FakeContainer {
       std::string body, extra;
       std::chrono::milliseconds delay;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(mutex_);
         received_.push_back(request);
         mode = mode_;
         status = status_;
@@ -198,14 +199,14 @@ class FakeContainer {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
-  mutable std::mutex mutex_;
-  std::vector<std::thread> threads_;
-  std::vector<Received> received_;
-  Mode mode_ = Mode::kRespond;
-  int status_ = 200;
-  std::string body_ = "{}";
-  std::string extra_headers_ = "Content-Type: application/json\r\n";
-  std::chrono::milliseconds delay_{0};
+  mutable Mutex mutex_;
+  std::vector<std::thread> threads_ GUARDED_BY(mutex_);
+  std::vector<Received> received_ GUARDED_BY(mutex_);
+  Mode mode_ GUARDED_BY(mutex_) = Mode::kRespond;
+  int status_ GUARDED_BY(mutex_) = 200;
+  std::string body_ GUARDED_BY(mutex_) = "{}";
+  std::string extra_headers_ GUARDED_BY(mutex_) = "Content-Type: application/json\r\n";
+  std::chrono::milliseconds delay_ GUARDED_BY(mutex_){0};
 };
 
 }  // namespace kiln::serving::testing
