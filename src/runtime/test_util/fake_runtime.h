@@ -30,19 +30,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "runtime/runtime.h"
@@ -90,7 +89,7 @@ class FakeRuntime final : public Runtime {
   ~FakeRuntime() override {
     std::map<std::string, std::shared_ptr<Instance>> instances;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       instances.swap(instances_);
     }
     for (auto& [id, instance] : instances) instance->ping.reset();
@@ -101,12 +100,12 @@ class FakeRuntime final : public Runtime {
   // ---- Configuration -------------------------------------------------------------------------
 
   void SetDefaultBehavior(Behavior behavior) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     default_ = std::move(behavior);
   }
   // Instances whose spec matches get `behavior` (the newest matching rule wins).
   void AddRule(std::function<bool(const InstanceSpec&)> match, Behavior behavior) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     rules_.insert(rules_.begin(), {std::move(match), std::move(behavior)});
   }
   static std::function<bool(const InstanceSpec&)> IdStartsWith(std::string prefix) {
@@ -128,7 +127,7 @@ class FakeRuntime final : public Runtime {
   void Vanish(const std::string& id) {
     std::shared_ptr<Instance> instance;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = instances_.find(id);
       if (it == instances_.end()) return;
       instance = it->second;
@@ -138,18 +137,18 @@ class FakeRuntime final : public Runtime {
     instance->ping.reset();
     std::error_code ec;
     std::filesystem::remove_all(InstanceDir(id), ec);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // The grace of a hanging instance's stop has ended: SIGKILL.
   Status ExpireGrace(const std::string& id) { return Kill(id, SIGKILL); }
   // Appends one output record (`stream` 'o' or 'e'), as the shim would.
   Status WriteOutput(const std::string& id, char stream, const std::string& line) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!instances_.count(id)) return Status::NotFound("instance " + id + " not found");
     return AppendOutputLocked(id, stream, line);
   }
   Status SetPingStatus(const std::string& id, int status) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = instances_.find(id);
     if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
     it->second->ping_status->store(status);
@@ -160,41 +159,41 @@ class FakeRuntime final : public Runtime {
 
   // Ids in launch order (successful launches only, including those no longer known).
   std::vector<std::string> launches() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return launches_;
   }
   // When each of launches() happened (steady clock), same order.
   std::vector<std::chrono::steady_clock::time_point> launch_times() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return launch_times_;
   }
   int launch_attempts() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return launch_attempts_;
   }
   std::vector<StopCall> stops() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return stops_;
   }
   std::vector<SignalCall> signals() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return signals_;
   }
   // The spec an instance was last launched with (nullopt if never).
   std::optional<InstanceSpec> spec(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = specs_.find(id);
     if (it == specs_.end()) return std::nullopt;
     return it->second;
   }
   bool running(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = instances_.find(id);
     return it != instances_.end() && it->second->status.state == InstanceState::kRunning;
   }
   // Ids of the instances that run now, sorted.
   std::vector<std::string> running_ids() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<std::string> ids;
     for (const auto& [id, instance] : instances_) {
       if (instance->status.state == InstanceState::kRunning) ids.push_back(id);
@@ -206,14 +205,16 @@ class FakeRuntime final : public Runtime {
   // 10 ms (for conditions on other objects). False if `timeout` passed first.
   bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     while (true) {
-      lock.unlock();
+      lock.Unlock();
       if (done()) return true;
-      lock.lock();
+      lock.Lock();
       if (std::chrono::steady_clock::now() >= deadline) return false;
       uint64_t seen = events_;
-      cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return events_ != seen; });
+      const auto recheck = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+      while (events_ == seen && cv_.WaitUntil(mutex_, recheck) == std::cv_status::no_timeout) {
+      }
     }
   }
   bool WaitForLaunch(const std::string& id, std::chrono::milliseconds timeout) const {
@@ -228,7 +229,7 @@ class FakeRuntime final : public Runtime {
   // ---- Runtime -------------------------------------------------------------------------------
 
   Status Launch(const InstanceSpec& spec) override {
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     ++launch_attempts_;
     if (instances_.count(spec.instance_id)) {
       return Status::AlreadyExists("instance " + spec.instance_id + " already exists");
@@ -242,7 +243,7 @@ class FakeRuntime final : public Runtime {
     }
     if (behavior.on_launch == Behavior::OnLaunch::kFailLaunch) {
       ++events_;
-      cv_.notify_all();
+      cv_.NotifyAll();
       return Status::FailedPrecondition(behavior.launch_error);
     }
     auto instance = std::make_shared<Instance>();
@@ -274,13 +275,13 @@ class FakeRuntime final : public Runtime {
       EndLocked(*instance, behavior.exit_code, 0, InstanceState::kExited);
     }
     ++events_;
-    lock.unlock();
-    cv_.notify_all();
+    lock.Unlock();
+    cv_.NotifyAll();
     return Status::Ok();
   }
 
   Result<InstanceStatus> Inspect(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = instances_.find(id);
     if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
     return it->second->status;
@@ -288,7 +289,7 @@ class FakeRuntime final : public Runtime {
 
   Status Signal(const std::string& id, int signal) override {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = instances_.find(id);
       if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
       if (it->second->status.state != InstanceState::kRunning) {
@@ -297,7 +298,7 @@ class FakeRuntime final : public Runtime {
       signals_.push_back({id, signal});
       ++events_;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (signal == SIGKILL) return Kill(id, SIGKILL);
     return Status::Ok();
   }
@@ -305,13 +306,13 @@ class FakeRuntime final : public Runtime {
   Status Stop(const std::string& id, std::chrono::seconds grace) override {
     std::shared_ptr<Instance> instance;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = instances_.find(id);
       if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
       stops_.push_back({id, grace});
       ++events_;
       if (it->second->status.state != InstanceState::kRunning) {
-        cv_.notify_all();
+        cv_.NotifyAll();
         return Status::Ok();
       }
       it->second->status.stop_requested = true;
@@ -322,18 +323,16 @@ class FakeRuntime final : public Runtime {
         EndLocked(*instance, -1, SIGKILL, InstanceState::kExited);
       }
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     ClosePingIfEnded(instance);
     return Status::Ok();
   }
 
   Result<InstanceStatus> Wait(const std::string& id, std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto ended = [&] {
-      auto it = instances_.find(id);
-      return it == instances_.end() || it->second->status.state != InstanceState::kRunning;
-    };
-    cv_.wait_for(lock, timeout, ended);
+    MutexLock lock(mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!EndedLocked(id) && cv_.WaitUntil(mutex_, deadline) == std::cv_status::no_timeout) {
+    }
     auto it = instances_.find(id);
     if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
     return it->second->status;
@@ -342,7 +341,7 @@ class FakeRuntime final : public Runtime {
   std::string OutputPath(const std::string& id) const override { return InstanceDir(id) + "/output"; }
 
   Result<std::vector<std::string>> List() override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<std::string> ids;
     for (const auto& [id, instance] : instances_) ids.push_back(id);
     return ids;
@@ -350,7 +349,7 @@ class FakeRuntime final : public Runtime {
 
   Status Remove(const std::string& id) override {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = instances_.find(id);
       if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
       if (it->second->status.state == InstanceState::kRunning) {
@@ -362,12 +361,12 @@ class FakeRuntime final : public Runtime {
     }
     std::error_code ec;
     std::filesystem::remove_all(InstanceDir(id), ec);
-    cv_.notify_all();
+    cv_.NotifyAll();
     return Status::Ok();
   }
 
   Result<InstanceUsage> Usage(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = instances_.find(id);
     if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
     if (it->second->status.state != InstanceState::kRunning) {
@@ -382,11 +381,11 @@ class FakeRuntime final : public Runtime {
 
   // Ids Remove()d, in order.
   std::vector<std::string> removed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return removed_;
   }
   bool Launched(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return std::find(launches_.begin(), launches_.end(), id) != launches_.end();
   }
 
@@ -473,7 +472,14 @@ class FakeRuntime final : public Runtime {
   int64_t Now() const { return (clock_ != nullptr ? *clock_ : Clock::System()).NowMillis(); }
   std::string InstanceDir(const std::string& id) const { return state_dir_ + "/" + id; }
 
-  Status AppendOutputLocked(const std::string& id, char stream, const std::string& line) {
+  // Gone or no longer running.
+  bool EndedLocked(const std::string& id) const REQUIRES(mutex_) {
+    auto it = instances_.find(id);
+    return it == instances_.end() || it->second->status.state != InstanceState::kRunning;
+  }
+
+  // Under mutex_ so that records of concurrent writers never interleave in the file.
+  Status AppendOutputLocked(const std::string& id, char stream, const std::string& line) REQUIRES(mutex_) {
     FILE* f = std::fopen(OutputPath(id).c_str(), "a");
     if (f == nullptr) return Status::Internal("cannot append to the output of " + id);
     std::string record = std::to_string(Now()) + " " + stream + " " + line + "\n";
@@ -482,7 +488,7 @@ class FakeRuntime final : public Runtime {
     return Status::Ok();
   }
 
-  void EndLocked(Instance& instance, int code, int signal, InstanceState state) {
+  void EndLocked(Instance& instance, int code, int signal, InstanceState state) REQUIRES(mutex_) {
     instance.status.state = state;
     instance.status.exit_code = state == InstanceState::kExited ? code : -1;
     instance.status.term_signal = state == InstanceState::kExited ? signal : 0;
@@ -493,7 +499,7 @@ class FakeRuntime final : public Runtime {
   Status End(const std::string& id, int code, int signal, InstanceState state) {
     std::shared_ptr<Instance> instance;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = instances_.find(id);
       if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
       if (it->second->status.state != InstanceState::kRunning) {
@@ -502,7 +508,7 @@ class FakeRuntime final : public Runtime {
       instance = it->second;
       EndLocked(*instance, code, signal, state);
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     ClosePingIfEnded(instance);
     return Status::Ok();
   }
@@ -511,7 +517,7 @@ class FakeRuntime final : public Runtime {
   void ClosePingIfEnded(const std::shared_ptr<Instance>& instance) {
     std::unique_ptr<PingServer> ping;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (instance->status.state == InstanceState::kRunning) return;
       ping = std::move(instance->ping);
     }
@@ -521,19 +527,20 @@ class FakeRuntime final : public Runtime {
   const std::string state_dir_;
   const Clock* const clock_;
 
-  mutable std::mutex mutex_;
-  mutable std::condition_variable cv_;
-  uint64_t events_ = 0;  // GUARDED_BY(mutex_): bumped by every change, for WaitUntil
-  Behavior default_;     // GUARDED_BY(mutex_)
-  std::vector<std::pair<std::function<bool(const InstanceSpec&)>, Behavior>> rules_;  // GUARDED_BY(mutex_)
-  std::map<std::string, std::shared_ptr<Instance>> instances_;  // GUARDED_BY(mutex_)
-  std::map<std::string, InstanceSpec> specs_;                   // GUARDED_BY(mutex_)
-  std::vector<std::string> launches_;                           // GUARDED_BY(mutex_)
-  std::vector<std::chrono::steady_clock::time_point> launch_times_;  // GUARDED_BY(mutex_)
-  std::vector<std::string> removed_;                            // GUARDED_BY(mutex_)
-  std::vector<StopCall> stops_;                                 // GUARDED_BY(mutex_)
-  std::vector<SignalCall> signals_;                             // GUARDED_BY(mutex_)
-  int launch_attempts_ = 0;                                     // GUARDED_BY(mutex_)
+  // Also guards each Instance's status and ping (a nested struct cannot name this mutex).
+  mutable Mutex mutex_;
+  mutable CondVar cv_;
+  uint64_t events_ GUARDED_BY(mutex_) = 0;  // bumped by every change, for WaitUntil
+  Behavior default_ GUARDED_BY(mutex_);
+  std::vector<std::pair<std::function<bool(const InstanceSpec&)>, Behavior>> rules_ GUARDED_BY(mutex_);
+  std::map<std::string, std::shared_ptr<Instance>> instances_ GUARDED_BY(mutex_);
+  std::map<std::string, InstanceSpec> specs_ GUARDED_BY(mutex_);
+  std::vector<std::string> launches_ GUARDED_BY(mutex_);
+  std::vector<std::chrono::steady_clock::time_point> launch_times_ GUARDED_BY(mutex_);
+  std::vector<std::string> removed_ GUARDED_BY(mutex_);
+  std::vector<StopCall> stops_ GUARDED_BY(mutex_);
+  std::vector<SignalCall> signals_ GUARDED_BY(mutex_);
+  int launch_attempts_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace kiln::runtime::testing
