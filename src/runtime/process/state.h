@@ -1,8 +1,8 @@
 #pragma once
 // The on-disk state of one process-runtime instance, shared by the runtime (server side) and the
-// shim: file names, the JSON forms of the spec and of the exit record, the control socket's path
-// and the shim-liveness check. Everything here is a pure function of the files, so it works the
-// same in a server that started long after the shim.
+// shim: file names, the JSON forms of the spec, started and exit records, the control socket's
+// path and the shim-liveness check. Nothing here keeps state in memory: it reads (or writes) the
+// files, so it works the same in a server that started long after the shim.
 //
 // Thread-safety: all functions are thread-safe (no shared state).
 
@@ -37,6 +37,8 @@ std::string Join(const std::string& dir, std::string_view name);
 // both sides compute the same path; started.json records it too.
 std::string SocketPath(const std::string& instance_dir);
 
+// The Decode* functions fail with DataLoss("bad <record>: ...") when the text is not JSON or lacks
+// a field (a torn or foreign file).
 std::string EncodeSpec(const InstanceSpec& spec);
 Result<InstanceSpec> DecodeSpec(std::string_view json);
 
