@@ -145,6 +145,30 @@ int OpenTarFromObject(struct archive* a, ObjectArchiveSource* source) {
   return archive_read_open(a, source, nullptr, ObjectRead, nullptr);
 }
 
+namespace {
+
+// Each symlink in `links` (paths under `dest`) must resolve inside `dest`; the first that does
+// not is removed and refused with client_error. A dangling link reaches nothing and is kept.
+Status CheckLinksResolveInside(const std::string& dest, const std::vector<std::string>& links,
+                               const std::string& where,
+                               const std::function<Status(const std::string& why)>& client_error) {
+  char root_real[PATH_MAX];
+  if (realpath(dest.c_str(), root_real) == nullptr) return ErrnoStatus("realpath " + dest, errno);
+  std::string root = root_real;
+  for (const auto& link_path : links) {
+    char resolved[PATH_MAX];
+    if (realpath(link_path.c_str(), resolved) == nullptr) continue;  // dangling: nothing to reach
+    std::string r = resolved;
+    if (r != root && !StartsWith(r, root + "/")) {
+      unlink(link_path.c_str());
+      return client_error("symlink \"" + link_path.substr(dest.size() + 1) + "\" resolves outside " + where);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptions& options,
                   const std::function<Status(const std::string& why)>& client_error, ExtractStats* stats) {
   const std::string& where = options.dest_name;
@@ -252,18 +276,7 @@ Status ExtractTar(struct archive* a, const std::string& dest, const ExtractOptio
   }
   // A chain of in-tree links can still climb out physically (a -> ".", b -> "a/.."): check what
   // every link resolves to now that the tree is complete.
-  char root_real[PATH_MAX];
-  if (realpath(dest.c_str(), root_real) == nullptr) return ErrnoStatus("realpath " + dest, errno);
-  std::string root = root_real;
-  for (const auto& link_path : links) {
-    char resolved[PATH_MAX];
-    if (realpath(link_path.c_str(), resolved) == nullptr) continue;  // dangling: nothing to reach
-    std::string r = resolved;
-    if (r != root && !StartsWith(r, root + "/")) {
-      unlink(link_path.c_str());
-      return client_error("symlink \"" + link_path.substr(dest.size() + 1) + "\" resolves outside " + where);
-    }
-  }
+  RETURN_IF_ERROR(CheckLinksResolveInside(dest, links, where, client_error));
   counted.entries = meter.entries();
   if (stats != nullptr) *stats = counted;
   return Status::Ok();
