@@ -29,7 +29,9 @@ import sys
 # but not under -I / -P or PYTHONSAFEPATH, so it is added for these imports only and sys.path is
 # left as it was (the user's code, in child processes, never sees it either way). They are named
 # kiln_* so that none can shadow a framework module run_framework_module imports. No bytecode is
-# written beside them: the toolkit's directory may be read-only or shared (an installed prefix).
+# written beside them (the toolkit's directory may be read-only or shared, an installed prefix);
+# the setting is restored after, for whatever else this process imports.
+_DONT_WRITE_BYTECODE = sys.dont_write_bytecode
 sys.dont_write_bytecode = True
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ADDED = _HERE not in sys.path
@@ -46,6 +48,7 @@ from kiln_launch import (  # noqa: E402
     torchrun_command, wait_hostname_resolution)
 if _ADDED:
     sys.path.remove(_HERE)
+sys.dont_write_bytecode = _DONT_WRITE_BYTECODE
 
 
 # --------------------------------------------------------------------------------------------
