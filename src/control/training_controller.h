@@ -89,6 +89,8 @@ struct TrainingControllerDeps {
   InstanceMetrics* instance_metrics = nullptr;  // samples the hosts' CPU/memory/disk/GPU (may be null)
 };
 
+class TrainingJobRun;  // control/training_job_run.h
+
 class TrainingController : public TrainingQueueView {
  public:
   TrainingController(TrainingControllerOptions options, TrainingControllerDeps deps);
@@ -113,9 +115,6 @@ class TrainingController : public TrainingQueueView {
   std::string PendingMessage(const std::string& job_name) const override;
 
  private:
-  class JobRun;
-  friend class JobRun;
-
   void ScheduleLocked();
   void RunScheduler();
   // `grant_written`: the pass's write of the grant (an error fails the run in its first step).
@@ -138,8 +137,8 @@ class TrainingController : public TrainingQueueView {
   std::condition_variable wake_;
   bool shutting_down_ = false;                              // GUARDED_BY(mutex_)
   bool schedule_needed_ = false;                            // GUARDED_BY(mutex_)
-  std::map<std::string, std::shared_ptr<JobRun>> runs_;     // GUARDED_BY(mutex_)
-  std::vector<std::shared_ptr<JobRun>> finished_runs_;      // GUARDED_BY(mutex_): to join
+  std::map<std::string, std::shared_ptr<TrainingJobRun>> runs_;     // GUARDED_BY(mutex_)
+  std::vector<std::shared_ptr<TrainingJobRun>> finished_runs_;      // GUARDED_BY(mutex_): to join
   std::vector<std::string> entering_pending_;               // GUARDED_BY(mutex_): submitted since the last pass
   std::multimap<int64_t, std::string> pending_deadlines_;   // GUARDED_BY(mutex_): MaxPendingTime, millis -> job
   std::thread scheduler_thread_;

@@ -1,0 +1,803 @@
+#include "control/training_job_run.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "agent/artifacts.h"
+#include "agent/checkpoints.h"
+#include "agent/pipe_feeder.h"
+#include "agent/staging.h"
+#include "agent/training_layout.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "control/log_pump.h"
+#include "control/training_launch.h"
+#include "control/training_plan.h"
+#include "control/training_states.h"
+
+namespace kiln::control {
+namespace {
+
+using nlohmann::json;
+using store::SecondaryStatus;
+using store::StopRequest;
+using JobStatus = store::TrainingJobStatus;
+using Phase = store::TrainingPhase;
+using namespace training;  // messages and deadline arithmetic
+namespace fs = std::filesystem;
+
+constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
+constexpr size_t kFailureReasonMax = 1024;
+
+std::string Truncate(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  // Do not cut a UTF-8 sequence in half.
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  return s;
+}
+
+// The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
+std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
+  const json& hps = request.value("HyperParameters", json::object());
+  if (!hps.contains(key) || !hps[key].is_string()) return std::nullopt;
+  std::string raw = hps[key].get<std::string>();
+  json decoded = json::parse(raw, nullptr, false);
+  if (!decoded.is_discarded() && decoded.is_string()) return decoded.get<std::string>();
+  return raw;
+}
+
+}  // namespace
+
+struct TrainingJobRun::Host {
+  std::string host;  // algo-<n>
+  int shard_index = 0;  // position in the sorted hosts list (ShardedByS3Key)
+  std::string instance_id;
+  std::string root;    // <work_dir>/<job>/algo-<n>
+  std::string opt_ml;  // root/opt_ml
+  std::string log_stream;
+  int64_t started_millis = 0;
+  bool exited = false;
+  int exit_code = -1;
+  int term_signal = 0;
+  bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
+  std::unique_ptr<LogPump> pump;
+  std::unique_ptr<agent::PipeFeeder> feeder;
+  std::unique_ptr<agent::CheckpointSync> checkpoints;
+  // Debugger tensors, TensorBoard and profiler output: LocalPath synced to S3 during the run.
+  std::vector<std::unique_ptr<agent::CheckpointSync>> output_syncs;
+};
+
+TrainingJobRun::TrainingJobRun(Context context, std::string name, std::vector<Allocation> allocations, bool adopt,
+                               Status grant_written)
+    : context_(std::move(context)),
+      name_(std::move(name)),
+      allocations_(std::move(allocations)),
+      adopt_(adopt),
+      grant_written_(std::move(grant_written)) {}
+
+TrainingJobRun::~TrainingJobRun() = default;
+
+void TrainingJobRun::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void TrainingJobRun::RequestStop() {
+  stop_requested_.store(true);
+  cancel_.Cancel();
+}
+
+void TrainingJobRun::Shutdown() {
+  shutting_down_.store(true);
+  cancel_.Cancel();
+}
+
+void TrainingJobRun::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t TrainingJobRun::Now() const {
+  return deps().clock ? deps().clock->NowMillis() : Clock::System().NowMillis();
+}
+
+Result<store::TrainingJobRecord> TrainingJobRun::Update(const std::function<void(store::TrainingJobRecord&)>& fn) {
+  return context_.jobs->Mutate(name_, [&](store::TrainingJobRecord& r) {
+    fn(r);
+    return Status::Ok();
+  });
+}
+
+void TrainingJobRun::SetSecondary(SecondaryStatus secondary, const std::string& message) {
+  int64_t now = Now();
+  auto r = Update([&](store::TrainingJobRecord& rec) {
+    // A stop the API recorded wins over progress: keep showing Stopping.
+    if (rec.status == JobStatus::kStopping && secondary != SecondaryStatus::kStopping) return;
+    RecordSecondaryStatus(rec, secondary, message, now);
+  });
+  if (!r.ok()) KLOG(warn, "training job update failed", {{"job", name_}, {"error", r.status().ToString()}});
+}
+
+void TrainingJobRun::Run() {
+  RunSteps();
+  context_.on_finished(name_);
+  if (retrying_) context_.resubmit(name_);  // queued again, behind nobody it overtook
+}
+
+// RetryStrategy (training-contract.md §10): a job that failed for Kiln's own reasons
+// ("InternalServerError: ...") starts again, up to MaximumRetryAttempts times, going through
+// Restarting → Starting. Returns true (and records the restart) when it will be retried.
+bool TrainingJobRun::RetryIfAllowed(const std::string& why) {
+  if (!StartsWith(why, "InternalServerError") || shutting_down_.load() || stop_requested_.load()) return false;
+  const int max_attempts = request_.value("RetryStrategy", json::object()).value("MaximumRetryAttempts", 0);
+  const int64_t now = Now();
+  bool retry = false;
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    const int retries = rec.state.retries;
+    if (rec.status != JobStatus::kInProgress || retries >= max_attempts) return;
+    rec.state.retries = retries + 1;
+    SetPhase(rec, Phase::kQueued);
+    rec.state.last_failure = why;
+    rec.state.hosts.clear();
+    rec.state.allocations = json();
+    RecordSecondaryStatus(rec, SecondaryStatus::kRestarting, "Restarting the training job (attempt " + std::to_string(retries + 2) +
+                                                 " of " + std::to_string(max_attempts + 1) + "): " + why,
+                          now);
+    retry = true;
+  });
+  if (retry) {
+    KLOG(info, "training job restarting", {{"job", name_}, {"reason", why}});
+    retrying_ = true;
+  }
+  return retry;
+}
+
+void TrainingJobRun::RunSteps() {
+  auto loaded = context_.jobs->Get(name_);
+  if (!loaded.ok()) {
+    KLOG(error, "training job vanished before it ran", {{"job", name_}, {"error", loaded.status().ToString()}});
+    return;
+  }
+  store::TrainingJobRecord record = std::move(loaded).value();
+  if (!store::IsActive(record.status)) {
+    // Stopped while its grant was on the way (RequestStop found no run yet): nothing to do.
+    return;
+  }
+  request_ = record.request;
+  job_dir_ = options().work_dir + "/" + record.name;
+  if (record.state.stop_requested != StopRequest::kNone) {
+    stop_requested_.store(true);
+    stop_reason_ = record.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime : StopReason::kUser;
+  }
+
+  const Phase phase = record.state.phase;
+  if (adopt_ && (phase == Phase::kRunning || phase == Phase::kFinishing)) {
+    Adopt(record);
+    if (phase == Phase::kRunning) Monitor(record);
+  } else {
+    Status prepared = Prepare(record);
+    if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
+    if (shutting_down_.load()) {
+      // The next server stages the job again from the start.
+      StopAgents();
+      return;
+    }
+    const bool stopped_while_staging = prepared.code() == StatusCode::kAborted && stop_requested_.load();
+    if (!prepared.ok() && !stopped_while_staging) {
+      StopAgents();
+      Fail(prepared.message());
+      return;
+    }
+    if (stop_requested_.load()) {
+      StopAgents();
+      Finish(/*ran=*/false);
+      return;
+    }
+    if (Status launched = Launch(record); !launched.ok()) {
+      StopAgents();
+      Fail(launched.message());
+      return;
+    }
+    Monitor(record);
+  }
+  if (shutting_down_.load()) {
+    // Instances keep running; the next server adopts them and resumes the pumps.
+    StopPumps(/*drain=*/false);
+    StopAgents();
+    return;
+  }
+  Finish(/*ran=*/true);
+}
+
+Status TrainingJobRun::Prepare(store::TrainingJobRecord& record) {
+  // The grant (phase staging, allocations, Starting message) was written by the scheduling pass,
+  // together with the other grants of that pass (RunPass). Under the `shrink` policy (or CPU
+  // fallback) the scheduler may give less than the instance type's shape; the status message
+  // says so (the job still shows it while it trains).
+  allocation_note_ = AllocationNote(allocations_);
+  RETURN_IF_ERROR(grant_written_);
+
+  std::error_code ec;
+  fs::remove_all(job_dir_, ec);
+  std::vector<agent::HostLayout> layouts = agent::HostLayoutsForRequest(request_);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    auto host = std::make_unique<Host>();
+    host->host = layouts[i].current_host;
+    host->shard_index = layouts[i].ShardIndex();
+    host->root = job_dir_ + "/" + host->host;
+    host->opt_ml = host->root + "/opt_ml";
+    host->instance_id = "training-" + record.name + "-" + host->host;
+    // A previous attempt (a server that died while staging) may have left an instance behind.
+    if (deps().runtime->Inspect(host->instance_id).ok()) {
+      (void)deps().runtime->Stop(host->instance_id, std::chrono::seconds(0));
+      (void)deps().runtime->Wait(host->instance_id, std::chrono::seconds(5));
+      (void)deps().runtime->Remove(host->instance_id);
+    }
+    RETURN_IF_ERROR(MakeDirs(host->root, 0755).WithPrefix("InternalServerError: cannot create the host directory"));
+    RETURN_IF_ERROR(agent::WriteTrainingLayout(host->opt_ml, request_, layouts[i]));
+    hosts_.push_back(std::move(host));
+  }
+  return Status::Ok();
+}
+
+Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
+  // The image first: one Kiln cannot run fails the job before its channels are downloaded, and
+  // a download error cannot hide it (issue 10). Launch resolves it again for the command.
+  const std::string image = request_.value("AlgorithmSpecification", json::object()).value("TrainingImage", "");
+  if (auto resolved = deps().environments->Resolve(image); !resolved.ok()) {
+    return Status::InvalidArgument("ClientError: " + resolved.status().message());
+  }
+  SetSecondary(SecondaryStatus::kDownloading, kMsgDownloading);
+  const int host_count = static_cast<int>(hosts_.size());
+  // Script-mode code (sagemaker_submit_directory) is fetched here, while the channels download,
+  // so that the toolkit finds /opt/ml/code filled and starts the user's script at once.
+  std::optional<std::string> submit_dir = DecodedHyperparameter(request_, "sagemaker_submit_directory");
+  for (int i = 0; i < host_count; ++i) {
+    Host& host = *hosts_[i];
+    agent::StageOptions stage_options;
+    stage_options.parallelism = options().staging_parallelism;
+    ASSIGN_OR_RETURN(agent::StagingReport report,
+                     agent::StageChannels(*deps().object_store, request_, host.shard_index, host_count, host.opt_ml,
+                                          cancel_, stage_options));
+    KLOG(info, "staged input channels",
+         {{"job", name_}, {"host", host.host}, {"objects", std::to_string(report.objects)},
+          {"bytes", std::to_string(report.bytes)}, {"seconds", std::to_string(report.elapsed_seconds)}});
+    if (submit_dir && (StartsWith(*submit_dir, "s3://") || StartsWith(*submit_dir, "file://"))) {
+      RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code",
+                                               SourceDirCap(request_, options().archive_caps)));
+    }
+    if (request_.contains("CheckpointConfig")) {
+      ASSIGN_OR_RETURN(host.checkpoints, MakeCheckpointSync(host));
+      RETURN_IF_ERROR(host.checkpoints->Restore(&cancel_));
+    }
+    ASSIGN_OR_RETURN(host.output_syncs, MakeOutputSyncs(host));
+    agent::PipeFeeder::Options feeder_options;
+    feeder_options.on_error = [this](const std::string& channel, const Status& error) {
+      KLOG(warn, "pipe channel failed", {{"job", name_}, {"channel", channel}, {"error", error.ToString()}});
+    };
+    auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, host.shard_index, host_count,
+                                                      host.opt_ml, feeder_options);
+    RETURN_IF_ERROR(feeder->Start());
+    host.feeder = std::move(feeder);
+  }
+  (void)record;
+  return Status::Ok();
+}
+
+Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
+  const json& algorithm = request_.value("AlgorithmSpecification", json::object());
+  const std::string image = algorithm.value("TrainingImage", "");
+  auto resolved = deps().environments->Resolve(image);
+  if (!resolved.ok()) return Status::InvalidArgument("ClientError: " + resolved.status().message());
+  const runtime::ImageResolution& resolution = *resolved;
+
+  // Credentials for the instances: issued once per job and kept in its state, so that a
+  // restarted server can accept them again.
+  aws::Credential credential = !record.state.credentials.is_null()
+                                   ? CredentialFromJson(record.state.credentials)
+                                   : deps().credentials->Issue(request_.value("RoleArn", ""), record.name);
+  deps().credentials->Register(credential);
+
+  TrainingLaunchContext launch;
+  launch.job_name = record.name;
+  launch.job_arn = record.arn;
+  launch.region = options().region;
+  launch.endpoint_url = options().endpoint_url;
+  launch.toolkit_script = options().toolkit_script;
+  launch.credential = credential;
+  const TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
+  std::vector<std::string> host_names;
+  for (const auto& h : hosts_) host_names.push_back(h->host);
+  const std::vector<std::string> hosts_lines = HostsFileLines(host_names);
+
+  std::vector<store::TrainingHostState> hosts_state;
+  int64_t last_stream_epoch = 0;
+  for (size_t i = 0; i < hosts_.size(); ++i) {
+    Host& host = *hosts_[i];
+    const Allocation& allocation = allocations_.at(std::min(i, allocations_.size() - 1));
+    runtime::InstanceSpec spec;
+    spec.instance_id = host.instance_id;
+    spec.opt_ml_dir = host.opt_ml;
+    spec.extra_mounts = plan.binds;
+    spec.hostname = host.host;
+    spec.hosts_file_lines = hosts_lines;
+    spec.argv = plan.argv;
+    spec.env = plan.env;
+    AddGpuEnvironment(allocation, spec.env);
+    spec.working_dir = plan.working_dir;
+    spec.cpus = allocation.cpus;
+    spec.memory_limit_bytes = allocation.memory_bytes;
+    spec.gpus = allocation.gpus;
+    Status launched = deps().runtime->Launch(spec);
+    if (!launched.ok()) {
+      // Nothing of this job may keep running.
+      for (size_t j = 0; j < i; ++j) {
+        (void)deps().runtime->Stop(hosts_[j]->instance_id, std::chrono::seconds(0));
+      }
+      return Status::InvalidArgument("ClientError: the training program could not be started on " + host.host +
+                                     ": " + launched.message() +
+                                     ". Check AlgorithmSpecification.TrainingImage (and ContainerEntrypoint) and "
+                                     "the environment it maps to.");
+    }
+    host.started_millis = Now();
+    // A restarted job's container gets a new stream even when it starts within the same second.
+    const int64_t previous_epoch = record.state.last_stream_epoch;
+    const int64_t epoch = std::max<int64_t>(host.started_millis / 1000, previous_epoch + 1);
+    last_stream_epoch = std::max(last_stream_epoch, epoch);
+    host.log_stream = record.name + "/" + host.host + "-" + std::to_string(epoch);
+    hosts_state.push_back({.host = host.host,
+                           .shard_index = host.shard_index,
+                           .instance_id = host.instance_id,
+                           .root = host.root,
+                           .log_stream = host.log_stream,
+                           .started_millis = host.started_millis});
+  }
+  training_start_millis_ = hosts_.empty() ? Now() : hosts_.front()->started_millis;
+  json credential_state = CredentialToJson(credential);
+  int64_t now = Now();
+  auto r = Update([&](store::TrainingJobRecord& rec) {
+    SetPhase(rec, Phase::kRunning);
+    rec.state.hosts = hosts_state;
+    rec.state.last_stream_epoch = last_stream_epoch;
+    rec.state.credentials = credential_state;
+    rec.state.training_start_millis = training_start_millis_;
+    if (rec.status != JobStatus::kStopping) {
+      RecordSecondaryStatus(rec, SecondaryStatus::kTraining, kMsgTraining + allocation_note_, now);
+    }
+  });
+  if (!r.ok()) return r.status();
+
+  const json metric_definitions = algorithm.value("MetricDefinitions", json::array());
+  for (auto& host : hosts_) {
+    StartPump(*host, metric_definitions, 0);
+    if (host->checkpoints) host->checkpoints->Start();
+    for (auto& sync : host->output_syncs) sync->Start();
+  }
+  return Status::Ok();
+}
+
+void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
+  training_start_millis_ = record.state.training_start_millis.value_or(0);
+  if (!record.state.credentials.is_null()) {
+    deps().credentials->Register(CredentialFromJson(record.state.credentials));
+  }
+  const json metric_definitions =
+      request_.value("AlgorithmSpecification", json::object()).value("MetricDefinitions", json::array());
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    final_metrics_ = record.state.final_metrics;
+  }
+  const bool running = record.state.phase == Phase::kRunning;
+  for (const store::TrainingHostState& h : record.state.hosts) {
+    auto host = std::make_unique<Host>();
+    host->host = h.host;
+    host->instance_id = h.instance_id;
+    host->root = h.root;
+    host->opt_ml = host->root + "/opt_ml";
+    host->log_stream = h.log_stream;
+    host->started_millis = h.started_millis;
+    const int64_t offset = LogPump::ReadOffset(host->root + "/log.offset");
+    if (request_.contains("CheckpointConfig")) {
+      auto checkpoints = MakeCheckpointSync(*host);
+      if (checkpoints.ok()) {
+        host->checkpoints = std::move(checkpoints).value();
+        if (running) host->checkpoints->Start();
+      }
+    }
+    if (auto syncs = MakeOutputSyncs(*host); syncs.ok()) {
+      host->output_syncs = std::move(syncs).value();
+      if (running) {
+        for (auto& sync : host->output_syncs) sync->Start();
+      }
+    }
+    if (running) {
+      // Pipe channels: a new feeder continues where the old server's stopped (its progress is
+      // recorded beside the FIFOs).
+      agent::PipeFeeder::Options feeder_options;
+      feeder_options.resume = true;
+      std::string job = name_;
+      feeder_options.on_error = [job](const std::string& channel, const Status& error) {
+        KLOG(warn, "pipe channel failed", {{"job", job}, {"channel", channel}, {"error", error.ToString()}});
+      };
+      int host_count = request_.value("ResourceConfig", json::object()).value("InstanceCount", 1);
+      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.shard_index,
+                                                        host_count, host->opt_ml, feeder_options);
+      Status started = feeder->Start();
+      if (started.ok()) {
+        host->feeder = std::move(feeder);
+      } else {
+        KLOG(warn, "pipe feeding not resumed", {{"job", name_}, {"error", started.ToString()}});
+      }
+    }
+    hosts_.push_back(std::move(host));
+    StartPump(*hosts_.back(), metric_definitions, offset);
+  }
+  KLOG(info, "adopted running training job", {{"job", name_}, {"hosts", std::to_string(hosts_.size())}});
+}
+
+void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
+  const int64_t deadline = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
+  bool stop_sent = false;
+  int64_t last_metrics_flush = Now();
+  while (!shutting_down_.load()) {
+    // Exit statuses first: a host that ended is recorded even if a stop is also under way.
+    bool all_exited = true;
+    bool any_failed = false;
+    for (auto& host : hosts_) {
+      if (host->exited) {
+        if (host->exit_code != 0) any_failed = true;
+        continue;
+      }
+      auto status = deps().runtime->Inspect(host->instance_id);
+      if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
+        host->exited = true;
+        if (status.ok() && status->state == runtime::InstanceState::kExited) {
+          host->exit_code = status->exit_code;
+          host->term_signal = status->term_signal;
+          host->stopped_by_kiln = status->stop_requested;
+        } else {
+          host->exit_code = -1;  // lost: the shim vanished without recording an exit
+        }
+        if (host->exit_code != 0) any_failed = true;
+      } else {
+        all_exited = false;
+      }
+    }
+    if (all_exited) break;
+
+    if (!stop_sent) {
+      StopReason reason = StopReason::kNone;
+      if (stop_requested_.load()) reason = stop_reason_ == StopReason::kNone ? StopReason::kUser : stop_reason_;
+      if (reason == StopReason::kNone && Now() >= deadline) reason = StopReason::kMaxRuntime;
+      // A host failing fails the job; the other hosts are stopped like a stop (§11).
+      if (reason == StopReason::kNone && any_failed) reason = StopReason::kPeerFailure;
+      if (reason != StopReason::kNone) {
+        stop_reason_ = reason;
+        if (reason == StopReason::kMaxRuntime) {
+          int64_t now = Now();
+          (void)Update([&](store::TrainingJobRecord& rec) {
+            SetStatus(rec, JobStatus::kStopping);
+            rec.state.stop_requested = StopRequest::kMaxRuntime;
+            RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
+          });
+        }
+        for (auto& host : hosts_) {
+          if (!host->exited) (void)deps().runtime->Stop(host->instance_id, options().stop_grace);
+        }
+        stop_sent = true;
+      }
+    }
+
+    if (Now() - last_metrics_flush >= 2000) {
+      last_metrics_flush = Now();
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      if (metrics_dirty_) {
+        auto snapshot = final_metrics_;
+        metrics_dirty_ = false;
+        (void)Update([&](store::TrainingJobRecord& rec) { rec.state.final_metrics = snapshot; });
+      }
+    }
+    // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
+    for (auto& host : hosts_) {
+      if (!host->exited) {
+        (void)deps().runtime->Wait(host->instance_id, std::chrono::milliseconds(250));
+        break;
+      }
+    }
+    if (stop_requested_.load() && !stop_sent) continue;
+  }
+  (void)record;
+}
+
+void TrainingJobRun::StartPump(Host& host, const json& metric_definitions, int64_t offset) {
+  LogPump::Options pump;
+  pump.output_path = deps().runtime->OutputPath(host.instance_id);
+  pump.offset_path = host.root + "/log.offset";
+  pump.start_offset = offset;
+  pump.group = kTrainingLogGroup;
+  pump.stream = host.log_stream;
+  if (metric_definitions.is_array() && !metric_definitions.empty()) {
+    auto created = observe::MetricExtractor::Create(MetricDefinitionsFromJson(metric_definitions));
+    if (created.ok()) {
+      pump.extractor = std::shared_ptr<const observe::MetricExtractor>(std::move(created).value());
+    } else {
+      KLOG(warn, "metric definitions rejected", {{"job", name_}, {"error", created.status().ToString()}});
+    }
+  }
+  const std::string host_name = host.host;
+  pump.on_metrics = [this, host_name](const std::vector<observe::MetricPoint>& points) {
+    RecordMetrics(host_name, points);
+  };
+  host.pump = std::make_unique<LogPump>(std::move(pump), deps().log_store);
+  host.pump->Start();
+  // Instance metrics (§15) while the host runs (an exited one is dropped at its first sample).
+  if (deps().instance_metrics != nullptr) {
+    (void)deps().instance_metrics->Track(TrainingHostMetricsTarget(host.instance_id, name_, host.host, host.opt_ml));
+  }
+}
+
+// Metric points of one batch of a host's lines: stored as time series (one transaction per
+// batch, with TrainingJobName and Host dimensions, §15) and kept as the last value per metric.
+void TrainingJobRun::RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points) {
+  std::vector<observe::MetricDatum> batch;
+  batch.reserve(points.size() * 2);
+  const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
+  const observe::Dimensions host_dims = {{"Host", name_ + "/" + host}};
+  for (const auto& p : points) {
+    batch.push_back({.name = p.name, .dimensions = job_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+                     .unit = "None"});
+    batch.push_back({.name = p.name, .dimensions = host_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+                     .unit = "None"});
+  }
+  if (deps().metric_store) {
+    Status put = deps().metric_store->Put(kMetricNamespace, batch);
+    if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
+  }
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  for (const auto& p : points) final_metrics_[p.name] = {.value = p.value, .timestamp_millis = p.timestamp_millis};
+  metrics_dirty_ = true;
+}
+
+void TrainingJobRun::StopPumps(bool drain) {
+  for (auto& host : hosts_) {
+    if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(host->instance_id);
+    if (host->pump) host->pump->Stop(drain);
+  }
+}
+
+void TrainingJobRun::StopAgents() {
+  for (auto& host : hosts_) {
+    if (host->feeder) host->feeder->Stop();
+    host->checkpoints.reset();  // stops its background sync (no final sync)
+    host->output_syncs.clear();
+  }
+}
+
+// DebugHookConfig, TensorBoardOutputConfig and ProfilerConfig name an S3OutputPath that their
+// LocalPath is synced to every 30 s and once more at the end (training-contract.md §4.4, §8).
+Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> TrainingJobRun::MakeOutputSyncs(
+    const Host& host) {
+  struct OutputConfig {
+    const char* member;
+    const char* default_local_path;
+  };
+  static constexpr OutputConfig kConfigs[] = {{"DebugHookConfig", "/opt/ml/output/tensors"},
+                                              {"TensorBoardOutputConfig", "/opt/ml/output/tensorboard"},
+                                              {"ProfilerConfig", "/opt/ml/output/profiler"}};
+  std::vector<std::unique_ptr<agent::CheckpointSync>> syncs;
+  for (const OutputConfig& c : kConfigs) {
+    const json config = request_.value(c.member, json());
+    if (!config.is_object() || !config.contains("S3OutputPath") || !config["S3OutputPath"].is_string()) continue;
+    ASSIGN_OR_RETURN(std::string local_dir,
+                     agent::SandboxPathToHost(host.opt_ml, config.value("LocalPath", c.default_local_path)));
+    agent::CheckpointSync::Options sync_options;
+    sync_options.scan_interval = std::chrono::seconds(30);
+    sync_options.quiet_period = options().checkpoint_quiet_period;
+    std::string job = name_;
+    std::string what = c.member;
+    sync_options.on_error = [job, what](const Status& error) {
+      KLOG(warn, "output sync failed", {{"job", job}, {"config", what}, {"error", error.ToString()}});
+    };
+    // Each host writes under its own name so that hosts never overwrite each other.
+    std::string uri = config["S3OutputPath"].get<std::string>();
+    if (request_.value("ResourceConfig", json::object()).value("InstanceCount", 1) > 1) {
+      uri = agent::JoinKey(uri, host.host);
+    }
+    ASSIGN_OR_RETURN(auto sync, agent::CheckpointSync::Create(*deps().object_store, uri, local_dir, sync_options));
+    RETURN_IF_ERROR(MakeDirs(local_dir, 0755));
+    syncs.push_back(std::move(sync));
+  }
+  return syncs;
+}
+
+Result<std::unique_ptr<agent::CheckpointSync>> TrainingJobRun::MakeCheckpointSync(const Host& host) {
+  const json& config = request_["CheckpointConfig"];
+  ASSIGN_OR_RETURN(std::string local_dir, agent::SandboxPathToHost(host.opt_ml, agent::CheckpointLocalPath(request_)));
+  agent::CheckpointSync::Options sync_options;
+  sync_options.scan_interval = options().checkpoint_scan_interval;
+  sync_options.quiet_period = options().checkpoint_quiet_period;
+  std::string job = name_;
+  sync_options.on_error = [job](const Status& error) {
+    KLOG(warn, "checkpoint sync failed", {{"job", job}, {"error", error.ToString()}});
+  };
+  return agent::CheckpointSync::Create(*deps().object_store, config.value("S3Uri", ""), local_dir, sync_options);
+}
+
+std::string TrainingJobRun::FailureReasonFromHosts() {
+  // Hosts that failed on their own come first: when algo-2 crashes Kiln stops algo-1, whose exit
+  // (SIGTERM, 143) is a consequence, not the reason. Within each group, hosts order.
+  std::vector<Host*> order;
+  for (auto& host : hosts_) {
+    if (!host->stopped_by_kiln) order.push_back(host.get());
+  }
+  for (auto& host : hosts_) {
+    if (host->stopped_by_kiln) order.push_back(host.get());
+  }
+  // The first host that failed and wrote a failure file (§8).
+  for (Host* host : order) {
+    if (host->exit_code == 0) continue;
+    std::string reason = agent::ReadFailureReason(host->opt_ml);
+    if (!reason.empty()) return Truncate(reason, kFailureReasonMax);
+  }
+  for (Host* host : order) {
+    if (host->exit_code == 0) continue;
+    if (host->exit_code == -1 && host->term_signal == 0) {
+      return "InternalServerError: the instance " + host->host +
+             " was lost (its supervisor exited without recording an exit status).";
+    }
+    if (host->term_signal == SIGKILL || host->exit_code == 137) {
+      return "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
+             "training program. The process on " +
+             host->host + " was killed by SIGKILL (signal 9).";
+    }
+    std::string summary = host->pump ? host->pump->last_stderr_line() : "";
+    int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
+    std::string tail = ", exit code: " + std::to_string(code);
+    if (summary.empty()) summary = "the training program exited with a non-zero status";
+    return "AlgorithmError: " + Truncate(summary, kFailureReasonMax - 16 - tail.size()) + tail;
+  }
+  return "";
+}
+
+void TrainingJobRun::Finish(bool ran) {
+  if (ran) {
+    // Wait for the pumps to read everything the instances wrote (the shims have exited).
+    StopPumps(true);
+  }
+  for (auto& host : hosts_) {
+    if (host->feeder) host->feeder->Stop();
+  }
+  if (ran) {
+    SetSecondary(SecondaryStatus::kUploading, kMsgUploading);
+    (void)Update([&](store::TrainingJobRecord& rec) { SetPhase(rec, Phase::kFinishing); });
+  }
+  std::string upload_error;
+  for (auto& host : hosts_) {
+    if (!host->checkpoints) continue;
+    Status s = ran ? host->checkpoints->Final() : Status::Ok();
+    host->checkpoints.reset();
+    if (!s.ok()) upload_error = "InternalServerError: checkpoint upload failed: " + s.message();
+  }
+  for (auto& host : hosts_) {
+    for (auto& sync : host->output_syncs) {
+      Status s = ran ? sync->Final() : Status::Ok();
+      if (!s.ok()) KLOG(warn, "final output sync failed", {{"job", name_}, {"error", s.ToString()}});
+    }
+    host->output_syncs.clear();
+  }
+  std::optional<std::string> model_artifacts, output_artifacts;
+  if (ran) {
+    std::vector<std::string> opt_ml_dirs;
+    for (auto& host : hosts_) opt_ml_dirs.push_back(host->opt_ml);
+    auto uploaded = agent::UploadJobArtifacts(*deps().object_store, opt_ml_dirs,
+                                              request_.value("OutputDataConfig", json::object()), name_);
+    if (uploaded.ok()) {
+      model_artifacts = uploaded->model_artifacts;
+      if (!uploaded->output_data.empty()) output_artifacts = uploaded->output_data;
+      for (const auto& clash : uploaded->clashes) {
+        KLOG(warn, "model file clash between hosts (lowest host kept)", {{"job", name_}, {"file", clash}});
+      }
+    } else if (upload_error.empty()) {
+      upload_error = uploaded.status().message();
+      if (!StartsWith(upload_error, "ClientError") && !StartsWith(upload_error, "InternalServerError")) {
+        upload_error = "InternalServerError: uploading the model artifacts failed: " + upload_error;
+      }
+    }
+  }
+
+  std::string failure = FailureReasonFromHosts();
+  bool any_failed = false;
+  for (auto& host : hosts_) any_failed |= host->exit_code != 0;
+  if (stop_reason_ == StopReason::kNone || stop_reason_ == StopReason::kPeerFailure) {
+    const std::string why = any_failed ? failure : upload_error;
+    if (!why.empty() && RetryIfAllowed(why)) {
+      Cleanup();
+      return;
+    }
+  }
+  int64_t now = Now();
+  std::map<std::string, store::FinalMetric> final_metrics;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    final_metrics = final_metrics_;
+  }
+  int64_t end_millis = now;
+  for (auto& host : hosts_) {
+    auto status = deps().runtime->Inspect(host->instance_id);
+    if (status.ok() && status->finished_millis > 0) end_millis = std::max<int64_t>(status->finished_millis, 0);
+  }
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    // The row's request (the API's or the MaxRuntime stop's) first, then what this run saw.
+    StopReason reason = rec.state.stop_requested == StopRequest::kUser         ? StopReason::kUser
+                        : rec.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime
+                                                                               : stop_reason_;
+    SetPhase(rec, Phase::kDone);
+    rec.state.final_metrics = final_metrics;
+    if (model_artifacts) rec.state.model_artifacts = model_artifacts;
+    if (output_artifacts) rec.state.output_artifacts = output_artifacts;
+    if (ran) {
+      rec.training_end_millis = end_millis;
+      rec.state.training_end_millis = end_millis;
+    }
+    if (reason == StopReason::kUser || (reason == StopReason::kNone && stop_requested_.load())) {
+      SetStatus(rec, JobStatus::kStopped);
+      RecordSecondaryStatus(rec, SecondaryStatus::kStopped, kMsgStopped, now);
+    } else if (reason == StopReason::kMaxRuntime) {
+      SetStatus(rec, JobStatus::kStopped);
+      RecordSecondaryStatus(rec, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, now);
+    } else if (any_failed || !upload_error.empty()) {
+      std::string why = any_failed ? failure : upload_error;
+      SetStatus(rec, JobStatus::kFailed);
+      rec.state.failure_reason = why;
+      RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
+    } else {
+      SetStatus(rec, JobStatus::kCompleted);
+      RecordSecondaryStatus(rec, SecondaryStatus::kCompleted, kMsgCompleted, now);
+    }
+    if (!rec.state.transitions.empty()) rec.state.transitions.back().end_millis = now;
+  });
+  Cleanup();
+}
+
+void TrainingJobRun::Fail(const std::string& reason) {
+  std::string why = reason;
+  if (!StartsWith(why, "ClientError") && !StartsWith(why, "InternalServerError") &&
+      !StartsWith(why, "AlgorithmError")) {
+    why = "InternalServerError: " + why;
+  }
+  why = Truncate(why, kFailureReasonMax);
+  if (RetryIfAllowed(why)) {
+    Cleanup();
+    return;
+  }
+  int64_t now = Now();
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    SetStatus(rec, JobStatus::kFailed);
+    SetPhase(rec, Phase::kDone);
+    rec.state.failure_reason = why;
+    RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
+    rec.state.transitions.back().end_millis = now;
+  });
+  KLOG(info, "training job failed", {{"job", name_}, {"reason", why}});
+  Cleanup();
+}
+
+void TrainingJobRun::Cleanup() {
+  auto record = context_.jobs->Get(name_);
+  if (record.ok() && record->state.credentials.is_object()) {
+    deps().credentials->Revoke(record->state.credentials.value("access_key_id", ""));
+  }
+  for (auto& host : hosts_) {
+    if (!host->instance_id.empty()) (void)deps().runtime->Remove(host->instance_id);
+  }
+  if (!options().keep_host_dirs && !job_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(job_dir_, ec);
+  }
+}
+
+}  // namespace kiln::control

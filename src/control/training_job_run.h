@@ -1,0 +1,132 @@
+#pragma once
+// TrainingJobRun: one training job from its grant (or its adoption after a restart) to its
+// terminal status, on a thread of its own (training_controller.h says who creates and joins it).
+//
+//   granted:  Prepare (host directories, layout) → Stage (image check, channels, code,
+//             checkpoints restore, pipe feeders) → Launch (one instance per host, credentials,
+//             log pumps) → Monitor → Finish (drain logs, final syncs, model/output upload,
+//             terminal status) — or Fail / a retry (RetryStrategy) at any step.
+//   adopted:  Adopt (pumps resumed at their persisted offsets, feeders and syncs restarted) →
+//             Monitor (a running job) → Finish; a finishing job goes straight to Finish.
+//
+// Threads: Run() executes on the run's own thread (Start()); each host has a log pump thread and
+// the agent's sync/feeder workers. RequestStop() and Shutdown() may be called from any thread:
+// they set atomics and cancel the staging transfers; the monitor sees them within one runtime
+// Wait (250 ms). The run writes its job's row only through TrainingJobRepository::Mutate (one
+// transaction each), so the API's concurrent stop request is never lost.
+//
+// A run ends by calling Context::on_finished (its grant is released there), then, when the job
+// is to be retried, Context::resubmit. A shutting-down run leaves its instances running and
+// writes nothing more: the next server adopts them.
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/transfer.h"
+#include "base/status.h"
+#include "control/scheduler.h"
+#include "control/training_controller.h"
+#include "observe/metric_extractor.h"
+#include "store/training_job_repository.h"
+
+namespace kiln::agent {
+class CheckpointSync;
+}  // namespace kiln::agent
+
+namespace kiln::control {
+
+// Why a run is stopping its hosts: the job's stop request, or a host that failed on its own.
+enum class StopReason { kNone, kUser, kMaxRuntime, kPeerFailure };
+
+class TrainingJobRun {
+ public:
+  struct Context {
+    const TrainingControllerOptions* options = nullptr;  // outlive the run
+    const TrainingControllerDeps* deps = nullptr;
+    store::TrainingJobRepository* jobs = nullptr;
+    // Called on the run's thread as its last step but one: release the grant, mark the run joinable.
+    std::function<void(const std::string& name)> on_finished;
+    // Called after on_finished when the job is to be retried: queue it again.
+    std::function<void(const std::string& name)> resubmit;
+  };
+
+  // `adopt`: the job was running (or finishing) under a previous server. `grant_written`: whether
+  // the scheduling pass persisted the grant (an error fails the job in Prepare, as a failed write
+  // of its own would).
+  TrainingJobRun(Context context, std::string name, std::vector<Allocation> allocations, bool adopt,
+                 Status grant_written);
+  // Join() must have returned (or Start() never been called) before destruction.
+  ~TrainingJobRun();
+  TrainingJobRun(const TrainingJobRun&) = delete;
+  TrainingJobRun& operator=(const TrainingJobRun&) = delete;
+
+  void Start();
+  // The job's row says Stopping: stop the hosts (or abandon staging) and end Stopped.
+  void RequestStop();
+  // The server is going: leave the instances running, write nothing more, return soon.
+  void Shutdown();
+  void Join();
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Host;
+
+  const TrainingControllerOptions& options() const { return *context_.options; }
+  const TrainingControllerDeps& deps() const { return *context_.deps; }
+  int64_t Now() const;
+  Result<store::TrainingJobRecord> Update(const std::function<void(store::TrainingJobRecord&)>& fn);
+  void SetSecondary(store::SecondaryStatus secondary, const std::string& message);
+
+  void Run();
+  void RunSteps();
+  Status Prepare(store::TrainingJobRecord& record);
+  Status Stage(const store::TrainingJobRecord& record);
+  Status Launch(store::TrainingJobRecord& record);
+  void Adopt(const store::TrainingJobRecord& record);
+  void Monitor(const store::TrainingJobRecord& record);
+  void Finish(bool ran);
+  void Fail(const std::string& reason);
+  bool RetryIfAllowed(const std::string& why);
+  void StartPump(Host& host, const nlohmann::json& metric_definitions, int64_t offset);
+  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points);
+  void StopPumps(bool drain);
+  void StopAgents();
+  Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
+  Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> MakeOutputSyncs(const Host& host);
+  std::string FailureReasonFromHosts();
+  void Cleanup();
+
+  const Context context_;
+  const std::string name_;
+  const std::vector<Allocation> allocations_;
+  const bool adopt_;
+  const Status grant_written_;
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> shutting_down_{false};
+  agent::CancelFlag cancel_;
+
+  // Owned by the run's thread (set before it starts or only on it).
+  nlohmann::json request_;
+  std::string job_dir_;
+  std::vector<std::unique_ptr<Host>> hosts_;
+  StopReason stop_reason_ = StopReason::kNone;
+  bool retrying_ = false;        // set by RetryIfAllowed: Run() queues the job again
+  std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
+  int64_t training_start_millis_ = 0;
+
+  // Written by the log pumps' threads (RecordMetrics), read by the run's.
+  std::mutex metrics_mutex_;
+  std::map<std::string, store::FinalMetric> final_metrics_;  // GUARDED_BY(metrics_mutex_)
+  bool metrics_dirty_ = false;                               // GUARDED_BY(metrics_mutex_)
+};
+
+}  // namespace kiln::control
