@@ -41,7 +41,9 @@ class S3ObjectStore final : public ObjectStore {
     bool path_style = true;
     // Time to establish a connection before failing with Unavailable.
     int connect_timeout_ms = 10000;
-    // A transfer that moves less than 1 byte/s for this long fails with Unavailable.
+    // A request that moves less than 1 byte/s for this long fails with Unavailable. Not applied
+    // to a GetObject body, which moves at its reader's pace (the transfer pauses while the
+    // buffer is full), so a stalled GET blocks its reader.
     int stall_timeout_s = 120;
     // Most response bytes GetObject buffers ahead of ObjectReader::Read.
     size_t read_buffer_bytes = 1 << 20;
