@@ -4,7 +4,7 @@
 //
 // Bodies stream both ways: uploads are read from the ByteSource as curl sends them
 // (x-amz-content-sha256: UNSIGNED-PAYLOAD), and GetObject returns a reader that drives the
-// transfer on the caller's thread, holding at most `read_buffer_bytes` of the response.
+// transfer on the caller's thread, holding about `read_buffer_bytes` of the response.
 // Uploads whose size is not known in advance are spooled to an anonymous temp file first,
 // because S3 needs a Content-Length.
 //
@@ -45,7 +45,8 @@ class S3ObjectStore final : public ObjectStore {
     // to a GetObject body, which moves at its reader's pace (the transfer pauses while the
     // buffer is full), so a stalled GET blocks its reader.
     int stall_timeout_s = 120;
-    // Most response bytes GetObject buffers ahead of ObjectReader::Read.
+    // Response bytes GetObject buffers ahead of ObjectReader::Read before it pauses the transfer
+    // (at least 64 KiB; one more curl write, up to 16 KiB, may land past it).
     size_t read_buffer_bytes = 1 << 20;
     // Idle easy handles (and their connections) kept for reuse.
     size_t max_idle_handles = 16;
