@@ -19,29 +19,28 @@ namespace {
 using nlohmann::json;
 using namespace inference;
 
+using store::EndpointStatus;
+
 // What an endpoint is to run: the configuration and every model it names, copied now, so that
-// deleting either later never changes the endpoint (store/endpoint_repository.h has the shape).
-struct Deployment {
-  json document;
-  std::string config_name;  // as stored (the case it was created with)
-  json desired;             // per variant: InitialVariantWeight (default 1), InitialInstanceCount
+// deleting either later never changes the endpoint (store/endpoint_state.h has the shape).
+struct BuiltDeployment {
+  store::Deployment document;  // its config_name is as stored (the case it was created with)
+  store::DesiredVariants desired;  // per variant: InitialVariantWeight (default 1), InitialInstanceCount
 };
 
-std::variant<Deployment, aws::AwsError> BuildDeployment(const EndpointsContext& ctx, store::DefinitionRepository& configs,
+std::variant<BuiltDeployment, aws::AwsError> BuildDeployment(const EndpointsContext& ctx, store::DefinitionRepository& configs,
                                                         store::DefinitionRepository& models,
                                                         const std::string& config_name, int64_t now) {
   auto config = configs.Get(config_name);
   if (config.status().IsNotFound()) return EndpointConfigNotFound(ctx, config_name);
   if (!config.ok()) return Internal(config.status());
-  Deployment out;
-  out.config_name = config->name;
-  out.desired = json::object();
+  BuiltDeployment out;
   json model_requests = json::object();
   for (const json& variant : config->request["ProductionVariants"]) {
     const std::string variant_name = variant["VariantName"].get<std::string>();
     out.desired[variant_name] = {
-        {"DesiredWeight", Has(variant, "InitialVariantWeight") ? variant["InitialVariantWeight"].get<double>() : 1.0},
-        {"DesiredInstanceCount", variant.value("InitialInstanceCount", 1)}};
+        .weight = Has(variant, "InitialVariantWeight") ? variant["InitialVariantWeight"].get<double>() : 1.0,
+        .instance_count = variant.value("InitialInstanceCount", int64_t{1})};
     const std::string model_name = StringMember(variant, "ModelName", "");
     if (model_name.empty() || model_requests.contains(model_name)) continue;
     // The model may have been deleted after the configuration was created: AWS refuses then.
@@ -50,10 +49,10 @@ std::variant<Deployment, aws::AwsError> BuildDeployment(const EndpointsContext& 
     if (!model.ok()) return Internal(model.status());
     model_requests[model_name] = model->request;
   }
-  out.document = {{"EndpointConfigName", config->name},
-                  {"EndpointConfig", config->request},
-                  {"Models", model_requests},
-                  {"DeployedMillis", now}};
+  out.document = {.config_name = config->name,
+                  .endpoint_config = config->request,
+                  .models = std::move(model_requests),
+                  .deployed_millis = now};
   return out;
 }
 
@@ -61,8 +60,8 @@ std::variant<Deployment, aws::AwsError> BuildDeployment(const EndpointsContext& 
 // only operation that can be performed on a failed endpoint" (EndpointSummary.EndpointStatus,
 // API reference); its text for the in-progress states is AWS's (§7), the Failed one is Kiln's.
 std::optional<aws::AwsError> CheckUpdatable(const store::EndpointRecord& record) {
-  if (record.status == "InService") return std::nullopt;
-  if (record.status == "Failed") {
+  if (record.status == EndpointStatus::kInService) return std::nullopt;
+  if (record.status == EndpointStatus::kFailed) {
     return Validation("Cannot update failed endpoint \"" + record.arn +
                       "\". DeleteEndpoint is the only operation allowed on a failed endpoint.");
   }
@@ -73,42 +72,30 @@ void Notify(const EndpointsContext& ctx, const std::string& name) {
   if (ctx.notifier != nullptr) ctx.notifier->EndpointChanged(name);
 }
 
-// Variant names of the deployment in `document` (the configuration's ProductionVariants).
-std::vector<std::string> VariantNames(const json& document) {
-  std::vector<std::string> names;
-  if (!document.is_object() || !Has(document, "EndpointConfig")) return names;
-  for (const json& variant : document["EndpointConfig"].value("ProductionVariants", json::array())) {
-    names.push_back(variant.value("VariantName", ""));
-  }
-  return names;
+// Sets the DesiredWeight / DesiredInstanceCount members of a summary that `desired` has.
+void ApplyDesired(const store::DesiredVariants& desired, const std::string& variant, json& summary) {
+  auto it = desired.find(variant);
+  if (it == desired.end()) return;
+  if (it->second.weight) summary["DesiredWeight"] = *it->second.weight;
+  if (it->second.instance_count) summary["DesiredInstanceCount"] = *it->second.instance_count;
 }
 
+// The new deployment while an UpdateEndpoint rolls out: its variants as configured, with the
+// desired weights and counts (which describe the pending deployment while it is set).
 json PendingSummary(const store::EndpointRecord& record) {
-  const json& pending = record.pending;
-  // The controller may report progress of the new fleet under state["PendingProductionVariants"]
-  // (ProductionVariantSummary-shaped); what it reports is merged in, the desired values win.
-  std::map<std::string, json> observed;
-  if (record.state.is_object() && record.state.contains("PendingProductionVariants") &&
-      record.state["PendingProductionVariants"].is_array()) {
-    for (const json& v : record.state["PendingProductionVariants"]) observed[v.value("VariantName", "")] = v;
-  }
+  const store::Deployment& pending = *record.pending;
   json variants = json::array();
-  for (const json& variant : pending["EndpointConfig"].value("ProductionVariants", json::array())) {
-    const std::string name = variant.value("VariantName", "");
-    json summary = observed.count(name) ? observed[name] : json::object();
-    summary["VariantName"] = name;
+  for (const std::string& name : pending.VariantNames()) {
+    const json& variant = *pending.FindVariant(name);
+    json summary = {{"VariantName", name}};
     if (Has(variant, "InstanceType")) summary["InstanceType"] = variant["InstanceType"];
     if (Has(variant, "RoutingConfig")) summary["RoutingConfig"] = variant["RoutingConfig"];
-    if (record.desired.contains(name)) {
-      for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
-        if (record.desired[name].contains(member)) summary[member] = record.desired[name][member];
-      }
-    }
+    ApplyDesired(record.desired, name, summary);
     variants.push_back(summary);
   }
-  json out = {{"EndpointConfigName", pending.value("EndpointConfigName", "")}, {"ProductionVariants", variants}};
-  if (pending.contains("DeployedMillis")) out["StartTime"] = Seconds(pending["DeployedMillis"].get<int64_t>());
-  return out;
+  return {{"EndpointConfigName", pending.config_name},
+          {"ProductionVariants", variants},
+          {"StartTime", Seconds(pending.deployed_millis)}};
 }
 
 }  // namespace
@@ -117,25 +104,20 @@ json RenderEndpoint(const store::EndpointRecord& record) {
   json out = {{"EndpointName", record.name},
               {"EndpointArn", record.arn},
               {"EndpointConfigName", record.config_name},
-              {"EndpointStatus", record.status},
+              {"EndpointStatus", store::ToString(record.status)},
               {"CreationTime", Seconds(record.creation_millis)},
               {"LastModifiedTime", Seconds(record.last_modified_millis)}};
   if (!record.failure_reason.empty()) out["FailureReason"] = record.failure_reason;
-  const bool pending = record.pending.is_object();
+  const bool pending = record.pending.has_value();
   // The controller writes AWS-shaped summaries; AWS omits ProductionVariants until the endpoint
   // has some (while Creating). The API's latest desired values win over the controller's copy,
   // for the current deployment's variants (`desired` describes the pending one while it is set).
-  if (record.state.is_object() && record.state.contains("ProductionVariants") &&
-      record.state["ProductionVariants"].is_array() && !record.state["ProductionVariants"].empty()) {
-    json variants = record.state["ProductionVariants"];
-    if (!pending) {
-      for (json& v : variants) {
-        const std::string name = v.value("VariantName", "");
-        if (!record.desired.contains(name)) continue;
-        for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
-          if (record.desired[name].contains(member)) v[member] = record.desired[name][member];
-        }
-      }
+  if (!record.state.production_variants.empty()) {
+    json variants = json::array();
+    for (const store::VariantSummary& summary : record.state.production_variants) {
+      json v = store::ToJson(summary);
+      if (!pending) ApplyDesired(record.desired, summary.variant_name, v);
+      variants.push_back(std::move(v));
     }
     out["ProductionVariants"] = variants;
   }
@@ -162,12 +144,12 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
     const int64_t now = NowMillis(*ctx);
     auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
     if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
-    Deployment& deployment = std::get<Deployment>(built);
+    BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
     store::EndpointRecord record;
     record.name = name;
     record.arn = EndpointArn(*ctx, name);
-    record.config_name = deployment.config_name;
-    record.status = "Creating";
+    record.config_name = deployment.document.config_name;
+    record.status = EndpointStatus::kCreating;
     record.creation_millis = now;
     record.last_modified_millis = now;
     record.request = in;
@@ -219,7 +201,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
                            {"EndpointArn", r.arn},
                            {"CreationTime", Seconds(r.creation_millis)},
                            {"LastModifiedTime", Seconds(r.last_modified_millis)},
-                           {"EndpointStatus", r.status}});
+                           {"EndpointStatus", store::ToString(r.status)}});
     }
     json out = {{"Endpoints", summaries}};
     if (next_token) out["NextToken"] = *next_token;
@@ -236,7 +218,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
     const int64_t now = NowMillis(*ctx);
     auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
     if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
-    Deployment& deployment = std::get<Deployment>(built);
+    BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
 
     std::set<std::string> excluded;
     if (Has(in, "ExcludeRetainedVariantProperties")) {
@@ -247,20 +229,22 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
     auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
       // Checked again inside the transaction: the controller or another request may have moved it.
       if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
-      json desired = deployment.desired;
+      store::DesiredVariants desired = deployment.desired;
       if (retain) {
         // Variants present in both configurations keep their current weight and count, except
         // the properties listed in ExcludeRetainedVariantProperties (§9).
-        for (auto& [variant, values] : desired.items()) {
-          if (!r.desired.contains(variant)) continue;
-          for (const char* member : {"DesiredWeight", "DesiredInstanceCount"}) {
-            if (!excluded.count(member) && r.desired[variant].contains(member)) values[member] = r.desired[variant][member];
+        for (auto& [variant, values] : desired) {
+          auto current = r.desired.find(variant);
+          if (current == r.desired.end()) continue;
+          if (!excluded.count("DesiredWeight") && current->second.weight) values.weight = current->second.weight;
+          if (!excluded.count("DesiredInstanceCount") && current->second.instance_count) {
+            values.instance_count = current->second.instance_count;
           }
         }
       }
       r.pending = deployment.document;
       r.desired = std::move(desired);
-      r.status = "Updating";
+      r.status = EndpointStatus::kUpdating;
       r.failure_reason.clear();
       r.last_modified_millis = now;
       if (Has(in, "DeploymentConfig")) {
@@ -300,7 +284,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
     std::optional<aws::AwsError> refused;
     auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
       if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
-      const auto names = VariantNames(r.deployment);
+      const auto names = r.deployment.VariantNames();
       std::string missing;
       for (const json& entry : in["DesiredWeightsAndCapacities"]) {
         const std::string variant = entry["VariantName"].get<std::string>();
@@ -313,11 +297,11 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
         return Status::FailedPrecondition("unknown variant");
       }
       for (const json& entry : in["DesiredWeightsAndCapacities"]) {
-        json& values = r.desired[entry["VariantName"].get<std::string>()];
-        if (Has(entry, "DesiredWeight")) values["DesiredWeight"] = entry["DesiredWeight"].get<double>();
-        if (Has(entry, "DesiredInstanceCount")) values["DesiredInstanceCount"] = entry["DesiredInstanceCount"];
+        store::VariantDesired& values = r.desired[entry["VariantName"].get<std::string>()];
+        if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();
+        if (Has(entry, "DesiredInstanceCount")) values.instance_count = entry["DesiredInstanceCount"].get<int64_t>();
       }
-      r.status = "Updating";
+      r.status = EndpointStatus::kUpdating;
       r.failure_reason.clear();
       r.last_modified_millis = NowMillis(*ctx);
       return Status::Ok();
@@ -337,11 +321,11 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
     const std::string name = in["EndpointName"].get<std::string>();
     std::optional<aws::AwsError> refused;
     auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
-      if (r.status == "Deleting") {
+      if (r.status == EndpointStatus::kDeleting) {
         refused = Validation("Cannot update in-progress endpoint \"" + r.arn + "\".");
         return Status::FailedPrecondition("already deleting");
       }
-      r.status = "Deleting";
+      r.status = EndpointStatus::kDeleting;
       r.last_modified_millis = NowMillis(*ctx);
       return Status::Ok();
     });

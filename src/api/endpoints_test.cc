@@ -27,27 +27,42 @@ class EndpointsApiTest : public testing::InferenceApiTest {
   void MarkInService(const std::string& name) {
     store::EndpointRepository repo(db_.get());
     auto r = repo.Mutate(name, [](store::EndpointRecord& e) {
-      e.status = "InService";
-      if (e.pending.is_object()) {
-        e.deployment = e.pending;
-        e.pending = nullptr;
-        e.config_name = e.deployment["EndpointConfigName"];
+      e.status = store::EndpointStatus::kInService;
+      if (e.pending) {
+        e.deployment = *e.pending;
+        e.pending.reset();
+        e.config_name = e.deployment.config_name;
       }
-      json variants = json::array();
-      for (const json& v : e.deployment["EndpointConfig"]["ProductionVariants"]) {
-        variants.push_back({{"VariantName", v["VariantName"]}, {"CurrentWeight", 0.1}, {"DesiredWeight", 0.1},
-                            {"CurrentInstanceCount", 9}, {"DesiredInstanceCount", 9}});
+      e.state.production_variants.clear();
+      for (const std::string& v : e.deployment.VariantNames()) {
+        store::VariantSummary& summary = e.state.production_variants.emplace_back();
+        summary.variant_name = v;
+        summary.current_weight = summary.desired_weight = 0.1;
+        summary.current_instance_count = summary.desired_instance_count = 9;
       }
-      e.state["ProductionVariants"] = variants;
       return Status::Ok();
     });
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
-  store::EndpointRecord Row(const std::string& name) {
+  // A row's documents as JSON (store::ToJson), the form these tests state expectations in.
+  struct RowView {
+    std::string status;
+    std::string config_name;
+    int64_t last_modified_millis = 0;
+    json request, deployment, pending, desired;
+  };
+  RowView Row(const std::string& name) {
     store::EndpointRepository repo(db_.get());
     auto r = repo.Get(name);
     EXPECT_TRUE(r.ok());
-    return r.ok() ? *r : store::EndpointRecord{};
+    if (!r.ok()) return {};
+    return {.status = std::string(store::ToString(r->status)),
+            .config_name = r->config_name,
+            .last_modified_millis = r->last_modified_millis,
+            .request = r->request,
+            .deployment = store::ToJson(r->deployment),
+            .pending = r->pending ? store::ToJson(*r->pending) : json(),
+            .desired = store::ToJson(r->desired)};
   }
   std::string EndpointArn(const std::string& name) { return std::string(kArnPrefix) + "endpoint/" + name; }
 };
@@ -57,7 +72,7 @@ TEST_F(EndpointsApiTest, CreateWritesTheDeploymentAndNotifies) {
                                        {"Tags", {{{"Key", "k"}, {"Value", "v"}}}}});
   EXPECT_EQ(created["EndpointArn"], EndpointArn("Ep"));
   EXPECT_EQ(notifier_.calls(), std::vector<std::string>{"Ep"});
-  store::EndpointRecord row = Row("ep");
+  RowView row = Row("ep");
   EXPECT_EQ(row.status, "Creating");
   EXPECT_EQ(row.config_name, "cfg");
   EXPECT_EQ(row.deployment["EndpointConfigName"], "cfg");
@@ -114,7 +129,7 @@ TEST_F(EndpointsApiTest, UpdatesOnlyFromInService) {
             busy);
   store::EndpointRepository repo(db_.get());
   ASSERT_TRUE(repo.Mutate("e", [](store::EndpointRecord& r) {
-                    r.status = "Failed";
+                    r.status = store::EndpointStatus::kFailed;
                     r.failure_reason = "boom";
                     return Status::Ok();
                   }).ok());
@@ -133,7 +148,7 @@ TEST_F(EndpointsApiTest, UpdateEndpointSetsPendingAndDesired) {
   json updated = Ok("UpdateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg2"}});
   EXPECT_EQ(updated["EndpointArn"], EndpointArn("e"));
   EXPECT_EQ(notifier_.calls(), (std::vector<std::string>{"e", "e"}));
-  store::EndpointRecord row = Row("e");
+  RowView row = Row("e");
   EXPECT_EQ(row.status, "Updating");
   EXPECT_EQ(row.config_name, "cfg");  // still the deployed one
   EXPECT_EQ(row.pending["EndpointConfigName"], "cfg2");
@@ -162,7 +177,7 @@ TEST_F(EndpointsApiTest, RetainAllVariantPropertiesKeepsCurrentValues) {
   MarkInService("e");
   Ok("UpdateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg2"}, {"RetainAllVariantProperties", true},
                         {"ExcludeRetainedVariantProperties", {{{"VariantPropertyType", "DesiredInstanceCount"}}}}});
-  store::EndpointRecord row = Row("e");
+  RowView row = Row("e");
   EXPECT_DOUBLE_EQ(row.desired["A"]["DesiredWeight"].get<double>(), 0.7);  // retained
   EXPECT_EQ(row.desired["A"]["DesiredInstanceCount"], 3);                  // excluded: the new config's
   EXPECT_EQ(row.desired["C"]["DesiredInstanceCount"], 1);                  // only in the new config
@@ -187,7 +202,7 @@ TEST_F(EndpointsApiTest, WeightsAndCapacities) {
      {{"EndpointName", "e"},
       {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 0.2}},
                                        {{"VariantName", "B"}, {"DesiredInstanceCount", 4}}}}});
-  store::EndpointRecord row = Row("e");
+  RowView row = Row("e");
   EXPECT_EQ(row.status, "Updating");
   EXPECT_EQ(row.last_modified_millis, clock_.now);
   EXPECT_DOUBLE_EQ(row.desired["A"]["DesiredWeight"].get<double>(), 0.2);

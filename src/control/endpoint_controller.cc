@@ -37,30 +37,8 @@ std::string Lower(std::string s) {
 // "i-" + 17 hex digits, like EC2 instance ids (serving-contract.md §15.1).
 std::string NewInstanceId() { return "i-" + RandomHex(9).substr(0, 17); }
 
-int64_t Generation(const json& deployment) {
-  return deployment.is_object() ? deployment.value("DeployedMillis", int64_t{0}) : 0;
-}
-
-const json* FindVariant(const json& deployment, const std::string& variant) {
-  if (!deployment.is_object()) return nullptr;
-  auto config = deployment.find("EndpointConfig");
-  if (config == deployment.end()) return nullptr;
-  auto variants = config->find("ProductionVariants");
-  if (variants == config->end() || !variants->is_array()) return nullptr;
-  for (const json& v : *variants) {
-    if (v.value("VariantName", "") == variant) return &v;
-  }
-  return nullptr;
-}
-
-std::vector<std::string> VariantNames(const json& deployment) {
-  std::vector<std::string> names;
-  if (!deployment.is_object() || !deployment.contains("EndpointConfig")) return names;
-  const json& config = deployment["EndpointConfig"];
-  if (!config.contains("ProductionVariants")) return names;
-  for (const json& v : config["ProductionVariants"]) names.push_back(v.value("VariantName", ""));
-  return names;
-}
+using store::Deployment;
+using store::EndpointStatus;
 
 // The ContainerDefinition a variant runs (PrimaryContainer, or the first of Containers; the API
 // refuses multi-container models for endpoints in this version).
@@ -192,13 +170,18 @@ class EndpointController::InstanceRun {
   // Set by the endpoint run once it acted on failed().
   bool failure_handled = false;
 
-  json Record() const {
-    json r = {{"InstanceId", spec_.instance_id},  {"RuntimeId", spec_.runtime_id},
-              {"VariantName", spec_.variant},      {"ModelName", spec_.model_name},
-              {"InstanceType", spec_.instance_type}, {"Generation", spec_.generation},
-              {"PortBase", spec_.port_base},       {"LaunchedMillis", spec_.launched_millis},
-              {"Reserved", reserved_}};
-    if (allocation_) r["Allocation"] = *allocation_;
+  store::InstanceRecord Record() const {
+    store::InstanceRecord r;
+    r.instance_id = spec_.instance_id;
+    r.runtime_id = spec_.runtime_id;
+    r.variant = spec_.variant;
+    r.model_name = spec_.model_name;
+    r.instance_type = spec_.instance_type;
+    r.generation = spec_.generation;
+    r.port_base = spec_.port_base;
+    r.launched_millis = spec_.launched_millis;
+    r.reserved = reserved_;
+    if (allocation_) r.allocation = *allocation_;
     return r;
   }
 
@@ -681,13 +664,12 @@ class EndpointController::EndpointRun {
     if (finished_) controller_->OnRunFinished(name_);
   }
 
-  std::shared_ptr<InstanceRun> Launch(const store::EndpointRecord& record, const json& deployment,
+  std::shared_ptr<InstanceRun> Launch(const store::EndpointRecord& record, const Deployment& deployment,
                                       const std::string& variant) {
-    const json* config_variant = FindVariant(deployment, variant);
+    const json* config_variant = deployment.FindVariant(variant);
     if (config_variant == nullptr) return nullptr;
     std::string model_name = config_variant->value("ModelName", "");
-    json model = deployment.contains("Models") ? deployment["Models"].value(model_name, json::object())
-                                               : json::object();
+    json model = deployment.Model(model_name);
     if (credential_.access_key_id.empty()) {
       credential_ = deps().credentials->Issue(model.value("ExecutionRoleArn", ""), record.name);
       deps().credentials->Register(credential_);
@@ -705,7 +687,7 @@ class EndpointController::EndpointRun {
     spec.variant = variant;
     spec.model_name = model_name;
     spec.instance_type = config_variant->value("InstanceType", "");
-    spec.generation = Generation(deployment);
+    spec.generation = deployment.deployed_millis;
     spec.container = ContainerOf(model);
     spec.startup_timeout = std::chrono::seconds(config_variant->value(
         "ContainerStartupHealthCheckTimeoutInSeconds", static_cast<int64_t>(options().default_startup_timeout.count())));
@@ -775,26 +757,25 @@ class EndpointController::EndpointRun {
     }
     store::EndpointRecord record = std::move(*loaded);
     route_name_ = record.name;
-    if (!record.state.is_object()) record.state = json::object();
-    if (credential_.access_key_id.empty() && record.state.contains("Credentials")) {
-      credential_ = CredentialFromJson(record.state["Credentials"]);
+    if (credential_.access_key_id.empty() && !record.state.credentials.is_null()) {
+      credential_ = CredentialFromJson(record.state.credentials);
       deps().credentials->Register(credential_);
     }
 
-    if (record.status == "Deleting") return ReconcileDeleting(record);
-    if (record.status == "Failed") {
+    if (record.status == EndpointStatus::kDeleting) return ReconcileDeleting(record);
+    if (record.status == EndpointStatus::kFailed) {
       StopAll();
       ForgetFailures();
-      Publish(record, json(), 0);
-      WriteObserved(record, json());
+      Publish(record, Deployment{}, 0);
+      WriteObserved(record, Deployment{});
       return false;
     }
 
-    const json& deployment = record.deployment;
-    const json& target = record.pending.is_null() ? record.deployment : record.pending;
-    int64_t gen_current = Generation(deployment);
-    int64_t gen_target = Generation(target);
-    std::vector<std::string> target_variants = VariantNames(target);
+    const Deployment& deployment = record.deployment;
+    const Deployment& target = record.pending ? *record.pending : record.deployment;
+    int64_t gen_current = deployment.deployed_millis;
+    int64_t gen_target = target.deployed_millis;
+    std::vector<std::string> target_variants = target.VariantNames();
     auto in_target = [&](const std::string& v) {
       return std::find(target_variants.begin(), target_variants.end(), v) != target_variants.end();
     };
@@ -803,7 +784,7 @@ class EndpointController::EndpointRun {
     for (auto& instance : instances_) {
       const auto& spec = instance->spec();
       bool keep = spec.generation == gen_target ? in_target(spec.variant)
-                                                : (spec.generation == gen_current && !record.pending.is_null());
+                                                : (spec.generation == gen_current && record.pending.has_value());
       if (!keep) instance->RequestStop();
     }
 
@@ -823,8 +804,8 @@ class EndpointController::EndpointRun {
       instance->RequestStop();
     }
     if (!failure.empty()) {
-      if (record.status == "Creating") return FailEndpoint(record, failure);
-      if (!record.pending.is_null()) return RollBack(record, failure);
+      if (record.status == EndpointStatus::kCreating) return FailEndpoint(record, failure);
+      if (record.pending) return RollBack(record, failure);
     }
 
     // Counts.
@@ -865,73 +846,70 @@ class EndpointController::EndpointRun {
 
     // Status transitions.
     if (all_ready && !extra) {
-      if (record.status == "Creating" || (record.status == "Updating" && record.pending.is_null()) ||
-          record.status == "SystemUpdating") {
+      if (record.status == EndpointStatus::kCreating ||
+          (record.status == EndpointStatus::kUpdating && !record.pending) ||
+          record.status == EndpointStatus::kSystemUpdating) {
         return Complete(record, record);
       }
-      if (record.status == "Updating" && !record.pending.is_null()) {
+      if (record.status == EndpointStatus::kUpdating && record.pending) {
         // Every new instance is healthy: move all traffic in one snapshot, then drain the old.
         store::EndpointRecord next = record;
-        next.config_name = record.pending.value("EndpointConfigName", record.config_name);
-        next.deployment = record.pending;
-        next.pending = nullptr;
+        next.config_name = record.pending->config_name;
+        next.deployment = *record.pending;
+        next.pending.reset();
         next.failure_reason.clear();
         return Complete(record, std::move(next));
       }
     }
 
     // Route and observed state: the pending deployment serves only once it has taken over.
-    const json& routed = record.pending.is_null() ? target : deployment;
-    Publish(record, routed, Generation(routed));
+    const Deployment& routed = record.pending ? deployment : target;
+    Publish(record, routed, routed.deployed_millis);
     WriteObserved(record, routed);
     return false;
   }
 
-  int DesiredCount(const store::EndpointRecord& record, const json& deployment, const std::string& variant) const {
-    if (record.desired.is_object() && record.desired.contains(variant)) {
-      const json& d = record.desired[variant];
-      if (d.contains("DesiredInstanceCount") && d["DesiredInstanceCount"].is_number_integer()) {
-        return d["DesiredInstanceCount"].get<int>();
-      }
+  int DesiredCount(const store::EndpointRecord& record, const Deployment& deployment,
+                   const std::string& variant) const {
+    if (auto it = record.desired.find(variant); it != record.desired.end() && it->second.instance_count) {
+      return static_cast<int>(*it->second.instance_count);
     }
-    const json* v = FindVariant(deployment, variant);
+    const json* v = deployment.FindVariant(variant);
     return v ? v->value("InitialInstanceCount", 1) : 0;
   }
 
-  double DesiredWeight(const store::EndpointRecord& record, const json& deployment, const std::string& variant) const {
-    if (record.desired.is_object() && record.desired.contains(variant)) {
-      return NumberOr(record.desired[variant], "DesiredWeight", 1.0);
-    }
-    const json* v = FindVariant(deployment, variant);
+  double DesiredWeight(const store::EndpointRecord& record, const Deployment& deployment,
+                       const std::string& variant) const {
+    if (auto it = record.desired.find(variant); it != record.desired.end()) return it->second.weight.value_or(1.0);
+    const json* v = deployment.FindVariant(variant);
     return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
   }
 
   // The weight traffic uses now: during an UpdateEndpoint the old deployment keeps the weights it
   // had (remembered in the observed state); otherwise the desired ones take effect at once.
-  double CurrentWeight(const store::EndpointRecord& record, const json& routed, const std::string& variant) const {
-    if (record.pending.is_null()) return DesiredWeight(record, routed, variant);
-    if (record.state.contains("ProductionVariants")) {
-      for (const json& v : record.state["ProductionVariants"]) {
-        if (v.value("VariantName", "") == variant) return NumberOr(v, "CurrentWeight", 1.0);
-      }
+  double CurrentWeight(const store::EndpointRecord& record, const Deployment& routed,
+                       const std::string& variant) const {
+    if (!record.pending) return DesiredWeight(record, routed, variant);
+    for (const store::VariantSummary& v : record.state.production_variants) {
+      if (v.variant_name == variant) return v.current_weight;
     }
-    const json* v = FindVariant(routed, variant);
+    const json* v = routed.FindVariant(variant);
     return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
   }
 
-  void Publish(const store::EndpointRecord& record, const json& routed, int64_t generation) {
+  void Publish(const store::EndpointRecord& record, const Deployment& routed, int64_t generation) {
     auto route = std::make_shared<serving::EndpointRoute>();
     route->name = record.name;
     route->arn = record.arn;
-    route->status = record.status;
+    route->status = std::string(store::ToString(record.status));
     route->log_group_arn = "arn:aws:logs:" + options().region + ":" + options().account_id +
                            ":log-group:/aws/sagemaker/Endpoints/" + record.name;
-    std::string signature = record.status;
-    for (const std::string& variant : VariantNames(routed)) {
+    std::string signature = route->status;
+    for (const std::string& variant : routed.VariantNames()) {
       serving::VariantRoute v;
       v.name = variant;
       v.weight = CurrentWeight(record, routed, variant);
-      const json* config_variant = FindVariant(routed, variant);
+      const json* config_variant = routed.FindVariant(variant);
       if (config_variant && config_variant->contains("RoutingConfig") &&
           (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {
         v.strategy = serving::RoutingStrategy::kRandom;
@@ -952,13 +930,13 @@ class EndpointController::EndpointRun {
   }
 
   // The AWS-shaped ProductionVariants summaries and the instance records, written when changed.
-  void WriteObserved(const store::EndpointRecord& record, const json& routed) {
-    json observed = Observed(record, routed);
+  void WriteObserved(const store::EndpointRecord& record, const Deployment& routed) {
+    store::EndpointObservedState observed = Observed(record, routed);
     if (observed == last_observed_ && !credential_dirty_) return;
     int64_t version = record.version;
     auto written = controller_->endpoints_.Mutate(record.name, [&](store::EndpointRecord& rec) {
       if (rec.version != version) return Status::Aborted("changed meanwhile");
-      for (auto& [k, v] : observed.items()) rec.state[k] = v;
+      MergeObserved(observed, rec.state);
       return Status::Ok();
     });
     if (written.ok()) {
@@ -969,11 +947,11 @@ class EndpointController::EndpointRun {
     }
   }
 
-  json Observed(const store::EndpointRecord& record, const json& routed) const {
-    json variants = json::array();
-    int64_t generation = Generation(routed);
-    for (const std::string& variant : VariantNames(routed)) {
-      const json* config_variant = FindVariant(routed, variant);
+  store::EndpointObservedState Observed(const store::EndpointRecord& record, const Deployment& routed) const {
+    store::EndpointObservedState observed;
+    int64_t generation = routed.deployed_millis;
+    for (const std::string& variant : routed.VariantNames()) {
+      const json* config_variant = routed.FindVariant(variant);
       int current = 0;
       VariantProgress progress;
       progress.endpoint_status = record.status;
@@ -987,32 +965,38 @@ class EndpointController::EndpointRun {
           if (progress.waiting_for.empty()) progress.waiting_for = instance->waiting_for();
         }
       }
-      json summary = {{"VariantName", variant},
-                      {"CurrentWeight", CurrentWeight(record, routed, variant)},
-                      {"DesiredWeight", DesiredWeight(record, routed, variant)},
-                      {"CurrentInstanceCount", current},
-                      {"DesiredInstanceCount", DesiredCount(record, routed, variant)}};
+      store::VariantSummary summary;
+      summary.variant_name = variant;
+      summary.current_weight = CurrentWeight(record, routed, variant);
+      summary.desired_weight = DesiredWeight(record, routed, variant);
+      summary.current_instance_count = current;
+      summary.desired_instance_count = DesiredCount(record, routed, variant);
       std::string model_name = config_variant ? config_variant->value("ModelName", "") : "";
-      json container = routed.contains("Models") ? ContainerOf(routed["Models"].value(model_name, json::object()))
-                                                 : json::object();
-      if (container.contains("Image")) {
-        summary["DeployedImages"] = json::array({{{"SpecifiedImage", container["Image"]},
-                                                  {"ResolvedImage", container["Image"]},
-                                                  {"ResolutionTime", Generation(routed) / 1000.0}}});
+      json container = ContainerOf(routed.Model(model_name));
+      if (auto image = container.find("Image"); image != container.end() && image->is_string()) {
+        summary.deployed_images.push_back({.specified_image = image->get<std::string>(),
+                                           .resolved_image = image->get<std::string>(),
+                                           .resolution_time = static_cast<double>(generation) / 1000.0});
       }
-      summary["VariantStatus"] = VariantStatusEntries(progress);
+      summary.variant_status = VariantStatusEntries(progress);
       if (config_variant && config_variant->contains("RoutingConfig")) {
-        summary["RoutingConfig"] = (*config_variant)["RoutingConfig"];
+        summary.routing_config = (*config_variant)["RoutingConfig"];
       }
-      variants.push_back(std::move(summary));
+      observed.production_variants.push_back(std::move(summary));
     }
-    json instances = json::array();
     for (auto& instance : instances_) {
-      if (instance->launched() && !instance->stopped()) instances.push_back(instance->Record());
+      if (instance->launched() && !instance->stopped()) observed.instances.push_back(instance->Record());
     }
-    json observed = {{"ProductionVariants", variants}, {"Instances", instances}};
-    if (!credential_.access_key_id.empty()) observed["Credentials"] = CredentialToJson(credential_);
+    if (!credential_.access_key_id.empty()) observed.credentials = CredentialToJson(credential_);
     return observed;
+  }
+
+  // Writes what Observed() computed into a row's state. Credentials stay when the run has none
+  // (they were issued before and are not forgotten).
+  static void MergeObserved(const store::EndpointObservedState& observed, store::EndpointObservedState& state) {
+    state.production_variants = observed.production_variants;
+    state.instances = observed.instances;
+    if (!observed.credentials.is_null()) state.credentials = observed.credentials;
   }
 
   // Status changes that end an operation (→ InService): the route is published and the observed
@@ -1020,16 +1004,16 @@ class EndpointController::EndpointRun {
   // transaction, so that a client seeing InService also sees (and gets) the new weights, counts
   // and deployment.
   bool Complete(const store::EndpointRecord& record, store::EndpointRecord next) {
-    next.status = "InService";
-    Publish(next, next.deployment, Generation(next.deployment));
-    json observed = Observed(next, next.deployment);
+    next.status = EndpointStatus::kInService;
+    Publish(next, next.deployment, next.deployment.deployed_millis);
+    store::EndpointObservedState observed = Observed(next, next.deployment);
     bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
       rec.status = next.status;
       rec.deployment = next.deployment;
       rec.pending = next.pending;
       rec.config_name = next.config_name;
       rec.failure_reason = next.failure_reason;
-      for (auto& [k, v] : observed.items()) rec.state[k] = v;
+      MergeObserved(observed, rec.state);
       return Status::Ok();
     });
     if (written) {
@@ -1060,7 +1044,7 @@ class EndpointController::EndpointRun {
       KLOG(debug, "endpoint status not written", {{"endpoint", record.name}, {"error", written.status().ToString()}});
       return false;
     }
-    KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", written->status}});
+    KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", std::string(store::ToString(written->status))}});
     return true;
   }
 
@@ -1069,12 +1053,12 @@ class EndpointController::EndpointRun {
   bool FailEndpoint(const store::EndpointRecord& record, const std::string& reason) {
     StopAll();
     store::EndpointRecord failed = record;
-    failed.status = "Failed";
-    json observed = Observed(failed, json());
+    failed.status = EndpointStatus::kFailed;
+    store::EndpointObservedState observed = Observed(failed, Deployment{});
     bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
-      rec.status = "Failed";
+      rec.status = EndpointStatus::kFailed;
       rec.failure_reason = reason;
-      for (auto& [k, v] : observed.items()) rec.state[k] = v;
+      MergeObserved(observed, rec.state);
       return Status::Ok();
     });
     if (written) last_observed_ = observed;
@@ -1085,26 +1069,22 @@ class EndpointController::EndpointRun {
   // UpdateEndpoint failed: the new fleet goes, the old one keeps serving (AWS: RollingBack, then
   // InService with FailureReason).
   bool RollBack(const store::EndpointRecord& record, const std::string& reason) {
-    int64_t gen_target = Generation(record.pending);
+    int64_t gen_target = record.pending ? record.pending->deployed_millis : 0;
     for (auto& instance : instances_) {
       if (instance->spec().generation == gen_target) instance->RequestStop();
     }
-    json desired = json::object();
-    for (const std::string& variant : VariantNames(record.deployment)) {
-      desired[variant] = {{"DesiredWeight", CurrentWeight(record, record.deployment, variant)},
-                          {"DesiredInstanceCount", DesiredCount(record, record.deployment, variant)}};
-      if (record.state.contains("ProductionVariants")) {
-        for (const json& v : record.state["ProductionVariants"]) {
-          if (v.value("VariantName", "") == variant && v.contains("DesiredInstanceCount")) {
-            desired[variant]["DesiredInstanceCount"] = v["DesiredInstanceCount"];
-          }
-        }
+    store::DesiredVariants desired;
+    for (const std::string& variant : record.deployment.VariantNames()) {
+      desired[variant] = {.weight = CurrentWeight(record, record.deployment, variant),
+                          .instance_count = DesiredCount(record, record.deployment, variant)};
+      for (const store::VariantSummary& v : record.state.production_variants) {
+        if (v.variant_name == variant) desired[variant].instance_count = v.desired_instance_count;
       }
     }
     return Transition(record, [&](store::EndpointRecord& rec) {
-      rec.pending = nullptr;
+      rec.pending.reset();
       rec.desired = desired;
-      rec.status = "InService";
+      rec.status = EndpointStatus::kInService;
       rec.failure_reason = "UpdateEndpoint rolled back to " + rec.config_name + ": " + reason;
       return Status::Ok();
     });
@@ -1114,7 +1094,7 @@ class EndpointController::EndpointRun {
     StopAll();
     ForgetFailures();
     Reap();
-    Publish(record, json(), 0);
+    Publish(record, Deployment{}, 0);
     if (!instances_.empty()) {
       Retry(controller_->DeadlineMillis() + 100);
       return false;
@@ -1160,7 +1140,7 @@ class EndpointController::EndpointRun {
   aws::Credential credential_;
   bool credential_dirty_ = false;
   std::string published_signature_;
-  json last_observed_;
+  std::optional<store::EndpointObservedState> last_observed_;  // as last written
   bool finished_ = false;
 
   std::mutex mu_;
@@ -1202,45 +1182,46 @@ Status EndpointController::Start() {
   std::vector<std::shared_ptr<EndpointRun>> runs;
   for (auto& record : records) {
     auto run = std::make_shared<EndpointRun>(this, record.name);
-    if (record.state.is_object() && record.state.contains("Credentials")) {
-      aws::Credential credential = CredentialFromJson(record.state["Credentials"]);
+    if (!record.state.credentials.is_null()) {
+      aws::Credential credential = CredentialFromJson(record.state.credentials);
       deps_.credentials->Register(credential);
       run->SetCredential(credential);
     }
-    json instances = record.state.is_object() ? record.state.value("Instances", json::array()) : json::array();
-    for (const json& r : instances) {
-      try {
-        InstanceRun::Spec spec;
-        spec.endpoint_name = record.name;
-        spec.instance_id = r.at("InstanceId").get<std::string>();
-        spec.runtime_id = r.at("RuntimeId").get<std::string>();
-        spec.variant = r.at("VariantName").get<std::string>();
-        spec.model_name = r.value("ModelName", "");
-        spec.instance_type = r.value("InstanceType", "");
-        spec.generation = r.value("Generation", int64_t{0});
-        spec.port_base = r.value("PortBase", 0);
-        spec.launched_millis = r.value("LaunchedMillis", int64_t{0});
-        spec.dir = options_.work_dir + "/" + record.name + "/" + spec.instance_id;
-        auto status = deps_.runtime->Inspect(spec.runtime_id);
-        if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
-          (void)deps_.runtime->Remove(spec.runtime_id);
-          (void)RemoveAll(spec.dir);
-          continue;  // replaced by the run's reconcile
-        }
-        std::optional<Allocation> allocation;
-        if (r.value("Reserved", false) && r.contains("Allocation")) {
-          Allocation a = r["Allocation"].get<Allocation>();
-          if (deps_.scheduler->Adopt(spec.runtime_id, {a}).ok()) allocation = a;
-        }
-        MarkPortsUsed(spec.port_base);
-        adopted_ids.insert(spec.runtime_id);
-        std::weak_ptr<EndpointRun> weak = run;
-        run->Adopt(std::make_shared<InstanceRun>(this, std::move(spec), true, allocation, [weak] {
-          if (auto r = weak.lock()) r->Notify();
-        }));
-      } catch (const std::exception& e) {
-        KLOG(warn, "unreadable endpoint instance record", {{"endpoint", record.name}, {"error", e.what()}});
+    for (const store::InstanceRecord& r : record.state.instances) {
+      InstanceRun::Spec spec;
+      spec.endpoint_name = record.name;
+      spec.instance_id = r.instance_id;
+      spec.runtime_id = r.runtime_id;
+      spec.variant = r.variant;
+      spec.model_name = r.model_name;
+      spec.instance_type = r.instance_type;
+      spec.generation = r.generation;
+      spec.port_base = static_cast<int>(r.port_base);
+      spec.launched_millis = r.launched_millis;
+      spec.dir = options_.work_dir + "/" + record.name + "/" + spec.instance_id;
+      auto status = deps_.runtime->Inspect(spec.runtime_id);
+      if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
+        (void)deps_.runtime->Remove(spec.runtime_id);
+        (void)RemoveAll(spec.dir);
+        continue;  // replaced by the run's reconcile
       }
+      std::optional<Allocation> allocation;
+      if (r.reserved && !r.allocation.is_null()) {
+        try {
+          Allocation a = r.allocation.get<Allocation>();
+          if (deps_.scheduler->Adopt(spec.runtime_id, {a}).ok()) allocation = a;
+        } catch (const std::exception& e) {
+          // Runs unreserved (as an instance whose Adopt failed does); the scheduler may place
+          // another on its CPUs until it is replaced.
+          KLOG(warn, "unreadable endpoint instance allocation", {{"endpoint", record.name}, {"error", e.what()}});
+        }
+      }
+      MarkPortsUsed(spec.port_base);
+      adopted_ids.insert(spec.runtime_id);
+      std::weak_ptr<EndpointRun> weak = run;
+      run->Adopt(std::make_shared<InstanceRun>(this, std::move(spec), true, allocation, [weak] {
+        if (auto r = weak.lock()) r->Notify();
+      }));
     }
     runs.push_back(std::move(run));
   }

@@ -18,6 +18,7 @@ namespace kiln::control {
 namespace {
 
 using nlohmann::json;
+using store::EndpointStatus;
 using runtime::testing::FakeRuntime;
 
 constexpr std::chrono::seconds kStopGrace{9};  // distinct from the default, to see it passed on
@@ -68,19 +69,19 @@ class EndpointControllerTest : public testing::ControllerTest {
   }
 
   // A deployment as the API builds it: one variant of `count` ml.m5.large running `image`.
-  static json Deployment(const std::string& config, const std::string& image, int count, int64_t deployed_millis,
-                         const json& variant_members = json::object()) {
+  static store::Deployment Deployment(const std::string& config, const std::string& image, int count,
+                                     int64_t deployed_millis, const json& variant_members = json::object()) {
     json variant = {{"VariantName", "main"},
                     {"ModelName", "model-" + config},
                     {"InstanceType", "ml.m5.large"},
                     {"InitialInstanceCount", count}};
     variant.merge_patch(variant_members);
-    return {{"EndpointConfigName", config},
-            {"EndpointConfig", {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}}},
-            {"Models", {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}}},
-            {"DeployedMillis", deployed_millis}};
+    return {.config_name = config,
+            .endpoint_config = {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}},
+            .models = {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}},
+            .deployed_millis = deployed_millis};
   }
-  static json Desired(int count) { return {{"main", {{"DesiredWeight", 1.0}, {"DesiredInstanceCount", count}}}}; }
+  static store::DesiredVariants Desired(int count) { return {{"main", {.weight = 1.0, .instance_count = count}}}; }
 
   // CreateEndpoint as the API does it.
   void Create(const std::string& name, const std::string& image = "local:/bin/true", int count = 1,
@@ -89,7 +90,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     record.name = name;
     record.arn = "arn:aws:sagemaker:us-east-1:000000000000:endpoint/" + name;
     record.config_name = "cfg1";
-    record.status = "Creating";
+    record.status = EndpointStatus::kCreating;
     record.creation_millis = NowMillis();
     record.last_modified_millis = record.creation_millis;
     record.request = {{"EndpointName", name}, {"EndpointConfigName", "cfg1"}};
@@ -117,14 +118,15 @@ class EndpointControllerTest : public testing::ControllerTest {
     return endpoints.Get(name);
   }
 
-  store::EndpointRecord WaitForStatus(const std::string& name, const std::string& status) {
+  store::EndpointRecord WaitForStatus(const std::string& name, EndpointStatus status) {
     store::EndpointRecord last;
     bool reached = WaitFor([&] {
       auto r = Endpoint(name);
       if (r.ok()) last = *r;
       return r.ok() && r->status == status;
     });
-    EXPECT_TRUE(reached) << name << " is " << last.status << " (" << last.failure_reason << "), not " << status;
+    EXPECT_TRUE(reached) << name << " is " << store::ToString(last.status) << " (" << last.failure_reason << "), not "
+                         << store::ToString(status);
     return last;
   }
 
@@ -179,7 +181,7 @@ class EndpointControllerTest : public testing::ControllerTest {
 TEST_F(EndpointControllerTest, CreateBringsTheEndpointInServiceAndRoutesItsInstance) {
   StartController();
   Create("ep");
-  auto in_service = WaitForStatus("ep", "InService");
+  auto in_service = WaitForStatus("ep", EndpointStatus::kInService);
   ASSERT_EQ(runtime_->launches().size(), 1u);
   const std::string runtime_id = runtime_->launches()[0];
   auto spec = runtime_->spec(runtime_id);
@@ -191,9 +193,9 @@ TEST_F(EndpointControllerTest, CreateBringsTheEndpointInServiceAndRoutesItsInsta
   auto routed = Routed("ep");
   ASSERT_EQ(routed.size(), 1u);
   EXPECT_EQ(RuntimeId("ep", routed[0]), runtime_id);
-  ASSERT_EQ(in_service.state["Instances"].size(), 1u);
-  EXPECT_EQ(in_service.state["Instances"][0].value("RuntimeId", ""), runtime_id);
-  EXPECT_EQ(in_service.state["ProductionVariants"][0].value("CurrentInstanceCount", 0), 1);
+  ASSERT_EQ(in_service.state.instances.size(), 1u);
+  EXPECT_EQ(in_service.state.instances[0].runtime_id, runtime_id);
+  EXPECT_EQ(in_service.state.production_variants[0].current_instance_count, 1);
 }
 
 TEST_F(EndpointControllerTest, ALaunchFailureWhileCreatingFailsTheEndpointWithTheRuntimesMessage) {
@@ -203,7 +205,7 @@ TEST_F(EndpointControllerTest, ALaunchFailureWhileCreatingFailsTheEndpointWithTh
   runtime_->SetDefaultBehavior(broken);
   StartController();
   Create("ep");
-  auto failed = WaitForStatus("ep", "Failed");
+  auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
   EXPECT_EQ(failed.failure_reason,
             "ClientError: The container of production variant main could not start: cannot execute /bin/true: Exec "
             "format error");
@@ -219,7 +221,7 @@ TEST_F(EndpointControllerTest, AContainerThatExitsBeforeItIsHealthyFailsTheEndpo
   runtime_->SetDefaultBehavior(crashes);
   StartController();
   Create("ep");
-  auto failed = WaitForStatus("ep", "Failed");
+  auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
   EXPECT_THAT(failed.failure_reason, ::testing::HasSubstr("exited with code 3 before it passed the ping health check"));
 }
 
@@ -233,20 +235,20 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
   std::string waiting;
   ASSERT_TRUE(WaitFor([&] {
     auto r = Endpoint("ep");
-    if (!r.ok() || !r->state.contains("ProductionVariants")) return false;
-    const json& status = r->state["ProductionVariants"][0].value("VariantStatus", json::array());
+    if (!r.ok() || r->state.production_variants.empty()) return false;
+    const auto& status = r->state.production_variants[0].variant_status;
     if (status.empty()) return false;
-    waiting = status[0].value("StatusMessage", "");
+    waiting = status[0].status_message;
     return waiting.starts_with("Waiting for compute capacity");
   }));
   EXPECT_THAT(waiting, ::testing::HasSubstr("ml.m5.xlarge needs 4 vCPUs"));
-  EXPECT_EQ(Endpoint("ep")->status, "Creating");
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kCreating);
   clock_.Advance(std::chrono::milliseconds(999));
   controller_->Wake();
-  EXPECT_EQ(Endpoint("ep")->status, "Creating");  // the budget is not spent yet
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kCreating);  // the budget is not spent yet
   clock_.Advance(std::chrono::milliseconds(1));
   controller_->Wake();
-  auto failed = WaitForStatus("ep", "Failed");
+  auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
   EXPECT_THAT(failed.failure_reason,
               ::testing::StartsWith("Unable to provision requested ML compute capacity. Please retry using a "
                                     "different ML instance type. Kiln: production variant main waited 1 s"));
@@ -256,7 +258,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
 TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   const std::string first = runtime_->launches().at(0);
   ASSERT_TRUE(runtime_->Exit(first, 137).ok());
   ASSERT_TRUE(AdvanceUntil([&] { return runtime_->launches().size() >= 2; }));
@@ -268,7 +270,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
     auto routed = Routed("ep");
     return routed.size() == 1 && RuntimeId("ep", routed[0]) == *second;
   }));
-  EXPECT_EQ(Endpoint("ep")->status, "InService");
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kInService);
   EXPECT_TRUE(WaitFor([&] {
     auto removed = runtime_->removed();
     return std::find(removed.begin(), removed.end(), first) != removed.end();
@@ -278,7 +280,7 @@ TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {
 TEST_F(EndpointControllerTest, AnInstanceThatFailsItsHealthChecksIsStoppedAndReplaced) {
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   const std::string first = runtime_->launches().at(0);
   ASSERT_TRUE(runtime_->SetPingStatus(first, 500).ok());
   ASSERT_TRUE(AdvanceUntil([&] { return runtime_->launches().size() >= 2; }));
@@ -299,7 +301,7 @@ TEST_F(EndpointControllerTest, ReplacementsWaitForABackoffThatDoubles) {
   replacement_backoff_ = std::chrono::milliseconds(150);
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   // From now on every new instance dies at once.
   FakeRuntime::Behavior crashes;
   crashes.on_launch = FakeRuntime::Behavior::OnLaunch::kExitAtOnce;
@@ -315,16 +317,16 @@ TEST_F(EndpointControllerTest, ReplacementsWaitForABackoffThatDoubles) {
   EXPECT_GE(first_wait, 150);
   EXPECT_GE(second_wait, 300);
   // Failing replacements never fail an endpoint that is InService.
-  EXPECT_EQ(Endpoint("ep")->status, "InService");
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kInService);
 }
 
 TEST_F(EndpointControllerTest, DeleteStopsTheInstancesAndRemovesTheEndpoint) {
   StartController();
   Create("ep", "local:/bin/true", 2);
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   ASSERT_EQ(runtime_->launches().size(), 2u);
   ASSERT_EQ(Routed("ep").size(), 2u);
-  Change("ep", [](store::EndpointRecord& r) { r.status = "Deleting"; });
+  Change("ep", [](store::EndpointRecord& r) { r.status = EndpointStatus::kDeleting; });
   ASSERT_TRUE(WaitFor([&] { return Endpoint("ep").status().IsNotFound(); }));
   EXPECT_EQ(routes_->Find("ep"), nullptr);
   EXPECT_TRUE(runtime_->running_ids().empty());
@@ -337,36 +339,36 @@ TEST_F(EndpointControllerTest, DeleteStopsTheInstancesAndRemovesTheEndpoint) {
 TEST_F(EndpointControllerTest, CountChangesLaunchAndDrainInstances) {
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   clock_.Advance(std::chrono::seconds(1));  // the second instance is launched later (LaunchedMillis)
   Change("ep", [](store::EndpointRecord& r) {
-    r.status = "Updating";
+    r.status = EndpointStatus::kUpdating;
     r.desired = Desired(2);
   });
   ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
   Change("ep", [](store::EndpointRecord& r) {
-    r.status = "Updating";
+    r.status = EndpointStatus::kUpdating;
     r.desired = Desired(1);
   });
   // Scale in drops the newest.
   const std::string newest = runtime_->launches().at(1);
   ASSERT_TRUE(WaitFor([&] { return !runtime_->running(newest); }));
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   EXPECT_EQ(Routed("ep"), std::vector<std::string>{runtime_->launches().at(0).substr(std::string("endpoint-ep-").size())});
 }
 
 TEST_F(EndpointControllerTest, AWeightChangeIsPublishedWithoutRelaunching) {
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   Change("ep", [](store::EndpointRecord& r) {
-    r.status = "Updating";
-    r.desired["main"]["DesiredWeight"] = 0.25;
+    r.status = EndpointStatus::kUpdating;
+    r.desired["main"].weight = 0.25;
   });
-  auto updated = WaitForStatus("ep", "InService");
-  EXPECT_EQ(updated.state["ProductionVariants"][0].value("CurrentWeight", 0.0), 0.25);
+  auto updated = WaitForStatus("ep", EndpointStatus::kInService);
+  EXPECT_EQ(updated.state.production_variants[0].current_weight, 0.25);
   auto route = routes_->Find("ep");
   ASSERT_NE(route, nullptr);
   ASSERT_EQ(route->variants.size(), 1u);
@@ -378,15 +380,15 @@ TEST_F(EndpointControllerTest, AWeightChangeIsPublishedWithoutRelaunching) {
 TEST_F(EndpointControllerTest, UpdateEndpointMovesTrafficOnceTheNewFleetIsHealthy) {
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   const std::string old_id = runtime_->launches().at(0);
   Change("ep", [](store::EndpointRecord& r) {
-    r.status = "Updating";
+    r.status = EndpointStatus::kUpdating;
     r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
   });
-  auto updated = WaitForStatus("ep", "InService");
+  auto updated = WaitForStatus("ep", EndpointStatus::kInService);
   EXPECT_EQ(updated.config_name, "cfg2");
-  EXPECT_TRUE(updated.pending.is_null());
+  EXPECT_FALSE(updated.pending.has_value());
   ASSERT_EQ(runtime_->launches().size(), 2u);
   const std::string new_id = runtime_->launches().at(1);
   EXPECT_EQ(runtime_->spec(new_id)->argv[0], "/bin/cat");
@@ -403,22 +405,22 @@ TEST_F(EndpointControllerTest, AFailedUpdateRollsBackAndKeepsTheOldFleet) {
   runtime_->AddRule(FakeRuntime::ProgramIs("/bin/cat"), broken);
   StartController();
   Create("ep");
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   const std::string old_id = runtime_->launches().at(0);
   Change("ep", [](store::EndpointRecord& r) {
-    r.status = "Updating";
+    r.status = EndpointStatus::kUpdating;
     r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
   });
   store::EndpointRecord rolled_back;
   ASSERT_TRUE(WaitFor([&] {
     auto r = Endpoint("ep");
     if (r.ok()) rolled_back = *r;
-    return r.ok() && r->status == "InService" && !r->failure_reason.empty();
+    return r.ok() && r->status == EndpointStatus::kInService && !r->failure_reason.empty();
   }));
   EXPECT_THAT(rolled_back.failure_reason,
               ::testing::StartsWith("UpdateEndpoint rolled back to cfg1: ClientError: The container of production "
                                     "variant main could not start: cannot execute /bin/cat: Permission denied"));
-  EXPECT_TRUE(rolled_back.pending.is_null());
+  EXPECT_FALSE(rolled_back.pending.has_value());
   EXPECT_EQ(rolled_back.config_name, "cfg1");
   EXPECT_TRUE(runtime_->running(old_id));
   auto routed = Routed("ep");
@@ -429,7 +431,7 @@ TEST_F(EndpointControllerTest, AFailedUpdateRollsBackAndKeepsTheOldFleet) {
 TEST_F(EndpointControllerTest, ARestartedControllerAdoptsLiveInstancesAndReplacesVanishedOnes) {
   StartController();
   Create("ep", "local:/bin/true", 2);
-  WaitForStatus("ep", "InService");
+  WaitForStatus("ep", EndpointStatus::kInService);
   ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
   const std::string kept = runtime_->launches().at(0);
   const std::string vanished = runtime_->launches().at(1);

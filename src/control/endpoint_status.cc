@@ -24,17 +24,22 @@ std::string Cut(std::string s, size_t max) {
 
 }  // namespace
 
-nlohmann::json VariantStatusEntries(const VariantProgress& progress) {
-  nlohmann::json entries = nlohmann::json::array();
-  const std::string& status = progress.endpoint_status;
-  const bool operation = status == "Creating" || status == "Updating" || status == "SystemUpdating";
-  if (status == "Failed" || status == "Deleting" || (!operation && !progress.provisioning)) return entries;
+std::vector<store::VariantStatusEntry> VariantStatusEntries(const VariantProgress& progress) {
+  using store::EndpointStatus;
+  std::vector<store::VariantStatusEntry> entries;
+  const EndpointStatus status = progress.endpoint_status;
+  const bool operation = status == EndpointStatus::kCreating || status == EndpointStatus::kUpdating ||
+                         status == EndpointStatus::kSystemUpdating;
+  if (status == EndpointStatus::kFailed || status == EndpointStatus::kDeleting ||
+      (!operation && !progress.provisioning)) {
+    return entries;
+  }
   std::string message = !progress.waiting_for.empty()  ? progress.waiting_for
                         : progress.provisioning        ? "Starting and health-checking instances."
                                                        : "";
-  entries.push_back({{"Status", status == "Creating" ? "Creating" : "Updating"},
-                     {"StatusMessage", Cut(std::move(message), kMaxStatusMessage)},
-                     {"StartTime", progress.start_time}});
+  entries.push_back({.status = status == EndpointStatus::kCreating ? "Creating" : "Updating",
+                     .status_message = Cut(std::move(message), kMaxStatusMessage),
+                     .start_time = progress.start_time});
   return entries;
 }
 

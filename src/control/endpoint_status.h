@@ -13,13 +13,17 @@
 #include <chrono>
 #include <string>
 
+#include <vector>
+
 #include <nlohmann/json.hpp>
+
+#include "store/endpoint_state.h"
 
 namespace kiln::control {
 
 // Where one production variant stands, as the endpoint controller sees it.
 struct VariantProgress {
-  std::string endpoint_status;  // the endpoint's EndpointStatus
+  store::EndpointStatus endpoint_status = store::EndpointStatus::kCreating;
   bool provisioning = false;    // one of the variant's instances is starting (not yet healthy)
   // The capacity wait of one of its instances ("Waiting for compute capacity: ..."), or empty.
   std::string waiting_for;
@@ -31,7 +35,7 @@ struct VariantProgress {
 // entry's StatusMessage is the capacity wait when there is one (AWS's VariantStatusMessage allows
 // 1024 characters; longer text is cut), else "Starting and health-checking instances." while an
 // instance starts.
-nlohmann::json VariantStatusEntries(const VariantProgress& progress);
+std::vector<store::VariantStatusEntry> VariantStatusEntries(const VariantProgress& progress);
 
 // The provision budget of a variant: its VariantInstanceProvisionTimeoutInSeconds when set (the
 // API validated 300–3600), else `fallback` (the operator's endpoints.provision_timeout_seconds).

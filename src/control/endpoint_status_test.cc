@@ -7,9 +7,9 @@ namespace {
 
 using nlohmann::json;
 
-VariantProgress Progress(std::string status, bool provisioning, std::string waiting = "") {
+VariantProgress Progress(std::string_view status, bool provisioning, std::string waiting = "") {
   VariantProgress p;
-  p.endpoint_status = std::move(status);
+  p.endpoint_status = *store::ParseEndpointStatus(status);
   p.provisioning = provisioning;
   p.waiting_for = std::move(waiting);
   p.start_time = 1700000000.5;
@@ -17,11 +17,18 @@ VariantProgress Progress(std::string status, bool provisioning, std::string wait
 }
 
 // Regression (issue 10): a Failed endpoint reported VariantStatus "Creating".
+// The entries as DescribeEndpoint shows them (store::ToJson of the variant summary).
+json Entries(const VariantProgress& progress) {
+  store::VariantSummary summary;
+  summary.variant_status = VariantStatusEntries(progress);
+  return store::ToJson(summary)["VariantStatus"];
+}
+
 TEST(VariantStatusEntriesTest, FailedAndSettledEndpointsListNoEntry) {
-  EXPECT_EQ(VariantStatusEntries(Progress("Failed", false)), json::array());
-  EXPECT_EQ(VariantStatusEntries(Progress("Failed", true, "Waiting for compute capacity: x")), json::array());
-  EXPECT_EQ(VariantStatusEntries(Progress("Deleting", true)), json::array());
-  EXPECT_EQ(VariantStatusEntries(Progress("InService", false)), json::array());
+  EXPECT_EQ(Entries(Progress("Failed", false)), json::array());
+  EXPECT_EQ(Entries(Progress("Failed", true, "Waiting for compute capacity: x")), json::array());
+  EXPECT_EQ(Entries(Progress("Deleting", true)), json::array());
+  EXPECT_EQ(Entries(Progress("InService", false)), json::array());
 }
 
 TEST(VariantStatusEntriesTest, OperationsInProgressSayWhatTheyWaitFor) {
@@ -42,10 +49,10 @@ TEST(VariantStatusEntriesTest, OperationsInProgressSayWhatTheyWaitFor) {
       {Progress("SystemUpdating", false), "Updating", ""},
   };
   for (const auto& c : cases) {
-    json entries = VariantStatusEntries(c.progress);
-    ASSERT_EQ(entries.size(), 1u) << c.progress.endpoint_status;
-    EXPECT_EQ(entries[0]["Status"], c.status) << c.progress.endpoint_status;
-    EXPECT_EQ(entries[0]["StatusMessage"], c.message) << c.progress.endpoint_status;
+    json entries = Entries(c.progress);
+    ASSERT_EQ(entries.size(), 1u) << store::ToString(c.progress.endpoint_status);
+    EXPECT_EQ(entries[0]["Status"], c.status) << store::ToString(c.progress.endpoint_status);
+    EXPECT_EQ(entries[0]["StatusMessage"], c.message) << store::ToString(c.progress.endpoint_status);
     EXPECT_EQ(entries[0]["StartTime"].get<double>(), 1700000000.5);
   }
 }
@@ -53,7 +60,7 @@ TEST(VariantStatusEntriesTest, OperationsInProgressSayWhatTheyWaitFor) {
 TEST(VariantStatusEntriesTest, MessageIsCutToTheModelsLimitOnACharacterBoundary) {
   std::string long_wait = "Waiting for compute capacity: " + std::string(600, 'x') + std::string(390, 'e') +
                           "\xC3\xA9\xC3\xA9\xC3\xA9" + std::string(400, 'y');  // 'é' at bytes 1020-1021
-  json entries = VariantStatusEntries(Progress("Creating", true, long_wait));
+  json entries = Entries(Progress("Creating", true, long_wait));
   std::string message = entries[0]["StatusMessage"];
   EXPECT_LE(message.size(), 1024u);
   EXPECT_EQ(message.substr(message.size() - 3), "...");

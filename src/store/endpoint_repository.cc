@@ -29,43 +29,67 @@ constexpr std::string_view kEndpointColumns =
     "seq, name, arn, config_name, status, failure_reason, creation_millis, last_modified_millis, request_json, "
     "deployment_json, pending_json, desired_json, state_json, version";
 
+Status CorruptRow(const std::string& name, const std::string& why) {
+  return Status::Internal("endpoint '" + name + "' has a corrupt row (" + why + ")");
+}
+
+Result<nlohmann::json> ParseColumn(const Statement& st, int column, const std::string& name) {
+  auto parsed = nlohmann::json::parse(st.ColumnText(column), nullptr, false);
+  if (parsed.is_discarded()) return CorruptRow(name, "unparsable JSON");
+  return parsed;
+}
+
 Result<EndpointRecord> ReadEndpoint(const Statement& st, int64_t* seq) {
   EndpointRecord r;
   if (seq != nullptr) *seq = st.ColumnInt64(0);
   r.name = st.ColumnText(1);
   r.arn = st.ColumnText(2);
   r.config_name = st.ColumnText(3);
-  r.status = st.ColumnText(4);
+  auto status = ParseEndpointStatus(st.ColumnText(4));
+  if (!status.ok()) return CorruptRow(r.name, status.status().message());
+  r.status = *status;
   r.failure_reason = st.ColumnText(5);
   r.creation_millis = st.ColumnInt64(6);
   r.last_modified_millis = st.ColumnInt64(7);
-  r.request = nlohmann::json::parse(st.ColumnText(8), nullptr, false);
-  r.deployment = nlohmann::json::parse(st.ColumnText(9), nullptr, false);
-  r.pending = st.IsNull(10) ? nlohmann::json(nullptr) : nlohmann::json::parse(st.ColumnText(10), nullptr, false);
-  r.desired = nlohmann::json::parse(st.ColumnText(11), nullptr, false);
-  r.state = nlohmann::json::parse(st.ColumnText(12), nullptr, false);
-  r.version = st.ColumnInt64(13);
-  if (r.request.is_discarded() || r.deployment.is_discarded() || r.pending.is_discarded() ||
-      r.desired.is_discarded() || r.state.is_discarded()) {
-    return Status::Internal("endpoint '" + r.name + "' has a corrupt row (unparsable JSON)");
+  ASSIGN_OR_RETURN(r.request, ParseColumn(st, 8, r.name));
+  ASSIGN_OR_RETURN(auto deployment, ParseColumn(st, 9, r.name));
+  auto typed_deployment = DeploymentFromJson(deployment);
+  if (!typed_deployment.ok()) return CorruptRow(r.name, typed_deployment.status().message());
+  r.deployment = std::move(*typed_deployment);
+  if (!st.IsNull(10)) {
+    ASSIGN_OR_RETURN(auto pending, ParseColumn(st, 10, r.name));
+    if (!pending.is_null()) {
+      auto typed = DeploymentFromJson(pending);
+      if (!typed.ok()) return CorruptRow(r.name, "pending " + typed.status().message());
+      r.pending = std::move(*typed);
+    }
   }
+  ASSIGN_OR_RETURN(auto desired, ParseColumn(st, 11, r.name));
+  auto typed_desired = DesiredVariantsFromJson(desired);
+  if (!typed_desired.ok()) return CorruptRow(r.name, typed_desired.status().message());
+  r.desired = std::move(*typed_desired);
+  ASSIGN_OR_RETURN(auto state, ParseColumn(st, 12, r.name));
+  auto typed_state = ObservedStateFromJson(state);
+  if (!typed_state.ok()) return CorruptRow(r.name, typed_state.status().message());
+  r.state = std::move(*typed_state);
+  r.version = st.ColumnInt64(13);
   return r;
 }
 
 // Binds the mutable endpoint columns at 1..10 in the order the INSERT and UPDATE below use.
 void BindEndpointState(Statement& st, const EndpointRecord& r) {
   st.BindText(1, r.config_name)
-      .BindText(2, r.status)
+      .BindText(2, std::string(ToString(r.status)))
       .BindText(3, r.failure_reason)
       .BindInt64(4, r.last_modified_millis)
       .BindText(5, r.request.dump())
-      .BindText(6, r.deployment.dump());
-  if (r.pending.is_null()) {
+      .BindText(6, ToJson(r.deployment).dump());
+  if (!r.pending) {
     st.BindNull(7);
   } else {
-    st.BindText(7, r.pending.dump());
+    st.BindText(7, ToJson(*r.pending).dump());
   }
-  st.BindText(8, r.desired.dump()).BindText(9, r.state.dump());
+  st.BindText(8, ToJson(r.desired).dump()).BindText(9, ToJson(r.state).dump());
 }
 
 Status DeleteTags(Database& db, const std::string& arn) {
@@ -210,7 +234,9 @@ Result<std::vector<EndpointSummaryRow>> EndpointRepository::ListPage(const ListP
                                     .has_modified = true};
   std::vector<EndpointSummaryRow> out;
   RETURN_IF_ERROR(store::ListPage(*database_, kTable, query, [&](const Statement& st) {
-    out.push_back({st.ColumnText(0), st.ColumnText(1), st.ColumnText(2), st.ColumnInt64(3), st.ColumnInt64(4)});
+    auto status = ParseEndpointStatus(st.ColumnText(2));
+    if (!status.ok()) return CorruptRow(st.ColumnText(0), status.status().message());
+    out.push_back({st.ColumnText(0), st.ColumnText(1), *status, st.ColumnInt64(3), st.ColumnInt64(4)});
     return Status::Ok();
   }));
   return out;

@@ -8,6 +8,9 @@
 // every model it names, copied at CreateEndpoint/UpdateEndpoint time, so that deleting a model or
 // configuration later never changes a running endpoint (AWS behaviour).
 //
+// Reading a row whose status word or documents do not map (store/endpoint_state.h) is Internal
+// ("corrupt row"), as unparsable JSON always was.
+//
 // Thread-safety: all methods may be called from any thread (the Database serialises them).
 // EndpointRepository::Mutate is the one read-modify-write: the API (updates, delete) and the
 // endpoint controller (observed state) never overwrite each other's changes.
@@ -22,6 +25,7 @@
 
 #include "base/status.h"
 #include "store/database.h"
+#include "store/endpoint_state.h"
 #include "store/list_query.h"
 
 namespace kiln::store {
@@ -68,34 +72,26 @@ class DefinitionRepository {
   Kind kind_;
 };
 
-// A deployment: what an endpoint runs. Shape (JSON, written by the API, read by the controller):
-//   {"EndpointConfigName": "cfg", "EndpointConfig": <CreateEndpointConfig request>,
-//    "Models": {"<ModelName>": <CreateModel request>, ...}, "DeployedMillis": <ms>}
+// An endpoint row. Its documents are typed (store/endpoint_state.h has them, their JSON mapping
+// and who writes which); the repository maps them to and from the row's columns.
 struct EndpointRecord {
   std::string name;
   std::string arn;
   std::string config_name;  // EndpointConfigName as Describe shows it (the deployed one)
-  // EndpointStatus: Creating, InService, Updating, SystemUpdating, RollingBack, Deleting, Failed,
-  // OutOfService, UpdateRollbackFailed.
-  std::string status;
+  EndpointStatus status = EndpointStatus::kCreating;
   std::string failure_reason;  // empty when none
   int64_t creation_millis = 0;
   int64_t last_modified_millis = 0;
-  nlohmann::json request;     // the validated CreateEndpoint input (DeploymentConfig, Tags)
-  nlohmann::json deployment;  // the current deployment (shape above)
-  // The deployment an UpdateEndpoint asked for while it rolls out; null otherwise. The
+  nlohmann::json request;  // the validated CreateEndpoint input (DeploymentConfig, Tags)
+  Deployment deployment;   // the current deployment
+  // The deployment an UpdateEndpoint asked for while it rolls out; empty otherwise. The
   // controller moves it into `deployment` when the new fleet is InService.
-  nlohmann::json pending = nullptr;
-  // Desired state per variant, written by the API (create, update, weights and capacities):
-  //   {"<VariantName>": {"DesiredWeight": 0.7, "DesiredInstanceCount": 2}, ...}
-  // for the variants of `pending` when set, else of `deployment`.
-  nlohmann::json desired = nlohmann::json::object();
-  // Observed state, written by the controller only:
-  //   {"ProductionVariants": [<AWS ProductionVariantSummary: VariantName, DeployedImages,
-  //     CurrentWeight, DesiredWeight, CurrentInstanceCount, DesiredInstanceCount, VariantStatus,
-  //     RoutingConfig>...],
-  //    "Instances": [...controller bookkeeping...]}
-  nlohmann::json state = nlohmann::json::object();
+  std::optional<Deployment> pending;
+  // Desired state per variant, written by the API (create, update, weights and capacities), for
+  // the variants of `pending` when set, else of `deployment`.
+  DesiredVariants desired;
+  // Observed state, written by the controller only.
+  EndpointObservedState state;
   int64_t version = 0;  // incremented by every write
 };
 
@@ -103,7 +99,7 @@ struct EndpointRecord {
 struct EndpointSummaryRow {
   std::string name;
   std::string arn;
-  std::string status;
+  EndpointStatus status = EndpointStatus::kCreating;
   int64_t creation_millis = 0;
   int64_t last_modified_millis = 0;
 };

@@ -24,7 +24,8 @@ class EndpointRepositoryTest : public ::testing::Test {
   static DefinitionRecord Model(const std::string& name, int64_t created) {
     return {name, std::string(kPrefix) + "model/" + name, {{"ModelName", name}}, created};
   }
-  static EndpointRecord Endpoint(const std::string& name, int64_t created, const std::string& status = "Creating") {
+  static EndpointRecord Endpoint(const std::string& name, int64_t created,
+                                 EndpointStatus status = EndpointStatus::kCreating) {
     EndpointRecord r;
     r.name = name;
     r.arn = std::string(kPrefix) + "endpoint/" + name;
@@ -33,9 +34,10 @@ class EndpointRepositoryTest : public ::testing::Test {
     r.creation_millis = created;
     r.last_modified_millis = created;
     r.request = {{"EndpointName", name}, {"EndpointConfigName", "cfg"}};
-    r.deployment = {{"EndpointConfigName", "cfg"}, {"EndpointConfig", json::object()}, {"Models", json::object()},
-                    {"DeployedMillis", created}};
-    r.desired = {{"AllTraffic", {{"DesiredWeight", 1.0}, {"DesiredInstanceCount", 1}}}};
+    r.deployment.config_name = "cfg";
+    r.deployment.endpoint_config = json::object();
+    r.deployment.deployed_millis = created;
+    r.desired = {{"AllTraffic", {.weight = 1.0, .instance_count = 1}}};
     return r;
   }
   testing::TempDir dir_;
@@ -99,8 +101,9 @@ TEST_F(EndpointRepositoryTest, DefinitionDeleteRemovesTagsOnly) {
 
 TEST_F(EndpointRepositoryTest, EndpointInsertGetRoundTripsEveryMember) {
   auto e = Endpoint("Ep-1", 1000);
-  e.pending = {{"EndpointConfigName", "cfg2"}};
-  e.state = {{"ProductionVariants", json::array({{{"VariantName", "AllTraffic"}}})}};
+  e.pending = Deployment();
+  e.pending->config_name = "cfg2";
+  e.state.production_variants.emplace_back().variant_name = "AllTraffic";
   e.failure_reason = "boom";
   ASSERT_TRUE(endpoints_->Insert(e).ok());
   EXPECT_EQ(e.version, 1);
@@ -114,7 +117,7 @@ TEST_F(EndpointRepositoryTest, EndpointInsertGetRoundTripsEveryMember) {
   EXPECT_EQ(got->name, "Ep-1");
   EXPECT_EQ(got->arn, e.arn);
   EXPECT_EQ(got->config_name, "cfg");
-  EXPECT_EQ(got->status, "Creating");
+  EXPECT_EQ(got->status, EndpointStatus::kCreating);
   EXPECT_EQ(got->failure_reason, "boom");
   EXPECT_EQ(got->request, e.request);
   EXPECT_EQ(got->deployment, e.deployment);
@@ -125,48 +128,50 @@ TEST_F(EndpointRepositoryTest, EndpointInsertGetRoundTripsEveryMember) {
 
   auto plain = Endpoint("plain", 1000);
   ASSERT_TRUE(endpoints_->Insert(plain).ok());
-  EXPECT_TRUE(endpoints_->Get("plain")->pending.is_null());
+  EXPECT_FALSE(endpoints_->Get("plain")->pending.has_value());
 }
 
 TEST_F(EndpointRepositoryTest, MutateWritesAtomicallyAndAbortsOnError) {
   auto e = Endpoint("ep", 1000);
   ASSERT_TRUE(endpoints_->Insert(e).ok());
   auto r = endpoints_->Mutate("EP", [](EndpointRecord& rec) {
-    rec.status = "InService";
-    rec.state["ProductionVariants"] = json::array();
-    rec.pending = {{"EndpointConfigName", "next"}};
+    rec.status = EndpointStatus::kInService;
+    rec.state.production_variants.clear();
+    rec.pending = Deployment();
+    rec.pending->config_name = "next";
     rec.last_modified_millis = 5000;
     return Status::Ok();
   });
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->version, 2);
-  EXPECT_EQ(r->status, "InService");
+  EXPECT_EQ(r->status, EndpointStatus::kInService);
 
   auto failed = endpoints_->Mutate("ep", [](EndpointRecord& rec) {
-    rec.status = "Bogus";
+    rec.status = EndpointStatus::kFailed;
     return Status::FailedPrecondition("refused");
   });
   EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
   auto got = endpoints_->Get("ep");
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ(got->status, "InService");
+  EXPECT_EQ(got->status, EndpointStatus::kInService);
   EXPECT_EQ(got->version, 2);
   EXPECT_EQ(got->last_modified_millis, 5000);
-  EXPECT_EQ(got->pending["EndpointConfigName"], "next");
+  ASSERT_TRUE(got->pending.has_value());
+  EXPECT_EQ(got->pending->config_name, "next");
 
   // Clearing pending writes NULL back.
   ASSERT_TRUE(endpoints_->Mutate("ep", [](EndpointRecord& rec) {
-                rec.pending = nullptr;
+                rec.pending.reset();
                 return Status::Ok();
               }).ok());
-  EXPECT_TRUE(endpoints_->Get("ep")->pending.is_null());
+  EXPECT_FALSE(endpoints_->Get("ep")->pending.has_value());
   EXPECT_TRUE(endpoints_->Mutate("missing", [](EndpointRecord&) { return Status::Ok(); }).status().IsNotFound());
 }
 
 TEST_F(EndpointRepositoryTest, EndpointListFilters) {
-  auto a = Endpoint("alpha", 1000, "InService");
-  auto b = Endpoint("Beta", 2000, "Creating");
-  auto c = Endpoint("alphabet", 3000, "InService");
+  auto a = Endpoint("alpha", 1000, EndpointStatus::kInService);
+  auto b = Endpoint("Beta", 2000, EndpointStatus::kCreating);
+  auto c = Endpoint("alphabet", 3000, EndpointStatus::kInService);
   c.last_modified_millis = 9000;
   for (auto* e : {&a, &b, &c}) ASSERT_TRUE(endpoints_->Insert(*e).ok());
 
