@@ -3,13 +3,15 @@
 // router to a serving container) and Kiln's own health pings.
 //
 // Model: blocking calls on the caller's thread over plain non-blocking fds with deadlines, like
-// the server, but with the client's own poll/sendmsg/recv loop (http_client.cc), not the server's
-// socket_io.h helpers: every wait here also watches the call's CancelSignal and counts against
-// one deadline for the whole call rather than one per wait. Per target ("host:port") the pool keeps idle connections in
-// LIFO order (the most recently used one is the warmest); a call takes one (or connects), sends
-// the request, reads the whole response, and gives the connection back when the response allows
-// keep-alive. Nothing is allocated per request on the hot path beyond the response itself:
-// request heads are formatted into a thread-local buffer and sent with the body in one sendmsg.
+// the server, but with the client's own send and receive loops (http_client.cc,
+// http_response_reader.cc), not the server's socket_io.h RecvSome/SendAll: every wait here also
+// watches the call's CancelSignal and counts against one deadline for the whole call rather than
+// one per wait (only the single sendmsg step, SendSome, is shared). Per target ("host:port") the
+// pool keeps idle connections in LIFO order (the most recently used one is the warmest); a call
+// takes one (or connects), sends the request, reads the whole response, and gives the connection
+// back when the response allows keep-alive. Nothing is allocated per request on the hot path
+// beyond the response itself: request heads are formatted into a thread-local buffer and sent
+// with the body in one sendmsg.
 //
 // Retrying: a reused connection may have been closed by the peer while idle. When sending on a
 // reused connection fails, or it yields EOF/reset before the first byte of a response, the

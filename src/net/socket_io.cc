@@ -61,6 +61,30 @@ Result<size_t> RecvSome(int fd, char* buf, size_t n, int timeout_ms, int wake_fd
   }
 }
 
+bool SendSome(int fd, struct iovec*& iov, int& iovcnt) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(iovcnt);
+  ssize_t r;
+  do {
+    r = ::sendmsg(fd, &msg, MSG_NOSIGNAL);  // not writev, which takes no flags
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    return false;
+  }
+  size_t sent = static_cast<size_t>(r);
+  while (iovcnt > 0 && sent >= iov->iov_len) {
+    sent -= iov->iov_len;
+    ++iov;
+    --iovcnt;
+  }
+  if (iovcnt > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
+    iov->iov_len -= sent;
+  }
+  return true;
+}
+
 Status SendAll(int fd, struct iovec* iov, int iovcnt, int timeout_ms) {
   while (iovcnt > 0) {
     if (iov->iov_len == 0) {
@@ -68,38 +92,20 @@ Status SendAll(int fd, struct iovec* iov, int iovcnt, int timeout_ms) {
       --iovcnt;
       continue;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(iovcnt);
-    // sendmsg rather than writev: MSG_NOSIGNAL keeps a vanished peer from raising SIGPIPE.
-    ssize_t r = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (r < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Status::Unavailable(std::string("send: ") + std::strerror(errno));
-      }
-      switch (WaitFor(fd, POLLOUT, timeout_ms, -1)) {
-        case Wait::kReady:
-        case Wait::kWoken:
-          continue;
-        case Wait::kTimeout:
-          return Status::DeadlineExceeded("timed out waiting for the peer to read");
-        case Wait::kError:
-          return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
-      }
+    if (SendSome(fd, iov, iovcnt)) {
       continue;
     }
-    size_t sent = static_cast<size_t>(r);
-    while (iovcnt > 0 && sent >= iov->iov_len) {
-      sent -= iov->iov_len;
-      ++iov;
-      --iovcnt;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Status::Unavailable(std::string("send: ") + std::strerror(errno));
     }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
-      iov->iov_len -= sent;
+    switch (WaitFor(fd, POLLOUT, timeout_ms, -1)) {
+      case Wait::kReady:
+      case Wait::kWoken:
+        continue;
+      case Wait::kTimeout:
+        return Status::DeadlineExceeded("timed out waiting for the peer to read");
+      case Wait::kError:
+        return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
     }
   }
   return Status::Ok();

@@ -1,0 +1,82 @@
+#pragma once
+// Private to src/net: the pieces of HttpClient that its two files share. http_client.cc (the
+// per-target pool, connect, the request head, send and the retry rule) hands each exchange's
+// reading to ReadResponse (http_response_reader.cc). Nothing here is for other modules.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "net/http_client.h"
+
+namespace kiln::net::internal {
+
+using SteadyClock = std::chrono::steady_clock;
+using TimePoint = SteadyClock::time_point;
+
+// Milliseconds left until `deadline` (rounded up, so a wait never ends early), at least 0.
+// A max() deadline means no limit (-1, poll's "forever").
+inline int RemainingMs(TimePoint deadline) {
+  if (deadline == TimePoint::max()) {
+    return -1;
+  }
+  auto left = deadline - SteadyClock::now();
+  if (left <= SteadyClock::duration::zero()) {
+    return 0;
+  }
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));
+}
+
+// PollOrCancel's answer when the call's CancelSignal was set.
+constexpr int kPollCancelled = -2;
+
+// poll() of `fd` for `events` for up to `timeout_ms` (-1: no limit) that also ends when `cancel`
+// (may be null) is set. Returns poll's result (> 0 ready, 0 timed out, -1 with errno), or
+// kPollCancelled. Without an eventfd the wait is cut into slices; the end of a slice that is not
+// the end of the timeout returns -1 with errno EINTR, which every caller treats as "wait again".
+int PollOrCancel(int fd, short events, int timeout_ms, const CancelSignal* cancel);
+
+// The error of a call cut by its CancelSignal after (part of) the request was sent. `peer` is the
+// target's "host:port".
+inline Status CancelledError(const std::string& peer, const CancelSignal& cancel) {
+  return Status::Aborted("the call to " + peer + " was cancelled: " + cancel.reason());
+}
+
+// Per-thread scratch, reused by every call on the thread so the hot path allocates nothing.
+struct ThreadScratch {
+  std::string head;            // the request head being sent
+  std::unique_ptr<char[]> buf;  // response bytes read but not yet consumed: [pos, end)
+  size_t cap = 0;
+  size_t pos = 0;
+  size_t end = 0;
+};
+
+// This thread's scratch (http_client.cc).
+ThreadScratch& Scratch();
+
+// The outcome of one request/response exchange on one connection.
+struct Exchange {
+  Status status;
+  bool keep_alive = false;  // the connection may serve another request
+  // The request cannot have been processed: sending failed, or the peer closed/reset the
+  // connection before sending any response byte.
+  bool retryable = false;
+};
+
+// Reads and parses one response from the connected socket `fd` into `out`, as the answer to a
+// request just sent (`head_request`: a HEAD, so no body), through `scratch`'s buffer (bytes read
+// past the response are left there and make the connection unfit for reuse). `peer` names the
+// server in errors; every wait ends by `deadline` (`response_ms` is the budget errors quote) or
+// when `cancel` (may be null) is set. Errors are in the returned Exchange: Aborted (peer gone,
+// cancelled), DeadlineExceeded, DataLoss (malformed), ResourceExhausted (over the options' limits).
+Exchange ReadResponse(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline,
+                      int response_ms, bool head_request, const CancelSignal* cancel, ThreadScratch& scratch,
+                      ClientResponse* out);
+
+}  // namespace kiln::net::internal
