@@ -34,15 +34,15 @@ Result<std::unique_ptr<CheckpointSync>> CheckpointSync::Create(objects::ObjectSt
 
 CheckpointSync::~CheckpointSync() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 CheckpointSync::Stats CheckpointSync::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
@@ -51,7 +51,7 @@ Status CheckpointSync::Restore(const CancelFlag* cancel) {
   std::string prefix = ListPrefix(location_.key);
   auto listed = ListAllObjects(store_, location_.bucket, prefix);
   if (!listed.ok()) return ObjectError(listed.status(), "Restoring checkpoints from", location_.bucket, prefix);
-  std::lock_guard<std::mutex> pass(pass_mu_);
+  MutexLock pass(pass_mu_);
   for (const auto& o : *listed) {
     if (cancel != nullptr && cancel->cancelled()) return Status::Aborted("checkpoint restore stopped");
     if (EndsWith(o.key, "/")) continue;
@@ -66,7 +66,7 @@ Status CheckpointSync::Restore(const CancelFlag* cancel) {
     t.key = o.key;
     t.in_store = true;
     t.synced = {static_cast<uint64_t>(st.st_size), MtimeNs(st)};
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.restored_files++;
     stats_.restored_bytes += bytes;
   }
@@ -79,27 +79,29 @@ void CheckpointSync::Start() {
 }
 
 void CheckpointSync::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, options_.scan_interval, [this] { return stopping_; });
+    const auto deadline = std::chrono::steady_clock::now() + options_.scan_interval;
+    while (!stopping_ && cv_.WaitUntil(mu_, deadline) == std::cv_status::no_timeout) {
+    }
     if (stopping_) break;
-    lock.unlock();
+    lock.Unlock();
     (void)SyncPass(options_.quiet_period);  // errors are recorded by RecordError
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void CheckpointSync::RecordError(const Status& s) {
   KLOG(warn, "checkpoint sync failed", {{"error", s.message()}});
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (first_error_.ok()) first_error_ = s;
   }
   if (options_.on_error) options_.on_error(s);
 }
 
 Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
-  std::lock_guard<std::mutex> pass(pass_mu_);
+  MutexLock pass(pass_mu_);
   Status first;
   auto note = [&](const Status& s) {
     if (first.ok()) first = s;
@@ -139,7 +141,7 @@ Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
     }
     t.in_store = true;
     t.synced = state;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.uploaded_files++;
     stats_.uploaded_bytes += put->size;
   }
@@ -155,7 +157,7 @@ Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
         ++it;
         continue;
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stats_.deleted_objects++;
     }
     it = tracked_.erase(it);
@@ -165,13 +167,13 @@ Status CheckpointSync::SyncPass(std::chrono::milliseconds quiet) {
 
 Status CheckpointSync::Final() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   (void)SyncPass(std::chrono::milliseconds(0));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return first_error_;
 }
 

@@ -21,15 +21,14 @@
 // sync thread.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "agent/transfer.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "objects/object_store.h"
 
@@ -95,14 +94,14 @@ class CheckpointSync {
   std::string local_dir_;
   Options options_;
 
-  std::mutex pass_mu_;  // serialises SyncPass (background vs Final)
-  std::map<std::string, Tracked> tracked_;  // by relative path; guarded by pass_mu_
+  Mutex pass_mu_;  // serialises SyncPass (background vs Final)
+  std::map<std::string, Tracked> tracked_ GUARDED_BY(pass_mu_);  // by relative path
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;        // guarded by mu_
-  Status first_error_;           // guarded by mu_
-  Stats stats_;                  // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status first_error_ GUARDED_BY(mu_);
+  Stats stats_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

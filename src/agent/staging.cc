@@ -4,15 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include "agent/errors.h"
 #include <thread>
 
 #include "agent/training_layout.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "base/strings.h"
 
 namespace kiln::agent {
@@ -205,8 +204,9 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
     }
   }
 
-  std::mutex mu;
-  std::condition_variable done_cv;
+  // Locals cannot carry GUARDED_BY: mu guards first_error, next, running and report's counts.
+  Mutex mu;
+  CondVar done_cv;
   Status first_error;
   size_t next = 0;
   int running = 0;
@@ -215,7 +215,7 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
     while (true) {
       Task* task = nullptr;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         if (next < tasks.size() && !abort.cancelled()) task = &tasks[next++];
       }
       if (task == nullptr) break;
@@ -223,7 +223,7 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
       Result<uint64_t> bytes = path.ok() ? DownloadObjectToFile(store, task->object.bucket, task->object.key, *path,
                                                                 task->object.size, &abort, options.buffer_size)
                                          : Result<uint64_t>(path.status());
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (!bytes.ok()) {
         if (first_error.ok() && !(abort.cancelled() && bytes.status().code() == StatusCode::kAborted)) {
           first_error = bytes.status();
@@ -234,19 +234,19 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
       report.channels[task->channel].objects++;
       report.channels[task->channel].bytes += *bytes;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --running;
-    done_cv.notify_all();
+    done_cv.NotifyAll();
   };
   int n = std::max(1, std::min<int>(options.parallelism, static_cast<int>(tasks.size())));
   std::vector<std::thread> threads;
   running = n;
   for (int i = 0; i < n; ++i) threads.emplace_back(worker);
   {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     while (running > 0) {
       if (cancel.cancelled()) abort.Cancel();
-      done_cv.wait_for(lock, std::chrono::milliseconds(50));
+      done_cv.WaitFor(mu, std::chrono::milliseconds(50));
     }
   }
   for (auto& t : threads) t.join();
