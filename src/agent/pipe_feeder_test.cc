@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <mutex>
 #include <thread>
 
 #include "agent/test_util/agent_fixture.h"
+#include "aws/test_util/gzip_for_test.h"
 #include "base/strings.h"
 
 namespace kiln::agent {
@@ -19,19 +19,7 @@ namespace {
 using nlohmann::json;
 using testing::AgentTest;
 
-std::string Gzip(const std::string& data) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, data.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
+std::string Gzip(const std::string& text) { return aws::testing::GzipForTest(text); }
 
 // Opens `path` for reading once it exists (blocking until the feeder opens its end) and reads
 // `limit` bytes or to EOF. Returns the bytes; closes the FIFO.

@@ -1,25 +1,13 @@
 #include "aws/gzip.h"
 
-#include <zlib.h>
-
 #include <gtest/gtest.h>
+
+#include "aws/test_util/gzip_for_test.h"
 
 namespace kiln::aws {
 namespace {
 
-std::string Gzip(const std::string& text) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, text.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  zs.avail_in = static_cast<uInt>(text.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
+std::string Gzip(const std::string& text) { return aws::testing::GzipForTest(text); }
 
 TEST(GzipTest, Encodings) {
   EXPECT_TRUE(IsGzipEncoding("gzip"));
