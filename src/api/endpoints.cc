@@ -12,6 +12,7 @@
 #include "api/inference_common.h"
 #include "api/paging.h"
 #include "base/strings.h"
+#include "control/endpoint_states.h"
 
 namespace kiln::api {
 namespace {
@@ -244,7 +245,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
       }
       r.pending = deployment.document;
       r.desired = std::move(desired);
-      r.status = EndpointStatus::kUpdating;
+      control::SetStatus(r, EndpointStatus::kUpdating);
       r.failure_reason.clear();
       r.last_modified_millis = now;
       if (Has(in, "DeploymentConfig")) {
@@ -301,7 +302,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
         if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();
         if (Has(entry, "DesiredInstanceCount")) values.instance_count = entry["DesiredInstanceCount"].get<int64_t>();
       }
-      r.status = EndpointStatus::kUpdating;
+      control::SetStatus(r, EndpointStatus::kUpdating);
       r.failure_reason.clear();
       r.last_modified_millis = NowMillis(*ctx);
       return Status::Ok();
@@ -325,7 +326,7 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
         refused = Validation("Cannot update in-progress endpoint \"" + r.arn + "\".");
         return Status::FailedPrecondition("already deleting");
       }
-      r.status = EndpointStatus::kDeleting;
+      control::SetStatus(r, EndpointStatus::kDeleting);
       r.last_modified_millis = NowMillis(*ctx);
       return Status::Ok();
     });

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "control/endpoint_states.h"
 #include "control/endpoint_status.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
@@ -116,6 +117,7 @@ class EndpointController::InstanceRun {
     target->container_hostname = "primary";
     target->log_stream = spec_.variant + "/" + spec_.instance_id;
     target_ = std::move(target);
+    if (adopted) phase_ = InstancePhase::kStarting;
   }
 
   ~InstanceRun() { Join(); }
@@ -152,6 +154,7 @@ class EndpointController::InstanceRun {
   bool failed() const { return failed_.load(); }
   bool stopped() const { return stopped_.load(); }
   bool launched() const { return launched_.load(); }
+  InstancePhase phase() const { return phase_.load(); }
   std::string failure_reason() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_reason_;
@@ -203,7 +206,14 @@ class EndpointController::InstanceRun {
     return stop;
   }
 
+  // Moves to `to` (the run thread is the only writer), checked against endpoint_states.h.
+  void SetPhase(InstancePhase to) {
+    InstancePhase from = phase_.exchange(to);
+    CheckInstancePhaseChange(spec_.endpoint_name, spec_.instance_id, from, to);
+  }
+
   void Fail(std::string reason) {
+    SetPhase(InstancePhase::kFailed);
     {
       std::lock_guard<std::mutex> lock(mu_);
       failure_reason_ = std::move(reason);
@@ -334,6 +344,7 @@ class EndpointController::InstanceRun {
     }
     spec_.launched_millis = controller_->WallMillis();
     launched_ = true;
+    SetPhase(InstancePhase::kStarting);
     KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
                                               {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
                                               {"note", shared_note_}});
@@ -461,6 +472,7 @@ class EndpointController::InstanceRun {
         return false;
       }
       if (Ping()) {
+        SetPhase(InstancePhase::kInService);
         healthy_ = true;
         KLOG(info, "endpoint instance healthy",
              {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
@@ -512,6 +524,7 @@ class EndpointController::InstanceRun {
   void Finish() {
     if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(spec_.runtime_id);
     if (detached()) {
+      SetPhase(InstancePhase::kDetached);
       if (log_pump_) log_pump_->Stop(false);
       if (!launched_) {
         (void)RemoveAll(spec_.dir);
@@ -520,6 +533,7 @@ class EndpointController::InstanceRun {
       stopped_ = true;
       return;
     }
+    SetPhase(InstancePhase::kDraining);
     healthy_ = false;
     on_change_();  // the endpoint run publishes a snapshot without this instance
     // Drain: once no snapshot and no request in flight references the target, only this run
@@ -545,6 +559,7 @@ class EndpointController::InstanceRun {
         if (!status.ok() || status->state != runtime::InstanceState::kRunning) break;
       }
       if (detached()) {
+        SetPhase(InstancePhase::kDetached);
         if (log_pump_) log_pump_->Stop(false);
         stopped_ = true;
         return;
@@ -557,6 +572,7 @@ class EndpointController::InstanceRun {
     if (reserved_) deps().scheduler->Release(spec_.runtime_id);
     (void)RemoveAll(spec_.dir);
     controller_->ReleasePorts(spec_.port_base);
+    SetPhase(InstancePhase::kStopped);
     stopped_ = true;
     KLOG(info, "endpoint instance stopped", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}});
     on_change_();
@@ -583,6 +599,7 @@ class EndpointController::InstanceRun {
   std::string failure_reason_;   // GUARDED_BY(mu_)
   std::string waiting_for_;      // GUARDED_BY(mu_)
   bool wake_ = false;            // GUARDED_BY(mu_), Wake() until NapFor sees it
+  std::atomic<InstancePhase> phase_{InstancePhase::kProvisioning};  // written by the run thread only (SetPhase)
   std::atomic<bool> healthy_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> stopped_{false};
@@ -1008,7 +1025,7 @@ class EndpointController::EndpointRun {
     Publish(next, next.deployment, next.deployment.deployed_millis);
     store::EndpointObservedState observed = Observed(next, next.deployment);
     bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
-      rec.status = next.status;
+      SetStatus(rec, next.status);
       rec.deployment = next.deployment;
       rec.pending = next.pending;
       rec.config_name = next.config_name;
@@ -1056,7 +1073,7 @@ class EndpointController::EndpointRun {
     failed.status = EndpointStatus::kFailed;
     store::EndpointObservedState observed = Observed(failed, Deployment{});
     bool written = TransitionWritten(record, [&](store::EndpointRecord& rec) {
-      rec.status = EndpointStatus::kFailed;
+      SetStatus(rec, EndpointStatus::kFailed);
       rec.failure_reason = reason;
       MergeObserved(observed, rec.state);
       return Status::Ok();
@@ -1084,7 +1101,7 @@ class EndpointController::EndpointRun {
     return Transition(record, [&](store::EndpointRecord& rec) {
       rec.pending.reset();
       rec.desired = desired;
-      rec.status = EndpointStatus::kInService;
+      SetStatus(rec, EndpointStatus::kInService);
       rec.failure_reason = "UpdateEndpoint rolled back to " + rec.config_name + ": " + reason;
       return Status::Ok();
     });

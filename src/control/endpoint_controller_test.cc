@@ -1,4 +1,5 @@
 #include "control/endpoint_controller.h"
+#include "control/endpoint_states.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,8 +30,14 @@ class EndpointControllerTest : public testing::ControllerTest {
     ControllerTest::SetUp();
     MakeScheduler(testing::SmallHost(4, 16));  // fits two ml.m5.large
     routes_ = std::make_unique<serving::RoutingTable>();
+    illegal_before_ = IllegalEndpointTransitions();
   }
-  void TearDown() override { controller_.reset(); }
+  void TearDown() override {
+    controller_.reset();
+    // Every status and instance phase change the test caused was one endpoint_states.h allows.
+    EXPECT_EQ(IllegalEndpointTransitions(), illegal_before_);
+  }
+  int64_t illegal_before_ = 0;
 
   void StartController() {
     EndpointControllerOptions options;
