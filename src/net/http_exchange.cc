@@ -36,18 +36,17 @@ void ReadHeaderWithin(Stream& stream, Buffer& buffer, RequestParser& parser, siz
   }
 }
 
-}  // namespace
-
-bool ServeOneRequest(Connection& conn, const ServerContext& server) {
+// Starts waiting for the next request on `conn`: the idle phase (first-byte or idle timeout,
+// Stop() may interrupt, the acceptor may close it for room), unless bytes of it are buffered.
+void BeginRequest(Connection& conn, const Limits& limits) {
   conn.header_deadline.reset();
   if (conn.buffer.size() > 0) {
     // Bytes of this request came with the previous one (pipelining): the connection is busy
     // (the acceptor must not close it for room: the bytes are in our buffer, not the socket),
     // and the header clock runs from now.
     conn.idle_phase = false;
-    if (server.limits.header_timeout_ms > 0) {
-      conn.header_deadline =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(server.limits.header_timeout_ms);
+    if (limits.header_timeout_ms > 0) {
+      conn.header_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limits.header_timeout_ms);
     }
   } else {
     conn.idle_phase = true;
@@ -55,7 +54,13 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
       conn.slot->MarkIdle();
     }
   }
-  RequestParser parser;
+}
+
+// Reads the request header into `parser` and checks what the handler relies on (HTTP/1.0 or
+// 1.1; a length it can trust). False when the connection is to close: quietly when it was idle,
+// stopped or the peer went away or stalled, otherwise after the error response (431, 413, 505,
+// 400), with conn.unread_input set.
+bool ReadRequestHeader(Connection& conn, const ServerContext& server, RequestParser& parser) {
   parser.body_limit(server.options.max_body_bytes);
   FdReadStream stream(&conn, &server.limits);
   error_code ec;
@@ -78,7 +83,7 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
   }
   conn.idle_phase = false;
   conn.fresh = false;
-  auto& msg = parser.get();
+  const auto& msg = parser.get();
   const unsigned version = msg.version();
   if (version != 10 && version != 11) {
     WriteErrorResponse(conn.fd, 505, server.limits.io_timeout_ms);
@@ -92,7 +97,12 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
     conn.unread_input = true;
     return false;
   }
+  return true;
+}
 
+// Fills conn.request (reused: strings keep their capacity) from the parsed header; the body is
+// set by the caller.
+void FillRequest(Connection& conn, const RequestParser::value_type& msg) {
   HttpRequest& req = conn.request;
   req.method.assign(msg.method_string().data(), msg.method_string().size());
   req.target.assign(msg.target().data(), msg.target().size());
@@ -104,43 +114,29 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
   } else {
     req.raw_query.assign(target.substr(q + 1));
   }
-  req.http_version = static_cast<int>(version);
+  req.http_version = static_cast<int>(msg.version());
   req.headers.clear();
   for (const auto& field : msg) {
     req.headers.emplace(std::string(field.name_string()), std::string(field.value()));
   }
   req.remote_address = conn.remote_address;
+}
 
-  RequestBody::Mode mode = RequestBody::Mode::kNone;
-  uint64_t length = 0;
-  if (parser.chunked()) {
-    mode = RequestBody::Mode::kChunked;
-  } else if (parser.content_length()) {
-    mode = RequestBody::Mode::kLength;
-    length = *parser.content_length();
-  }
-  const std::string* expect = req.Header("Expect");
-  const bool expect_continue =
-      version == 11 && expect != nullptr && EqualsIgnoreCase(Trim(*expect), "100-continue");
-
-  ResponseWriterImpl::RequestInfo info;
-  info.head = req.method == "HEAD";
-  info.http10 = version == 10;
-  info.keep_alive = parser.keep_alive();
-  RequestBody body(&conn, &server.limits, &parser, mode, length, expect_continue);
-  ResponseWriterImpl writer(&conn, &server.limits, &server.options, &server.stopping, &body, info);
-  body.set_writer(&writer);
-  req.body = &body;
-
+// Calls the handler; what it throws is logged and treated as no response (or a cut one).
+void RunHandler(const Handler& handler, HttpRequest& req, ResponseWriterImpl& writer) {
   try {
-    server.handler(req, writer);
+    handler(req, writer);
   } catch (const std::exception& e) {
     KLOG(error, "http handler threw", {{"target", req.target}, {"error", e.what()}});
   } catch (...) {
     KLOG(error, "http handler threw", {{"target", req.target}});
   }
-  req.body = nullptr;
+}
 
+// After the handler: answers 500 if it sent nothing, completes the response, and drains the
+// body it left unread (up to max_drain_bytes). True when the connection can serve another
+// request; otherwise sets conn.unread_input where bytes may be left in the stream.
+bool FinishExchange(Connection& conn, const ServerContext& server, ResponseWriterImpl& writer, RequestBody& body) {
   if (!writer.started()) {
     (void)writer.Send(500, {{"Content-Type", "text/plain"}}, "handler produced no response\n");
   }
@@ -159,6 +155,43 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
     conn.unread_input = true;
   }
   return keep && !server.stopping.load();
+}
+
+}  // namespace
+
+bool ServeOneRequest(Connection& conn, const ServerContext& server) {
+  BeginRequest(conn, server.limits);
+  RequestParser parser;
+  if (!ReadRequestHeader(conn, server, parser)) {
+    return false;
+  }
+  const auto& msg = parser.get();
+  FillRequest(conn, msg);
+  HttpRequest& req = conn.request;
+
+  RequestBody::Mode mode = RequestBody::Mode::kNone;
+  uint64_t length = 0;
+  if (parser.chunked()) {
+    mode = RequestBody::Mode::kChunked;
+  } else if (parser.content_length()) {
+    mode = RequestBody::Mode::kLength;
+    length = *parser.content_length();
+  }
+  const std::string* expect = req.Header("Expect");
+  const bool expect_continue =
+      msg.version() == 11 && expect != nullptr && EqualsIgnoreCase(Trim(*expect), "100-continue");
+
+  ResponseWriterImpl::RequestInfo info;
+  info.head = req.method == "HEAD";
+  info.http10 = msg.version() == 10;
+  info.keep_alive = parser.keep_alive();
+  RequestBody body(&conn, &server.limits, &parser, mode, length, expect_continue);
+  ResponseWriterImpl writer(&conn, &server.limits, &server.options, &server.stopping, &body, info);
+  body.set_writer(&writer);
+  req.body = &body;
+  RunHandler(server.handler, req, writer);
+  req.body = nullptr;
+  return FinishExchange(conn, server, writer, body);
 }
 
 }  // namespace kiln::net::internal
