@@ -96,6 +96,7 @@ Result<std::unique_ptr<CredentialStore>> CredentialStore::Open(Options options, 
     KLOG(info, "created credentials", {{"path", options.path}});
   }
   std::unique_ptr<CredentialStore> store(new CredentialStore(std::move(options)));
+  MutexLock lock(store->mutex_);  // not shared yet; taken so the analysis sees the guarded writes
   ASSIGN_OR_RETURN(store->file_keys_, ReadFile(store->options_.path, store->options_.account_id));
   store->file_mtime_ns_ = MtimeNs(store->options_.path);
   store->last_check_millis_ = NowMillis();
@@ -123,7 +124,7 @@ std::optional<aws::Credential> CredentialStore::Lookup(std::string_view access_k
   for (const auto& c : options_.configured) {
     if (c.access_key_id == access_key_id) return c;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (const auto& c : file_keys_) {
       if (c.access_key_id == access_key_id) return c;
@@ -135,7 +136,7 @@ std::optional<aws::Credential> CredentialStore::Lookup(std::string_view access_k
 
 std::optional<aws::Credential> CredentialStore::Primary() const {
   if (!options_.configured.empty()) return options_.configured.front();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (file_keys_.empty()) return std::nullopt;
   return file_keys_.front();
 }

@@ -12,12 +12,12 @@
 // Thread-safe.
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "aws/credentials.h"
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace kiln::api {
@@ -51,13 +51,14 @@ class CredentialStore final : public aws::CredentialProvider {
 
  private:
   explicit CredentialStore(Options options) : options_(std::move(options)) {}
-  void MaybeReload() const;
+  // Re-reads the key file if it changed (checked at most once per reload interval).
+  void MaybeReload() const REQUIRES(mutex_);
 
   Options options_;
-  mutable std::mutex mutex_;
-  mutable std::vector<aws::Credential> file_keys_;  // GUARDED_BY(mutex_)
-  mutable int64_t file_mtime_ns_ = 0;               // GUARDED_BY(mutex_)
-  mutable int64_t last_check_millis_ = 0;           // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  mutable std::vector<aws::Credential> file_keys_ GUARDED_BY(mutex_);
+  mutable int64_t file_mtime_ns_ GUARDED_BY(mutex_) = 0;
+  mutable int64_t last_check_millis_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace kiln::api

@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "api/json_service.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
+#include "base/mutex.h"
 #include "store/test_util/temp_database.h"
 
 namespace kiln::api::testing {
@@ -22,17 +22,17 @@ namespace kiln::api::testing {
 class FakeNotifier : public control::EndpointNotifier {
  public:
   void EndpointChanged(const std::string& endpoint_name) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     calls_.push_back(endpoint_name);
   }
   std::vector<std::string> calls() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return calls_;
   }
 
  private:
-  std::mutex mutex_;
-  std::vector<std::string> calls_;
+  Mutex mutex_;
+  std::vector<std::string> calls_ GUARDED_BY(mutex_);
 };
 
 class FakeClock : public Clock {
