@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +17,7 @@
 
 #include "base/fs.h"
 #include "base/hash.h"
+#include "base/mutex.h"
 #include "base/strings.h"
 #include "objects/s3_object_store.h"
 
@@ -65,7 +65,7 @@ class S3ObjectStore::HandlePool {
   }
   CURL* Acquire() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (!idle_.empty()) {
         CURL* h = idle_.back();
         idle_.pop_back();
@@ -77,7 +77,7 @@ class S3ObjectStore::HandlePool {
   }
   void Release(CURL* h) {
     if (h == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (idle_.size() < max_idle_) {
       idle_.push_back(h);
     } else {
@@ -87,8 +87,8 @@ class S3ObjectStore::HandlePool {
 
  private:
   size_t max_idle_;
-  std::mutex mutex_;
-  std::vector<CURL*> idle_;  // guarded by mutex_
+  Mutex mutex_;
+  std::vector<CURL*> idle_ GUARDED_BY(mutex_);
 };
 
 namespace s3_internal {

@@ -75,24 +75,24 @@ std::string StripQuotes(std::string s) {
 }  // namespace
 
 void FakeObjectStore::SetNowForTest(int64_t millis) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   now_millis_ = millis;
 }
 
 void FakeObjectStore::SetMinPartSizeForTest(uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   min_part_size_ = bytes;
 }
 
 std::optional<std::string> FakeObjectStore::DataForTest(const std::string& bucket, const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto object = FindObjectLocked(bucket, key);
   if (!object.ok()) return std::nullopt;
   return (*object)->data;
 }
 
 Status FakeObjectStore::CreateBucket(const std::string& bucket, const std::string& region) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (buckets_.count(bucket)) return Status::AlreadyExists("bucket exists: " + bucket);
   Bucket& b = buckets_[bucket];
   b.info = BucketInfo{bucket, now_millis_, region};
@@ -100,7 +100,7 @@ Status FakeObjectStore::CreateBucket(const std::string& bucket, const std::strin
 }
 
 Status FakeObjectStore::DeleteBucket(const std::string& bucket) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   if (!it->second.objects.empty()) return Status::FailedPrecondition("BucketNotEmpty: " + bucket).WithReason(ErrorReason::kBucketNotEmpty);
@@ -109,14 +109,14 @@ Status FakeObjectStore::DeleteBucket(const std::string& bucket) {
 }
 
 Result<BucketInfo> FakeObjectStore::HeadBucket(const std::string& bucket) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   return it->second.info;
 }
 
 Result<std::vector<BucketInfo>> FakeObjectStore::ListBuckets() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<BucketInfo> out;
   for (const auto& [name, b] : buckets_) out.push_back(b.info);
   return out;
@@ -133,7 +133,7 @@ Result<FakeObjectStore::Object*> FakeObjectStore::FindObjectLocked(const std::st
 Result<ObjectInfo> FakeObjectStore::PutObject(const std::string& bucket, const std::string& key, ByteSource& data,
                                               const PutOptions& options) {
   ASSIGN_OR_RETURN(std::string bytes, Slurp(data));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   auto existing = it->second.objects.find(key);
@@ -162,14 +162,14 @@ Result<ObjectInfo> FakeObjectStore::PutObject(const std::string& bucket, const s
 }
 
 Result<ObjectInfo> FakeObjectStore::HeadObject(const std::string& bucket, const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Object * object, FindObjectLocked(bucket, key));
   return object->info;
 }
 
 Result<std::unique_ptr<ObjectReader>> FakeObjectStore::GetObject(const std::string& bucket, const std::string& key,
                                                                  std::optional<ByteRange> range) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Object * object, FindObjectLocked(bucket, key));
   std::string data = object->data;
   if (range) {
@@ -182,7 +182,7 @@ Result<std::unique_ptr<ObjectReader>> FakeObjectStore::GetObject(const std::stri
 }
 
 Status FakeObjectStore::DeleteObject(const std::string& bucket, const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   it->second.objects.erase(key);
@@ -190,7 +190,7 @@ Status FakeObjectStore::DeleteObject(const std::string& bucket, const std::strin
 }
 
 Result<ListResult> FakeObjectStore::ListObjects(const std::string& bucket, const ListOptions& options) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   ListResult out;
@@ -234,7 +234,7 @@ Result<ListResult> FakeObjectStore::ListObjects(const std::string& bucket, const
 Result<ObjectInfo> FakeObjectStore::CopyObject(const std::string& src_bucket, const std::string& src_key,
                                                const std::string& dst_bucket, const std::string& dst_key,
                                                const std::optional<std::map<std::string, std::string>>& replace) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Object * source, FindObjectLocked(src_bucket, src_key));
   auto dst = buckets_.find(dst_bucket);
   if (dst == buckets_.end()) return NoSuchBucket(dst_bucket);
@@ -250,7 +250,7 @@ Result<ObjectInfo> FakeObjectStore::CopyObject(const std::string& src_bucket, co
 Result<MultipartUpload> FakeObjectStore::CreateMultipartUpload(const std::string& bucket, const std::string& key,
                                                                const std::map<std::string, std::string>& headers,
                                                                const std::string& checksum_algorithm) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!buckets_.count(bucket)) return NoSuchBucket(bucket);
   Upload upload;
   upload.info = MultipartUpload{bucket, key, "upload-" + std::to_string(next_upload_++), now_millis_, headers,
@@ -274,7 +274,7 @@ Result<PartInfo> FakeObjectStore::UploadPart(const std::string& bucket, const st
                                              const PutOptions& options) {
   if (part_number < 1 || part_number > 10000) return Status::InvalidArgument("part number out of range");
   ASSIGN_OR_RETURN(std::string bytes, Slurp(data));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   Part part;
   RETURN_IF_ERROR(Checksums(options, bytes, &part.info.checksums));
@@ -291,7 +291,7 @@ Result<PartInfo> FakeObjectStore::UploadPartCopy(const std::string& bucket, cons
                                                  const std::string& upload_id, uint32_t part_number,
                                                  const std::string& src_bucket, const std::string& src_key,
                                                  std::optional<ByteRange> range) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Object * source, FindObjectLocked(src_bucket, src_key));
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   std::string bytes = source->data;
@@ -314,7 +314,7 @@ Result<PartInfo> FakeObjectStore::UploadPartCopy(const std::string& bucket, cons
 Result<ObjectInfo> FakeObjectStore::CompleteMultipartUpload(const std::string& bucket, const std::string& key,
                                                             const std::string& upload_id,
                                                             const std::vector<CompletedPart>& parts) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   if (parts.empty()) return Status::InvalidArgument("InvalidPart: no parts").WithReason(ErrorReason::kInvalidPart);
   std::string data, md5s;
@@ -350,7 +350,7 @@ Result<ObjectInfo> FakeObjectStore::CompleteMultipartUpload(const std::string& b
 
 Status FakeObjectStore::AbortMultipartUpload(const std::string& bucket, const std::string& key,
                                              const std::string& upload_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   (void)upload;
   uploads_.erase(upload_id);
@@ -360,7 +360,7 @@ Status FakeObjectStore::AbortMultipartUpload(const std::string& bucket, const st
 Result<std::vector<PartInfo>> FakeObjectStore::ListParts(const std::string& bucket, const std::string& key,
                                                          const std::string& upload_id, uint32_t part_number_marker,
                                                          uint32_t max_parts, bool* truncated) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   std::vector<PartInfo> out;
   *truncated = false;
@@ -376,14 +376,14 @@ Result<std::vector<PartInfo>> FakeObjectStore::ListParts(const std::string& buck
 
 Result<MultipartUpload> FakeObjectStore::GetMultipartUpload(const std::string& bucket, const std::string& key,
                                                             const std::string& upload_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ASSIGN_OR_RETURN(Upload * upload, FindUploadLocked(bucket, key, upload_id));
   return upload->info;
 }
 
 Result<ListUploadsResult> FakeObjectStore::ListMultipartUploads(const std::string& bucket,
                                                                 const ListUploadsOptions& options) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!buckets_.count(bucket)) return NoSuchBucket(bucket);
   std::vector<MultipartUpload> all;
   for (const auto& [id, upload] : uploads_) {

@@ -4,9 +4,9 @@
 // memory.
 
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "objects/object_store.h"
 
 namespace kiln::objects {
@@ -74,15 +74,16 @@ class FakeObjectStore : public ObjectStore {
     std::map<uint32_t, Part> parts;
   };
 
-  Result<Object*> FindObjectLocked(const std::string& bucket, const std::string& key);
-  Result<Upload*> FindUploadLocked(const std::string& bucket, const std::string& key, const std::string& upload_id);
+  Result<Object*> FindObjectLocked(const std::string& bucket, const std::string& key) REQUIRES(mu_);
+  Result<Upload*> FindUploadLocked(const std::string& bucket, const std::string& key, const std::string& upload_id)
+      REQUIRES(mu_);
 
-  std::mutex mu_;
-  int64_t now_millis_ = 1714557600000;  // 2024-05-01T10:00:00Z
-  uint64_t min_part_size_ = 5 * 1024 * 1024;
-  int next_upload_ = 1;
-  std::map<std::string, Bucket> buckets_;
-  std::map<std::string, Upload> uploads_;  // by upload id
+  Mutex mu_;
+  int64_t now_millis_ GUARDED_BY(mu_) = 1714557600000;  // 2024-05-01T10:00:00Z
+  uint64_t min_part_size_ GUARDED_BY(mu_) = 5 * 1024 * 1024;
+  int next_upload_ GUARDED_BY(mu_) = 1;
+  std::map<std::string, Bucket> buckets_ GUARDED_BY(mu_);
+  std::map<std::string, Upload> uploads_ GUARDED_BY(mu_);  // by upload id
 };
 
 }  // namespace kiln::objects
