@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/mutex.h"
 #include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
@@ -34,14 +34,14 @@ class SigningKeyCache {
     cache_key.append(key_id).append("\n").append(date).append("\n").append(region).append("\n").append(service);
     std::string fingerprint = Sha256(secret);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       auto it = entries_.find(cache_key);
       if (it != entries_.end() && it->second.first == fingerprint) {
         return it->second.second;
       }
     }
     std::string key = DeriveSigningKey(secret, date, region, service);
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (entries_.size() >= kMaxEntries) {
       entries_.clear();
     }
@@ -51,9 +51,9 @@ class SigningKeyCache {
 
  private:
   static constexpr size_t kMaxEntries = 1024;
-  std::mutex mutex_;
-  // cache key → (SHA-256 of secret, kSigning). Guarded by mutex_.
-  std::map<std::string, std::pair<std::string, std::string>> entries_;
+  Mutex mutex_;
+  // cache key → (SHA-256 of secret, kSigning).
+  std::map<std::string, std::pair<std::string, std::string>> entries_ GUARDED_BY(mutex_);
 };
 
 SigningKeyCache& KeyCache() {
