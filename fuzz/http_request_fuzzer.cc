@@ -1,5 +1,6 @@
-// Fuzzes the HTTP/1.1 server's request side (src/net/http_server.cc): the bytes of one client
-// connection go through the real connection loop (net::ServeConnectionForTest over a socketpair):
+// Fuzzes the HTTP/1.1 server's request side (src/net/http_exchange.cc and the request body and
+// response writer beside it): the bytes of one client connection go through the real connection
+// loop (net::ServeConnectionForTest over a socketpair):
 // request line and headers (Beast's parser, the header bound, 400/413/431/505), keep-alive and
 // pipelining, Content-Length and chunked bodies read by the handler in input-chosen sizes,
 // Expect: 100-continue, draining of unread bodies, the response writer and the lingering close.

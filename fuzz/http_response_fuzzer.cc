@@ -1,4 +1,4 @@
-// Fuzzes HttpClient's hand-written response parser (src/net/http_client.cc, ResponseReader): the
+// Fuzzes HttpClient's hand-written response parser (src/net/http_response_reader.cc): the
 // bytes a serving container sends back on the invoke path. Status line, header fields, 1xx
 // interim responses, Transfer-Encoding (chunked with extensions and trailers, or close-delimited)
 // over Content-Length (repeated/comma lists), no-body statuses and HEAD, the header and body
