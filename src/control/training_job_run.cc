@@ -1,7 +1,5 @@
 #include "control/training_job_run.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -31,16 +29,7 @@ using namespace training;  // messages and deadline arithmetic
 namespace fs = std::filesystem;
 
 constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
-constexpr size_t kFailureReasonMax = 1024;
 
-std::string Truncate(std::string s, size_t max) {
-  if (s.size() <= max) return s;
-  size_t cut = max;
-  // Do not cut a UTF-8 sequence in half.
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  s.resize(cut);
-  return s;
-}
 
 // The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
 std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
@@ -138,7 +127,7 @@ bool TrainingJobRun::RetryIfAllowed(const std::string& why) {
   bool retry = false;
   (void)Update([&](store::TrainingJobRecord& rec) {
     const int retries = rec.state.retries;
-    if (rec.status != JobStatus::kInProgress || retries >= max_attempts) return;
+    if (!RetryAllowed(why, rec.status, retries, max_attempts)) return;
     rec.state.retries = retries + 1;
     SetPhase(rec, Phase::kQueued);
     rec.state.last_failure = why;
@@ -439,67 +428,28 @@ void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
   KLOG(info, "adopted running training job", {{"job", name_}, {"hosts", std::to_string(hosts_.size())}});
 }
 
+// Observe, plan (training_plan.h PlanMonitor), act, wait: until every host has exited or the
+// server shuts down.
 void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
-  const int64_t deadline = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
-  bool stop_sent = false;
+  MonitorInput input;
+  input.deadline_millis = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
   int64_t last_metrics_flush = Now();
   while (!shutting_down_.load()) {
     // Exit statuses first: a host that ended is recorded even if a stop is also under way.
-    bool all_exited = true;
-    bool any_failed = false;
-    for (auto& host : hosts_) {
-      if (host->exited) {
-        if (host->exit_code != 0) any_failed = true;
-        continue;
-      }
-      auto status = deps().runtime->Inspect(host->instance_id);
-      if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
-        host->exited = true;
-        if (status.ok() && status->state == runtime::InstanceState::kExited) {
-          host->exit_code = status->exit_code;
-          host->term_signal = status->term_signal;
-          host->stopped_by_kiln = status->stop_requested;
-        } else {
-          host->exit_code = -1;  // lost: the shim vanished without recording an exit
-        }
-        if (host->exit_code != 0) any_failed = true;
-      } else {
-        all_exited = false;
-      }
+    ObserveHosts();
+    input.stop_requested = stop_requested_.load();
+    input.requested_reason = stop_reason_;
+    input.hosts.clear();
+    for (const auto& host : hosts_) input.hosts.push_back({.exited = host->exited, .exit_code = host->exit_code});
+    const MonitorActions actions = PlanMonitor(input, Now());
+    if (actions.finish) break;
+    if (actions.stop != StopReason::kNone) {
+      StopHosts(actions.stop, actions.record_max_runtime);
+      input.stop_sent = true;
     }
-    if (all_exited) break;
-
-    if (!stop_sent) {
-      StopReason reason = StopReason::kNone;
-      if (stop_requested_.load()) reason = stop_reason_ == StopReason::kNone ? StopReason::kUser : stop_reason_;
-      if (reason == StopReason::kNone && Now() >= deadline) reason = StopReason::kMaxRuntime;
-      // A host failing fails the job; the other hosts are stopped like a stop (§11).
-      if (reason == StopReason::kNone && any_failed) reason = StopReason::kPeerFailure;
-      if (reason != StopReason::kNone) {
-        stop_reason_ = reason;
-        if (reason == StopReason::kMaxRuntime) {
-          int64_t now = Now();
-          (void)Update([&](store::TrainingJobRecord& rec) {
-            SetStatus(rec, JobStatus::kStopping);
-            rec.state.stop_requested = StopRequest::kMaxRuntime;
-            RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
-          });
-        }
-        for (auto& host : hosts_) {
-          if (!host->exited) (void)deps().runtime->Stop(host->instance_id, options().stop_grace);
-        }
-        stop_sent = true;
-      }
-    }
-
     if (Now() - last_metrics_flush >= 2000) {
       last_metrics_flush = Now();
-      std::lock_guard<std::mutex> lock(metrics_mutex_);
-      if (metrics_dirty_) {
-        auto snapshot = final_metrics_;
-        metrics_dirty_ = false;
-        (void)Update([&](store::TrainingJobRecord& rec) { rec.state.final_metrics = snapshot; });
-      }
+      FlushMetrics();
     }
     // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
     for (auto& host : hosts_) {
@@ -508,9 +458,48 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
         break;
       }
     }
-    if (stop_requested_.load() && !stop_sent) continue;
   }
   (void)record;
+}
+
+void TrainingJobRun::ObserveHosts() {
+  for (auto& host : hosts_) {
+    if (host->exited) continue;
+    auto status = deps().runtime->Inspect(host->instance_id);
+    if (status.ok() && status->state == runtime::InstanceState::kRunning) continue;
+    host->exited = true;
+    if (status.ok() && status->state == runtime::InstanceState::kExited) {
+      host->exit_code = status->exit_code;
+      host->term_signal = status->term_signal;
+      host->stopped_by_kiln = status->stop_requested;
+    } else {
+      host->exit_code = -1;  // lost: the shim vanished without recording an exit
+    }
+  }
+}
+
+void TrainingJobRun::StopHosts(StopReason reason, bool record_max_runtime) {
+  stop_reason_ = reason;
+  if (record_max_runtime) {
+    int64_t now = Now();
+    (void)Update([&](store::TrainingJobRecord& rec) {
+      SetStatus(rec, JobStatus::kStopping);
+      rec.state.stop_requested = StopRequest::kMaxRuntime;
+      RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
+    });
+  }
+  // A host failing fails the job; the other hosts are stopped like a stop (§11).
+  for (auto& host : hosts_) {
+    if (!host->exited) (void)deps().runtime->Stop(host->instance_id, options().stop_grace);
+  }
+}
+
+void TrainingJobRun::FlushMetrics() {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  if (!metrics_dirty_) return;
+  auto snapshot = final_metrics_;
+  metrics_dirty_ = false;
+  (void)Update([&](store::TrainingJobRecord& rec) { rec.state.final_metrics = snapshot; });
 }
 
 void TrainingJobRun::StartPump(Host& host, const json& metric_definitions, int64_t offset) {
@@ -627,40 +616,19 @@ Result<std::unique_ptr<agent::CheckpointSync>> TrainingJobRun::MakeCheckpointSyn
   return agent::CheckpointSync::Create(*deps().object_store, config.value("S3Uri", ""), local_dir, sync_options);
 }
 
+// Gathers how each host ended (its failure file, its last stderr line) for FailureReason.
 std::string TrainingJobRun::FailureReasonFromHosts() {
-  // Hosts that failed on their own come first: when algo-2 crashes Kiln stops algo-1, whose exit
-  // (SIGTERM, 143) is a consequence, not the reason. Within each group, hosts order.
-  std::vector<Host*> order;
-  for (auto& host : hosts_) {
-    if (!host->stopped_by_kiln) order.push_back(host.get());
+  std::vector<HostExit> exits;
+  for (const auto& host : hosts_) {
+    HostExit exit{.host = host->host,
+                  .exit_code = host->exit_code,
+                  .term_signal = host->term_signal,
+                  .stopped_by_kiln = host->stopped_by_kiln,
+                  .failure_file = host->exit_code != 0 ? agent::ReadFailureReason(host->opt_ml) : "",
+                  .last_stderr_line = host->exit_code != 0 && host->pump ? host->pump->last_stderr_line() : ""};
+    exits.push_back(std::move(exit));
   }
-  for (auto& host : hosts_) {
-    if (host->stopped_by_kiln) order.push_back(host.get());
-  }
-  // The first host that failed and wrote a failure file (§8).
-  for (Host* host : order) {
-    if (host->exit_code == 0) continue;
-    std::string reason = agent::ReadFailureReason(host->opt_ml);
-    if (!reason.empty()) return Truncate(reason, kFailureReasonMax);
-  }
-  for (Host* host : order) {
-    if (host->exit_code == 0) continue;
-    if (host->exit_code == -1 && host->term_signal == 0) {
-      return "InternalServerError: the instance " + host->host +
-             " was lost (its supervisor exited without recording an exit status).";
-    }
-    if (host->term_signal == SIGKILL || host->exit_code == 137) {
-      return "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
-             "training program. The process on " +
-             host->host + " was killed by SIGKILL (signal 9).";
-    }
-    std::string summary = host->pump ? host->pump->last_stderr_line() : "";
-    int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
-    std::string tail = ", exit code: " + std::to_string(code);
-    if (summary.empty()) summary = "the training program exited with a non-zero status";
-    return "AlgorithmError: " + Truncate(summary, kFailureReasonMax - 16 - tail.size()) + tail;
-  }
-  return "";
+  return FailureReason(exits);
 }
 
 void TrainingJobRun::Finish(bool ran) {
@@ -732,9 +700,12 @@ void TrainingJobRun::Finish(bool ran) {
   }
   (void)Update([&](store::TrainingJobRecord& rec) {
     // The row's request (the API's or the MaxRuntime stop's) first, then what this run saw.
-    StopReason reason = rec.state.stop_requested == StopRequest::kUser         ? StopReason::kUser
-                        : rec.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime
-                                                                               : stop_reason_;
+    const Outcome outcome = PlanOutcome({.row_request = rec.state.stop_requested,
+                                         .run_reason = stop_reason_,
+                                         .stop_requested = stop_requested_.load(),
+                                         .any_failed = any_failed,
+                                         .host_failure = failure,
+                                         .upload_error = upload_error});
     SetPhase(rec, Phase::kDone);
     rec.state.final_metrics = final_metrics;
     if (model_artifacts) rec.state.model_artifacts = model_artifacts;
@@ -743,21 +714,9 @@ void TrainingJobRun::Finish(bool ran) {
       rec.training_end_millis = end_millis;
       rec.state.training_end_millis = end_millis;
     }
-    if (reason == StopReason::kUser || (reason == StopReason::kNone && stop_requested_.load())) {
-      SetStatus(rec, JobStatus::kStopped);
-      RecordSecondaryStatus(rec, SecondaryStatus::kStopped, kMsgStopped, now);
-    } else if (reason == StopReason::kMaxRuntime) {
-      SetStatus(rec, JobStatus::kStopped);
-      RecordSecondaryStatus(rec, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, now);
-    } else if (any_failed || !upload_error.empty()) {
-      std::string why = any_failed ? failure : upload_error;
-      SetStatus(rec, JobStatus::kFailed);
-      rec.state.failure_reason = why;
-      RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
-    } else {
-      SetStatus(rec, JobStatus::kCompleted);
-      RecordSecondaryStatus(rec, SecondaryStatus::kCompleted, kMsgCompleted, now);
-    }
+    SetStatus(rec, outcome.status);
+    if (outcome.failure_reason) rec.state.failure_reason = outcome.failure_reason;
+    RecordSecondaryStatus(rec, outcome.secondary, outcome.message, now);
     if (!rec.state.transitions.empty()) rec.state.transitions.back().end_millis = now;
   });
   Cleanup();
@@ -769,7 +728,7 @@ void TrainingJobRun::Fail(const std::string& reason) {
       !StartsWith(why, "AlgorithmError")) {
     why = "InternalServerError: " + why;
   }
-  why = Truncate(why, kFailureReasonMax);
+  why = TruncateUtf8(why, kFailureReasonMax);
   if (RetryIfAllowed(why)) {
     Cleanup();
     return;

@@ -34,6 +34,7 @@
 #include "base/status.h"
 #include "control/scheduler.h"
 #include "control/training_controller.h"
+#include "control/training_plan.h"
 #include "observe/metric_extractor.h"
 #include "store/training_job_repository.h"
 
@@ -42,9 +43,6 @@ class CheckpointSync;
 }  // namespace kiln::agent
 
 namespace kiln::control {
-
-// Why a run is stopping its hosts: the job's stop request, or a host that failed on its own.
-enum class StopReason { kNone, kUser, kMaxRuntime, kPeerFailure };
 
 class TrainingJobRun {
  public:
@@ -92,6 +90,11 @@ class TrainingJobRun {
   Status Launch(store::TrainingJobRecord& record);
   void Adopt(const store::TrainingJobRecord& record);
   void Monitor(const store::TrainingJobRecord& record);
+  // Inspects the hosts not known to have exited and records their exits.
+  void ObserveHosts();
+  // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
+  void StopHosts(training::StopReason reason, bool record_max_runtime);
+  void FlushMetrics();
   void Finish(bool ran);
   void Fail(const std::string& reason);
   bool RetryIfAllowed(const std::string& why);
@@ -118,7 +121,7 @@ class TrainingJobRun {
   nlohmann::json request_;
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
-  StopReason stop_reason_ = StopReason::kNone;
+  training::StopReason stop_reason_ = training::StopReason::kNone;
   bool retrying_ = false;        // set by RetryIfAllowed: Run() queues the job again
   std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;

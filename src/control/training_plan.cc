@@ -1,5 +1,7 @@
 #include "control/training_plan.h"
 
+#include <signal.h>
+
 #include <cmath>
 #include <limits>
 
@@ -57,5 +59,93 @@ int64_t StoppingSeconds(const json& request, const char* member, int64_t fallbac
 }
 
 int64_t MaxRuntimeSeconds(const json& request) { return StoppingSeconds(request, "MaxRuntimeInSeconds", 86400); }
+
+std::string TruncateUtf8(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  // Do not cut a UTF-8 sequence in half.
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  return s;
+}
+
+std::string FailureReason(const std::vector<HostExit>& hosts) {
+  std::vector<const HostExit*> order;
+  for (const HostExit& host : hosts) {
+    if (!host.stopped_by_kiln) order.push_back(&host);
+  }
+  for (const HostExit& host : hosts) {
+    if (host.stopped_by_kiln) order.push_back(&host);
+  }
+  for (const HostExit* host : order) {
+    if (host->exit_code != 0 && !host->failure_file.empty()) return TruncateUtf8(host->failure_file, kFailureReasonMax);
+  }
+  for (const HostExit* host : order) {
+    if (host->exit_code == 0) continue;
+    if (host->exit_code == -1 && host->term_signal == 0) {
+      return "InternalServerError: the instance " + host->host +
+             " was lost (its supervisor exited without recording an exit status).";
+    }
+    if (host->term_signal == SIGKILL || host->exit_code == 137) {
+      return "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
+             "training program. The process on " +
+             host->host + " was killed by SIGKILL (signal 9).";
+    }
+    std::string summary = host->last_stderr_line;
+    int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
+    std::string tail = ", exit code: " + std::to_string(code);
+    if (summary.empty()) summary = "the training program exited with a non-zero status";
+    return "AlgorithmError: " + TruncateUtf8(summary, kFailureReasonMax - 16 - tail.size()) + tail;
+  }
+  return "";
+}
+
+MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis) {
+  MonitorActions actions;
+  bool all_exited = true;
+  bool any_failed = false;
+  for (const ObservedHost& host : input.hosts) {
+    all_exited &= host.exited;
+    any_failed |= host.exited && host.exit_code != 0;
+  }
+  if (all_exited) {
+    actions.finish = true;
+    return actions;
+  }
+  if (input.stop_sent) return actions;
+  if (input.stop_requested) {
+    actions.stop = input.requested_reason == StopReason::kNone ? StopReason::kUser : input.requested_reason;
+  } else if (now_millis >= input.deadline_millis) {
+    actions.stop = StopReason::kMaxRuntime;
+  } else if (any_failed) {
+    actions.stop = StopReason::kPeerFailure;
+  }
+  actions.record_max_runtime = actions.stop == StopReason::kMaxRuntime;
+  return actions;
+}
+
+Outcome PlanOutcome(const OutcomeInput& input) {
+  using store::SecondaryStatus;
+  using store::TrainingJobStatus;
+  const StopReason reason = input.row_request == store::StopRequest::kUser         ? StopReason::kUser
+                            : input.row_request == store::StopRequest::kMaxRuntime ? StopReason::kMaxRuntime
+                                                                                   : input.run_reason;
+  if (reason == StopReason::kUser || (reason == StopReason::kNone && input.stop_requested)) {
+    return {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt};
+  }
+  if (reason == StopReason::kMaxRuntime) {
+    return {TrainingJobStatus::kStopped, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, std::nullopt};
+  }
+  if (input.any_failed || !input.upload_error.empty()) {
+    const std::string why = input.any_failed ? input.host_failure : input.upload_error;
+    return {TrainingJobStatus::kFailed, SecondaryStatus::kFailed, why, why};
+  }
+  return {TrainingJobStatus::kCompleted, SecondaryStatus::kCompleted, kMsgCompleted, std::nullopt};
+}
+
+bool RetryAllowed(const std::string& why, store::TrainingJobStatus status, int retries, int max_attempts) {
+  return why.starts_with("InternalServerError") && status == store::TrainingJobStatus::kInProgress &&
+         retries < max_attempts;
+}
 
 }  // namespace kiln::control::training

@@ -4,12 +4,14 @@
 // the per-job run (training_job_run.h) execute what these return; the tests are tables of cases.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "control/scheduler.h"
+#include "store/training_job_state.h"
 
 namespace kiln::control::training {
 
@@ -39,5 +41,92 @@ int64_t AddSaturating(int64_t at, int64_t millis);
 int64_t StoppingSeconds(const nlohmann::json& request, const char* member, int64_t fallback);
 // StoppingCondition.MaxRuntimeInSeconds, 86400 when absent.
 int64_t MaxRuntimeSeconds(const nlohmann::json& request);
+
+// Why a run is stopping its hosts: the job's stop request, or a host that failed on its own.
+enum class StopReason { kNone, kUser, kMaxRuntime, kPeerFailure };
+
+// ---- The monitor's decision on every tick (training_job_run.cc Monitor) ----
+
+// One host as the runtime showed it on this tick.
+struct ObservedHost {
+  bool exited = false;
+  int exit_code = -1;  // when exited: the exit code (-1: lost, no exit recorded)
+};
+
+struct MonitorInput {
+  // A stop is requested (the API's, or the row said so when the run began) and why: kUser or
+  // kMaxRuntime (kNone with `stop_requested`: the user's).
+  bool stop_requested = false;
+  StopReason requested_reason = StopReason::kNone;
+  bool stop_sent = false;  // the hosts were already told to stop (on an earlier tick)
+  std::vector<ObservedHost> hosts;
+  int64_t deadline_millis = 0;  // training start + MaxRuntimeInSeconds (saturated)
+};
+
+struct MonitorActions {
+  // Every host has exited: leave the monitor and finish the job (PlanOutcome decides how).
+  bool finish = false;
+  // Stop the hosts still running, for this reason (runtime Stop with the stop grace: SIGTERM,
+  // then SIGKILL when the grace ends — the runtime's shim escalates, not the controller).
+  StopReason stop = StopReason::kNone;
+  // Before stopping: write the row Stopping with stop_requested = max_runtime.
+  bool record_max_runtime = false;
+};
+
+// First match wins: all hosts exited → finish; a stop already sent → nothing; a requested stop;
+// MaxRuntimeInSeconds passed (now >= deadline); a host that exited non-zero (its peers are stopped,
+// training-contract.md §11). An empty host list is "all exited".
+MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis);
+
+// ---- How a job that ran (or was stopped while staging) ends ----
+
+struct OutcomeInput {
+  store::StopRequest row_request = store::StopRequest::kNone;  // the row's stop_requested
+  StopReason run_reason = StopReason::kNone;                    // why the monitor stopped the hosts
+  bool stop_requested = false;                                  // the run was asked to stop
+  bool any_failed = false;                                      // a host exited non-zero (or was lost)
+  std::string host_failure;                                     // FailureReason from the hosts
+  std::string upload_error;                                     // "" when the uploads succeeded
+};
+
+struct Outcome {
+  store::TrainingJobStatus status = store::TrainingJobStatus::kCompleted;
+  store::SecondaryStatus secondary = store::SecondaryStatus::kCompleted;
+  std::string message;                        // the last transition's StatusMessage
+  std::optional<std::string> failure_reason;  // set for Failed
+};
+
+// The row's stop request wins (a user's stop is Stopped even if a host failed meanwhile), then
+// the run's: user → Stopped; max runtime → Stopped / MaxRuntimeExceeded; otherwise a failed host
+// (its reason) or a failed upload → Failed; otherwise Completed.
+Outcome PlanOutcome(const OutcomeInput& input);
+
+// ---- FailureReason of a job whose host failed ----
+
+inline constexpr size_t kFailureReasonMax = 1024;
+
+// `s` cut to at most `max` bytes, never inside a UTF-8 sequence.
+std::string TruncateUtf8(std::string s, size_t max);
+
+// How one host ended, as the run gathered it.
+struct HostExit {
+  std::string host;  // algo-<n>
+  int exit_code = 0;  // -1: lost (no exit recorded)
+  int term_signal = 0;
+  bool stopped_by_kiln = false;   // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
+  std::string failure_file;      // /opt/ml/output/failure, "" when none (training-contract.md §8)
+  std::string last_stderr_line;  // the last line it wrote to stderr
+};
+
+// The job's FailureReason, "" when no host failed. Hosts that failed on their own come before the
+// ones Kiln stopped (when algo-2 crashes Kiln stops algo-1, whose SIGTERM exit is a consequence);
+// within each group, host order. The first failed host's failure file wins; otherwise the first
+// failed host says: lost → InternalServerError, SIGKILL / 137 → OutOfMemory, else AlgorithmError
+// with its last stderr line and exit code (128 + signal when signalled). At most kFailureReasonMax.
+std::string FailureReason(const std::vector<HostExit>& hosts);
+
+// RetryStrategy (training-contract.md §10): a failure for Kiln's own reasons
+// ("InternalServerError: ...") of an InProgress job is retried while attempts remain.
+bool RetryAllowed(const std::string& why, store::TrainingJobStatus status, int retries, int max_attempts);
 
 }  // namespace kiln::control::training

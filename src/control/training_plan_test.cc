@@ -1,0 +1,184 @@
+#include "control/training_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+// The case tables name only the members that matter to each case; the others keep their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace kiln::control::training {
+namespace {
+
+using store::SecondaryStatus;
+using store::StopRequest;
+using store::TrainingJobStatus;
+
+constexpr ObservedHost kRunning{.exited = false, .exit_code = -1};
+constexpr ObservedHost kExitedOk{.exited = true, .exit_code = 0};
+constexpr ObservedHost kExitedFailed{.exited = true, .exit_code = 2};
+constexpr ObservedHost kLost{.exited = true, .exit_code = -1};
+
+TEST(PlanMonitorTest, Table) {
+  struct Case {
+    const char* name;
+    MonitorInput input;
+    int64_t now;
+    MonitorActions expected;
+  };
+  const Case cases[] = {
+      {"running, nothing to do", {.hosts = {kRunning}, .deadline_millis = 100}, 50, {}},
+      {"all hosts exited: finish", {.hosts = {kExitedOk, kExitedFailed}, .deadline_millis = 100}, 50, {.finish = true}},
+      {"no hosts is all exited", {.deadline_millis = 100}, 50, {.finish = true}},
+      {"exits win over a stop request",
+       {.stop_requested = true, .hosts = {kExitedOk}, .deadline_millis = 100}, 50, {.finish = true}},
+      {"user stop: stop the hosts", {.stop_requested = true, .hosts = {kRunning}, .deadline_millis = 100}, 50,
+       {.stop = StopReason::kUser}},
+      {"stop requested with the row's max runtime reason (adopted)",
+       {.stop_requested = true, .requested_reason = StopReason::kMaxRuntime, .hosts = {kRunning}, .deadline_millis = 100},
+       50, {.stop = StopReason::kMaxRuntime, .record_max_runtime = true}},
+      {"a stop already sent is not sent again",
+       {.stop_requested = true, .stop_sent = true, .hosts = {kRunning}, .deadline_millis = 100}, 500, {}},
+      {"deadline reached: max runtime", {.hosts = {kRunning}, .deadline_millis = 100}, 100,
+       {.stop = StopReason::kMaxRuntime, .record_max_runtime = true}},
+      {"one millisecond before the deadline", {.hosts = {kRunning}, .deadline_millis = 100}, 99, {}},
+      {"a user stop wins over the deadline", {.stop_requested = true, .hosts = {kRunning}, .deadline_millis = 100}, 200,
+       {.stop = StopReason::kUser}},
+      {"a host failed: stop its peers", {.hosts = {kRunning, kExitedFailed}, .deadline_millis = 100}, 50,
+       {.stop = StopReason::kPeerFailure}},
+      {"a lost host counts as failed", {.hosts = {kLost, kRunning}, .deadline_millis = 100}, 50,
+       {.stop = StopReason::kPeerFailure}},
+      {"a host that succeeded does not stop its peers", {.hosts = {kExitedOk, kRunning}, .deadline_millis = 100}, 50, {}},
+      {"the deadline wins over a peer failure", {.hosts = {kExitedFailed, kRunning}, .deadline_millis = 100}, 100,
+       {.stop = StopReason::kMaxRuntime, .record_max_runtime = true}},
+      {"a saturated deadline never passes",
+       {.hosts = {kRunning}, .deadline_millis = std::numeric_limits<int64_t>::max()},
+       std::numeric_limits<int64_t>::max() - 1, {}},
+  };
+  for (const Case& c : cases) {
+    MonitorActions got = PlanMonitor(c.input, c.now);
+    EXPECT_EQ(got.finish, c.expected.finish) << c.name;
+    EXPECT_EQ(got.stop, c.expected.stop) << c.name;
+    EXPECT_EQ(got.record_max_runtime, c.expected.record_max_runtime) << c.name;
+  }
+}
+
+TEST(PlanOutcomeTest, Table) {
+  struct Case {
+    const char* name;
+    OutcomeInput input;
+    Outcome expected;
+  };
+  const Case cases[] = {
+      {"clean exit", {}, {TrainingJobStatus::kCompleted, SecondaryStatus::kCompleted, kMsgCompleted, std::nullopt}},
+      {"a host failed",
+       {.run_reason = StopReason::kPeerFailure, .any_failed = true, .host_failure = "AlgorithmError: x, exit code: 1"},
+       {TrainingJobStatus::kFailed, SecondaryStatus::kFailed, "AlgorithmError: x, exit code: 1",
+        "AlgorithmError: x, exit code: 1"}},
+      {"upload failed",
+       {.upload_error = "InternalServerError: checkpoint upload failed: x"},
+       {TrainingJobStatus::kFailed, SecondaryStatus::kFailed, "InternalServerError: checkpoint upload failed: x",
+        "InternalServerError: checkpoint upload failed: x"}},
+      {"a host failure is the reason over an upload error",
+       {.any_failed = true, .host_failure = "OutOfMemory: y", .upload_error = "InternalServerError: z"},
+       {TrainingJobStatus::kFailed, SecondaryStatus::kFailed, "OutOfMemory: y", "OutOfMemory: y"}},
+      {"user stop", {.row_request = StopRequest::kUser, .run_reason = StopReason::kUser, .stop_requested = true},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt}},
+      {"user stop wins over a failed host (stopped by SIGTERM)",
+       {.row_request = StopRequest::kUser, .stop_requested = true, .any_failed = true, .host_failure = "AlgorithmError: 143"},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt}},
+      {"stopped while staging (the run's request only)", {.stop_requested = true},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt}},
+      {"max runtime (the row's)", {.row_request = StopRequest::kMaxRuntime, .run_reason = StopReason::kMaxRuntime},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, std::nullopt}},
+      {"the row's user stop wins over the run's max runtime",
+       {.row_request = StopRequest::kUser, .run_reason = StopReason::kMaxRuntime},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt}},
+  };
+  for (const Case& c : cases) {
+    Outcome got = PlanOutcome(c.input);
+    EXPECT_EQ(got.status, c.expected.status) << c.name;
+    EXPECT_EQ(got.secondary, c.expected.secondary) << c.name;
+    EXPECT_EQ(got.message, c.expected.message) << c.name;
+    EXPECT_EQ(got.failure_reason, c.expected.failure_reason) << c.name;
+  }
+}
+
+TEST(RetryAllowedTest, Table) {
+  struct Case {
+    const char* why;
+    TrainingJobStatus status;
+    int retries;
+    int max_attempts;
+    bool expected;
+  };
+  const Case cases[] = {
+      {"InternalServerError: the instance algo-1 was lost", TrainingJobStatus::kInProgress, 0, 1, true},
+      {"InternalServerError: lost", TrainingJobStatus::kInProgress, 1, 1, false},  // attempts used
+      {"InternalServerError: lost", TrainingJobStatus::kInProgress, 0, 0, false},  // no RetryStrategy
+      {"InternalServerError: lost", TrainingJobStatus::kStopping, 0, 3, false},    // being stopped
+      {"AlgorithmError: x, exit code: 1", TrainingJobStatus::kInProgress, 0, 3, false},
+      {"ClientError: bad image", TrainingJobStatus::kInProgress, 0, 3, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(RetryAllowed(c.why, c.status, c.retries, c.max_attempts), c.expected) << c.why;
+  }
+}
+
+TEST(StoppingSecondsTest, TakesIntegersTruncatesFractionsAndSaturates) {
+  using nlohmann::json;
+  auto request = [](json v) { return json{{"StoppingCondition", {{"MaxRuntimeInSeconds", v}}}}; };
+  EXPECT_EQ(MaxRuntimeSeconds(json::object()), 86400);
+  EXPECT_EQ(MaxRuntimeSeconds(request(60)), 60);
+  EXPECT_EQ(MaxRuntimeSeconds(request(60.9)), 60);
+  EXPECT_EQ(MaxRuntimeSeconds(request("60")), 86400);
+  EXPECT_EQ(MaxRuntimeSeconds(request(json::parse("18446744073709551615"))), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(MaxRuntimeSeconds(request(1e300)), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SecondsToMillisSaturating(std::numeric_limits<int64_t>::max()), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(AddSaturating(std::numeric_limits<int64_t>::max() - 1, 5), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(AddSaturating(1000, 60000), 61000);
+}
+
+TEST(FailureReasonTest, Table) {
+  const HostExit ok{.host = "algo-1", .exit_code = 0};
+  const HostExit crashed{.host = "algo-2", .exit_code = 1, .last_stderr_line = "RuntimeError: rank 1 crashed"};
+  const HostExit stopped{.host = "algo-1", .exit_code = 143, .term_signal = 15, .stopped_by_kiln = true,
+                         .last_stderr_line = "Terminated"};
+  const HostExit lost{.host = "algo-1", .exit_code = -1};
+  const HostExit killed{.host = "algo-1", .exit_code = 137, .term_signal = 9};
+  const HostExit with_file{.host = "algo-2", .exit_code = 1, .failure_file = "my own reason",
+                           .last_stderr_line = "ignored"};
+  const HostExit silent{.host = "algo-1", .exit_code = 2};
+  struct Case {
+    const char* name;
+    std::vector<HostExit> hosts;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {"nobody failed", {ok, ok}, ""},
+      {"no hosts", {}, ""},
+      {"last stderr line and exit code", {crashed}, "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1"},
+      {"the host that failed on its own, not the peer Kiln stopped", {stopped, crashed},
+       "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1"},
+      {"a failure file wins over any summary", {crashed, with_file}, "my own reason"},
+      {"lost", {lost}, "InternalServerError: the instance algo-1 was lost (its supervisor exited without recording an exit status)."},
+      {"SIGKILL is out of memory", {killed},
+       "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the training program. "
+       "The process on algo-1 was killed by SIGKILL (signal 9)."},
+      {"no stderr line", {silent}, "AlgorithmError: the training program exited with a non-zero status, exit code: 2"},
+      {"a signal is 128 + signal", {stopped}, "AlgorithmError: Terminated, exit code: 143"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(FailureReason(c.hosts), c.expected) << c.name;
+}
+
+TEST(FailureReasonTest, LongReasonsAreCutToTheLimitOnACharacterBoundary) {
+  HostExit file{.host = "algo-1", .exit_code = 1, .failure_file = std::string(1023, 'x') + "\xC3\xA9"};
+  EXPECT_EQ(FailureReason({file}), std::string(1023, 'x'));
+  HostExit chatty{.host = "algo-1", .exit_code = 1, .last_stderr_line = std::string(5000, 'y')};
+  const std::string reason = FailureReason({chatty});
+  EXPECT_LE(reason.size(), kFailureReasonMax);
+  EXPECT_TRUE(reason.ends_with("y, exit code: 1"));
+}
+
+}  // namespace
+}  // namespace kiln::control::training
