@@ -126,9 +126,10 @@ struct Config {
 Status LoadConfigFile(const std::string& path, Config* config);
 // Applies KILN_DATA_DIR when set.
 void ApplyEnvironment(Config* config);
-// Checks the combination: listen parses, account id is 12 digits, regions non-empty, backend
-// known and complete, and that a non-loopback listen address has explicitly configured
-// credentials and auth on. Expands "~" in data_dir.
+// Checks the combination: listen parses, account id is 12 digits, regions and data_dir non-empty,
+// log_format known, backend known and complete, and that a non-loopback listen address has
+// explicitly configured credentials and auth on. Expands "~" in data_dir and gives each configured
+// credential the account id, principal ARN and user id it leaves out.
 Status Validate(Config* config);
 
 // The URL clients use: public_endpoint, or http://<listen> (0.0.0.0/:: shown as 127.0.0.1).

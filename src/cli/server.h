@@ -38,7 +38,8 @@ class Server {
 
   // Starts the controllers (adopting instances that survived a previous server) and serving.
   Status Start();
-  // Stops serving: in-flight requests get `grace_seconds` to finish. Idempotent.
+  // Stops serving (in-flight requests get `grace_seconds` to finish), then shuts the controllers
+  // and metric samplers down; instances keep running for the next server to adopt. Idempotent.
   void Stop(int grace_seconds = 10);
   uint16_t port() const { return http_->port(); }
   const Config& config() const { return config_; }
