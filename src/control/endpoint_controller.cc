@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "control/endpoint_instance.h"
 #include "control/endpoint_states.h"
 #include "control/endpoint_status.h"
 #include "control/log_pump.h"
@@ -25,10 +26,8 @@ namespace kiln::control {
 namespace {
 
 using json = nlohmann::json;
-using SteadyClock = std::chrono::steady_clock;  // real-time budgets (deps.clock: see the header)
 
 constexpr std::string_view kRuntimePrefix = "endpoint-";
-constexpr int kPortBlock = 100;
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -69,541 +68,7 @@ bool PortFree(int port) {
   return ok;
 }
 
-std::string FormatExit(const runtime::InstanceStatus& s) {
-  if (s.state == runtime::InstanceState::kLost) return "was lost (its shim is gone)";
-  if (s.term_signal != 0) return "was killed by signal " + std::to_string(s.term_signal);
-  return "exited with code " + std::to_string(s.exit_code);
-}
-
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// InstanceRun
-
-class EndpointController::InstanceRun {
- public:
-  struct Spec {
-    std::string endpoint_name;
-    std::string instance_id;
-    std::string runtime_id;
-    std::string variant;
-    std::string model_name;
-    std::string instance_type;
-    int64_t generation = 0;
-    json container;
-    std::chrono::seconds startup_timeout{240};
-    std::chrono::seconds download_timeout{3600};
-    std::chrono::seconds provision_timeout{3600};  // VariantInstanceProvisionTimeoutInSeconds
-    agent::UnpackCap unpack_cap;  // bounds the model archive (archive_caps.h)
-    aws::Credential credential;
-    std::string dir;  // <work>/<endpoint>/<instance-id>
-    int port_base = 0;
-    int64_t launched_millis = 0;
-  };
-
-  InstanceRun(EndpointController* controller, Spec spec, bool adopted, std::optional<Allocation> allocation,
-              std::function<void()> on_change)
-      : controller_(controller),
-        spec_(std::move(spec)),
-        adopted_(adopted),
-        launched_(adopted),
-        allocation_(std::move(allocation)),
-        reserved_(adopted && allocation_.has_value()),
-        on_change_(std::move(on_change)) {
-    auto target = std::make_shared<serving::InstanceTarget>();
-    target->instance_id = spec_.instance_id;
-    target->host = "127.0.0.1";
-    target->port = static_cast<uint16_t>(spec_.port_base);
-    target->container_hostname = "primary";
-    target->log_stream = spec_.variant + "/" + spec_.instance_id;
-    target_ = std::move(target);
-    if (adopted) phase_ = InstancePhase::kStarting;
-  }
-
-  ~InstanceRun() { Join(); }
-
-  void Start() { thread_ = std::thread([this] { Run(); }); }
-  void Join() {
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // Drain, then stop the instance (idempotent).
-  void RequestStop() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_requested_) return;
-    stop_requested_ = true;
-    cancel_.Cancel();
-    cv_.notify_all();
-  }
-  // Server shutdown: leave a launched instance running for the next server.
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
-    detach_ = true;
-    stop_requested_ = true;
-    cancel_.Cancel();
-    cv_.notify_all();
-  }
-
-  const Spec& spec() const { return spec_; }
-  std::shared_ptr<const serving::InstanceTarget> target() const { return target_; }
-  bool stop_requested() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stop_requested_;
-  }
-  bool healthy() const { return healthy_.load(); }
-  bool failed() const { return failed_.load(); }
-  bool stopped() const { return stopped_.load(); }
-  bool launched() const { return launched_.load(); }
-  InstancePhase phase() const { return phase_.load(); }
-  std::string failure_reason() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return failure_reason_;
-  }
-  // While it waits for capacity: what for (CapacityWaitMessage); empty otherwise.
-  std::string waiting_for() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return waiting_for_;
-  }
-  // Re-evaluates a capacity wait now (EndpointController::Wake). Sticky until the wait sees it.
-  void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
-    wake_ = true;
-    cv_.notify_all();
-  }
-  // Set by the endpoint run once it acted on failed().
-  bool failure_handled = false;
-
-  store::InstanceRecord Record() const {
-    store::InstanceRecord r;
-    r.instance_id = spec_.instance_id;
-    r.runtime_id = spec_.runtime_id;
-    r.variant = spec_.variant;
-    r.model_name = spec_.model_name;
-    r.instance_type = spec_.instance_type;
-    r.generation = spec_.generation;
-    r.port_base = spec_.port_base;
-    r.launched_millis = spec_.launched_millis;
-    r.reserved = reserved_;
-    if (allocation_) r.allocation = *allocation_;
-    return r;
-  }
-
- private:
-  const EndpointControllerOptions& options() const { return controller_->options_; }
-  const EndpointControllerDeps& deps() const { return controller_->deps_; }
-
-  // Sleeps up to `d`; true when a stop was requested meanwhile.
-  bool SleepFor(std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, d, [&] { return stop_requested_; });
-  }
-
-  // Like SleepFor, but Wake() also ends it (the capacity wait re-reads the controller's clock).
-  bool NapFor(std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    bool stop = cv_.wait_for(lock, d, [&] { return stop_requested_ || wake_; }) && stop_requested_;
-    wake_ = false;
-    return stop;
-  }
-
-  // Moves to `to` (the run thread is the only writer), checked against endpoint_states.h.
-  void SetPhase(InstancePhase to) {
-    InstancePhase from = phase_.exchange(to);
-    CheckInstancePhaseChange(spec_.endpoint_name, spec_.instance_id, from, to);
-  }
-
-  void Fail(std::string reason) {
-    SetPhase(InstancePhase::kFailed);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failure_reason_ = std::move(reason);
-    }
-    // Requests already sent to it end now (ModelError) instead of waiting out the invocation
-    // timeout; requests routed to it but not yet sent go elsewhere (serving/routing.h).
-    target_->failure.Cancel(failure_reason());
-    KLOG(warn, "endpoint instance failed", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-                                            {"reason", failure_reason()}});
-    healthy_ = false;
-    failed_ = true;
-    on_change_();
-  }
-
-  void Run() {
-    if (!adopted_) Provision();
-    if (launched_ && !failed_) {
-      StartLogPump();
-      if (HealthGate()) Monitor();
-    }
-    Finish();
-  }
-
-  void Provision() {
-    // The image first: one Kiln cannot run fails the instance before it waits for capacity or
-    // downloads model data, so neither a long wait nor a download error hides the reason.
-    std::string image = spec_.container.value("Image", "");
-    auto resolved = deps().environments->Resolve(image);
-    if (!resolved.ok()) {
-      Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
-      return;
-    }
-    if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
-      Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
-           "', but this Kiln version has no model server for framework images on the process runtime. "
-           "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
-      return;
-    }
-    if (!Reserve()) return;
-
-    std::string opt_ml = spec_.dir + "/opt_ml";
-    if (Status s = MakeDirs(opt_ml, 0755); !s.ok()) {
-      Fail("InternalServerError: cannot create the instance directory: " + s.message());
-      return;
-    }
-    // Model data, bounded by ModelDataDownloadTimeoutInSeconds.
-    {
-      std::atomic<bool> done{false};
-      std::thread watchdog([&] {
-        auto deadline = SteadyClock::now() + spec_.download_timeout;
-        std::unique_lock<std::mutex> lock(mu_);
-        while (!done.load() && !stop_requested_ && SteadyClock::now() < deadline) {
-          cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(200)));
-        }
-        if (!done.load()) cancel_.Cancel();
-      });
-      auto prepared = agent::PrepareModelData(*deps().object_store, spec_.container, opt_ml + "/model",
-                                              options().model_cache_dir, &cancel_, spec_.unpack_cap);
-      done = true;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        cv_.notify_all();
-      }
-      watchdog.join();
-      if (stop_requested()) return;
-      if (!prepared.ok()) {
-        std::string message = prepared.status().message();
-        if (prepared.status().code() == StatusCode::kDeadlineExceeded) {
-          message = "ClientError: Downloading the model data of production variant " + spec_.variant +
-                    " took longer than ModelDataDownloadTimeoutInSeconds (" +
-                    std::to_string(spec_.download_timeout.count()) + " s).";
-        }
-        Fail(message);
-        return;
-      }
-    }
-    (void)MakeDirs(opt_ml + "/model", 0755);
-
-    // The command: `<image entrypoint> serve`.
-    runtime::InstanceSpec spec;
-    spec.instance_id = spec_.runtime_id;
-    spec.opt_ml_dir = opt_ml;
-    spec.hostname = spec_.instance_id;
-    spec.argv = {resolved->executable, "serve"};
-    auto& env = spec.env;
-    env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-           {"HOME", "/root"},
-           {"LANG", "C.UTF-8"}};
-    for (const auto& [k, v] : resolved->env) env[k] = v;
-    env["AWS_REGION"] = options().region;
-    env["AWS_DEFAULT_REGION"] = options().region;
-    env["SAGEMAKER_REGION"] = options().region;
-    env["AWS_ENDPOINT_URL"] = options().endpoint_url;
-    env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
-    env["S3_ENDPOINT_URL"] = options().endpoint_url;
-    if (spec_.container.contains("Environment") && spec_.container["Environment"].is_object()) {
-      for (const auto& [k, v] : spec_.container["Environment"].items()) {
-        if (v.is_string()) env[k] = v.get<std::string>();
-      }
-    }
-    if (!spec_.credential.access_key_id.empty()) {
-      env["AWS_ACCESS_KEY_ID"] = spec_.credential.access_key_id;
-      env["AWS_SECRET_ACCESS_KEY"] = spec_.credential.secret_access_key;
-      env["AWS_SESSION_TOKEN"] = spec_.credential.session_token;
-    }
-    // Instances share the host network on the process runtime: each listens on its own port.
-    env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(spec_.port_base);
-    env["SAGEMAKER_SAFE_PORT_RANGE"] =
-        std::to_string(spec_.port_base + 1) + "-" + std::to_string(spec_.port_base + kPortBlock - 1);
-    if (allocation_) {
-      AddGpuEnvironment(*allocation_, env);
-      spec.cpus = allocation_->cpus;
-      spec.memory_limit_bytes = allocation_->memory_bytes;
-      spec.gpus = allocation_->gpus;
-    } else {
-      env["NVIDIA_VISIBLE_DEVICES"] = "void";
-    }
-    env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
-    spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
-    if (StartsWith(resolved->executable, "/tmp/")) {
-      spec.extra_mounts.push_back({resolved->executable, resolved->executable, true});
-    }
-    Status launched = deps().runtime->Launch(spec);
-    if (!launched.ok()) {
-      Fail("ClientError: The container of production variant " + spec_.variant + " could not start: " +
-           launched.message());
-      return;
-    }
-    spec_.launched_millis = controller_->WallMillis();
-    launched_ = true;
-    SetPhase(InstancePhase::kStarting);
-    KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-                                              {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
-                                              {"note", shared_note_}});
-    if (!shared_note_.empty()) {
-      KLOG(warn, "endpoint instance runs unreserved", {{"endpoint", spec_.endpoint_name},
-                                                       {"instance", spec_.instance_id}, {"reason", shared_note_}});
-    }
-    on_change_();
-  }
-
-  // Reserves the instance's resources (Scheduler::AllocateNow: endpoints do not queue behind
-  // training jobs). A type that can never run here fails at once; under `strict` one that does
-  // not fit now waits, saying so in waiting_for(), for at most the provision budget and then
-  // fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
-  // failed or was stopped meanwhile.
-  bool Reserve() {
-    const int64_t deadline =
-        controller_->DeadlineMillis() + std::chrono::milliseconds(spec_.provision_timeout).count();
-    while (!stop_requested()) {
-      ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
-      auto granted = deps().scheduler->AllocateNow(request);
-      if (granted.ok()) {
-        allocation_ = granted->front();
-        reserved_ = true;
-        break;
-      }
-      if (!granted.status().Is(ErrorReason::kDoesNotFitNow)) {
-        SetWaiting("");
-        Fail(CapacityNeverReason(spec_.variant, granted.status().message()));
-        return false;
-      }
-      if (deps().scheduler->options().policy == ShapePolicy::kShrink) {
-        // A development box: run beside what holds the CPUs rather than wait (documented).
-        shared_note_ = "the host has no free capacity for " + spec_.instance_type +
-                       "; the instance shares CPUs and memory with others (scheduler policy shrink)";
-        break;
-      }
-      const int64_t now = controller_->DeadlineMillis();
-      if (now >= deadline) {
-        SetWaiting("");
-        Fail(CapacityTimeoutReason(spec_.variant, granted.status().message(), spec_.provision_timeout));
-        return false;
-      }
-      auto left = std::chrono::ceil<std::chrono::seconds>(std::chrono::milliseconds(deadline - now));
-      SetWaiting(CapacityWaitMessage(granted.status().message(), spec_.provision_timeout, left));
-      if (NapFor(std::chrono::milliseconds(std::min<int64_t>(2000, deadline - now)))) break;
-    }
-    SetWaiting("");
-    return !stop_requested();
-  }
-
-  // Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
-  void SetWaiting(std::string message) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (waiting_for_ == message) return;
-      waiting_for_ = std::move(message);
-    }
-    on_change_();
-  }
-
-  void StartLogPump() {
-    LogPump::Options pump;
-    pump.output_path = deps().runtime->OutputPath(spec_.runtime_id);
-    pump.offset_path = spec_.dir + "/log-offset";
-    pump.start_offset = LogPump::ReadOffset(pump.offset_path);
-    pump.group = "/aws/sagemaker/Endpoints/" + spec_.endpoint_name;
-    pump.stream = spec_.variant + "/" + spec_.instance_id;
-    log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
-    log_pump_->Start();
-    // Instance metrics (serving-contract.md §15.3) from now until Finish.
-    if (deps().instance_metrics != nullptr) {
-      (void)deps().instance_metrics->Track(EndpointInstanceMetricsTarget(
-          spec_.runtime_id, spec_.endpoint_name, spec_.variant, spec_.instance_id, spec_.dir + "/opt_ml"));
-    }
-  }
-
-  bool Ping() {
-    net::ClientRequest request;
-    request.method = "GET";
-    request.target = "/ping";
-    net::ClientTimeouts timeouts;
-    timeouts.connect_ms = static_cast<int>(options().ping_timeout.count());
-    timeouts.response_ms = static_cast<int>(options().ping_timeout.count());
-    auto response = controller_->ping_client_.Send(target_->host, target_->port, request, timeouts);
-    if (!response.ok()) {
-      last_ping_error_ = response.status().message();
-      return false;
-    }
-    if (response->status != 200) {
-      last_ping_error_ = "GET /ping answered " + std::to_string(response->status);
-      return false;
-    }
-    return true;
-  }
-
-  // Exit status if the program is no longer running.
-  std::optional<runtime::InstanceStatus> Exited() {
-    auto status = deps().runtime->Inspect(spec_.runtime_id);
-    if (!status.ok()) {
-      runtime::InstanceStatus lost;
-      lost.state = runtime::InstanceState::kLost;
-      return lost;
-    }
-    if (status->state == runtime::InstanceState::kRunning) return std::nullopt;
-    return *status;
-  }
-
-  std::string LastOutputLine() const {
-    if (!log_pump_) return "";
-    std::string line = log_pump_->last_stderr_line();
-    return line.empty() ? "" : " Last error output: " + line;
-  }
-
-  // Pings until the container answers 200 or the startup budget ends. True when healthy.
-  bool HealthGate() {
-    auto start = SteadyClock::now();
-    // An adopted instance was healthy before the restart: it gets the regular budget again.
-    auto deadline = start + spec_.startup_timeout;
-    auto interval = std::chrono::milliseconds(20);
-    while (!stop_requested()) {
-      if (auto exited = Exited()) {
-        Fail("ClientError: The primary container for production variant " + spec_.variant + " " +
-             FormatExit(*exited) + " before it passed the ping health check." + LastOutputLine());
-        return false;
-      }
-      if (Ping()) {
-        SetPhase(InstancePhase::kInService);
-        healthy_ = true;
-        KLOG(info, "endpoint instance healthy",
-             {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-              {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count())}});
-        on_change_();
-        return true;
-      }
-      if (SteadyClock::now() >= deadline) {
-        Fail("ClientError: The primary container for production variant " + spec_.variant +
-             " did not pass the ping health check. Kiln gives every instance its own port in "
-             "SAGEMAKER_BIND_TO_PORT (here " + std::to_string(spec_.port_base) +
-             "); the container must answer GET /ping there within " +
-             std::to_string(spec_.startup_timeout.count()) + " s. Last attempt: " + last_ping_error_ + "." +
-             LastOutputLine());
-        return false;
-      }
-      if (SleepFor(interval)) return false;
-      interval = std::min(interval * 2, std::chrono::milliseconds(500));
-    }
-    return false;
-  }
-
-  void Monitor() {
-    int failures = 0;
-    while (!SleepFor(options().health_interval)) {
-      if (auto exited = Exited()) {
-        healthy_ = false;
-        Fail("The container of instance " + spec_.instance_id + " " + FormatExit(*exited) + "." + LastOutputLine());
-        return;
-      }
-      if (Ping()) {
-        failures = 0;
-        continue;
-      }
-      if (++failures >= options().unhealthy_threshold) {
-        healthy_ = false;
-        Fail("Instance " + spec_.instance_id + " failed " + std::to_string(failures) +
-             " health checks in a row: " + last_ping_error_);
-        return;
-      }
-    }
-  }
-
-  bool detached() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return detach_;
-  }
-
-  void Finish() {
-    if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(spec_.runtime_id);
-    if (detached()) {
-      SetPhase(InstancePhase::kDetached);
-      if (log_pump_) log_pump_->Stop(false);
-      if (!launched_) {
-        (void)RemoveAll(spec_.dir);
-        if (reserved_) deps().scheduler->Release(spec_.runtime_id);
-      }
-      stopped_ = true;
-      return;
-    }
-    SetPhase(InstancePhase::kDraining);
-    healthy_ = false;
-    on_change_();  // the endpoint run publishes a snapshot without this instance
-    // Drain: once no snapshot and no request in flight references the target, only this run
-    // holds it.
-    auto drain_deadline = SteadyClock::now() + options().drain_timeout;
-    while (target_.use_count() > 1 && SteadyClock::now() < drain_deadline && !detached()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (target_.use_count() > 1 && !detached()) {
-      // The drain time is over and requests still hold it: they are cut now with a message that
-      // says so, rather than by a reset when the process stops (or not until their timeout).
-      KLOG(warn, "endpoint instance drain timed out",
-           {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-            {"in_flight", std::to_string(target_->outstanding.load())}});
-      target_->failure.Cancel("its drain time of " + std::to_string(options().drain_timeout.count()) +
-                              " s ended before the request finished, and it was stopped.");
-    }
-    if (launched_) {
-      (void)deps().runtime->Stop(spec_.runtime_id, options().stop_grace);
-      auto stop_deadline = SteadyClock::now() + options().stop_grace + std::chrono::seconds(5);
-      while (SteadyClock::now() < stop_deadline && !detached()) {
-        auto status = deps().runtime->Wait(spec_.runtime_id, std::chrono::milliseconds(200));
-        if (!status.ok() || status->state != runtime::InstanceState::kRunning) break;
-      }
-      if (detached()) {
-        SetPhase(InstancePhase::kDetached);
-        if (log_pump_) log_pump_->Stop(false);
-        stopped_ = true;
-        return;
-      }
-      if (log_pump_) log_pump_->Stop(true);
-      (void)deps().runtime->Remove(spec_.runtime_id);
-    }
-    controller_->ping_client_.Forget(target_->host, target_->port);
-    if (deps().invoke_client != nullptr) deps().invoke_client->Forget(target_->host, target_->port);
-    if (reserved_) deps().scheduler->Release(spec_.runtime_id);
-    (void)RemoveAll(spec_.dir);
-    controller_->ReleasePorts(spec_.port_base);
-    SetPhase(InstancePhase::kStopped);
-    stopped_ = true;
-    KLOG(info, "endpoint instance stopped", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}});
-    on_change_();
-  }
-
-  EndpointController* controller_;
-  Spec spec_;
-  const bool adopted_;
-  std::atomic<bool> launched_;
-  std::optional<Allocation> allocation_;
-  bool reserved_;
-  std::function<void()> on_change_;
-  std::shared_ptr<serving::InstanceTarget> target_;
-  std::unique_ptr<LogPump> log_pump_;
-  std::string shared_note_;
-  std::string last_ping_error_ = "no answer";
-  agent::CancelFlag cancel_;
-  std::thread thread_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_requested_ = false;  // GUARDED_BY(mu_)
-  bool detach_ = false;          // GUARDED_BY(mu_)
-  std::string failure_reason_;   // GUARDED_BY(mu_)
-  std::string waiting_for_;      // GUARDED_BY(mu_)
-  bool wake_ = false;            // GUARDED_BY(mu_), Wake() until NapFor sees it
-  std::atomic<InstancePhase> phase_{InstancePhase::kProvisioning};  // written by the run thread only (SetPhase)
-  std::atomic<bool> healthy_{false};
-  std::atomic<bool> failed_{false};
-  std::atomic<bool> stopped_{false};
-};
 
 // ---------------------------------------------------------------------------------------------
 // EndpointRun
@@ -613,7 +78,7 @@ class EndpointController::EndpointRun {
   EndpointRun(EndpointController* controller, std::string name) : controller_(controller), name_(std::move(name)) {}
   ~EndpointRun() { Join(); }
 
-  void Adopt(std::shared_ptr<InstanceRun> instance) { instances_.push_back(std::move(instance)); }
+  void Adopt(std::shared_ptr<EndpointInstance> instance) { instances_.push_back(std::move(instance)); }
   void SetCredential(aws::Credential credential) { credential_ = std::move(credential); }
 
   void Start() {
@@ -681,7 +146,7 @@ class EndpointController::EndpointRun {
     if (finished_) controller_->OnRunFinished(name_);
   }
 
-  std::shared_ptr<InstanceRun> Launch(const store::EndpointRecord& record, const Deployment& deployment,
+  std::shared_ptr<EndpointInstance> Launch(const store::EndpointRecord& record, const Deployment& deployment,
                                       const std::string& variant) {
     const json* config_variant = deployment.FindVariant(variant);
     if (config_variant == nullptr) return nullptr;
@@ -697,7 +162,7 @@ class EndpointController::EndpointRun {
       KLOG(error, "no free port block for an endpoint instance", {{"endpoint", name_}});
       return nullptr;
     }
-    InstanceRun::Spec spec;
+    EndpointInstance::Spec spec;
     spec.endpoint_name = record.name;
     spec.instance_id = NewInstanceId();
     spec.runtime_id = std::string(kRuntimePrefix) + record.name + "-" + spec.instance_id;
@@ -715,7 +180,7 @@ class EndpointController::EndpointRun {
     spec.credential = credential_;
     spec.dir = options().work_dir + "/" + record.name + "/" + spec.instance_id;
     spec.port_base = port_base;
-    auto instance = std::make_shared<InstanceRun>(controller_, std::move(spec), false, std::nullopt,
+    auto instance = std::make_shared<EndpointInstance>(*controller_->instance_env_, std::move(spec), false, std::nullopt,
                                                   [this] { Notify(); });
     instances_.push_back(instance);
     instance->Start();
@@ -830,7 +295,7 @@ class EndpointController::EndpointRun {
     bool extra = false;
     for (const std::string& variant : target_variants) {
       int desired = DesiredCount(record, target, variant);
-      std::vector<std::shared_ptr<InstanceRun>> live;
+      std::vector<std::shared_ptr<EndpointInstance>> live;
       int healthy = 0;
       for (auto& instance : instances_) {
         const auto& spec = instance->spec();
@@ -1152,7 +617,7 @@ class EndpointController::EndpointRun {
   const std::string name_;
   std::string route_name_;
   std::thread thread_;
-  std::vector<std::shared_ptr<InstanceRun>> instances_;  // run thread only (and before Start)
+  std::vector<std::shared_ptr<EndpointInstance>> instances_;  // run thread only (and before Start)
   std::map<std::string, Backoff> backoff_;
   aws::Credential credential_;
   bool credential_dirty_ = false;
@@ -1172,7 +637,16 @@ class EndpointController::EndpointRun {
 // EndpointController
 
 EndpointController::EndpointController(EndpointControllerOptions options, EndpointControllerDeps deps)
-    : options_(std::move(options)), deps_(deps), endpoints_(deps.database), ping_client_(net::HttpClientOptions{}) {}
+    : options_(std::move(options)), deps_(deps), endpoints_(deps.database), ping_client_(net::HttpClientOptions{}) {
+  instance_env_ = std::make_unique<EndpointInstanceEnv>(EndpointInstanceEnv{
+      .options = &options_,
+      .deps = &deps_,
+      .ping_client = &ping_client_,
+      .wall_millis = [this] { return WallMillis(); },
+      .deadline_millis = [this] { return DeadlineMillis(); },
+      .release_ports = [this](int base) { ReleasePorts(base); },
+  });
+}
 
 EndpointController::~EndpointController() { Shutdown(); }
 
@@ -1205,7 +679,7 @@ Status EndpointController::Start() {
       run->SetCredential(credential);
     }
     for (const store::InstanceRecord& r : record.state.instances) {
-      InstanceRun::Spec spec;
+      EndpointInstance::Spec spec;
       spec.endpoint_name = record.name;
       spec.instance_id = r.instance_id;
       spec.runtime_id = r.runtime_id;
@@ -1236,7 +710,7 @@ Status EndpointController::Start() {
       MarkPortsUsed(spec.port_base);
       adopted_ids.insert(spec.runtime_id);
       std::weak_ptr<EndpointRun> weak = run;
-      run->Adopt(std::make_shared<InstanceRun>(this, std::move(spec), true, allocation, [weak] {
+      run->Adopt(std::make_shared<EndpointInstance>(*instance_env_, std::move(spec), true, allocation, [weak] {
         if (auto r = weak.lock()) r->Notify();
       }));
     }
@@ -1321,7 +795,7 @@ void EndpointController::OnRunFinished(const std::string& name) {
 
 int EndpointController::ReservePorts() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int base = options_.port_range_begin; base + kPortBlock <= options_.port_range_end; base += kPortBlock) {
+  for (int base = options_.port_range_begin; base + kInstancePortBlock <= options_.port_range_end; base += kInstancePortBlock) {
     if (used_port_blocks_.count(base)) continue;
     if (!PortFree(base)) continue;
     used_port_blocks_.insert(base);

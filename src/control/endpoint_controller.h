@@ -67,6 +67,8 @@
 
 namespace kiln::control {
 
+struct EndpointInstanceEnv;  // control/endpoint_instance.h
+
 struct EndpointControllerOptions {
   std::string work_dir;         // instance directories: <work_dir>/<endpoint>/<instance-id>/
   std::string model_cache_dir;  // model archives by ETag (empty: no cache)
@@ -134,11 +136,9 @@ class EndpointController final : public EndpointNotifier {
   // deps.clock. Waits end on their own when the clock is the system's.
   void Wake();
 
-  class InstanceRun;
   class EndpointRun;
 
  private:
-  friend class InstanceRun;
   friend class EndpointRun;
 
   void StartRun(const std::string& name);
@@ -155,6 +155,7 @@ class EndpointController final : public EndpointNotifier {
   EndpointControllerDeps deps_;
   store::EndpointRepository endpoints_;
   net::HttpClient ping_client_;
+  std::unique_ptr<EndpointInstanceEnv> instance_env_;  // what instances use of this controller
 
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<EndpointRun>> runs_;  // GUARDED_BY(mutex_), by lower-case name

@@ -1,0 +1,441 @@
+#include "control/endpoint_instance.h"
+
+#include <algorithm>
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "control/endpoint_status.h"
+#include "control/training_launch.h"
+
+namespace kiln::control {
+
+namespace {
+
+using json = nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;  // real-time budgets (EndpointControllerDeps::clock)
+
+std::string FormatExit(const runtime::InstanceStatus& s) {
+  if (s.state == runtime::InstanceState::kLost) return "was lost (its shim is gone)";
+  if (s.term_signal != 0) return "was killed by signal " + std::to_string(s.term_signal);
+  return "exited with code " + std::to_string(s.exit_code);
+}
+
+}  // namespace
+
+EndpointInstance::EndpointInstance(const EndpointInstanceEnv& env, Spec spec, bool adopted,
+                                   std::optional<Allocation> allocation, std::function<void()> on_change)
+    : env_(env),
+      spec_(std::move(spec)),
+      adopted_(adopted),
+      launched_(adopted),
+      allocation_(std::move(allocation)),
+      reserved_(adopted && allocation_.has_value()),
+      on_change_(std::move(on_change)) {
+  auto target = std::make_shared<serving::InstanceTarget>();
+  target->instance_id = spec_.instance_id;
+  target->host = "127.0.0.1";
+  target->port = static_cast<uint16_t>(spec_.port_base);
+  target->container_hostname = "primary";
+  target->log_stream = spec_.variant + "/" + spec_.instance_id;
+  target_ = std::move(target);
+  if (adopted) phase_ = InstancePhase::kStarting;
+}
+
+store::InstanceRecord EndpointInstance::Record() const {
+  store::InstanceRecord r;
+  r.instance_id = spec_.instance_id;
+  r.runtime_id = spec_.runtime_id;
+  r.variant = spec_.variant;
+  r.model_name = spec_.model_name;
+  r.instance_type = spec_.instance_type;
+  r.generation = spec_.generation;
+  r.port_base = spec_.port_base;
+  r.launched_millis = spec_.launched_millis;
+  r.reserved = reserved_;
+  if (allocation_) r.allocation = *allocation_;
+  return r;
+}
+
+// Sleeps up to `d`; true when a stop was requested meanwhile.
+bool EndpointInstance::SleepFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, d, [&] { return stop_requested_; });
+}
+
+// Like SleepFor, but Wake() also ends it (the capacity wait re-reads the controller's clock).
+bool EndpointInstance::NapFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool stop = cv_.wait_for(lock, d, [&] { return stop_requested_ || wake_; }) && stop_requested_;
+  wake_ = false;
+  return stop;
+}
+
+// Moves to `to` (the run thread is the only writer), checked against endpoint_states.h.
+void EndpointInstance::SetPhase(InstancePhase to) {
+  InstancePhase from = phase_.exchange(to);
+  CheckInstancePhaseChange(spec_.endpoint_name, spec_.instance_id, from, to);
+}
+
+void EndpointInstance::Fail(std::string reason) {
+  SetPhase(InstancePhase::kFailed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_reason_ = std::move(reason);
+  }
+  // Requests already sent to it end now (ModelError) instead of waiting out the invocation
+  // timeout; requests routed to it but not yet sent go elsewhere (serving/routing.h).
+  target_->failure.Cancel(failure_reason());
+  KLOG(warn, "endpoint instance failed", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+                                          {"reason", failure_reason()}});
+  healthy_ = false;
+  failed_ = true;
+  on_change_();
+}
+
+void EndpointInstance::Run() {
+  if (!adopted_) Provision();
+  if (launched_ && !failed_) {
+    StartLogPump();
+    if (HealthGate()) Monitor();
+  }
+  Finish();
+}
+
+void EndpointInstance::Provision() {
+  // The image first: one Kiln cannot run fails the instance before it waits for capacity or
+  // downloads model data, so neither a long wait nor a download error hides the reason.
+  std::string image = spec_.container.value("Image", "");
+  auto resolved = deps().environments->Resolve(image);
+  if (!resolved.ok()) {
+    Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
+    return;
+  }
+  if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
+    Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
+         "', but this Kiln version has no model server for framework images on the process runtime. "
+         "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
+    return;
+  }
+  if (!Reserve()) return;
+
+  std::string opt_ml = spec_.dir + "/opt_ml";
+  if (Status s = MakeDirs(opt_ml, 0755); !s.ok()) {
+    Fail("InternalServerError: cannot create the instance directory: " + s.message());
+    return;
+  }
+  // Model data, bounded by ModelDataDownloadTimeoutInSeconds.
+  {
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      auto deadline = SteadyClock::now() + spec_.download_timeout;
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done.load() && !stop_requested_ && SteadyClock::now() < deadline) {
+        cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(200)));
+      }
+      if (!done.load()) cancel_.Cancel();
+    });
+    auto prepared = agent::PrepareModelData(*deps().object_store, spec_.container, opt_ml + "/model",
+                                            options().model_cache_dir, &cancel_, spec_.unpack_cap);
+    done = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+    watchdog.join();
+    if (stop_requested()) return;
+    if (!prepared.ok()) {
+      std::string message = prepared.status().message();
+      if (prepared.status().code() == StatusCode::kDeadlineExceeded) {
+        message = "ClientError: Downloading the model data of production variant " + spec_.variant +
+                  " took longer than ModelDataDownloadTimeoutInSeconds (" +
+                  std::to_string(spec_.download_timeout.count()) + " s).";
+      }
+      Fail(message);
+      return;
+    }
+  }
+  (void)MakeDirs(opt_ml + "/model", 0755);
+
+  // The command: `<image entrypoint> serve`.
+  runtime::InstanceSpec spec;
+  spec.instance_id = spec_.runtime_id;
+  spec.opt_ml_dir = opt_ml;
+  spec.hostname = spec_.instance_id;
+  spec.argv = {resolved->executable, "serve"};
+  auto& env = spec.env;
+  env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+         {"HOME", "/root"},
+         {"LANG", "C.UTF-8"}};
+  for (const auto& [k, v] : resolved->env) env[k] = v;
+  env["AWS_REGION"] = options().region;
+  env["AWS_DEFAULT_REGION"] = options().region;
+  env["SAGEMAKER_REGION"] = options().region;
+  env["AWS_ENDPOINT_URL"] = options().endpoint_url;
+  env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
+  env["S3_ENDPOINT_URL"] = options().endpoint_url;
+  if (spec_.container.contains("Environment") && spec_.container["Environment"].is_object()) {
+    for (const auto& [k, v] : spec_.container["Environment"].items()) {
+      if (v.is_string()) env[k] = v.get<std::string>();
+    }
+  }
+  if (!spec_.credential.access_key_id.empty()) {
+    env["AWS_ACCESS_KEY_ID"] = spec_.credential.access_key_id;
+    env["AWS_SECRET_ACCESS_KEY"] = spec_.credential.secret_access_key;
+    env["AWS_SESSION_TOKEN"] = spec_.credential.session_token;
+  }
+  // Instances share the host network on the process runtime: each listens on its own port.
+  env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(spec_.port_base);
+  env["SAGEMAKER_SAFE_PORT_RANGE"] =
+      std::to_string(spec_.port_base + 1) + "-" + std::to_string(spec_.port_base + kInstancePortBlock - 1);
+  if (allocation_) {
+    AddGpuEnvironment(*allocation_, env);
+    spec.cpus = allocation_->cpus;
+    spec.memory_limit_bytes = allocation_->memory_bytes;
+    spec.gpus = allocation_->gpus;
+  } else {
+    env["NVIDIA_VISIBLE_DEVICES"] = "void";
+  }
+  env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
+  spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
+  if (StartsWith(resolved->executable, "/tmp/")) {
+    spec.extra_mounts.push_back({resolved->executable, resolved->executable, true});
+  }
+  Status launched = deps().runtime->Launch(spec);
+  if (!launched.ok()) {
+    Fail("ClientError: The container of production variant " + spec_.variant + " could not start: " +
+         launched.message());
+    return;
+  }
+  spec_.launched_millis = env_.wall_millis();
+  launched_ = true;
+  SetPhase(InstancePhase::kStarting);
+  KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+                                            {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
+                                            {"note", shared_note_}});
+  if (!shared_note_.empty()) {
+    KLOG(warn, "endpoint instance runs unreserved", {{"endpoint", spec_.endpoint_name},
+                                                     {"instance", spec_.instance_id}, {"reason", shared_note_}});
+  }
+  on_change_();
+}
+
+// Reserves the instance's resources (Scheduler::AllocateNow: endpoints do not queue behind
+// training jobs). A type that can never run here fails at once; under `strict` one that does
+// not fit now waits, saying so in waiting_for(), for at most the provision budget and then
+// fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
+// failed or was stopped meanwhile.
+bool EndpointInstance::Reserve() {
+  const int64_t deadline =
+      env_.deadline_millis() + std::chrono::milliseconds(spec_.provision_timeout).count();
+  while (!stop_requested()) {
+    ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
+    auto granted = deps().scheduler->AllocateNow(request);
+    if (granted.ok()) {
+      allocation_ = granted->front();
+      reserved_ = true;
+      break;
+    }
+    if (!granted.status().Is(ErrorReason::kDoesNotFitNow)) {
+      SetWaiting("");
+      Fail(CapacityNeverReason(spec_.variant, granted.status().message()));
+      return false;
+    }
+    if (deps().scheduler->options().policy == ShapePolicy::kShrink) {
+      // A development box: run beside what holds the CPUs rather than wait (documented).
+      shared_note_ = "the host has no free capacity for " + spec_.instance_type +
+                     "; the instance shares CPUs and memory with others (scheduler policy shrink)";
+      break;
+    }
+    const int64_t now = env_.deadline_millis();
+    if (now >= deadline) {
+      SetWaiting("");
+      Fail(CapacityTimeoutReason(spec_.variant, granted.status().message(), spec_.provision_timeout));
+      return false;
+    }
+    auto left = std::chrono::ceil<std::chrono::seconds>(std::chrono::milliseconds(deadline - now));
+    SetWaiting(CapacityWaitMessage(granted.status().message(), spec_.provision_timeout, left));
+    if (NapFor(std::chrono::milliseconds(std::min<int64_t>(2000, deadline - now)))) break;
+  }
+  SetWaiting("");
+  return !stop_requested();
+}
+
+// Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
+void EndpointInstance::SetWaiting(std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiting_for_ == message) return;
+    waiting_for_ = std::move(message);
+  }
+  on_change_();
+}
+
+void EndpointInstance::StartLogPump() {
+  LogPump::Options pump;
+  pump.output_path = deps().runtime->OutputPath(spec_.runtime_id);
+  pump.offset_path = spec_.dir + "/log-offset";
+  pump.start_offset = LogPump::ReadOffset(pump.offset_path);
+  pump.group = "/aws/sagemaker/Endpoints/" + spec_.endpoint_name;
+  pump.stream = spec_.variant + "/" + spec_.instance_id;
+  log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
+  log_pump_->Start();
+  // Instance metrics (serving-contract.md §15.3) from now until Finish.
+  if (deps().instance_metrics != nullptr) {
+    (void)deps().instance_metrics->Track(EndpointInstanceMetricsTarget(
+        spec_.runtime_id, spec_.endpoint_name, spec_.variant, spec_.instance_id, spec_.dir + "/opt_ml"));
+  }
+}
+
+bool EndpointInstance::Ping() {
+  net::ClientRequest request;
+  request.method = "GET";
+  request.target = "/ping";
+  net::ClientTimeouts timeouts;
+  timeouts.connect_ms = static_cast<int>(options().ping_timeout.count());
+  timeouts.response_ms = static_cast<int>(options().ping_timeout.count());
+  auto response = env_.ping_client->Send(target_->host, target_->port, request, timeouts);
+  if (!response.ok()) {
+    last_ping_error_ = response.status().message();
+    return false;
+  }
+  if (response->status != 200) {
+    last_ping_error_ = "GET /ping answered " + std::to_string(response->status);
+    return false;
+  }
+  return true;
+}
+
+// Exit status if the program is no longer running.
+std::optional<runtime::InstanceStatus> EndpointInstance::Exited() {
+  auto status = deps().runtime->Inspect(spec_.runtime_id);
+  if (!status.ok()) {
+    runtime::InstanceStatus lost;
+    lost.state = runtime::InstanceState::kLost;
+    return lost;
+  }
+  if (status->state == runtime::InstanceState::kRunning) return std::nullopt;
+  return *status;
+}
+
+std::string EndpointInstance::LastOutputLine() const {
+  if (!log_pump_) return "";
+  std::string line = log_pump_->last_stderr_line();
+  return line.empty() ? "" : " Last error output: " + line;
+}
+
+// Pings until the container answers 200 or the startup budget ends. True when healthy.
+bool EndpointInstance::HealthGate() {
+  auto start = SteadyClock::now();
+  // An adopted instance was healthy before the restart: it gets the regular budget again.
+  auto deadline = start + spec_.startup_timeout;
+  auto interval = std::chrono::milliseconds(20);
+  while (!stop_requested()) {
+    if (auto exited = Exited()) {
+      Fail("ClientError: The primary container for production variant " + spec_.variant + " " +
+           FormatExit(*exited) + " before it passed the ping health check." + LastOutputLine());
+      return false;
+    }
+    if (Ping()) {
+      SetPhase(InstancePhase::kInService);
+      healthy_ = true;
+      KLOG(info, "endpoint instance healthy",
+           {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+            {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count())}});
+      on_change_();
+      return true;
+    }
+    if (SteadyClock::now() >= deadline) {
+      Fail("ClientError: The primary container for production variant " + spec_.variant +
+           " did not pass the ping health check. Kiln gives every instance its own port in "
+           "SAGEMAKER_BIND_TO_PORT (here " + std::to_string(spec_.port_base) +
+           "); the container must answer GET /ping there within " +
+           std::to_string(spec_.startup_timeout.count()) + " s. Last attempt: " + last_ping_error_ + "." +
+           LastOutputLine());
+      return false;
+    }
+    if (SleepFor(interval)) return false;
+    interval = std::min(interval * 2, std::chrono::milliseconds(500));
+  }
+  return false;
+}
+
+void EndpointInstance::Monitor() {
+  int failures = 0;
+  while (!SleepFor(options().health_interval)) {
+    if (auto exited = Exited()) {
+      healthy_ = false;
+      Fail("The container of instance " + spec_.instance_id + " " + FormatExit(*exited) + "." + LastOutputLine());
+      return;
+    }
+    if (Ping()) {
+      failures = 0;
+      continue;
+    }
+    if (++failures >= options().unhealthy_threshold) {
+      healthy_ = false;
+      Fail("Instance " + spec_.instance_id + " failed " + std::to_string(failures) +
+           " health checks in a row: " + last_ping_error_);
+      return;
+    }
+  }
+}
+
+void EndpointInstance::Finish() {
+  if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(spec_.runtime_id);
+  if (detached()) {
+    SetPhase(InstancePhase::kDetached);
+    if (log_pump_) log_pump_->Stop(false);
+    if (!launched_) {
+      (void)RemoveAll(spec_.dir);
+      if (reserved_) deps().scheduler->Release(spec_.runtime_id);
+    }
+    stopped_ = true;
+    return;
+  }
+  SetPhase(InstancePhase::kDraining);
+  healthy_ = false;
+  on_change_();  // the endpoint run publishes a snapshot without this instance
+  // Drain: once no snapshot and no request in flight references the target, only this run
+  // holds it.
+  auto drain_deadline = SteadyClock::now() + options().drain_timeout;
+  while (target_.use_count() > 1 && SteadyClock::now() < drain_deadline && !detached()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (target_.use_count() > 1 && !detached()) {
+    // The drain time is over and requests still hold it: they are cut now with a message that
+    // says so, rather than by a reset when the process stops (or not until their timeout).
+    KLOG(warn, "endpoint instance drain timed out",
+         {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+          {"in_flight", std::to_string(target_->outstanding.load())}});
+    target_->failure.Cancel("its drain time of " + std::to_string(options().drain_timeout.count()) +
+                            " s ended before the request finished, and it was stopped.");
+  }
+  if (launched_) {
+    (void)deps().runtime->Stop(spec_.runtime_id, options().stop_grace);
+    auto stop_deadline = SteadyClock::now() + options().stop_grace + std::chrono::seconds(5);
+    while (SteadyClock::now() < stop_deadline && !detached()) {
+      auto status = deps().runtime->Wait(spec_.runtime_id, std::chrono::milliseconds(200));
+      if (!status.ok() || status->state != runtime::InstanceState::kRunning) break;
+    }
+    if (detached()) {
+      SetPhase(InstancePhase::kDetached);
+      if (log_pump_) log_pump_->Stop(false);
+      stopped_ = true;
+      return;
+    }
+    if (log_pump_) log_pump_->Stop(true);
+    (void)deps().runtime->Remove(spec_.runtime_id);
+  }
+  env_.ping_client->Forget(target_->host, target_->port);
+  if (deps().invoke_client != nullptr) deps().invoke_client->Forget(target_->host, target_->port);
+  if (reserved_) deps().scheduler->Release(spec_.runtime_id);
+  (void)RemoveAll(spec_.dir);
+  env_.release_ports(spec_.port_base);
+  SetPhase(InstancePhase::kStopped);
+  stopped_ = true;
+  KLOG(info, "endpoint instance stopped", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}});
+  on_change_();
+}
+
+}  // namespace kiln::control
