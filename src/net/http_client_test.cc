@@ -916,34 +916,44 @@ TEST(HttpClientTest, Ipv6Literal) {
   (*server)->Stop(1);
 }
 
-// Not a test: a latency number for the report. Run with --gtest_also_run_disabled_tests.
-TEST(HttpClientTest, DISABLED_SequentialPostLatency) {
+// A started HttpServer on a free loopback port that reads each request's body and answers 200
+// with `reply` (for the measurements below); null, after a test failure, when it cannot start.
+std::unique_ptr<HttpServer> StartReplyServer(std::string reply) {
   HttpServerOptions options;
   options.listen = "127.0.0.1:0";
-  std::string reply(10, 'r');
-  auto server = HttpServer::Create(options, [&](HttpRequest& req, ResponseWriter& out) {
+  auto server = HttpServer::Create(options, [reply = std::move(reply)](HttpRequest& req, ResponseWriter& out) {
     (void)ReadAll(*req.body, 1 << 20);
     (void)out.Send(200, {}, reply);
   });
-  ASSERT_TRUE(server.ok());
-  ASSERT_TRUE((*server)->Start().ok());
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  if (!server.ok() || !(*server)->Start().ok()) {
+    ADD_FAILURE() << "reply server did not start";
+    return nullptr;
+  }
+  return std::move(*server);
+}
+
+// Not a test: a latency number for the report. Run with --gtest_also_run_disabled_tests.
+TEST(HttpClientTest, DISABLED_SequentialPostLatency) {
+  std::unique_ptr<HttpServer> server = StartReplyServer(std::string(10, 'r'));
+  ASSERT_NE(server, nullptr);
   HttpClient client;
   std::string body(100, 'b');
   HeaderMap headers{{"Content-Type", "application/json"}};
   ClientRequest req = Post(body);
   req.headers = &headers;
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_TRUE(client.Send("127.0.0.1", (*server)->port(), req, Budget()).ok());
+    ASSERT_TRUE(client.Send("127.0.0.1", server->port(), req, Budget()).ok());
   }
   constexpr int kN = 20000;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kN; ++i) {
-    auto r = client.Send("127.0.0.1", (*server)->port(), req, Budget());
+    auto r = client.Send("127.0.0.1", server->port(), req, Budget());
     ASSERT_TRUE(r.ok());
   }
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   std::printf("sequential POST 100 B -> 10 B: %.1f us/request over %d requests\n", us / kN, kN);
-  (*server)->Stop(1);
+  server->Stop(1);
 }
 
 // What a CancelSignal costs a call (one acquire load and a second fd in each poll; the eventfd's
@@ -951,20 +961,13 @@ TEST(HttpClientTest, DISABLED_SequentialPostLatency) {
 // alternating rounds, at 1 and 16 concurrent callers sharing one signal.
 //   build/src/net/net_test --gtest_also_run_disabled_tests --gtest_filter='*CancelSignalCost'
 TEST(HttpClientTest, DISABLED_CancelSignalCost) {
-  HttpServerOptions options;
-  options.listen = "127.0.0.1:0";
-  std::string reply(10, 'r');
-  auto server = HttpServer::Create(options, [&](HttpRequest& req, ResponseWriter& out) {
-    (void)ReadAll(*req.body, 1 << 20);
-    (void)out.Send(200, {}, reply);
-  });
-  ASSERT_TRUE(server.ok());
-  ASSERT_TRUE((*server)->Start().ok());
+  std::unique_ptr<HttpServer> server = StartReplyServer(std::string(10, 'r'));
+  ASSERT_NE(server, nullptr);
   HttpClient client;
   CancelSignal cancel;
   std::string body(100, 'b');
   HeaderMap headers{{"Content-Type", "application/json"}};
-  const uint16_t port = (*server)->port();
+  const uint16_t port = server->port();
   auto run = [&](int threads, int per_thread, bool with_signal) {
     std::vector<std::thread> workers;
     std::atomic<int> failures{0};
@@ -1000,7 +1003,7 @@ TEST(HttpClientTest, DISABLED_CancelSignalCost) {
     std::printf("%2d caller(s): %.2f us/request without a CancelSignal, %.2f with (%+.1f %%)\n", threads,
                 without / kRounds, with / kRounds, 100.0 * (with - without) / without);
   }
-  (*server)->Stop(1);
+  server->Stop(1);
 }
 
 }  // namespace
