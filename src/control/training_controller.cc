@@ -96,9 +96,16 @@ void TrainingController::Shutdown() {
   for (auto& [name, run] : runs) run->Shutdown();
   for (auto& [name, run] : runs) run->Join();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  // Join the runs that finished before the shutdown without holding mutex_: such a run may still
+  // be on its way out through Submit (a retry), which takes mutex_. No run adds itself to
+  // finished_runs_ once shutting_down_ is set (OnRunFinished).
+  std::vector<std::shared_ptr<TrainingJobRun>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished.swap(finished_runs_);
+  }
+  for (auto& run : finished) run->Join();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& run : finished_runs_) run->Join();
-  finished_runs_.clear();
   runs_.clear();
 }
 

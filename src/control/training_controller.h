@@ -21,9 +21,37 @@
 // phase; the API inserts a job in the default phase (queued) and records a stop as a request
 // (state.stop_requested = kUser, status Stopping).
 //
-// Thread-safety: public methods may be called from any thread. Each running job has one
-// monitor thread, one log pump per host, and the agent's workers; the scheduler is driven from
-// Submit/RequestStop and from jobs releasing capacity.
+// Thread-safety: public methods may be called from any thread.
+//
+// Units: this class is the queue and the bookkeeping (Start, Submit, RequestStop, the scheduling
+// pass, MaxPendingTime); each granted or adopted job is a TrainingJobRun (training_job_run.h);
+// the decisions a run takes while it monitors and finishes are pure functions
+// (training_plan.h: PlanMonitor, PlanOutcome, RetryAllowed); the legal phase and status changes
+// are one table (training_states.h).
+//
+// Thread model:
+//   - Callers' threads (API handlers, the server's startup): Submit, RequestStop, CheckFeasible,
+//     PendingMessage. Submit and RequestStop write the job's row where they change it (one
+//     transaction each) and wake the scheduler thread; RequestStop forwards to the job's run
+//     when it has one.
+//   - The scheduler thread (one, started by Start()): sleeps on `wake_` (at most 5 s), joins
+//     finished runs, expires MaxPendingTime deadlines, and runs a pass (Scheduler::Schedule,
+//     grants written in one transaction, a TrainingJobRun started per grant, Pending recorded).
+//   - One thread per TrainingJobRun (granted or adopted job) from Prepare to its terminal
+//     write; it calls OnRunFinished (releases the grant, hands itself to the scheduler thread to
+//     be joined) and, for a retry, Submit. Each host of a running job adds a log pump thread and
+//     the agent's checkpoint/output-sync and Pipe feeder workers, owned by the run.
+//   - The scheduler's release listener (capacity freed by an endpoint) runs on the releasing
+//     thread and only sets `schedule_needed_`.
+// Locks: `mutex_` guards the members marked GUARDED_BY below and is never held while calling
+// the database, the scheduler or a run, nor while joining one (so a run's OnRunFinished or
+// retry Submit cannot deadlock with a pass or a shutdown); the Scheduler and the Database have
+// their own locks; a run's `metrics_mutex_` guards only its final metrics. Rows are the shared truth: every change is a TrainingJobRepository::Mutate
+// transaction, so the API's stop request and the run's progress never overwrite each other.
+// What a restart re-creates: the scheduler's queue (queued and staging jobs re-submitted in
+// submission order), reservations and runs of running/finishing jobs (adopted; instances kept
+// running by their shims), MaxPendingTime deadlines (from creation time); nothing else is kept in
+// memory that a row does not also hold.
 //
 // Scheduling writes (issue 11): the scheduler thread runs a pass whenever something was
 // submitted, stopped or released. A pass writes only the jobs whose own state changes, each group
