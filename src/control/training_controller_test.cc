@@ -95,7 +95,8 @@ class TrainingControllerTest : public testing::ControllerTest {
   }
 
   // Inserts the job as CreateTrainingJob does and submits it.
-  void Create(const std::string& name, const json& overrides = json::object()) {
+  // `submit` false: only the row (a job a previous server left behind, for Start() to find).
+  void Create(const std::string& name, const json& overrides = json::object(), bool submit = true) {
     json request = {{"TrainingJobName", name},
                     {"RoleArn", "arn:aws:iam::000000000000:role/r"},
                     {"AlgorithmSpecification", {{"TrainingImage", "local:/bin/true"}, {"TrainingInputMode", "File"}}},
@@ -112,7 +113,7 @@ class TrainingControllerTest : public testing::ControllerTest {
     RecordSecondaryStatus(record, SecondaryStatus::kStarting, "Starting the training job", clock_.NowMillis());
     store::TrainingJobRepository jobs(db_.get());
     ASSERT_TRUE(jobs.Insert(record).ok());
-    controller_->Submit(name);
+    if (submit) controller_->Submit(name);
   }
 
   // StopTrainingJob as the API does it: the row says Stopping, then the controller is told.
@@ -501,6 +502,108 @@ TEST_F(TrainingControllerTest, ARestartedControllerFinishesAJobWhoseInstanceEnde
   auto done = WaitForStatus("ended", "Completed", "Completed");
   EXPECT_TRUE(StateJson(done).contains("model_artifacts"));
   EXPECT_EQ(runtime_->launches().size(), 1u);
+}
+
+// ---- Stop in each phase, and adoption of jobs a previous server left in each phase ----
+
+TEST_F(TrainingControllerTest, AStagingJobLeftByAServerIsQueuedAgainAndRuns) {
+  // A server granted the job, then died while staging it (before any instance started).
+  Create("staged", json::object(), /*submit=*/false);
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("staged", [](store::TrainingJobRecord& r) {
+                    r.state.phase = store::TrainingPhase::kStaging;
+                    return Status::Ok();
+                  }).ok());
+  StartController();
+  ASSERT_TRUE(WaitForLaunch("staged"));
+  ASSERT_TRUE(runtime_->Exit(Instance("staged"), 0).ok());
+  EXPECT_EQ(StateJson(WaitForStatus("staged", "Completed", "Completed")).value("phase", ""), "done");
+}
+
+TEST_F(TrainingControllerTest, StopDuringStagingThatAServerDidNotCarryOutEndsStoppedAtRestart) {
+  Create("staged", json::object(), /*submit=*/false);
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("staged", [&](store::TrainingJobRecord& r) {
+                    r.state.phase = store::TrainingPhase::kStaging;
+                    r.status = store::TrainingJobStatus::kStopping;  // StopTrainingJob as the API writes it
+                    r.state.stop_requested = store::StopRequest::kUser;
+                    RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job", clock_.NowMillis());
+                    return Status::Ok();
+                  }).ok());
+  StartController();
+  auto stopped = WaitForStatus("staged", "Stopped", "Stopped");
+  EXPECT_EQ(StateJson(stopped).value("phase", ""), "done");
+  EXPECT_TRUE(runtime_->launches().empty());
+  EXPECT_FALSE(scheduler_->IsQueued("staged"));
+}
+
+// The server died while uploading: the next one adopts the finishing job and uploads again.
+TEST_F(TrainingControllerTest, ARestartedControllerRedoesTheUploadOfAFinishingJob) {
+  StartController();
+  Create("upload");
+  ASSERT_TRUE(WaitForLaunch("upload"));
+  WaitForStatus("upload", "InProgress", "Training");
+  controller_.reset();
+  ASSERT_TRUE(runtime_->Exit(Instance("upload"), 0).ok());
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("upload", [&](store::TrainingJobRecord& r) {
+                    r.state.phase = store::TrainingPhase::kFinishing;
+                    RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
+                                          clock_.NowMillis());
+                    return Status::Ok();
+                  }).ok());
+  RenewServerState();
+  StartController();
+  auto done = WaitForStatus("upload", "Completed", "Completed");
+  EXPECT_EQ(StateJson(done).value("model_artifacts", json()), "s3://bkt/out/upload/output/model.tar.gz");
+  EXPECT_TRUE(object_store_->HeadObject("bkt", "out/upload/output/model.tar.gz").ok());
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("upload").has_value(); }));
+}
+
+// A stop that reaches a job while it uploads: the upload still happens (training-contract.md
+// §11), and the job ends Stopped, not Completed.
+TEST_F(TrainingControllerTest, StopDuringUploadEndsStoppedWithTheModelUploaded) {
+  StartController();
+  Create("upload");
+  ASSERT_TRUE(WaitForLaunch("upload"));
+  WaitForStatus("upload", "InProgress", "Training");
+  controller_.reset();
+  ASSERT_TRUE(runtime_->Exit(Instance("upload"), 0).ok());
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("upload", [&](store::TrainingJobRecord& r) {
+                    r.state.phase = store::TrainingPhase::kFinishing;
+                    RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
+                                          clock_.NowMillis());
+                    r.status = store::TrainingJobStatus::kStopping;
+                    r.state.stop_requested = store::StopRequest::kUser;
+                    RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job", clock_.NowMillis());
+                    return Status::Ok();
+                  }).ok());
+  RenewServerState();
+  StartController();
+  auto stopped = WaitForStatus("upload", "Stopped", "Stopped");
+  EXPECT_TRUE(StateJson(stopped).contains("model_artifacts"));
+  EXPECT_TRUE(object_store_->HeadObject("bkt", "out/upload/output/model.tar.gz").ok());
+  EXPECT_TRUE(runtime_->stops().empty());  // nothing was left to stop
+}
+
+// A job adopted while its MaxRuntime stop was under way ends MaxRuntimeExceeded, not Stopped.
+TEST_F(TrainingControllerTest, AnAdoptedMaxRuntimeStopEndsMaxRuntimeExceeded) {
+  FakeRuntime::Behavior stubborn;
+  stubborn.hangs_on_stop = true;
+  runtime_->SetDefaultBehavior(stubborn);
+  StartController();
+  Create("slow", {{"StoppingCondition", {{"MaxRuntimeInSeconds", 60}}}});
+  ASSERT_TRUE(WaitForLaunch("slow"));
+  WaitForStatus("slow", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(61));
+  WaitForStatus("slow", "Stopping", "Stopping");
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->stops().empty(); }));
+  RestartController();
+  ASSERT_TRUE(runtime_->ExpireGrace(Instance("slow")).ok());
+  auto stopped = WaitForStatus("slow", "Stopped", "MaxRuntimeExceeded");
+  EXPECT_EQ(StateJson(stopped).value("stop_requested", ""), "max_runtime");
 }
 
 }  // namespace

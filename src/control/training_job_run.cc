@@ -166,7 +166,13 @@ void TrainingJobRun::RunSteps() {
   const Phase phase = record.state.phase;
   if (adopt_ && (phase == Phase::kRunning || phase == Phase::kFinishing)) {
     Adopt(record);
-    if (phase == Phase::kRunning) Monitor(record);
+    if (phase == Phase::kRunning) {
+      Monitor(record);
+    } else {
+      // Every host of a finishing job has exited: read how (the outcome depends on it). Without
+      // this a job whose server died while uploading was failed as "lost" when adopted.
+      ObserveHosts();
+    }
   } else {
     Status prepared = Prepare(record);
     if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
