@@ -390,7 +390,8 @@ void Register(JsonService* service, std::shared_ptr<Context> ctx) {
                           {"DescribeLogStreams", DescribeLogStreams},
                           {"GetLogEvents", GetLogEvents},
                           {"FilterLogEvents", FilterLogEvents}}) {
-    service->Register(name, [ctx, op](const aws::RequestContext& rc, const json& in) { return op(*ctx, rc, in); });
+    // `op = op`: clang before 16 cannot capture a structured binding by name.
+    service->Register(name, [ctx, op = op](const aws::RequestContext& rc, const json& in) { return op(*ctx, rc, in); });
   }
 }
 
