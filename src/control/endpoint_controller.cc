@@ -16,6 +16,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "control/endpoint_instance.h"
+#include "control/endpoint_plan.h"
 #include "control/endpoint_states.h"
 #include "control/endpoint_status.h"
 #include "control/log_pump.h"
@@ -48,12 +49,6 @@ json ContainerOf(const json& model) {
     return model["Containers"][0];
   }
   return json::object();
-}
-
-double NumberOr(const json& obj, const char* key, double fallback) {
-  if (!obj.is_object()) return fallback;
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
 bool PortFree(int port) {
@@ -253,130 +248,86 @@ class EndpointController::EndpointRun {
       return false;
     }
 
-    const Deployment& deployment = record.deployment;
-    const Deployment& target = record.pending ? *record.pending : record.deployment;
-    int64_t gen_current = deployment.deployed_millis;
-    int64_t gen_target = target.deployed_millis;
-    std::vector<std::string> target_variants = target.VariantNames();
-    auto in_target = [&](const std::string& v) {
-      return std::find(target_variants.begin(), target_variants.end(), v) != target_variants.end();
-    };
+    return Execute(record, PlanEndpoint(PlanInputFor(record)));
+  }
 
-    // Instances of neither deployment, or of variants the target no longer has, go.
-    for (auto& instance : instances_) {
+  // What the plan needs of this run's instances and backoffs now.
+  PlanInput PlanInputFor(const store::EndpointRecord& record) const {
+    PlanInput input;
+    input.record = &record;
+    input.backoff = backoff_;
+    input.now = controller_->DeadlineMillis();
+    input.replacement_backoff = options().replacement_backoff;
+    for (const auto& instance : instances_) {
       const auto& spec = instance->spec();
-      bool keep = spec.generation == gen_target ? in_target(spec.variant)
-                                                : (spec.generation == gen_current && record.pending.has_value());
-      if (!keep) instance->RequestStop();
+      input.instances.push_back({.instance_id = spec.instance_id,
+                                 .variant = spec.variant,
+                                 .generation = spec.generation,
+                                 .healthy = instance->healthy(),
+                                 .failed = instance->failed(),
+                                 .failure_handled = instance->failure_handled,
+                                 .stop_requested = instance->stop_requested(),
+                                 .launched_millis = spec.launched_millis,
+                                 .failure_reason = instance->failed() ? instance->failure_reason() : ""});
     }
+    return input;
+  }
 
-    // Failures.
-    std::string failure;
-    for (auto& instance : instances_) {
-      if (!instance->failed() || instance->failure_handled) continue;
-      instance->failure_handled = true;
-      // The backoff is set before the stop, so whoever sees the instance stopped sees it too.
-      if (instance->spec().generation == gen_target) {
-        if (failure.empty()) failure = instance->failure_reason();
-        auto& backoff = backoff_[instance->spec().variant];
-        backoff.delay = backoff.delay.count() == 0 ? options().replacement_backoff
-                                                   : std::min(backoff.delay * 2, std::chrono::milliseconds(60000));
-        backoff.not_before = controller_->DeadlineMillis() + backoff.delay.count();
-      }
-      instance->RequestStop();
+  std::shared_ptr<EndpointInstance> FindInstance(const std::string& instance_id) const {
+    for (const auto& instance : instances_) {
+      if (instance->spec().instance_id == instance_id) return instance;
     }
-    if (!failure.empty()) {
-      if (record.status == EndpointStatus::kCreating) return FailEndpoint(record, failure);
-      if (record.pending) return RollBack(record, failure);
-    }
+    return nullptr;
+  }
 
-    // Counts.
-    bool all_ready = true;
-    bool extra = false;
-    for (const std::string& variant : target_variants) {
-      int desired = DesiredCount(record, target, variant);
-      std::vector<std::shared_ptr<EndpointInstance>> live;
-      int healthy = 0;
-      for (auto& instance : instances_) {
-        const auto& spec = instance->spec();
-        if (spec.generation != gen_target || spec.variant != variant) continue;
-        if (instance->stop_requested() || instance->failed()) continue;
-        live.push_back(instance);
-        if (instance->healthy()) ++healthy;
-      }
-      if (static_cast<int>(live.size()) < desired) {
-        auto& backoff = backoff_[variant];
-        if (controller_->DeadlineMillis() >= backoff.not_before) {
-          for (int i = static_cast<int>(live.size()); i < desired; ++i) {
-            if (!Launch(record, target, variant)) break;
+  // Carries out one pass's actions in order (endpoint_plan.h); the last one ends the pass.
+  bool Execute(const store::EndpointRecord& record, const std::vector<EndpointAction>& actions) {
+    const Deployment& target = record.pending ? *record.pending : record.deployment;
+    for (const EndpointAction& action : actions) {
+      switch (action.kind) {
+        case EndpointAction::Kind::kHandleFailure:
+          if (auto instance = FindInstance(action.instance_id)) instance->failure_handled = true;
+          break;
+        case EndpointAction::Kind::kSetBackoff:
+          backoff_[action.variant] = action.backoff;
+          break;
+        case EndpointAction::Kind::kClearBackoff:
+          backoff_.erase(action.variant);
+          break;
+        case EndpointAction::Kind::kStopInstance:
+          if (auto instance = FindInstance(action.instance_id)) instance->RequestStop();
+          break;
+        case EndpointAction::Kind::kLaunch:
+          for (int i = 0; i < action.count; ++i) {
+            if (!Launch(record, target, action.variant)) break;
           }
-        } else {
-          Retry(backoff.not_before);
+          break;
+        case EndpointAction::Kind::kRetryAt:
+          Retry(action.when);
+          break;
+        case EndpointAction::Kind::kFailEndpoint:
+          return FailEndpoint(record, action.reason);
+        case EndpointAction::Kind::kRollBack:
+          return RollBack(record, action.reason);
+        case EndpointAction::Kind::kComplete: {
+          if (!action.promote_pending || !record.pending) return Complete(record, record);
+          store::EndpointRecord next = record;
+          next.config_name = record.pending->config_name;
+          next.deployment = *record.pending;
+          next.pending.reset();
+          next.failure_reason.clear();
+          return Complete(record, std::move(next));
         }
-      } else if (static_cast<int>(live.size()) > desired) {
-        // Scale in: not-yet-healthy ones first, then the newest.
-        std::stable_sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
-          if (a->healthy() != b->healthy()) return !a->healthy();
-          return a->spec().launched_millis > b->spec().launched_millis;
-        });
-        for (size_t i = 0; i < live.size() - static_cast<size_t>(desired); ++i) live[i]->RequestStop();
-        extra = true;
-      }
-      if (healthy < desired) all_ready = false;
-      if (healthy >= desired && backoff_.count(variant)) backoff_.erase(variant);
-    }
-
-    // Status transitions.
-    if (all_ready && !extra) {
-      if (record.status == EndpointStatus::kCreating ||
-          (record.status == EndpointStatus::kUpdating && !record.pending) ||
-          record.status == EndpointStatus::kSystemUpdating) {
-        return Complete(record, record);
-      }
-      if (record.status == EndpointStatus::kUpdating && record.pending) {
-        // Every new instance is healthy: move all traffic in one snapshot, then drain the old.
-        store::EndpointRecord next = record;
-        next.config_name = record.pending->config_name;
-        next.deployment = *record.pending;
-        next.pending.reset();
-        next.failure_reason.clear();
-        return Complete(record, std::move(next));
+        case EndpointAction::Kind::kPublish: {
+          // Route and observed state: the pending deployment serves only once it has taken over.
+          const Deployment& routed = record.pending ? record.deployment : target;
+          Publish(record, routed, routed.deployed_millis);
+          WriteObserved(record, routed);
+          return false;
+        }
       }
     }
-
-    // Route and observed state: the pending deployment serves only once it has taken over.
-    const Deployment& routed = record.pending ? deployment : target;
-    Publish(record, routed, routed.deployed_millis);
-    WriteObserved(record, routed);
     return false;
-  }
-
-  int DesiredCount(const store::EndpointRecord& record, const Deployment& deployment,
-                   const std::string& variant) const {
-    if (auto it = record.desired.find(variant); it != record.desired.end() && it->second.instance_count) {
-      return static_cast<int>(*it->second.instance_count);
-    }
-    const json* v = deployment.FindVariant(variant);
-    return v ? v->value("InitialInstanceCount", 1) : 0;
-  }
-
-  double DesiredWeight(const store::EndpointRecord& record, const Deployment& deployment,
-                       const std::string& variant) const {
-    if (auto it = record.desired.find(variant); it != record.desired.end()) return it->second.weight.value_or(1.0);
-    const json* v = deployment.FindVariant(variant);
-    return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
-  }
-
-  // The weight traffic uses now: during an UpdateEndpoint the old deployment keeps the weights it
-  // had (remembered in the observed state); otherwise the desired ones take effect at once.
-  double CurrentWeight(const store::EndpointRecord& record, const Deployment& routed,
-                       const std::string& variant) const {
-    if (!record.pending) return DesiredWeight(record, routed, variant);
-    for (const store::VariantSummary& v : record.state.production_variants) {
-      if (v.variant_name == variant) return v.current_weight;
-    }
-    const json* v = routed.FindVariant(variant);
-    return v ? NumberOr(*v, "InitialVariantWeight", 1.0) : 1.0;
   }
 
   void Publish(const store::EndpointRecord& record, const Deployment& routed, int64_t generation) {
@@ -608,17 +559,12 @@ class EndpointController::EndpointRun {
 
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
-  struct Backoff {
-    std::chrono::milliseconds delay{0};
-    int64_t not_before = 0;  // DeadlineMillis
-  };
-
   EndpointController* controller_;
   const std::string name_;
   std::string route_name_;
   std::thread thread_;
   std::vector<std::shared_ptr<EndpointInstance>> instances_;  // run thread only (and before Start)
-  std::map<std::string, Backoff> backoff_;
+  std::map<std::string, ReplacementBackoff> backoff_;  // by variant (endpoint_plan.h)
   aws::Credential credential_;
   bool credential_dirty_ = false;
   std::string published_signature_;

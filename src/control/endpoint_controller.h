@@ -1,9 +1,11 @@
 #pragma once
 // EndpointController: realises real-time endpoints (spec/serving-contract.md §1–§3) on this node.
 //
-// One EndpointRun per endpoint (a thread with a level-triggered reconcile loop) and one
-// InstanceRun per serving instance (a thread that provisions the instance, gates it on /ping,
-// watches its health and finally drains and stops it). The database row (store/
+// One EndpointRun per endpoint (a thread with a level-triggered reconcile loop: read the row,
+// PlanEndpoint (control/endpoint_plan.h), execute the actions) and one EndpointInstance per
+// serving instance (control/endpoint_instance.h: a thread that provisions the instance, gates it
+// on /ping, watches its health and finally drains and stops it). Status changes follow
+// control/endpoint_states.h. The database row (store/
 // endpoint_repository.h) is the desired state: the API writes the deployment, the pending
 // deployment of an UpdateEndpoint, the desired weights and counts, and the Deleting status; the
 // controller writes the observed state (ProductionVariants summaries, the instances it runs,
@@ -38,7 +40,20 @@
 // runs (they are pinged, not restarted, and routed again as soon as they answer); instances that
 // are gone are replaced; runtime instances of endpoints that no longer exist are stopped.
 //
-// Thread-safety: EndpointChanged may be called from any thread; Start/Shutdown from the owner.
+// Thread model (control/README.md, "Endpoint controller", has the whole of it):
+//   - callers of EndpointChanged / Wake (API threads, tests): set a flag and notify, or start a run;
+//   - an EndpointRun thread per endpoint: the only reader of its instances' state and the only
+//     writer of the row's observed state (version-checked Mutate: a pass that lost a race drops
+//     its write and runs again); it publishes routes;
+//   - an EndpointInstance thread per instance (plus a watchdog while model data downloads).
+// Locks: mutex_ guards runs_, finished_, used_port_blocks_ and the started/shutting-down flags,
+// and is never held across a store, runtime, scheduler or ping call or a join (Wake holds it
+// while it wakes each run: mutex_ → the run's lock, never the reverse). A restart re-creates
+// the runs, the adopted instances with their reservations and port blocks, and the instances'
+// credentials from the rows; backoffs and capacity-wait deadlines start afresh.
+//
+// Thread-safety: EndpointChanged and Wake may be called from any thread; Start/Shutdown from the
+// owner.
 
 #include <chrono>
 #include <condition_variable>

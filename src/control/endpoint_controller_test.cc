@@ -464,6 +464,59 @@ TEST_F(EndpointControllerTest, ARestartedControllerAdoptsLiveInstancesAndReplace
   EXPECT_TRUE(scheduler_->Granted(kept).has_value());  // its resources re-reserved
 }
 
+TEST_F(EndpointControllerTest, DeleteWhileCreatingStopsTheInstanceThatIsStillStarting) {
+  FakeRuntime::Behavior slow;
+  slow.ping_status = 503;  // never passes the ping gate
+  runtime_->SetDefaultBehavior(slow);
+  StartController();
+  Create("ep");
+  auto launched = runtime_->WaitForLaunchNumber(1, kPatience);
+  ASSERT_TRUE(launched.has_value());
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kCreating);
+  EXPECT_TRUE(Routed("ep").empty());
+  Change("ep", [](store::EndpointRecord& r) { r.status = EndpointStatus::kDeleting; });
+  ASSERT_TRUE(WaitFor([&] { return Endpoint("ep").status().IsNotFound(); }));
+  EXPECT_FALSE(runtime_->running(*launched));
+  EXPECT_EQ(runtime_->launches().size(), 1u);  // never replaced
+  EXPECT_EQ(routes_->Find("ep"), nullptr);
+  EXPECT_TRUE(scheduler_->Snapshot().granted.empty());
+}
+
+TEST_F(EndpointControllerTest, ARestartDuringAnUpdateAdoptsBothFleetsAndFinishesTheUpdate) {
+  FakeRuntime::Behavior slow;
+  slow.ping_status = 503;  // the new fleet is not healthy until the test says so
+  runtime_->AddRule(FakeRuntime::ProgramIs("/bin/cat"), slow);
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", EndpointStatus::kInService);
+  const std::string old_id = runtime_->launches().at(0);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = EndpointStatus::kUpdating;
+    r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
+  });
+  auto new_id = runtime_->WaitForLaunchNumber(2, kPatience);
+  ASSERT_TRUE(new_id.has_value());
+  // Both fleets are recorded for the next server before it stops.
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    return r.ok() && r->state.instances.size() == 2;
+  }));
+
+  controller_.reset();  // both keep running
+  RestartController();
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1; }));
+  EXPECT_EQ(RuntimeId("ep", Routed("ep")[0]), old_id);  // the old fleet still serves
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kUpdating);
+
+  ASSERT_TRUE(runtime_->SetPingStatus(*new_id, 200).ok());
+  auto updated = WaitForStatus("ep", EndpointStatus::kInService);
+  EXPECT_EQ(updated.config_name, "cfg2");
+  EXPECT_FALSE(updated.pending.has_value());
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->running(old_id); }));
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1 && RuntimeId("ep", Routed("ep")[0]) == *new_id; }));
+  EXPECT_EQ(runtime_->launches().size(), 2u);  // adopted, never relaunched
+}
+
 TEST_F(EndpointControllerTest, OrphanedEndpointInstancesAreStoppedAtStart) {
   runtime::InstanceSpec orphan;
   orphan.instance_id = "endpoint-gone-i-0123456789abcdef0";
