@@ -1,5 +1,7 @@
 #include "control/training_job_run.h"
 
+#include "control/training_job_run_host.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -28,9 +30,6 @@ using Phase = store::TrainingPhase;
 using namespace training;  // messages and deadline arithmetic
 namespace fs = std::filesystem;
 
-constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
-
-
 // The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
 std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
   const json& hps = request.value("HyperParameters", json::object());
@@ -42,25 +41,6 @@ std::optional<std::string> DecodedHyperparameter(const json& request, const std:
 }
 
 }  // namespace
-
-struct TrainingJobRun::Host {
-  std::string host;  // algo-<n>
-  int shard_index = 0;  // position in the sorted hosts list (ShardedByS3Key)
-  std::string instance_id;
-  std::string root;    // <work_dir>/<job>/algo-<n>
-  std::string opt_ml;  // root/opt_ml
-  std::string log_stream;
-  int64_t started_millis = 0;
-  bool exited = false;
-  int exit_code = -1;
-  int term_signal = 0;
-  bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
-  std::unique_ptr<LogPump> pump;
-  std::unique_ptr<agent::PipeFeeder> feeder;
-  std::unique_ptr<agent::CheckpointSync> checkpoints;
-  // Debugger tensors, TensorBoard and profiler output: LocalPath synced to S3 during the run.
-  std::vector<std::unique_ptr<agent::CheckpointSync>> output_syncs;
-};
 
 TrainingJobRun::TrainingJobRun(Context context, std::string name, std::vector<Allocation> allocations, bool adopt,
                                Status grant_written)
@@ -466,175 +446,6 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
     }
   }
   (void)record;
-}
-
-void TrainingJobRun::ObserveHosts() {
-  for (auto& host : hosts_) {
-    if (host->exited) continue;
-    auto status = deps().runtime->Inspect(host->instance_id);
-    if (status.ok() && status->state == runtime::InstanceState::kRunning) continue;
-    host->exited = true;
-    if (status.ok() && status->state == runtime::InstanceState::kExited) {
-      host->exit_code = status->exit_code;
-      host->term_signal = status->term_signal;
-      host->stopped_by_kiln = status->stop_requested;
-    } else {
-      host->exit_code = -1;  // lost: the shim vanished without recording an exit
-    }
-  }
-}
-
-void TrainingJobRun::StopHosts(StopReason reason, bool record_max_runtime) {
-  stop_reason_ = reason;
-  if (record_max_runtime) {
-    int64_t now = Now();
-    (void)Update([&](store::TrainingJobRecord& rec) {
-      SetStatus(rec, JobStatus::kStopping);
-      rec.state.stop_requested = StopRequest::kMaxRuntime;
-      RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
-    });
-  }
-  // A host failing fails the job; the other hosts are stopped like a stop (§11).
-  for (auto& host : hosts_) {
-    if (!host->exited) (void)deps().runtime->Stop(host->instance_id, options().stop_grace);
-  }
-}
-
-void TrainingJobRun::FlushMetrics() {
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
-  if (!metrics_dirty_) return;
-  auto snapshot = final_metrics_;
-  metrics_dirty_ = false;
-  (void)Update([&](store::TrainingJobRecord& rec) { rec.state.final_metrics = snapshot; });
-}
-
-void TrainingJobRun::StartPump(Host& host, const json& metric_definitions, int64_t offset) {
-  LogPump::Options pump;
-  pump.output_path = deps().runtime->OutputPath(host.instance_id);
-  pump.offset_path = host.root + "/log.offset";
-  pump.start_offset = offset;
-  pump.group = kTrainingLogGroup;
-  pump.stream = host.log_stream;
-  if (metric_definitions.is_array() && !metric_definitions.empty()) {
-    auto created = observe::MetricExtractor::Create(MetricDefinitionsFromJson(metric_definitions));
-    if (created.ok()) {
-      pump.extractor = std::shared_ptr<const observe::MetricExtractor>(std::move(created).value());
-    } else {
-      KLOG(warn, "metric definitions rejected", {{"job", name_}, {"error", created.status().ToString()}});
-    }
-  }
-  const std::string host_name = host.host;
-  pump.on_metrics = [this, host_name](const std::vector<observe::MetricPoint>& points) {
-    RecordMetrics(host_name, points);
-  };
-  host.pump = std::make_unique<LogPump>(std::move(pump), deps().log_store);
-  host.pump->Start();
-  // Instance metrics (§15) while the host runs (an exited one is dropped at its first sample).
-  if (deps().instance_metrics != nullptr) {
-    (void)deps().instance_metrics->Track(TrainingHostMetricsTarget(host.instance_id, name_, host.host, host.opt_ml));
-  }
-}
-
-// Metric points of one batch of a host's lines: stored as time series (one transaction per
-// batch, with TrainingJobName and Host dimensions, §15) and kept as the last value per metric.
-void TrainingJobRun::RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points) {
-  std::vector<observe::MetricDatum> batch;
-  batch.reserve(points.size() * 2);
-  const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
-  const observe::Dimensions host_dims = {{"Host", name_ + "/" + host}};
-  for (const auto& p : points) {
-    batch.push_back({.name = p.name, .dimensions = job_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
-                     .unit = "None"});
-    batch.push_back({.name = p.name, .dimensions = host_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
-                     .unit = "None"});
-  }
-  if (deps().metric_store) {
-    Status put = deps().metric_store->Put(kMetricNamespace, batch);
-    if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
-  }
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
-  for (const auto& p : points) final_metrics_[p.name] = {.value = p.value, .timestamp_millis = p.timestamp_millis};
-  metrics_dirty_ = true;
-}
-
-void TrainingJobRun::StopPumps(bool drain) {
-  for (auto& host : hosts_) {
-    if (deps().instance_metrics != nullptr) deps().instance_metrics->Untrack(host->instance_id);
-    if (host->pump) host->pump->Stop(drain);
-  }
-}
-
-void TrainingJobRun::StopAgents() {
-  for (auto& host : hosts_) {
-    if (host->feeder) host->feeder->Stop();
-    host->checkpoints.reset();  // stops its background sync (no final sync)
-    host->output_syncs.clear();
-  }
-}
-
-// DebugHookConfig, TensorBoardOutputConfig and ProfilerConfig name an S3OutputPath that their
-// LocalPath is synced to every 30 s and once more at the end (training-contract.md §4.4, §8).
-Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> TrainingJobRun::MakeOutputSyncs(
-    const Host& host) {
-  struct OutputConfig {
-    const char* member;
-    const char* default_local_path;
-  };
-  static constexpr OutputConfig kConfigs[] = {{"DebugHookConfig", "/opt/ml/output/tensors"},
-                                              {"TensorBoardOutputConfig", "/opt/ml/output/tensorboard"},
-                                              {"ProfilerConfig", "/opt/ml/output/profiler"}};
-  std::vector<std::unique_ptr<agent::CheckpointSync>> syncs;
-  for (const OutputConfig& c : kConfigs) {
-    const json config = request_.value(c.member, json());
-    if (!config.is_object() || !config.contains("S3OutputPath") || !config["S3OutputPath"].is_string()) continue;
-    ASSIGN_OR_RETURN(std::string local_dir,
-                     agent::SandboxPathToHost(host.opt_ml, config.value("LocalPath", c.default_local_path)));
-    agent::CheckpointSync::Options sync_options;
-    sync_options.scan_interval = std::chrono::seconds(30);
-    sync_options.quiet_period = options().checkpoint_quiet_period;
-    std::string job = name_;
-    std::string what = c.member;
-    sync_options.on_error = [job, what](const Status& error) {
-      KLOG(warn, "output sync failed", {{"job", job}, {"config", what}, {"error", error.ToString()}});
-    };
-    // Each host writes under its own name so that hosts never overwrite each other.
-    std::string uri = config["S3OutputPath"].get<std::string>();
-    if (request_.value("ResourceConfig", json::object()).value("InstanceCount", 1) > 1) {
-      uri = agent::JoinKey(uri, host.host);
-    }
-    ASSIGN_OR_RETURN(auto sync, agent::CheckpointSync::Create(*deps().object_store, uri, local_dir, sync_options));
-    RETURN_IF_ERROR(MakeDirs(local_dir, 0755));
-    syncs.push_back(std::move(sync));
-  }
-  return syncs;
-}
-
-Result<std::unique_ptr<agent::CheckpointSync>> TrainingJobRun::MakeCheckpointSync(const Host& host) {
-  const json& config = request_["CheckpointConfig"];
-  ASSIGN_OR_RETURN(std::string local_dir, agent::SandboxPathToHost(host.opt_ml, agent::CheckpointLocalPath(request_)));
-  agent::CheckpointSync::Options sync_options;
-  sync_options.scan_interval = options().checkpoint_scan_interval;
-  sync_options.quiet_period = options().checkpoint_quiet_period;
-  std::string job = name_;
-  sync_options.on_error = [job](const Status& error) {
-    KLOG(warn, "checkpoint sync failed", {{"job", job}, {"error", error.ToString()}});
-  };
-  return agent::CheckpointSync::Create(*deps().object_store, config.value("S3Uri", ""), local_dir, sync_options);
-}
-
-// Gathers how each host ended (its failure file, its last stderr line) for FailureReason.
-std::string TrainingJobRun::FailureReasonFromHosts() {
-  std::vector<HostExit> exits;
-  for (const auto& host : hosts_) {
-    HostExit exit{.host = host->host,
-                  .exit_code = host->exit_code,
-                  .term_signal = host->term_signal,
-                  .stopped_by_kiln = host->stopped_by_kiln,
-                  .failure_file = host->exit_code != 0 ? agent::ReadFailureReason(host->opt_ml) : "",
-                  .last_stderr_line = host->exit_code != 0 && host->pump ? host->pump->last_stderr_line() : ""};
-    exits.push_back(std::move(exit));
-  }
-  return FailureReason(exits);
 }
 
 void TrainingJobRun::Finish(bool ran) {
