@@ -9,8 +9,8 @@
 //
 // Who writes what (the repository cannot enforce it; the API and the controller follow it):
 //   - the API: `deployment` (CreateEndpoint), `pending` (UpdateEndpoint), `desired` (create,
-//     update, UpdateEndpointWeightsAndCapacities) and the status an operation moves to
-//     (Creating, Updating, Deleting);
+//     update, UpdateEndpointWeightsAndCapacities), the status an operation moves to
+//     (Creating, Updating, Deleting), and it clears the FailureReason when an update starts;
 //   - the endpoint controller: everything in `EndpointObservedState`, the FailureReason, the
 //     statuses that end an operation (InService, Failed) and the move of `pending` into
 //     `deployment` when an update completes (control/endpoint_states.h has the transitions).
