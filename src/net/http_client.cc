@@ -32,11 +32,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/strings.h"
 #include "net/http_client_internal.h"
 #include "net/socket_io.h"
@@ -148,10 +147,10 @@ struct Target {
   std::string name;  // "127.0.0.1:8081" / "[::1]:8081": the Host header value and for messages
   std::atomic<size_t>* total_idle = nullptr;
 
-  std::mutex mu;
-  std::vector<Idle> idle;  // guarded by mu; oldest first, so the back is the warmest
+  Mutex mu;
+  std::vector<Idle> idle GUARDED_BY(mu);  // oldest first, so the back is the warmest
 
-  ~Target() {
+  ~Target() {  // the last owner: no other thread can reach `idle` (the analysis skips destructors)
     for (const Idle& c : idle) {
       ::close(c.fd);
     }
@@ -159,8 +158,8 @@ struct Target {
   }
 
   // Takes the warmest idle connection that is still usable, or returns -1.
-  int Take(TimePoint now, std::chrono::milliseconds max_idle) {
-    std::lock_guard<std::mutex> lock(mu);
+  int Take(TimePoint now, std::chrono::milliseconds max_idle) EXCLUDES(mu) {
+    MutexLock lock(mu);
     while (!idle.empty()) {
       Idle c = idle.back();
       idle.pop_back();
@@ -188,9 +187,9 @@ struct Target {
     return -1;
   }
 
-  void GiveBack(int fd, size_t max_idle_per_target) {
+  void GiveBack(int fd, size_t max_idle_per_target) EXCLUDES(mu) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (idle.size() < max_idle_per_target) {
         idle.push_back({fd, SteadyClock::now()});
         total_idle->fetch_add(1, std::memory_order_relaxed);
@@ -200,10 +199,10 @@ struct Target {
     ::close(fd);
   }
 
-  void CloseIdle() {
+  void CloseIdle() EXCLUDES(mu) {
     std::vector<Idle> dropped;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       dropped.swap(idle);
       total_idle->fetch_sub(dropped.size(), std::memory_order_relaxed);
     }
@@ -218,14 +217,14 @@ struct Target {
 struct HttpClient::Pool {
   HttpClientOptions options;
   std::atomic<size_t> total_idle{0};
-  mutable std::shared_mutex mu;
-  std::unordered_map<TargetKey, std::shared_ptr<Target>, TargetKeyHash, TargetKeyEq> targets;  // guarded by mu
+  mutable SharedMutex mu;  // readers find a known target; writers add or forget one
+  std::unordered_map<TargetKey, std::shared_ptr<Target>, TargetKeyHash, TargetKeyEq> targets GUARDED_BY(mu);
 
   explicit Pool(HttpClientOptions o) : options(o) {}
 
-  Result<std::shared_ptr<Target>> Find(const std::string& host, uint16_t port) {
+  Result<std::shared_ptr<Target>> Find(const std::string& host, uint16_t port) EXCLUDES(mu) {
     {
-      std::shared_lock<std::shared_mutex> lock(mu);
+      ReaderMutexLock lock(mu);
       auto it = targets.find(TargetKeyView{host, port});
       if (it != targets.end()) {
         return it->second;
@@ -257,7 +256,7 @@ struct HttpClient::Pool {
       return Status::InvalidArgument("cannot connect to '" + host +
                                      "': not an IP address literal or localhost");
     }
-    std::unique_lock<std::shared_mutex> lock(mu);
+    WriterMutexLock lock(mu);
     auto [it, inserted] = targets.try_emplace(TargetKey{host, port}, std::move(target));
     return it->second;
   }
@@ -352,7 +351,7 @@ CancelSignal::~CancelSignal() {
 }
 
 void CancelSignal::Cancel(std::string reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (cancelled_.load(std::memory_order_relaxed)) {
     return;
   }
@@ -367,7 +366,7 @@ void CancelSignal::Cancel(std::string reason) {
 }
 
 std::string CancelSignal::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reason_;
 }
 
@@ -477,7 +476,7 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
 void HttpClient::Forget(const std::string& host, uint16_t port) {
   std::shared_ptr<Target> target;
   {
-    std::unique_lock<std::shared_mutex> lock(pool_->mu);
+    WriterMutexLock lock(pool_->mu);
     auto it = pool_->targets.find(TargetKeyView{host, port});
     if (it == pool_->targets.end()) {
       return;

@@ -30,11 +30,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "base/io.h"
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace kiln::net {
@@ -55,17 +55,17 @@ class CancelSignal {
 
   // Sets the signal and wakes every call waiting on it. `reason` says why, for the error the
   // caller gives its client; only the first call's reason is kept (later calls do nothing).
-  void Cancel(std::string reason);
+  void Cancel(std::string reason) EXCLUDES(mu_);
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
   // The reason given to Cancel() (empty while not cancelled).
-  std::string reason() const;
+  std::string reason() const EXCLUDES(mu_);
   // Readable once cancelled; -1 when the eventfd could not be created.
   int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
-  mutable std::mutex mu_;
-  std::string reason_;  // GUARDED_BY(mu_); written once, before cancelled_ is set
+  mutable Mutex mu_;
+  std::string reason_ GUARDED_BY(mu_);  // written once, before cancelled_ is set
   std::atomic<bool> cancelled_{false};
 };
 

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -20,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "base/io.h"
+#include "base/mutex.h"
 #include "base/strings.h"
 #include "net/http_client_testing.h"
 #include "net/http_server.h"
@@ -53,7 +53,7 @@ class RawServer {
     stop_ = true;
     acceptor_.join();
     ::close(listen_fd_);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& t : threads_) {
       t.join();
     }
@@ -63,7 +63,7 @@ class RawServer {
   int accepted() const { return accepted_.load(); }
 
  private:
-  void AcceptLoop() {
+  void AcceptLoop() EXCLUDES(mu_) {
     while (!stop_) {
       pollfd p{listen_fd_, POLLIN, 0};
       if (::poll(&p, 1, 20) <= 0) {
@@ -76,7 +76,7 @@ class RawServer {
       timeval tv{5, 0};  // a confused test fails instead of hanging
       ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
       int index = accepted_++;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       threads_.emplace_back([this, fd, index] {
         serve_(fd, index);
         ::close(fd);
@@ -90,8 +90,8 @@ class RawServer {
   std::atomic<bool> stop_{false};
   std::atomic<int> accepted_{0};
   std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<std::thread> threads_;
+  Mutex mu_;
+  std::vector<std::thread> threads_ GUARDED_BY(mu_);
 };
 
 // Reads one request (head + Content-Length body) from a raw socket; "" on EOF or error.
@@ -170,7 +170,7 @@ class EchoServer {
     options.listen = "127.0.0.1:0";
     auto server = HttpServer::Create(options, [this](HttpRequest& req, ResponseWriter& out) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         remotes_.insert(req.remote_address);
       }
       Result<std::string> body = ReadAll(*req.body, 1 << 24);
@@ -198,15 +198,15 @@ class EchoServer {
   ~EchoServer() { server_->Stop(1); }
 
   uint16_t port() const { return server_->port(); }
-  size_t connections() {
-    std::lock_guard<std::mutex> lock(mu_);
+  size_t connections() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return remotes_.size();
   }
 
  private:
   std::unique_ptr<HttpServer> server_;
-  std::mutex mu_;
-  std::set<std::string> remotes_;
+  Mutex mu_;
+  std::set<std::string> remotes_ GUARDED_BY(mu_);
 };
 
 TEST(HttpClientTest, KeepAliveReusesOneConnection) {
@@ -403,12 +403,12 @@ TEST(HttpClientTest, NoBodyStatuses) {
 }
 
 TEST(HttpClientTest, RequestHeadOnTheWire) {
-  std::mutex mu;
+  Mutex mu;  // guards `seen` (written by the server's connection thread)
   std::string seen;
   RawServer server([&](int fd, int) {
     std::string req = ReadRequest(fd);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       seen = req;
     }
     SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
@@ -423,7 +423,7 @@ TEST(HttpClientTest, RequestHeadOnTheWire) {
   req.headers = &headers;
   auto r = client.Send("127.0.0.1", server.port(), req, Budget());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   std::string port = std::to_string(server.port());
   EXPECT_EQ(seen,
             "POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:" + port +

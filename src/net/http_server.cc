@@ -38,10 +38,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -50,6 +48,7 @@
 
 #include "base/crash_handler.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "net/http_server_internal.h"
 #include "net/http_server_testing.h"
 #include "net/socket_io.h"
@@ -133,8 +132,8 @@ class HttpServerImpl final : public HttpServer {
   // HttpServer
   uint16_t port() const override { return port_; }
 
-  Status Start() override {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+  Status Start() override EXCLUDES(stop_mu_) {
+    MutexLock lock(stop_mu_);
     if (stopped_) {
       return Status::FailedPrecondition("server was stopped");
     }
@@ -145,18 +144,18 @@ class HttpServerImpl final : public HttpServer {
     return Status::Ok();
   }
 
-  void Stop(int grace_seconds) override {
-    std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  void Stop(int grace_seconds) override EXCLUDES(stop_mu_, mu_, pool_mu_) {
+    MutexLock stop_lock(stop_mu_);
     if (stopped_) {
       return;
     }
     stopped_ = true;
     {
       // Under mu_ so an acceptor waiting for an evicted slot sees it (no lost wake-up).
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopping_.store(true);
     }
-    active_cv_.notify_all();
+    active_cv_.NotifyAll();
     uint64_t one = 1;
     // Never read back: the eventfd stays readable and wakes every poller, now and later.
     (void)!::write(wake_fd_, &one, sizeof(one));
@@ -165,31 +164,38 @@ class HttpServerImpl final : public HttpServer {
     }
     ::close(listen_fd_);
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      active_cv_.wait_for(lock, std::chrono::seconds(std::max(grace_seconds, 0)),
-                          [this] { return conns_.empty(); });
+      MutexLock lock(mu_);
+      const auto grace_end =
+          std::chrono::steady_clock::now() + std::chrono::seconds(std::max(grace_seconds, 0));
+      while (!conns_.empty()) {
+        if (active_cv_.WaitUntil(mu_, grace_end) == std::cv_status::timeout) {
+          break;
+        }
+      }
       force_.store(true);
       for (const auto& [id, slot] : conns_) {
         ::shutdown(slot->fd, SHUT_RDWR);
       }
       // Every socket operation now fails fast; only a handler blocked outside the socket can
       // keep us here.
-      active_cv_.wait(lock, [this] { return conns_.empty(); });
+      while (!conns_.empty()) {
+        active_cv_.Wait(mu_);
+      }
     }
     std::vector<std::thread> workers;
     {
-      std::lock_guard<std::mutex> lock(pool_mu_);
+      MutexLock lock(pool_mu_);
       pool_shutdown_ = true;
       workers.swap(workers_);
     }
-    pool_cv_.notify_all();
+    pool_cv_.NotifyAll();
     for (std::thread& t : workers) {
       t.join();
     }
   }
 
-  HttpServerStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  HttpServerStats stats() const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     HttpServerStats s = counters_;
     s.open_connections = conns_.size();
     for (const auto& [id, slot] : conns_) {
@@ -199,7 +205,7 @@ class HttpServerImpl final : public HttpServer {
   }
 
   // See ServeConnectionForTest (http_server_testing.h).
-  void ServeForTest(int fd) {
+  void ServeForTest(int fd) EXCLUDES(mu_) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
@@ -207,7 +213,7 @@ class HttpServerImpl final : public HttpServer {
     }
     Pending p{fd, addr, nullptr};
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       p.slot = RegisterLocked(fd, AddressKey(addr));
     }
     Connection conn(options_.max_header_bytes + 64 * 1024);
@@ -228,7 +234,7 @@ class HttpServerImpl final : public HttpServer {
   // Shedding and accept failures are logged at most this often (they come in floods).
   static constexpr int64_t kShedLogIntervalMs = 10000;
 
-  void AcceptLoop() {
+  void AcceptLoop() EXCLUDES(mu_, pool_mu_) {
     for (;;) {
       pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       int r = ::poll(fds, 2, -1);
@@ -270,9 +276,9 @@ class HttpServerImpl final : public HttpServer {
       bool admitted = false;
       bool shed = false;
       {
-        std::unique_lock<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         const uint64_t evicted_before = counters_.evicted;
-        admitted = AdmitLocked(lock, address);
+        admitted = AdmitLocked(address);
         if (admitted) {
           p.slot = RegisterLocked(p.fd, std::move(address));
         } else {
@@ -295,7 +301,7 @@ class HttpServerImpl final : public HttpServer {
 
   // Makes room for one more connection from `address`, closing idle connections as needed.
   // False when the limits are reached and nothing can be closed (or the server is stopping).
-  bool AdmitLocked(std::unique_lock<std::mutex>& lock, const std::string& address) {
+  bool AdmitLocked(const std::string& address) REQUIRES(mu_) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs);
     for (;;) {
       if (stopping_.load()) {
@@ -314,34 +320,38 @@ class HttpServerImpl final : public HttpServer {
       if (victim == nullptr) {
         return false;
       }
-      if (!WaitGoneLocked(lock, victim->id, deadline)) {
+      if (!WaitGoneLocked(victim->id, deadline)) {
         return false;
       }
     }
   }
 
   // Closes one idle connection (from `address` only, when given) and waits until it is gone.
-  bool EvictIdleAndWait(const std::string* address) {
-    std::unique_lock<std::mutex> lock(mu_);
+  bool EvictIdleAndWait(const std::string* address) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     ConnSlot* victim = EvictLocked(address);
     if (victim == nullptr) {
       return false;
     }
-    return WaitGoneLocked(
-        lock, victim->id, std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs));
+    return WaitGoneLocked(victim->id,
+                          std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs));
   }
 
   // Waits until the connection `id` has been closed by its worker. False on timeout or Stop.
-  bool WaitGoneLocked(std::unique_lock<std::mutex>& lock, uint64_t id,
-                      std::chrono::steady_clock::time_point deadline) {
-    return active_cv_.wait_until(lock, deadline, [&] { return stopping_.load() || !conns_.contains(id); }) &&
-           !stopping_.load();
+  // mu_ is released while waiting.
+  bool WaitGoneLocked(uint64_t id, std::chrono::steady_clock::time_point deadline) REQUIRES(mu_) {
+    while (!stopping_.load() && conns_.contains(id)) {
+      if (active_cv_.WaitUntil(mu_, deadline) == std::cv_status::timeout) {
+        break;  // the answer below still counts a slot that went at the deadline
+      }
+    }
+    return !stopping_.load() && !conns_.contains(id);
   }
 
   // Picks the idle connection to close for room — never-used ones before keep-alive ones, the
   // longest idle first, restricted to `address` when given — and shuts it down. Its worker then
   // sees EOF and closes it. Returns the slot (still registered), or null when none is idle.
-  ConnSlot* EvictLocked(const std::string* address) {
+  ConnSlot* EvictLocked(const std::string* address) REQUIRES(mu_) {
     struct Candidate {
       int rank;  // 0 fresh, 1 keep-alive
       int64_t since;
@@ -380,7 +390,7 @@ class HttpServerImpl final : public HttpServer {
     return nullptr;
   }
 
-  ConnSlot* RegisterLocked(int fd, std::string address) {
+  ConnSlot* RegisterLocked(int fd, std::string address) REQUIRES(mu_) {
     auto slot = std::make_unique<ConnSlot>();
     slot->id = ++next_id_;
     slot->fd = fd;
@@ -396,7 +406,7 @@ class HttpServerImpl final : public HttpServer {
   // Removes the slot; closes its fd too when `close_fd` (in the same critical section, so that
   // Stop() never shuts down a reused fd number and an acceptor that waited for the slot to go
   // finds the descriptor free).
-  void UnregisterLocked(ConnSlot* slot, bool close_fd) {
+  void UnregisterLocked(ConnSlot* slot, bool close_fd) REQUIRES(mu_) {
     auto it = per_address_.find(slot->address);
     if (it != per_address_.end() && --it->second == 0) {
       per_address_.erase(it);
@@ -408,7 +418,7 @@ class HttpServerImpl final : public HttpServer {
   }
 
   // Rate-limited warnings (the acceptor thread only; never under mu_).
-  void MaybeLogShedding() {
+  void MaybeLogShedding() EXCLUDES(mu_) {
     int64_t now = SteadyMillis();
     if (now - last_shed_log_ms_ < kShedLogIntervalMs) {
       return;
@@ -422,10 +432,10 @@ class HttpServerImpl final : public HttpServer {
           {"max_connections", std::to_string(options_.max_connections)},
           {"max_connections_per_address", std::to_string(options_.max_connections_per_address)}});
   }
-  void NoteAcceptError(int err) {
+  void NoteAcceptError(int err) EXCLUDES(mu_) {
     int64_t now = SteadyMillis();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++counters_.accept_errors;
     }
     if (now - last_accept_log_ms_ < kShedLogIntervalMs) {
@@ -450,11 +460,11 @@ class HttpServerImpl final : public HttpServer {
     ::close(fd);
   }
 
-  void Submit(const Pending& p) {
-    std::lock_guard<std::mutex> lock(pool_mu_);
+  void Submit(const Pending& p) EXCLUDES(pool_mu_, mu_) {
+    MutexLock lock(pool_mu_);
     queue_.push_back(p);
     if (idle_workers_ >= queue_.size()) {
-      pool_cv_.notify_one();
+      pool_cv_.NotifyOne();
       return;
     }
     // Every worker is busy: grow the pool. Bounded by max_connections through the registry.
@@ -465,25 +475,27 @@ class HttpServerImpl final : public HttpServer {
       KLOG(error, "http worker thread creation failed", {{"error", e.what()}});
       queue_.pop_back();
       {
-        std::lock_guard<std::mutex> registry_lock(mu_);
+        MutexLock registry_lock(mu_);
         UnregisterLocked(p.slot, /*close_fd=*/false);
         ++counters_.refused;
       }
-      active_cv_.notify_all();
+      active_cv_.NotifyAll();
       Reject(p.fd);
     }
   }
 
-  void WorkerLoop() {
+  void WorkerLoop() EXCLUDES(pool_mu_, mu_) {
     // A handler that overflows this thread's stack still gets its crash reported (base/crash_handler.h).
     InstallAlternateSignalStack();
     Connection conn(options_.max_header_bytes + 64 * 1024);
     for (;;) {
       Pending p;
       {
-        std::unique_lock<std::mutex> lock(pool_mu_);
+        MutexLock lock(pool_mu_);
         ++idle_workers_;
-        pool_cv_.wait(lock, [this] { return !queue_.empty() || pool_shutdown_; });
+        while (queue_.empty() && !pool_shutdown_) {
+          pool_cv_.Wait(pool_mu_);
+        }
         --idle_workers_;
         if (queue_.empty()) {
           return;
@@ -499,7 +511,7 @@ class HttpServerImpl final : public HttpServer {
   }
 
   // Serves a registered connection until it should close, then closes it.
-  void ServeAccepted(Connection& conn, const Pending& p) {
+  void ServeAccepted(Connection& conn, const Pending& p) EXCLUDES(mu_) {
     conn.fd = p.fd;
     conn.slot = p.slot;
     conn.fresh = true;
@@ -520,7 +532,7 @@ class HttpServerImpl final : public HttpServer {
     Close(conn);
   }
 
-  void Close(Connection& conn) {
+  void Close(Connection& conn) EXCLUDES(mu_) {
     if (conn.unread_input && !force_.load()) {
       // Lingering close (see kLingerMillis).
       ::shutdown(conn.fd, SHUT_WR);
@@ -543,10 +555,10 @@ class HttpServerImpl final : public HttpServer {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       UnregisterLocked(conn.slot, /*close_fd=*/true);
     }
-    active_cv_.notify_all();
+    active_cv_.NotifyAll();
     conn.fd = -1;
     conn.slot = nullptr;
   }
@@ -566,30 +578,34 @@ class HttpServerImpl final : public HttpServer {
   std::atomic<bool> stopping_{false};
   const ServerContext context_{options_, limits_, handler_, stopping_};  // for ServeOneRequest
 
-  std::mutex stop_mu_;  // serializes Start/Stop
-  bool stopped_ = false;
-  std::thread acceptor_;
+  // Serializes Start/Stop. Taken before mu_ and pool_mu_ (Stop holds it throughout).
+  Mutex stop_mu_;
+  bool stopped_ GUARDED_BY(stop_mu_) = false;
+  std::thread acceptor_ GUARDED_BY(stop_mu_);
 
   // The connection registry. Every accepted connection has a slot from accept until its fd is
   // closed (queued or served); per_address_ counts them by AddressKey (no zero entries).
-  mutable std::mutex mu_;
-  std::condition_variable active_cv_;  // a slot went away, or stopping_ was set
-  std::unordered_map<uint64_t, std::unique_ptr<ConnSlot>> conns_;  // by ConnSlot::id; guarded by mu_
-  std::unordered_map<std::string, size_t> per_address_;            // guarded by mu_
-  uint64_t next_id_ = 0;                                            // guarded by mu_
-  HttpServerStats counters_;  // the cumulative fields; guarded by mu_
+  // Taken after pool_mu_ when both are held (Submit).
+  mutable Mutex mu_;
+  CondVar active_cv_;  // a slot went away, or stopping_ was set
+  // By ConnSlot::id. The map is guarded; a slot's id, fd and address are set before it is
+  // inserted and never change, its phase and idle clock are atomics (http_server_internal.h).
+  std::unordered_map<uint64_t, std::unique_ptr<ConnSlot>> conns_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, size_t> per_address_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 0;
+  HttpServerStats counters_ GUARDED_BY(mu_);  // the cumulative fields
   std::atomic<bool> force_{false};  // grace is over: sockets are shut down as they register
 
   // Acceptor thread only.
   int64_t last_shed_log_ms_ = -kShedLogIntervalMs;
   int64_t last_accept_log_ms_ = -kShedLogIntervalMs;
 
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::deque<Pending> queue_;        // guarded by pool_mu_
-  size_t idle_workers_ = 0;          // guarded by pool_mu_
-  bool pool_shutdown_ = false;       // guarded by pool_mu_
-  std::vector<std::thread> workers_;  // guarded by pool_mu_
+  Mutex pool_mu_;
+  CondVar pool_cv_;
+  std::deque<Pending> queue_ GUARDED_BY(pool_mu_);
+  size_t idle_workers_ GUARDED_BY(pool_mu_) = 0;
+  bool pool_shutdown_ GUARDED_BY(pool_mu_) = false;
+  std::vector<std::thread> workers_ GUARDED_BY(pool_mu_);
 };
 
 Status ErrnoToStatus(std::string_view what, int err) {

@@ -10,9 +10,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <future>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/mutex.h"
 #include "base/strings.h"
 #include "net/http_server_testing.h"
 
@@ -833,30 +832,38 @@ bool WaitUntil(F condition, int ms = 5000) {
 // A handler that holds requests for "/block" until Release(), and echoes everything else.
 class Gate {
  public:
-  void Handle(HttpRequest& req, ResponseWriter& out) {
+  void Handle(HttpRequest& req, ResponseWriter& out) EXCLUDES(mu_) {
     if (req.raw_path == "/block") {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++held_;
-      cv_.notify_all();
-      cv_.wait(lock, [this] { return released_; });
+      cv_.NotifyAll();
+      while (!released_) {
+        cv_.Wait(mu_);
+      }
     }
     (void)out.Send(200, {}, req.raw_path);
   }
-  bool WaitHeld(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return held_ >= n; });
+  bool WaitHeld(int n) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (held_ < n) {
+      if (cv_.WaitUntil(mu_, deadline) == std::cv_status::timeout) {
+        break;
+      }
+    }
+    return held_ >= n;
   }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Release() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     released_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int held_ = 0;
-  bool released_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  int held_ GUARDED_BY(mu_) = 0;
+  bool released_ GUARDED_BY(mu_) = false;
 };
 
 TEST_F(HttpServerTest, OverMaxConnectionsWithEveryConnectionBusyGets503) {
