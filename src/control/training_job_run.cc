@@ -8,6 +8,7 @@
 
 #include "agent/artifacts.h"
 #include "agent/checkpoints.h"
+#include "agent/errors.h"
 #include "agent/pipe_feeder.h"
 #include "agent/staging.h"
 #include "agent/training_layout.h"
@@ -98,16 +99,19 @@ void TrainingJobRun::Run() {
 }
 
 // RetryStrategy (training-contract.md §10): a job that failed for Kiln's own reasons
-// ("InternalServerError: ...") starts again, up to MaximumRetryAttempts times, going through
+// (FailureKind::kInternalServerError) starts again, up to MaximumRetryAttempts times, going through
 // Restarting → Starting. Returns true (and records the restart) when it will be retried.
-bool TrainingJobRun::RetryIfAllowed(const std::string& why) {
-  if (!StartsWith(why, "InternalServerError") || shutting_down_.load() || stop_requested_.load()) return false;
+bool TrainingJobRun::RetryIfAllowed(const JobFailure& failure) {
+  if (failure.kind != FailureKind::kInternalServerError || shutting_down_.load() || stop_requested_.load()) {
+    return false;
+  }
+  const std::string& why = failure.reason;
   const int max_attempts = request_.value("RetryStrategy", json::object()).value("MaximumRetryAttempts", 0);
   const int64_t now = Now();
   bool retry = false;
   (void)Update([&](store::TrainingJobRecord& rec) {
     const int retries = rec.state.retries;
-    if (!RetryAllowed(why, rec.status, retries, max_attempts)) return;
+    if (!RetryAllowed(failure.kind, rec.status, retries, max_attempts)) return;
     rec.state.retries = retries + 1;
     SetPhase(rec, Phase::kQueued);
     rec.state.last_failure = why;
@@ -164,7 +168,7 @@ void TrainingJobRun::RunSteps() {
     const bool stopped_while_staging = prepared.code() == StatusCode::kAborted && stop_requested_.load();
     if (!prepared.ok() && !stopped_while_staging) {
       StopAgents();
-      Fail(prepared.message());
+      Fail(FailureFromStatus(prepared));
       return;
     }
     if (stop_requested_.load()) {
@@ -174,7 +178,7 @@ void TrainingJobRun::RunSteps() {
     }
     if (Status launched = Launch(record); !launched.ok()) {
       StopAgents();
-      Fail(launched.message());
+      Fail(FailureFromStatus(launched));
       return;
     }
     Monitor(record);
@@ -212,7 +216,9 @@ Status TrainingJobRun::Prepare(store::TrainingJobRecord& record) {
       (void)deps().runtime->Wait(host->instance_id, std::chrono::seconds(5));
       (void)deps().runtime->Remove(host->instance_id);
     }
-    RETURN_IF_ERROR(MakeDirs(host->root, 0755).WithPrefix("InternalServerError: cannot create the host directory"));
+    if (Status made = MakeDirs(host->root, 0755); !made.ok()) {
+      return agent::InternalServerError("cannot create the host directory: " + made.message(), made.code());
+    }
     RETURN_IF_ERROR(agent::WriteTrainingLayout(host->opt_ml, request_, layouts[i]));
     hosts_.push_back(std::move(host));
   }
@@ -224,7 +230,7 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
   // a download error cannot hide it (issue 10). Launch resolves it again for the command.
   const std::string image = request_.value("AlgorithmSpecification", json::object()).value("TrainingImage", "");
   if (auto resolved = deps().environments->Resolve(image); !resolved.ok()) {
-    return Status::InvalidArgument("ClientError: " + resolved.status().message());
+    return agent::ClientError(resolved.status().message());
   }
   SetSecondary(SecondaryStatus::kDownloading, kMsgDownloading);
   const int host_count = static_cast<int>(hosts_.size());
@@ -267,7 +273,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
   const json& algorithm = request_.value("AlgorithmSpecification", json::object());
   const std::string image = algorithm.value("TrainingImage", "");
   auto resolved = deps().environments->Resolve(image);
-  if (!resolved.ok()) return Status::InvalidArgument("ClientError: " + resolved.status().message());
+  if (!resolved.ok()) return agent::ClientError(resolved.status().message());
   const runtime::ImageResolution& resolution = *resolved;
 
   // Credentials for the instances: issued once per job and kept in its state, so that a
@@ -313,10 +319,10 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
       for (size_t j = 0; j < i; ++j) {
         (void)deps().runtime->Stop(hosts_[j]->instance_id, std::chrono::seconds(0));
       }
-      return Status::InvalidArgument("ClientError: the training program could not be started on " + host.host +
-                                     ": " + launched.message() +
-                                     ". Check AlgorithmSpecification.TrainingImage (and ContainerEntrypoint) and "
-                                     "the environment it maps to.");
+      return agent::ClientError("the training program could not be started on " + host.host + ": " +
+                                launched.message() +
+                                ". Check AlgorithmSpecification.TrainingImage (and ContainerEntrypoint) and "
+                                "the environment it maps to.");
     }
     host.started_millis = Now();
     // A restarted job's container gets a new stream even when it starts within the same second.
@@ -460,12 +466,12 @@ void TrainingJobRun::Finish(bool ran) {
     SetSecondary(SecondaryStatus::kUploading, kMsgUploading);
     (void)Update([&](store::TrainingJobRecord& rec) { SetPhase(rec, Phase::kFinishing); });
   }
-  std::string upload_error;
+  JobFailure upload_error;
   for (auto& host : hosts_) {
     if (!host->checkpoints) continue;
     Status s = ran ? host->checkpoints->Final() : Status::Ok();
     host->checkpoints.reset();
-    if (!s.ok()) upload_error = "InternalServerError: checkpoint upload failed: " + s.message();
+    if (!s.ok()) upload_error = FailureFromStatus(Status::Internal(s.message()), "checkpoint upload failed: ");
   }
   for (auto& host : hosts_) {
     for (auto& sync : host->output_syncs) {
@@ -486,20 +492,17 @@ void TrainingJobRun::Finish(bool ran) {
       for (const auto& clash : uploaded->clashes) {
         KLOG(warn, "model file clash between hosts (lowest host kept)", {{"job", name_}, {"file", clash}});
       }
-    } else if (upload_error.empty()) {
-      upload_error = uploaded.status().message();
-      if (!StartsWith(upload_error, "ClientError") && !StartsWith(upload_error, "InternalServerError")) {
-        upload_error = "InternalServerError: uploading the model artifacts failed: " + upload_error;
-      }
+    } else if (!upload_error.failed()) {
+      upload_error = FailureFromStatus(uploaded.status(), "uploading the model artifacts failed: ");
     }
   }
 
-  std::string failure = FailureReasonFromHosts();
+  const JobFailure failure = FailureReasonFromHosts();
   bool any_failed = false;
   for (auto& host : hosts_) any_failed |= host->exit_code != 0;
   if (stop_reason_ == StopReason::kNone || stop_reason_ == StopReason::kPeerFailure) {
-    const std::string why = any_failed ? failure : upload_error;
-    if (!why.empty() && RetryIfAllowed(why)) {
+    const JobFailure& why = any_failed ? failure : upload_error;
+    if (why.failed() && RetryIfAllowed(why)) {
       Cleanup();
       return;
     }
@@ -521,8 +524,8 @@ void TrainingJobRun::Finish(bool ran) {
                                          .run_reason = stop_reason_,
                                          .stop_requested = stop_requested_.load(),
                                          .any_failed = any_failed,
-                                         .host_failure = failure,
-                                         .upload_error = upload_error});
+                                         .host_failure = failure.reason,
+                                         .upload_error = upload_error.reason});
     SetPhase(rec, Phase::kDone);
     rec.state.final_metrics = final_metrics;
     if (model_artifacts) rec.state.model_artifacts = model_artifacts;
@@ -539,14 +542,9 @@ void TrainingJobRun::Finish(bool ran) {
   Cleanup();
 }
 
-void TrainingJobRun::Fail(const std::string& reason) {
-  std::string why = reason;
-  if (!StartsWith(why, "ClientError") && !StartsWith(why, "InternalServerError") &&
-      !StartsWith(why, "AlgorithmError")) {
-    why = "InternalServerError: " + why;
-  }
-  why = TruncateUtf8(why, kFailureReasonMax);
-  if (RetryIfAllowed(why)) {
+void TrainingJobRun::Fail(const JobFailure& failure) {
+  const std::string& why = failure.reason;
+  if (RetryIfAllowed(failure)) {
     Cleanup();
     return;
   }

@@ -96,15 +96,15 @@ class TrainingJobRun {
   void StopHosts(training::StopReason reason, bool record_max_runtime);
   void FlushMetrics();
   void Finish(bool ran);
-  void Fail(const std::string& reason);
-  bool RetryIfAllowed(const std::string& why);
+  void Fail(const training::JobFailure& failure);
+  bool RetryIfAllowed(const training::JobFailure& failure);
   void StartPump(Host& host, const nlohmann::json& metric_definitions, int64_t offset);
   void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points);
   void StopPumps(bool drain);
   void StopAgents();
   Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
   Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> MakeOutputSyncs(const Host& host);
-  std::string FailureReasonFromHosts();
+  training::JobFailure FailureReasonFromHosts();
   void Cleanup();
 
   const Context context_;

@@ -183,7 +183,7 @@ Result<std::unique_ptr<agent::CheckpointSync>> TrainingJobRun::MakeCheckpointSyn
 }
 
 // Gathers how each host ended (its failure file, its last stderr line) for FailureReason.
-std::string TrainingJobRun::FailureReasonFromHosts() {
+training::JobFailure TrainingJobRun::FailureReasonFromHosts() {
   std::vector<HostExit> exits;
   for (const auto& host : hosts_) {
     HostExit exit{.host = host->host,

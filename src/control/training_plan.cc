@@ -69,7 +69,18 @@ std::string TruncateUtf8(std::string s, size_t max) {
   return s;
 }
 
-std::string FailureReason(const std::vector<HostExit>& hosts) {
+JobFailure FailureFromStatus(const Status& status, const std::string& context) {
+  if (status.Is(ErrorReason::kClientError)) {
+    return {FailureKind::kClientError, TruncateUtf8(status.message(), kFailureReasonMax)};
+  }
+  if (status.Is(ErrorReason::kInternalServerError)) {
+    return {FailureKind::kInternalServerError, TruncateUtf8(status.message(), kFailureReasonMax)};
+  }
+  return {FailureKind::kInternalServerError,
+          TruncateUtf8("InternalServerError: " + context + status.message(), kFailureReasonMax)};
+}
+
+JobFailure FailureReason(const std::vector<HostExit>& hosts) {
   std::vector<const HostExit*> order;
   for (const HostExit& host : hosts) {
     if (!host.stopped_by_kiln) order.push_back(&host);
@@ -78,26 +89,31 @@ std::string FailureReason(const std::vector<HostExit>& hosts) {
     if (host.stopped_by_kiln) order.push_back(&host);
   }
   for (const HostExit* host : order) {
-    if (host->exit_code != 0 && !host->failure_file.empty()) return TruncateUtf8(host->failure_file, kFailureReasonMax);
+    if (host->exit_code != 0 && !host->failure_file.empty()) {
+      return {FailureKind::kAlgorithmError, TruncateUtf8(host->failure_file, kFailureReasonMax)};
+    }
   }
   for (const HostExit* host : order) {
     if (host->exit_code == 0) continue;
     if (host->exit_code == -1 && host->term_signal == 0) {
-      return "InternalServerError: the instance " + host->host +
-             " was lost (its supervisor exited without recording an exit status).";
+      return {FailureKind::kInternalServerError,
+              "InternalServerError: the instance " + host->host +
+                  " was lost (its supervisor exited without recording an exit status)."};
     }
     if (host->term_signal == SIGKILL || host->exit_code == 137) {
-      return "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
-             "training program. The process on " +
-             host->host + " was killed by SIGKILL (signal 9).";
+      return {FailureKind::kOutOfMemory,
+              "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
+              "training program. The process on " +
+                  host->host + " was killed by SIGKILL (signal 9)."};
     }
     std::string summary = host->last_stderr_line;
     int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
     std::string tail = ", exit code: " + std::to_string(code);
     if (summary.empty()) summary = "the training program exited with a non-zero status";
-    return "AlgorithmError: " + TruncateUtf8(summary, kFailureReasonMax - 16 - tail.size()) + tail;
+    return {FailureKind::kAlgorithmError,
+            "AlgorithmError: " + TruncateUtf8(summary, kFailureReasonMax - 16 - tail.size()) + tail};
   }
-  return "";
+  return {};
 }
 
 MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis) {
@@ -143,8 +159,8 @@ Outcome PlanOutcome(const OutcomeInput& input) {
   return {TrainingJobStatus::kCompleted, SecondaryStatus::kCompleted, kMsgCompleted, std::nullopt};
 }
 
-bool RetryAllowed(const std::string& why, store::TrainingJobStatus status, int retries, int max_attempts) {
-  return why.starts_with("InternalServerError") && status == store::TrainingJobStatus::kInProgress &&
+bool RetryAllowed(FailureKind kind, store::TrainingJobStatus status, int retries, int max_attempts) {
+  return kind == FailureKind::kInternalServerError && status == store::TrainingJobStatus::kInProgress &&
          retries < max_attempts;
 }
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "control/scheduler.h"
 #include "store/training_job_state.h"
 
@@ -118,15 +119,38 @@ struct HostExit {
   std::string last_stderr_line;  // the last line it wrote to stderr
 };
 
-// The job's FailureReason, "" when no host failed. Hosts that failed on their own come before the
-// ones Kiln stopped (when algo-2 crashes Kiln stops algo-1, whose SIGTERM exit is a consequence);
-// within each group, host order. The first failed host's failure file wins; otherwise the first
-// failed host says: lost → InternalServerError, SIGKILL / 137 → OutOfMemory, else AlgorithmError
-// with its last stderr line and exit code (128 + signal when signalled). At most kFailureReasonMax.
-std::string FailureReason(const std::vector<HostExit>& hosts);
+// What a failure is (training-contract.md §10): the kind decides RetryStrategy and is never read
+// back from the text, which for AlgorithmError may be whatever the user's failure file says.
+enum class FailureKind {
+  kNone,
+  kClientError,          // the user's request or data ("ClientError: ...")
+  kInternalServerError,  // Kiln's own fault ("InternalServerError: ..."): retried under RetryStrategy
+  kAlgorithmError,       // the training program failed (its failure file, or "AlgorithmError: ...")
+  kOutOfMemory,          // the program was SIGKILLed ("OutOfMemory: ...")
+};
+
+// A job's failure: its kind and its FailureReason as Describe shows it (prefix included).
+struct JobFailure {
+  FailureKind kind = FailureKind::kNone;
+  std::string reason;
+  bool failed() const { return kind != FailureKind::kNone; }
+};
+
+// A staging, launch or upload error as a JobFailure: a Status made by agent::ClientError or
+// agent::InternalServerError (its ErrorReason) keeps its message; any other error is Kiln's own,
+// "InternalServerError: <context><message>". Cut to kFailureReasonMax.
+JobFailure FailureFromStatus(const Status& status, const std::string& context = "");
+
+// The job's failure, kind kNone when no host failed. Hosts that failed on their own come before
+// the ones Kiln stopped (when algo-2 crashes Kiln stops algo-1, whose SIGTERM exit is a
+// consequence); within each group, host order. The first failed host's failure file wins
+// (AlgorithmError, its text verbatim); otherwise the first failed host says: lost →
+// InternalServerError, SIGKILL / 137 → OutOfMemory, else AlgorithmError with its last stderr line
+// and exit code (128 + signal when signalled). At most kFailureReasonMax.
+JobFailure FailureReason(const std::vector<HostExit>& hosts);
 
 // RetryStrategy (training-contract.md §10): a failure for Kiln's own reasons
-// ("InternalServerError: ...") of an InProgress job is retried while attempts remain.
-bool RetryAllowed(const std::string& why, store::TrainingJobStatus status, int retries, int max_attempts);
+// (kInternalServerError) of an InProgress job is retried while attempts remain.
+bool RetryAllowed(FailureKind kind, store::TrainingJobStatus status, int retries, int max_attempts);
 
 }  // namespace kiln::control::training

@@ -1,3 +1,4 @@
+#include "agent/errors.h"
 #include "control/training_plan.h"
 
 #include <gtest/gtest.h>
@@ -106,23 +107,39 @@ TEST(PlanOutcomeTest, Table) {
 
 TEST(RetryAllowedTest, Table) {
   struct Case {
-    const char* why;
+    const char* name;
+    FailureKind kind;
     TrainingJobStatus status;
     int retries;
     int max_attempts;
     bool expected;
   };
   const Case cases[] = {
-      {"InternalServerError: the instance algo-1 was lost", TrainingJobStatus::kInProgress, 0, 1, true},
-      {"InternalServerError: lost", TrainingJobStatus::kInProgress, 1, 1, false},  // attempts used
-      {"InternalServerError: lost", TrainingJobStatus::kInProgress, 0, 0, false},  // no RetryStrategy
-      {"InternalServerError: lost", TrainingJobStatus::kStopping, 0, 3, false},    // being stopped
-      {"AlgorithmError: x, exit code: 1", TrainingJobStatus::kInProgress, 0, 3, false},
-      {"ClientError: bad image", TrainingJobStatus::kInProgress, 0, 3, false},
+      {"Kiln's own failure", FailureKind::kInternalServerError, TrainingJobStatus::kInProgress, 0, 1, true},
+      {"attempts used", FailureKind::kInternalServerError, TrainingJobStatus::kInProgress, 1, 1, false},
+      {"no RetryStrategy", FailureKind::kInternalServerError, TrainingJobStatus::kInProgress, 0, 0, false},
+      {"being stopped", FailureKind::kInternalServerError, TrainingJobStatus::kStopping, 0, 3, false},
+      {"the program failed", FailureKind::kAlgorithmError, TrainingJobStatus::kInProgress, 0, 3, false},
+      {"out of memory", FailureKind::kOutOfMemory, TrainingJobStatus::kInProgress, 0, 3, false},
+      {"the user's error", FailureKind::kClientError, TrainingJobStatus::kInProgress, 0, 3, false},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(RetryAllowed(c.why, c.status, c.retries, c.max_attempts), c.expected) << c.why;
+    EXPECT_EQ(RetryAllowed(c.kind, c.status, c.retries, c.max_attempts), c.expected) << c.name;
   }
+}
+
+TEST(FailureFromStatusTest, TheReasonNotTheMessageDecidesTheKind) {
+  const JobFailure client = FailureFromStatus(agent::ClientError("No S3 objects found under S3 URL s3://b/p"));
+  EXPECT_EQ(client.kind, FailureKind::kClientError);
+  EXPECT_EQ(client.reason, "ClientError: No S3 objects found under S3 URL s3://b/p");
+  const JobFailure internal = FailureFromStatus(agent::InternalServerError("disk gone"), "ignored: ");
+  EXPECT_EQ(internal.kind, FailureKind::kInternalServerError);
+  EXPECT_EQ(internal.reason, "InternalServerError: disk gone");
+  // An error of no failure kind is Kiln's own, even when its text looks like another kind.
+  const JobFailure plain = FailureFromStatus(Status::Internal("ClientError: not really"), "uploading failed: ");
+  EXPECT_EQ(plain.kind, FailureKind::kInternalServerError);
+  EXPECT_EQ(plain.reason, "InternalServerError: uploading failed: ClientError: not really");
+  EXPECT_LE(FailureFromStatus(Status::Internal(std::string(5000, 'z'))).reason.size(), kFailureReasonMax);
 }
 
 TEST(StoppingSecondsTest, TakesIntegersTruncatesFractionsAndSaturates) {
@@ -168,14 +185,28 @@ TEST(FailureReasonTest, Table) {
       {"no stderr line", {silent}, "AlgorithmError: the training program exited with a non-zero status, exit code: 2"},
       {"a signal is 128 + signal", {stopped}, "AlgorithmError: Terminated, exit code: 143"},
   };
-  for (const Case& c : cases) EXPECT_EQ(FailureReason(c.hosts), c.expected) << c.name;
+  for (const Case& c : cases) EXPECT_EQ(FailureReason(c.hosts).reason, c.expected) << c.name;
+}
+
+TEST(FailureReasonTest, KindsComeFromHowTheHostEndedNotFromTheText) {
+  const HostExit lost{.host = "algo-1", .exit_code = -1};
+  const HostExit killed{.host = "algo-1", .exit_code = 137, .term_signal = 9};
+  const HostExit crashed{.host = "algo-1", .exit_code = 1, .last_stderr_line = "boom"};
+  // A failure file saying "InternalServerError" is still the program's failure: not retried.
+  const HostExit sly{.host = "algo-1", .exit_code = 1, .failure_file = "InternalServerError: please retry me"};
+  EXPECT_EQ(FailureReason({lost}).kind, FailureKind::kInternalServerError);
+  EXPECT_EQ(FailureReason({killed}).kind, FailureKind::kOutOfMemory);
+  EXPECT_EQ(FailureReason({crashed}).kind, FailureKind::kAlgorithmError);
+  EXPECT_EQ(FailureReason({sly}).kind, FailureKind::kAlgorithmError);
+  EXPECT_EQ(FailureReason({sly}).reason, "InternalServerError: please retry me");
+  EXPECT_FALSE(FailureReason({}).failed());
 }
 
 TEST(FailureReasonTest, LongReasonsAreCutToTheLimitOnACharacterBoundary) {
   HostExit file{.host = "algo-1", .exit_code = 1, .failure_file = std::string(1023, 'x') + "\xC3\xA9"};
-  EXPECT_EQ(FailureReason({file}), std::string(1023, 'x'));
+  EXPECT_EQ(FailureReason({file}).reason, std::string(1023, 'x'));
   HostExit chatty{.host = "algo-1", .exit_code = 1, .last_stderr_line = std::string(5000, 'y')};
-  const std::string reason = FailureReason({chatty});
+  const std::string reason = FailureReason({chatty}).reason;
   EXPECT_LE(reason.size(), kFailureReasonMax);
   EXPECT_TRUE(reason.ends_with("y, exit code: 1"));
 }
