@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include "agent/errors.h"
 #include <thread>
 
+#include "agent/errors.h"
 #include "agent/training_layout.h"
 #include "base/fs.h"
 #include "base/log.h"
