@@ -444,11 +444,11 @@ struct FrontDoor::LargeRpcReservation {
     if (door == nullptr) return;
     bool last = false;
     {
-      std::lock_guard<std::mutex> lock(door->large_rpc_mutex_);
+      MutexLock lock(door->large_rpc_mutex_);
       door->large_rpc_bytes_in_flight_ -= bytes;
       last = door->large_rpc_bytes_in_flight_ == 0;
     }
-    door->large_rpc_freed_.notify_all();
+    door->large_rpc_freed_.NotifyAll();
     // A large body's DOM is many small blocks (below the mmap threshold) spread over the
     // threads' malloc arenas; freed, they stay resident until trimmed. When the last large
     // request is done, give those pages back (a few ms, once per burst).
@@ -457,14 +457,16 @@ struct FrontDoor::LargeRpcReservation {
 };
 
 bool FrontDoor::ReserveLargeRpc(size_t bytes, LargeRpcReservation& reservation) {
-  std::unique_lock<std::mutex> lock(large_rpc_mutex_);
+  MutexLock lock(large_rpc_mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.large_rpc_wait_millis);
   // One request alone always fits, whatever the budget.
-  auto fits = [&] {
-    return large_rpc_bytes_in_flight_ == 0 ||
-           large_rpc_bytes_in_flight_ + bytes <= options_.max_large_rpc_bytes_in_flight;
-  };
-  if (!large_rpc_freed_.wait_for(lock, std::chrono::milliseconds(options_.large_rpc_wait_millis), fits)) {
-    return false;
+  while (large_rpc_bytes_in_flight_ != 0 &&
+         large_rpc_bytes_in_flight_ + bytes > options_.max_large_rpc_bytes_in_flight) {
+    if (large_rpc_freed_.WaitUntil(large_rpc_mutex_, deadline) == std::cv_status::timeout &&
+        large_rpc_bytes_in_flight_ != 0 &&
+        large_rpc_bytes_in_flight_ + bytes > options_.max_large_rpc_bytes_in_flight) {
+      return false;
+    }
   }
   large_rpc_bytes_in_flight_ += bytes;
   reservation.door = this;

@@ -24,9 +24,7 @@
 //
 // Thread-safe after construction and registration (the service table is read-only).
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +34,7 @@
 #include "api/cloudwatch.h"
 #include "api/json_service.h"
 #include "aws/credentials.h"
+#include "base/mutex.h"
 #include "net/http_server.h"
 #include "objects/s3api/s3_api.h"
 #include "serving/prometheus.h"
@@ -131,9 +130,9 @@ class FrontDoor {
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.
-  std::mutex large_rpc_mutex_;
-  std::condition_variable large_rpc_freed_;
-  size_t large_rpc_bytes_in_flight_ = 0;
+  Mutex large_rpc_mutex_;
+  CondVar large_rpc_freed_;
+  size_t large_rpc_bytes_in_flight_ GUARDED_BY(large_rpc_mutex_) = 0;
 };
 
 // The AWS error a protocol answers for an authentication failure (spec/control-plane-api.md §3.6).
