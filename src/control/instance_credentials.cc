@@ -19,17 +19,17 @@ aws::Credential InstanceCredentials::Issue(const std::string& role_arn, const st
 }
 
 void InstanceCredentials::Register(const aws::Credential& credential) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   keys_[credential.access_key_id] = credential;
 }
 
 void InstanceCredentials::Revoke(const std::string& access_key_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   keys_.erase(access_key_id);
 }
 
 std::optional<aws::Credential> InstanceCredentials::Lookup(std::string_view access_key_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = keys_.find(access_key_id);
   if (it == keys_.end()) return std::nullopt;
   return it->second;

@@ -10,7 +10,6 @@
 // Thread-safe.
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aws/credentials.h"
+#include "base/mutex.h"
 
 namespace kiln::control {
 
@@ -28,16 +28,16 @@ class InstanceCredentials final : public aws::CredentialProvider {
   // A fresh key pair for `session_name` (the job) acting as `role_arn`.
   aws::Credential Issue(const std::string& role_arn, const std::string& session_name) const;
   // Accepts `credential` from now on (after Issue, or when adopting a job after a restart).
-  void Register(const aws::Credential& credential);
+  void Register(const aws::Credential& credential) EXCLUDES(mutex_);
   // Stops accepting the key.
-  void Revoke(const std::string& access_key_id);
+  void Revoke(const std::string& access_key_id) EXCLUDES(mutex_);
 
-  std::optional<aws::Credential> Lookup(std::string_view access_key_id) const override;
+  std::optional<aws::Credential> Lookup(std::string_view access_key_id) const override EXCLUDES(mutex_);
 
  private:
   std::string account_id_;
-  mutable std::mutex mutex_;
-  std::map<std::string, aws::Credential, std::less<>> keys_;  // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::map<std::string, aws::Credential, std::less<>> keys_ GUARDED_BY(mutex_);
 };
 
 // The credentials as kept in a job's or endpoint's state, so that an adopting server accepts

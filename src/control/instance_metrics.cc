@@ -60,7 +60,7 @@ InstanceMetrics::InstanceMetrics(InstanceMetricsOptions options, runtime::Runtim
 InstanceMetrics::~InstanceMetrics() { Stop(); }
 
 void InstanceMetrics::Start() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (thread_.joinable()) return;
   stop_ = false;
   thread_ = std::thread([this] { Run(); });
@@ -68,9 +68,9 @@ void InstanceMetrics::Start() {
 
 void InstanceMetrics::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stop_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -80,7 +80,7 @@ Status InstanceMetrics::Track(InstanceMetricsTarget target) {
   if (target.ns.empty() || target.dimension_sets.empty()) {
     return Status::InvalidArgument("instance metrics: " + target.instance_id + " has no namespace or dimensions");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (entries_.size() >= options_.max_instances && !entries_.contains(target.instance_id)) {
     return Status::ResourceExhausted("instance metrics: already sampling " + std::to_string(entries_.size()) +
                                      " instances");
@@ -91,34 +91,37 @@ Status InstanceMetrics::Track(InstanceMetricsTarget target) {
   entry.target = std::move(target);
   entries_[id] = std::move(entry);
   have_new_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
 void InstanceMetrics::Untrack(const std::string& instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   entries_.erase(instance_id);
 }
 
 size_t InstanceMetrics::TEST_SampleOnce() { return SampleRound(/*only_new=*/false); }
 
 size_t InstanceMetrics::TEST_Tracked() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return entries_.size();
 }
 
 void InstanceMetrics::Run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto next = std::chrono::steady_clock::now() + options_.interval;
   while (!stop_) {
-    cv_.wait_until(lock, next, [&] { return stop_ || have_new_; });
+    // Until stopped, a new entry, or the next full round is due.
+    while (!stop_ && !have_new_) {
+      if (cv_.WaitUntil(mutex_, next) == std::cv_status::timeout) break;
+    }
     if (stop_) break;
     const auto now = std::chrono::steady_clock::now();
     const bool full = now >= next;
     have_new_ = false;
-    lock.unlock();
+    lock.Unlock();
     SampleRound(/*only_new=*/!full);
-    lock.lock();
+    lock.Lock();
     if (full) {
       next += options_.interval;
       // A round that overran (a slow nvidia-smi) is not made up with a burst of rounds.
@@ -133,7 +136,7 @@ Result<std::vector<runtime::GpuUsage>> InstanceMetrics::SampleGpus() {
 }
 
 size_t InstanceMetrics::SampleRound(bool only_new) {
-  std::lock_guard<std::mutex> round(round_mutex_);
+  MutexLock round(round_mutex_);
   struct Work {
     std::string id;
     uint64_t generation;
@@ -148,7 +151,7 @@ size_t InstanceMetrics::SampleRound(bool only_new) {
   };
   std::vector<Work> work;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [id, e] : entries_) {
       if (only_new && e.cpu_usec.has_value()) continue;
       work.push_back({id, e.generation, e.target, e.cpu_usec, e.cpu_source, e.cpu_at});
@@ -169,7 +172,7 @@ size_t InstanceMetrics::SampleRound(bool only_new) {
     if (sampled.ok()) {
       for (const runtime::GpuUsage& g : *sampled) gpus[g.index] = g;
     } else {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (!gpu_warned_) {
         gpu_warned_ = true;
         KLOG(warn, "instance metrics: no GPU metrics (the GPU query failed; said once)",
@@ -260,7 +263,7 @@ size_t InstanceMetrics::SampleRound(bool only_new) {
     }
   }
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const Work& w : work) {
     auto it = entries_.find(w.id);
     if (it == entries_.end() || it->second.generation != w.generation) continue;  // untracked or re-tracked meanwhile

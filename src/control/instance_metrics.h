@@ -28,17 +28,16 @@
 // runtime, the store and nvidia-smi are called without the lock held.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "observe/metric_store.h"
@@ -92,20 +91,20 @@ class InstanceMetrics {
   InstanceMetrics& operator=(const InstanceMetrics&) = delete;
 
   // Starts the sampling thread (idempotent).
-  void Start();
+  void Start() EXCLUDES(mutex_);
   // Stops and joins it (idempotent). Tracked instances stay tracked for a later Start().
-  void Stop();
+  void Stop() EXCLUDES(mutex_);
 
   // Samples `target.instance_id` from now on (replacing an earlier target of that id, and its CPU
   // baseline). InvalidArgument without an id or dimension set; ResourceExhausted at max_instances.
-  Status Track(InstanceMetricsTarget target);
+  Status Track(InstanceMetricsTarget target) EXCLUDES(mutex_);
   // Stops sampling it; unknown ids are ignored.
-  void Untrack(const std::string& instance_id);
+  void Untrack(const std::string& instance_id) EXCLUDES(mutex_);
 
   // One sampling round of every tracked instance, now, on the calling thread (what the thread
   // does every interval). Returns the points written.
-  size_t TEST_SampleOnce();
-  size_t TEST_Tracked() const;
+  size_t TEST_SampleOnce() EXCLUDES(mutex_, round_mutex_);
+  size_t TEST_Tracked() const EXCLUDES(mutex_);
 
  private:
   struct Entry {
@@ -117,9 +116,9 @@ class InstanceMetrics {
     std::chrono::steady_clock::time_point cpu_at{};
   };
 
-  void Run();
+  void Run() EXCLUDES(mutex_);
   // Samples the entries selected by `only_new` (no baseline yet) or all; returns points written.
-  size_t SampleRound(bool only_new);
+  size_t SampleRound(bool only_new) EXCLUDES(mutex_, round_mutex_);
   Result<std::vector<runtime::GpuUsage>> SampleGpus();
   int64_t NowMillis() const { return options_.clock ? options_.clock->NowMillis() : Clock::System().NowMillis(); }
 
@@ -129,15 +128,19 @@ class InstanceMetrics {
   uint64_t host_memory_bytes_ = 0;
   const double max_cpu_percent_;  // 100 × the host's CPUs: a bound for a torn sample
 
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mutex_)
-  uint64_t next_generation_ = 1;          // GUARDED_BY(mutex_)
-  bool have_new_ = false;                 // GUARDED_BY(mutex_): an entry waits for its first sample
-  bool stop_ = false;                     // GUARDED_BY(mutex_)
-  bool gpu_warned_ = false;               // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  CondVar cv_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mutex_);
+  uint64_t next_generation_ GUARDED_BY(mutex_) = 1;
+  bool have_new_ GUARDED_BY(mutex_) = false;  // an entry waits for its first sample
+  bool stop_ GUARDED_BY(mutex_) = false;
+  bool gpu_warned_ GUARDED_BY(mutex_) = false;
+  // Started under mutex_ (Start), joined by Stop without it: Start and Stop are the owner's, never
+  // concurrent with each other, so it carries no GUARDED_BY.
   std::thread thread_;
-  std::mutex round_mutex_;  // one round at a time (the thread, TEST_SampleOnce)
+  // One round at a time (the thread, TEST_SampleOnce); it guards no member, only serialises
+  // SampleRound, and is taken before mutex_.
+  Mutex round_mutex_ ACQUIRED_BEFORE(mutex_);
 };
 
 }  // namespace kiln::control

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/mutex.h"
 #include "runtime/process/usage.h"
 #include "store/test_util/temp_database.h"
 
@@ -35,20 +36,20 @@ class FakeRuntime : public runtime::Runtime {
     bool running = true;
     std::chrono::steady_clock::time_point added = std::chrono::steady_clock::now();
   };
-  void Set(const std::string& id, Instance instance) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Set(const std::string& id, Instance instance) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     instances_[id] = std::move(instance);
   }
   template <typename F>
-  void Edit(const std::string& id, F f) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Edit(const std::string& id, F f) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     f(instances_.at(id));
   }
   int usage_calls() const { return usage_calls_.load(); }
 
-  Result<runtime::InstanceUsage> Usage(const std::string& id) override {
+  Result<runtime::InstanceUsage> Usage(const std::string& id) override EXCLUDES(mu_) {
     ++usage_calls_;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = instances_.find(id);
     if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
     const Instance& in = it->second;
@@ -79,8 +80,8 @@ class FakeRuntime : public runtime::Runtime {
   Status Remove(const std::string&) override { return Status::Unimplemented("fake"); }
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, Instance> instances_;
+  mutable Mutex mu_;
+  std::map<std::string, Instance> instances_ GUARDED_BY(mu_);
   std::atomic<int> usage_calls_{0};
 };
 

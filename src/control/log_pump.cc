@@ -34,7 +34,7 @@ void LogPump::Stop(bool drain) {
 }
 
 std::string LogPump::last_stderr_line() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return last_stderr_line_;
 }
 
@@ -83,7 +83,7 @@ void LogPump::Run() {
             points.insert(points.end(), found.begin(), found.end());
           }
           if (stream == 'e') {
-            std::lock_guard<std::mutex> lock(mutex_);
+            MutexLock lock(mutex_);
             last_stderr_line_ = text;
           }
           batch_bytes += text.size() + observe::kEventOverheadBytes;

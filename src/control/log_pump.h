@@ -16,11 +16,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "observe/log_store.h"
 #include "observe/metric_extractor.h"
 
@@ -51,21 +51,21 @@ class LogPump {
   void Stop(bool drain);
 
   // The last line the program wrote to stderr (for a FailureReason without a failure file).
-  std::string last_stderr_line() const;
+  std::string last_stderr_line() const EXCLUDES(mutex_);
 
   // The offset recorded at `path` by an earlier pump (0 when there is none).
   static int64_t ReadOffset(const std::string& path);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mutex_);
 
   Options options_;
   observe::LogStore* store_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{false};
-  mutable std::mutex mutex_;
-  std::string last_stderr_line_;  // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::string last_stderr_line_ GUARDED_BY(mutex_);
 };
 
 }  // namespace kiln::control

@@ -378,7 +378,7 @@ Status Scheduler::CheckFeasible(const std::string& instance_type, int instance_c
 Status Scheduler::Enqueue(const ScheduleRequest& request) {
   if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
   ASSIGN_OR_RETURN(Need need, ComputeNeed(request.instance_type, request.instance_count));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (granted_.count(request.id) != 0) {
     return Status::AlreadyExists("request " + request.id + " already holds a grant");
   }
@@ -396,7 +396,7 @@ bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_seq_
 Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
   if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
   ASSIGN_OR_RETURN(Need need, ComputeNeed(request.instance_type, request.instance_count));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (granted_.count(request.id) != 0 || IsQueuedLocked(request.id)) {
     return Status::AlreadyExists("request " + request.id + " is already queued or granted");
   }
@@ -449,7 +449,7 @@ void Scheduler::FreeLocked(const std::vector<Allocation>& allocations) {
 }
 
 std::vector<Grant> Scheduler::Schedule() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Grant> grants;
   while (!queue_.empty()) {
     Queued& head = queue_.front();
@@ -464,7 +464,7 @@ std::vector<Grant> Scheduler::Schedule() {
 }
 
 void Scheduler::Cancel(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (queued_seq_.erase(id) == 0) return;
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; }),
                queue_.end());
@@ -472,18 +472,18 @@ void Scheduler::Cancel(const std::string& id) {
 
 void Scheduler::Release(const std::string& id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = granted_.find(id);
     if (it == granted_.end()) return;
     FreeLocked(it->second);
     granted_.erase(it);
   }
-  std::lock_guard<std::mutex> listener_lock(listener_mu_);
+  MutexLock listener_lock(listener_mu_);
   if (release_listener_) release_listener_();
 }
 
 void Scheduler::SetReleaseListener(std::function<void()> listener) {
-  std::lock_guard<std::mutex> listener_lock(listener_mu_);
+  MutexLock listener_lock(listener_mu_);
   release_listener_ = std::move(listener);
 }
 
@@ -506,7 +506,7 @@ std::string Scheduler::HolderOfGpuLocked(int gpu) const {
 }
 
 Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& allocations) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (granted_.count(id) != 0) return Status::AlreadyExists("cannot adopt " + id + ": it already holds a grant");
   if (IsQueuedLocked(id)) return Status::AlreadyExists("cannot adopt " + id + ": it is queued");
   const std::string prefix = "cannot adopt " + id + ": ";
@@ -593,7 +593,7 @@ const Scheduler::Queued* Scheduler::FindQueuedLocked(const std::string& id, size
 }
 
 std::string Scheduler::WaitingReason(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t ahead = 0;
   const Queued* entry = FindQueuedLocked(id, &ahead);
   if (entry == nullptr) return "";
@@ -602,7 +602,7 @@ std::string Scheduler::WaitingReason(const std::string& id) const {
 }
 
 std::string Scheduler::WaitingMessage(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t ahead = 0;
   const Queued* entry = FindQueuedLocked(id, &ahead);
   if (entry == nullptr) return "";
@@ -614,19 +614,19 @@ std::string Scheduler::WaitingMessage(const std::string& id) const {
 }
 
 std::optional<std::vector<Allocation>> Scheduler::Granted(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = granted_.find(id);
   if (it == granted_.end()) return std::nullopt;
   return it->second;
 }
 
 bool Scheduler::IsQueued(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return IsQueuedLocked(id);
 }
 
 SchedulerSnapshot Scheduler::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SchedulerSnapshot s;
   s.cpus = usable_cpus_;
   s.free_cpus = free_cpus_;

@@ -30,13 +30,13 @@
 //   scheduler.Release(job);                                       // when its instances have exited
 // After a server restart, Adopt() each running job's persisted allocations before Schedule().
 //
-// Thread-safety: every method may be called from any thread (one internal mutex).
+// Thread-safety: every method may be called from any thread (one internal mutex, mu_; the release
+// listener has its own, listener_mu_, never held together with mu_).
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -44,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "control/capacity.h"
 #include "control/instance_catalog.h"
@@ -150,7 +151,7 @@ class Scheduler {
   // Queues a request (CheckFeasible first; its errors are returned and nothing is queued).
   // Idempotent while queued: enqueuing the same id again is OK and changes nothing.
   // AlreadyExists if the id holds a grant.
-  Status Enqueue(const ScheduleRequest& request);
+  Status Enqueue(const ScheduleRequest& request) EXCLUDES(mu_);
 
   // Grants `request` at once if it fits in what is free now, without queueing and ahead of
   // anything queued: endpoint instances (small, latency-critical, replaced automatically) must
@@ -160,47 +161,47 @@ class Scheduler {
   // as the message:
   // "ml.m5.xlarge needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free"; AlreadyExists if the id is
   // queued or granted.
-  Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request);
+  Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request) EXCLUDES(mu_);
 
   // Grants queued requests in seq order while they fit; stops at the first that does not. The
   // granted requests leave the queue and hold their resources until Release().
-  std::vector<Grant> Schedule();
+  std::vector<Grant> Schedule() EXCLUDES(mu_);
 
   // Removes a queued request (a job stopped while Pending). No-op if not queued; a granted id
   // keeps its grant (use Release).
-  void Cancel(const std::string& id);
+  void Cancel(const std::string& id) EXCLUDES(mu_);
 
   // Frees a granted request's resources. No-op for an unknown id. Call Schedule() afterwards to
   // start what now fits; the release listener (below) is told, so the owner of the queue learns
   // of capacity freed by someone else (an endpoint instance released while a job waits).
-  void Release(const std::string& id);
+  void Release(const std::string& id) EXCLUDES(mu_, listener_mu_);
 
   // `listener` runs after every Release() that freed a grant, on the releasing thread, outside the
   // scheduler's lock; it must be cheap and must not call Release(). Replaces any earlier listener;
   // an empty function removes it, and returns only once no call of the old listener is running
   // (so its owner may be destroyed afterwards).
-  void SetReleaseListener(std::function<void()> listener);
+  void SetReleaseListener(std::function<void()> listener) EXCLUDES(listener_mu_);
 
   // Re-reserves exactly `allocations` for `id` after a server restart (before Schedule(), so
   // that nothing else is granted the same CPUs or GPUs). All or nothing: FailedPrecondition if a
   // CPU or GPU is not usable on this host (unknown, reserved) or already held, if a GPU index now
   // has another UUID than recorded, or if the memory is not free; AlreadyExists if the id is
   // queued or granted.
-  Status Adopt(const std::string& id, const std::vector<Allocation>& allocations);
+  Status Adopt(const std::string& id, const std::vector<Allocation>& allocations) EXCLUDES(mu_);
 
   // For StatusMessage while Pending: what the request waits for and its place in line, e.g.
   // "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)".
   // Empty if the id is not queued. Computed from the live queue on every call (O(log n)):
   // callers render it when it is read and never store it, since it changes with every grant.
-  std::string WaitingMessage(const std::string& id) const;
+  std::string WaitingMessage(const std::string& id) const EXCLUDES(mu_);
   // The same without the place in line ("Waiting for compute capacity: ml.m5.large needs ...;
   // 0 of 2 vCPUs free"): what a job records once as it enters Pending. Empty if not queued.
-  std::string WaitingReason(const std::string& id) const;
+  std::string WaitingReason(const std::string& id) const EXCLUDES(mu_);
 
   // The grant of `id`, or nullopt if it holds none.
-  std::optional<std::vector<Allocation>> Granted(const std::string& id) const;
-  bool IsQueued(const std::string& id) const;
-  SchedulerSnapshot Snapshot() const;
+  std::optional<std::vector<Allocation>> Granted(const std::string& id) const EXCLUDES(mu_);
+  bool IsQueued(const std::string& id) const EXCLUDES(mu_);
+  SchedulerSnapshot Snapshot() const EXCLUDES(mu_);
 
   const SchedulerOptions& options() const { return options_; }
 
@@ -222,18 +223,18 @@ class Scheduler {
   // Uses only constant members: no lock needed.
   Result<Need> ComputeNeed(const std::string& instance_type, int instance_count) const;
   std::vector<int> EligibleGpus(const std::string& gpu_model) const;
-  // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
-  // and changes nothing.
-  bool IsQueuedLocked(const std::string& id) const;
+  bool IsQueuedLocked(const std::string& id) const REQUIRES(mu_);
   // The queued entry of `id` and how many entries are ahead of it, or nullptr.
-  const Queued* FindQueuedLocked(const std::string& id, size_t* ahead) const;
+  const Queued* FindQueuedLocked(const std::string& id, size_t* ahead) const REQUIRES(mu_);
   // "<type> needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free": the request's whole need and each
   // dimension that is short now (no "; ..." part when nothing is).
-  std::string ShortfallLocked(const std::string& instance_type, const Need& need, int count) const;
-  std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count);
-  void FreeLocked(const std::vector<Allocation>& allocations);
-  std::string HolderOfCpuLocked(int cpu) const;
-  std::string HolderOfGpuLocked(int gpu) const;
+  std::string ShortfallLocked(const std::string& instance_type, const Need& need, int count) const REQUIRES(mu_);
+  // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
+  // and changes nothing.
+  std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count) REQUIRES(mu_);
+  void FreeLocked(const std::vector<Allocation>& allocations) REQUIRES(mu_);
+  std::string HolderOfCpuLocked(int cpu) const REQUIRES(mu_);
+  std::string HolderOfGpuLocked(int gpu) const REQUIRES(mu_);
 
   // Constant after construction.
   const SchedulerOptions options_;
@@ -242,19 +243,19 @@ class Scheduler {
   uint64_t usable_memory_ = 0;            // capacity.memory_bytes minus reserved_memory_bytes
   std::map<int, std::string> gpu_uuids_;  // GPU index -> UUID
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Guards release_listener_ and is held while it runs (SetReleaseListener waits out a call).
-  std::mutex listener_mu_;
-  std::function<void()> release_listener_;  // guarded by listener_mu_
-  std::vector<int> free_cpus_;            // GUARDED_BY(mu_), ascending
-  uint64_t free_memory_ = 0;              // GUARDED_BY(mu_)
-  std::vector<int> free_gpus_;            // GUARDED_BY(mu_), ascending
+  Mutex listener_mu_;
+  std::function<void()> release_listener_ GUARDED_BY(listener_mu_);
+  std::vector<int> free_cpus_ GUARDED_BY(mu_);  // ascending
+  uint64_t free_memory_ GUARDED_BY(mu_) = 0;
+  std::vector<int> free_gpus_ GUARDED_BY(mu_);  // ascending
   // A deque: Schedule() takes from the front, so a grant costs O(1) however long the queue is.
-  std::deque<Queued> queue_;              // GUARDED_BY(mu_), sorted by seq (stable)
+  std::deque<Queued> queue_ GUARDED_BY(mu_);  // sorted by seq (stable)
   // id -> seq of every queued request: IsQueued, Enqueue's idempotence and a request's place in
   // line (WaitingMessage, read by every Describe of a Pending job) in O(log n), not a scan.
-  std::unordered_map<std::string, int64_t> queued_seq_;  // GUARDED_BY(mu_)
-  std::map<std::string, std::vector<Allocation>> granted_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, int64_t> queued_seq_ GUARDED_BY(mu_);
+  std::map<std::string, std::vector<Allocation>> granted_ GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::control

@@ -74,9 +74,9 @@ Status TrainingController::Start() {
   // Capacity freed elsewhere (an endpoint instance going away) must start queued jobs too, not
   // only the end of one of ours: without this a job queued behind an endpoint waited forever.
   deps_.scheduler->SetReleaseListener([this] {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     schedule_needed_ = true;
-    wake_.notify_all();
+    wake_.NotifyAll();
   });
   scheduler_thread_ = std::thread([this] { RunScheduler(); });
   return Status::Ok();
@@ -87,11 +87,11 @@ void TrainingController::Shutdown() {
   if (deps_.scheduler != nullptr) deps_.scheduler->SetReleaseListener({});
   std::map<std::string, std::shared_ptr<TrainingJobRun>> runs;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_ && !scheduler_thread_.joinable() && runs_.empty() && finished_runs_.empty()) return;
     shutting_down_ = true;
     runs = runs_;
-    wake_.notify_all();
+    wake_.NotifyAll();
   }
   for (auto& [name, run] : runs) run->Shutdown();
   for (auto& [name, run] : runs) run->Join();
@@ -101,11 +101,11 @@ void TrainingController::Shutdown() {
   // finished_runs_ once shutting_down_ is set (OnRunFinished).
   std::vector<std::shared_ptr<TrainingJobRun>> finished;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     finished.swap(finished_runs_);
   }
   for (auto& run : finished) run->Join();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   runs_.clear();
 }
 
@@ -141,14 +141,14 @@ void TrainingController::Submit(const std::string& name) {
   }
   // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
   const int64_t max_pending_seconds = StoppingSeconds(record->request, "MaxPendingTimeInSeconds", -1);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (max_pending_seconds >= 0) {
     pending_deadlines_.emplace(AddSaturating(record->creation_millis, SecondsToMillisSaturating(max_pending_seconds)),
                                record->name);
   }
   entering_pending_.push_back(record->name);
   schedule_needed_ = true;
-  wake_.notify_all();
+  wake_.NotifyAll();
 }
 
 std::string TrainingController::PendingMessage(const std::string& job_name) const {
@@ -158,7 +158,7 @@ std::string TrainingController::PendingMessage(const std::string& job_name) cons
 void TrainingController::RequestStop(const std::string& name) {
   std::shared_ptr<TrainingJobRun> run;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = runs_.find(name);
     if (it != runs_.end()) run = it->second;
   }
@@ -169,9 +169,9 @@ void TrainingController::RequestStop(const std::string& name) {
   // Not granted yet: it leaves the queue and ends Stopped at once.
   deps_.scheduler->Cancel(name);
   (void)FinishWithoutRunning(name, /*max_pending=*/false);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   schedule_needed_ = true;
-  wake_.notify_all();
+  wake_.NotifyAll();
 }
 
 Status TrainingController::CheckFeasible(const std::string& instance_type, int instance_count) const {
@@ -195,7 +195,7 @@ bool TrainingController::ExpirePendingDeadlines() {
   const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   std::vector<std::string> expired;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto end = pending_deadlines_.upper_bound(now);
     for (auto it = pending_deadlines_.begin(); it != end; ++it) expired.push_back(it->second);
     pending_deadlines_.erase(pending_deadlines_.begin(), end);
@@ -252,7 +252,7 @@ void TrainingController::RunPass() {
   // they wait for; their place in line is rendered live when read (TrainingQueueView).
   std::vector<std::string> entering;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     entering.swap(entering_pending_);
   }
   std::vector<std::string> waiting;
@@ -275,26 +275,30 @@ void TrainingController::RunPass() {
 }
 
 void TrainingController::RunScheduler() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   while (!shutting_down_) {
-    wake_.wait_for(lock, std::chrono::seconds(5), [&] { return shutting_down_ || schedule_needed_ || !finished_runs_.empty(); });
+    // At most 5 s (MaxPendingTime deadlines are checked on every wake), less when there is work.
+    const auto wake_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!shutting_down_ && !schedule_needed_ && finished_runs_.empty()) {
+      if (wake_.WaitUntil(mutex_, wake_by) == std::cv_status::timeout) break;
+    }
     if (shutting_down_) break;
     // Take the finished runs out under the lock and join them without it: runs finishing
     // meanwhile append to finished_runs_ (iterating it unlocked would race with them, and a
     // JobRun destroyed unjoined terminates the process).
     std::vector<std::shared_ptr<TrainingJobRun>> finished;
     finished.swap(finished_runs_);
-    lock.unlock();
+    lock.Unlock();
     for (auto& run : finished) run->Join();
     finished.clear();
     // A job stopped at the head of the line may let the ones behind it start.
     const bool expired = ExpirePendingDeadlines();
-    lock.lock();
+    lock.Lock();
     if (!schedule_needed_ && !expired) continue;
     schedule_needed_ = false;
-    lock.unlock();
+    lock.Unlock();
     RunPass();
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -309,7 +313,7 @@ void TrainingController::StartRun(const std::string& name, std::vector<Allocatio
   auto run = std::make_shared<TrainingJobRun>(std::move(context), name, std::move(allocations), adopt,
                                               std::move(grant_written));
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_) return;
     runs_[name] = run;
   }
@@ -318,14 +322,14 @@ void TrainingController::StartRun(const std::string& name, std::vector<Allocatio
 
 void TrainingController::OnRunFinished(const std::string& name) {
   deps_.scheduler->Release(name);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = runs_.find(name);
   if (it != runs_.end()) {
     if (!shutting_down_) finished_runs_.push_back(it->second);
     if (!shutting_down_) runs_.erase(it);
   }
   schedule_needed_ = true;
-  wake_.notify_all();
+  wake_.NotifyAll();
 }
 
 }  // namespace kiln::control

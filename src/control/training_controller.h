@@ -43,10 +43,12 @@
 //     the agent's checkpoint/output-sync and Pipe feeder workers, owned by the run.
 //   - The scheduler's release listener (capacity freed by an endpoint) runs on the releasing
 //     thread and only sets `schedule_needed_`.
-// Locks: `mutex_` guards the members marked GUARDED_BY below and is never held while calling
-// the database, the scheduler or a run, nor while joining one (so a run's OnRunFinished or
-// retry Submit cannot deadlock with a pass or a shutdown); the Scheduler and the Database have
-// their own locks; a run's `metrics_mutex_` guards only its final metrics. Rows are the shared truth: every change is a TrainingJobRepository::Mutate
+// Locks: `mutex_` (a kiln::Mutex; `wake_` is its CondVar) guards the members marked GUARDED_BY
+// below and is never held while calling the database, the scheduler or a run, nor while joining
+// one (so a run's OnRunFinished or retry Submit cannot deadlock with a pass or a shutdown): every
+// method that takes it is declared EXCLUDES(mutex_), which clang's -Wthread-safety checks. The
+// Scheduler and the Database have their own locks; a run's `metrics_mutex_` guards only its
+// final metrics. Rows are the shared truth: every change is a TrainingJobRepository::Mutate
 // transaction, so the API's stop request and the run's progress never overwrite each other.
 // What a restart re-creates: the scheduler's queue (queued and staging jobs re-submitted in
 // submission order), reservations and runs of running/finishing jobs (adopted; instances kept
@@ -62,15 +64,15 @@
 // kept as in-memory deadlines checked on every wake (at least every 5 s), not by reading rows.
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "control/archive_caps.h"
@@ -127,14 +129,14 @@ class TrainingController : public TrainingQueueView {
   TrainingController& operator=(const TrainingController&) = delete;
 
   // Adopts running jobs and queues the others (see above). Call once, before serving requests.
-  Status Start();
+  Status Start() EXCLUDES(mutex_);
   // Stops the controller's threads; instances keep running for the next server to adopt.
-  void Shutdown();
+  void Shutdown() EXCLUDES(mutex_);
 
   // A job row was inserted (InProgress / Starting): schedule it.
-  void Submit(const std::string& name);
+  void Submit(const std::string& name) EXCLUDES(mutex_);
   // The API marked the job Stopping (state.stop_requested = kUser): carry the stop out.
-  void RequestStop(const std::string& name);
+  void RequestStop(const std::string& name) EXCLUDES(mutex_);
 
   // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
   Status CheckFeasible(const std::string& instance_type, int instance_count) const;
@@ -143,32 +145,33 @@ class TrainingController : public TrainingQueueView {
   std::string PendingMessage(const std::string& job_name) const override;
 
  private:
-  void ScheduleLocked();
-  void RunScheduler();
+  void RunScheduler() EXCLUDES(mutex_);
   // `grant_written`: the pass's write of the grant (an error fails the run in its first step).
   void StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt,
-                Status grant_written = Status::Ok());
-  void OnRunFinished(const std::string& name);
+                Status grant_written = Status::Ok()) EXCLUDES(mutex_);
+  void OnRunFinished(const std::string& name) EXCLUDES(mutex_);
   // A job that never ran ends Stopped (a user's stop, or MaxPendingTimeInSeconds when `max_pending`).
-  Status FinishWithoutRunning(const std::string& name, bool max_pending);
+  Status FinishWithoutRunning(const std::string& name, bool max_pending) EXCLUDES(mutex_);
   // One pass: grant what fits (persisting the grants together), start their runs, and record
   // Pending for the jobs that entered the queue since the last pass and still wait.
-  void RunPass();
+  void RunPass() EXCLUDES(mutex_);
   // Stops the queued jobs whose MaxPendingTimeInSeconds has passed; true if any was.
-  bool ExpirePendingDeadlines();
+  bool ExpirePendingDeadlines() EXCLUDES(mutex_);
 
   TrainingControllerOptions options_;
   TrainingControllerDeps deps_;
   store::TrainingJobRepository jobs_;
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool shutting_down_ = false;                              // GUARDED_BY(mutex_)
-  bool schedule_needed_ = false;                            // GUARDED_BY(mutex_)
-  std::map<std::string, std::shared_ptr<TrainingJobRun>> runs_;     // GUARDED_BY(mutex_)
-  std::vector<std::shared_ptr<TrainingJobRun>> finished_runs_;      // GUARDED_BY(mutex_): to join
-  std::vector<std::string> entering_pending_;               // GUARDED_BY(mutex_): submitted since the last pass
-  std::multimap<int64_t, std::string> pending_deadlines_;   // GUARDED_BY(mutex_): MaxPendingTime, millis -> job
+  Mutex mutex_;
+  CondVar wake_;  // over mutex_: shutting_down_, schedule_needed_ or finished_runs_ changed
+  bool shutting_down_ GUARDED_BY(mutex_) = false;
+  bool schedule_needed_ GUARDED_BY(mutex_) = false;
+  std::map<std::string, std::shared_ptr<TrainingJobRun>> runs_ GUARDED_BY(mutex_);
+  std::vector<std::shared_ptr<TrainingJobRun>> finished_runs_ GUARDED_BY(mutex_);  // to join
+  std::vector<std::string> entering_pending_ GUARDED_BY(mutex_);  // submitted since the last pass
+  std::multimap<int64_t, std::string> pending_deadlines_ GUARDED_BY(mutex_);  // MaxPendingTime, millis -> job
+  // Started by Start() and joined by Shutdown() (without mutex_), which the owner never calls
+  // concurrently: not GUARDED_BY.
   std::thread scheduler_thread_;
 };
 

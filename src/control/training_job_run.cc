@@ -369,7 +369,7 @@ void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
   const json metric_definitions =
       request_.value("AlgorithmSpecification", json::object()).value("MetricDefinitions", json::array());
   {
-    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    MutexLock lock(metrics_mutex_);
     final_metrics_ = record.state.final_metrics;
   }
   const bool running = record.state.phase == Phase::kRunning;
@@ -510,7 +510,7 @@ void TrainingJobRun::Finish(bool ran) {
   int64_t now = Now();
   std::map<std::string, store::FinalMetric> final_metrics;
   {
-    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    MutexLock lock(metrics_mutex_);
     final_metrics = final_metrics_;
   }
   int64_t end_millis = now;

@@ -23,7 +23,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/transfer.h"
+#include "base/mutex.h"
 #include "base/status.h"
 #include "control/scheduler.h"
 #include "control/training_controller.h"
@@ -88,18 +88,21 @@ class TrainingJobRun {
   Status Prepare(store::TrainingJobRecord& record);
   Status Stage(const store::TrainingJobRecord& record);
   Status Launch(store::TrainingJobRecord& record);
-  void Adopt(const store::TrainingJobRecord& record);
+  void Adopt(const store::TrainingJobRecord& record) EXCLUDES(metrics_mutex_);
   void Monitor(const store::TrainingJobRecord& record);
   // Inspects the hosts not known to have exited and records their exits.
   void ObserveHosts();
   // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
   void StopHosts(training::StopReason reason, bool record_max_runtime);
-  void FlushMetrics();
-  void Finish(bool ran);
+  // Writes final_metrics_ to the row when they changed since the last flush; metrics_mutex_ is
+  // held across the write.
+  void FlushMetrics() EXCLUDES(metrics_mutex_);
+  void Finish(bool ran) EXCLUDES(metrics_mutex_);
   void Fail(const training::JobFailure& failure);
   bool RetryIfAllowed(const training::JobFailure& failure);
   void StartPump(Host& host, const nlohmann::json& metric_definitions, int64_t offset);
-  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points);
+  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points)
+      EXCLUDES(metrics_mutex_);
   void StopPumps(bool drain);
   void StopAgents();
   Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);
@@ -127,9 +130,9 @@ class TrainingJobRun {
   int64_t training_start_millis_ = 0;
 
   // Written by the log pumps' threads (RecordMetrics), read by the run's.
-  std::mutex metrics_mutex_;
-  std::map<std::string, store::FinalMetric> final_metrics_;  // GUARDED_BY(metrics_mutex_)
-  bool metrics_dirty_ = false;                               // GUARDED_BY(metrics_mutex_)
+  Mutex metrics_mutex_;
+  std::map<std::string, store::FinalMetric> final_metrics_ GUARDED_BY(metrics_mutex_);
+  bool metrics_dirty_ GUARDED_BY(metrics_mutex_) = false;
 };
 
 }  // namespace kiln::control

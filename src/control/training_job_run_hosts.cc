@@ -61,7 +61,7 @@ void TrainingJobRun::StopHosts(StopReason reason, bool record_max_runtime) {
 }
 
 void TrainingJobRun::FlushMetrics() {
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  MutexLock lock(metrics_mutex_);
   if (!metrics_dirty_) return;
   auto snapshot = final_metrics_;
   metrics_dirty_ = false;
@@ -112,7 +112,7 @@ void TrainingJobRun::RecordMetrics(const std::string& host, const std::vector<ob
     Status put = deps().metric_store->Put(kMetricNamespace, batch);
     if (!put.ok()) KLOG(warn, "metric points not stored", {{"job", name_}, {"error", put.ToString()}});
   }
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  MutexLock lock(metrics_mutex_);
   for (const auto& p : points) final_metrics_[p.name] = {.value = p.value, .timestamp_millis = p.timestamp_millis};
   metrics_dirty_ = true;
 }
