@@ -80,21 +80,21 @@ class EndpointController::EndpointRun {
     for (auto& instance : instances_) instance->Start();
     thread_ = std::thread([this] { Run(); });
   }
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Notify() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     dirty_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Detach() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     detach_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // Reconciles now and has the instances re-evaluate their waits (EndpointController::Wake).
-  void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Wake() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     wake_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   void Join() {
     if (thread_.joinable()) thread_.join();
@@ -108,19 +108,23 @@ class EndpointController::EndpointRun {
   // Reconciles when notified, when the earliest wake a reconcile asked for (Retry: a backoff's
   // end, a delete's re-check) comes, or — when none was asked for — after an idle second, a
   // safety net for a change that would otherwise go unnoticed.
-  void Run() {
+  void Run() EXCLUDES(mu_) {
     while (true) {
       bool wake_instances = false;
       {
-        std::unique_lock<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         while (!dirty_ && !detach_ && !wake_) {
           if (next_wake_ == kNever) {
-            cv_.wait_for(lock, std::chrono::seconds(1), [&] { return dirty_ || detach_ || wake_; });
+            // The idle second: until notified or it has passed.
+            const auto idle_end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+            while (!dirty_ && !detach_ && !wake_) {
+              if (cv_.WaitUntil(mu_, idle_end) == std::cv_status::timeout) break;
+            }
             break;
           }
           const int64_t now = controller_->DeadlineMillis();
           if (next_wake_ <= now) break;
-          cv_.wait_for(lock, std::chrono::milliseconds(next_wake_ - now));
+          cv_.WaitFor(mu_, std::chrono::milliseconds(next_wake_ - now));
         }
         if (detach_) break;
         wake_instances = wake_;
@@ -548,8 +552,8 @@ class EndpointController::EndpointRun {
 
   // Reconcile again soon: at `when` (DeadlineMillis), default at once. Called by the run thread
   // during Reconcile; Run clears what was asked before it reconciles, so each pass asks anew.
-  void Retry(int64_t when = 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Retry(int64_t when = 0) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (when <= controller_->DeadlineMillis() + 20) {
       dirty_ = true;
       return;
@@ -571,12 +575,12 @@ class EndpointController::EndpointRun {
   std::optional<store::EndpointObservedState> last_observed_;  // as last written
   bool finished_ = false;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool dirty_ = true;    // GUARDED_BY(mu_)
-  bool detach_ = false;  // GUARDED_BY(mu_)
-  bool wake_ = false;    // GUARDED_BY(mu_), Wake()
-  int64_t next_wake_ = kNever;  // GUARDED_BY(mu_), the earliest Retry(when) of the last pass
+  Mutex mu_;
+  CondVar cv_;
+  bool dirty_ GUARDED_BY(mu_) = true;
+  bool detach_ GUARDED_BY(mu_) = false;
+  bool wake_ GUARDED_BY(mu_) = false;  // Wake()
+  int64_t next_wake_ GUARDED_BY(mu_) = kNever;  // the earliest Retry(when) of the last pass
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -605,7 +609,7 @@ int64_t EndpointController::DeadlineMillis() const {
 }
 
 void EndpointController::Wake() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (auto& [name, run] : runs_) run->Wake();
 }
 
@@ -673,7 +677,7 @@ Status EndpointController::Start() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     started_ = true;
     for (auto& run : runs) runs_[Lower(run->name())] = run;
   }
@@ -685,7 +689,7 @@ void EndpointController::Shutdown() {
   std::map<std::string, std::shared_ptr<EndpointRun>> runs;
   std::vector<std::shared_ptr<EndpointRun>> finished;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_) return;
     shutting_down_ = true;
     runs.swap(runs_);
@@ -700,7 +704,7 @@ void EndpointController::EndpointChanged(const std::string& endpoint_name) {
   std::shared_ptr<EndpointRun> run;
   std::vector<std::shared_ptr<EndpointRun>> finished;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_ || !started_) return;
     finished.swap(finished_);
     auto it = runs_.find(Lower(endpoint_name));
@@ -719,7 +723,7 @@ void EndpointController::EndpointChanged(const std::string& endpoint_name) {
 void EndpointController::StartRun(const std::string& name) {
   auto run = std::make_shared<EndpointRun>(this, name);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_) return;
     auto [it, inserted] = runs_.emplace(Lower(name), run);
     if (!inserted) {
@@ -731,7 +735,7 @@ void EndpointController::StartRun(const std::string& name) {
 }
 
 void EndpointController::OnRunFinished(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (shutting_down_) return;
   auto it = runs_.find(Lower(name));
   if (it == runs_.end()) return;
@@ -740,7 +744,7 @@ void EndpointController::OnRunFinished(const std::string& name) {
 }
 
 int EndpointController::ReservePorts() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (int base = options_.port_range_begin; base + kInstancePortBlock <= options_.port_range_end; base += kInstancePortBlock) {
     if (used_port_blocks_.count(base)) continue;
     if (!PortFree(base)) continue;
@@ -751,12 +755,12 @@ int EndpointController::ReservePorts() {
 }
 
 void EndpointController::MarkPortsUsed(int base) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   used_port_blocks_.insert(base);
 }
 
 void EndpointController::ReleasePorts(int base) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   used_port_blocks_.erase(base);
 }
 

@@ -46,8 +46,8 @@
 //     writer of the row's observed state (version-checked Mutate: a pass that lost a race drops
 //     its write and runs again); it publishes routes;
 //   - an EndpointInstance thread per instance (plus a watchdog while model data downloads).
-// Locks: mutex_ guards runs_, finished_, used_port_blocks_ and the started/shutting-down flags,
-// and is never held across a store, runtime, scheduler or ping call or a join (Wake holds it
+// Locks: mutex_ (a kiln::Mutex) guards runs_, finished_, used_port_blocks_ and the
+// started/shutting-down flags (GUARDED_BY, checked by clang's -Wthread-safety), and is never held across a store, runtime, scheduler or ping call or a join (Wake holds it
 // while it wakes each run: mutex_ → the run's lock, never the reverse). A restart re-creates
 // the runs, the adopted instances with their reservations and port blocks, and the instances'
 // credentials from the rows; backoffs and capacity-wait deadlines start afresh.
@@ -56,15 +56,14 @@
 // owner.
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/time.h"
 #include "control/endpoint_notifier.h"
 #include "control/archive_caps.h"
@@ -141,27 +140,27 @@ class EndpointController final : public EndpointNotifier {
   EndpointController& operator=(const EndpointController&) = delete;
 
   // Adopts running instances, starts a run for every endpoint row, stops orphans.
-  Status Start();
+  Status Start() EXCLUDES(mutex_);
   // Ends every run without stopping instances (the next server adopts them). Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(mutex_);
 
-  void EndpointChanged(const std::string& endpoint_name) override;
+  void EndpointChanged(const std::string& endpoint_name) override EXCLUDES(mutex_);
 
   // Re-evaluates every time-based wait now (backoffs, capacity waits): for a test that advanced
   // deps.clock. Waits end on their own when the clock is the system's.
-  void Wake();
+  void Wake() EXCLUDES(mutex_);
 
   class EndpointRun;
 
  private:
   friend class EndpointRun;
 
-  void StartRun(const std::string& name);
-  void OnRunFinished(const std::string& name);
+  void StartRun(const std::string& name) EXCLUDES(mutex_);
+  void OnRunFinished(const std::string& name) EXCLUDES(mutex_);
   // A free block of 100 ports; 0 when none. Released with ReleasePorts.
-  int ReservePorts();
-  void MarkPortsUsed(int base);
-  void ReleasePorts(int base);
+  int ReservePorts() EXCLUDES(mutex_);
+  void MarkPortsUsed(int base) EXCLUDES(mutex_);
+  void ReleasePorts(int base) EXCLUDES(mutex_);
   // deps_.clock's wall time, and the milliseconds that deadlines are measured in (see deps).
   int64_t WallMillis() const;
   int64_t DeadlineMillis() const;
@@ -172,12 +171,12 @@ class EndpointController final : public EndpointNotifier {
   net::HttpClient ping_client_;
   std::unique_ptr<EndpointInstanceEnv> instance_env_;  // what instances use of this controller
 
-  std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<EndpointRun>> runs_;  // GUARDED_BY(mutex_), by lower-case name
-  std::vector<std::shared_ptr<EndpointRun>> finished_;        // GUARDED_BY(mutex_), to join
-  std::set<int> used_port_blocks_;                            // GUARDED_BY(mutex_)
-  bool started_ = false;
-  bool shutting_down_ = false;
+  Mutex mutex_;
+  std::map<std::string, std::shared_ptr<EndpointRun>> runs_ GUARDED_BY(mutex_);  // by lower-case name
+  std::vector<std::shared_ptr<EndpointRun>> finished_ GUARDED_BY(mutex_);        // to join
+  std::set<int> used_port_blocks_ GUARDED_BY(mutex_);
+  bool started_ GUARDED_BY(mutex_) = false;
+  bool shutting_down_ GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace kiln::control

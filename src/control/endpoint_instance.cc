@@ -59,14 +59,22 @@ store::InstanceRecord EndpointInstance::Record() const {
 
 // Sleeps up to `d`; true when a stop was requested meanwhile.
 bool EndpointInstance::SleepFor(std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, d, [&] { return stop_requested_; });
+  MutexLock lock(mu_);
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (!stop_requested_) {
+    if (cv_.WaitUntil(mu_, end) == std::cv_status::timeout) break;
+  }
+  return stop_requested_;
 }
 
 // Like SleepFor, but Wake() also ends it (the capacity wait re-reads the controller's clock).
 bool EndpointInstance::NapFor(std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  bool stop = cv_.wait_for(lock, d, [&] { return stop_requested_ || wake_; }) && stop_requested_;
+  MutexLock lock(mu_);
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (!stop_requested_ && !wake_) {
+    if (cv_.WaitUntil(mu_, end) == std::cv_status::timeout) break;
+  }
+  const bool stop = stop_requested_;
   wake_ = false;
   return stop;
 }
@@ -80,7 +88,7 @@ void EndpointInstance::SetPhase(InstancePhase to) {
 void EndpointInstance::Fail(std::string reason) {
   SetPhase(InstancePhase::kFailed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     failure_reason_ = std::move(reason);
   }
   // Requests already sent to it end now (ModelError) instead of waiting out the invocation
@@ -129,9 +137,9 @@ void EndpointInstance::Provision() {
     std::atomic<bool> done{false};
     std::thread watchdog([&] {
       auto deadline = SteadyClock::now() + spec_.download_timeout;
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       while (!done.load() && !stop_requested_ && SteadyClock::now() < deadline) {
-        cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(200)));
+        cv_.WaitUntil(mu_, std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(200)));
       }
       if (!done.load()) cancel_.Cancel();
     });
@@ -139,8 +147,8 @@ void EndpointInstance::Provision() {
                                             options().model_cache_dir, &cancel_, spec_.unpack_cap);
     done = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_.notify_all();
+      MutexLock lock(mu_);
+      cv_.NotifyAll();
     }
     watchdog.join();
     if (stop_requested()) return;
@@ -264,7 +272,7 @@ bool EndpointInstance::Reserve() {
 // Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
 void EndpointInstance::SetWaiting(std::string message) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (waiting_for_ == message) return;
     waiting_for_ = std::move(message);
   }

@@ -20,10 +20,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,6 +30,7 @@
 
 #include "agent/model_data.h"
 #include "aws/credentials.h"
+#include "base/mutex.h"
 #include "control/endpoint_controller.h"
 #include "control/endpoint_states.h"
 #include "control/log_pump.h"
@@ -92,26 +91,26 @@ class EndpointInstance {
   }
 
   // Drain, then stop the instance (idempotent).
-  void RequestStop() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void RequestStop() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (stop_requested_) return;
     stop_requested_ = true;
     cancel_.Cancel();
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // Server shutdown: leave a launched instance running for the next server.
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Detach() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     detach_ = true;
     stop_requested_ = true;
     cancel_.Cancel();
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   const Spec& spec() const { return spec_; }
   std::shared_ptr<const serving::InstanceTarget> target() const { return target_; }
-  bool stop_requested() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool stop_requested() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return stop_requested_;
   }
   bool healthy() const { return healthy_.load(); }
@@ -119,20 +118,20 @@ class EndpointInstance {
   bool stopped() const { return stopped_.load(); }
   bool launched() const { return launched_.load(); }
   InstancePhase phase() const { return phase_.load(); }
-  std::string failure_reason() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string failure_reason() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return failure_reason_;
   }
   // While it waits for capacity: what for (CapacityWaitMessage); empty otherwise.
-  std::string waiting_for() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string waiting_for() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return waiting_for_;
   }
   // Re-evaluates a capacity wait now (EndpointController::Wake). Sticky until the wait sees it.
-  void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Wake() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     wake_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // Set by the endpoint run once it acted on failed().
   bool failure_handled = false;
@@ -144,19 +143,19 @@ class EndpointInstance {
   const EndpointControllerDeps& deps() const { return *env_.deps; }
 
   // Sleeps up to `d`; true when a stop was requested meanwhile.
-  bool SleepFor(std::chrono::milliseconds d);
+  bool SleepFor(std::chrono::milliseconds d) EXCLUDES(mu_);
 
   // Like SleepFor, but Wake() also ends it (the capacity wait re-reads the controller's clock).
-  bool NapFor(std::chrono::milliseconds d);
+  bool NapFor(std::chrono::milliseconds d) EXCLUDES(mu_);
 
   // Moves to `to` (the run thread is the only writer), checked against endpoint_states.h.
   void SetPhase(InstancePhase to);
 
-  void Fail(std::string reason);
+  void Fail(std::string reason) EXCLUDES(mu_);
 
   void Run();
 
-  void Provision();
+  void Provision() EXCLUDES(mu_);
 
   // Reserves the instance's resources (Scheduler::AllocateNow: endpoints do not queue behind
   // training jobs). A type that can never run here fails at once; under `strict` one that does
@@ -166,7 +165,7 @@ class EndpointInstance {
   bool Reserve();
 
   // Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
-  void SetWaiting(std::string message);
+  void SetWaiting(std::string message) EXCLUDES(mu_);
 
   void StartLogPump();
 
@@ -182,8 +181,8 @@ class EndpointInstance {
 
   void Monitor();
 
-  bool detached() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool detached() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return detach_;
   }
 
@@ -203,13 +202,13 @@ class EndpointInstance {
   agent::CancelFlag cancel_;
   std::thread thread_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_requested_ = false;  // GUARDED_BY(mu_)
-  bool detach_ = false;          // GUARDED_BY(mu_)
-  std::string failure_reason_;   // GUARDED_BY(mu_)
-  std::string waiting_for_;      // GUARDED_BY(mu_)
-  bool wake_ = false;            // GUARDED_BY(mu_), Wake() until NapFor sees it
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_requested_ GUARDED_BY(mu_) = false;
+  bool detach_ GUARDED_BY(mu_) = false;
+  std::string failure_reason_ GUARDED_BY(mu_);
+  std::string waiting_for_ GUARDED_BY(mu_);
+  bool wake_ GUARDED_BY(mu_) = false;  // Wake() until NapFor sees it
   std::atomic<InstancePhase> phase_{InstancePhase::kProvisioning};  // written by the run thread only (SetPhase)
   std::atomic<bool> healthy_{false};
   std::atomic<bool> failed_{false};
