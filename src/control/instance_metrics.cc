@@ -135,124 +135,166 @@ Result<std::vector<runtime::GpuUsage>> InstanceMetrics::SampleGpus() {
   return runtime::SampleGpuUsage(options_.gpu_command, options_.gpu_timeout);
 }
 
-size_t InstanceMetrics::SampleRound(bool only_new) {
-  MutexLock round(round_mutex_);
-  struct Work {
-    std::string id;
-    uint64_t generation;
-    InstanceMetricsTarget target;
-    std::optional<uint64_t> cpu_usec;
-    std::string cpu_source;
-    std::chrono::steady_clock::time_point cpu_at;
-    // Results.
-    Result<runtime::InstanceUsage> usage = Status::Unavailable("not sampled");
-    std::chrono::steady_clock::time_point sampled_at{};
-    int64_t timestamp_millis = 0;
-  };
-  std::vector<Work> work;
-  {
-    MutexLock lock(mutex_);
-    for (const auto& [id, e] : entries_) {
-      if (only_new && e.cpu_usec.has_value()) continue;
-      work.push_back({id, e.generation, e.target, e.cpu_usec, e.cpu_source, e.cpu_at});
-    }
-  }
-  if (work.empty()) return 0;
+// One instance's part of a round: its entry as the round found it (id, generation, target, CPU
+// baseline), then what the round read.
+struct InstanceMetrics::Sample {
+  std::string id;
+  uint64_t generation;
+  InstanceMetricsTarget target;
+  std::optional<uint64_t> cpu_usec;
+  std::string cpu_source;
+  std::chrono::steady_clock::time_point cpu_at;
+  // Results.
+  Result<runtime::InstanceUsage> usage = Status::Unavailable("not sampled");
+  std::chrono::steady_clock::time_point sampled_at{};
+  int64_t timestamp_millis = 0;
+};
 
-  bool any_gpus = false;
-  for (Work& w : work) {
-    w.usage = runtime_->Usage(w.id);
-    w.sampled_at = std::chrono::steady_clock::now();
-    w.timestamp_millis = NowMillis();
-    if (w.usage.ok() && !w.usage->gpus.empty()) any_gpus = true;
-  }
-  std::map<int, runtime::GpuUsage> gpus;
-  if (any_gpus) {
-    Result<std::vector<runtime::GpuUsage>> sampled = SampleGpus();
-    if (sampled.ok()) {
-      for (const runtime::GpuUsage& g : *sampled) gpus[g.index] = g;
-    } else {
-      MutexLock lock(mutex_);
-      if (!gpu_warned_) {
-        gpu_warned_ = true;
-        KLOG(warn, "instance metrics: no GPU metrics (the GPU query failed; said once)",
-             {{"error", sampled.status().ToString()}});
-      }
-    }
-  }
-
-  std::map<std::string, std::vector<observe::MetricDatum>> batches;  // by namespace
-  std::set<std::string> gone;  // ids whose instance is not running
+// What a round decided, applied to entries_ at its end (only to entries not re-tracked meanwhile).
+struct InstanceMetrics::RoundOutcome {
   struct Baseline {
     uint64_t cpu_usec;
     std::string source;
     std::chrono::steady_clock::time_point at;
   };
-  std::map<std::string, Baseline> baselines;
-  for (Work& w : work) {
-    if (!w.usage.ok()) {
-      StatusCode code = w.usage.status().code();
-      if (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition ||
-          code == StatusCode::kUnimplemented) {
-        gone.insert(w.id);
-      } else {
-        KLOG(debug, "instance metrics: usage not read", {{"instance", w.id}, {"error", w.usage.status().ToString()}});
-      }
-      continue;
+  std::map<std::string, std::vector<observe::MetricDatum>> batches;  // by namespace
+  std::set<std::string> gone;                                       // ids whose instance is not running
+  std::map<std::string, Baseline> baselines;                        // new CPU baselines by id
+};
+
+namespace {
+
+using MetricValues = std::vector<std::pair<const char*, double>>;
+
+// GPUUtilization / GPUMemoryUtilization: sums over the instance's GPUs that the query reported.
+void AppendGpuValues(const std::vector<int>& indices, const std::map<int, runtime::GpuUsage>& gpus,
+                     MetricValues& values) {
+  double util = 0, mem = 0;
+  bool have_util = false, have_mem = false;
+  for (int index : indices) {
+    auto it = gpus.find(index);
+    if (it == gpus.end()) continue;
+    if (it->second.utilization_percent) {
+      util += *it->second.utilization_percent;
+      have_util = true;
     }
-    const runtime::InstanceUsage& u = *w.usage;
-    std::vector<std::pair<const char*, double>> values;
-    if (w.cpu_usec && w.cpu_source == u.source) {
-      if (u.cpu_usec >= *w.cpu_usec) {
-        auto wall = std::chrono::duration_cast<std::chrono::microseconds>(w.sampled_at - w.cpu_at).count();
-        if (wall > 0) {
-          double percent = static_cast<double>(u.cpu_usec - *w.cpu_usec) / static_cast<double>(wall) * 100.0;
-          values.emplace_back("CPUUtilization", std::min(percent, max_cpu_percent_));
-        }
-        baselines[w.id] = {u.cpu_usec, u.source, w.sampled_at};
-      }
-      // else: went backwards (a torn /proc read); keep the earlier baseline.
-    } else {
-      baselines[w.id] = {u.cpu_usec, u.source, w.sampled_at};
-    }
-    const uint64_t limit = u.memory_limit_bytes != 0 ? u.memory_limit_bytes : host_memory_bytes_;
-    if (limit != 0) {
-      values.emplace_back("MemoryUtilization",
-                          std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));
-    }
-    if (std::optional<double> disk = DiskPercent(w.target.opt_ml_dir)) values.emplace_back("DiskUtilization", *disk);
-    if (!u.gpus.empty() && !gpus.empty()) {
-      double util = 0, mem = 0;
-      bool have_util = false, have_mem = false;
-      for (int index : u.gpus) {
-        auto it = gpus.find(index);
-        if (it == gpus.end()) continue;
-        if (it->second.utilization_percent) {
-          util += *it->second.utilization_percent;
-          have_util = true;
-        }
-        if (it->second.memory_percent) {
-          mem += *it->second.memory_percent;
-          have_mem = true;
-        }
-      }
-      if (have_util) values.emplace_back("GPUUtilization", util);
-      if (have_mem) values.emplace_back("GPUMemoryUtilization", mem);
-    }
-    std::vector<observe::MetricDatum>& batch = batches[w.target.ns];
-    for (const observe::Dimensions& dims : w.target.dimension_sets) {
-      for (const auto& [name, value] : values) {
-        observe::MetricDatum d;
-        d.name = name;
-        d.dimensions = dims;
-        d.timestamp_millis = w.timestamp_millis;
-        d.value = value;
-        d.unit = kPercent;
-        batch.push_back(std::move(d));
-      }
+    if (it->second.memory_percent) {
+      mem += *it->second.memory_percent;
+      have_mem = true;
     }
   }
+  if (have_util) values.emplace_back("GPUUtilization", util);
+  if (have_mem) values.emplace_back("GPUMemoryUtilization", mem);
+}
 
+// Every value under every dimension set of `target`.
+void AppendPoints(const InstanceMetricsTarget& target, int64_t timestamp_millis, const MetricValues& values,
+                  std::vector<observe::MetricDatum>& batch) {
+  for (const observe::Dimensions& dims : target.dimension_sets) {
+    for (const auto& [name, value] : values) {
+      observe::MetricDatum d;
+      d.name = name;
+      d.dimensions = dims;
+      d.timestamp_millis = timestamp_millis;
+      d.value = value;
+      d.unit = kPercent;
+      batch.push_back(std::move(d));
+    }
+  }
+}
+
+}  // namespace
+
+// A round: select the entries, read their usage (and the GPUs, once), turn it into points,
+// store them, then record new baselines and drop the instances that are gone.
+size_t InstanceMetrics::SampleRound(bool only_new) {
+  MutexLock round(round_mutex_);
+  std::vector<Sample> samples = SelectSamples(only_new);
+  if (samples.empty()) return 0;
+  const bool any_gpus = ReadUsage(samples);
+  const std::map<int, runtime::GpuUsage> gpus = any_gpus ? ReadGpuTable() : std::map<int, runtime::GpuUsage>{};
+  RoundOutcome outcome;
+  for (const Sample& s : samples) Evaluate(s, gpus, outcome);
+  const size_t written = PutBatches(outcome.batches);
+  ApplyOutcome(samples, outcome);
+  return written;
+}
+
+std::vector<InstanceMetrics::Sample> InstanceMetrics::SelectSamples(bool only_new) {
+  std::vector<Sample> samples;
+  MutexLock lock(mutex_);
+  for (const auto& [id, e] : entries_) {
+    if (only_new && e.cpu_usec.has_value()) continue;
+    samples.push_back({id, e.generation, e.target, e.cpu_usec, e.cpu_source, e.cpu_at});
+  }
+  return samples;
+}
+
+bool InstanceMetrics::ReadUsage(std::vector<Sample>& samples) {
+  bool any_gpus = false;
+  for (Sample& s : samples) {
+    s.usage = runtime_->Usage(s.id);
+    s.sampled_at = std::chrono::steady_clock::now();
+    s.timestamp_millis = NowMillis();
+    if (s.usage.ok() && !s.usage->gpus.empty()) any_gpus = true;
+  }
+  return any_gpus;
+}
+
+std::map<int, runtime::GpuUsage> InstanceMetrics::ReadGpuTable() {
+  std::map<int, runtime::GpuUsage> gpus;
+  Result<std::vector<runtime::GpuUsage>> sampled = SampleGpus();
+  if (sampled.ok()) {
+    for (const runtime::GpuUsage& g : *sampled) gpus[g.index] = g;
+    return gpus;
+  }
+  MutexLock lock(mutex_);
+  if (!gpu_warned_) {
+    gpu_warned_ = true;
+    KLOG(warn, "instance metrics: no GPU metrics (the GPU query failed; said once)",
+         {{"error", sampled.status().ToString()}});
+  }
+  return gpus;
+}
+
+void InstanceMetrics::Evaluate(const Sample& s, const std::map<int, runtime::GpuUsage>& gpus,
+                               RoundOutcome& outcome) const {
+  if (!s.usage.ok()) {
+    StatusCode code = s.usage.status().code();
+    if (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition ||
+        code == StatusCode::kUnimplemented) {
+      outcome.gone.insert(s.id);
+    } else {
+      KLOG(debug, "instance metrics: usage not read", {{"instance", s.id}, {"error", s.usage.status().ToString()}});
+    }
+    return;
+  }
+  const runtime::InstanceUsage& u = *s.usage;
+  MetricValues values;
+  if (s.cpu_usec && s.cpu_source == u.source) {
+    if (u.cpu_usec >= *s.cpu_usec) {
+      auto wall = std::chrono::duration_cast<std::chrono::microseconds>(s.sampled_at - s.cpu_at).count();
+      if (wall > 0) {
+        double percent = static_cast<double>(u.cpu_usec - *s.cpu_usec) / static_cast<double>(wall) * 100.0;
+        values.emplace_back("CPUUtilization", std::min(percent, max_cpu_percent_));
+      }
+      outcome.baselines[s.id] = {u.cpu_usec, u.source, s.sampled_at};
+    }
+    // else: went backwards (a torn /proc read); keep the earlier baseline.
+  } else {
+    outcome.baselines[s.id] = {u.cpu_usec, u.source, s.sampled_at};
+  }
+  const uint64_t limit = u.memory_limit_bytes != 0 ? u.memory_limit_bytes : host_memory_bytes_;
+  if (limit != 0) {
+    values.emplace_back("MemoryUtilization",
+                        std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));
+  }
+  if (std::optional<double> disk = DiskPercent(s.target.opt_ml_dir)) values.emplace_back("DiskUtilization", *disk);
+  if (!u.gpus.empty() && !gpus.empty()) AppendGpuValues(u.gpus, gpus, values);
+  AppendPoints(s.target, s.timestamp_millis, values, outcome.batches[s.target.ns]);
+}
+
+size_t InstanceMetrics::PutBatches(const std::map<std::string, std::vector<observe::MetricDatum>>& batches) {
   size_t written = 0;
   for (const auto& [ns, batch] : batches) {
     Status put = store_->Put(ns, batch);
@@ -262,22 +304,24 @@ size_t InstanceMetrics::SampleRound(bool only_new) {
       KLOG(warn, "instance metrics not stored", {{"namespace", ns}, {"error", put.ToString()}});
     }
   }
+  return written;
+}
 
+void InstanceMetrics::ApplyOutcome(const std::vector<Sample>& samples, const RoundOutcome& outcome) {
   MutexLock lock(mutex_);
-  for (const Work& w : work) {
-    auto it = entries_.find(w.id);
-    if (it == entries_.end() || it->second.generation != w.generation) continue;  // untracked or re-tracked meanwhile
-    if (gone.contains(w.id)) {
+  for (const Sample& s : samples) {
+    auto it = entries_.find(s.id);
+    if (it == entries_.end() || it->second.generation != s.generation) continue;  // untracked or re-tracked meanwhile
+    if (outcome.gone.contains(s.id)) {
       entries_.erase(it);
       continue;
     }
-    if (auto b = baselines.find(w.id); b != baselines.end()) {
+    if (auto b = outcome.baselines.find(s.id); b != outcome.baselines.end()) {
       it->second.cpu_usec = b->second.cpu_usec;
       it->second.cpu_source = b->second.source;
       it->second.cpu_at = b->second.at;
     }
   }
-  return written;
 }
 
 }  // namespace kiln::control

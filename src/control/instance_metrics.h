@@ -119,6 +119,27 @@ class InstanceMetrics {
   void Run() EXCLUDES(mutex_);
   // Samples the entries selected by `only_new` (no baseline yet) or all; returns points written.
   size_t SampleRound(bool only_new) EXCLUDES(mutex_, round_mutex_);
+  // SampleRound's steps, in order (types defined in the .cc). Only the first and last (and the
+  // GPU query's warn-once flag) take mutex_; the runtime, nvidia-smi and the store are called
+  // without it. Each runs inside one round (round_mutex_).
+  struct Sample;
+  struct RoundOutcome;
+  // Copies the selected entries (and their CPU baselines) out of entries_.
+  std::vector<Sample> SelectSamples(bool only_new) REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  // Reads each sample's usage; true when any instance has GPUs.
+  bool ReadUsage(std::vector<Sample>& samples) REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  // The GPU query's figures by GPU index; empty (warned once) when it fails.
+  std::map<int, runtime::GpuUsage> ReadGpuTable() REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  // One sample's points (into outcome.batches), its new CPU baseline, or its being gone.
+  void Evaluate(const Sample& s, const std::map<int, runtime::GpuUsage>& gpus, RoundOutcome& outcome) const
+      REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  // Stores each namespace's points; returns those stored.
+  size_t PutBatches(const std::map<std::string, std::vector<observe::MetricDatum>>& batches)
+      REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  // Records the new baselines and drops gone instances, skipping entries untracked or re-tracked
+  // since SelectSamples.
+  void ApplyOutcome(const std::vector<Sample>& samples, const RoundOutcome& outcome)
+      REQUIRES(round_mutex_) EXCLUDES(mutex_);
   Result<std::vector<runtime::GpuUsage>> SampleGpus();
   int64_t NowMillis() const { return options_.clock ? options_.clock->NowMillis() : Clock::System().NowMillis(); }
 

@@ -59,12 +59,15 @@ Result<int> IntField(const nlohmann::json& v, const std::string& key, int min) {
 
 // ---------------------------------------------------------------------------------------------
 // Options
+//
+// SchedulerOptionsFromJson reads the section in a fixed order — unknown keys, policy and
+// allow_cpu_fallback, cpus, memory_gib, gpus, reserved_*, gpu_classes, then the reservations
+// against the capacity — so a section with several mistakes always reports the same first one.
+// Each step below reads one group of keys into `options` and returns the first error it finds.
 
-Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section, HostCapacity discovered) {
-  SchedulerOptions options;
-  options.capacity = std::move(discovered);
-  if (section.is_null()) return options;
-  if (!section.is_object()) return Status::InvalidArgument("scheduler: must be an object");
+namespace {
+
+Status CheckSchedulerKeys(const nlohmann::json& section) {
   static const std::set<std::string> kKeys = {"policy", "allow_cpu_fallback", "cpus", "memory_gib", "gpus",
                                               "reserved_cpus", "reserved_memory_gib", "gpu_classes"};
   for (auto it = section.begin(); it != section.end(); ++it) {
@@ -74,6 +77,11 @@ Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section,
                                      "reserved_cpus, reserved_memory_gib, gpu_classes)");
     }
   }
+  return Status::Ok();
+}
+
+// "policy" and "allow_cpu_fallback".
+Status ReadPolicy(const nlohmann::json& section, SchedulerOptions& options) {
   if (auto it = section.find("policy"); it != section.end()) {
     std::string policy = it->is_string() ? it->get<std::string>() : "";
     if (policy == "strict") {
@@ -88,110 +96,138 @@ Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section,
     if (!it->is_boolean()) return Status::InvalidArgument("scheduler.allow_cpu_fallback: must be true or false");
     options.allow_cpu_fallback = it->get<bool>();
   }
-  if (auto it = section.find("cpus"); it != section.end()) {
-    std::vector<int>& cpus = options.capacity.cpus;
-    if (it->is_number_integer()) {
-      ASSIGN_OR_RETURN(int n, IntField(*it, "cpus", 1));
-      if (static_cast<size_t>(n) > cpus.size()) {
-        return Status::InvalidArgument("scheduler.cpus: " + std::to_string(n) + " is more than the " +
-                                       std::to_string(cpus.size()) + " CPUs this process may run on");
-      }
-      cpus.resize(static_cast<size_t>(n));
-    } else if (it->is_array() && !it->empty()) {
-      std::vector<int> chosen;
-      for (const auto& v : *it) {
-        ASSIGN_OR_RETURN(int cpu, IntField(v, "cpus[]", 0));
-        if (!Contains(cpus, cpu)) {
-          return Status::InvalidArgument("scheduler.cpus: CPU " + std::to_string(cpu) +
-                                         " is not one this process may run on");
-        }
-        chosen.push_back(cpu);
-      }
-      std::sort(chosen.begin(), chosen.end());
-      if (std::adjacent_find(chosen.begin(), chosen.end()) != chosen.end()) {
-        return Status::InvalidArgument("scheduler.cpus: a CPU is listed twice");
-      }
-      cpus = std::move(chosen);
-    } else {
-      return Status::InvalidArgument("scheduler.cpus: must be a count or a non-empty list of CPU indices");
+  return Status::Ok();
+}
+
+// "cpus": a count (the first n of the discovered CPUs) or a list of discovered CPU indices.
+Status ReadCpus(const nlohmann::json& v, std::vector<int>& cpus) {
+  if (v.is_number_integer()) {
+    ASSIGN_OR_RETURN(int n, IntField(v, "cpus", 1));
+    if (static_cast<size_t>(n) > cpus.size()) {
+      return Status::InvalidArgument("scheduler.cpus: " + std::to_string(n) + " is more than the " +
+                                     std::to_string(cpus.size()) + " CPUs this process may run on");
+    }
+    cpus.resize(static_cast<size_t>(n));
+    return Status::Ok();
+  }
+  if (!v.is_array() || v.empty()) {
+    return Status::InvalidArgument("scheduler.cpus: must be a count or a non-empty list of CPU indices");
+  }
+  std::vector<int> chosen;
+  for (const auto& c : v) {
+    ASSIGN_OR_RETURN(int cpu, IntField(c, "cpus[]", 0));
+    if (!Contains(cpus, cpu)) {
+      return Status::InvalidArgument("scheduler.cpus: CPU " + std::to_string(cpu) +
+                                     " is not one this process may run on");
+    }
+    chosen.push_back(cpu);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  if (std::adjacent_find(chosen.begin(), chosen.end()) != chosen.end()) {
+    return Status::InvalidArgument("scheduler.cpus: a CPU is listed twice");
+  }
+  cpus = std::move(chosen);
+  return Status::Ok();
+}
+
+// "memory_gib": replaces the discovered memory (more than discovered is allowed, with a warning).
+Status ReadMemory(const nlohmann::json& v, HostCapacity& capacity) {
+  ASSIGN_OR_RETURN(uint64_t bytes, GiBField(v, "memory_gib", false));
+  if (bytes > capacity.memory_bytes && capacity.memory_bytes > 0) {
+    KLOG(warn, "scheduler.memory_gib is more than the host has; instances may be OOM-killed",
+         {{"configured", FormatGiB(bytes)}, {"discovered", FormatGiB(capacity.memory_bytes)}});
+  }
+  capacity.memory_bytes = bytes;
+  return Status::Ok();
+}
+
+// One "gpus" element: a discovered GPU's index, or an object describing a GPU.
+Result<runtime::GpuInfo> ReadGpu(const nlohmann::json& v, const std::vector<runtime::GpuInfo>& discovered) {
+  runtime::GpuInfo gpu;
+  if (v.is_number_integer()) {
+    ASSIGN_OR_RETURN(int index, IntField(v, "gpus[]", 0));
+    auto found = std::find_if(discovered.begin(), discovered.end(),
+                              [&](const runtime::GpuInfo& g) { return g.index == index; });
+    if (found == discovered.end()) {
+      return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(index) +
+                                     " was not found on this host (" + std::to_string(discovered.size()) +
+                                     " discovered)");
+    }
+    return *found;
+  }
+  if (!v.is_object()) {
+    return Status::InvalidArgument("scheduler.gpus: must be a list of GPU indices or GPU objects");
+  }
+  for (auto f = v.begin(); f != v.end(); ++f) {
+    if (f.key() != "index" && f.key() != "uuid" && f.key() != "name" && f.key() != "memory_gib") {
+      return Status::InvalidArgument("scheduler.gpus[]: unknown key \"" + f.key() +
+                                     "\" (expected index, uuid, name, memory_gib)");
     }
   }
-  if (auto it = section.find("memory_gib"); it != section.end()) {
-    ASSIGN_OR_RETURN(uint64_t bytes, GiBField(*it, "memory_gib", false));
-    if (bytes > options.capacity.memory_bytes && options.capacity.memory_bytes > 0) {
-      KLOG(warn, "scheduler.memory_gib is more than the host has; instances may be OOM-killed",
-           {{"configured", FormatGiB(bytes)}, {"discovered", FormatGiB(options.capacity.memory_bytes)}});
-    }
-    options.capacity.memory_bytes = bytes;
+  if (!v.contains("index")) return Status::InvalidArgument("scheduler.gpus[]: needs an \"index\"");
+  ASSIGN_OR_RETURN(gpu.index, IntField(v["index"], "gpus[].index", 0));
+  if (v.contains("uuid")) {
+    if (!v["uuid"].is_string()) return Status::InvalidArgument("scheduler.gpus[].uuid: must be a string");
+    gpu.uuid = v["uuid"].get<std::string>();
   }
-  if (auto it = section.find("gpus"); it != section.end()) {
-    if (!it->is_array()) return Status::InvalidArgument("scheduler.gpus: must be a list of GPU indices or GPU objects");
-    std::vector<runtime::GpuInfo> gpus;
-    std::set<int> seen;
-    for (const auto& v : *it) {
-      runtime::GpuInfo gpu;
-      if (v.is_number_integer()) {
-        ASSIGN_OR_RETURN(int index, IntField(v, "gpus[]", 0));
-        auto found = std::find_if(options.capacity.gpus.begin(), options.capacity.gpus.end(),
-                                  [&](const runtime::GpuInfo& g) { return g.index == index; });
-        if (found == options.capacity.gpus.end()) {
-          return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(index) +
-                                         " was not found on this host (" +
-                                         std::to_string(options.capacity.gpus.size()) + " discovered)");
-        }
-        gpu = *found;
-      } else if (v.is_object()) {
-        for (auto f = v.begin(); f != v.end(); ++f) {
-          if (f.key() != "index" && f.key() != "uuid" && f.key() != "name" && f.key() != "memory_gib") {
-            return Status::InvalidArgument("scheduler.gpus[]: unknown key \"" + f.key() +
-                                           "\" (expected index, uuid, name, memory_gib)");
-          }
-        }
-        if (!v.contains("index")) return Status::InvalidArgument("scheduler.gpus[]: needs an \"index\"");
-        ASSIGN_OR_RETURN(gpu.index, IntField(v["index"], "gpus[].index", 0));
-        if (v.contains("uuid")) {
-          if (!v["uuid"].is_string()) return Status::InvalidArgument("scheduler.gpus[].uuid: must be a string");
-          gpu.uuid = v["uuid"].get<std::string>();
-        }
-        if (v.contains("name")) {
-          if (!v["name"].is_string()) return Status::InvalidArgument("scheduler.gpus[].name: must be a string");
-          gpu.name = v["name"].get<std::string>();
-        }
-        if (v.contains("memory_gib")) {
-          ASSIGN_OR_RETURN(gpu.memory_bytes, GiBField(v["memory_gib"], "gpus[].memory_gib", true));
-        }
-      } else {
-        return Status::InvalidArgument("scheduler.gpus: must be a list of GPU indices or GPU objects");
-      }
-      if (!seen.insert(gpu.index).second) {
-        return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(gpu.index) + " is listed twice");
-      }
-      gpus.push_back(std::move(gpu));
-    }
-    std::sort(gpus.begin(), gpus.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
-    options.capacity.gpus = std::move(gpus);
+  if (v.contains("name")) {
+    if (!v["name"].is_string()) return Status::InvalidArgument("scheduler.gpus[].name: must be a string");
+    gpu.name = v["name"].get<std::string>();
   }
+  if (v.contains("memory_gib")) {
+    ASSIGN_OR_RETURN(gpu.memory_bytes, GiBField(v["memory_gib"], "gpus[].memory_gib", true));
+  }
+  return gpu;
+}
+
+// "gpus": replaces the discovered GPUs, sorted by index; an index may appear once.
+Status ReadGpus(const nlohmann::json& v, HostCapacity& capacity) {
+  if (!v.is_array()) return Status::InvalidArgument("scheduler.gpus: must be a list of GPU indices or GPU objects");
+  std::vector<runtime::GpuInfo> gpus;
+  std::set<int> seen;
+  for (const auto& g : v) {
+    ASSIGN_OR_RETURN(runtime::GpuInfo gpu, ReadGpu(g, capacity.gpus));
+    if (!seen.insert(gpu.index).second) {
+      return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(gpu.index) + " is listed twice");
+    }
+    gpus.push_back(std::move(gpu));
+  }
+  std::sort(gpus.begin(), gpus.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  capacity.gpus = std::move(gpus);
+  return Status::Ok();
+}
+
+// "reserved_cpus" and "reserved_memory_gib" (checked against the capacity by CheckReservations).
+Status ReadReserved(const nlohmann::json& section, SchedulerOptions& options) {
   if (auto it = section.find("reserved_cpus"); it != section.end()) {
     ASSIGN_OR_RETURN(options.reserved_cpus, IntField(*it, "reserved_cpus", 0));
   }
   if (auto it = section.find("reserved_memory_gib"); it != section.end()) {
     ASSIGN_OR_RETURN(options.reserved_memory_bytes, GiBField(*it, "reserved_memory_gib", true));
   }
-  if (auto it = section.find("gpu_classes"); it != section.end()) {
-    if (!it->is_object()) {
-      return Status::InvalidArgument("scheduler.gpu_classes: must map a catalog GPU model to a list of name globs");
+  return Status::Ok();
+}
+
+// "gpu_classes": catalog GPU model → list of name globs.
+Status ReadGpuClasses(const nlohmann::json& v, std::map<std::string, std::vector<std::string>>& gpu_classes) {
+  if (!v.is_object()) {
+    return Status::InvalidArgument("scheduler.gpu_classes: must map a catalog GPU model to a list of name globs");
+  }
+  for (auto c = v.begin(); c != v.end(); ++c) {
+    if (!c.value().is_array()) {
+      return Status::InvalidArgument("scheduler.gpu_classes." + c.key() + ": must be a list of name globs");
     }
-    for (auto c = it->begin(); c != it->end(); ++c) {
-      if (!c.value().is_array()) {
-        return Status::InvalidArgument("scheduler.gpu_classes." + c.key() + ": must be a list of name globs");
-      }
-      std::vector<std::string>& globs = options.gpu_classes[c.key()];
-      for (const auto& g : c.value()) {
-        if (!g.is_string()) return Status::InvalidArgument("scheduler.gpu_classes." + c.key() + ": must be strings");
-        globs.push_back(g.get<std::string>());
-      }
+    std::vector<std::string>& globs = gpu_classes[c.key()];
+    for (const auto& g : c.value()) {
+      if (!g.is_string()) return Status::InvalidArgument("scheduler.gpu_classes." + c.key() + ": must be strings");
+      globs.push_back(g.get<std::string>());
     }
   }
+  return Status::Ok();
+}
+
+// The reservations must leave instances at least one CPU and some memory.
+Status CheckReservations(const SchedulerOptions& options) {
   if (options.reserved_cpus >= static_cast<int>(options.capacity.cpus.size())) {
     return Status::InvalidArgument("scheduler.reserved_cpus: " + std::to_string(options.reserved_cpus) +
                                    " leaves none of the " + std::to_string(options.capacity.cpus.size()) +
@@ -201,6 +237,26 @@ Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section,
     return Status::InvalidArgument("scheduler.reserved_memory_gib: leaves no memory for instances (the host has " +
                                    FormatGiB(options.capacity.memory_bytes) + ")");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section, HostCapacity discovered) {
+  SchedulerOptions options;
+  options.capacity = std::move(discovered);
+  if (section.is_null()) return options;
+  if (!section.is_object()) return Status::InvalidArgument("scheduler: must be an object");
+  RETURN_IF_ERROR(CheckSchedulerKeys(section));
+  RETURN_IF_ERROR(ReadPolicy(section, options));
+  if (auto it = section.find("cpus"); it != section.end()) RETURN_IF_ERROR(ReadCpus(*it, options.capacity.cpus));
+  if (auto it = section.find("memory_gib"); it != section.end()) RETURN_IF_ERROR(ReadMemory(*it, options.capacity));
+  if (auto it = section.find("gpus"); it != section.end()) RETURN_IF_ERROR(ReadGpus(*it, options.capacity));
+  RETURN_IF_ERROR(ReadReserved(section, options));
+  if (auto it = section.find("gpu_classes"); it != section.end()) {
+    RETURN_IF_ERROR(ReadGpuClasses(*it, options.gpu_classes));
+  }
+  RETURN_IF_ERROR(CheckReservations(options));
   return options;
 }
 
