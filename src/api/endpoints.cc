@@ -127,215 +127,285 @@ json RenderEndpoint(const store::EndpointRecord& record) {
   return out;
 }
 
-void RegisterEndpointOperations(JsonService* service, const EndpointsContext& context) {
-  auto ctx = std::make_shared<EndpointsContext>(context);
-  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
-  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
-                                                               store::DefinitionRepository::Kind::kEndpointConfig);
-  auto endpoints = std::make_shared<store::EndpointRepository>(context.database);
-  auto tags = std::make_shared<store::TagRepository>(context.database);
+namespace {
 
-  service->Register("CreateEndpoint", [ctx, models, configs, endpoints, tags](const aws::RequestContext&,
-                                                                              const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointName"].get<std::string>();
-    // The name is checked first: an existing endpoint is the answer whatever the configuration.
-    auto existing = endpoints->Get(name);
-    if (existing.ok()) return Validation("Cannot create already existing endpoint \"" + existing->arn + "\".");
-    if (!existing.status().IsNotFound()) return Internal(existing.status());
-    const int64_t now = NowMillis(*ctx);
-    auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
-    if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
-    BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
-    store::EndpointRecord record;
-    record.name = name;
-    record.arn = EndpointArn(*ctx, name);
-    record.config_name = deployment.document.config_name;
-    record.status = EndpointStatus::kCreating;
-    record.creation_millis = now;
-    record.last_modified_millis = now;
-    record.request = in;
-    record.request.erase("Tags");
-    record.deployment = std::move(deployment.document);
-    record.desired = std::move(deployment.desired);
-    Status inserted = endpoints->Insert(record);
-    if (inserted.IsAlreadyExists()) {
-      return Validation("Cannot create already existing endpoint \"" + inserted.message() + "\".");
+// What the endpoint operations share: the context and the repositories they read and write.
+struct Operations {
+  explicit Operations(const EndpointsContext& context)
+      : ctx(context),
+        models(context.database, store::DefinitionRepository::Kind::kModel),
+        configs(context.database, store::DefinitionRepository::Kind::kEndpointConfig),
+        endpoints(context.database),
+        tags(context.database) {}
+  EndpointsContext ctx;
+  store::DefinitionRepository models;
+  store::DefinitionRepository configs;
+  store::EndpointRepository endpoints;
+  store::TagRepository tags;
+};
+
+// The row CreateEndpoint inserts: Creating, running `deployment`, the request without its Tags.
+store::EndpointRecord NewEndpointRecord(const Operations& ops, const json& in, BuiltDeployment deployment,
+                                        int64_t now) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  store::EndpointRecord record;
+  record.name = name;
+  record.arn = EndpointArn(ops.ctx, name);
+  record.config_name = deployment.document.config_name;
+  record.status = EndpointStatus::kCreating;
+  record.creation_millis = now;
+  record.last_modified_millis = now;
+  record.request = in;
+  record.request.erase("Tags");
+  record.deployment = std::move(deployment.document);
+  record.desired = std::move(deployment.desired);
+  return record;
+}
+
+JsonOutcome CreateEndpoint(Operations& ops, const json& in) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  // The name is checked first: an existing endpoint is the answer whatever the configuration.
+  auto existing = ops.endpoints.Get(name);
+  if (existing.ok()) return Validation("Cannot create already existing endpoint \"" + existing->arn + "\".");
+  if (!existing.status().IsNotFound()) return Internal(existing.status());
+  const int64_t now = NowMillis(ops.ctx);
+  auto built = BuildDeployment(ops.ctx, ops.configs, ops.models, in["EndpointConfigName"].get<std::string>(), now);
+  if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
+  store::EndpointRecord record = NewEndpointRecord(ops, in, std::move(std::get<BuiltDeployment>(built)), now);
+  Status inserted = ops.endpoints.Insert(record);
+  if (inserted.IsAlreadyExists()) {
+    return Validation("Cannot create already existing endpoint \"" + inserted.message() + "\".");
+  }
+  if (!inserted.ok()) return Internal(inserted);
+  StoreCreateTags(ops.tags, record.arn, in);
+  Notify(ops.ctx, record.name);
+  return json{{"EndpointArn", record.arn}};
+}
+
+JsonOutcome DescribeEndpoint(Operations& ops, const json& in) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  auto record = ops.endpoints.Get(name);
+  if (record.status().IsNotFound()) return EndpointNotFound(ops.ctx, name);
+  if (!record.ok()) return Internal(record.status());
+  return RenderEndpoint(*record);
+}
+
+// ListEndpoints' filters.
+store::ListFilter ListFilterOf(const json& in) {
+  store::ListFilter query;
+  if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
+  if (Has(in, "StatusEquals")) query.status_equals = in["StatusEquals"].get<std::string>();
+  query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
+  query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
+  query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
+  query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
+  return query;
+}
+
+JsonOutcome ListEndpoints(Operations& ops, const json& in) {
+  store::ListFilter query = ListFilterOf(in);
+  const std::string sort_by = StringMember(in, "SortBy", "CreationTime");
+  const int64_t now = NowMillis(ops.ctx);
+  auto parsed = ParseListPaging(in,
+                                sort_by == "Name"     ? store::ListSortKey::kName
+                                : sort_by == "Status" ? store::ListSortKey::kStatus
+                                                      : store::ListSortKey::kCreationTime,
+                                StringMember(in, "SortOrder", "Descending") == "Descending", now);
+  if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
+  ListPaging& paging = std::get<ListPaging>(parsed);
+  paging.query.filter = std::move(query);
+  auto rows = ops.endpoints.ListPage(paging.query);
+  if (!rows.ok()) return Internal(rows.status());
+  std::optional<std::string> next_token = CutPage(*rows, paging, in, now);
+  json summaries = json::array();
+  for (const auto& r : *rows) {
+    summaries.push_back({{"EndpointName", r.name},
+                         {"EndpointArn", r.arn},
+                         {"CreationTime", Seconds(r.creation_millis)},
+                         {"LastModifiedTime", Seconds(r.last_modified_millis)},
+                         {"EndpointStatus", store::ToString(r.status)}});
+  }
+  json out = {{"Endpoints", summaries}};
+  if (next_token) out["NextToken"] = *next_token;
+  return out;
+}
+
+// What UpdateEndpoint keeps of the current variants (§9): with RetainAllVariantProperties, their
+// weight and count, less the properties listed in ExcludeRetainedVariantProperties.
+struct Retention {
+  bool retain = false;
+  std::set<std::string> excluded;
+};
+
+Retention RetentionOf(const json& in) {
+  Retention out;
+  if (Has(in, "ExcludeRetainedVariantProperties")) {
+    for (const json& p : in["ExcludeRetainedVariantProperties"]) out.excluded.insert(p.value("VariantPropertyType", ""));
+  }
+  out.retain = Has(in, "RetainAllVariantProperties") && in["RetainAllVariantProperties"].get<bool>();
+  return out;
+}
+
+// The desired weights and counts after an UpdateEndpoint: the new configuration's, except that
+// variants present in both configurations keep what `retention` retains of `current`.
+store::DesiredVariants DesiredAfterUpdate(const Retention& retention, const store::DesiredVariants& configured,
+                                          const store::DesiredVariants& current) {
+  store::DesiredVariants desired = configured;
+  if (!retention.retain) return desired;
+  for (auto& [variant, values] : desired) {
+    auto kept = current.find(variant);
+    if (kept == current.end()) continue;
+    if (!retention.excluded.count("DesiredWeight") && kept->second.weight) values.weight = kept->second.weight;
+    if (!retention.excluded.count("DesiredInstanceCount") && kept->second.instance_count) {
+      values.instance_count = kept->second.instance_count;
     }
-    if (!inserted.ok()) return Internal(inserted);
-    StoreCreateTags(*tags, record.arn, in);
-    Notify(*ctx, record.name);
-    return json{{"EndpointArn", record.arn}};
-  });
+  }
+  return desired;
+}
 
-  service->Register("DescribeEndpoint", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointName"].get<std::string>();
-    auto record = endpoints->Get(name);
-    if (record.status().IsNotFound()) return EndpointNotFound(*ctx, name);
-    if (!record.ok()) return Internal(record.status());
-    return RenderEndpoint(*record);
-  });
+// The answer when a Mutate of the endpoint's row did not commit: its refusal, not found, or an
+// internal error; nullopt when it committed.
+std::optional<aws::AwsError> ChangeError(const Operations& ops, const std::string& name,
+                                         const std::optional<aws::AwsError>& refused,
+                                         const Result<store::EndpointRecord>& updated) {
+  if (refused) return *refused;
+  if (updated.status().IsNotFound()) return EndpointNotFound(ops.ctx, name);
+  if (!updated.ok()) return Internal(updated.status());
+  return std::nullopt;
+}
 
-  service->Register("ListEndpoints", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::ListFilter query;
-    if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
-    if (Has(in, "StatusEquals")) query.status_equals = in["StatusEquals"].get<std::string>();
-    query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
-    query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
-    query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
-    query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
-    const std::string sort_by = StringMember(in, "SortBy", "CreationTime");
-    const int64_t now = NowMillis(*ctx);
-    auto parsed = ParseListPaging(in,
-                                  sort_by == "Name"     ? store::ListSortKey::kName
-                                  : sort_by == "Status" ? store::ListSortKey::kStatus
-                                                        : store::ListSortKey::kCreationTime,
-                                  StringMember(in, "SortOrder", "Descending") == "Descending", now);
-    if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
-    ListPaging& paging = std::get<ListPaging>(parsed);
-    paging.query.filter = std::move(query);
-    auto rows = endpoints->ListPage(paging.query);
-    if (!rows.ok()) return Internal(rows.status());
-    std::optional<std::string> next_token = CutPage(*rows, paging, in, now);
-    json summaries = json::array();
-    for (const auto& r : *rows) {
-      summaries.push_back({{"EndpointName", r.name},
-                           {"EndpointArn", r.arn},
-                           {"CreationTime", Seconds(r.creation_millis)},
-                           {"LastModifiedTime", Seconds(r.last_modified_millis)},
-                           {"EndpointStatus", store::ToString(r.status)}});
+JsonOutcome UpdateEndpoint(Operations& ops, const json& in) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  auto current = ops.endpoints.Get(name);
+  if (current.status().IsNotFound()) return EndpointNotFound(ops.ctx, name);
+  if (!current.ok()) return Internal(current.status());
+  if (auto error = CheckUpdatable(*current)) return *error;
+  const int64_t now = NowMillis(ops.ctx);
+  auto built = BuildDeployment(ops.ctx, ops.configs, ops.models, in["EndpointConfigName"].get<std::string>(), now);
+  if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
+  BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
+  const Retention retention = RetentionOf(in);
+  std::optional<aws::AwsError> refused;
+  auto updated = ops.endpoints.Mutate(name, [&](store::EndpointRecord& r) {
+    // Checked again inside the transaction: the controller or another request may have moved it.
+    if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
+    store::DesiredVariants desired = DesiredAfterUpdate(retention, deployment.desired, r.desired);
+    r.pending = deployment.document;
+    r.desired = std::move(desired);
+    control::SetStatus(r, EndpointStatus::kUpdating);
+    r.failure_reason.clear();
+    r.last_modified_millis = now;
+    if (Has(in, "DeploymentConfig")) {
+      r.request["DeploymentConfig"] = in["DeploymentConfig"];
+    } else if (!(Has(in, "RetainDeploymentConfig") && in["RetainDeploymentConfig"].get<bool>())) {
+      r.request.erase("DeploymentConfig");
     }
-    json out = {{"Endpoints", summaries}};
-    if (next_token) out["NextToken"] = *next_token;
-    return out;
+    return Status::Ok();
   });
+  if (auto error = ChangeError(ops, name, refused, updated)) return *error;
+  Notify(ops.ctx, updated->name);
+  return json{{"EndpointArn", updated->arn}};
+}
 
-  service->Register("UpdateEndpoint", [ctx, models, configs, endpoints](const aws::RequestContext&,
-                                                                        const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointName"].get<std::string>();
-    auto current = endpoints->Get(name);
-    if (current.status().IsNotFound()) return EndpointNotFound(*ctx, name);
-    if (!current.ok()) return Internal(current.status());
-    if (auto error = CheckUpdatable(*current)) return *error;
-    const int64_t now = NowMillis(*ctx);
-    auto built = BuildDeployment(*ctx, *configs, *models, in["EndpointConfigName"].get<std::string>(), now);
-    if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
-    BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
-
-    std::set<std::string> excluded;
-    if (Has(in, "ExcludeRetainedVariantProperties")) {
-      for (const json& p : in["ExcludeRetainedVariantProperties"]) excluded.insert(p.value("VariantPropertyType", ""));
+// DesiredWeightsAndCapacities on its own: each variant once, with something to change, and no
+// scale to zero.
+std::optional<aws::AwsError> CheckDesiredWeightsAndCapacities(const json& in) {
+  std::set<std::string> seen;
+  for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+    const std::string variant = entry["VariantName"].get<std::string>();
+    if (!seen.insert(variant).second) {
+      return Validation("Variant " + variant + " is given more than once in DesiredWeightsAndCapacities.");
     }
-    const bool retain = Has(in, "RetainAllVariantProperties") && in["RetainAllVariantProperties"].get<bool>();
-    std::optional<aws::AwsError> refused;
-    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
-      // Checked again inside the transaction: the controller or another request may have moved it.
-      if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
-      store::DesiredVariants desired = deployment.desired;
-      if (retain) {
-        // Variants present in both configurations keep their current weight and count, except
-        // the properties listed in ExcludeRetainedVariantProperties (§9).
-        for (auto& [variant, values] : desired) {
-          auto current = r.desired.find(variant);
-          if (current == r.desired.end()) continue;
-          if (!excluded.count("DesiredWeight") && current->second.weight) values.weight = current->second.weight;
-          if (!excluded.count("DesiredInstanceCount") && current->second.instance_count) {
-            values.instance_count = current->second.instance_count;
-          }
-        }
-      }
-      r.pending = deployment.document;
-      r.desired = std::move(desired);
-      control::SetStatus(r, EndpointStatus::kUpdating);
-      r.failure_reason.clear();
-      r.last_modified_millis = now;
-      if (Has(in, "DeploymentConfig")) {
-        r.request["DeploymentConfig"] = in["DeploymentConfig"];
-      } else if (!(Has(in, "RetainDeploymentConfig") && in["RetainDeploymentConfig"].get<bool>())) {
-        r.request.erase("DeploymentConfig");
-      }
-      return Status::Ok();
-    });
-    if (refused) return *refused;
-    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
-    if (!updated.ok()) return Internal(updated.status());
-    Notify(*ctx, updated->name);
-    return json{{"EndpointArn", updated->arn}};
-  });
+    if (Has(entry, "ServerlessUpdateConfig")) return Validation("ServerlessUpdateConfig is not supported by Kiln.");
+    if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount")) {
+      return Validation("Give DesiredWeight, DesiredInstanceCount or both for variant " + variant + ".");
+    }
+    // The model allows 0, but AWS accepts 0 instances only for variants that can scale to zero
+    // (ManagedInstanceScaling), which Kiln does not offer.
+    if (Has(entry, "DesiredInstanceCount") && entry["DesiredInstanceCount"].get<int64_t>() == 0) {
+      return Validation("DesiredInstanceCount 0 for variant " + variant +
+                        " needs scale to zero (ManagedInstanceScaling), which Kiln does not support; give 1 or more.");
+    }
+  }
+  return std::nullopt;
+}
 
-  service->Register("UpdateEndpointWeightsAndCapacities", [ctx, endpoints](const aws::RequestContext&,
-                                                                           const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointName"].get<std::string>();
-    std::set<std::string> seen;
+// The variants of DesiredWeightsAndCapacities that `record`'s deployment lacks, comma-separated
+// ("" when it has them all).
+std::string MissingVariants(const store::EndpointRecord& record, const json& in) {
+  const auto names = record.deployment.VariantNames();
+  std::string missing;
+  for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+    const std::string variant = entry["VariantName"].get<std::string>();
+    if (std::find(names.begin(), names.end(), variant) == names.end()) {
+      missing += (missing.empty() ? "" : ", ") + variant;
+    }
+  }
+  return missing;
+}
+
+JsonOutcome UpdateEndpointWeightsAndCapacities(Operations& ops, const json& in) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  if (auto error = CheckDesiredWeightsAndCapacities(in)) return *error;
+  std::optional<aws::AwsError> refused;
+  auto updated = ops.endpoints.Mutate(name, [&](store::EndpointRecord& r) {
+    if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
+    if (std::string missing = MissingVariants(r, in); !missing.empty()) {
+      refused = Validation("The endpoint \"" + r.arn + "\" has no production variant named " + missing + ".");
+      return Status::FailedPrecondition("unknown variant");
+    }
     for (const json& entry : in["DesiredWeightsAndCapacities"]) {
-      const std::string variant = entry["VariantName"].get<std::string>();
-      if (!seen.insert(variant).second) {
-        return Validation("Variant " + variant + " is given more than once in DesiredWeightsAndCapacities.");
-      }
-      if (Has(entry, "ServerlessUpdateConfig")) return Validation("ServerlessUpdateConfig is not supported by Kiln.");
-      if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount")) {
-        return Validation("Give DesiredWeight, DesiredInstanceCount or both for variant " + variant + ".");
-      }
-      // The model allows 0, but AWS accepts 0 instances only for variants that can scale to zero
-      // (ManagedInstanceScaling), which Kiln does not offer.
-      if (Has(entry, "DesiredInstanceCount") && entry["DesiredInstanceCount"].get<int64_t>() == 0) {
-        return Validation("DesiredInstanceCount 0 for variant " + variant +
-                          " needs scale to zero (ManagedInstanceScaling), which Kiln does not support; give 1 or more.");
-      }
+      store::VariantDesired& values = r.desired[entry["VariantName"].get<std::string>()];
+      if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();
+      if (Has(entry, "DesiredInstanceCount")) values.instance_count = entry["DesiredInstanceCount"].get<int64_t>();
     }
-    std::optional<aws::AwsError> refused;
-    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
-      if ((refused = CheckUpdatable(r))) return Status::FailedPrecondition("not updatable");
-      const auto names = r.deployment.VariantNames();
-      std::string missing;
-      for (const json& entry : in["DesiredWeightsAndCapacities"]) {
-        const std::string variant = entry["VariantName"].get<std::string>();
-        if (std::find(names.begin(), names.end(), variant) == names.end()) {
-          missing += (missing.empty() ? "" : ", ") + variant;
-        }
-      }
-      if (!missing.empty()) {
-        refused = Validation("The endpoint \"" + r.arn + "\" has no production variant named " + missing + ".");
-        return Status::FailedPrecondition("unknown variant");
-      }
-      for (const json& entry : in["DesiredWeightsAndCapacities"]) {
-        store::VariantDesired& values = r.desired[entry["VariantName"].get<std::string>()];
-        if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();
-        if (Has(entry, "DesiredInstanceCount")) values.instance_count = entry["DesiredInstanceCount"].get<int64_t>();
-      }
-      control::SetStatus(r, EndpointStatus::kUpdating);
-      r.failure_reason.clear();
-      r.last_modified_millis = NowMillis(*ctx);
-      return Status::Ok();
-    });
-    if (refused) return *refused;
-    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
-    if (!updated.ok()) return Internal(updated.status());
-    Notify(*ctx, updated->name);
-    return json{{"EndpointArn", updated->arn}};
+    control::SetStatus(r, EndpointStatus::kUpdating);
+    r.failure_reason.clear();
+    r.last_modified_millis = NowMillis(ops.ctx);
+    return Status::Ok();
   });
+  if (auto error = ChangeError(ops, name, refused, updated)) return *error;
+  Notify(ops.ctx, updated->name);
+  return json{{"EndpointArn", updated->arn}};
+}
 
-  // Any state but Deleting (§9.2: Kiln lets a Creating/Updating endpoint be deleted; AWS answers
-  // "Cannot update in-progress endpoint" then, and the same text when it is already Deleting,
-  // which is the one case Kiln refuses). The controller removes the row once its instances are
-  // gone; Describe then answers "Could not find endpoint" (the EndpointDeleted waiter).
-  service->Register("DeleteEndpoint", [ctx, endpoints](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["EndpointName"].get<std::string>();
-    std::optional<aws::AwsError> refused;
-    auto updated = endpoints->Mutate(name, [&](store::EndpointRecord& r) {
-      if (r.status == EndpointStatus::kDeleting) {
-        refused = Validation("Cannot update in-progress endpoint \"" + r.arn + "\".");
-        return Status::FailedPrecondition("already deleting");
-      }
-      control::SetStatus(r, EndpointStatus::kDeleting);
-      r.last_modified_millis = NowMillis(*ctx);
-      return Status::Ok();
-    });
-    if (refused) return *refused;
-    if (updated.status().IsNotFound()) return EndpointNotFound(*ctx, name);
-    if (!updated.ok()) return Internal(updated.status());
-    Notify(*ctx, updated->name);
-    return json::object();
+// Any state but Deleting (§9.2: Kiln lets a Creating/Updating endpoint be deleted; AWS answers
+// "Cannot update in-progress endpoint" then, and the same text when it is already Deleting,
+// which is the one case Kiln refuses). The controller removes the row once its instances are
+// gone; Describe then answers "Could not find endpoint" (the EndpointDeleted waiter).
+JsonOutcome DeleteEndpoint(Operations& ops, const json& in) {
+  const std::string name = in["EndpointName"].get<std::string>();
+  std::optional<aws::AwsError> refused;
+  auto updated = ops.endpoints.Mutate(name, [&](store::EndpointRecord& r) {
+    if (r.status == EndpointStatus::kDeleting) {
+      refused = Validation("Cannot update in-progress endpoint \"" + r.arn + "\".");
+      return Status::FailedPrecondition("already deleting");
+    }
+    control::SetStatus(r, EndpointStatus::kDeleting);
+    r.last_modified_millis = NowMillis(ops.ctx);
+    return Status::Ok();
   });
+  if (auto error = ChangeError(ops, name, refused, updated)) return *error;
+  Notify(ops.ctx, updated->name);
+  return json::object();
+}
+
+}  // namespace
+
+void RegisterEndpointOperations(JsonService* service, const EndpointsContext& context) {
+  auto ops = std::make_shared<Operations>(context);
+  using Operation = JsonOutcome (*)(Operations&, const json&);
+  for (auto [name, op] : {std::pair<const char*, Operation>{"CreateEndpoint", CreateEndpoint},
+                          {"DescribeEndpoint", DescribeEndpoint},
+                          {"ListEndpoints", ListEndpoints},
+                          {"UpdateEndpoint", UpdateEndpoint},
+                          {"UpdateEndpointWeightsAndCapacities", UpdateEndpointWeightsAndCapacities},
+                          {"DeleteEndpoint", DeleteEndpoint}}) {
+    // `op = op`: clang before 16 cannot capture a structured binding by name.
+    service->Register(name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome {
+      return op(*ops, in);
+    });
+  }
 }
 
 void RegisterInferenceOperations(JsonService* service, const EndpointsContext& context) {

@@ -50,11 +50,8 @@ std::optional<int64_t> TimestampMillis(const json& v) {
 // Members AWS accepts for features Kiln does not offer (§8 of the control-plane spec).
 constexpr const char* kUnsupportedMembers[] = {"ServerlessJobConfig", "MlflowConfig", "SessionChainingConfig"};
 
-std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller) {
-  for (const char* member : kUnsupportedMembers) {
-    if (in.contains(member) && !in[member].is_null()) return Validation(std::string(member) + " is not supported by Kiln.");
-  }
-  const json algorithm = in.value("AlgorithmSpecification", json());
+// AlgorithmSpecification: an image to run (Kiln registers no algorithms) and its input mode.
+std::optional<aws::AwsError> CheckAlgorithm(const json& algorithm) {
   if (!algorithm.is_object()) {
     return Validation("AlgorithmSpecification is required: Kiln runs training images, so give "
                       "AlgorithmSpecification.TrainingImage and AlgorithmSpecification.TrainingInputMode.");
@@ -70,7 +67,11 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
   if (!algorithm.contains("TrainingInputMode")) {
     return Validation("AlgorithmSpecification.TrainingInputMode is required (File, Pipe or FastFile).");
   }
-  const json rc = in.value("ResourceConfig", json());
+  return std::nullopt;
+}
+
+// ResourceConfig: one homogeneous cluster of at least one instance with a volume.
+std::optional<aws::AwsError> CheckResourceConfig(const json& rc) {
   if (!rc.is_object()) {
     return Validation("ResourceConfig is required: give ResourceConfig.InstanceType, InstanceCount and VolumeSizeInGB.");
   }
@@ -95,7 +96,12 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
                       "' at 'resourceConfig.volumeSizeInGB' failed to satisfy constraint: Member must have value "
                       "greater than or equal to 1");
   }
-  // Stopping conditions (training-contract.md §9, §10).
+  return std::nullopt;
+}
+
+// Stopping conditions (training-contract.md §9, §10): MaxWaitTimeInSeconds goes with managed spot
+// training, and is at least MaxRuntimeInSeconds.
+std::optional<aws::AwsError> CheckStoppingCondition(const json& in) {
   const json sc = in.value("StoppingCondition", json::object());
   const bool spot = in.value("EnableManagedSpotTraining", false);
   if (sc.contains("MaxWaitTimeInSeconds") && !sc["MaxWaitTimeInSeconds"].is_null()) {
@@ -111,9 +117,13 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
     return Validation("Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to "
                       "true.");
   }
-  // Channels: unique names, mode/source combinations AWS refuses.
+  return std::nullopt;
+}
+
+// Channels: unique names, mode/source combinations AWS refuses, sources Kiln does not read yet.
+// `default_mode` is AlgorithmSpecification.TrainingInputMode.
+std::optional<aws::AwsError> CheckChannels(const json& in, const std::string& default_mode) {
   std::set<std::string> names;
-  const std::string default_mode = algorithm.value("TrainingInputMode", "File");
   for (const json& channel : in.value("InputDataConfig", json::array())) {
     std::string name = channel.value("ChannelName", "");
     if (!names.insert(name).second) {
@@ -144,6 +154,21 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
                         " is only supported in Pipe input mode; use CompressionType None.");
     }
   }
+  return std::nullopt;
+}
+
+// The checks of CreateTrainingJob the service model cannot express, in AWS's order; the first
+// problem found is the answer.
+std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller) {
+  for (const char* member : kUnsupportedMembers) {
+    if (in.contains(member) && !in[member].is_null()) return Validation(std::string(member) + " is not supported by Kiln.");
+  }
+  const json algorithm = in.value("AlgorithmSpecification", json());
+  if (auto error = CheckAlgorithm(algorithm)) return error;
+  const json rc = in.value("ResourceConfig", json());
+  if (auto error = CheckResourceConfig(rc)) return error;
+  if (auto error = CheckStoppingCondition(in)) return error;
+  if (auto error = CheckChannels(in, algorithm.value("TrainingInputMode", "File"))) return error;
   if (algorithm.contains("MetricDefinitions")) {
     auto extractor = observe::MetricExtractor::Create(control::MetricDefinitionsFromJson(algorithm["MetricDefinitions"]));
     if (!extractor.ok()) return Validation(extractor.status().message());
@@ -256,235 +281,276 @@ std::optional<std::string> NameFromArn(const std::string& arn, const std::string
   return arn.substr(at + marker.size());
 }
 
+// What the operations share: the context and the repositories they read and write.
+struct Operations {
+  explicit Operations(const TrainingJobsContext& context)
+      : ctx(context),
+        jobs(context.database),
+        tags(context.database),
+        models(context.database, store::DefinitionRepository::Kind::kModel),
+        configs(context.database, store::DefinitionRepository::Kind::kEndpointConfig),
+        endpoints(context.database) {
+    if (ctx.queue == nullptr) ctx.queue = ctx.controller;
+  }
+  TrainingJobsContext ctx;
+  store::TrainingJobRepository jobs;
+  store::TagRepository tags;
+  store::DefinitionRepository models;
+  store::DefinitionRepository configs;
+  store::EndpointRepository endpoints;
+};
+
+// The row CreateTrainingJob inserts: queued (InProgress/Starting), the request without its Tags
+// (kept in the tag table; Describe does not return them).
+store::TrainingJobRecord NewJobRecord(const Operations& ops, const json& in, int64_t now) {
+  const std::string name = in["TrainingJobName"].get<std::string>();
+  store::TrainingJobRecord record;
+  record.name = name;
+  record.arn = TrainingJobArn(ops.ctx, name);
+  record.request = in;
+  record.request.erase("Tags");
+  record.status = store::TrainingJobStatus::kInProgress;  // phase: queued (the default; the controller's)
+  record.creation_millis = now;
+  control::RecordSecondaryStatus(record, store::SecondaryStatus::kStarting, "Starting the training job", now);
+  return record;
+}
+
+JsonOutcome CreateTrainingJob(Operations& ops, const json& in) {
+  if (auto error = CheckCreateRequest(in, ops.ctx.controller)) return *error;
+  store::TrainingJobRecord record = NewJobRecord(ops, in, NowOf(ops.ctx));
+  Status inserted = ops.jobs.Insert(record);
+  if (inserted.IsAlreadyExists()) {
+    return aws::AwsError("ResourceInUse",
+                         "Training job names must be unique within an AWS account and region, and a training job "
+                         "with this name already exists (" +
+                             inserted.message() + ")");
+  }
+  if (!inserted.ok()) return AwsErrorFromStatus(inserted, ErrorService::kSageMaker);
+  if (in.contains("Tags") && in["Tags"].is_array() && !in["Tags"].empty()) {
+    std::vector<store::Tag> list;
+    for (const json& t : in["Tags"]) list.push_back({t.value("Key", ""), t.value("Value", "")});
+    Status tagged = ops.tags.Add(record.arn, list);
+    if (!tagged.ok()) KLOG(warn, "tags not stored", {{"job", record.name}, {"error", tagged.ToString()}});
+  }
+  ops.ctx.controller->Submit(record.name);
+  return json{{"TrainingJobArn", record.arn}};
+}
+
+JsonOutcome DescribeTrainingJob(Operations& ops, const json& in) {
+  auto record = ops.jobs.Get(in["TrainingJobName"].get<std::string>());
+  if (record.status().IsNotFound()) return Validation("Requested resource not found.");
+  if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
+  return RenderTrainingJob(*record, ops.ctx.queue);
+}
+
+// ListTrainingJobs' filters (the members that are given and of the right type).
+store::ListFilter ListFilterOf(const json& in) {
+  store::ListFilter query;
+  if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
+  if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
+  if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
+  if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
+  if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
+  if (in.contains("LastModifiedTimeBefore")) query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
+  return query;
+}
+
+json TrainingJobSummary(const store::TrainingJobSummaryRow& r) {
+  json s = {{"TrainingJobName", r.name},
+            {"TrainingJobArn", r.arn},
+            {"CreationTime", Seconds(r.creation_millis)},
+            {"LastModifiedTime", Seconds(r.last_modified_millis)},
+            {"TrainingJobStatus", r.status},
+            {"SecondaryStatus", r.secondary_status}};
+  if (r.training_end_millis) s["TrainingEndTime"] = Seconds(*r.training_end_millis);
+  return s;
+}
+
+JsonOutcome ListTrainingJobs(Operations& ops, const json& in) {
+  store::ListFilter query = ListFilterOf(in);
+  const std::string sort_by = in.value("SortBy", "CreationTime");
+  const store::ListSortKey sort_key = sort_by == "Name"     ? store::ListSortKey::kName
+                                      : sort_by == "Status" ? store::ListSortKey::kStatus
+                                                            : store::ListSortKey::kCreationTime;
+  const bool descending = in.value("SortOrder", "Ascending") == "Descending";
+  const int64_t now = NowOf(ops.ctx);
+  auto parsed = ParseListPaging(in, sort_key, descending, now);
+  if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
+  ListPaging& paging = std::get<ListPaging>(parsed);
+  paging.query.filter = std::move(query);
+  std::vector<store::TrainingJobSummaryRow> rows;
+  // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
+  if (!in.contains("WarmPoolStatusEquals") || in["WarmPoolStatusEquals"].is_null()) {
+    auto listed = ops.jobs.ListPage(paging.query);
+    if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
+    rows = std::move(listed).value();
+  }
+  std::optional<std::string> next_token = CutPage(rows, paging, in, now);
+  json summaries = json::array();
+  for (const auto& r : rows) summaries.push_back(TrainingJobSummary(r));
+  json out = {{"TrainingJobSummaries", summaries}};
+  if (next_token) out["NextToken"] = *next_token;
+  return out;
+}
+
+JsonOutcome StopTrainingJob(Operations& ops, const json& in) {
+  const std::string name = in["TrainingJobName"].get<std::string>();
+  const int64_t now = NowOf(ops.ctx);
+  std::string refused;
+  auto updated = ops.jobs.Mutate(name, [&](store::TrainingJobRecord& r) {
+    if (r.status != store::TrainingJobStatus::kInProgress) {
+      refused = "The job status is " + std::string(store::ToString(r.status)) + "; only InProgress jobs can be stopped.";
+      return Status::FailedPrecondition(refused);
+    }
+    // A request for the controller to carry out (RequestStop below); the phase stays its own.
+    control::SetStatus(r, store::TrainingJobStatus::kStopping);
+    r.state.stop_requested = store::StopRequest::kUser;
+    control::RecordSecondaryStatus(r, store::SecondaryStatus::kStopping, "Stopping the training job", now);
+    return Status::Ok();
+  });
+  if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
+  if (!refused.empty()) return Validation(refused);
+  if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
+  ops.ctx.controller->RequestStop(updated->name);
+  return json::object();
+}
+
+JsonOutcome DeleteTrainingJob(Operations& ops, const json& in) {
+  const std::string name = in["TrainingJobName"].get<std::string>();
+  auto record = ops.jobs.Get(name);
+  if (record.status().IsNotFound()) return Validation("Requested resource not found.");
+  if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
+  if (store::IsActive(record->status)) {
+    return Validation("The training job " + record->name + " is " + std::string(store::ToString(record->status)) +
+                      ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
+  }
+  Status deleted = ops.jobs.Delete(record->name);
+  if (!deleted.ok() && !deleted.IsNotFound()) return AwsErrorFromStatus(deleted, ErrorService::kSageMaker);
+  return json::object();
+}
+
+JsonOutcome UpdateTrainingJob(Operations& ops, const json& in) {
+  const std::string name = in["TrainingJobName"].get<std::string>();
+  std::string refused;
+  auto updated = ops.jobs.Mutate(name, [&](store::TrainingJobRecord& r) {
+    if (r.status != store::TrainingJobStatus::kInProgress) {
+      refused = "The training job " + r.name + " is " + std::string(store::ToString(r.status)) +
+                "; only InProgress jobs can be updated.";
+      return Status::FailedPrecondition(refused);
+    }
+    // The members Kiln keeps: they are echoed by Describe. Profiler settings have no effect on
+    // the process runtime; KeepAlivePeriodInSeconds has none until warm pools exist.
+    for (const char* member : {"ProfilerConfig", "ProfilerRuleConfigurations", "RemoteDebugConfig"}) {
+      if (in.contains(member) && !in[member].is_null()) r.request[member] = in[member];
+    }
+    if (in.contains("ResourceConfig") && in["ResourceConfig"].contains("KeepAlivePeriodInSeconds")) {
+      r.request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = in["ResourceConfig"]["KeepAlivePeriodInSeconds"];
+    }
+    r.last_modified_millis = NowOf(ops.ctx);
+    return Status::Ok();
+  });
+  if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
+  if (!refused.empty()) return Validation(refused);
+  if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
+  return json{{"TrainingJobArn", updated->arn}};
+}
+
+// Tags. Resources of kinds Kiln does not keep yet are accepted by ARN as they are added by
+// later resource families; an ARN of a kind Kiln keeps (training job, model, endpoint
+// configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
+std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::string& arn) {
+  if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
+    return Validation("Invalid ResourceArn: " + arn + " is not a SageMaker resource ARN.");
+  }
+  bool found = true;
+  if (auto name = NameFromArn(arn, "training-job")) {
+    found = ops.jobs.Get(*name).ok();
+  } else if (auto model = NameFromArn(arn, "model")) {
+    found = ops.models.Get(*model).ok();
+  } else if (auto config = NameFromArn(arn, "endpoint-config")) {
+    found = ops.configs.Get(*config).ok();
+  } else if (auto endpoint = NameFromArn(arn, "endpoint")) {
+    found = ops.endpoints.Get(*endpoint).ok();
+  }
+  if (!found) return Validation("Could not find resource \"" + arn + "\".");
+  return std::nullopt;
+}
+
+JsonOutcome AddTags(Operations& ops, const json& in) {
+  const std::string arn = in["ResourceArn"].get<std::string>();
+  if (auto error = CheckTaggedResource(ops, arn)) return *error;
+  std::vector<store::Tag> list;
+  for (const json& t : in["Tags"]) {
+    std::string key = t.value("Key", "");
+    if (StartsWith(ToLower(key), "aws:")) {
+      return Validation("Tag keys starting with 'aws:' are reserved for system use; rename the key '" + key + "'.");
+    }
+    list.push_back({key, t.value("Value", "")});
+  }
+  auto existing = ops.tags.List(arn);
+  if (!existing.ok()) return AwsErrorFromStatus(existing.status(), ErrorService::kSageMaker);
+  std::set<std::string> keys;
+  for (const auto& t : *existing) keys.insert(t.key);
+  for (const auto& t : list) keys.insert(t.key);
+  if (keys.size() > kMaxTagsPerResource) {
+    return aws::AwsError("ResourceLimitExceeded", "A resource can have at most 50 tags; this request would give " +
+                                                      arn + " " + std::to_string(keys.size()) + ".");
+  }
+  Status added = ops.tags.Add(arn, list);
+  if (!added.ok()) return AwsErrorFromStatus(added, ErrorService::kSageMaker);
+  json out_tags = json::array();
+  for (const json& t : in["Tags"]) out_tags.push_back(t);
+  return json{{"Tags", out_tags}};
+}
+
+JsonOutcome ListTags(Operations& ops, const json& in) {
+  const std::string arn = in["ResourceArn"].get<std::string>();
+  if (auto error = CheckTaggedResource(ops, arn)) return *error;
+  auto list = ops.tags.List(arn);
+  if (!list.ok()) return AwsErrorFromStatus(list.status(), ErrorService::kSageMaker);
+  const size_t max_results = static_cast<size_t>(in.value("MaxResults", 50));
+  const int64_t now = NowOf(ops.ctx);
+  size_t start = 0;
+  if (in.contains("NextToken") && in["NextToken"].is_string()) {
+    auto cursor = DecodeNextToken(in["NextToken"].get<std::string>(), in, now);
+    if (!cursor || !cursor->is_number_unsigned()) return InvalidNextToken();
+    start = cursor->get<size_t>();
+  }
+  json out_tags = json::array();
+  size_t end = std::min(list->size(), start + max_results);
+  for (size_t i = start; i < end; ++i) out_tags.push_back({{"Key", (*list)[i].key}, {"Value", (*list)[i].value}});
+  json out = {{"Tags", out_tags}};
+  if (end < list->size()) out["NextToken"] = EncodeNextToken(end, in, now);
+  return out;
+}
+
+JsonOutcome DeleteTags(Operations& ops, const json& in) {
+  const std::string arn = in["ResourceArn"].get<std::string>();
+  if (auto error = CheckTaggedResource(ops, arn)) return *error;
+  Status removed = ops.tags.Remove(arn, in["TagKeys"].get<std::vector<std::string>>());
+  if (!removed.ok()) return AwsErrorFromStatus(removed, ErrorService::kSageMaker);
+  return json::object();
+}
+
 }  // namespace
 
 void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsContext& context) {
-  auto ctx = std::make_shared<TrainingJobsContext>(context);
-  if (ctx->queue == nullptr) ctx->queue = ctx->controller;
-  auto jobs = std::make_shared<store::TrainingJobRepository>(context.database);
-  auto tags = std::make_shared<store::TagRepository>(context.database);
-
-  service->Register("CreateTrainingJob", [ctx, jobs, tags](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    if (auto error = CheckCreateRequest(in, ctx->controller)) return *error;
-    const std::string name = in["TrainingJobName"].get<std::string>();
-    const int64_t now = NowOf(*ctx);
-    store::TrainingJobRecord record;
-    record.name = name;
-    record.arn = TrainingJobArn(*ctx, name);
-    record.request = in;
-    record.request.erase("Tags");  // kept in the tag table; Describe does not return them
-    record.status = store::TrainingJobStatus::kInProgress;  // phase: queued (the default; the controller's)
-    record.creation_millis = now;
-    control::RecordSecondaryStatus(record, store::SecondaryStatus::kStarting, "Starting the training job", now);
-    Status inserted = jobs->Insert(record);
-    if (inserted.IsAlreadyExists()) {
-      return aws::AwsError("ResourceInUse",
-                           "Training job names must be unique within an AWS account and region, and a training job "
-                           "with this name already exists (" +
-                               inserted.message() + ")");
-    }
-    if (!inserted.ok()) return AwsErrorFromStatus(inserted, ErrorService::kSageMaker);
-    if (in.contains("Tags") && in["Tags"].is_array() && !in["Tags"].empty()) {
-      std::vector<store::Tag> list;
-      for (const json& t : in["Tags"]) list.push_back({t.value("Key", ""), t.value("Value", "")});
-      Status tagged = tags->Add(record.arn, list);
-      if (!tagged.ok()) KLOG(warn, "tags not stored", {{"job", name}, {"error", tagged.ToString()}});
-    }
-    ctx->controller->Submit(name);
-    return json{{"TrainingJobArn", record.arn}};
-  });
-
-  service->Register("DescribeTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    auto record = jobs->Get(in["TrainingJobName"].get<std::string>());
-    if (record.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
-    return RenderTrainingJob(*record, ctx->queue);
-  });
-
-  service->Register("ListTrainingJobs", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    store::ListFilter query;
-    if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
-    if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
-    if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
-    if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
-    if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
-    if (in.contains("LastModifiedTimeBefore")) query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
-    const std::string sort_by = in.value("SortBy", "CreationTime");
-    const store::ListSortKey sort_key = sort_by == "Name"     ? store::ListSortKey::kName
-                                        : sort_by == "Status" ? store::ListSortKey::kStatus
-                                                              : store::ListSortKey::kCreationTime;
-    const bool descending = in.value("SortOrder", "Ascending") == "Descending";
-    const int64_t now = NowOf(*ctx);
-    auto parsed = ParseListPaging(in, sort_key, descending, now);
-    if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
-    ListPaging& paging = std::get<ListPaging>(parsed);
-    paging.query.filter = std::move(query);
-    std::vector<store::TrainingJobSummaryRow> rows;
-    // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
-    if (!in.contains("WarmPoolStatusEquals") || in["WarmPoolStatusEquals"].is_null()) {
-      auto listed = jobs->ListPage(paging.query);
-      if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
-      rows = std::move(listed).value();
-    }
-    std::optional<std::string> next_token = CutPage(rows, paging, in, now);
-    json summaries = json::array();
-    for (const auto& r : rows) {
-      json s = {{"TrainingJobName", r.name},
-                {"TrainingJobArn", r.arn},
-                {"CreationTime", Seconds(r.creation_millis)},
-                {"LastModifiedTime", Seconds(r.last_modified_millis)},
-                {"TrainingJobStatus", r.status},
-                {"SecondaryStatus", r.secondary_status}};
-      if (r.training_end_millis) s["TrainingEndTime"] = Seconds(*r.training_end_millis);
-      summaries.push_back(s);
-    }
-    json out = {{"TrainingJobSummaries", summaries}};
-    if (next_token) out["NextToken"] = *next_token;
-    return out;
-  });
-
-  service->Register("StopTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["TrainingJobName"].get<std::string>();
-    const int64_t now = NowOf(*ctx);
-    std::string refused;
-    auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
-      if (r.status != store::TrainingJobStatus::kInProgress) {
-        refused = "The job status is " + std::string(store::ToString(r.status)) + "; only InProgress jobs can be stopped.";
-        return Status::FailedPrecondition(refused);
-      }
-      // A request for the controller to carry out (RequestStop below); the phase stays its own.
-      control::SetStatus(r, store::TrainingJobStatus::kStopping);
-      r.state.stop_requested = store::StopRequest::kUser;
-      control::RecordSecondaryStatus(r, store::SecondaryStatus::kStopping, "Stopping the training job", now);
-      return Status::Ok();
+  auto ops = std::make_shared<Operations>(context);
+  using Operation = JsonOutcome (*)(Operations&, const json&);
+  for (auto [name, op] : {std::pair<const char*, Operation>{"CreateTrainingJob", CreateTrainingJob},
+                          {"DescribeTrainingJob", DescribeTrainingJob},
+                          {"ListTrainingJobs", ListTrainingJobs},
+                          {"StopTrainingJob", StopTrainingJob},
+                          {"DeleteTrainingJob", DeleteTrainingJob},
+                          {"UpdateTrainingJob", UpdateTrainingJob},
+                          {"AddTags", AddTags},
+                          {"ListTags", ListTags},
+                          {"DeleteTags", DeleteTags}}) {
+    // `op = op`: clang before 16 cannot capture a structured binding by name.
+    service->Register(name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome {
+      return op(*ops, in);
     });
-    if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!refused.empty()) return Validation(refused);
-    if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
-    ctx->controller->RequestStop(updated->name);
-    return json::object();
-  });
-
-  service->Register("DeleteTrainingJob", [jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["TrainingJobName"].get<std::string>();
-    auto record = jobs->Get(name);
-    if (record.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!record.ok()) return AwsErrorFromStatus(record.status(), ErrorService::kSageMaker);
-    if (store::IsActive(record->status)) {
-      return Validation("The training job " + record->name + " is " + std::string(store::ToString(record->status)) +
-                        ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
-    }
-    Status deleted = jobs->Delete(record->name);
-    if (!deleted.ok() && !deleted.IsNotFound()) return AwsErrorFromStatus(deleted, ErrorService::kSageMaker);
-    return json::object();
-  });
-
-  service->Register("UpdateTrainingJob", [ctx, jobs](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string name = in["TrainingJobName"].get<std::string>();
-    std::string refused;
-    auto updated = jobs->Mutate(name, [&](store::TrainingJobRecord& r) {
-      if (r.status != store::TrainingJobStatus::kInProgress) {
-        refused = "The training job " + r.name + " is " + std::string(store::ToString(r.status)) +
-                  "; only InProgress jobs can be updated.";
-        return Status::FailedPrecondition(refused);
-      }
-      // The members Kiln keeps: they are echoed by Describe. Profiler settings have no effect on
-      // the process runtime; KeepAlivePeriodInSeconds has none until warm pools exist.
-      for (const char* member : {"ProfilerConfig", "ProfilerRuleConfigurations", "RemoteDebugConfig"}) {
-        if (in.contains(member) && !in[member].is_null()) r.request[member] = in[member];
-      }
-      if (in.contains("ResourceConfig") && in["ResourceConfig"].contains("KeepAlivePeriodInSeconds")) {
-        r.request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = in["ResourceConfig"]["KeepAlivePeriodInSeconds"];
-      }
-      r.last_modified_millis = NowOf(*ctx);
-      return Status::Ok();
-    });
-    if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
-    if (!refused.empty()) return Validation(refused);
-    if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
-    return json{{"TrainingJobArn", updated->arn}};
-  });
-
-  // Tags. Resources of kinds Kiln does not keep yet are accepted by ARN as they are added by
-  // later resource families; an ARN of a kind Kiln keeps (training job, model, endpoint
-  // configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
-  auto models = std::make_shared<store::DefinitionRepository>(context.database, store::DefinitionRepository::Kind::kModel);
-  auto configs = std::make_shared<store::DefinitionRepository>(context.database,
-                                                               store::DefinitionRepository::Kind::kEndpointConfig);
-  auto endpoints = std::make_shared<store::EndpointRepository>(context.database);
-  auto check_resource = [jobs, models, configs, endpoints](const std::string& arn) -> std::optional<aws::AwsError> {
-    if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
-      return Validation("Invalid ResourceArn: " + arn + " is not a SageMaker resource ARN.");
-    }
-    bool found = true;
-    if (auto name = NameFromArn(arn, "training-job")) {
-      found = jobs->Get(*name).ok();
-    } else if (auto model = NameFromArn(arn, "model")) {
-      found = models->Get(*model).ok();
-    } else if (auto config = NameFromArn(arn, "endpoint-config")) {
-      found = configs->Get(*config).ok();
-    } else if (auto endpoint = NameFromArn(arn, "endpoint")) {
-      found = endpoints->Get(*endpoint).ok();
-    }
-    if (!found) return Validation("Could not find resource \"" + arn + "\".");
-    return std::nullopt;
-  };
-
-  service->Register("AddTags", [tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string arn = in["ResourceArn"].get<std::string>();
-    if (auto error = check_resource(arn)) return *error;
-    std::vector<store::Tag> list;
-    for (const json& t : in["Tags"]) {
-      std::string key = t.value("Key", "");
-      if (StartsWith(ToLower(key), "aws:")) {
-        return Validation("Tag keys starting with 'aws:' are reserved for system use; rename the key '" + key + "'.");
-      }
-      list.push_back({key, t.value("Value", "")});
-    }
-    auto existing = tags->List(arn);
-    if (!existing.ok()) return AwsErrorFromStatus(existing.status(), ErrorService::kSageMaker);
-    std::set<std::string> keys;
-    for (const auto& t : *existing) keys.insert(t.key);
-    for (const auto& t : list) keys.insert(t.key);
-    if (keys.size() > kMaxTagsPerResource) {
-      return aws::AwsError("ResourceLimitExceeded", "A resource can have at most 50 tags; this request would give " +
-                                                        arn + " " + std::to_string(keys.size()) + ".");
-    }
-    Status added = tags->Add(arn, list);
-    if (!added.ok()) return AwsErrorFromStatus(added, ErrorService::kSageMaker);
-    json out_tags = json::array();
-    for (const json& t : in["Tags"]) out_tags.push_back(t);
-    return json{{"Tags", out_tags}};
-  });
-
-  service->Register("ListTags", [ctx, tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string arn = in["ResourceArn"].get<std::string>();
-    if (auto error = check_resource(arn)) return *error;
-    auto list = tags->List(arn);
-    if (!list.ok()) return AwsErrorFromStatus(list.status(), ErrorService::kSageMaker);
-    const size_t max_results = static_cast<size_t>(in.value("MaxResults", 50));
-    const int64_t now = NowOf(*ctx);
-    size_t start = 0;
-    if (in.contains("NextToken") && in["NextToken"].is_string()) {
-      auto cursor = DecodeNextToken(in["NextToken"].get<std::string>(), in, now);
-      if (!cursor || !cursor->is_number_unsigned()) return InvalidNextToken();
-      start = cursor->get<size_t>();
-    }
-    json out_tags = json::array();
-    size_t end = std::min(list->size(), start + max_results);
-    for (size_t i = start; i < end; ++i) out_tags.push_back({{"Key", (*list)[i].key}, {"Value", (*list)[i].value}});
-    json out = {{"Tags", out_tags}};
-    if (end < list->size()) out["NextToken"] = EncodeNextToken(end, in, now);
-    return out;
-  });
-
-  service->Register("DeleteTags", [tags, check_resource](const aws::RequestContext&, const json& in) -> JsonOutcome {
-    const std::string arn = in["ResourceArn"].get<std::string>();
-    if (auto error = check_resource(arn)) return *error;
-    Status removed = tags->Remove(arn, in["TagKeys"].get<std::vector<std::string>>());
-    if (!removed.ok()) return AwsErrorFromStatus(removed, ErrorService::kSageMaker);
-    return json::object();
-  });
+  }
 }
 
 }  // namespace kiln::api
