@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <mutex>
 #include <thread>
 
 #include "agent/test_util/agent_fixture.h"
 #include "aws/test_util/gzip_for_test.h"
+#include "base/mutex.h"
 #include "base/strings.h"
 
 namespace kiln::agent {
@@ -58,7 +58,7 @@ class PipeFeederTest : public AgentTest {
     o.poll_interval = std::chrono::milliseconds(5);
     o.buffer_size = 4096;
     o.on_error = [this](const std::string& channel, const Status& s) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       errors_.push_back(channel + ": " + s.message());
     };
     return std::make_unique<PipeFeeder>(*store_, request, index, count, opt_ml(), o);
@@ -66,11 +66,11 @@ class PipeFeederTest : public AgentTest {
   std::string opt_ml() const { return work() + "/h"; }
   std::string Fifo(int epoch) const { return opt_ml() + "/input/data/train_" + std::to_string(epoch); }
   std::vector<std::string> errors() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return errors_;
   }
-  std::mutex mu_;
-  std::vector<std::string> errors_;
+  Mutex mu_;
+  std::vector<std::string> errors_ GUARDED_BY(mu_);
 };
 
 TEST_F(PipeFeederTest, TwoEpochsGetTheConcatenationInKeyOrder) {
