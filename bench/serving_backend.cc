@@ -39,8 +39,7 @@ constexpr std::string_view kPing = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n
 constexpr std::string_view kInvoke =
     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
 constexpr std::string_view kNotFound = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
-constexpr std::string_view kBadRequest =
-    "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+constexpr std::string_view kBadRequest = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 constexpr size_t kMaxHeader = 64 * 1024;
 
 struct Conn {
@@ -56,7 +55,8 @@ std::string_view HeaderValue(std::string_view head, std::string_view name) {
     size_t start = pos + 2;
     size_t end = head.find("\r\n", start);
     std::string_view line = head.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
-    if (line.size() > name.size() && line[name.size()] == ':' && strncasecmp(line.data(), name.data(), name.size()) == 0) {
+    if (line.size() > name.size() && line[name.size()] == ':' &&
+        strncasecmp(line.data(), name.data(), name.size()) == 0) {
       std::string_view v = line.substr(name.size() + 1);
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);

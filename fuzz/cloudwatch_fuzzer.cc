@@ -73,7 +73,8 @@ void Populate(kiln::store::Database& db) {
     batch.push_back(d);
   }
   Check(store.Put("App", batch).ok());
-  Check(store.Put("AWS/SageMaker", "Invocations", {{"EndpointName", "ep"}, {"VariantName", "v"}}, kNow - 60000, 3).ok());
+  Check(
+      store.Put("AWS/SageMaker", "Invocations", {{"EndpointName", "ep"}, {"VariantName", "v"}}, kNow - 60000, 3).ok());
 }
 
 }  // namespace

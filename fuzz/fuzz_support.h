@@ -76,8 +76,9 @@ inline store::Database& RestoreDatabase(const std::function<void(store::Database
   static std::vector<std::string>* tables = nullptr;
   if (tables == nullptr) {
     tables = new std::vector<std::string>();
-    auto st = db.Prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                         "AND name <> 'schema_migrations'");
+    auto st = db.Prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND name <> 'schema_migrations'");
     Check(st.ok());
     for (;;) {
       auto row = st->Step();

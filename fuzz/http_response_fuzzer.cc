@@ -62,8 +62,7 @@ int FeedSocket(std::string_view bytes) {
   return fds[1];
 }
 
-kiln::net::ParsedResponseForTest Parse(std::string_view bytes, bool head,
-                                       const kiln::net::HttpClientOptions& options) {
+kiln::net::ParsedResponseForTest Parse(std::string_view bytes, bool head, const kiln::net::HttpClientOptions& options) {
   int fd = FeedSocket(bytes);
   kiln::net::ParsedResponseForTest parsed = kiln::net::ReadResponseForTest(fd, head, options, 5000);
   ::close(fd);
@@ -94,8 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [name, value] : r.headers) {
     Check(IsToken(name));
     Check(value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos);
-    Check(value.empty() || (value.front() != ' ' && value.front() != '\t' && value.back() != ' ' &&
-                            value.back() != '\t'));
+    Check(value.empty() ||
+          (value.front() != ' ' && value.front() != '\t' && value.back() != ' ' && value.back() != '\t'));
   }
   Check(r.body.size() <= options.max_response_body_bytes);
   const bool no_body = head || r.status == 204 || r.status == 304;

@@ -131,8 +131,10 @@ struct World {
       Check(store.ok());
       Check((*store)->CreateGroup("/aws/sagemaker/TrainingJobs").ok());
       Check((*store)->CreateStream("/aws/sagemaker/TrainingJobs", "job-1/algo-1-1714557600").ok());
-      Check((*store)->Append("/aws/sagemaker/TrainingJobs", "job-1/algo-1-1714557600",
-                             {{1714557600000, "epoch 1 loss=0.5"}}).ok());
+      Check(
+          (*store)
+              ->Append("/aws/sagemaker/TrainingJobs", "job-1/algo-1-1714557600", {{1714557600000, "epoch 1 loss=0.5"}})
+              .ok());
     });
     std::filesystem::copy(logs_template->path() + "/logs", dir.path() + "/logs",
                           std::filesystem::copy_options::recursive);

@@ -95,7 +95,9 @@ Answer Call(const kiln::api::JsonService& service, std::string_view operation, s
   context.account_id = "000000000000";
   context.region = "us-east-1";
   kiln::aws::WireResponse wire = service.Handle(context, operation, body);
-  if (kiln::fuzz::Debug()) std::fprintf(stderr, "%.*s: %d %s\n", static_cast<int>(operation.size()), operation.data(), wire.status, wire.body.substr(0, 2000).c_str());
+  if (kiln::fuzz::Debug())
+    std::fprintf(stderr, "%.*s: %d %s\n", static_cast<int>(operation.size()), operation.data(), wire.status,
+                 wire.body.substr(0, 2000).c_str());
   Answer a{wire.status, json::parse(wire.body, nullptr, /*allow_exceptions=*/false)};
   Check(a.status != 500);
   Check(a.body.is_object());

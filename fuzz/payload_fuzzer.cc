@@ -107,31 +107,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.verify_content_md5 = (control & 0x08) == 0;
   if (control & 0x10) options.max_bytes = data[1];
   switch (mode) {
-    case kPlainHash:
-      AddIfMissing(headers, "x-amz-content-sha256", kiln::Sha256Hex(body));
-      break;
-    case kUnsigned:
-      AddIfMissing(headers, "x-amz-content-sha256", kiln::aws::kUnsignedPayload);
-      break;
+    case kPlainHash: AddIfMissing(headers, "x-amz-content-sha256", kiln::Sha256Hex(body)); break;
+    case kUnsigned: AddIfMissing(headers, "x-amz-content-sha256", kiln::aws::kUnsignedPayload); break;
     case kUnsignedTrailer:
       AddIfMissing(headers, "x-amz-content-sha256", kiln::aws::kStreamingUnsignedTrailer);
       AddIfMissing(headers, "Content-Encoding", "aws-chunked");
       break;
     case kSigned:
     case kSignedTrailer:
-      options.verified = &SignedRequest(mode == kSigned ? kiln::aws::kStreamingSigned
-                                                        : kiln::aws::kStreamingSignedTrailer);
+      options.verified =
+          &SignedRequest(mode == kSigned ? kiln::aws::kStreamingSigned : kiln::aws::kStreamingSignedTrailer);
       AddIfMissing(headers, "x-amz-content-sha256", options.verified->payload_mode);
       AddIfMissing(headers, "Content-Encoding", "aws-chunked");
       break;
-    case kModeCount:
-      break;
+    case kModeCount: break;
   }
 
   kiln::StringByteSource upstream(body);
   auto reader = kiln::aws::OpenPayload(upstream, options);
   if (!reader.ok()) {
-    if (std::getenv("KILN_FUZZ_DEBUG") != nullptr) std::fprintf(stderr, "open: %s\n", reader.status().ToString().c_str());
+    if (std::getenv("KILN_FUZZ_DEBUG") != nullptr)
+      std::fprintf(stderr, "open: %s\n", reader.status().ToString().c_str());
     return 0;
   }
 

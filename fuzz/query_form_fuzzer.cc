@@ -102,7 +102,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(doc.load_buffer(out.data(), out.size()));
   pugi::xml_node root = doc.document_element();
   Check(!root.empty());
-  const bool sts = std::string_view(root.attribute("xmlns").value()).find("sts.amazonaws.com") != std::string_view::npos;
+  const bool sts =
+      std::string_view(root.attribute("xmlns").value()).find("sts.amazonaws.com") != std::string_view::npos;
   if (!sts) return 0;
   if (writer.status() == 200) {
     Check(std::string_view(root.name()) == "GetCallerIdentityResponse");

@@ -10,8 +10,8 @@
 //
 // Checks besides "no crash, no sanitizer report":
 //   - an error is a SerializationException or ValidationException with status 400 and a
-//     non-empty, well-formed UTF-8 message (quoted values are cut at a byte limit); a ValidationException message starts with "N validation error(s)
-//     detected: " and counts at most kMaxReportedErrors;
+//     non-empty, well-formed UTF-8 message (quoted values are cut at a byte limit); a ValidationException message
+//     starts with "N validation error(s) detected: " and counts at most kMaxReportedErrors;
 //   - validating is deterministic (the same document twice gives the same answer), and a
 //     document that survives dump → parse unchanged gets the same answer again.
 
@@ -70,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto answer = model->ValidateInput(operation, *document);
   if (kiln::fuzz::Debug()) {
-    std::fprintf(stderr, "%s: %s\n", operation.c_str(), answer ? (answer->code + ": " + answer->message).c_str() : "valid");
+    std::fprintf(stderr, "%s: %s\n", operation.c_str(),
+                 answer ? (answer->code + ": " + answer->message).c_str() : "valid");
   }
   if (answer) {
     Check(answer->code == "SerializationException" || answer->code == "ValidationException");

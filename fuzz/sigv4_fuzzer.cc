@@ -122,8 +122,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sign.s3 = s3;
     if (s3) sign.payload_hash = std::string(kiln::aws::kUnsignedPayload);
     kiln::aws::SignRequest(clean, sign);
-    auto result = kiln::aws::VerifyRequest(clean, credentials, options, now,
-                                           s3 ? std::nullopt : std::optional<std::string_view>(kiln::aws::kEmptySha256));
+    auto result = kiln::aws::VerifyRequest(
+        clean, credentials, options, now, s3 ? std::nullopt : std::optional<std::string_view>(kiln::aws::kEmptySha256));
     if (const AuthError* error = std::get_if<AuthError>(&result)) {
       // A path or query that is not valid percent-encoding may be refused as malformed; a
       // well-formed request must verify.

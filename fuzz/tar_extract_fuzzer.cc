@@ -121,7 +121,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(!fs::is_symlink(outside / "canary") && ReadFile(outside / "canary") == kCanary);
   if (!refusal.ok()) Check(!result.ok() && result.message() == refusal.message());
   if (flags & 8) {
-    Check(stats.entries <= kCapEntries && stats.bytes + stats.entries * kiln::agent::UnpackCap::kEntryBytes <= kCapBytes);
+    Check(stats.entries <= kCapEntries &&
+          stats.bytes + stats.entries * kiln::agent::UnpackCap::kEntryBytes <= kCapBytes);
     std::set<ino_t> inodes;
     uint64_t bytes = 0, entries = 0;
     std::error_code ec;

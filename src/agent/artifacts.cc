@@ -135,8 +135,7 @@ std::string JobOutputPrefix(const json& output_data_config, const std::string& j
 }
 
 std::string ModelArtifactsUri(const json& output_data_config, const std::string& job_name) {
-  return JobOutputPrefix(output_data_config, job_name) +
-         (Uncompressed(output_data_config) ? "model/" : "model.tar.gz");
+  return JobOutputPrefix(output_data_config, job_name) + (Uncompressed(output_data_config) ? "model/" : "model.tar.gz");
 }
 
 Result<std::vector<std::string>> WriteTarGz(const std::vector<std::string>& dirs, const std::string& archive_path,
@@ -144,7 +143,8 @@ Result<std::vector<std::string>> WriteTarGz(const std::vector<std::string>& dirs
   std::vector<std::string> clashes;
   ASSIGN_OR_RETURN(auto entries, Merge(dirs, &clashes));
   std::unique_ptr<struct archive, int (*)(struct archive*)> a(archive_write_new(), archive_write_free);
-  if (archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK || archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK) {
+  if (archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
+      archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK) {
     return ArchiveError(a.get(), "configuring the archive writer");
   }
   if (archive_write_open_filename(a.get(), archive_path.c_str()) != ARCHIVE_OK) {
@@ -154,7 +154,7 @@ Result<std::vector<std::string>> WriteTarGz(const std::vector<std::string>& dirs
   uint64_t count = 0;
   for (const auto& [rel, e] : entries) {
     std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> entry(archive_entry_new(),
-                                                                                  archive_entry_free);
+                                                                                 archive_entry_free);
     archive_entry_set_pathname(entry.get(), rel.c_str());
     archive_entry_copy_stat(entry.get(), &e.st);
     UniqueFd fd;
@@ -246,8 +246,8 @@ namespace {
 
 Status SourceError(const std::string& uri, const std::string& why) {
   return ClientError("Failed to extract the source code archive \"" + uri + "\": " + why +
-                                 ". Please make sure that sagemaker_submit_directory names a gzip-compressed tar "
-                                 "file (sourcedir.tar.gz) whose members are relative paths inside the archive.");
+                     ". Please make sure that sagemaker_submit_directory names a gzip-compressed tar "
+                     "file (sourcedir.tar.gz) whose members are relative paths inside the archive.");
 }
 
 Status CopyTree(const std::string& src, const std::string& dst) {
@@ -296,7 +296,7 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
       uri = json::parse(uri).get<std::string>();
     } catch (const json::exception&) {
       return ClientError("sagemaker_submit_directory " + raw_uri +
-                                     " is not a valid JSON string. Please pass an s3:// URI.");
+                         " is not a valid JSON string. Please pass an s3:// URI.");
     }
   }
   ArchiveReadPtr a = NewTarReader();
@@ -310,8 +310,8 @@ Status DownloadSourceDir(objects::ObjectStore& store, const std::string& raw_uri
     struct stat st;
     if (path.empty() || path.front() != '/' || stat(path.c_str(), &st) != 0) {
       return ClientError("the source directory \"" + uri +
-                                     "\" does not exist on the Kiln node. Please give an absolute file:// path or an "
-                                     "s3:// URI.");
+                         "\" does not exist on the Kiln node. Please give an absolute file:// path or an "
+                         "s3:// URI.");
     }
     if (S_ISDIR(st.st_mode)) return CopyTree(path, code_dir);
     if (archive_read_open_filename(a.get(), path.c_str(), kBufferSize) != ARCHIVE_OK) {

@@ -45,7 +45,7 @@ std::map<std::string, std::string> ReadTar(const std::string& data) {
 
 struct Member {
   std::string name;
-  char type;  // 'f' file, 'd' dir, 'l' symlink, 'h' hardlink
+  char type;         // 'f' file, 'd' dir, 'l' symlink, 'h' hardlink
   std::string data;  // content or link target
 };
 
@@ -241,8 +241,10 @@ TEST_F(ArtifactsTest, MaliciousSourceTarballsAreRejected) {
   Put("garbage.tar.gz", "definitely not a tarball");
   Status s = DownloadSourceDir(*store_, "s3://bkt/garbage.tar.gz", work() + "/g");
   ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(StartsWith(s.message(), "ClientError: Failed to extract the source code archive "
-                                      "\"s3://bkt/garbage.tar.gz\"")) << s.message();
+  EXPECT_TRUE(StartsWith(s.message(),
+                         "ClientError: Failed to extract the source code archive "
+                         "\"s3://bkt/garbage.tar.gz\""))
+      << s.message();
   s = DownloadSourceDir(*store_, "s3://bkt/none.tar.gz", work() + "/g");
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(StartsWith(s.message(), "ClientError: ")) << s.message();

@@ -76,8 +76,8 @@ class CheckpointSync {
     bool operator==(const FileState& o) const { return size == o.size && mtime_ns == o.mtime_ns; }
   };
   struct Tracked {
-    std::string key;       // the object's key in location_.bucket
-    FileState synced;      // what the store holds (valid when in_store)
+    std::string key;   // the object's key in location_.bucket
+    FileState synced;  // what the store holds (valid when in_store)
     bool in_store = false;
   };
 
@@ -94,7 +94,7 @@ class CheckpointSync {
   std::string local_dir_;
   Options options_;
 
-  Mutex pass_mu_;  // serialises SyncPass (background vs Final)
+  Mutex pass_mu_;                                                // serialises SyncPass (background vs Final)
   std::map<std::string, Tracked> tracked_ GUARDED_BY(pass_mu_);  // by relative path
 
   mutable Mutex mu_;

@@ -43,7 +43,7 @@ class CheckpointTest : public AgentTest {
 TEST_F(CheckpointTest, RestoreThenSyncNewChangedDeleted) {
   Put("run/ckpt/epoch-1.pt", "one");
   Put("run/ckpt/sub/state.json", "{}");
-  Put("run/ckpt/", "");              // folder marker
+  Put("run/ckpt/", "");                 // folder marker
   Put("run/ckpt-other/x", "not ours");  // sibling prefix: not restored
   auto sync = Make("s3://bkt/run/ckpt/");
   ASSERT_TRUE(sync->Restore().ok());

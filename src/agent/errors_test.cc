@@ -28,7 +28,8 @@ TEST(AgentErrorsTest, ClientAndInternalErrorsCarryTheirPrefixAndReason) {
 }
 
 TEST(AgentErrorsTest, ObjectErrorPassesFailureReasonsOnAndWrapsTheRest) {
-  for (const Status& given : {ClientError("already said"), InternalServerError("already said", StatusCode::kUnavailable)}) {
+  for (const Status& given :
+       {ClientError("already said"), InternalServerError("already said", StatusCode::kUnavailable)}) {
     Status passed = ObjectError(given, "Download", "b", "k");
     EXPECT_EQ(passed.code(), given.code());
     EXPECT_EQ(passed.reason(), given.reason());
@@ -40,8 +41,8 @@ TEST(AgentErrorsTest, ObjectErrorPassesFailureReasonsOnAndWrapsTheRest) {
   EXPECT_TRUE(wrapped.Is(ErrorReason::kInternalServerError));
   EXPECT_EQ(wrapped.message(), "InternalServerError: Download \"s3://b/k\" failed: InvalidArgument: bad part");
 
-  Status missing = ObjectError(Status::NotFound("NoSuchBucket: b").WithReason(ErrorReason::kNoSuchBucket),
-                               "Download", "b", "k");
+  Status missing =
+      ObjectError(Status::NotFound("NoSuchBucket: b").WithReason(ErrorReason::kNoSuchBucket), "Download", "b", "k");
   EXPECT_TRUE(missing.Is(ErrorReason::kClientError));
   EXPECT_EQ(missing.message().rfind("ClientError: Download \"s3://b/k\" failed: bucket \"b\" does not exist.", 0), 0u)
       << missing.message();

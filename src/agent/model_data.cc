@@ -55,12 +55,11 @@ Result<Source> SelectSource(const json& container) {
     if (type == "S3Prefix") {
       if (gzip) {
         return ClientError("ModelDataSource " + src.uri +
-                                       " has S3DataType S3Prefix with CompressionType Gzip. Please use "
-                                       "CompressionType None for a prefix, or S3Object for one model.tar.gz.");
+                           " has S3DataType S3Prefix with CompressionType Gzip. Please use "
+                           "CompressionType None for a prefix, or S3Object for one model.tar.gz.");
       }
       if (!EndsWith(src.uri, "/")) {
-        return ClientError("The model data prefix " + src.uri +
-                                       " must end with \"/\" when S3DataType is S3Prefix.");
+        return ClientError("The model data prefix " + src.uri + " must end with \"/\" when S3DataType is S3Prefix.");
       }
       src.kind = SourceKind::kPrefix;
     } else {
@@ -104,8 +103,7 @@ std::string SafeComponent(std::string_view s) {
 
 // cache_dir/<bucket>/<sha256(key)>/<etag>.tar.gz: keys may be long or odd, ETags are hex.
 std::string CachePath(const std::string& cache_dir, const S3Location& loc, const std::string& etag) {
-  return cache_dir + "/" + SafeComponent(loc.bucket) + "/" + Sha256Hex(loc.key) + "/" + SafeComponent(etag) +
-         ".tar.gz";
+  return cache_dir + "/" + SafeComponent(loc.bucket) + "/" + Sha256Hex(loc.key) + "/" + SafeComponent(etag) + ".tar.gz";
 }
 
 // Copies the open object into `path` via a temp file renamed into place. The cache entry is named
@@ -149,7 +147,7 @@ Status FillFromArchive(objects::ObjectStore& store, const Source& src, const std
   ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   if (loc.key.empty() || EndsWith(loc.key, "/")) {
     return ClientError("ModelDataUrl " + uri +
-                                   " must name one gzip-compressed tar object (model.tar.gz), not a prefix.");
+                       " must name one gzip-compressed tar object (model.tar.gz), not a prefix.");
   }
   ExtractOptions options;
   options.dest_name = kModelDirName;
@@ -213,15 +211,15 @@ Status FillFromPrefix(objects::ObjectStore& store, const std::string& uri, const
     std::string object_uri = "s3://" + loc.bucket + "/" + o.key;
     auto rel = ConfinedRelativePath(std::string_view(o.key).substr(loc.key.size()), "S3 object key");
     if (!rel.ok()) {
-      return ClientError("The model data object " + object_uri + " would be copied outside " +
-                                     kModelDirName + ". Please remove \"..\" components from the keys under " + uri +
-                                     ".");
+      return ClientError("The model data object " + object_uri + " would be copied outside " + kModelDirName +
+                         ". Please remove \"..\" components from the keys under " + uri + ".");
     }
     auto path = PrepareConfinedPath(staging, *rel);
     if (!path.ok()) {
       return ClientError("The model data object " + object_uri +
-                                     " clashes with another object used as its directory. Please make sure no key "
-                                     "under " + uri + " is both a file and a folder.");
+                         " clashes with another object used as its directory. Please make sure no key "
+                         "under " +
+                         uri + " is both a file and a folder.");
     }
     auto n = DownloadObjectToFile(store, loc.bucket, o.key, *path, o.size, cancel);
     if (!n.ok()) return DownloadError(n.status(), S3Location{loc.bucket, o.key});
@@ -230,7 +228,7 @@ Status FillFromPrefix(objects::ObjectStore& store, const std::string& uri, const
   }
   if (result->files == 0) {
     return ClientError("No S3 objects found under the model data prefix " + uri +
-                                   ". Please ensure that the prefix is spelled correctly and holds the model files.");
+                       ". Please ensure that the prefix is spelled correctly and holds the model files.");
   }
   return Status::Ok();
 }
@@ -292,32 +290,28 @@ Result<ModelDataResult> PrepareModelData(objects::ObjectStore& store, const json
   std::string staging = parent + "/." + target.filename().string() + ".kiln-staging-" + RandomHex(6);
   Status s;
   switch (src.kind) {
-    case SourceKind::kArchive:
-      s = FillFromArchive(store, src, staging, cache_dir, cancel, cap, &result);
-      break;
-    case SourceKind::kPrefix:
-      s = FillFromPrefix(store, src.uri, staging, cancel, &result);
-      break;
-    case SourceKind::kObject:
-      s = FillFromObject(store, src.uri, staging, cancel, &result);
-      break;
-    case SourceKind::kNone:
-      break;
+    case SourceKind::kArchive: s = FillFromArchive(store, src, staging, cache_dir, cancel, cap, &result); break;
+    case SourceKind::kPrefix: s = FillFromPrefix(store, src.uri, staging, cancel, &result); break;
+    case SourceKind::kObject: s = FillFromObject(store, src.uri, staging, cancel, &result); break;
+    case SourceKind::kNone: break;
   }
   if (s.ok() && cancel != nullptr && cancel->cancelled()) s = Cancelled(src.uri);
   if (s.ok()) {
     struct stat st;
     if (stat(model_dir.c_str(), &st) == 0) chmod(staging.c_str(), st.st_mode & 07777);
-    if (rename(staging.c_str(), model_dir.c_str()) != 0) s = ErrnoStatus("rename " + staging + " to " + model_dir, errno);
+    if (rename(staging.c_str(), model_dir.c_str()) != 0)
+      s = ErrnoStatus("rename " + staging + " to " + model_dir, errno);
   }
   if (!s.ok()) {
     (void)RemoveAll(staging);
     if (s.code() == StatusCode::kAborted) s = Cancelled(src.uri);
     return s;
   }
-  KLOG(info, "model data ready", {{"source", src.uri}, {"files", std::to_string(result.files)},
-                                  {"bytes", std::to_string(result.bytes)},
-                                  {"cache_hit", result.cache_hit ? "true" : "false"}});
+  KLOG(info, "model data ready",
+       {{"source", src.uri},
+        {"files", std::to_string(result.files)},
+        {"bytes", std::to_string(result.bytes)},
+        {"cache_hit", result.cache_hit ? "true" : "false"}});
   return result;
 }
 

@@ -48,9 +48,9 @@
 namespace kiln::agent {
 
 struct ModelDataResult {
-  uint64_t files = 0;        // regular files written under model_dir
-  uint64_t bytes = 0;        // their total size
-  bool cache_hit = false;    // the archive came from cache_dir
+  uint64_t files = 0;      // regular files written under model_dir
+  uint64_t bytes = 0;      // their total size
+  bool cache_hit = false;  // the archive came from cache_dir
 };
 
 // `container`: one ContainerDefinition of a CreateModel request (PrimaryContainer or an entry of

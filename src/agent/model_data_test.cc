@@ -97,7 +97,7 @@ TEST_F(ModelDataTest, ArchiveIsExtractedWithDirsPermissionsAndInsideLinks) {
                                     {"./code/", 'd', ""},
                                     {"./code/inference.py", 'f', "def model_fn(d): pass", 0755},
                                     {"./code/deep/er/x.txt", 'f', "nested"},
-                                    {"./latest", 'l', "code/alias"},       // chain: latest -> alias -> file
+                                    {"./latest", 'l', "code/alias"},  // chain: latest -> alias -> file
                                     {"./code/alias", 'l', "deep/er/x.txt"},
                                     {"./code/hard.py", 'h', "code/inference.py"}}));
   std::string dir = work() + "/inst-1/model";
@@ -174,7 +174,7 @@ TEST_F(ModelDataTest, UnsafeArchivesAreRefusedWhole) {
       {{{"a", 'l', "."}, {"b", 'l', "a/.."}}, "\"b\""},  // lexically inside, physically the parent
       {{{"ok.txt", 'f', "fine"}, {"h", 'h', "../outside"}}, "\"h\""},
       {{{"ok.txt", 'f', "fine"}, {"h", 'h', "/../ok.txt"}}, "\"h\""},  // hard link climbing out after the '/'
-      {{{"/", 'd', ""}, {"/abs", 'l', "/etc"}}, "\"/abs\""},             // absolute symlink target
+      {{{"/", 'd', ""}, {"/abs", 'l', "/etc"}}, "\"/abs\""},           // absolute symlink target
       {{{"ok.txt", 'f', "fine"}, {"dev/null", 'c', ""}}, "\"dev/null\""},
       {{{"fifo", 'p', ""}}, "\"fifo\""},
   };
@@ -328,10 +328,10 @@ TEST_F(ModelDataTest, CancelGivesDeadlineExceededAndNoModel) {
     EXPECT_NE(r.status().message().find("s3://bkt/k/model.tar.gz"), std::string::npos) << r.status().message();
     EXPECT_TRUE(Listing(parent).empty()) << parent;
   }
-  json c = {{"Image", "local:/x"},
-            {"ModelDataSource",
-             {{"S3DataSource",
-               {{"S3Uri", "s3://bkt/k/prefix/"}, {"S3DataType", "S3Prefix"}, {"CompressionType", "None"}}}}}};
+  json c = {
+      {"Image", "local:/x"},
+      {"ModelDataSource",
+       {{"S3DataSource", {{"S3Uri", "s3://bkt/k/prefix/"}, {"S3DataType", "S3Prefix"}, {"CompressionType", "None"}}}}}};
   auto r = Prepare(c, work() + "/kp/model", "", &cancel);
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
   EXPECT_FALSE(PathExists(work() + "/kp/model"));

@@ -60,8 +60,8 @@ size_t RecordIoPadding(uint64_t length) { return static_cast<size_t>((4 - length
 std::vector<size_t> ShuffledOrder(size_t count, int64_t seed, int epoch) {
   std::vector<size_t> order(count);
   std::iota(order.begin(), order.end(), size_t{0});
-  uint64_t state = static_cast<uint64_t>(seed) * 0x2545f4914f6cdd1dull ^
-                   (static_cast<uint64_t>(epoch) + 1) * 0x9e3779b97f4a7c15ull;
+  uint64_t state =
+      static_cast<uint64_t>(seed) * 0x2545f4914f6cdd1dull ^ (static_cast<uint64_t>(epoch) + 1) * 0x9e3779b97f4a7c15ull;
   for (size_t i = count; i > 1; --i) {
     size_t j = static_cast<size_t>(SplitMix64(state) % i);
     std::swap(order[i - 1], order[j]);
@@ -71,8 +71,8 @@ std::vector<size_t> ShuffledOrder(size_t count, int64_t seed, int epoch) {
 
 struct PipeFeeder::Channel {
   std::string name;
-  int first_epoch = 0;          // where feeding starts (0, or the resumed epoch)
-  bool first_was_open = false;  // resumed: the first epoch was already open by the reader
+  int first_epoch = 0;                  // where feeding starts (0, or the resumed epoch)
+  bool first_was_open = false;          // resumed: the first epoch was already open by the reader
   std::vector<SelectedObject> objects;  // key order
   std::string distribution;
   bool gzip = false;

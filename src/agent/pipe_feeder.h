@@ -68,8 +68,8 @@ class PipeFeeder {
 
   // `request` is the validated CreateTrainingJob request; host_index is this host's position in
   // the sorted hosts list of host_count hosts. `store` must outlive the feeder.
-  PipeFeeder(objects::ObjectStore& store, nlohmann::json request, int host_index, int host_count,
-             std::string opt_ml, Options options);
+  PipeFeeder(objects::ObjectStore& store, nlohmann::json request, int host_index, int host_count, std::string opt_ml,
+             Options options);
   ~PipeFeeder();  // Stop()s
   PipeFeeder(const PipeFeeder&) = delete;
   PipeFeeder& operator=(const PipeFeeder&) = delete;

@@ -201,8 +201,7 @@ TEST_F(PipeFeederTest, RecordIoOfGzipWrapsTheDecompressedBytes) {
   Put("p/a.gz", Gzip("hello"));
   auto feeder = Make(PipeRequest({{"RecordWrapperType", "RecordIO"}, {"CompressionType", "Gzip"}}));
   ASSERT_TRUE(feeder->Start().ok());
-  EXPECT_EQ(ReadFifo(Fifo(0)),
-            std::string("\x0a\x23\xd7\xce\x05\x00\x00\x00", 8) + "hello" + std::string(3, '\0'));
+  EXPECT_EQ(ReadFifo(Fifo(0)), std::string("\x0a\x23\xd7\xce\x05\x00\x00\x00", 8) + "hello" + std::string(3, '\0'));
   feeder->Stop();
 }
 

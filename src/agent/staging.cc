@@ -31,8 +31,8 @@ std::string NoObjectsMessage(const std::string& uri, const std::string& bucket, 
 
 Status BadManifest(const std::string& uri, const std::string& why) {
   return ClientError("The manifest file \"" + uri + "\" is invalid: " + why +
-                                 ". Please provide a JSON array whose first element is {\"prefix\": "
-                                 "\"s3://bucket/prefix/\"} followed by the object keys relative to that prefix.");
+                     ". Please provide a JSON array whose first element is {\"prefix\": "
+                     "\"s3://bucket/prefix/\"} followed by the object keys relative to that prefix.");
 }
 
 Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, const std::string& uri,
@@ -48,9 +48,8 @@ Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, co
   std::vector<SelectedObject> out;
   for (const auto& o : *listed) {
     if (EndsWith(o.key, "/")) continue;  // folder marker
-    ASSIGN_OR_RETURN(std::string rel,
-                     ConfinedRelativePath(PrefixRelativePath(o.key, loc.key),
-                                          "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
+    ASSIGN_OR_RETURN(std::string rel, ConfinedRelativePath(PrefixRelativePath(o.key, loc.key),
+                                                           "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
     out.push_back({loc.bucket, o.key, std::move(rel), o.size});
   }
   if (out.empty()) return ClientError(NoObjectsMessage(uri, loc.bucket, role_arn));
@@ -87,8 +86,7 @@ Result<std::vector<SelectedObject>> SelectManifest(objects::ObjectStore& store, 
     }
     std::string rel = manifest[i].get<std::string>();
     std::string key = prefix->key + rel;
-    ASSIGN_OR_RETURN(std::string path,
-                     ConfinedRelativePath(rel, "manifest entry \"" + rel + "\" of \"" + uri + "\""));
+    ASSIGN_OR_RETURN(std::string path, ConfinedRelativePath(rel, "manifest entry \"" + rel + "\" of \"" + uri + "\""));
     out.push_back({prefix->bucket, std::move(key), std::move(path), std::nullopt});
   }
   if (out.empty()) return BadManifest(uri, "it lists no objects after the prefix");
@@ -124,7 +122,7 @@ Result<std::vector<SelectedObject>> SelectChannelObjects(objects::ObjectStore& s
   if (type == "S3Prefix") return SelectPrefix(store, uri, role_arn);
   if (type == "ManifestFile") return SelectManifest(store, uri);
   return ClientError("S3DataType \"" + type + "\" of channel \"" + name +
-                                 "\" is not supported by Kiln. Please use S3Prefix or ManifestFile.");
+                     "\" is not supported by Kiln. Please use S3Prefix or ManifestFile.");
 }
 
 std::vector<SelectedObject> ShardObjects(const std::vector<SelectedObject>& objects, const std::string& distribution,
@@ -161,9 +159,8 @@ Status MakeReadOnly(const std::string& dir) {
 
 }  // namespace
 
-Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& request, int host_index,
-                                    int host_count, const std::string& opt_ml, const CancelFlag& cancel,
-                                    const StageOptions& options) {
+Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& request, int host_index, int host_count,
+                                    const std::string& opt_ml, const CancelFlag& cancel, const StageOptions& options) {
   auto start = std::chrono::steady_clock::now();
   StagingReport report;
   std::string role_arn = request.value("RoleArn", "");
@@ -195,8 +192,10 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
       RETURN_IF_ERROR(MakeDirs(dir));
       if (share.empty()) {
         KLOG(warn, "channel share is empty",
-             {{"channel", cr.name}, {"host_index", std::to_string(host_index)},
-              {"objects", std::to_string(selected.size())}, {"hosts", std::to_string(host_count)}});
+             {{"channel", cr.name},
+              {"host_index", std::to_string(host_index)},
+              {"objects", std::to_string(selected.size())},
+              {"hosts", std::to_string(host_count)}});
       }
       for (auto& o : share) tasks.push_back({report.channels.size(), dir, std::move(o)});
       report.channels.push_back(cr);
@@ -259,7 +258,8 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
   }
   report.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KLOG(info, "input data staged",
-       {{"objects", std::to_string(report.objects)}, {"bytes", std::to_string(report.bytes)},
+       {{"objects", std::to_string(report.objects)},
+        {"bytes", std::to_string(report.bytes)},
         {"seconds", std::to_string(report.elapsed_seconds)}});
   return report;
 }

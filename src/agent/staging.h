@@ -81,8 +81,8 @@ struct StageOptions {
 
 struct ChannelReport {
   std::string name;
-  std::string mode;          // File / FastFile / Pipe / skipped reason
-  bool staged = false;       // false: skipped (Pipe, FileSystemDataSource, other group)
+  std::string mode;     // File / FastFile / Pipe / skipped reason
+  bool staged = false;  // false: skipped (Pipe, FileSystemDataSource, other group)
   uint64_t objects = 0;
   uint64_t bytes = 0;
 };

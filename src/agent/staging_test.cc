@@ -37,7 +37,9 @@ class StagingTest : public AgentTest {
     options.buffer_size = 4096;  // several buffers per object
     return StageChannels(*store_, request, index, count, work() + "/" + host, cancel, options);
   }
-  std::string Data(const std::string& host, const std::string& rel) { return Slurp(work() + "/" + host + "/input/data/" + rel); }
+  std::string Data(const std::string& host, const std::string& rel) {
+    return Slurp(work() + "/" + host + "/input/data/" + rel);
+  }
 };
 
 TEST(PrefixRelativePathTest, KeyMinusPrefixThenLeadingSlashes) {
@@ -56,8 +58,8 @@ TEST(PrefixRelativePathTest, KeyMinusPrefixThenLeadingSlashes) {
 TEST_F(StagingTest, PrefixWithAndWithoutTrailingSlashGiveTheSameLayout) {
   Put("data/train/a/1.csv", "one");
   Put("data/train/2.csv", std::string(100000, 'x'));
-  Put("data/train/", "");       // folder marker
-  Put("data/train/sub/", "");   // folder marker
+  Put("data/train/", "");      // folder marker
+  Put("data/train/sub/", "");  // folder marker
   Put("data/train.lst", "list");
   Put("data/other/z", "z");
   auto r = Stage(Request({Channel("train", "s3://bkt/data/train/"), Channel("lst", "s3://bkt/data/train.lst"),
@@ -107,8 +109,9 @@ TEST_F(StagingTest, EmptyPrefixFailsWithAwsWording) {
             "and that the role \"arn:aws:iam::1:role/r\" has \"s3:ListBucket\" permissions on bucket \"bkt\".");
   auto missing_bucket = Stage(Request({Channel("train", "s3://nobucket/x/")}));
   ASSERT_FALSE(missing_bucket.ok());
-  EXPECT_TRUE(StartsWith(missing_bucket.status().message(), "ClientError: No S3 objects found under S3 URL "
-                                                            "\"s3://nobucket/x/\""));
+  EXPECT_TRUE(StartsWith(missing_bucket.status().message(),
+                         "ClientError: No S3 objects found under S3 URL "
+                         "\"s3://nobucket/x/\""));
   auto bad_scheme = Stage(Request({Channel("train", "https://bkt/x/")}));
   ASSERT_FALSE(bad_scheme.ok());
   EXPECT_TRUE(StartsWith(bad_scheme.status().message(), "ClientError: ")) << bad_scheme.status().message();
@@ -234,12 +237,12 @@ TEST(ObjectErrorTest, MissingBucketIsTheTypedReason) {
                               "Downloading", "b", "k");
   EXPECT_EQ(bucket.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bucket.message().find("bucket \"b\" does not exist"), std::string::npos) << bucket.message();
-  Status prefixed = ObjectError(
-      Status::NotFound("NoSuchBucket: gone").WithReason(ErrorReason::kNoSuchBucket).WithPrefix("listing"),
-      "Downloading", "b", "k");
+  Status prefixed =
+      ObjectError(Status::NotFound("NoSuchBucket: gone").WithReason(ErrorReason::kNoSuchBucket).WithPrefix("listing"),
+                  "Downloading", "b", "k");
   EXPECT_NE(prefixed.message().find("bucket \"b\" does not exist"), std::string::npos) << prefixed.message();
-  Status key = ObjectError(Status::NotFound("NoSuchKey: gone").WithReason(ErrorReason::kNoSuchKey),
-                           "Downloading", "b", "k");
+  Status key =
+      ObjectError(Status::NotFound("NoSuchKey: gone").WithReason(ErrorReason::kNoSuchKey), "Downloading", "b", "k");
   EXPECT_NE(key.message().find("the object does not exist"), std::string::npos) << key.message();
   Status untyped = ObjectError(Status::NotFound("NoSuchBucket lookalike"), "Downloading", "b", "k");
   EXPECT_NE(untyped.message().find("the object does not exist"), std::string::npos) << untyped.message();

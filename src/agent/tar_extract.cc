@@ -76,8 +76,8 @@ class CapMeter {
     const UnpackCap& cap = options_.cap;
     ++entries_;
     if (cap.max_entries != 0 && entries_ > cap.max_entries) {
-      return ClientError(options_.archive_name + " has more than " +
-                                     std::to_string(cap.max_entries) + " members" + Suffix(cap.entries_origin));
+      return ClientError(options_.archive_name + " has more than " + std::to_string(cap.max_entries) + " members" +
+                         Suffix(cap.entries_origin));
     }
     return Charge(UnpackCap::kEntryBytes);
   }
@@ -86,8 +86,8 @@ class CapMeter {
   Status Charge(uint64_t n) {
     const UnpackCap& cap = options_.cap;
     if (cap.max_bytes != 0 && (charged_ > cap.max_bytes || n > cap.max_bytes - charged_)) {
-      return ClientError(options_.archive_name + " unpacks to more than " +
-                                     FormatCapBytes(cap.max_bytes) + Suffix(cap.bytes_origin));
+      return ClientError(options_.archive_name + " unpacks to more than " + FormatCapBytes(cap.max_bytes) +
+                         Suffix(cap.bytes_origin));
     }
     charged_ += n;
     return Status::Ok();
@@ -120,7 +120,8 @@ std::string FormatCapBytes(uint64_t bytes) {
     uint64_t size;
     const char* name;
   };
-  for (Unit unit : {Unit{1ull << 40, "TiB"}, Unit{1ull << 30, "GiB"}, Unit{1ull << 20, "MiB"}, Unit{1ull << 10, "KiB"}}) {
+  for (Unit unit :
+       {Unit{1ull << 40, "TiB"}, Unit{1ull << 30, "GiB"}, Unit{1ull << 20, "MiB"}, Unit{1ull << 10, "KiB"}}) {
     if (bytes >= unit.size && bytes % unit.size == 0) return std::to_string(bytes / unit.size) + " " + unit.name;
   }
   return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
@@ -149,8 +150,7 @@ namespace {
 
 // Each symlink in `links` (paths under `dest`) must resolve inside `dest`; the first that does
 // not is removed and refused with client_error. A dangling link reaches nothing and is kept.
-Status CheckLinksResolveInside(const std::string& dest, const std::vector<std::string>& links,
-                               const std::string& where,
+Status CheckLinksResolveInside(const std::string& dest, const std::vector<std::string>& links, const std::string& where,
                                const std::function<Status(const std::string& why)>& client_error) {
   char root_real[PATH_MAX];
   if (realpath(dest.c_str(), root_real) == nullptr) return ErrnoStatus("realpath " + dest, errno);

@@ -163,8 +163,8 @@ std::string ResourceConfigJson(const HostLayout& host) {
 Result<std::string> SandboxPathToHost(const std::string& opt_ml, std::string_view sandbox_path) {
   auto outside = [&] {
     return ClientError("the local path \"" + std::string(sandbox_path) +
-                                   "\" is not under /opt/ml. Please choose an absolute path under /opt/ml (for "
-                                   "example /opt/ml/checkpoints).");
+                       "\" is not under /opt/ml. Please choose an absolute path under /opt/ml (for "
+                       "example /opt/ml/checkpoints).");
   };
   if (sandbox_path.empty() || sandbox_path.front() != '/') return outside();
   std::vector<std::string> parts;
@@ -208,10 +208,10 @@ Status WriteTrainingLayout(const std::string& opt_ml, const json& request, const
     const char* file;
     const char* default_local_path;
   };
-  for (const Optional& o : {Optional{"DebugHookConfig", "debughookconfig.json", "/opt/ml/output/tensors"},
-                            Optional{"TensorBoardOutputConfig", "tensorboardoutputconfig.json",
-                                     "/opt/ml/output/tensorboard"},
-                            Optional{"ProfilerConfig", "profilerconfig.json", "/opt/ml/output/profiler"}}) {
+  for (const Optional& o :
+       {Optional{"DebugHookConfig", "debughookconfig.json", "/opt/ml/output/tensors"},
+        Optional{"TensorBoardOutputConfig", "tensorboardoutputconfig.json", "/opt/ml/output/tensorboard"},
+        Optional{"ProfilerConfig", "profilerconfig.json", "/opt/ml/output/profiler"}}) {
     const json* m = Member(request, o.member);
     if (m == nullptr || !m->is_object()) continue;
     json copy = *m;

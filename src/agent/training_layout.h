@@ -20,16 +20,16 @@ inline constexpr std::string_view kOptMl = "/opt/ml";
 inline constexpr std::string_view kHomogeneousCluster = "homogeneousCluster";
 
 struct InstanceGroupLayout {
-  std::string name;           // InstanceGroupName
+  std::string name;  // InstanceGroupName
   std::string instance_type;
   std::vector<std::string> hosts;  // any order; written sorted
 };
 
 // Where one host sits in the job's cluster (resourceconfig.json, §4.3).
 struct HostLayout {
-  std::string current_host;         // "algo-1"
-  std::vector<std::string> hosts;   // all hosts of the job; any order, written sorted
-  std::string instance_type;        // this host's instance type
+  std::string current_host;        // "algo-1"
+  std::vector<std::string> hosts;  // all hosts of the job; any order, written sorted
+  std::string instance_type;       // this host's instance type
   std::string current_group_name = std::string(kHomogeneousCluster);
   // Empty: one group `homogeneousCluster` with every host and `instance_type`.
   std::vector<InstanceGroupLayout> instance_groups;

@@ -80,15 +80,14 @@ TEST_F(LayoutTest, WritesTreeAndFilesForReferenceRequest) {
   ASSERT_EQ(hosts.size(), 3u);
   std::string opt_ml = work() + "/algo-2";
   ASSERT_TRUE(WriteTrainingLayout(opt_ml, request, hosts[1]).ok());
-  for (const char* d : {"input/config", "input/data", "code", "model", "output", "output/data", "checkpoints",
-                        "checkpoints/run1"}) {
+  for (const char* d :
+       {"input/config", "input/data", "code", "model", "output", "output/data", "checkpoints", "checkpoints/run1"}) {
     struct stat st;
     ASSERT_EQ(stat((opt_ml + "/" + d).c_str(), &st), 0) << d;
     EXPECT_TRUE(S_ISDIR(st.st_mode)) << d;
   }
   // Byte for byte: the contract's examples in compact form, members in the contract's order.
-  EXPECT_EQ(Slurp(opt_ml + "/input/config/inputdataconfig.json"),
-            ordered_json::parse(kInputDataConfigExample).dump());
+  EXPECT_EQ(Slurp(opt_ml + "/input/config/inputdataconfig.json"), ordered_json::parse(kInputDataConfigExample).dump());
   EXPECT_EQ(Slurp(opt_ml + "/input/config/resourceconfig.json"), ordered_json::parse(kResourceConfigExample).dump());
   std::string hp = Slurp(opt_ml + "/input/config/hyperparameters.json");
   EXPECT_EQ(json::parse(hp), request["HyperParameters"]);
@@ -212,7 +211,9 @@ TEST_F(LayoutTest, FailureReasonIsFirst1024CharactersUtf8Safe) {
   EXPECT_EQ(r.size(), 1024u * 3);
   EXPECT_EQ(r, text.substr(0, 1024 * 3));
   ASSERT_TRUE(WriteFileAtomic(work() + "/output/failure", std::string("a\xff") + "b").ok());
-  EXPECT_EQ(ReadFailureReason(work()), "a\xef\xbf\xbd" "b");
+  EXPECT_EQ(ReadFailureReason(work()),
+            "a\xef\xbf\xbd"
+            "b");
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ constexpr std::string_view kTempMarker = ".kiln-tmp-";
 
 Result<S3Location> ParseS3Uri(std::string_view uri) {
   auto bad = [&](std::string_view why) {
-    return ClientError("\"" + std::string(uri) + "\" is not a valid S3 URI (" +
-                                   std::string(why) + "). Please use the form s3://bucket/key-or-prefix.");
+    return ClientError("\"" + std::string(uri) + "\" is not a valid S3 URI (" + std::string(why) +
+                       "). Please use the form s3://bucket/key-or-prefix.");
   };
   size_t scheme_end = uri.find("://");
   if (scheme_end == std::string_view::npos) return bad("no scheme");
@@ -44,24 +44,23 @@ std::string JoinKey(std::string_view prefix, std::string_view rel) {
   return std::string(prefix) + "/" + std::string(rel);
 }
 
-Status ObjectError(const Status& status, std::string_view what, const std::string& bucket,
-                   const std::string& key) {
+Status ObjectError(const Status& status, std::string_view what, const std::string& bucket, const std::string& key) {
   std::string uri = "s3://" + bucket + "/" + key;
   if (status.IsNotFound()) {
     if (status.Is(ErrorReason::kNoSuchBucket)) {
-      return ClientError(std::string(what) + " \"" + uri + "\" failed: bucket \"" +
-                                     bucket +
-                                     "\" does not exist. Please ensure that the bucket exists in the selected "
-                                     "region and that the URI is spelled correctly.");
+      return ClientError(std::string(what) + " \"" + uri + "\" failed: bucket \"" + bucket +
+                         "\" does not exist. Please ensure that the bucket exists in the selected "
+                         "region and that the URI is spelled correctly.");
     }
     return ClientError(std::string(what) + " \"" + uri +
-                                   "\" failed: the object does not exist. Please ensure that the object exists "
-                                   "and that the URI is spelled correctly.");
+                       "\" failed: the object does not exist. Please ensure that the object exists "
+                       "and that the URI is spelled correctly.");
   }
   if (status.code() == StatusCode::kPermissionDenied || status.code() == StatusCode::kUnauthenticated) {
     return ClientError(std::string(what) + " \"" + uri +
-                                   "\" failed: access denied. Please ensure that the role has permission to "
-                                   "access bucket \"" + bucket + "\".");
+                       "\" failed: access denied. Please ensure that the role has permission to "
+                       "access bucket \"" +
+                       bucket + "\".");
   }
   if (status.code() == StatusCode::kAborted) return status;
   if (IsFailureReason(status)) return status;
@@ -87,21 +86,20 @@ Result<std::vector<objects::ObjectInfo>> ListAllObjects(objects::ObjectStore& st
 Result<std::string> ConfinedRelativePath(std::string_view rel, std::string_view origin) {
   if (rel.find('\0') != std::string_view::npos) {
     return ClientError(std::string(origin) +
-                                   " contains a NUL byte and cannot be stored as a local file. Please rename it.");
+                       " contains a NUL byte and cannot be stored as a local file. Please rename it.");
   }
   std::vector<std::string> parts;
   for (std::string_view part : Split(rel, '/')) {
     if (part.empty() || part == ".") continue;
     if (part == "..") {
       return ClientError(std::string(origin) +
-                                     " contains a \"..\" path component, which would place a file outside its "
-                                     "destination directory. Please rename it.");
+                         " contains a \"..\" path component, which would place a file outside its "
+                         "destination directory. Please rename it.");
     }
     parts.emplace_back(part);
   }
   if (parts.empty()) {
-    return ClientError(std::string(origin) +
-                                   " does not name a file (empty relative path). Please rename it.");
+    return ClientError(std::string(origin) + " does not name a file (empty relative path). Please rename it.");
   }
   return Join(parts, "/");
 }
@@ -115,10 +113,9 @@ Result<std::string> PrepareConfinedPath(const std::string& root, const std::stri
     struct stat st;
     if (lstat(cur.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      return ClientError("cannot create \"" + rel + "\": \"" +
-                                     std::string(cur.substr(root.size() + 1)) +
-                                     "\" already exists and is not a directory (a file or symlink). Please make "
-                                     "sure no name is used both as a file and as a folder.");
+      return ClientError("cannot create \"" + rel + "\": \"" + std::string(cur.substr(root.size() + 1)) +
+                         "\" already exists and is not a directory (a file or symlink). Please make "
+                         "sure no name is used both as a file and as a folder.");
     }
     if (errno != ENOENT) return ErrnoStatus("lstat " + cur, errno);
     if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + cur, errno);
@@ -139,16 +136,16 @@ bool Transient(const Status& s) {
 // reports a full training volume as a ClientError of the data download).
 Status WriteError(const Status& error, const std::string& bucket, const std::string& key, const std::string& path) {
   if (error.code() != StatusCode::kResourceExhausted) return error;
-  return ClientError(
-      "Data download failed: no space left on device while staging s3://" + bucket + "/" + key +
-      " to " + path + ". The disk that holds the Kiln data directory (and with it the job's volume) is full: "
-      "free space there, or make the input data smaller.",
-      StatusCode::kResourceExhausted);
+  return ClientError("Data download failed: no space left on device while staging s3://" + bucket + "/" + key + " to " +
+                         path +
+                         ". The disk that holds the Kiln data directory (and with it the job's volume) is full: "
+                         "free space there, or make the input data smaller.",
+                     StatusCode::kResourceExhausted);
 }
 
 Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
-                              const std::string& path, std::optional<uint64_t> expected_size,
-                              const CancelFlag* cancel, size_t buffer_size, bool* store_error) {
+                              const std::string& path, std::optional<uint64_t> expected_size, const CancelFlag* cancel,
+                              size_t buffer_size, bool* store_error) {
   *store_error = true;
   ASSIGN_OR_RETURN(auto reader, store.GetObject(bucket, key, std::nullopt));
   uint64_t size = reader->info().size;
@@ -162,7 +159,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
   if (!fd.valid()) {
     if (errno == ENOTDIR || errno == EISDIR) {
       return ClientError("cannot store s3://" + bucket + "/" + key + " at \"" + path +
-                                     "\": a file and a folder have the same name. Please rename the objects.");
+                         "\": a file and a folder have the same name. Please rename the objects.");
     }
     return ErrnoStatus("create " + tmp, errno);
   }
@@ -221,7 +218,7 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
     int err = errno;
     if (err == EISDIR || err == ENOTDIR) {
       return fail(ClientError("cannot store s3://" + bucket + "/" + key + " at \"" + path +
-                                          "\": a file and a folder have the same name. Please rename the objects."));
+                              "\": a file and a folder have the same name. Please rename the objects."));
     }
     return fail(ErrnoStatus("rename " + tmp, err));
   }
@@ -230,10 +227,9 @@ Result<uint64_t> DownloadOnce(objects::ObjectStore& store, const std::string& bu
 
 }  // namespace
 
-Result<uint64_t> DownloadObjectToFile(objects::ObjectStore& store, const std::string& bucket,
-                                      const std::string& key, const std::string& path,
-                                      std::optional<uint64_t> expected_size, const CancelFlag* cancel,
-                                      size_t buffer_size) {
+Result<uint64_t> DownloadObjectToFile(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
+                                      const std::string& path, std::optional<uint64_t> expected_size,
+                                      const CancelFlag* cancel, size_t buffer_size) {
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
@@ -272,9 +268,8 @@ Result<size_t> FileByteSource::Read(char* buf, size_t n) {
   return got;
 }
 
-Result<objects::ObjectInfo> UploadFile(objects::ObjectStore& store, const std::string& bucket,
-                                       const std::string& key, const std::string& path, uint64_t single_put_limit,
-                                       uint64_t part_size) {
+Result<objects::ObjectInfo> UploadFile(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
+                                       const std::string& path, uint64_t single_put_limit, uint64_t part_size) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return ErrnoStatus("stat " + path, errno);
   uint64_t size = static_cast<uint64_t>(st.st_size);

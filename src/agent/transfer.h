@@ -53,8 +53,7 @@ class CancelFlag {
 
 // The ClientError for `status` of an operation on s3://bucket/key: NotFound / PermissionDenied
 // become "ClientError: <what> ... Please ..."; other codes become "InternalServerError: ...".
-Status ObjectError(const Status& status, std::string_view what, const std::string& bucket,
-                   const std::string& key);
+Status ObjectError(const Status& status, std::string_view what, const std::string& bucket, const std::string& key);
 
 // Every object under `prefix` (all pages), in key order. Errors: the store's (NotFound for a
 // missing bucket, reason ErrorReason::kNoSuchBucket).
@@ -77,10 +76,9 @@ Result<std::string> PrepareConfinedPath(const std::string& root, const std::stri
 // equals the object's size (and `expected_size` when given). Retries transient store errors
 // (Unavailable/Internal) up to 3 times. Returns the bytes written. `cancel` (may be null) is
 // checked between buffers: Aborted. Errors: ObjectError(...) for the object; file errors.
-Result<uint64_t> DownloadObjectToFile(objects::ObjectStore& store, const std::string& bucket,
-                                      const std::string& key, const std::string& path,
-                                      std::optional<uint64_t> expected_size, const CancelFlag* cancel,
-                                      size_t buffer_size = 1 << 20);
+Result<uint64_t> DownloadObjectToFile(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
+                                      const std::string& path, std::optional<uint64_t> expected_size,
+                                      const CancelFlag* cancel, size_t buffer_size = 1 << 20);
 
 // True for names DownloadObjectToFile uses for its temporary files (scans skip them).
 bool IsTempFileName(std::string_view name);
@@ -91,8 +89,7 @@ class FileByteSource final : public ByteSource {
   // Errors: NotFound, PermissionDenied, Internal.
   static Result<std::unique_ptr<FileByteSource>> Open(const std::string& path);
   // Reads at most `limit` bytes starting at `offset` (for multipart parts).
-  static Result<std::unique_ptr<FileByteSource>> OpenRange(const std::string& path, uint64_t offset,
-                                                           uint64_t limit);
+  static Result<std::unique_ptr<FileByteSource>> OpenRange(const std::string& path, uint64_t offset, uint64_t limit);
   Result<size_t> Read(char* buf, size_t n) override;
   std::optional<uint64_t> size_hint() const override { return remaining_; }
 
@@ -106,9 +103,9 @@ class FileByteSource final : public ByteSource {
 
 // Uploads the file at `path` to bucket/key: one PutObject up to `single_put_limit` bytes,
 // multipart with `part_size` parts above it. Returns the stored object's info.
-Result<objects::ObjectInfo> UploadFile(objects::ObjectStore& store, const std::string& bucket,
-                                       const std::string& key, const std::string& path,
-                                       uint64_t single_put_limit = 5ull << 30, uint64_t part_size = 512ull << 20);
+Result<objects::ObjectInfo> UploadFile(objects::ObjectStore& store, const std::string& bucket, const std::string& key,
+                                       const std::string& path, uint64_t single_put_limit = 5ull << 30,
+                                       uint64_t part_size = 512ull << 20);
 
 // Decompresses a gzip stream (one or more concatenated members) read from `inner` while it is
 // read. Malformed input: DataLoss naming `what`.

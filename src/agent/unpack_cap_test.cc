@@ -107,8 +107,8 @@ class UnpackCapTest : public AgentTest {
     options.dest_name = "/opt/ml/model";
     options.cap = cap;
     options.archive_name = "ModelDataUrl s3://bkt/test.tar.gz";
-    return ExtractTar(a.get(), dest, options, [](const std::string& why) { return Status::InvalidArgument(why); },
-                      stats);
+    return ExtractTar(
+        a.get(), dest, options, [](const std::string& why) { return Status::InvalidArgument(why); }, stats);
   }
 };
 

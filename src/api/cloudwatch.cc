@@ -175,10 +175,9 @@ std::optional<aws::AwsError> ResolveWindow(int64_t now, int64_t period, const st
     return InvalidValue("The parameter StartTime must be less than the parameter EndTime.");
   }
   if (period <= 0) return InvalidValue("The parameter " + period_param + " must be greater than 0.");
-  if (period < 60 ? (period != 1 && period != 5 && period != 10 && period != 20 && period != 30)
-                  : period % 60 != 0) {
-    return InvalidValue("The parameter " + period_param +
-                        " must be 1, 5, 10, 20, 30 or a multiple of 60 (it is " + std::to_string(period) + ").");
+  if (period < 60 ? (period != 1 && period != 5 && period != 10 && period != 20 && period != 30) : period % 60 != 0) {
+    return InvalidValue("The parameter " + period_param + " must be 1, 5, 10, 20, 30 or a multiple of 60 (it is " +
+                        std::to_string(period) + ").");
   }
   const int64_t age = now - window->start;
   int64_t grid = kMinute;
@@ -247,7 +246,8 @@ std::variant<observe::MetricDatum, aws::AwsError> ReadDatum(const std::string& p
       return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two weeks in the past.");
     }
     if (*t > now + 2 * kHour) {
-      return InvalidValue("The parameter " + p + ".Timestamp must specify a time no more than two hours in the future.");
+      return InvalidValue("The parameter " + p +
+                          ".Timestamp must specify a time no more than two hours in the future.");
     }
     datum.timestamp_millis = *t;
   }
@@ -301,7 +301,9 @@ std::variant<observe::MetricDatum, aws::AwsError> ReadDatum(const std::string& p
     set.minimum = s["Minimum"].get<double>();
     set.maximum = s["Maximum"].get<double>();
     for (auto [name, v] : {std::pair<const char*, double>{"SampleCount", set.sample_count},
-                           {"Sum", set.sum}, {"Minimum", set.minimum}, {"Maximum", set.maximum}}) {
+                           {"Sum", set.sum},
+                           {"Minimum", set.minimum},
+                           {"Maximum", set.maximum}}) {
       if (!ValueInRange(v)) return BadNumber(v, p + ".StatisticValues." + name);
     }
     if (set.sample_count <= 0) {
@@ -342,22 +344,24 @@ std::optional<aws::AwsError> EvaluateExpressions(const std::map<std::string, std
       [&](const std::string& id) -> std::optional<aws::AwsError> {
     if (values.count(id) > 0) return std::nullopt;
     if (!evaluating.insert(id).second) {
-      return aws::AwsError("ValidationError", "Error in expression " + id + " [it refers to itself through other "
+      return aws::AwsError("ValidationError", "Error in expression " + id +
+                                                  " [it refers to itself through other "
                                                   "expressions]");
     }
     // An error in an expression this one refers to is answered as it is, not wrapped again.
     std::optional<aws::AwsError> referenced_error;
-    auto result = EvaluateMath(expressions.at(id), [&](const std::string& ref) -> std::variant<const MathValue*, std::string> {
-      if (values.count(ref) == 0 && expressions.count(ref) > 0) {
-        if (auto e = evaluate(ref)) {
-          if (!referenced_error) referenced_error = e;
-          return e->message;
-        }
-      }
-      auto it = values.find(ref);
-      if (it == values.end()) return "Unknown id " + ref;
-      return &it->second;
-    });
+    auto result =
+        EvaluateMath(expressions.at(id), [&](const std::string& ref) -> std::variant<const MathValue*, std::string> {
+          if (values.count(ref) == 0 && expressions.count(ref) > 0) {
+            if (auto e = evaluate(ref)) {
+              if (!referenced_error) referenced_error = e;
+              return e->message;
+            }
+          }
+          auto it = values.find(ref);
+          if (it == values.end()) return "Unknown id " + ref;
+          return &it->second;
+        });
     if (auto* message = std::get_if<std::string>(&result)) {
       if (referenced_error && referenced_error->message == *message) return referenced_error;
       return aws::AwsError("ValidationError", "Error in expression " + id + " [" + *message + "]");
@@ -504,25 +508,22 @@ std::unique_ptr<JsonService> CloudWatch::MakeJsonService() const {
   auto service = std::make_unique<JsonService>(std::string(kCloudWatchTargetPrefix),
                                                std::string(kCloudWatchSigningName), aws::Protocol::kJson10);
   for (const char* op : {"PutMetricData", "GetMetricStatistics", "GetMetricData", "ListMetrics"}) {
-    service->Register(op, [this, op](const aws::RequestContext& context, const json& input) {
-      return Call(context, op, input);
-    });
+    service->Register(
+        op, [this, op](const aws::RequestContext& context, const json& input) { return Call(context, op, input); });
   }
   return service;
 }
 
 aws::WireResponse CloudWatch::HandleCbor(const aws::RequestContext& context, std::string_view operation,
                                          std::string_view body) const {
-  auto error_response = [&](const aws::AwsError& error) {
-    return aws::SerializeCborError(error, context.request_id);
-  };
+  auto error_response = [&](const aws::AwsError& error) { return aws::SerializeCborError(error, context.request_id); };
   json input = json::object();
   if (!body.empty()) {
     auto decoded = aws::DecodeCbor(body, aws::CborLimits{.max_depth = JsonService::kRequestLimits.max_depth,
                                                          .max_values = JsonService::kRequestLimits.max_values});
     if (!decoded.ok()) {
-      return error_response(aws::AwsError("SerializationException",
-                                          "The request body is not valid CBOR: " + decoded.status().message()));
+      return error_response(
+          aws::AwsError("SerializationException", "The request body is not valid CBOR: " + decoded.status().message()));
     }
     if (!decoded->is_object()) {
       return error_response(aws::AwsError("SerializationException", "The request body is not a CBOR map."));
@@ -545,8 +546,8 @@ aws::WireResponse CloudWatch::HandleCbor(const aws::RequestContext& context, std
   response.headers.emplace("Content-Type", "application/cbor");
   const json& op = ModelJson()["operations"][std::string(operation)];
   if (op.contains("output")) {
-    response.body = aws::EncodeCborShaped(ModelJson()["shapes"], op["output"].value("shape", ""),
-                                          std::get<json>(outcome));
+    response.body =
+        aws::EncodeCborShaped(ModelJson()["shapes"], op["output"].value("shape", ""), std::get<json>(outcome));
   }
   return response;
 }
@@ -576,15 +577,17 @@ aws::WireResponse CloudWatch::HandleQuery(const aws::RequestContext& context,
   JsonOutcome outcome = Call(context, operation, *input);
   if (auto* error = std::get_if<aws::AwsError>(&outcome)) return error_response(*error);
   if (!op.contains("output")) return aws::QueryResponse(operation, kCloudWatchXmlns, false, "", context.request_id);
-  std::string xml = aws::EncodeQueryXml(ModelJson()["shapes"], op["output"].value("shape", ""), std::get<json>(outcome));
+  std::string xml =
+      aws::EncodeQueryXml(ModelJson()["shapes"], op["output"].value("shape", ""), std::get<json>(outcome));
   return aws::QueryResponse(operation, kCloudWatchXmlns, true, xml, context.request_id);
 }
 
 JsonOutcome CloudWatch::PutMetricData(const json& in) const {
   const std::string ns = in.value("Namespace", "");
   if (StartsWith(ns, "AWS/")) {
-    return InvalidValue("The value " + ns + " for parameter Namespace is invalid: namespaces starting with AWS/ are "
-                                            "reserved for AWS services.");
+    return InvalidValue("The value " + ns +
+                        " for parameter Namespace is invalid: namespaces starting with AWS/ are "
+                        "reserved for AWS services.");
   }
   // Every datum with the parameter name AWS would report it under.
   std::vector<std::pair<std::string, const json*>> data;
@@ -720,7 +723,7 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
   // Every query's series (metric stats and expressions, returned or not), by id; the returned ones
   // in request order.
   std::map<std::string, MathValue> values;
-  std::map<std::string, std::string> expressions;  // id → text, evaluated after the metric stats
+  std::map<std::string, std::string> expressions;             // id → text, evaluated after the metric stats
   std::vector<std::pair<std::string, std::string>> returned;  // (id, label)
   std::set<std::string> ids;
   for (size_t i = 0; i < queries.size(); ++i) {
@@ -753,7 +756,8 @@ JsonOutcome CloudWatch::GetMetricData(const json& in) const {
     }
     const json& stat = q["MetricStat"];
     const json& metric = stat["Metric"];
-    if (!Present(metric, "Namespace")) return Missing("The parameter " + p + ".MetricStat.Metric.Namespace is required.");
+    if (!Present(metric, "Namespace"))
+      return Missing("The parameter " + p + ".MetricStat.Metric.Namespace is required.");
     if (!Present(metric, "MetricName")) {
       return Missing("The parameter " + p + ".MetricStat.Metric.MetricName is required.");
     }
@@ -827,8 +831,9 @@ JsonOutcome CloudWatch::ListMetrics(const json& in) const {
   if (Present(in, "NextToken")) {
     auto token = DecodeToken(in["NextToken"].get<std::string>());
     if (!token || token->value("h", "") != digest || !(*token)["k"].is_string()) {
-      return InvalidValue("The parameter NextToken is invalid: it does not belong to this request (pass the same "
-                          "filters as the call that returned it).");
+      return InvalidValue(
+          "The parameter NextToken is invalid: it does not belong to this request (pass the same "
+          "filters as the call that returned it).");
     }
     after = (*token)["k"].get<std::string>();
   }

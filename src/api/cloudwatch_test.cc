@@ -90,7 +90,10 @@ TEST_F(CloudWatchTest, EmbeddedModelParsesAndCompiles) {
 
 TEST_F(CloudWatchTest, PutThenStatisticsAreExact) {
   Put({{{"MetricName", "Latency"}, {"Timestamp", kNowSeconds - 300}, {"Value", 10}, {"Unit", "Milliseconds"}},
-       {{"MetricName", "Latency"}, {"Timestamp", kNowSeconds - 290}, {"Values", {1, 2, 30}}, {"Counts", {1, 2, 1}},
+       {{"MetricName", "Latency"},
+        {"Timestamp", kNowSeconds - 290},
+        {"Values", {1, 2, 30}},
+        {"Counts", {1, 2, 1}},
         {"Unit", "Milliseconds"}},
        {{"MetricName", "Latency"},
         {"Timestamp", kNowSeconds - 120},
@@ -141,28 +144,30 @@ TEST_F(CloudWatchTest, PutMetricDataErrors) {
             "InvalidParameterValue");
   EXPECT_NE(message.find("The value AWS/EC2 for parameter Namespace is invalid"), std::string::npos);
   EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"}}), "MissingParameter");
-  EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"},
-                                    {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"Values", {1}}}}}},
-                  &message),
-            "InvalidParameterCombination");
+  EXPECT_EQ(
+      Error("PutMetricData",
+            {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"Values", {1}}}}}}, &message),
+      "InvalidParameterCombination");
   EXPECT_NE(message.find("MetricData.member.1.Value and MetricData.member.1.Values are mutually exclusive"),
             std::string::npos);
   EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}}}}}), "MissingParameter");
-  EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"},
-                                    {"MetricData", {{{"MetricName", "m"}, {"Values", {1, 2}}, {"Counts", {1}}}}}}),
-            "InvalidParameterValue");
-  EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"},
-                                    {"MetricData", {{{"MetricName", "m"}, {"Values", json(std::vector<int>(151, 1))}}}}}),
-            "InvalidParameterValue");
-  EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Value", 1e200}}}}},
-                  &message),
-            "InvalidParameterValue");
-  EXPECT_NE(message.find("MetricData.member.1.Value"), std::string::npos);
   EXPECT_EQ(Error("PutMetricData",
-                  {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"StorageResolution", 5}}}}}),
+                  {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Values", {1, 2}}, {"Counts", {1}}}}}}),
             "InvalidParameterValue");
+  EXPECT_EQ(
+      Error("PutMetricData",
+            {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Values", json(std::vector<int>(151, 1))}}}}}),
+      "InvalidParameterValue");
+  EXPECT_EQ(
+      Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", {{{"MetricName", "m"}, {"Value", 1e200}}}}}, &message),
+      "InvalidParameterValue");
+  EXPECT_NE(message.find("MetricData.member.1.Value"), std::string::npos);
   EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"},
-                                    {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"Timestamp", kNowSeconds - 15 * 86400}}}}},
+                                    {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"StorageResolution", 5}}}}}),
+            "InvalidParameterValue");
+  EXPECT_EQ(Error("PutMetricData",
+                  {{"Namespace", "n"},
+                   {"MetricData", {{{"MetricName", "m"}, {"Value", 1}, {"Timestamp", kNowSeconds - 15 * 86400}}}}},
                   &message),
             "InvalidParameterValue");
   EXPECT_NE(message.find("two weeks"), std::string::npos);
@@ -176,8 +181,9 @@ TEST_F(CloudWatchTest, PutMetricDataErrors) {
   for (int i = 0; i < 1001; ++i) many.push_back({{"MetricName", "m"}, {"Value", i}});
   EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", many}}), "InvalidParameterValue");
   // The model's own constraints: ValidationError with AWS's text.
-  EXPECT_EQ(Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", {{{"MetricName", ""}, {"Value", 1}}}}}, &message),
-            "ValidationError");
+  EXPECT_EQ(
+      Error("PutMetricData", {{"Namespace", "n"}, {"MetricData", {{{"MetricName", ""}, {"Value", 1}}}}}, &message),
+      "ValidationError");
   EXPECT_NE(message.find("metricData.1.member.metricName"), std::string::npos) << message;
   // Nothing of a refused call is stored.
   EXPECT_TRUE(Ok("ListMetrics", json::object())["Metrics"].empty());
@@ -191,7 +197,8 @@ TEST_F(CloudWatchTest, StatisticsRequestErrors) {
   EXPECT_EQ(message, "Must specify either Statistics or ExtendedStatistics.");
   // An empty list breaks the model's length rule (1 to 5).
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", json::array()}})), "ValidationError");
-  EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", {"Median"}}})), "InvalidParameterValue");  // as AWS, not the enum
+  EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Statistics", {"Median"}}})),
+            "InvalidParameterValue");  // as AWS, not the enum
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"ExtendedStatistics", {"p101"}}})), "InvalidParameterValue");
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Period", 45}})), "InvalidParameterValue");
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"StartTime", kNowSeconds}, {"EndTime", kNowSeconds - 60}})),
@@ -210,15 +217,17 @@ TEST_F(CloudWatchTest, StatisticsRequestErrors) {
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"StartTime", kNowSeconds - 4 * 3600}, {"Period", 10}}), &message),
             "InvalidParameterValue");
   EXPECT_NE(message.find("multiple of 60"), std::string::npos);
-  EXPECT_EQ(Error("GetMetricStatistics",
-                  Stats({{"StartTime", kNowSeconds - 20 * 86400}, {"EndTime", kNowSeconds - 19 * 86400}, {"Period", 60}}),
-                  &message),
-            "InvalidParameterValue");
+  EXPECT_EQ(
+      Error("GetMetricStatistics",
+            Stats({{"StartTime", kNowSeconds - 20 * 86400}, {"EndTime", kNowSeconds - 19 * 86400}, {"Period", 60}}),
+            &message),
+      "InvalidParameterValue");
   EXPECT_NE(message.find("multiple of 300"), std::string::npos);
-  EXPECT_EQ(Error("GetMetricStatistics",
-                  Stats({{"StartTime", kNowSeconds - 70 * 86400}, {"EndTime", kNowSeconds - 69 * 86400}, {"Period", 300}}),
-                  &message),
-            "InvalidParameterValue");
+  EXPECT_EQ(
+      Error("GetMetricStatistics",
+            Stats({{"StartTime", kNowSeconds - 70 * 86400}, {"EndTime", kNowSeconds - 69 * 86400}, {"Period", 300}}),
+            &message),
+      "InvalidParameterValue");
   EXPECT_NE(message.find("multiple of 3600"), std::string::npos);
   EXPECT_EQ(Error("GetMetricStatistics", Stats({{"Period", 0}})), "ValidationError");
 }
@@ -237,9 +246,10 @@ TEST_F(CloudWatchTest, GetMetricDataStatsOrderAndPaging) {
   }
   Put(data);
   auto query = [](const std::string& id, const std::string& stat) {
-    return json{{"Id", id},
-                {"MetricStat",
-                 {{"Metric", {{"Namespace", "Custom/Test"}, {"MetricName", "Latency"}}}, {"Period", 60}, {"Stat", stat}}}};
+    return json{
+        {"Id", id},
+        {"MetricStat",
+         {{"Metric", {{"Namespace", "Custom/Test"}, {"MetricName", "Latency"}}}, {"Period", 60}, {"Stat", stat}}}};
   };
   json in = {{"MetricDataQueries", {query("avg", "Average"), query("p99", "p99"), query("sum", "Sum")}},
              {"StartTime", kNowSeconds - 600},
@@ -343,16 +353,18 @@ TEST_F(CloudWatchTest, GetMetricDataErrors) {
   std::string message;
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "m1 * 2"}}), &message), "ValidationError");
   EXPECT_EQ(message, "Error in expression e [Unknown id m1]");
-  EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "SEARCH('{AWS/EC2}', 'Average', 300)"}}), &message),
-            "ValidationError");
+  EXPECT_EQ(
+      Error("GetMetricData", with({{"Id", "e"}, {"Expression", "SEARCH('{AWS/EC2}', 'Average', 300)"}}), &message),
+      "ValidationError");
   EXPECT_NE(message.find("Unsupported Metric Math function: SEARCH"), std::string::npos);
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "e"}, {"Expression", "(1 + "}}), &message), "ValidationError");
   stat["Stat"] = "tm99";
   EXPECT_EQ(Error("GetMetricData", with({{"Id", "a"}, {"MetricStat", stat}})), "InvalidParameterValue");
   json many = json::array();
   for (int i = 0; i < 501; ++i) many.push_back({{"Id", "q" + std::to_string(i)}, {"Expression", "1"}});
-  EXPECT_EQ(Error("GetMetricData", {{"MetricDataQueries", many}, {"StartTime", kNowSeconds - 60}, {"EndTime", kNowSeconds}}),
-            "InvalidParameterValue");
+  EXPECT_EQ(
+      Error("GetMetricData", {{"MetricDataQueries", many}, {"StartTime", kNowSeconds - 60}, {"EndTime", kNowSeconds}}),
+      "InvalidParameterValue");
 }
 
 TEST_F(CloudWatchTest, ListMetricsFiltersAndPages) {
@@ -367,8 +379,9 @@ TEST_F(CloudWatchTest, ListMetricsFiltersAndPages) {
   EXPECT_EQ(Ok("ListMetrics", json::object())["Metrics"].size(), 4u);
   json h0 = Ok("ListMetrics", {{"Dimensions", {{{"Name", "Host"}, {"Value", "h0"}}}}});
   ASSERT_EQ(h0["Metrics"].size(), 2u);
-  EXPECT_EQ(h0["Metrics"][0],
-            json({{"Namespace", "Custom/Test"}, {"MetricName", "m0"}, {"Dimensions", {{{"Name", "Host"}, {"Value", "h0"}}}}}));
+  EXPECT_EQ(h0["Metrics"][0], json({{"Namespace", "Custom/Test"},
+                                    {"MetricName", "m0"},
+                                    {"Dimensions", {{{"Name", "Host"}, {"Value", "h0"}}}}}));
   EXPECT_EQ(Ok("ListMetrics", {{"Dimensions", {{{"Name", "Host"}}}}})["Metrics"].size(), 3u);
   EXPECT_EQ(Ok("ListMetrics", {{"Namespace", "Other"}})["Metrics"].size(), 1u);
   EXPECT_EQ(Ok("ListMetrics", {{"RecentlyActive", "PT3H"}})["Metrics"].size(), 3u);
@@ -478,9 +491,10 @@ TEST_F(CloudWatchTest, QueryRoundTripAndErrors) {
                             "</member></Datapoints><Label>Latency</Label></GetMetricStatisticsResult>"),
             std::string::npos)
       << stats.body;
-  aws::WireResponse bad = query("Action=GetMetricStatistics&Version=2010-08-01&Namespace=n&MetricName=m"
-                                "&StartTime=2024-05-01T09%3A50%3A00Z&EndTime=2024-05-01T10%3A00%3A00Z&Period=sixty"
-                                "&Statistics.member.1=Maximum");
+  aws::WireResponse bad = query(
+      "Action=GetMetricStatistics&Version=2010-08-01&Namespace=n&MetricName=m"
+      "&StartTime=2024-05-01T09%3A50%3A00Z&EndTime=2024-05-01T10%3A00%3A00Z&Period=sixty"
+      "&Statistics.member.1=Maximum");
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("<Code>InvalidParameterValue</Code>"), std::string::npos);
   EXPECT_NE(bad.body.find("parameter Period"), std::string::npos);
@@ -489,9 +503,10 @@ TEST_F(CloudWatchTest, QueryRoundTripAndErrors) {
             std::string::npos);
   EXPECT_NE(query("Action=ListMetrics&Version=2011-06-15").body.find("<Code>InvalidAction</Code>"), std::string::npos);
   aws::WireResponse list = query("Action=ListMetrics&Version=2010-08-01");
-  EXPECT_NE(list.body.find("<Metrics><member><Namespace>Custom/Test</Namespace><MetricName>Latency</MetricName>"
-                           "<Dimensions><member><Name>Host</Name><Value>a</Value></member></Dimensions></member></Metrics>"),
-            std::string::npos)
+  EXPECT_NE(
+      list.body.find("<Metrics><member><Namespace>Custom/Test</Namespace><MetricName>Latency</MetricName>"
+                     "<Dimensions><member><Name>Host</Name><Value>a</Value></member></Dimensions></member></Metrics>"),
+      std::string::npos)
       << list.body;
 }
 

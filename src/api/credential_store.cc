@@ -71,8 +71,7 @@ aws::Credential CredentialStore::NewCredential(const std::string& account_id, co
   return c;
 }
 
-Result<std::vector<aws::Credential>> CredentialStore::ReadFile(const std::string& path,
-                                                               const std::string& account_id) {
+Result<std::vector<aws::Credential>> CredentialStore::ReadFile(const std::string& path, const std::string& account_id) {
   ASSIGN_OR_RETURN(std::string text, kiln::ReadFile(path));
   return ParseKeys(text, path, account_id);
 }

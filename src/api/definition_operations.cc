@@ -47,8 +47,7 @@ JsonOutcome Describe(Definitions& d, const json& in) {
 }
 
 JsonOutcome List(Definitions& d, const json& in) {
-  auto listed = ListDefinitions(d.repository, d.context, in, d.kind.list_member, d.kind.name_member,
-                                d.kind.arn_member);
+  auto listed = ListDefinitions(d.repository, d.context, in, d.kind.list_member, d.kind.name_member, d.kind.arn_member);
   if (auto* error = std::get_if<aws::AwsError>(&listed)) return *error;
   return std::get<json>(std::move(listed));
 }
@@ -65,9 +64,9 @@ JsonOutcome Delete(Definitions& d, const json& in) {
 
 void RegisterDefinitionOperations(JsonService* service, const EndpointsContext& context, const DefinitionKind& kind,
                                   CreateCheck check_create) {
-  auto d = std::make_shared<Definitions>(Definitions{context, kind,
-                                                     store::DefinitionRepository(context.database, kind.kind),
-                                                     store::TagRepository(context.database), std::move(check_create)});
+  auto d =
+      std::make_shared<Definitions>(Definitions{context, kind, store::DefinitionRepository(context.database, kind.kind),
+                                                store::TagRepository(context.database), std::move(check_create)});
   auto add = [&](std::string operation, JsonOutcome (*op)(Definitions&, const json&)) {
     service->Register(std::move(operation), [d, op](const aws::RequestContext&, const json& in) { return op(*d, in); });
   };

@@ -18,15 +18,16 @@ using namespace inference;
 // ignored, so that a client never believes it has e.g. an async endpoint).
 constexpr const char* kUnsupportedConfigMembers[] = {"AsyncInferenceConfig", "ShadowProductionVariants",
                                                      "ExplainerConfig", "DataCaptureConfig"};
-constexpr const char* kUnsupportedVariantMembers[] = {"ServerlessConfig", "ManagedInstanceScaling", "InstancePools",
-                                                      "CapacityReservationConfig", "InferenceAmiVersion",
-                                                      "AcceleratorType"};
+constexpr const char* kUnsupportedVariantMembers[] = {"ServerlessConfig",    "ManagedInstanceScaling",
+                                                      "InstancePools",       "CapacityReservationConfig",
+                                                      "InferenceAmiVersion", "AcceleratorType"};
 
 std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                           const json& variant) {
   const std::string name = variant["VariantName"].get<std::string>();
   for (const char* member : kUnsupportedVariantMembers) {
-    if (Has(variant, member)) return Validation(std::string(member) + " is not supported by Kiln (production variant " + name + ").");
+    if (Has(variant, member))
+      return Validation(std::string(member) + " is not supported by Kiln (production variant " + name + ").");
   }
   if (!Has(variant, "ModelName")) return Validation("Production variant " + name + " needs a ModelName.");
   if (!Has(variant, "InstanceType") || !Has(variant, "InitialInstanceCount")) {
@@ -51,7 +52,8 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
                          : Has(request, "Containers")     ? request["Containers"][0]
                                                           : json::object();
   if (StringMember(container, "Mode", "SingleModel") == "MultiModel") {
-    return Validation("Model \"" + model->name + "\" has Mode MultiModel: multi-model endpoints are not supported by Kiln yet.");
+    return Validation("Model \"" + model->name +
+                      "\" has Mode MultiModel: multi-model endpoints are not supported by Kiln yet.");
   }
   return std::nullopt;
 }

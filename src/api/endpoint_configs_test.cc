@@ -12,7 +12,8 @@ TEST_F(EndpointConfigsApiTest, CreateDescribeFillsAwsDefaults) {
   CreateModel("m");
   json v = Variant("AllTraffic", "m", 2);
   v["RoutingConfig"] = {{"RoutingStrategy", "LEAST_OUTSTANDING_REQUESTS"}};
-  json created = Ok("CreateEndpointConfig", {{"EndpointConfigName", "Cfg"}, {"ProductionVariants", json::array({v})},
+  json created = Ok("CreateEndpointConfig", {{"EndpointConfigName", "Cfg"},
+                                             {"ProductionVariants", json::array({v})},
                                              {"Tags", {{{"Key", "a"}, {"Value", "b"}}}}});
   EXPECT_EQ(created["EndpointConfigArn"], std::string(kArnPrefix) + "endpoint-config/Cfg");
   json out = Ok("DescribeEndpointConfig", {{"EndpointConfigName", "cfg"}});
@@ -30,36 +31,44 @@ TEST_F(EndpointConfigsApiTest, CreateDescribeFillsAwsDefaults) {
 
 TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
   CreateModel("m");
-  EXPECT_EQ(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "missing")})}}),
+  EXPECT_EQ(Invalid("CreateEndpointConfig",
+                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "missing")})}}),
             "Could not find model \"" + std::string(kArnPrefix) + "model/missing\".");
-  json serverless = {{"VariantName", "v"}, {"ModelName", "m"},
+  json serverless = {{"VariantName", "v"},
+                     {"ModelName", "m"},
                      {"ServerlessConfig", {{"MemorySizeInMB", 2048}, {"MaxConcurrency", 1}}}};
-  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless})}})
-                .find("ServerlessConfig is not supported by Kiln"),
-            std::string::npos);
-  json async = {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "m")})},
+  EXPECT_NE(
+      Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless})}})
+          .find("ServerlessConfig is not supported by Kiln"),
+      std::string::npos);
+  json async = {{"EndpointConfigName", "c"},
+                {"ProductionVariants", json::array({Variant("v", "m")})},
                 {"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/o"}}}}}};
   EXPECT_EQ(Invalid("CreateEndpointConfig", async), "AsyncInferenceConfig is not supported by Kiln.");
   json no_type = {{"VariantName", "v"}, {"ModelName", "m"}, {"InitialInstanceCount", 1}};
-  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({no_type})}})
-                .find("needs InstanceType and InitialInstanceCount"),
-            std::string::npos);
+  EXPECT_NE(
+      Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({no_type})}})
+          .find("needs InstanceType and InitialInstanceCount"),
+      std::string::npos);
   json gpu = Variant("v", "m");
   gpu["InstanceType"] = "ml.g5.xlarge";  // valid for AWS, not in this server's catalog
   EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({gpu})}})
                 .find("ml.g5.xlarge"),
             std::string::npos);
-  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"},
-                                             {"ProductionVariants", json::array({Variant("v", "m"), Variant("V", "m")})}})
-                .find("unique"),
-            std::string::npos);
-  Ok("CreateModel", {{"ModelName", "multi"},
-                     {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}}})}});
-  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi")})}})
+  EXPECT_NE(
+      Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"},
+                                       {"ProductionVariants", json::array({Variant("v", "m"), Variant("V", "m")})}})
+          .find("unique"),
+      std::string::npos);
+  Ok("CreateModel",
+     {{"ModelName", "multi"}, {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}}})}});
+  EXPECT_NE(Invalid("CreateEndpointConfig",
+                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi")})}})
                 .find("multi-container endpoints and inference pipelines are not supported by Kiln yet"),
             std::string::npos);
   Ok("CreateModel", {{"ModelName", "mme"}, {"PrimaryContainer", {{"Image", "x"}, {"Mode", "MultiModel"}}}});
-  EXPECT_NE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "mme")})}})
+  EXPECT_NE(Invalid("CreateEndpointConfig",
+                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "mme")})}})
                 .find("multi-model endpoints are not supported by Kiln yet"),
             std::string::npos);
   // Nothing was created by the refused requests.
@@ -69,10 +78,12 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
 TEST_F(EndpointConfigsApiTest, DuplicateAndNotFoundTexts) {
   CreateModel("m");
   CreateConfig("c1", json::array({Variant("v", "m")}));
-  EXPECT_EQ(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "C1"}, {"ProductionVariants", json::array({Variant("v", "m")})}}),
-            "Cannot create already existing endpoint configuration \"" + std::string(kArnPrefix) +
-                "endpoint-config/c1\".");
-  const std::string missing = "Could not find endpoint configuration \"" + std::string(kArnPrefix) + "endpoint-config/x\".";
+  EXPECT_EQ(
+      Invalid("CreateEndpointConfig",
+              {{"EndpointConfigName", "C1"}, {"ProductionVariants", json::array({Variant("v", "m")})}}),
+      "Cannot create already existing endpoint configuration \"" + std::string(kArnPrefix) + "endpoint-config/c1\".");
+  const std::string missing =
+      "Could not find endpoint configuration \"" + std::string(kArnPrefix) + "endpoint-config/x\".";
   EXPECT_EQ(Invalid("DescribeEndpointConfig", {{"EndpointConfigName", "x"}}), missing);
   EXPECT_EQ(Invalid("DeleteEndpointConfig", {{"EndpointConfigName", "x"}}), missing);
   // Deleting the model does not change the configuration (deployments copy what they use).

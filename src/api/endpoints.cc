@@ -25,13 +25,14 @@ using store::EndpointStatus;
 // What an endpoint is to run: the configuration and every model it names, copied now, so that
 // deleting either later never changes the endpoint (store/endpoint_state.h has the shape).
 struct BuiltDeployment {
-  store::Deployment document;  // its config_name is as stored (the case it was created with)
+  store::Deployment document;      // its config_name is as stored (the case it was created with)
   store::DesiredVariants desired;  // per variant: InitialVariantWeight (default 1), InitialInstanceCount
 };
 
-std::variant<BuiltDeployment, aws::AwsError> BuildDeployment(const EndpointsContext& ctx, store::DefinitionRepository& configs,
-                                                        store::DefinitionRepository& models,
-                                                        const std::string& config_name, int64_t now) {
+std::variant<BuiltDeployment, aws::AwsError> BuildDeployment(const EndpointsContext& ctx,
+                                                             store::DefinitionRepository& configs,
+                                                             store::DefinitionRepository& models,
+                                                             const std::string& config_name, int64_t now) {
   auto config = configs.Get(config_name);
   if (config.status().IsNotFound()) return EndpointConfigNotFound(ctx, config_name);
   if (!config.ok()) return Internal(config.status());
@@ -240,7 +241,8 @@ struct Retention {
 Retention RetentionOf(const json& in) {
   Retention out;
   if (Has(in, "ExcludeRetainedVariantProperties")) {
-    for (const json& p : in["ExcludeRetainedVariantProperties"]) out.excluded.insert(p.value("VariantPropertyType", ""));
+    for (const json& p : in["ExcludeRetainedVariantProperties"])
+      out.excluded.insert(p.value("VariantPropertyType", ""));
   }
   out.retain = Has(in, "RetainAllVariantProperties") && in["RetainAllVariantProperties"].get<bool>();
   return out;
@@ -402,9 +404,8 @@ void RegisterEndpointOperations(JsonService* service, const EndpointsContext& co
                           {"UpdateEndpointWeightsAndCapacities", UpdateEndpointWeightsAndCapacities},
                           {"DeleteEndpoint", DeleteEndpoint}}) {
     // `op = op`: clang before 16 cannot capture a structured binding by name.
-    service->Register(name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome {
-      return op(*ops, in);
-    });
+    service->Register(
+        name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome { return op(*ops, in); });
   }
 }
 

@@ -33,7 +33,7 @@ namespace kiln::api {
 
 struct EndpointsContext {
   store::Database* database = nullptr;
-  control::EndpointNotifier* notifier = nullptr;   // told after every committed endpoint change
+  control::EndpointNotifier* notifier = nullptr;      // told after every committed endpoint change
   const control::InstanceCatalog* catalog = nullptr;  // instance types variants may use
   std::string account_id;
   std::string region;

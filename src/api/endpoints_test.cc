@@ -68,8 +68,9 @@ class EndpointsApiTest : public testing::InferenceApiTest {
 };
 
 TEST_F(EndpointsApiTest, CreateWritesTheDeploymentAndNotifies) {
-  json created = Ok("CreateEndpoint", {{"EndpointName", "Ep"}, {"EndpointConfigName", "CFG"},
-                                       {"Tags", {{{"Key", "k"}, {"Value", "v"}}}}});
+  json created =
+      Ok("CreateEndpoint",
+         {{"EndpointName", "Ep"}, {"EndpointConfigName", "CFG"}, {"Tags", {{{"Key", "k"}, {"Value", "v"}}}}});
   EXPECT_EQ(created["EndpointArn"], EndpointArn("Ep"));
   EXPECT_EQ(notifier_.calls(), std::vector<std::string>{"Ep"});
   RowView row = Row("ep");
@@ -115,7 +116,8 @@ TEST_F(EndpointsApiTest, CreateErrorsAreAwsTexts) {
   EXPECT_EQ(Invalid("DeleteEndpoint", {{"EndpointName", "zz"}}), missing);
   EXPECT_EQ(Invalid("UpdateEndpoint", {{"EndpointName", "zz"}, {"EndpointConfigName", "cfg"}}), missing);
   EXPECT_EQ(Invalid("UpdateEndpointWeightsAndCapacities",
-                    {{"EndpointName", "zz"}, {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 1}}}}}),
+                    {{"EndpointName", "zz"},
+                     {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 1}}}}}),
             missing);
   EXPECT_EQ(notifier_.calls().size(), 1u);
 }
@@ -124,15 +126,18 @@ TEST_F(EndpointsApiTest, UpdatesOnlyFromInService) {
   Ok("CreateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg"}});
   const std::string busy = "Cannot update in-progress endpoint \"" + EndpointArn("e") + "\".";
   EXPECT_EQ(Invalid("UpdateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg2"}}), busy);
-  EXPECT_EQ(Invalid("UpdateEndpointWeightsAndCapacities",
-                    {{"EndpointName", "e"}, {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 1}}}}}),
-            busy);
+  EXPECT_EQ(
+      Invalid("UpdateEndpointWeightsAndCapacities",
+              {{"EndpointName", "e"}, {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 1}}}}}),
+      busy);
   store::EndpointRepository repo(db_.get());
-  ASSERT_TRUE(repo.Mutate("e", [](store::EndpointRecord& r) {
-                    r.status = store::EndpointStatus::kFailed;
-                    r.failure_reason = "boom";
-                    return Status::Ok();
-                  }).ok());
+  ASSERT_TRUE(repo.Mutate("e",
+                          [](store::EndpointRecord& r) {
+                            r.status = store::EndpointStatus::kFailed;
+                            r.failure_reason = "boom";
+                            return Status::Ok();
+                          })
+                  .ok());
   EXPECT_NE(Invalid("UpdateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg2"}}).find("failed endpoint"),
             std::string::npos);
   EXPECT_EQ(Ok("DescribeEndpoint", {{"EndpointName", "e"}})["FailureReason"], "boom");
@@ -175,7 +180,9 @@ TEST_F(EndpointsApiTest, UpdateEndpointSetsPendingAndDesired) {
 TEST_F(EndpointsApiTest, RetainAllVariantPropertiesKeepsCurrentValues) {
   Ok("CreateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg"}});
   MarkInService("e");
-  Ok("UpdateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg2"}, {"RetainAllVariantProperties", true},
+  Ok("UpdateEndpoint", {{"EndpointName", "e"},
+                        {"EndpointConfigName", "cfg2"},
+                        {"RetainAllVariantProperties", true},
                         {"ExcludeRetainedVariantProperties", {{{"VariantPropertyType", "DesiredInstanceCount"}}}}});
   RowView row = Row("e");
   EXPECT_DOUBLE_EQ(row.desired["A"]["DesiredWeight"].get<double>(), 0.7);  // retained
@@ -188,20 +195,21 @@ TEST_F(EndpointsApiTest, WeightsAndCapacities) {
   MarkInService("e");
   EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities",
                     {{"EndpointName", "e"},
-                     {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 1}},
-                                                      {{"VariantName", "Nope"}, {"DesiredWeight", 1}}}}})
+                     {"DesiredWeightsAndCapacities",
+                      {{{"VariantName", "A"}, {"DesiredWeight", 1}}, {{"VariantName", "Nope"}, {"DesiredWeight", 1}}}}})
                 .find("Nope"),
             std::string::npos);
   EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities",
-                    {{"EndpointName", "e"}, {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredInstanceCount", 0}}}}})
+                    {{"EndpointName", "e"},
+                     {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredInstanceCount", 0}}}}})
                 .find("DesiredInstanceCount 0"),
             std::string::npos);
   EXPECT_EQ(Row("e").status, "InService");  // refused requests change nothing
   clock_.now += 1000;
   Ok("UpdateEndpointWeightsAndCapacities",
      {{"EndpointName", "e"},
-      {"DesiredWeightsAndCapacities", {{{"VariantName", "A"}, {"DesiredWeight", 0.2}},
-                                       {{"VariantName", "B"}, {"DesiredInstanceCount", 4}}}}});
+      {"DesiredWeightsAndCapacities",
+       {{{"VariantName", "A"}, {"DesiredWeight", 0.2}}, {{"VariantName", "B"}, {"DesiredInstanceCount", 4}}}}});
   RowView row = Row("e");
   EXPECT_EQ(row.status, "Updating");
   EXPECT_EQ(row.last_modified_millis, clock_.now);
@@ -229,7 +237,8 @@ TEST_F(EndpointsApiTest, DeleteFromAnyStateButDeleting) {
   ASSERT_TRUE(repo.Delete("e").ok());
   EXPECT_EQ(Invalid("DescribeEndpoint", {{"EndpointName", "e"}}),
             "Could not find endpoint \"" + EndpointArn("e") + "\".");
-  EXPECT_NE(Invalid("ListTags", {{"ResourceArn", EndpointArn("e")}}).find("Could not find resource"), std::string::npos);
+  EXPECT_NE(Invalid("ListTags", {{"ResourceArn", EndpointArn("e")}}).find("Could not find resource"),
+            std::string::npos);
 }
 
 TEST_F(EndpointsApiTest, ListFiltersSortsAndPages) {

@@ -17,13 +17,13 @@ TEST(AwsErrorFromStatusTest, SageMakerAnswersEveryStoreFailureAsInternalFailure)
 }
 
 TEST(AwsErrorFromStatusTest, LogsNamesItsResourceErrors) {
-  aws::AwsError missing = AwsErrorFromStatus(Status::NotFound("The specified log group does not exist."),
-                                             ErrorService::kLogs);
+  aws::AwsError missing =
+      AwsErrorFromStatus(Status::NotFound("The specified log group does not exist."), ErrorService::kLogs);
   EXPECT_EQ(missing.code, "ResourceNotFoundException");
   EXPECT_EQ(missing.message, "The specified log group does not exist.");
   EXPECT_EQ(missing.http_status, 400);
-  aws::AwsError exists = AwsErrorFromStatus(Status::AlreadyExists("The specified log group already exists"),
-                                            ErrorService::kLogs);
+  aws::AwsError exists =
+      AwsErrorFromStatus(Status::AlreadyExists("The specified log group already exists"), ErrorService::kLogs);
   EXPECT_EQ(exists.code, "ResourceAlreadyExistsException");
   EXPECT_EQ(exists.http_status, 400);
   aws::AwsError invalid = AwsErrorFromStatus(Status::InvalidArgument("bad token"), ErrorService::kLogs);
@@ -40,8 +40,8 @@ TEST(AwsErrorFromStatusTest, LogsNamesItsResourceErrors) {
 }
 
 TEST(AwsErrorFromStatusTest, CloudWatchSaysTheMetricStoreFailed) {
-  aws::AwsError invalid = AwsErrorFromStatus(Status::InvalidArgument("The parameter X is invalid."),
-                                             ErrorService::kCloudWatch);
+  aws::AwsError invalid =
+      AwsErrorFromStatus(Status::InvalidArgument("The parameter X is invalid."), ErrorService::kCloudWatch);
   EXPECT_EQ(invalid.code, "InvalidParameterValue");
   EXPECT_EQ(invalid.message, "The parameter X is invalid.");
   EXPECT_EQ(invalid.http_status, 400);

@@ -135,15 +135,19 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
         if (error.form == aws::AuthForm::kQueryV2) return aws::AwsError("AccessDenied", m, 403);
         return aws::AwsError("AuthorizationHeaderMalformed", m, 400);
       case F::kUnknownKey:
-        return aws::AwsError("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.", 403);
-      case F::kBadToken: return aws::AwsError("InvalidToken", "The provided token is malformed or otherwise invalid.", 400);
+        return aws::AwsError("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.",
+                             403);
+      case F::kBadToken:
+        return aws::AwsError("InvalidToken", "The provided token is malformed or otherwise invalid.", 400);
       case F::kBadSignature:
         return aws::AwsError("SignatureDoesNotMatch",
                              "The request signature we calculated does not match the signature you provided. "
-                             "Check your key and signing method." + (m.empty() ? std::string() : " " + m),
+                             "Check your key and signing method." +
+                                 (m.empty() ? std::string() : " " + m),
                              403);
       case F::kSkewed: {
-        aws::AwsError e("RequestTimeTooSkewed", "The difference between the request time and the current time is too large.", 403);
+        aws::AwsError e("RequestTimeTooSkewed",
+                        "The difference between the request time and the current time is too large.", 403);
         e.With("ServerTime", FormatIso8601Millis(NowMillis())).With("MaxAllowedSkewMilliseconds", "900000");
         return e;
       }
@@ -158,16 +162,18 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
   }
   if (protocol == aws::Protocol::kQuery) {
     switch (error.failure) {
-      case F::kMissing: return aws::AwsError("MissingAuthenticationToken", "Request is missing Authentication Token", 403);
+      case F::kMissing:
+        return aws::AwsError("MissingAuthenticationToken", "Request is missing Authentication Token", 403);
       case F::kMalformed: return aws::AwsError("IncompleteSignature", m, 400);
       case F::kUnknownKey:
       case F::kBadToken:
         return aws::AwsError("InvalidClientTokenId", "The security token included in the request is invalid.", 403);
       case F::kBadSignature:
-        return aws::AwsError("SignatureDoesNotMatch",
-                             "The request signature we calculated does not match the signature you provided. "
-                             "Check your AWS Secret Access Key and signing method. Consult the service documentation for details.",
-                             403);
+        return aws::AwsError(
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match the signature you provided. "
+            "Check your AWS Secret Access Key and signing method. Consult the service documentation for details.",
+            403);
       case F::kSkewed:
       case F::kExpired:
       case F::kBadContentSha256: return aws::AwsError("SignatureDoesNotMatch", m, 403);
@@ -176,16 +182,19 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
   // JSON 1.0/1.1 answer 400; the REST-JSON runtime answers 403.
   int status = protocol == aws::Protocol::kRestJson ? 403 : 400;
   switch (error.failure) {
-    case F::kMissing: return aws::AwsError("MissingAuthenticationTokenException", "Missing Authentication Token", status);
+    case F::kMissing:
+      return aws::AwsError("MissingAuthenticationTokenException", "Missing Authentication Token", status);
     case F::kMalformed: return aws::AwsError("IncompleteSignatureException", m, status);
     case F::kUnknownKey:
     case F::kBadToken:
-      return aws::AwsError("UnrecognizedClientException", "The security token included in the request is invalid.", status);
-    case F::kBadSignature:
-      return aws::AwsError("InvalidSignatureException",
-                           "The request signature we calculated does not match the signature you provided. "
-                           "Check your AWS Secret Access Key and signing method. Consult the service documentation for details.",
+      return aws::AwsError("UnrecognizedClientException", "The security token included in the request is invalid.",
                            status);
+    case F::kBadSignature:
+      return aws::AwsError(
+          "InvalidSignatureException",
+          "The request signature we calculated does not match the signature you provided. "
+          "Check your AWS Secret Access Key and signing method. Consult the service documentation for details.",
+          status);
     case F::kSkewed:
     case F::kExpired:
     case F::kBadContentSha256: return aws::AwsError("InvalidSignatureException", m, status);
@@ -319,32 +328,35 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
     KLOG(error, "request failed with exception", {{"what", e.what()}, {"request_id", context.request_id}});
     if (!response.started()) {
       aws::AwsError internal("InternalFailure", "Internal error", 500);
-      SendWire(response, route.kind == Route::Kind::kCbor ? aws::SerializeCborError(internal, context.request_id)
-                                                          : aws::SerializeError(route.protocol, internal, context.request_id));
+      SendWire(response, route.kind == Route::Kind::kCbor
+                             ? aws::SerializeCborError(internal, context.request_id)
+                             : aws::SerializeError(route.protocol, internal, context.request_id));
     }
     response.CloseAfterResponse();
   }
   if (!response.started()) {
     // A service that forgot to answer is a bug; the client still gets a well-formed error.
     aws::AwsError internal("InternalFailure", "No response", 500);
-    SendWire(response, route.kind == Route::Kind::kCbor ? aws::SerializeCborError(internal, context.request_id)
-                                                        : aws::SerializeError(route.protocol, internal, context.request_id));
+    SendWire(response, route.kind == Route::Kind::kCbor
+                           ? aws::SerializeCborError(internal, context.request_id)
+                           : aws::SerializeError(route.protocol, internal, context.request_id));
   }
   std::string status = std::to_string(response.status());
   std::string millis = std::to_string(NowMillis() - context.start_millis);
   std::string bytes = std::to_string(response.bytes());
   std::string principal = context.auth ? context.auth->credential.access_key_id : "-";
-  KLOG(info, "request", {{"request_id", context.request_id},
-                         {"remote", request.remote_address},
-                         {"method", request.method},
-                         {"path", std::string_view(request.raw_path).substr(0, 256)},
-                         {"service", context.service},
-                         {"protocol", ProtocolName(route.protocol)},
-                         {"operation", context.operation.empty() ? route.operation : context.operation},
-                         {"key", principal},
-                         {"status", status},
-                         {"bytes_out", bytes},
-                         {"duration_ms", millis}});
+  KLOG(info, "request",
+       {{"request_id", context.request_id},
+        {"remote", request.remote_address},
+        {"method", request.method},
+        {"path", std::string_view(request.raw_path).substr(0, 256)},
+        {"service", context.service},
+        {"protocol", ProtocolName(route.protocol)},
+        {"operation", context.operation.empty() ? route.operation : context.operation},
+        {"key", principal},
+        {"status", status},
+        {"bytes_out", bytes},
+        {"duration_ms", millis}});
 }
 
 std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& request, std::string_view signing_name,
@@ -354,8 +366,8 @@ std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& re
   const aws::SignableRequest signable = Signable(request);
   const bool s3 = !body.has_value();
   const bool sigv2 = s3 && aws::IsSigV2(signable);
-  bool has_auth = request.Header("Authorization") != nullptr ||
-                  request.raw_query.find("X-Amz-Signature=") != std::string::npos;
+  bool has_auth =
+      request.Header("Authorization") != nullptr || request.raw_query.find("X-Amz-Signature=") != std::string::npos;
   // S3 also verifies (and so refuses) a presigned URL missing its signature, and SigV2.
   if (s3) has_auth = has_auth || sigv2 || request.raw_query.find("X-Amz-Credential=") != std::string::npos;
   if (!has_auth && !options_.auth_enabled) return std::nullopt;
@@ -365,13 +377,15 @@ std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& re
   verify.accept_any_region = options_.accept_any_region;
   verify.s3 = s3;
   std::variant<aws::VerifiedRequest, aws::AuthError> outcome =
-      sigv2  ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
-      : s3   ? aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt)
-             : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), Sha256Hex(*body));
+      sigv2 ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
+      : s3  ? aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt)
+            : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), Sha256Hex(*body));
   if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
-    KLOG(debug, "signature rejected", {{"request_id", context.request_id}, {"reason", error->message},
-                                       {"canonical_request", error->canonical_request},
-                                       {"string_to_sign", error->string_to_sign}});
+    KLOG(debug, "signature rejected",
+         {{"request_id", context.request_id},
+          {"reason", error->message},
+          {"canonical_request", error->canonical_request},
+          {"string_to_sign", error->string_to_sign}});
     return std::move(*error);
   }
   verified = std::get<aws::VerifiedRequest>(std::move(outcome));
@@ -507,7 +521,7 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
       SendWire(response, rpc_error(e));
     } else {
       SendWire(response, rpc_error(aws::AwsError("SerializationException",
-                                                           "Could not read the request body: " + body.status().message())));
+                                                 "Could not read the request body: " + body.status().message())));
     }
     response.CloseAfterResponse();
     return;
@@ -523,9 +537,10 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     Result<std::string> decoded = aws::Gunzip(*body, options_.max_rpc_body_bytes);
     if (!decoded.ok()) {
       bool too_large = decoded.status().code() == StatusCode::kResourceExhausted;
-      SendWire(response, rpc_error(aws::AwsError("SerializationException",
-                                                 "The gzip request body was refused: " + decoded.status().message() + ".",
-                                                 too_large ? 413 : 400)));
+      SendWire(response,
+               rpc_error(aws::AwsError("SerializationException",
+                                       "The gzip request body was refused: " + decoded.status().message() + ".",
+                                       too_large ? 413 : 400)));
       return;
     }
     body = std::move(decoded);
@@ -587,10 +602,10 @@ aws::WireResponse FrontDoor::DispatchRpc(const Route& route, const net::HttpRequ
       return cloudwatch_->HandleCbor(context, request.raw_path.substr(kPrefix.size()), body);
     }
     case Route::Kind::kRuntime:
-      return aws::SerializeError(aws::Protocol::kRestJson,
-                                 aws::AwsError("UnknownOperationException",
-                                               "SageMaker Runtime is not served by this Kiln version.", 404),
-                                 context.request_id);
+      return aws::SerializeError(
+          aws::Protocol::kRestJson,
+          aws::AwsError("UnknownOperationException", "SageMaker Runtime is not served by this Kiln version.", 404),
+          context.request_id);
     default: break;
   }
   return rpc_error(aws::AwsError("InternalFailure", "unroutable request", 500));

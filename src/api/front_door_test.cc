@@ -52,8 +52,8 @@ class FrontDoorTest : public ::testing::Test {
 
   // Sends a request through the front door, signed with `secret` unless it is empty.
   net::FakeResponseWriter Send(std::string method, std::string path, std::string query, HeaderMap headers,
-                          std::string body, const std::string& service, const std::string& key_id,
-                          const std::string& secret, int64_t time_millis = 0) {
+                               std::string body, const std::string& service, const std::string& key_id,
+                               const std::string& secret, int64_t time_millis = 0) {
     headers.emplace("Host", "127.0.0.1:5456");
     if (!secret.empty()) {
       aws::OwnedSignable signable{method, path, query, headers};
@@ -80,7 +80,7 @@ class FrontDoorTest : public ::testing::Test {
   }
 
   net::FakeResponseWriter SendJson(const std::string& target, const std::string& body, const std::string& secret,
-                              const std::string& key_id = "AKIATESTKEY000000001", int64_t time_millis = 0) {
+                                   const std::string& key_id = "AKIATESTKEY000000001", int64_t time_millis = 0) {
     return Send("POST", "/", "", {{"X-Amz-Target", target}, {"Content-Type", "application/x-amz-json-1.1"}}, body,
                 "sagemaker", key_id, secret, time_millis);
   }
@@ -138,8 +138,8 @@ TEST_F(FrontDoorTest, OversizedRpcBodyIsRefusedFromContentLength) {
   request.method = "POST";
   request.raw_path = "/";
   request.target = "/";
-  request.headers = {{"X-Amz-Target", "SageMaker.Echo"}, {"Content-Type", "application/x-amz-json-1.1"},
-                     {"Host", "127.0.0.1:5456"}};
+  request.headers = {
+      {"X-Amz-Target", "SageMaker.Echo"}, {"Content-Type", "application/x-amz-json-1.1"}, {"Host", "127.0.0.1:5456"}};
   request.body = &source;
   net::FakeResponseWriter writer;
   door_->Handle(request, writer);
@@ -178,7 +178,8 @@ TEST(FrontDoorBudgetTest, LargeBodiesPastTheInFlightBudgetAreThrottled) {
     request.raw_path = "/";
     request.target = "/";
     request.headers = {{"X-Amz-Target", "SageMaker." + operation},
-                       {"Content-Type", "application/x-amz-json-1.1"}, {"Host", "127.0.0.1:5456"}};
+                       {"Content-Type", "application/x-amz-json-1.1"},
+                       {"Host", "127.0.0.1:5456"}};
     request.body = &source;
     net::FakeResponseWriter writer;
     door.Handle(request, writer);
@@ -211,7 +212,8 @@ TEST(FrontDoorBudgetTest, LargeBodiesPastTheInFlightBudgetAreThrottled) {
 
 TEST_F(FrontDoorTest, AuthenticationFailuresPerJsonProtocol) {
   EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "{}", "")), "MissingAuthenticationTokenException");
-  EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "{}", secret_, "AKIAUNKNOWN000000000")), "UnrecognizedClientException");
+  EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "{}", secret_, "AKIAUNKNOWN000000000")),
+            "UnrecognizedClientException");
   EXPECT_EQ(ErrorType(SendJson("SageMaker.Echo", "{}", "wrong-secret-wrong-secret-wrong-secret00")),
             "InvalidSignatureException");
   auto skewed = SendJson("SageMaker.Echo", "{}", secret_, "AKIATESTKEY000000001", NowMillis() - 20 * 60 * 1000);
@@ -253,8 +255,8 @@ class FrontDoorCloudWatchTest : public FrontDoorTest {
     door_->SetCloudWatch(cloudwatch_.get());
   }
   net::FakeResponseWriter Form(const std::string& body, const std::string& service, const std::string& secret) {
-    return Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}}, body,
-                service, "AKIATESTKEY000000001", secret);
+    return Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"}}, body, service,
+                "AKIATESTKEY000000001", secret);
   }
   net::FakeResponseWriter Cbor(const std::string& op, const std::string& body, const std::string& secret) {
     return Send("POST", std::string(kCloudWatchCborPathPrefix) + op, "",
@@ -269,8 +271,9 @@ class FrontDoorCloudWatchTest : public FrontDoorTest {
 };
 
 TEST_F(FrontDoorCloudWatchTest, QueryIsRoutedByScopeOrAction) {
-  const std::string put = "Action=PutMetricData&Version=2010-08-01&Namespace=App&MetricData.member.1.MetricName=m"
-                          "&MetricData.member.1.Value=1";
+  const std::string put =
+      "Action=PutMetricData&Version=2010-08-01&Namespace=App&MetricData.member.1.MetricName=m"
+      "&MetricData.member.1.Value=1";
   auto signed_put = Form(put, "monitoring", secret_);
   EXPECT_EQ(signed_put.status(), 200) << signed_put.body();
   EXPECT_NE(signed_put.body().find("<PutMetricDataResponse"), std::string::npos);
@@ -285,8 +288,8 @@ TEST_F(FrontDoorCloudWatchTest, QueryIsRoutedByScopeOrAction) {
   EXPECT_EQ(malformed.status(), 400);
   EXPECT_NE(malformed.body().find("<Code>MalformedQueryString</Code>"), std::string::npos);
   EXPECT_NE(malformed.body().find("monitoring.amazonaws.com"), std::string::npos);
-  auto bad_key = Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded"}},
-                      "Action=ListMetrics", "monitoring", "AKIAUNKNOWN000000000", secret_);
+  auto bad_key = Send("POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded"}}, "Action=ListMetrics",
+                      "monitoring", "AKIAUNKNOWN000000000", secret_);
   EXPECT_EQ(bad_key.status(), 403);
   EXPECT_NE(bad_key.body().find("<Code>InvalidClientTokenId</Code>"), std::string::npos);
 }
@@ -380,7 +383,8 @@ TEST_F(FrontDoorRuntimeTest, WithoutRouterTheRuntimeIsUnknown) {
 
 TEST_F(FrontDoorRuntimeTest, SignedInvokeReachesTheContainer) {
   door_->SetRuntime(&router_);
-  auto w = Invoke("/endpoints/churn-ep/invocations", "69,0,153.7", {{"Content-Type", "text/csv"}, {"Accept", "application/json"}});
+  auto w = Invoke("/endpoints/churn-ep/invocations", "69,0,153.7",
+                  {{"Content-Type", "text/csv"}, {"Accept", "application/json"}});
   ASSERT_EQ(w.status(), 200) << w.body();
   EXPECT_EQ(w.body(), "{\"predictions\":[0.02]}");
   EXPECT_EQ(w.header("x-Amzn-Invoked-Production-Variant"), "AllTraffic");
@@ -511,9 +515,10 @@ TEST_F(FrontDoorRuntimeTest, DISABLED_InvokeCost) {
   spdlog::set_level(spdlog::level::warn);
   double without_log = micros(door);
   spdlog::set_level(spdlog::level::info);
-  std::printf("invoke cost (us/request, c=1): client only %.1f | router %.1f (+%.1f) | front door with access log "
-              "%.1f (+%.1f over router) | front door, log filtered %.1f (access log %.1f)\n",
-              direct, router, router - direct, with_log, with_log - router, without_log, with_log - without_log);
+  std::printf(
+      "invoke cost (us/request, c=1): client only %.1f | router %.1f (+%.1f) | front door with access log "
+      "%.1f (+%.1f over router) | front door, log filtered %.1f (access log %.1f)\n",
+      direct, router, router - direct, with_log, with_log - router, without_log, with_log - without_log);
 }
 
 TEST(AuthErrorForTest, S3Codes) {
@@ -545,7 +550,8 @@ TEST(AuthErrorForTest, S3PresignedForms) {
   EXPECT_EQ(e.http_status, 403);
   aws::AuthError expired{aws::AuthFailure::kExpired, "Request has expired", "", ""};
   expired.form = aws::AuthForm::kQueryV4;
-  expired.details = {{"X-Amz-Expires", "60"}, {"Expires", "2024-05-01T10:01:00Z"}, {"ServerTime", "2024-05-01T10:02:00Z"}};
+  expired.details = {
+      {"X-Amz-Expires", "60"}, {"Expires", "2024-05-01T10:01:00Z"}, {"ServerTime", "2024-05-01T10:02:00Z"}};
   e = AuthErrorFor(aws::Protocol::kRestXml, expired);
   EXPECT_EQ(e.code, "AccessDenied");
   EXPECT_EQ(e.http_status, 403);

@@ -68,9 +68,9 @@ void StoreCreateTags(store::TagRepository& tags, const std::string& arn, const j
 }
 
 std::variant<nlohmann::json, aws::AwsError> ListDefinitions(store::DefinitionRepository& repository,
-                                                            const EndpointsContext& context,
-                                                            const nlohmann::json& in, const char* list_member,
-                                                            const char* name_member, const char* arn_member) {
+                                                            const EndpointsContext& context, const nlohmann::json& in,
+                                                            const char* list_member, const char* name_member,
+                                                            const char* arn_member) {
   using nlohmann::json;
   store::ListFilter filter;
   if (Has(in, "NameContains")) filter.name_contains = in["NameContains"].get<std::string>();

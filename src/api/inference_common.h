@@ -53,8 +53,8 @@ void StoreCreateTags(store::TagRepository& tags, const std::string& arn, const n
 // CreationTime (default), SortOrder (default Descending), paging; each summary is
 // {<name_member>, <arn_member>, CreationTime} under `list_member`.
 std::variant<nlohmann::json, aws::AwsError> ListDefinitions(store::DefinitionRepository& repository,
-                                                            const EndpointsContext& context,
-                                                            const nlohmann::json& in, const char* list_member,
-                                                            const char* name_member, const char* arn_member);
+                                                            const EndpointsContext& context, const nlohmann::json& in,
+                                                            const char* list_member, const char* name_member,
+                                                            const char* arn_member);
 
 }  // namespace kiln::api::inference

@@ -106,8 +106,8 @@ class InferenceApiTest : public ::testing::Test {
                        {"PrimaryContainer", {{"Image", image}, {"ModelDataUrl", "s3://b/model.tar.gz"}}}});
   }
   static nlohmann::json Variant(const std::string& name, const std::string& model, int count = 1) {
-    return {{"VariantName", name}, {"ModelName", model}, {"InstanceType", "ml.m5.large"},
-            {"InitialInstanceCount", count}};
+    return {
+        {"VariantName", name}, {"ModelName", model}, {"InstanceType", "ml.m5.large"}, {"InitialInstanceCount", count}};
   }
   void CreateConfig(const std::string& name, const nlohmann::json& variants) {
     Ok("CreateEndpointConfig", {{"EndpointConfigName", name}, {"ProductionVariants", variants}});

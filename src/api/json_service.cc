@@ -38,11 +38,11 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
   if (it == handlers_.end()) {
     // AWS answers an unknown target this way; naming the operation tells the user it is Kiln
     // that does not serve it yet, not a typo in their client.
-    return aws::SerializeError(protocol_,
-                               aws::AwsError("UnknownOperationException",
-                                             "Operation " + target_prefix_ + "." + std::string(operation) +
-                                                 " is not supported by Kiln."),
-                               context.request_id);
+    return aws::SerializeError(
+        protocol_,
+        aws::AwsError("UnknownOperationException",
+                      "Operation " + target_prefix_ + "." + std::string(operation) + " is not supported by Kiln."),
+        context.request_id);
   }
   if (model_) {
     if (auto invalid = model_->ValidateInput(operation, input)) {
@@ -55,8 +55,9 @@ aws::WireResponse JsonService::Handle(const aws::RequestContext& context, std::s
   } catch (const std::exception& e) {
     // nlohmann throws on type mismatches the validators missed: a Kiln bug, not the caller's.
     KLOG(error, "operation threw", {{"operation", operation}, {"what", e.what()}, {"request_id", context.request_id}});
-    return aws::SerializeError(protocol_, aws::AwsError("InternalFailure", "Internal error; request id " + context.request_id, 500),
-                               context.request_id);
+    return aws::SerializeError(
+        protocol_, aws::AwsError("InternalFailure", "Internal error; request id " + context.request_id, 500),
+        context.request_id);
   }
   if (auto* error = std::get_if<aws::AwsError>(&outcome)) {
     return aws::SerializeError(protocol_, *error, context.request_id);

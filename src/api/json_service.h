@@ -50,8 +50,7 @@ class JsonService {
   // UnknownOperationException naming it; with a model set, an input that fails the model →
   // the model's ValidationException/SerializationException (the handler does not run); a handler
   // that throws → InternalFailure (logged).
-  aws::WireResponse Handle(const aws::RequestContext& context, std::string_view operation,
-                           std::string_view body) const;
+  aws::WireResponse Handle(const aws::RequestContext& context, std::string_view operation, std::string_view body) const;
 
  private:
   std::string target_prefix_;

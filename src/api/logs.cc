@@ -339,8 +339,8 @@ JsonOutcome FilterLogEvents(const Context& ctx, const aws::RequestContext&, cons
   query.end_time = input.Int("endTime");
   query.pattern = input.String("filterPattern").value_or("");
   if (query.pattern.size() > 1024) {
-    input.Fail(InvalidParameter(
-        ConstraintMessage(query.pattern, "filterPattern", "have length less than or equal to 1024")));
+    input.Fail(
+        InvalidParameter(ConstraintMessage(query.pattern, "filterPattern", "have length less than or equal to 1024")));
   }
   query.limit = input.Limit("limit", 1, observe::kMaxEventsLimit);
   auto token = input.String("nextToken");
@@ -360,8 +360,7 @@ JsonOutcome FilterLogEvents(const Context& ctx, const aws::RequestContext&, cons
                       {"eventId", e.event_id}});
   }
   json searched = json::array();
-  for (const auto& s : page->searched_streams)
-    searched.push_back({{"logStreamName", s}, {"searchedCompletely", true}});
+  for (const auto& s : page->searched_streams) searched.push_back({{"logStreamName", s}, {"searchedCompletely", true}});
   json out = {{"events", events}, {"searchedLogStreams", searched}};
   if (!page->next_token.empty()) out["nextToken"] = page->next_token;
   return out;

@@ -19,8 +19,8 @@ class MathParser {
     MathValue v;
     if (!Expr(&v)) return error_;
     Skip();
-    if (pos_ != text_.size()) return "Unexpected \"" + std::string(text_.substr(pos_, 16)) + "\" at position " +
-                                      std::to_string(pos_ + 1);
+    if (pos_ != text_.size())
+      return "Unexpected \"" + std::string(text_.substr(pos_, 16)) + "\" at position " + std::to_string(pos_ + 1);
     return v;
   }
 
@@ -118,7 +118,8 @@ class MathParser {
     }
     if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
       size_t begin = pos_;
-      while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.')) ++pos_;
+      while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.'))
+        ++pos_;
       char* end = nullptr;
       std::string number(text_.substr(begin, pos_ - begin));
       out->is_series = false;
@@ -128,7 +129,8 @@ class MathParser {
     }
     if (std::isalpha(static_cast<unsigned char>(c))) {
       size_t begin = pos_;
-      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
+      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
+        ++pos_;
       std::string name(text_.substr(begin, pos_ - begin));
       if (Eat('(')) return Function(name, out);
       auto found = lookup_(name);
@@ -167,9 +169,12 @@ class MathParser {
     auto reduce = [&](const std::vector<double>& xs) {
       double acc = name == "MIN" ? xs[0] : name == "MAX" ? xs[0] : 0;
       for (double x : xs) {
-        if (name == "MIN") acc = std::min(acc, x);
-        else if (name == "MAX") acc = std::max(acc, x);
-        else acc += x;
+        if (name == "MIN")
+          acc = std::min(acc, x);
+        else if (name == "MAX")
+          acc = std::max(acc, x);
+        else
+          acc += x;
       }
       return name == "AVG" ? acc / static_cast<double>(xs.size()) : acc;
     };

@@ -30,7 +30,8 @@ class MetricMathTest : public ::testing::Test {
   }
   std::map<int64_t, double> Points(std::string_view text) {
     auto r = Eval(text);
-    EXPECT_TRUE(std::holds_alternative<MathValue>(r)) << (std::holds_alternative<std::string>(r) ? std::get<std::string>(r) : "");
+    EXPECT_TRUE(std::holds_alternative<MathValue>(r))
+        << (std::holds_alternative<std::string>(r) ? std::get<std::string>(r) : "");
     if (!std::holds_alternative<MathValue>(r)) return {};
     EXPECT_TRUE(std::get<MathValue>(r).is_series) << text;
     return std::get<MathValue>(r).points;

@@ -27,7 +27,8 @@ std::optional<aws::AwsError> CheckCreateModel(const json& in) {
   bool has_model_data = false;
   for (const json& container : containers) {
     if (Has(container, "ModelPackageName") || Has(container, "InferenceSpecificationName")) {
-      return Validation("ModelPackageName is not supported by Kiln yet: give the container's Image (and ModelDataUrl).");
+      return Validation(
+          "ModelPackageName is not supported by Kiln yet: give the container's Image (and ModelDataUrl).");
     }
     if (Has(container, "AdditionalModelDataSources")) {
       return Validation("AdditionalModelDataSources is not supported by Kiln yet.");

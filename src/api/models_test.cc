@@ -9,10 +9,11 @@ using nlohmann::json;
 using ModelsApiTest = testing::InferenceApiTest;
 
 TEST_F(ModelsApiTest, CreateDescribeEchoesWithAwsDefaults) {
-  json created = Ok("CreateModel", {{"ModelName", "My-Model"},
-                                    {"ExecutionRoleArn", kRole},
-                                    {"PrimaryContainer", {{"Image", "local:/bin/serve"}, {"ModelDataUrl", "s3://b/m.tar.gz"}}},
-                                    {"Tags", {{{"Key", "team"}, {"Value", "ml"}}}}});
+  json created =
+      Ok("CreateModel", {{"ModelName", "My-Model"},
+                         {"ExecutionRoleArn", kRole},
+                         {"PrimaryContainer", {{"Image", "local:/bin/serve"}, {"ModelDataUrl", "s3://b/m.tar.gz"}}},
+                         {"Tags", {{{"Key", "team"}, {"Value", "ml"}}}}});
   EXPECT_EQ(created["ModelArn"], std::string(kArnPrefix) + "model/My-Model");
   json out = Ok("DescribeModel", {{"ModelName", "my-model"}});
   EXPECT_EQ(out["ModelName"], "My-Model");
@@ -46,16 +47,18 @@ TEST_F(ModelsApiTest, ContainerRules) {
   EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"Containers", json::array()}}).find("at least one"),
             std::string::npos);
   // Model data needs the role the instance downloads it with (Kiln, §8.3).
-  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}, {"ModelDataUrl", "s3://b/k"}}}})
-                .find("ExecutionRoleArn is required"),
-            std::string::npos);
+  EXPECT_NE(
+      Invalid("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}, {"ModelDataUrl", "s3://b/k"}}}})
+          .find("ExecutionRoleArn is required"),
+      std::string::npos);
   EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"ModelPackageName", "pkg"}}}})
                 .find("ModelPackageName is not supported by Kiln"),
             std::string::npos);
   // No model data: no role needed.
   Ok("CreateModel", {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}}}});
-  Ok("CreateModel", {{"ModelName", "b"},
-                     {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}, {"Mode", "SingleModel"}}})}});
+  Ok("CreateModel",
+     {{"ModelName", "b"},
+      {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}, {"Mode", "SingleModel"}}})}});
   json out = Ok("DescribeModel", {{"ModelName", "b"}});
   ASSERT_EQ(out["Containers"].size(), 2u);
   EXPECT_EQ(out["Containers"][1]["Mode"], "SingleModel");

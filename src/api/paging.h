@@ -30,8 +30,7 @@ namespace kiln::api {
 // A token for `cursor`, bound to `in`'s filters, issued at `now_millis`.
 std::string EncodeNextToken(const nlohmann::json& cursor, const nlohmann::json& in, int64_t now_millis);
 // The cursor of `in`'s NextToken when it is valid for `in` at `now_millis`; nullopt otherwise.
-std::optional<nlohmann::json> DecodeNextToken(const std::string& token, const nlohmann::json& in,
-                                              int64_t now_millis);
+std::optional<nlohmann::json> DecodeNextToken(const std::string& token, const nlohmann::json& in, int64_t now_millis);
 
 // "The provided NextToken is invalid." (ValidationException, 400).
 aws::AwsError InvalidNextToken();
@@ -47,8 +46,7 @@ struct ListPaging {
 // Reads MaxResults (absent or null: `default_max`), NextToken (absent, null or not a string:
 // the first page) of `in`, with the order the caller mapped from SortBy/SortOrder.
 std::variant<ListPaging, aws::AwsError> ParseListPaging(const nlohmann::json& in, store::ListSortKey sort_by,
-                                                        bool descending, int64_t now_millis,
-                                                        size_t default_max = 10);
+                                                        bool descending, int64_t now_millis, size_t default_max = 10);
 
 // Cuts `rows` (read with paging.query) to the page and returns the NextToken of the next page
 // when there is one. Row: any summary with `name`, `creation_millis` and, to sort by status,
@@ -62,15 +60,11 @@ std::optional<std::string> CutPage(std::vector<Row>& rows, const ListPaging& pag
   const Row& last = rows.back();
   nlohmann::json key;
   switch (paging.query.sort_by) {
-    case store::ListSortKey::kName:
-      key = ToLower(last.name);
-      break;
+    case store::ListSortKey::kName: key = ToLower(last.name); break;
     case store::ListSortKey::kStatus:
       if constexpr (requires { last.status; }) key = last.status;
       break;
-    case store::ListSortKey::kCreationTime:
-      key = last.creation_millis;
-      break;
+    case store::ListSortKey::kCreationTime: key = last.creation_millis; break;
   }
   return EncodeNextToken({{"k", std::move(key)}, {"n", last.name}}, in, now_millis);
 }

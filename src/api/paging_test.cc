@@ -64,9 +64,9 @@ TEST(PagingTest, RefusesForeignExpiredAndMalformedTokens) {
   const json first = {{"NameContains", "a"}};
   const std::string token = EncodeNextToken({{"k", 5}, {"n", "x"}}, first, kNow);
   EXPECT_FALSE(Invalid({{"NameContains", "a"}, {"NextToken", token}}));
-  EXPECT_TRUE(Invalid({{"NameContains", "b"}, {"NextToken", token}}));               // other filters
+  EXPECT_TRUE(Invalid({{"NameContains", "b"}, {"NextToken", token}}));  // other filters
   EXPECT_TRUE(Invalid({{"NameContains", "a"}, {"NextToken", token}}, store::ListSortKey::kCreationTime,
-                      kNow + 24LL * 3600 * 1000 + 1));                                // older than 24 h
+                      kNow + 24LL * 3600 * 1000 + 1));  // older than 24 h
   EXPECT_TRUE(Invalid({{"NextToken", "definitely-not-a-token"}}));
   EXPECT_TRUE(Invalid({{"NextToken", EncodeNextToken(json::array({1, 2}), json::object(), kNow)}}));
   EXPECT_TRUE(Invalid({{"NextToken", EncodeNextToken({{"k", 1}}, json::object(), kNow)}}));

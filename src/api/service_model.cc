@@ -16,12 +16,24 @@ namespace kiln::api {
 
 using nlohmann::json;
 
-enum class ShapeType { kStructure, kList, kMap, kString, kInteger, kLong, kFloat, kDouble, kBoolean, kTimestamp, kBlob };
+enum class ShapeType {
+  kStructure,
+  kList,
+  kMap,
+  kString,
+  kInteger,
+  kLong,
+  kFloat,
+  kDouble,
+  kBoolean,
+  kTimestamp,
+  kBlob
+};
 
 struct ServiceModel::Shape {
   struct Member {
-    std::string name;        // as sent on the wire ("TrainingJobName")
-    std::string path_name;   // as AWS reports it ("trainingJobName")
+    std::string name;       // as sent on the wire ("TrainingJobName")
+    std::string path_name;  // as AWS reports it ("trainingJobName")
     const Shape* shape = nullptr;
     bool required = false;
   };
@@ -47,9 +59,7 @@ struct ServiceModel::Shape {
   mutable std::once_flag regex_once;
   mutable std::optional<Regex> regex;
 
-  bool IsScalar() const {
-    return type != ShapeType::kStructure && type != ShapeType::kList && type != ShapeType::kMap;
-  }
+  bool IsScalar() const { return type != ShapeType::kStructure && type != ShapeType::kList && type != ShapeType::kMap; }
   bool IsNumber() const {
     return type == ShapeType::kInteger || type == ShapeType::kLong || type == ShapeType::kFloat ||
            type == ShapeType::kDouble;
@@ -70,10 +80,18 @@ std::string LowerFirst(std::string_view name) {
 // Java's POSIX classes (\p{Alnum} ...) are ASCII-only; PCRE2 has no \p{..} names for them.
 const char* JavaPosixClass(std::string_view name) {
   static const std::pair<std::string_view, const char*> kClasses[] = {
-      {"Lower", "a-z"},        {"Upper", "A-Z"},           {"ASCII", "\\x00-\\x7F"},
-      {"Alpha", "a-zA-Z"},     {"Digit", "0-9"},           {"Alnum", "a-zA-Z0-9"},
-      {"Punct", "!-/:-@\\[-`{-~"}, {"Graph", "!-~"},       {"Print", "\\x20-\\x7E"},
-      {"Blank", " \\t"},       {"Cntrl", "\\x00-\\x1F\\x7F"}, {"XDigit", "0-9a-fA-F"},
+      {"Lower", "a-z"},
+      {"Upper", "A-Z"},
+      {"ASCII", "\\x00-\\x7F"},
+      {"Alpha", "a-zA-Z"},
+      {"Digit", "0-9"},
+      {"Alnum", "a-zA-Z0-9"},
+      {"Punct", "!-/:-@\\[-`{-~"},
+      {"Graph", "!-~"},
+      {"Print", "\\x20-\\x7E"},
+      {"Blank", " \\t"},
+      {"Cntrl", "\\x00-\\x1F\\x7F"},
+      {"XDigit", "0-9a-fA-F"},
       {"Space", " \\t\\n\\x0B\\f\\r"},
   };
   for (const auto& [java, ranges] : kClasses) {
@@ -87,7 +105,10 @@ const char* JavaPosixClass(std::string_view name) {
 int HexValue(std::string_view hex) {
   int value = 0;
   for (char c : hex) {
-    int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    int digit = (c >= '0' && c <= '9')   ? c - '0'
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                         : -1;
     if (digit < 0) {
       return -1;
     }
@@ -232,7 +253,9 @@ bool RenderValueUpTo(const json& value, std::string& out, size_t end) {
   }
 }
 
-void RenderValue(const json& value, std::string& out) { RenderValueUpTo(value, out, out.size() + kMaxRenderedValueBytes); }
+void RenderValue(const json& value, std::string& out) {
+  RenderValueUpTo(value, out, out.size() + kMaxRenderedValueBytes);
+}
 
 const char* JavaTypeName(ShapeType type) {
   switch (type) {
@@ -405,8 +428,7 @@ bool Validator::ScalarTypeFits(const Shape& shape, const json& value) {
         return false;
       }
       return true;
-    default:
-      return true;
+    default: return true;
   }
 }
 
@@ -450,7 +472,8 @@ bool Validator::ScalarConstraints(const Shape& shape, const json& value, bool re
       size_t size = bytes ? bytes->size() : 0;
       if (!SizeConstraints(shape, value, size, false)) {
         // AWS prints the ByteBuffer, not the bytes.
-        json rendered = "java.nio.HeapByteBuffer[pos=0 lim=" + std::to_string(size) + " cap=" + std::to_string(size) + "]";
+        json rendered =
+            "java.nio.HeapByteBuffer[pos=0 lim=" + std::to_string(size) + " cap=" + std::to_string(size) + "]";
         if (report) SizeConstraints(shape, rendered, size, true);
         return false;
       }
@@ -472,12 +495,12 @@ bool Validator::ScalarConstraints(const Shape& shape, const json& value, bool re
       }
       if (shape.min && number < shape.min->get<double>()) {
         ok = false;
-        if (report) AddError(&value, "Member must have value greater than or equal to " + BoundText(*shape.min, floating));
+        if (report)
+          AddError(&value, "Member must have value greater than or equal to " + BoundText(*shape.min, floating));
       }
       return ok;
     }
-    default:
-      return true;
+    default: return true;
   }
 }
 
@@ -600,7 +623,8 @@ void Validator::Map(const Shape& shape, const json& value) {
     if (!values_ok || has_null) {
       std::string list = element.constraint_list;
       if (has_null) {
-        list = list.size() > 2 ? list.substr(0, list.size() - 1) + ", Member must not be null]" : "[Member must not be null]";
+        list = list.size() > 2 ? list.substr(0, list.size() - 1) + ", Member must not be null]"
+                               : "[Member must not be null]";
       }
       AddError(&value, "Map value must satisfy constraint: " + list);
     }
@@ -626,10 +650,10 @@ json ToJson(const ojson& number) {
 
 Result<ShapeType> ParseType(std::string_view type) {
   static const std::pair<std::string_view, ShapeType> kTypes[] = {
-      {"structure", ShapeType::kStructure}, {"list", ShapeType::kList},       {"map", ShapeType::kMap},
-      {"string", ShapeType::kString},       {"integer", ShapeType::kInteger}, {"long", ShapeType::kLong},
-      {"float", ShapeType::kFloat},         {"double", ShapeType::kDouble},   {"boolean", ShapeType::kBoolean},
-      {"timestamp", ShapeType::kTimestamp}, {"blob", ShapeType::kBlob},       {"byte", ShapeType::kInteger},
+      {"structure", ShapeType::kStructure}, {"list", ShapeType::kList},         {"map", ShapeType::kMap},
+      {"string", ShapeType::kString},       {"integer", ShapeType::kInteger},   {"long", ShapeType::kLong},
+      {"float", ShapeType::kFloat},         {"double", ShapeType::kDouble},     {"boolean", ShapeType::kBoolean},
+      {"timestamp", ShapeType::kTimestamp}, {"blob", ShapeType::kBlob},         {"byte", ShapeType::kInteger},
       {"short", ShapeType::kInteger},       {"bigdecimal", ShapeType::kDouble}, {"biginteger", ShapeType::kLong},
   };
   for (const auto& [name, value] : kTypes) {
@@ -643,7 +667,8 @@ std::string BuildConstraintList(const ServiceModel::Shape& shape) {
   bool floating = shape.type == ShapeType::kFloat || shape.type == ShapeType::kDouble;
   if (shape.IsNumber()) {
     if (shape.max) parts.push_back("Member must have value less than or equal to " + BoundText(*shape.max, floating));
-    if (shape.min) parts.push_back("Member must have value greater than or equal to " + BoundText(*shape.min, floating));
+    if (shape.min)
+      parts.push_back("Member must have value greater than or equal to " + BoundText(*shape.min, floating));
   } else {
     if (shape.max) parts.push_back("Member must have length less than or equal to " + shape.max->dump());
     if (shape.min) parts.push_back("Member must have length greater than or equal to " + shape.min->dump());
@@ -667,7 +692,8 @@ const Regex* ServiceModel::Shape::GetRegex() const {
     if (compiled.ok()) {
       regex = std::move(compiled).value();
     } else {
-      KLOG(warn, "model pattern skipped", {{"shape", name}, {"pattern", pattern}, {"error", compiled.status().message()}});
+      KLOG(warn, "model pattern skipped",
+           {{"shape", name}, {"pattern", pattern}, {"error", compiled.status().message()}});
     }
   });
   return regex ? &*regex : nullptr;
@@ -713,7 +739,8 @@ Result<std::shared_ptr<const ServiceModel>> ServiceModel::Parse(std::string_view
     ASSIGN_OR_RETURN(shape.type, ParseType(definition["type"].get<std::string>()));
     if (auto it = definition.find("min"); it != definition.end() && it->is_number()) shape.min = ToJson(*it);
     if (auto it = definition.find("max"); it != definition.end() && it->is_number()) shape.max = ToJson(*it);
-    if (auto it = definition.find("pattern"); it != definition.end() && it->is_string()) shape.pattern = it->get<std::string>();
+    if (auto it = definition.find("pattern"); it != definition.end() && it->is_string())
+      shape.pattern = it->get<std::string>();
     if (auto it = definition.find("enum"); it != definition.end() && it->is_array()) {
       shape.enum_text = "[";
       for (const auto& value : *it) {

@@ -187,8 +187,9 @@ TEST_F(ServiceModelTest, HugeValuesAreQuotedAsABoundedPrefix) {
   request["StoppingCondition"]["MaxRuntimeInSeconds"] = "é" + std::string(1 << 20, 'y');
   message = Message(request);
   EXPECT_LT(message.size(), 512u);
-  EXPECT_EQ(message, "SerializationException: class java.lang.String can not be converted to an Integer (at "
-                     "'stoppingCondition.maxRuntimeInSeconds')");
+  EXPECT_EQ(message,
+            "SerializationException: class java.lang.String can not be converted to an Integer (at "
+            "'stoppingCondition.maxRuntimeInSeconds')");
 
   request = ValidTrainingJob();
   request["EnableNetworkIsolation"] = std::string(1 << 20, 'z');
@@ -205,8 +206,9 @@ TEST_F(ServiceModelTest, HugeValuesAreQuotedAsABoundedPrefix) {
 TEST_F(ServiceModelTest, IntegersOutsideJavaRangesAreSerializationExceptions) {
   json request = ValidTrainingJob();
   request["StoppingCondition"]["MaxRuntimeInSeconds"] = int64_t{1} << 62;
-  EXPECT_EQ(Message(request), "SerializationException: Numeric value (4611686018427387904) out of range of int "
-                              "(-2147483648 - 2147483647) (at 'stoppingCondition.maxRuntimeInSeconds')");
+  EXPECT_EQ(Message(request),
+            "SerializationException: Numeric value (4611686018427387904) out of range of int "
+            "(-2147483648 - 2147483647) (at 'stoppingCondition.maxRuntimeInSeconds')");
   request["StoppingCondition"]["MaxRuntimeInSeconds"] = 2147483648LL;
   EXPECT_NE(Message(request).find("out of range of int"), std::string::npos);
   request["StoppingCondition"]["MaxRuntimeInSeconds"] = 2147483647LL;  // in range; no max in the model
@@ -341,8 +343,9 @@ TEST_F(ServiceModelTest, TypeMismatchesAreSerializationExceptions) {
             "SerializationException: Start of structure or map found where not expected. (at 'inputDataConfig')");
   request = ValidTrainingJob();
   request["EnableNetworkIsolation"] = "yes";
-  EXPECT_EQ(Message(request), "SerializationException: 'yes' can not be converted to an Boolean (at "
-                              "'enableNetworkIsolation')");
+  EXPECT_EQ(Message(request),
+            "SerializationException: 'yes' can not be converted to an Boolean (at "
+            "'enableNetworkIsolation')");
   request = ValidTrainingJob();
   request["HyperParameters"] = {{"epochs", 10}};
   EXPECT_EQ(Message(request).rfind("SerializationException: ", 0), 0u);

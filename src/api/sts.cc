@@ -32,12 +32,20 @@ aws::WireResponse HandleSts(const aws::RequestContext& context, const std::map<s
   response.body =
       "<GetCallerIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\n"
       "  <GetCallerIdentityResult>\n"
-      "    <Arn>" + XmlEscape(arn) + "</Arn>\n"
-      "    <UserId>" + XmlEscape(user_id) + "</UserId>\n"
-      "    <Account>" + XmlEscape(account) + "</Account>\n"
+      "    <Arn>" +
+      XmlEscape(arn) +
+      "</Arn>\n"
+      "    <UserId>" +
+      XmlEscape(user_id) +
+      "</UserId>\n"
+      "    <Account>" +
+      XmlEscape(account) +
+      "</Account>\n"
       "  </GetCallerIdentityResult>\n"
       "  <ResponseMetadata>\n"
-      "    <RequestId>" + XmlEscape(context.request_id) + "</RequestId>\n"
+      "    <RequestId>" +
+      XmlEscape(context.request_id) +
+      "</RequestId>\n"
       "  </ResponseMetadata>\n"
       "</GetCallerIdentityResponse>\n";
   return response;

@@ -53,12 +53,14 @@ constexpr const char* kUnsupportedMembers[] = {"ServerlessJobConfig", "MlflowCon
 // AlgorithmSpecification: an image to run (Kiln registers no algorithms) and its input mode.
 std::optional<aws::AwsError> CheckAlgorithm(const json& algorithm) {
   if (!algorithm.is_object()) {
-    return Validation("AlgorithmSpecification is required: Kiln runs training images, so give "
-                      "AlgorithmSpecification.TrainingImage and AlgorithmSpecification.TrainingInputMode.");
+    return Validation(
+        "AlgorithmSpecification is required: Kiln runs training images, so give "
+        "AlgorithmSpecification.TrainingImage and AlgorithmSpecification.TrainingInputMode.");
   }
   if (algorithm.contains("AlgorithmName") && !algorithm["AlgorithmName"].is_null()) {
-    return Validation("AlgorithmSpecification.AlgorithmName is not supported by Kiln (no algorithms are registered); "
-                      "give AlgorithmSpecification.TrainingImage instead.");
+    return Validation(
+        "AlgorithmSpecification.AlgorithmName is not supported by Kiln (no algorithms are registered); "
+        "give AlgorithmSpecification.TrainingImage instead.");
   }
   if (!algorithm.contains("TrainingImage") || !algorithm["TrainingImage"].is_string() ||
       algorithm["TrainingImage"].get<std::string>().empty()) {
@@ -73,11 +75,13 @@ std::optional<aws::AwsError> CheckAlgorithm(const json& algorithm) {
 // ResourceConfig: one homogeneous cluster of at least one instance with a volume.
 std::optional<aws::AwsError> CheckResourceConfig(const json& rc) {
   if (!rc.is_object()) {
-    return Validation("ResourceConfig is required: give ResourceConfig.InstanceType, InstanceCount and VolumeSizeInGB.");
+    return Validation(
+        "ResourceConfig is required: give ResourceConfig.InstanceType, InstanceCount and VolumeSizeInGB.");
   }
   if (rc.contains("InstanceGroups") && !rc["InstanceGroups"].is_null()) {
-    return Validation("ResourceConfig.InstanceGroups (heterogeneous clusters) is not supported by Kiln yet; give "
-                      "ResourceConfig.InstanceType and InstanceCount.");
+    return Validation(
+        "ResourceConfig.InstanceGroups (heterogeneous clusters) is not supported by Kiln yet; give "
+        "ResourceConfig.InstanceType and InstanceCount.");
   }
   for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
     if (!rc.contains(member) || rc[member].is_null()) {
@@ -106,16 +110,18 @@ std::optional<aws::AwsError> CheckStoppingCondition(const json& in) {
   const bool spot = in.value("EnableManagedSpotTraining", false);
   if (sc.contains("MaxWaitTimeInSeconds") && !sc["MaxWaitTimeInSeconds"].is_null()) {
     if (!spot) {
-      return Validation("Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to "
-                        "true.");
+      return Validation(
+          "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to "
+          "true.");
     }
     int64_t runtime = sc.value("MaxRuntimeInSeconds", int64_t{86400});
     if (sc["MaxWaitTimeInSeconds"].get<int64_t>() < runtime) {
       return Validation("Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds.");
     }
   } else if (spot) {
-    return Validation("Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to "
-                      "true.");
+    return Validation(
+        "Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to "
+        "true.");
   }
   return std::nullopt;
 }
@@ -161,7 +167,8 @@ std::optional<aws::AwsError> CheckChannels(const json& in, const std::string& de
 // problem found is the answer.
 std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller) {
   for (const char* member : kUnsupportedMembers) {
-    if (in.contains(member) && !in[member].is_null()) return Validation(std::string(member) + " is not supported by Kiln.");
+    if (in.contains(member) && !in[member].is_null())
+      return Validation(std::string(member) + " is not supported by Kiln.");
   }
   const json algorithm = in.value("AlgorithmSpecification", json());
   if (auto error = CheckAlgorithm(algorithm)) return error;
@@ -170,7 +177,8 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
   if (auto error = CheckStoppingCondition(in)) return error;
   if (auto error = CheckChannels(in, algorithm.value("TrainingInputMode", "File"))) return error;
   if (algorithm.contains("MetricDefinitions")) {
-    auto extractor = observe::MetricExtractor::Create(control::MetricDefinitionsFromJson(algorithm["MetricDefinitions"]));
+    auto extractor =
+        observe::MetricExtractor::Create(control::MetricDefinitionsFromJson(algorithm["MetricDefinitions"]));
     if (!extractor.ok()) return Validation(extractor.status().message());
   }
   Status feasible = controller->CheckFeasible(rc["InstanceType"].get<std::string>(), rc["InstanceCount"].get<int>());
@@ -226,9 +234,8 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
   out["LastModifiedTime"] = Seconds(record.last_modified_millis);
   json transitions = json::array();
   for (const store::SecondaryStatusTransition& t : state.transitions) {
-    json entry = {{"Status", store::ToString(t.status)},
-                  {"StartTime", Seconds(t.start_millis)},
-                  {"StatusMessage", t.message}};
+    json entry = {
+        {"Status", store::ToString(t.status)}, {"StartTime", Seconds(t.start_millis)}, {"StatusMessage", t.message}};
     if (t.end_millis) entry["EndTime"] = Seconds(*t.end_millis);
     transitions.push_back(entry);
   }
@@ -242,11 +249,11 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
   out["SecondaryStatusTransitions"] = transitions;
   json metrics = json::array();
   for (const auto& [name, point] : state.final_metrics) {
-    metrics.push_back(
-        {{"MetricName", name}, {"Value", point.value}, {"Timestamp", Seconds(point.timestamp_millis)}});
+    metrics.push_back({{"MetricName", name}, {"Value", point.value}, {"Timestamp", Seconds(point.timestamp_millis)}});
   }
   out["FinalMetricDataList"] = metrics;
-  for (const char* flag : {"EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining"}) {
+  for (const char* flag :
+       {"EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining"}) {
     out[flag] = in.value(flag, false);
   }
   if (state.training_start_millis) {
@@ -259,10 +266,10 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
       out["BillableTimeInSeconds"] = seconds;
     }
   }
-  for (const char* member : {"VpcConfig", "CheckpointConfig", "DebugHookConfig", "DebugRuleConfigurations",
-                             "TensorBoardOutputConfig", "ExperimentConfig", "ProfilerConfig",
-                             "ProfilerRuleConfigurations", "Environment", "RetryStrategy", "RemoteDebugConfig",
-                             "InfraCheckConfig"}) {
+  for (const char* member :
+       {"VpcConfig", "CheckpointConfig", "DebugHookConfig", "DebugRuleConfigurations", "TensorBoardOutputConfig",
+        "ExperimentConfig", "ProfilerConfig", "ProfilerRuleConfigurations", "Environment", "RetryStrategy",
+        "RemoteDebugConfig", "InfraCheckConfig"}) {
     if (in.contains(member) && !in[member].is_null()) out[member] = in[member];
   }
   return out;
@@ -351,7 +358,8 @@ store::ListFilter ListFilterOf(const json& in) {
   if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
   if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
   if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
-  if (in.contains("LastModifiedTimeBefore")) query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
+  if (in.contains("LastModifiedTimeBefore"))
+    query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
   return query;
 }
 
@@ -399,7 +407,8 @@ JsonOutcome StopTrainingJob(Operations& ops, const json& in) {
   std::string refused;
   auto updated = ops.jobs.Mutate(name, [&](store::TrainingJobRecord& r) {
     if (r.status != store::TrainingJobStatus::kInProgress) {
-      refused = "The job status is " + std::string(store::ToString(r.status)) + "; only InProgress jobs can be stopped.";
+      refused =
+          "The job status is " + std::string(store::ToString(r.status)) + "; only InProgress jobs can be stopped.";
       return Status::FailedPrecondition(refused);
     }
     // A request for the controller to carry out (RequestStop below); the phase stays its own.
@@ -547,9 +556,8 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
                           {"ListTags", ListTags},
                           {"DeleteTags", DeleteTags}}) {
     // `op = op`: clang before 16 cannot capture a structured binding by name.
-    service->Register(name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome {
-      return op(*ops, in);
-    });
+    service->Register(
+        name, [ops, op = op](const aws::RequestContext&, const json& in) -> JsonOutcome { return op(*ops, in); });
   }
 }
 

@@ -155,7 +155,8 @@ class Decoder {
       case 1: {
         uint64_t v = 0;
         RETURN_IF_ERROR(Argument(info, &v));
-        if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Error("negative integer out of range");
+        if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          return Error("negative integer out of range");
         *out = -1 - static_cast<int64_t>(v);
         return Status::Ok();
       }

@@ -32,8 +32,8 @@
 namespace kiln::aws {
 
 struct CborLimits {
-  int max_depth = 64;           // arrays/maps/tags nested deeper are refused
-  size_t max_values = 200000;   // data items in the whole document
+  int max_depth = 64;          // arrays/maps/tags nested deeper are refused
+  size_t max_values = 200000;  // data items in the whole document
 };
 
 // Decodes exactly one data item spanning all of `bytes`. See the header comment for the mapping.

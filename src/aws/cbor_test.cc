@@ -38,7 +38,7 @@ TEST(CborTest, Scalars) {
   EXPECT_EQ(Decode(Bytes({0xf5})), true);
   EXPECT_TRUE(Decode(Bytes({0xf6})).is_null());
   EXPECT_TRUE(Decode(Bytes({0xf7})).is_null());
-  EXPECT_DOUBLE_EQ(Decode(Bytes({0xf9, 0x3c, 0x00})).get<double>(), 1.0);       // half
+  EXPECT_DOUBLE_EQ(Decode(Bytes({0xf9, 0x3c, 0x00})).get<double>(), 1.0);  // half
   EXPECT_DOUBLE_EQ(Decode(Bytes({0xf9, 0xc4, 0x00})).get<double>(), -4.0);
   EXPECT_DOUBLE_EQ(Decode(Bytes({0xfa, 0x47, 0xc3, 0x50, 0x00})).get<double>(), 100000.0);  // single
   EXPECT_DOUBLE_EQ(Decode(Bytes({0xfb, 0x3f, 0xf1, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9a})).get<double>(), 1.1);
@@ -53,9 +53,9 @@ TEST(CborTest, ContainersAndIndefiniteLengths) {
   EXPECT_EQ(Decode(Bytes({0xa2, 0x61, 'a', 0x01, 0x61, 'b', 0x82, 0x02, 0x03})),
             nlohmann::json::parse(R"({"a":1,"b":[2,3]})"));
   // {_ "a": [_ 1, 2], "s": (_ "ab" "c")}
-  EXPECT_EQ(Decode(Bytes({0xbf, 0x61, 'a', 0x9f, 0x01, 0x02, 0xff, 0x61, 's', 0x7f, 0x62, 'a', 'b', 0x61, 'c', 0xff,
-                          0xff})),
-            nlohmann::json::parse(R"({"a":[1,2],"s":"abc"})"));
+  EXPECT_EQ(
+      Decode(Bytes({0xbf, 0x61, 'a', 0x9f, 0x01, 0x02, 0xff, 0x61, 's', 0x7f, 0x62, 'a', 'b', 0x61, 'c', 0xff, 0xff})),
+      nlohmann::json::parse(R"({"a":[1,2],"s":"abc"})"));
 }
 
 TEST(CborTest, TimestampTag) {

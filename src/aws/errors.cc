@@ -39,8 +39,7 @@ std::string XmlElement(std::string_view name, std::string_view value) {
 
 }  // namespace
 
-WireResponse SerializeError(Protocol protocol, const AwsError& error, std::string_view request_id,
-                            bool head_request) {
+WireResponse SerializeError(Protocol protocol, const AwsError& error, std::string_view request_id, bool head_request) {
   WireResponse response;
   response.status = error.http_status;
   HeaderMap& headers = response.headers;
@@ -49,8 +48,8 @@ WireResponse SerializeError(Protocol protocol, const AwsError& error, std::strin
     case Protocol::kJson10: {
       headers.emplace("x-amzn-RequestId", std::string(request_id));
       headers.emplace("x-amzn-ErrorType", error.code);
-      headers.emplace("Content-Type", protocol == Protocol::kJson11 ? "application/x-amz-json-1.1"
-                                                                    : "application/x-amz-json-1.0");
+      headers.emplace("Content-Type",
+                      protocol == Protocol::kJson11 ? "application/x-amz-json-1.1" : "application/x-amz-json-1.0");
       if (protocol == Protocol::kJson10) {
         headers.emplace("x-amzn-query-error", error.code + (error.sender_fault ? ";Sender" : ";Receiver"));
       }

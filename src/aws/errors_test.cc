@@ -21,9 +21,8 @@ TEST(ErrorsTest, Json11) {
   AwsError error("ValidationException", "Could not find endpoint \"churn-ep\".");
   WireResponse response = SerializeError(Protocol::kJson11, error, "req-1");
   EXPECT_EQ(response.status, 400);
-  EXPECT_EQ(response.body,
-            R"j({"__type":"ValidationException","message":"Could not find endpoint \"churn-ep\".",)j"
-            R"j("Message":"Could not find endpoint \"churn-ep\"."})j");
+  EXPECT_EQ(response.body, R"j({"__type":"ValidationException","message":"Could not find endpoint \"churn-ep\".",)j"
+                           R"j("Message":"Could not find endpoint \"churn-ep\"."})j");
   EXPECT_EQ(Header(response, "x-amzn-RequestId"), "req-1");
   EXPECT_EQ(Header(response, "x-amzn-ErrorType"), "ValidationException");
   EXPECT_EQ(Header(response, "Content-Type"), "application/x-amz-json-1.1");
@@ -36,17 +35,17 @@ TEST(ErrorsTest, Json11ExtraFields) {
   error.With("OriginalStatusCode", "400").With("LogStreamArn", "arn:x");
   WireResponse response = SerializeError(Protocol::kJson11, error, "r");
   EXPECT_EQ(response.status, 424);
-  EXPECT_EQ(response.body,
-            R"j({"__type":"ModelError","message":"Received client error (400)","Message":"Received client error (400)",)j"
-            R"j("OriginalStatusCode":"400","LogStreamArn":"arn:x"})j");
+  EXPECT_EQ(
+      response.body,
+      R"j({"__type":"ModelError","message":"Received client error (400)","Message":"Received client error (400)",)j"
+      R"j("OriginalStatusCode":"400","LogStreamArn":"arn:x"})j");
 }
 
 TEST(ErrorsTest, Json10AddsQueryError) {
   AwsError error("InvalidParameterValue", "The parameter Period must be positive.");
   WireResponse response = SerializeError(Protocol::kJson10, error, "req-2");
-  EXPECT_EQ(response.body,
-            R"j({"__type":"InvalidParameterValue","message":"The parameter Period must be positive.",)j"
-            R"j("Message":"The parameter Period must be positive."})j");
+  EXPECT_EQ(response.body, R"j({"__type":"InvalidParameterValue","message":"The parameter Period must be positive.",)j"
+                           R"j("Message":"The parameter Period must be positive."})j");
   EXPECT_EQ(Header(response, "Content-Type"), "application/x-amz-json-1.0");
   EXPECT_EQ(Header(response, "x-amzn-query-error"), "InvalidParameterValue;Sender");
   EXPECT_EQ(Header(response, "x-amzn-ErrorType"), "InvalidParameterValue");

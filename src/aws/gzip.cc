@@ -46,8 +46,8 @@ Result<std::string> Gunzip(std::string_view data, size_t max_bytes) {
       return Status::InvalidArgument("gzip body is truncated");
     }
     if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return Status::InvalidArgument(std::string("gzip body is corrupt (") + (zs.msg != nullptr ? zs.msg : "inflate failed") +
-                                     ")");
+      return Status::InvalidArgument(std::string("gzip body is corrupt (") +
+                                     (zs.msg != nullptr ? zs.msg : "inflate failed") + ")");
     }
   }
 }

@@ -11,8 +11,8 @@
 namespace kiln::aws {
 namespace {
 
-constexpr size_t kBufferSize = 64 * 1024;   // upstream read-ahead for chunk framing
-constexpr size_t kMaxLineBytes = 4096;      // a chunk header or one trailer line
+constexpr size_t kBufferSize = 64 * 1024;  // upstream read-ahead for chunk framing
+constexpr size_t kMaxLineBytes = 4096;     // a chunk header or one trailer line
 constexpr size_t kMaxTrailerBytes = 16 * 1024;
 constexpr std::string_view kChecksumPrefix = "x-amz-checksum-";
 
@@ -30,14 +30,10 @@ std::string UpperName(S3Checksum::Algorithm algorithm) {
 size_t DigestBytes(S3Checksum::Algorithm algorithm) {
   switch (algorithm) {
     case S3Checksum::Algorithm::kCrc32:
-    case S3Checksum::Algorithm::kCrc32c:
-      return 4;
-    case S3Checksum::Algorithm::kSha1:
-      return 20;
-    case S3Checksum::Algorithm::kSha256:
-      return 32;
-    case S3Checksum::Algorithm::kCrc64Nvme:
-      return 8;
+    case S3Checksum::Algorithm::kCrc32c: return 4;
+    case S3Checksum::Algorithm::kSha1: return 20;
+    case S3Checksum::Algorithm::kSha256: return 32;
+    case S3Checksum::Algorithm::kCrc64Nvme: return 8;
   }
   return 0;
 }
@@ -183,7 +179,8 @@ class PayloadReaderBase : public PayloadReader {
       return Status::Ok();  // other trailers carry nothing Kiln verifies
     }
     for (PendingChecksum& checksum : pending_) {
-      if (checksum.from_trailer && name == std::string(kChecksumPrefix) + std::string(S3Checksum::Name(checksum.algorithm))) {
+      if (checksum.from_trailer &&
+          name == std::string(kChecksumPrefix) + std::string(S3Checksum::Name(checksum.algorithm))) {
         if (!ValidChecksumValue(checksum.algorithm, value)) {
           return Fail(PayloadErrorKind::kMalformed, Status::InvalidArgument(InvalidChecksumMessage(name)));
         }
@@ -211,8 +208,7 @@ class PayloadReaderBase : public PayloadReader {
       std::string header_name = std::string(kChecksumPrefix) + std::string(S3Checksum::Name(checksum.algorithm));
       if (checksum.expected.empty()) {
         return Fail(PayloadErrorKind::kMalformed,
-                    Status::InvalidArgument("The trailer " + header_name +
-                                            " declared in x-amz-trailer was not sent."));
+                    Status::InvalidArgument("The trailer " + header_name + " declared in x-amz-trailer was not sent."));
       }
       std::string actual = checksum.hasher.FinalBase64();
       if (!ConstantTimeEquals(actual, checksum.expected)) {
@@ -396,8 +392,7 @@ class ChunkedPayloadReader final : public PayloadReaderBase {
           RETURN_IF_ERROR(ParseTrailerLine());
           break;
         }
-        case State::kDone:
-          return size_t{0};
+        case State::kDone: return size_t{0};
       }
     }
   }
@@ -494,8 +489,8 @@ class ChunkedPayloadReader final : public PayloadReaderBase {
 
   Status EndOfChunkData() {
     if (signed_) {
-      std::string string_to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + verified_->amz_date + "\n" + verified_->scope +
-                                   "\n" + previous_signature_ + "\n" + std::string(kEmptySha256) + "\n" +
+      std::string string_to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + verified_->amz_date + "\n" + verified_->scope + "\n" +
+                                   previous_signature_ + "\n" + std::string(kEmptySha256) + "\n" +
                                    HexEncode(chunk_sha256_->Final());
       std::string expected = HexEncode(HmacSha256(verified_->signing_key, string_to_sign));
       if (!ConstantTimeEquals(expected, chunk_signature_)) {
@@ -541,8 +536,8 @@ class ChunkedPayloadReader final : public PayloadReaderBase {
     if (trailer_signature_.empty()) {
       return Malformed("The aws-chunked trailer has no x-amz-trailer-signature.");
     }
-    std::string string_to_sign = "AWS4-HMAC-SHA256-TRAILER\n" + verified_->amz_date + "\n" + verified_->scope +
-                                 "\n" + previous_signature_ + "\n" + Sha256Hex(canonical_trailers_);
+    std::string string_to_sign = "AWS4-HMAC-SHA256-TRAILER\n" + verified_->amz_date + "\n" + verified_->scope + "\n" +
+                                 previous_signature_ + "\n" + Sha256Hex(canonical_trailers_);
     std::string expected = HexEncode(HmacSha256(verified_->signing_key, string_to_sign));
     if (!ConstantTimeEquals(expected, trailer_signature_)) {
       return Fail(PayloadErrorKind::kSignatureMismatch,

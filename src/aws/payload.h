@@ -17,12 +17,12 @@ namespace kiln::aws {
 
 enum class PayloadErrorKind {
   kNone,
-  kSha256Mismatch,       // XAmzContentSHA256Mismatch
-  kBadDigest,            // Content-MD5 or x-amz-checksum-* mismatch → BadDigest / InvalidRequest
-  kSignatureMismatch,    // a chunk signature → SignatureDoesNotMatch
-  kMalformed,            // bad chunk framing or trailer → IncompleteBody / InvalidRequest
-  kIncomplete,           // fewer bytes than declared → IncompleteBody
-  kTooLarge,             // more bytes than declared or allowed → EntityTooLarge / InvalidRequest
+  kSha256Mismatch,     // XAmzContentSHA256Mismatch
+  kBadDigest,          // Content-MD5 or x-amz-checksum-* mismatch → BadDigest / InvalidRequest
+  kSignatureMismatch,  // a chunk signature → SignatureDoesNotMatch
+  kMalformed,          // bad chunk framing or trailer → IncompleteBody / InvalidRequest
+  kIncomplete,         // fewer bytes than declared → IncompleteBody
+  kTooLarge,           // more bytes than declared or allowed → EntityTooLarge / InvalidRequest
 };
 
 // A ByteSource decoding and verifying one S3 payload. Build it with OpenPayload().

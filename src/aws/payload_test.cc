@@ -136,8 +136,9 @@ TEST(PayloadTest, OpenRejectsBadHeaders) {
             "The Content-MD5 you specified was invalid.");
   EXPECT_EQ(Drain("x", Headers({{"x-amz-checksum-crc32", "AAAA"}}), &verified, 1).status.message(),
             "Value for x-amz-checksum-crc32 header is invalid.");
-  EXPECT_TRUE(Drain("x", Headers({{"x-amz-checksum-crc32", Crc32Base64("x")}, {"x-amz-checksum-sha1",
-                                                                                Base64Encode(std::string(20, 'a'))}}),
+  EXPECT_TRUE(Drain("x",
+                    Headers({{"x-amz-checksum-crc32", Crc32Base64("x")},
+                             {"x-amz-checksum-sha1", Base64Encode(std::string(20, 'a'))}}),
                     &verified, 1)
                   .status.IsInvalidArgument());
   VerifiedRequest chunked;
@@ -258,8 +259,8 @@ TEST(PayloadTest, LargeChunkIsStreamedNotBuffered) {
   std::string data(kSize, 'q');
   char hex[32];
   std::snprintf(hex, sizeof(hex), "%zx", kSize);
-  std::string body = std::string(hex) + "\r\n" + data + "\r\n0\r\nx-amz-checksum-crc32:" + Crc32Base64(data) +
-                     "\r\n\r\n";
+  std::string body =
+      std::string(hex) + "\r\n" + data + "\r\n0\r\nx-amz-checksum-crc32:" + Crc32Base64(data) + "\r\n\r\n";
   VerifiedRequest verified;
   verified.payload_mode = std::string(kStreamingUnsignedTrailer);
   HeaderMap headers =
@@ -324,19 +325,22 @@ VerifiedRequest VerifyDocExample(bool trailer) {
   if (trailer) {
     request.headers.emplace("x-amz-content-sha256", std::string(kStreamingSignedTrailer));
     request.headers.emplace("x-amz-trailer", "x-amz-checksum-crc32c");
-    signed_headers = "content-encoding;host;x-amz-content-sha256;x-amz-date;x-amz-decoded-content-length;"
-                     "x-amz-storage-class;x-amz-trailer";
+    signed_headers =
+        "content-encoding;host;x-amz-content-sha256;x-amz-date;x-amz-decoded-content-length;"
+        "x-amz-storage-class;x-amz-trailer";
     seed = "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e";
   } else {
     request.headers.emplace("Content-Length", "66824");
     request.headers.emplace("x-amz-content-sha256", std::string(kStreamingSigned));
-    signed_headers = "content-encoding;content-length;host;x-amz-content-sha256;x-amz-date;"
-                     "x-amz-decoded-content-length;x-amz-storage-class";
+    signed_headers =
+        "content-encoding;content-length;host;x-amz-content-sha256;x-amz-date;"
+        "x-amz-decoded-content-length;x-amz-storage-class";
     seed = std::string(kSeed);
   }
   request.headers.emplace("Authorization",
                           "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,"
-                          "SignedHeaders=" + signed_headers + ",Signature=" + seed);
+                          "SignedHeaders=" +
+                              signed_headers + ",Signature=" + seed);
   VerifyOptions options;
   options.expected_service = "s3";
   options.regions = {"us-east-1"};
@@ -409,8 +413,9 @@ TEST(PayloadSignedTest, DocumentedChunkedUploadWithSignedTrailer) {
   ASSERT_EQ(verified.seed_signature, "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e");
   HeaderMap headers = DocHeaders();
   headers.emplace("x-amz-trailer", "x-amz-checksum-crc32c");
-  std::string trailers = "x-amz-checksum-crc32c:sOO8/Q==\r\n"
-                         "x-amz-trailer-signature:d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435\r\n";
+  std::string trailers =
+      "x-amz-checksum-crc32c:sOO8/Q==\r\n"
+      "x-amz-trailer-signature:d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435\r\n";
   std::string body = DocBody("b474d8862b1487a5145d686f57f013e54db672cee1c953b3010fb58501ef5aa2",
                              "1c1344b170168f8e65b41376b44b20fe354e373826ccbbe2c1d40a8cae51e5c7",
                              "2ca2aba2005185cf7159c6277faf83795951dd77a3a99e6e65d5c9f85863f992", trailers);

@@ -184,7 +184,7 @@ void Scalar(std::string& out, const std::string& type, const nlohmann::json& val
   } else if (value.is_number_integer() && type != "timestamp") {
     out += value.dump();
   } else if (value.is_number()) {
-    out += type == "timestamp" ? FormatTimestamp(value.get<double>())
+    out += type == "timestamp"                     ? FormatTimestamp(value.get<double>())
            : (type == "integer" || type == "long") ? std::to_string(static_cast<int64_t>(value.get<double>()))
                                                    : FormatDouble(value.get<double>());
   } else if (!value.is_null()) {

@@ -91,9 +91,10 @@ TEST(QueryCodecTest, EncodesXmlInShapeOrder) {
           "xmlOrder": ["Timestamp", "Average", "Ext"]},
     "S": {"type": "string"}, "Ts": {"type": "timestamp"}, "D": {"type": "double"},
     "M": {"type": "map", "key": {"shape": "S"}, "value": {"shape": "D"}}})");
-  nlohmann::json value = {{"Label", "a<b"},
-                          {"Points", {{{"Average", 0.1}, {"Timestamp", 1714557600}, {"Ext", {{"p99", 2}}}},
-                                      {{"Timestamp", 1714557600.5}}}}};
+  nlohmann::json value = {
+      {"Label", "a<b"},
+      {"Points",
+       {{{"Average", 0.1}, {"Timestamp", 1714557600}, {"Ext", {{"p99", 2}}}}, {{"Timestamp", 1714557600.5}}}}};
   EXPECT_EQ(EncodeQueryXml(shapes, "Out", value),
             "<Label>a&lt;b</Label><Points>"
             "<member><Timestamp>2024-05-01T10:00:00Z</Timestamp><Average>0.1</Average>"
@@ -102,8 +103,8 @@ TEST(QueryCodecTest, EncodesXmlInShapeOrder) {
 }
 
 TEST(QueryCodecTest, ResponseAndErrorEnvelopes) {
-  WireResponse ok = QueryResponse("ListMetrics", "http://monitoring.amazonaws.com/doc/2010-08-01/", true,
-                                  "<Metrics/>", "req-1");
+  WireResponse ok =
+      QueryResponse("ListMetrics", "http://monitoring.amazonaws.com/doc/2010-08-01/", true, "<Metrics/>", "req-1");
   EXPECT_EQ(ok.body,
             "<ListMetricsResponse xmlns=\"http://monitoring.amazonaws.com/doc/2010-08-01/\"><ListMetricsResult>"
             "<Metrics/></ListMetricsResult><ResponseMetadata><RequestId>req-1</RequestId></ResponseMetadata>"

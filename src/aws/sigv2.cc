@@ -17,13 +17,41 @@ namespace kiln::aws {
 namespace {
 
 // Sub-resources that belong to the signed resource (botocore's HmacV1Auth.QSAOfInterest).
-constexpr std::string_view kSubresources[] = {
-    "accelerate", "acl", "cors", "defaultObjectAcl", "location", "logging", "partNumber", "policy",
-    "requestPayment", "torrent", "versioning", "versionId", "versions", "website", "uploads", "uploadId",
-    "response-content-type", "response-content-language", "response-expires", "response-cache-control",
-    "response-content-disposition", "response-content-encoding", "delete", "lifecycle", "tagging", "restore",
-    "storageClass", "notification", "replication", "analytics", "metrics", "inventory", "select",
-    "select-type", "object-lock"};
+constexpr std::string_view kSubresources[] = {"accelerate",
+                                              "acl",
+                                              "cors",
+                                              "defaultObjectAcl",
+                                              "location",
+                                              "logging",
+                                              "partNumber",
+                                              "policy",
+                                              "requestPayment",
+                                              "torrent",
+                                              "versioning",
+                                              "versionId",
+                                              "versions",
+                                              "website",
+                                              "uploads",
+                                              "uploadId",
+                                              "response-content-type",
+                                              "response-content-language",
+                                              "response-expires",
+                                              "response-cache-control",
+                                              "response-content-disposition",
+                                              "response-content-encoding",
+                                              "delete",
+                                              "lifecycle",
+                                              "tagging",
+                                              "restore",
+                                              "storageClass",
+                                              "notification",
+                                              "replication",
+                                              "analytics",
+                                              "metrics",
+                                              "inventory",
+                                              "select",
+                                              "select-type",
+                                              "object-lock"};
 
 bool IsSubresource(std::string_view name) {
   return std::find(std::begin(kSubresources), std::end(kSubresources), name) != std::end(kSubresources);
@@ -122,16 +150,17 @@ std::string SigV2Sign(std::string_view secret, std::string_view string_to_sign) 
 }
 
 std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& request,
-                                                    const CredentialProvider& credentials,
-                                                    const std::string& default_region, int64_t now_millis,
-                                                    int64_t max_skew_millis) {
+                                                     const CredentialProvider& credentials,
+                                                     const std::string& default_region, int64_t now_millis,
+                                                     int64_t max_skew_millis) {
   std::string key_id, signature, date_or_expires;
   bool query_form = false;
   if (const std::string* auth = FindHeader(request.headers, "Authorization")) {
     std::string_view rest = Trim(std::string_view(*auth).substr(4));
     size_t colon = rest.rfind(':');
     if (colon == std::string_view::npos || colon == 0 || colon + 1 == rest.size()) {
-      return AuthError{AuthFailure::kMalformed, "The authorization header is malformed; expected 'AWS <key>:<signature>'.", "", ""};
+      return AuthError{AuthFailure::kMalformed,
+                       "The authorization header is malformed; expected 'AWS <key>:<signature>'.", "", ""};
     }
     key_id = std::string(rest.substr(0, colon));
     signature = std::string(rest.substr(colon + 1));
@@ -141,12 +170,11 @@ std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& requ
     auto t = ParseRfc1123(when);
     if (!t) t = ParseAmzDate(when);
     if (!t) {
-      return AuthError{AuthFailure::kMissing,
-                       "AWS authentication requires a valid Date or x-amz-date header", "", ""};
+      return AuthError{AuthFailure::kMissing, "AWS authentication requires a valid Date or x-amz-date header", "", ""};
     }
     if (*t < now_millis - max_skew_millis || *t > now_millis + max_skew_millis) {
-      return AuthError{AuthFailure::kSkewed, "The difference between the request time and the current time is too large.",
-                       "", ""};
+      return AuthError{AuthFailure::kSkewed,
+                       "The difference between the request time and the current time is too large.", "", ""};
     }
     // When x-amz-date is given it is the signed time and the Date line is empty (S3 docs).
     if (!amz_date.empty()) date_or_expires.clear();
@@ -181,7 +209,8 @@ std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& requ
   }
   std::optional<Credential> credential = credentials.Lookup(key_id);
   if (!credential) {
-    return AuthError{AuthFailure::kUnknownKey, "The AWS Access Key Id you provided does not exist in our records.", "", ""};
+    return AuthError{AuthFailure::kUnknownKey, "The AWS Access Key Id you provided does not exist in our records.", "",
+                     ""};
   }
   if (!credential->session_token.empty()) {
     std::string token = HeaderValue(request.headers, "x-amz-security-token");
@@ -194,8 +223,8 @@ std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& requ
   // suffixes, so the host's first label is tried as the bucket when the plain path fails.
   std::vector<std::string> resources = {request.raw_path.empty() ? "/" : std::string(request.raw_path)};
   std::string host = HeaderValue(request.headers, "Host");
-  if (size_t dot = host.find('.'); dot != std::string::npos && dot > 0 &&
-                                   host.find_first_not_of("0123456789.:") != std::string::npos) {
+  if (size_t dot = host.find('.');
+      dot != std::string::npos && dot > 0 && host.find_first_not_of("0123456789.:") != std::string::npos) {
     resources.push_back("/" + host.substr(0, dot) + resources.front());
   }
   std::string first_string_to_sign;

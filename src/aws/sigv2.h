@@ -31,8 +31,8 @@ std::string SigV2Sign(std::string_view secret, std::string_view string_to_sign);
 // Expires that is not 0..2^31-1 seconds since the epoch is kMalformed. Query-form failures carry
 // AuthForm::kQueryV2 (S3 answers them AccessDenied).
 std::variant<VerifiedRequest, AuthError> VerifySigV2(const SignableRequest& request,
-                                                    const CredentialProvider& credentials,
-                                                    const std::string& default_region, int64_t now_millis,
-                                                    int64_t max_skew_millis = 15 * 60 * 1000);
+                                                     const CredentialProvider& credentials,
+                                                     const std::string& default_region, int64_t now_millis,
+                                                     int64_t max_skew_millis = 15 * 60 * 1000);
 
 }  // namespace kiln::aws

@@ -27,8 +27,8 @@ constexpr int64_t kMaxPresignSeconds = 604800;
 // distinct keys per day in practice).
 class SigningKeyCache {
  public:
-  std::string Get(std::string_view key_id, std::string_view secret, std::string_view date,
-                  std::string_view region, std::string_view service) {
+  std::string Get(std::string_view key_id, std::string_view secret, std::string_view date, std::string_view region,
+                  std::string_view service) {
     std::string cache_key;
     cache_key.reserve(key_id.size() + date.size() + region.size() + service.size() + 3);
     cache_key.append(key_id).append("\n").append(date).append("\n").append(region).append("\n").append(service);
@@ -65,9 +65,8 @@ bool IsHex64(std::string_view s) {
   if (s.size() != 64) {
     return false;
   }
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-  });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); });
 }
 
 bool IsPayloadLiteral(std::string_view s) {
@@ -173,23 +172,21 @@ void SetHeader(HeaderMap& headers, const std::string& name, std::string value) {
 struct ParsedAuth {
   bool presigned = false;
   std::string access_key_id;
-  std::string date;     // credential scope date
+  std::string date;  // credential scope date
   std::string region;
   std::string service;
   std::string terminator;
   std::vector<std::string> signed_headers;
   std::string signed_headers_text;
   std::string signature;
-  std::string amz_date;  // the request time as yyyymmddThhmmssZ
+  std::string amz_date;               // the request time as yyyymmddThhmmssZ
   bool amz_date_from_header = false;  // X-Amz-Date header (header form) rather than Date
   int64_t expires_seconds = 0;        // presigned only
   std::string security_token;         // from header or query, "" if none
   bool has_security_token = false;
 };
 
-AuthError Fail(AuthFailure failure, std::string message) {
-  return AuthError{failure, std::move(message), "", ""};
-}
+AuthError Fail(AuthFailure failure, std::string message) { return AuthError{failure, std::move(message), "", ""}; }
 
 // A failure of the presigned (query-string) form.
 AuthError FailQuery(AuthFailure failure, std::string message) {
@@ -228,7 +225,7 @@ std::string CredentialMalformedMessage(bool s3, std::string_view credential) {
 }
 
 std::variant<ParsedAuth, AuthError> ParseHeaderForm(const SignableRequest& request, const std::string& authorization,
-                                                   const VerifyOptions& options) {
+                                                    const VerifyOptions& options) {
   ParsedAuth parsed;
   std::string_view text = Trim(authorization);
   if (!StartsWith(text, kAlgorithm) || (text.size() > kAlgorithm.size() && text[kAlgorithm.size()] != ' ')) {
@@ -301,7 +298,7 @@ std::variant<ParsedAuth, AuthError> ParseHeaderForm(const SignableRequest& reque
 }
 
 std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryParam>& params,
-                                                      const VerifyOptions& options) {
+                                                       const VerifyOptions& options) {
   ParsedAuth parsed;
   parsed.presigned = true;
   const std::string* algorithm = FindQueryParam(params, "X-Amz-Algorithm");
@@ -313,8 +310,7 @@ std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryPa
   std::string missing;
   for (auto [value, name] : {std::pair{algorithm, "X-Amz-Algorithm"}, std::pair{credential, "X-Amz-Credential"},
                              std::pair{signature, "X-Amz-Signature"}, std::pair{date, "X-Amz-Date"},
-                             std::pair{signed_headers, "X-Amz-SignedHeaders"},
-                             std::pair{expires, "X-Amz-Expires"}}) {
+                             std::pair{signed_headers, "X-Amz-SignedHeaders"}, std::pair{expires, "X-Amz-Expires"}}) {
     if (value == nullptr) {
       missing += missing.empty() ? "" : ", ";
       missing += name;
@@ -322,9 +318,9 @@ std::variant<ParsedAuth, AuthError> ParsePresignedForm(const std::vector<QueryPa
   }
   if (!missing.empty()) {
     return FailQuery(AuthFailure::kMalformed,
-                "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
-                "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters. Missing: " +
-                    missing + ".");
+                     "Query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
+                     "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters. Missing: " +
+                         missing + ".");
   }
   if (*algorithm != kAlgorithm) {
     return FailQuery(AuthFailure::kMalformed, "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"");
@@ -579,9 +575,8 @@ std::optional<AuthError> CheckScope(const ParsedAuth& parsed, const VerifyOption
                 "Credential should be scoped to correct service: '" + options.expected_service + "'. ");
   }
   if (parsed.terminator != kTerminator) {
-    return Fail(AuthFailure::kMalformed,
-                "Credential should be scoped with a valid terminator: 'aws4_request', not '" + parsed.terminator +
-                    "'. ");
+    return Fail(AuthFailure::kMalformed, "Credential should be scoped with a valid terminator: 'aws4_request', not '" +
+                                             parsed.terminator + "'. ");
   }
   return std::nullopt;
 }
@@ -664,9 +659,9 @@ std::optional<AuthError> CheckSignedHeaders(const SignableRequest& request, cons
     return std::find(parsed.signed_headers.begin(), parsed.signed_headers.end(), name) != parsed.signed_headers.end();
   };
   if (!is_signed("host")) {
-    return Fail(AuthFailure::kMalformed, parsed.presigned ? "X-Amz-SignedHeaders must include 'host'."
-                                                          : "'Host' must be a signed header. SignedHeaders=" +
-                                                                parsed.signed_headers_text);
+    return Fail(AuthFailure::kMalformed,
+                parsed.presigned ? "X-Amz-SignedHeaders must include 'host'."
+                                 : "'Host' must be a signed header. SignedHeaders=" + parsed.signed_headers_text);
   }
   if (!parsed.presigned && parsed.amz_date_from_header && !is_signed("x-amz-date")) {
     return Fail(AuthFailure::kMalformed,
@@ -674,8 +669,8 @@ std::optional<AuthError> CheckSignedHeaders(const SignableRequest& request, cons
   }
   for (const std::string& name : parsed.signed_headers) {
     if (name.empty() || name != ToLower(name) || FindHeader(request.headers, name) == nullptr) {
-      return Fail(AuthFailure::kBadSignature,
-                  SignatureMismatchMessage(options.s3) + " Signed header '" + name + "' is not present in the request.");
+      return Fail(AuthFailure::kBadSignature, SignatureMismatchMessage(options.s3) + " Signed header '" + name +
+                                                  "' is not present in the request.");
     }
   }
   return std::nullopt;
@@ -684,9 +679,9 @@ std::optional<AuthError> CheckSignedHeaders(const SignableRequest& request, cons
 }  // namespace
 
 std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& request,
-                                                      const CredentialProvider& credentials,
-                                                      const VerifyOptions& options, int64_t now_millis,
-                                                      std::optional<std::string_view> body_sha256_hex) {
+                                                       const CredentialProvider& credentials,
+                                                       const VerifyOptions& options, int64_t now_millis,
+                                                       std::optional<std::string_view> body_sha256_hex) {
   std::variant<ParsedAuth, AuthError> parse_result = ParseAuth(request, options);
   if (auto* error = std::get_if<AuthError>(&parse_result)) {
     return std::move(*error);
@@ -711,9 +706,8 @@ std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& re
 
   // Step 6: the signature.
   std::string scope = Scope(parsed.date, parsed.region, parsed.service);
-  std::string signing_key =
-      KeyCache().Get(credential->access_key_id, credential->secret_access_key, parsed.date, parsed.region,
-                     parsed.service);
+  std::string signing_key = KeyCache().Get(credential->access_key_id, credential->secret_access_key, parsed.date,
+                                           parsed.region, parsed.service);
   std::string canonical = CanonicalRequest(request, parsed.signed_headers, payload_hash.hash, options.s3);
   std::string string_to_sign = StringToSign(parsed.amz_date, scope, canonical);
   std::string expected = HexEncode(HmacSha256(signing_key, string_to_sign));

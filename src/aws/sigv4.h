@@ -20,8 +20,7 @@
 
 namespace kiln::aws {
 
-inline constexpr std::string_view kEmptySha256 =
-    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+inline constexpr std::string_view kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 inline constexpr std::string_view kUnsignedPayload = "UNSIGNED-PAYLOAD";
 inline constexpr std::string_view kStreamingSigned = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
 inline constexpr std::string_view kStreamingSignedTrailer = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
@@ -71,8 +70,8 @@ struct SignOptions {
   std::string secret_access_key;
   std::string session_token;  // added as X-Amz-Security-Token when non-empty
   std::string region = "us-east-1";
-  std::string service;        // "s3", "sagemaker", ...
-  int64_t time_millis = 0;    // 0 = now
+  std::string service;      // "s3", "sagemaker", ...
+  int64_t time_millis = 0;  // 0 = now
   // Hex SHA-256 of the body, or UNSIGNED-PAYLOAD / a STREAMING-* literal. Empty = hash of "".
   std::string payload_hash;
   // S3 puts the payload hash in x-amz-content-sha256 and uses S3 canonical URI rules.
@@ -90,13 +89,13 @@ std::string PresignQuery(const SignableRequest& request, const SignOptions& opti
 // ---- Verification (server side) ----
 
 enum class AuthFailure {
-  kMissing,         // no Authorization header and no presigned parameters
-  kMalformed,       // a part missing or unparsable
-  kUnknownKey,      // access key id not known
-  kBadToken,        // security token missing/wrong for a key that has one
-  kBadSignature,    // signature mismatch (includes wrong scope service/region in message)
-  kSkewed,          // X-Amz-Date outside ±15 min
-  kExpired,         // presigned URL past X-Amz-Date + X-Amz-Expires
+  kMissing,           // no Authorization header and no presigned parameters
+  kMalformed,         // a part missing or unparsable
+  kUnknownKey,        // access key id not known
+  kBadToken,          // security token missing/wrong for a key that has one
+  kBadSignature,      // signature mismatch (includes wrong scope service/region in message)
+  kSkewed,            // X-Amz-Date outside ±15 min
+  kExpired,           // presigned URL past X-Amz-Date + X-Amz-Expires
   kBadContentSha256,  // S3 x-amz-content-sha256 missing or not a valid value
 };
 
@@ -123,10 +122,10 @@ struct AuthError {
 };
 
 struct VerifyOptions {
-  std::string expected_service;             // signing name of the service hit ("s3", "sts", ...)
-  std::vector<std::string> regions;         // accepted scope regions
+  std::string expected_service;      // signing name of the service hit ("s3", "sts", ...)
+  std::vector<std::string> regions;  // accepted scope regions
   bool accept_any_region = false;
-  bool s3 = false;                          // S3 canonical rules, x-amz-content-sha256 required
+  bool s3 = false;  // S3 canonical rules, x-amz-content-sha256 required
   int64_t max_skew_millis = 15 * 60 * 1000;
 };
 
@@ -134,10 +133,10 @@ struct VerifiedRequest {
   Credential credential;
   std::string region;
   std::string service;
-  std::string amz_date;         // yyyymmddThhmmssZ from the request
-  std::string scope;            // yyyymmdd/region/service/aws4_request
-  std::string signing_key;      // raw kSigning, for chunk signatures
-  std::string seed_signature;   // hex header signature: the first "previous signature" of chunks
+  std::string amz_date;        // yyyymmddThhmmssZ from the request
+  std::string scope;           // yyyymmdd/region/service/aws4_request
+  std::string signing_key;     // raw kSigning, for chunk signatures
+  std::string seed_signature;  // hex header signature: the first "previous signature" of chunks
   // What the payload claims: a 64-hex hash, UNSIGNED-PAYLOAD, or a STREAMING-* literal. For
   // non-S3 header-signed requests this is x-amz-content-sha256 if present, else "" meaning the
   // caller must hash the body and compare with `signed_payload_hash` computed by the signature.
@@ -150,9 +149,9 @@ struct VerifiedRequest {
 // (JSON and query services), `body_sha256_hex` must be supplied by the caller (those bodies are
 // small and read before verification); pass nullopt for S3.
 std::variant<VerifiedRequest, AuthError> VerifyRequest(const SignableRequest& request,
-                                                      const CredentialProvider& credentials,
-                                                      const VerifyOptions& options, int64_t now_millis,
-                                                      std::optional<std::string_view> body_sha256_hex);
+                                                       const CredentialProvider& credentials,
+                                                       const VerifyOptions& options, int64_t now_millis,
+                                                       std::optional<std::string_view> body_sha256_hex);
 
 // The signing name from a request's credential scope (header or presigned form), or "" when the
 // request carries no parsable SigV4 credential. Used for dispatch before verification.

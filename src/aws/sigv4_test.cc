@@ -75,66 +75,202 @@ struct SuiteCase {
 
 const std::vector<SuiteCase>& SuiteCases() {
   static const auto* cases = new std::vector<SuiteCase>{
-      {"get-header-key-duplicate", "GET", "/", "",
-       {{"My-Header1", "value2"}, {"My-Header1", "value2"}, {"My-Header1", "value1"}}, "",
-       "c9d5ea9f3f72853aea855b47ea873832890dbdd183b4468f858259531a5138ea", ""},
-      {"get-header-value-order", "GET", "/", "",
-       {{"My-Header1", "value4"}, {"My-Header1", "value1"}, {"My-Header1", "value3"}, {"My-Header1", "value2"}},
-       "", "08c7e5a9acfcfeb3ab6b2185e75ce8b1deb5e634ec47601a50643f830c755c01", ""},
-      {"get-header-value-trim", "GET", "/", "", {{"My-Header1", " value1"}, {"My-Header2", " \"a   b   c\""}}, "",
-       "acc3ed3afb60bb290fc8d2dd0098b9911fcaa05412b367055dee359757a9c736", ""},
-      {"get-unreserved", "GET", "/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", "", {}, "",
-       "07ef7494c76fa4850883e2b006601f940f8a34d404d0cfa977f52a65bbf5f24f", ""},
-      {"get-utf8", "GET", "/\xE1\x88\xB4", "", {}, "",
-       "8318018e0b0f223aa2bbf98705b62bb787dc9c0e678f255a891fd03141be5d85", ""},
-      {"get-vanilla", "GET", "/", "", {}, "", "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+      {"get-header-key-duplicate",
+       "GET",
+       "/",
+       "",
+       {{"My-Header1", "value2"}, {"My-Header1", "value2"}, {"My-Header1", "value1"}},
+       "",
+       "c9d5ea9f3f72853aea855b47ea873832890dbdd183b4468f858259531a5138ea",
        ""},
-      {"get-vanilla-empty-query-key", "GET", "/", "Param1=value1", {}, "",
-       "a67d582fa61cc504c4bae71f336f98b97f1ea3c7a6bfe1b6e45aec72011b9aeb", ""},
-      {"get-vanilla-query-order-key-case", "GET", "/", "Param2=value2&Param1=value1", {}, "",
-       "b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500", ""},
-      {"get-vanilla-query-unreserved", "GET", "/",
+      {"get-header-value-order",
+       "GET",
+       "/",
+       "",
+       {{"My-Header1", "value4"}, {"My-Header1", "value1"}, {"My-Header1", "value3"}, {"My-Header1", "value2"}},
+       "",
+       "08c7e5a9acfcfeb3ab6b2185e75ce8b1deb5e634ec47601a50643f830c755c01",
+       ""},
+      {"get-header-value-trim",
+       "GET",
+       "/",
+       "",
+       {{"My-Header1", " value1"}, {"My-Header2", " \"a   b   c\""}},
+       "",
+       "acc3ed3afb60bb290fc8d2dd0098b9911fcaa05412b367055dee359757a9c736",
+       ""},
+      {"get-unreserved",
+       "GET",
+       "/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+       "",
+       {},
+       "",
+       "07ef7494c76fa4850883e2b006601f940f8a34d404d0cfa977f52a65bbf5f24f",
+       ""},
+      {"get-utf8",
+       "GET",
+       "/\xE1\x88\xB4",
+       "",
+       {},
+       "",
+       "8318018e0b0f223aa2bbf98705b62bb787dc9c0e678f255a891fd03141be5d85",
+       ""},
+      {"get-vanilla", "GET", "/", "", {}, "", "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31", ""},
+      {"get-vanilla-empty-query-key",
+       "GET",
+       "/",
+       "Param1=value1",
+       {},
+       "",
+       "a67d582fa61cc504c4bae71f336f98b97f1ea3c7a6bfe1b6e45aec72011b9aeb",
+       ""},
+      {"get-vanilla-query-order-key-case",
+       "GET",
+       "/",
+       "Param2=value2&Param1=value1",
+       {},
+       "",
+       "b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500",
+       ""},
+      {"get-vanilla-query-unreserved",
+       "GET",
+       "/",
        "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz="
        "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
-       {}, "", "9c3e54bfcdf0b19771a7f523ee5669cdf59bc7cc0884027167c21bb143a40197", ""},
-      {"get-vanilla-utf8-query", "GET", "/", "%E1%88%B4=bar", {}, "",
-       "2cdec8eed098649ff3a119c94853b13c643bcf08f8b0a1d91e12c9027818dd04", ""},
-      {"post-header-key-case", "POST", "/", "", {}, "",
-       "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b", ""},
-      {"post-header-key-sort", "POST", "/", "", {{"My-Header1", "value1"}}, "",
-       "c5410059b04c1ee005303aed430f6e6645f61f4dc9e1461ec8f8916fdf18852c", ""},
-      {"post-header-value-case", "POST", "/", "", {{"My-Header1", "VALUE1"}}, "",
-       "cdbc9802e29d2942e5e10b5bccfdd67c5f22c7c4e8ae67b53629efa58b974b7d", ""},
-      {"post-sts-header-before", "POST", "/", "", {}, "",
+       {},
+       "",
+       "9c3e54bfcdf0b19771a7f523ee5669cdf59bc7cc0884027167c21bb143a40197",
+       ""},
+      {"get-vanilla-utf8-query",
+       "GET",
+       "/",
+       "%E1%88%B4=bar",
+       {},
+       "",
+       "2cdec8eed098649ff3a119c94853b13c643bcf08f8b0a1d91e12c9027818dd04",
+       ""},
+      {"post-header-key-case",
+       "POST",
+       "/",
+       "",
+       {},
+       "",
+       "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b",
+       ""},
+      {"post-header-key-sort",
+       "POST",
+       "/",
+       "",
+       {{"My-Header1", "value1"}},
+       "",
+       "c5410059b04c1ee005303aed430f6e6645f61f4dc9e1461ec8f8916fdf18852c",
+       ""},
+      {"post-header-value-case",
+       "POST",
+       "/",
+       "",
+       {{"My-Header1", "VALUE1"}},
+       "",
+       "cdbc9802e29d2942e5e10b5bccfdd67c5f22c7c4e8ae67b53629efa58b974b7d",
+       ""},
+      {"post-sts-header-before",
+       "POST",
+       "/",
+       "",
+       {},
+       "",
        "85d96828115b5dc0cfc3bd16ad9e210dd772bbebba041836c64533a82be05ead",
        "AQoDYXdzEPT//////////wEXAMPLEtc764bNrC9SAPBSM22wDOk4x4HIZ8j4FZTwdQWLWsKWHGBuFqwAeMicRXmxfpSPfIeoIYRqTflfKD8"
        "YUuwthAx7mSEI/qkPpKPi/kMcGdQrmGdeehM4IC1NtBmUpp2wUE8phUZampKsburEDy0KPkyQDYwT7WZ0wq5VSXDvp75YU9HFvlRd8Tx6q6"
        "fE8YQcHNVXAkiY9q6d+xo0rKwT38xVqr7ZD0u0iPPkUL64lIZbqBAz+scqKmlzm8FDrypNC9Yjc8fPOLn9FX9KSYvKTr4rvx3iSIlTJabI"
        "Qwj2ICCR/oLxBA=="},
-      {"post-vanilla", "POST", "/", "", {}, "", "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b",
+      {"post-vanilla", "POST", "/", "", {}, "", "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b", ""},
+      {"post-vanilla-query",
+       "POST",
+       "/",
+       "Param1=value1",
+       {},
+       "",
+       "28038455d6de14eafc1f9222cf5aa6f1a96197d7deb8263271d420d138af7f11",
        ""},
-      {"post-vanilla-query", "POST", "/", "Param1=value1", {}, "",
-       "28038455d6de14eafc1f9222cf5aa6f1a96197d7deb8263271d420d138af7f11", ""},
-      {"post-x-www-form-urlencoded", "POST", "/", "", {{"Content-Type", "application/x-www-form-urlencoded"}},
-       "Param1=value1", "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a", ""},
-      {"post-x-www-form-urlencoded-parameters", "POST", "/", "",
-       {{"Content-Type", "application/x-www-form-urlencoded; charset=utf8"}}, "Param1=value1",
-       "1a72ec8f64bd914b0e42e42607c7fbce7fb2c7465f63e3092b3b0d39fa77a6fe", ""},
-      {"get-space-normalized", "GET", "/example space/", "", {}, "",
-       "652487583200325589f1fba4c7e578f72c47cb61beeca81406b39ddec1366741", ""},
-      {"get-relative-normalized", "GET", "/example/..", "", {}, "",
-       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31", ""},
-      {"get-relative-relative-normalized", "GET", "/example1/example2/../..", "", {}, "",
-       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31", ""},
-      {"get-slash-normalized", "GET", "//", "", {}, "",
-       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31", ""},
-      {"get-slash-dot-slash-normalized", "GET", "/./", "", {}, "",
-       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31", ""},
-      {"get-slash-pointless-dot-normalized", "GET", "/./example", "", {}, "",
-       "ef75d96142cf21edca26f06005da7988e4f8dc83a165a80865db7089db637ec5", ""},
-      {"get-slashes-normalized", "GET", "//example//", "", {}, "",
-       "9a624bd73a37c9a373b5312afbebe7a714a789de108f0bdfe846570885f57e84", ""},
-      {"get-vanilla-with-session-token", "GET", "/", "", {}, "",
+      {"post-x-www-form-urlencoded",
+       "POST",
+       "/",
+       "",
+       {{"Content-Type", "application/x-www-form-urlencoded"}},
+       "Param1=value1",
+       "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a",
+       ""},
+      {"post-x-www-form-urlencoded-parameters",
+       "POST",
+       "/",
+       "",
+       {{"Content-Type", "application/x-www-form-urlencoded; charset=utf8"}},
+       "Param1=value1",
+       "1a72ec8f64bd914b0e42e42607c7fbce7fb2c7465f63e3092b3b0d39fa77a6fe",
+       ""},
+      {"get-space-normalized",
+       "GET",
+       "/example space/",
+       "",
+       {},
+       "",
+       "652487583200325589f1fba4c7e578f72c47cb61beeca81406b39ddec1366741",
+       ""},
+      {"get-relative-normalized",
+       "GET",
+       "/example/..",
+       "",
+       {},
+       "",
+       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+       ""},
+      {"get-relative-relative-normalized",
+       "GET",
+       "/example1/example2/../..",
+       "",
+       {},
+       "",
+       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+       ""},
+      {"get-slash-normalized",
+       "GET",
+       "//",
+       "",
+       {},
+       "",
+       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+       ""},
+      {"get-slash-dot-slash-normalized",
+       "GET",
+       "/./",
+       "",
+       {},
+       "",
+       "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+       ""},
+      {"get-slash-pointless-dot-normalized",
+       "GET",
+       "/./example",
+       "",
+       {},
+       "",
+       "ef75d96142cf21edca26f06005da7988e4f8dc83a165a80865db7089db637ec5",
+       ""},
+      {"get-slashes-normalized",
+       "GET",
+       "//example//",
+       "",
+       {},
+       "",
+       "9a624bd73a37c9a373b5312afbebe7a714a789de108f0bdfe846570885f57e84",
+       ""},
+      {"get-vanilla-with-session-token",
+       "GET",
+       "/",
+       "",
+       {},
+       "",
        "07ec1639c89043aa0e3e2de82b96708f198cceab042d4a97044c66dd9f74e7f8",
        "6e86291e8372ff2a2260956d9b8aae1d763fbf315fa00fa31553b73ebf194267"},
   };
@@ -372,8 +508,9 @@ TEST(SigV4S3Test, BucketExamplesWithQueries) {
     std::string query;
     std::string signature;
   };
-  for (const Case& c : {Case{"lifecycle", "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"},
-                        Case{"max-keys=2&prefix=J", "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"}}) {
+  for (const Case& c :
+       {Case{"lifecycle", "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"},
+        Case{"max-keys=2&prefix=J", "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"}}) {
     OwnedSignable request{"GET", "/", c.query, {}};
     request.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
     request.headers.emplace("x-amz-date", "20130524T000000Z");
@@ -387,12 +524,13 @@ TEST(SigV4S3Test, BucketExamplesWithQueries) {
 }
 
 OwnedSignable S3PresignedExample() {
-  OwnedSignable request{"GET", "/test.txt",
-                          "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-"
-                          "east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-"
-                          "SignedHeaders=host&X-Amz-Signature="
-                          "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
-                          {}};
+  OwnedSignable request{"GET",
+                        "/test.txt",
+                        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-"
+                        "east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-"
+                        "SignedHeaders=host&X-Amz-Signature="
+                        "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+                        {}};
   request.headers.emplace("Host", "examplebucket.s3.amazonaws.com");
   return request;
 }
@@ -467,8 +605,9 @@ TEST(SigV4S3Test, PresignedExpiresValuesAsS3) {
     presigned.raw_query.replace(at, 16, "X-Amz-Expires=" + value);
     return Err(VerifyRequest(presigned, credentials, S3Options(), options.time_millis, std::nullopt));
   };
-  const std::string week = "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires "
-                           "must be less than 604800 seconds";
+  const std::string week =
+      "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires "
+      "must be less than 604800 seconds";
   const std::pair<std::string, std::string> cases[] = {
       {"604801", week},
       {"9223372036854775807", week},
@@ -519,8 +658,7 @@ TEST(SigV4S3Test, PresignedCredentialErrorsNameTheParameter) {
   request.raw_query.replace(request.raw_query.find("%2Fs3%2F"), 8, "%2F");
   AuthError mangled = Err(VerifyRequest(request, credentials, S3Options(), At("20130524T000000Z"), std::nullopt));
   EXPECT_EQ(mangled.form, AuthForm::kQueryV4);
-  EXPECT_EQ(mangled.message.rfind("Error parsing the X-Amz-Credential parameter; the Credential is mal-formed", 0),
-            0u);
+  EXPECT_EQ(mangled.message.rfind("Error parsing the X-Amz-Credential parameter; the Credential is mal-formed", 0), 0u);
   // The header form keeps its own wording and form.
   OwnedSignable header{"GET", "/b", "", {}};
   header.headers.emplace("Authorization", "AWS4-HMAC-SHA256 Credential=garbage, SignedHeaders=host, Signature=00");
@@ -553,9 +691,9 @@ TEST(SigV4BotocoreTest, S3GetObjectWithOddKey) {
   Ok(VerifyRequest(request, BotocoreCredentials(), S3Options(), At("20240501T100000Z"), std::nullopt));
   // Normalising the key would change the object: it must not verify.
   request.raw_path = "/bucket/a/b/c~d%24e.txt";
-  EXPECT_EQ(Err(VerifyRequest(request, BotocoreCredentials(), S3Options(), At("20240501T100000Z"), std::nullopt))
-                .failure,
-            AuthFailure::kBadSignature);
+  EXPECT_EQ(
+      Err(VerifyRequest(request, BotocoreCredentials(), S3Options(), At("20240501T100000Z"), std::nullopt)).failure,
+      AuthFailure::kBadSignature);
 }
 
 TEST(SigV4BotocoreTest, S3PutObjectStreamingUnsignedTrailer) {
@@ -578,11 +716,12 @@ TEST(SigV4BotocoreTest, S3PutObjectStreamingUnsignedTrailer) {
 }
 
 TEST(SigV4BotocoreTest, S3PresignedUrl) {
-  OwnedSignable request{"GET", "/bucket/x/y%20z.bin",
-                          "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20240501%2Fus-east-1%2Fs3%"
-                          "2Faws4_request&X-Amz-Date=20240501T100000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-"
-                          "Amz-Signature=6b0674d014bfd2be1ba4c6328bdef71d775e207d12fb09fcb65484b0225a0c92",
-                          {}};
+  OwnedSignable request{"GET",
+                        "/bucket/x/y%20z.bin",
+                        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20240501%2Fus-east-1%2Fs3%"
+                        "2Faws4_request&X-Amz-Date=20240501T100000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-"
+                        "Amz-Signature=6b0674d014bfd2be1ba4c6328bdef71d775e207d12fb09fcb65484b0225a0c92",
+                        {}};
   request.headers.emplace("Host", "kiln.example:8443");
   Ok(VerifyRequest(request, BotocoreCredentials(), S3Options(), At("20240501T103000Z"), std::nullopt));
 }
@@ -602,15 +741,15 @@ TEST(SigV4BotocoreTest, NonS3PathNormalisedAndEncodedTwiceWithToken) {
   VerifyOptions options;
   options.expected_service = "sagemaker";
   options.regions = {"us-east-1"};
-  const VerifiedRequest& verified = Ok(VerifyRequest(request, BotocoreCredentials("TOKEN/+="), options,
-                                                     At("20240501T100000Z"), Sha256Hex("{\"x\":1}")));
+  const VerifiedRequest& verified = Ok(
+      VerifyRequest(request, BotocoreCredentials("TOKEN/+="), options, At("20240501T100000Z"), Sha256Hex("{\"x\":1}")));
   EXPECT_EQ(verified.payload_mode, "");
   EXPECT_EQ(ScopeServiceOf(request), "sagemaker");
   // Wrong token, and a key with a token but none sent.
-  EXPECT_EQ(Err(VerifyRequest(request, BotocoreCredentials("OTHER"), options, At("20240501T100000Z"),
-                              Sha256Hex("{\"x\":1}")))
-                .failure,
-            AuthFailure::kBadToken);
+  EXPECT_EQ(
+      Err(VerifyRequest(request, BotocoreCredentials("OTHER"), options, At("20240501T100000Z"), Sha256Hex("{\"x\":1}")))
+          .failure,
+      AuthFailure::kBadToken);
   OwnedSignable no_token = request;
   no_token.headers.erase("x-amz-security-token");
   EXPECT_EQ(Err(VerifyRequest(no_token, BotocoreCredentials("TOKEN/+="), options, At("20240501T100000Z"),
@@ -655,13 +794,15 @@ TEST_F(SigV4FailureTest, MissingAndMalformed) {
   EXPECT_EQ(Err(Verify(request_, sign_.time_millis)).failure, AuthFailure::kMissing);
   OwnedSignable request = request_;
   request.headers.emplace("X-Amz-Date", "20240501T100000Z");
-  request.headers.emplace("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDKILN/20240501/us-east-1/sagemaker/"
-                                           "aws4_request, SignedHeaders=host;x-amz-date");
+  request.headers.emplace("Authorization",
+                          "AWS4-HMAC-SHA256 Credential=AKIDKILN/20240501/us-east-1/sagemaker/"
+                          "aws4_request, SignedHeaders=host;x-amz-date");
   AuthError error = Err(Verify(request, sign_.time_millis));
   EXPECT_EQ(error.failure, AuthFailure::kMalformed);
   EXPECT_NE(error.message.find("Authorization header requires 'Signature' parameter."), std::string::npos);
-  request.headers.find("authorization")->second = "AWS4-HMAC-SHA256 Credential=AKIDKILN/20240501/us-east-1, "
-                                                  "SignedHeaders=host;x-amz-date, Signature=00";
+  request.headers.find("authorization")->second =
+      "AWS4-HMAC-SHA256 Credential=AKIDKILN/20240501/us-east-1, "
+      "SignedHeaders=host;x-amz-date, Signature=00";
   EXPECT_EQ(Err(Verify(request, sign_.time_millis)).failure, AuthFailure::kMalformed);
   request.headers.find("authorization")->second = "AWS AKIDKILN:abc";
   EXPECT_EQ(Err(Verify(request, sign_.time_millis)).failure, AuthFailure::kMalformed);
@@ -685,8 +826,9 @@ TEST_F(SigV4FailureTest, ClockSkewMessages) {
             "Signature expired: 20240501T100000Z is now earlier than 20240501T101500Z (20240501T103000Z - 15 min.)");
   AuthError future = Err(Verify(request_, At("20240501T093000Z")));
   EXPECT_EQ(future.failure, AuthFailure::kSkewed);
-  EXPECT_EQ(future.message, "Signature not yet current: 20240501T100000Z is still later than 20240501T094500Z "
-                            "(20240501T093000Z + 15 min.)");
+  EXPECT_EQ(future.message,
+            "Signature not yet current: 20240501T100000Z is still later than 20240501T094500Z "
+            "(20240501T093000Z + 15 min.)");
 }
 
 TEST_F(SigV4FailureTest, WrongScope) {
@@ -752,7 +894,8 @@ TEST_F(SigV4FailureTest, S3ContentSha256Rules) {
   SignRequest(request, sign_);
   EXPECT_EQ(Err(VerifyRequest(request, credentials_, options_, sign_.time_millis, std::nullopt)).failure,
             AuthFailure::kBadContentSha256);
-  for (std::string_view mode : {kUnsignedPayload, kStreamingSigned, kStreamingSignedTrailer, kStreamingUnsignedTrailer}) {
+  for (std::string_view mode :
+       {kUnsignedPayload, kStreamingSigned, kStreamingSignedTrailer, kStreamingUnsignedTrailer}) {
     request = request_;
     sign_.payload_hash = std::string(mode);
     SignRequest(request, sign_);
@@ -770,7 +913,8 @@ TEST_F(SigV4FailureTest, PresignedRoundTripNonS3) {
   OwnedSignable presigned = plain;
   presigned.raw_query = PresignQuery(plain, sign_, 60);
   EXPECT_EQ(ScopeServiceOf(presigned), "sts");
-  const VerifiedRequest& verified = Ok(VerifyRequest(presigned, credentials_, options_, sign_.time_millis, std::nullopt));
+  const VerifiedRequest& verified =
+      Ok(VerifyRequest(presigned, credentials_, options_, sign_.time_millis, std::nullopt));
   EXPECT_TRUE(verified.presigned);
   AuthError expired = Err(VerifyRequest(presigned, credentials_, options_, sign_.time_millis + 61000, std::nullopt));
   EXPECT_EQ(expired.failure, AuthFailure::kExpired);

@@ -50,7 +50,7 @@ TEST(StatusTest, ReasonTravelsWithTheErrorAndLeavesTheMessageAlone) {
   EXPECT_EQ(prefixed.message(), "reading: NoSuchKey: gone");
   EXPECT_EQ(prefixed.reason(), ErrorReason::kNoSuchKey);
   EXPECT_EQ(s.WithReason(ErrorReason::kNone).reason(), ErrorReason::kNone);
-  EXPECT_EQ(s.reason(), ErrorReason::kNoSuchKey);  // WithReason copies; the original is unchanged
+  EXPECT_EQ(s.reason(), ErrorReason::kNoSuchKey);                      // WithReason copies; the original is unchanged
   EXPECT_TRUE(Status::Ok().WithReason(ErrorReason::kNoSuchKey).ok());  // OK stays OK, without one
   EXPECT_EQ(Status::Ok().WithReason(ErrorReason::kNoSuchKey).reason(), ErrorReason::kNone);
   Status direct(StatusCode::kUnavailable, "full", ErrorReason::kDoesNotFitNow);

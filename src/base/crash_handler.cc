@@ -243,7 +243,7 @@ void InstallAlternateSignalStack() {
 void InstallCrashHandler() {
   InstallAlternateSignalStack();
   if (g_installed.exchange(true)) return;
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_sigaction = OnFatalSignal;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);

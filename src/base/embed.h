@@ -13,23 +13,28 @@
 #include <cstddef>
 #include <string_view>
 
-#define KILN_EMBED_FILE(symbol, path)               \
-  __asm__(".pushsection .rodata\n"                  \
-          ".balign 16\n"                            \
-          ".global " #symbol "_begin\n"             \
-          ".hidden " #symbol "_begin\n"             \
-          ".type " #symbol "_begin, @object\n"      \
-          #symbol "_begin:\n"                       \
-          ".incbin \"" path "\"\n"                  \
-          ".global " #symbol "_end\n"               \
-          ".hidden " #symbol "_end\n"               \
-          ".type " #symbol "_end, @object\n"        \
-          #symbol "_end:\n"                         \
-          ".byte 0\n"                               \
-          ".popsection\n");                         \
-  extern "C" const char symbol##_begin[];           \
+#define KILN_EMBED_FILE(symbol, path)              \
+  __asm__(                                         \
+      ".pushsection .rodata\n"                     \
+      ".balign 16\n"                               \
+      ".global " #symbol                           \
+      "_begin\n"                                   \
+      ".hidden " #symbol                           \
+      "_begin\n"                                   \
+      ".type " #symbol "_begin, @object\n" #symbol \
+      "_begin:\n"                                  \
+      ".incbin \"" path                            \
+      "\"\n"                                       \
+      ".global " #symbol                           \
+      "_end\n"                                     \
+      ".hidden " #symbol                           \
+      "_end\n"                                     \
+      ".type " #symbol "_end, @object\n" #symbol   \
+      "_end:\n"                                    \
+      ".byte 0\n"                                  \
+      ".popsection\n");                            \
+  extern "C" const char symbol##_begin[];          \
   extern "C" const char symbol##_end[]
 
 // The embedded bytes of `symbol` as a string_view (without the trailing NUL).
-#define KILN_EMBEDDED(symbol) \
-  std::string_view(symbol##_begin, static_cast<std::size_t>(symbol##_end - symbol##_begin))
+#define KILN_EMBEDDED(symbol) std::string_view(symbol##_begin, static_cast<std::size_t>(symbol##_end - symbol##_begin))

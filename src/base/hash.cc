@@ -60,8 +60,8 @@ std::string Md5(std::string_view data) {
 std::string HmacSha256(std::string_view key, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out, &len);
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
@@ -82,8 +82,7 @@ uint32_t Crc32Update(uint32_t crc, std::string_view data) {
   // zlib takes uInt lengths; feed large buffers in pieces.
   while (!data.empty()) {
     size_t n = std::min<size_t>(data.size(), 1u << 30);
-    crc = static_cast<uint32_t>(
-        crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(n)));
+    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(n)));
     data.remove_prefix(n);
   }
   return crc;
@@ -117,8 +116,8 @@ uint32_t Crc32cUpdate(uint32_t crc, std::string_view data) {
   crc = ~crc;
   while (n >= 8) {
     uint32_t lo = crc ^ (uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
-    crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^
-          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+    crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][p[4]] ^
+          t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
     p += 8;
     n -= 8;
   }
@@ -176,12 +175,18 @@ std::string Crc32ToBytes(uint32_t crc) {
 
 bool S3Checksum::ParseAlgorithm(std::string_view name, Algorithm* out) {
   std::string n = ToLower(name);
-  if (n == "crc32") *out = Algorithm::kCrc32;
-  else if (n == "crc32c") *out = Algorithm::kCrc32c;
-  else if (n == "sha1") *out = Algorithm::kSha1;
-  else if (n == "sha256") *out = Algorithm::kSha256;
-  else if (n == "crc64nvme") *out = Algorithm::kCrc64Nvme;
-  else return false;
+  if (n == "crc32")
+    *out = Algorithm::kCrc32;
+  else if (n == "crc32c")
+    *out = Algorithm::kCrc32c;
+  else if (n == "sha1")
+    *out = Algorithm::kSha1;
+  else if (n == "sha256")
+    *out = Algorithm::kSha256;
+  else if (n == "crc64nvme")
+    *out = Algorithm::kCrc64Nvme;
+  else
+    return false;
   return true;
 }
 

@@ -29,9 +29,9 @@ class Digest {
   std::unique_ptr<Ctx> ctx_;
 };
 
-std::string Sha256(std::string_view data);     // raw 32 bytes
-std::string Sha256Hex(std::string_view data);  // 64 lower-case hex chars
-std::string Md5(std::string_view data);        // raw 16 bytes
+std::string Sha256(std::string_view data);                            // raw 32 bytes
+std::string Sha256Hex(std::string_view data);                         // 64 lower-case hex chars
+std::string Md5(std::string_view data);                               // raw 16 bytes
 std::string HmacSha256(std::string_view key, std::string_view data);  // raw 32 bytes
 std::string HmacSha1(std::string_view key, std::string_view data);    // raw 20 bytes (S3 SigV2)
 

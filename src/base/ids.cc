@@ -47,8 +47,7 @@ std::string NewUuid() {
   b[6] = static_cast<char>((b[6] & 0x0f) | 0x40);
   b[8] = static_cast<char>((b[8] & 0x3f) | 0x80);
   std::string h = HexEncode(b);
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
-         h.substr(20);
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
 }
 
 std::string NewS3RequestId() {

@@ -103,10 +103,10 @@ Result<Json> ParseBounded(std::string_view text, const JsonLimits& limits) {
     std::string detail = builder.error();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." → from "parse error".
     size_t at = detail.find("parse error");
-    return Status(StatusCode::kInvalidArgument,
-                  "malformed JSON" +
-                      (detail.empty() ? std::string() : ": " + detail.substr(at == std::string::npos ? 0 : at)),
-                  ErrorReason::kMalformed);
+    return Status(
+        StatusCode::kInvalidArgument,
+        "malformed JSON" + (detail.empty() ? std::string() : ": " + detail.substr(at == std::string::npos ? 0 : at)),
+        ErrorReason::kMalformed);
   }
   return result;
 }

@@ -36,8 +36,8 @@ struct JsonLimits {
 
 // Parses `text` as one JSON value (a document with anything but whitespace after it is malformed).
 // Errors: InvalidArgument("JSON nested deeper than N levels") when the limit is passed,
-// ResourceExhausted when `text` is larger than max_bytes or holds more than max_values values, InvalidArgument with the parser's
-// position and ErrorReason::kMalformed for malformed text. Never throws.
+// ResourceExhausted when `text` is larger than max_bytes or holds more than max_values values, InvalidArgument with the
+// parser's position and ErrorReason::kMalformed for malformed text. Never throws.
 Result<nlohmann::json> ParseJsonBounded(std::string_view text, const JsonLimits& limits = {});
 
 // The same for nlohmann::ordered_json (documents whose member order matters).

@@ -156,6 +156,7 @@ class Slot {
     *out = value_;
     return true;
   }
+
  private:
   Mutex mu_;
   CondVar changed_;

@@ -53,8 +53,8 @@ Result<Regex> Regex::Compile(std::string_view pattern, Options options) {
   }
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &error, &offset, nullptr);
   if (code == nullptr) {
     return Status::InvalidArgument(ErrorText(error) + " at offset " + std::to_string(offset));
   }
@@ -89,8 +89,8 @@ int Regex::Run(std::string_view subject, uint32_t match_options, std::optional<s
     return PCRE2_ERROR_NOMEMORY;
   }
   // An empty string_view may carry a null pointer; PCRE2 wants a valid one even for length 0.
-  PCRE2_SPTR start = subject.data() != nullptr ? reinterpret_cast<PCRE2_SPTR>(subject.data())
-                                               : reinterpret_cast<PCRE2_SPTR>("");
+  PCRE2_SPTR start =
+      subject.data() != nullptr ? reinterpret_cast<PCRE2_SPTR>(subject.data()) : reinterpret_cast<PCRE2_SPTR>("");
   int rc = pcre2_match(code_->code, start, subject.size(), 0, match_options, data, nullptr);
   if (rc > 0 && group1 != nullptr) {
     group1->reset();

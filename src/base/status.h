@@ -50,17 +50,17 @@ enum class ErrorReason : int {
   kNoSuchUpload,
   kBucketNotEmpty,
   kPreconditionFailed,
-  kInvalidPart,          // a completed part is missing or its ETag differs
-  kInvalidPartOrder,     // the part list is not in ascending order
-  kEntityTooSmall,       // a non-last part is under the minimum part size
-  kInvalidRange,         // a byte range outside the object
-  kInvalidBucketName,    // the bucket name breaks S3's naming rules
-  kKeyTooLong,           // S3's KeyTooLongError: the key is over 1,024 bytes
-  kInvalidArgument,      // S3's InvalidArgument (not StatusCode::kInvalidArgument): the message's detail is shown
-  kInvalidRequest,       // S3's InvalidRequest: the message's detail is shown
-  kEntityTooLarge,       // the object or part is over the size limit
-  kBadDigest,            // the data does not match its Content-MD5 or x-amz-checksum-*
-  kInvalidDigest,        // aws/payload: the Content-MD5 header itself is not a base64 MD5
+  kInvalidPart,        // a completed part is missing or its ETag differs
+  kInvalidPartOrder,   // the part list is not in ascending order
+  kEntityTooSmall,     // a non-last part is under the minimum part size
+  kInvalidRange,       // a byte range outside the object
+  kInvalidBucketName,  // the bucket name breaks S3's naming rules
+  kKeyTooLong,         // S3's KeyTooLongError: the key is over 1,024 bytes
+  kInvalidArgument,    // S3's InvalidArgument (not StatusCode::kInvalidArgument): the message's detail is shown
+  kInvalidRequest,     // S3's InvalidRequest: the message's detail is shown
+  kEntityTooLarge,     // the object or part is over the size limit
+  kBadDigest,          // the data does not match its Content-MD5 or x-amz-checksum-*
+  kInvalidDigest,      // aws/payload: the Content-MD5 header itself is not a base64 MD5
   // base/json_parse: the text is not well-formed JSON (as opposed to over a size or depth limit).
   kMalformed,
   // agent/ (agent/errors.h): the message is the job's FailureReason verbatim and says whose fault it
@@ -129,12 +129,12 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(const T& value) : v_(value) {}                   // NOLINT(implicit)
-  Result(T&& value) : v_(std::move(value)) {}             // NOLINT(implicit)
+  Result(const T& value) : v_(value) {}                    // NOLINT(implicit)
+  Result(T&& value) : v_(std::move(value)) {}              // NOLINT(implicit)
   Result(Status status) : v_(FixOk(std::move(status))) {}  // NOLINT(implicit)
-  template <typename U, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                                    !std::is_same_v<std::decay_t<U>, Status> &&
-                                                    !std::is_same_v<std::decay_t<U>, T>>>
+  template <typename U,
+            typename = std::enable_if_t<std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, Status> &&
+                                        !std::is_same_v<std::decay_t<U>, T>>>
   Result(U&& value) : v_(T(std::forward<U>(value))) {}  // NOLINT(implicit)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -161,7 +161,9 @@ class [[nodiscard]] Result {
 namespace internal {
 inline const Status& AsStatus(const Status& s) { return s; }
 template <typename T>
-const Status& AsStatus(const Result<T>& r) { return r.status(); }
+const Status& AsStatus(const Result<T>& r) {
+  return r.status();
+}
 }  // namespace internal
 
 }  // namespace kiln
@@ -170,17 +172,16 @@ const Status& AsStatus(const Result<T>& r) { return r.status(); }
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` (a Status or Result) from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                                            \
-  do {                                                                   \
-    auto&& kiln_status_or_result_ = (expr);                              \
-    if (!kiln_status_or_result_.ok()) {                                  \
-      return ::kiln::internal::AsStatus(kiln_status_or_result_);         \
-    }                                                                    \
+#define RETURN_IF_ERROR(expr)                                    \
+  do {                                                           \
+    auto&& kiln_status_or_result_ = (expr);                      \
+    if (!kiln_status_or_result_.ok()) {                          \
+      return ::kiln::internal::AsStatus(kiln_status_or_result_); \
+    }                                                            \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, MakeX());` declares/assigns the value or returns the error.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(kiln_result_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(kiln_result_, __LINE__), lhs, expr)
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \
   if (!tmp.ok()) {                            \

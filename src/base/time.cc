@@ -9,8 +9,7 @@
 namespace kiln {
 
 int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -64,8 +63,8 @@ const Clock& Clock::System() {
 std::string FormatIso8601Millis(int64_t epoch_millis) {
   std::tm tm = ToTm(epoch_millis);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(((epoch_millis % 1000) + 1000) % 1000));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(((epoch_millis % 1000) + 1000) % 1000));
   return buf;
 }
 
@@ -83,8 +82,8 @@ std::string FormatRfc1123(int64_t epoch_millis) {
 std::string FormatAmzDate(int64_t epoch_millis) {
   std::tm tm = ToTm(epoch_millis);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec);
+  std::snprintf(buf, sizeof buf, "%04d%02d%02dT%02d%02d%02dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                tm.tm_min, tm.tm_sec);
   return buf;
 }
 
@@ -104,8 +103,7 @@ std::optional<int64_t> ParseRfc1123(std::string_view s) {
                                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   s = Trim(s);
   if (s.size() != 29 || s[3] != ',' || s[4] != ' ' || s[25] != ' ' || s.substr(26) != "GMT") return std::nullopt;
-  auto d = Digits(s, 5, 2), y = Digits(s, 12, 4), h = Digits(s, 17, 2), mi = Digits(s, 20, 2),
-       sec = Digits(s, 23, 2);
+  auto d = Digits(s, 5, 2), y = Digits(s, 12, 4), h = Digits(s, 17, 2), mi = Digits(s, 20, 2), sec = Digits(s, 23, 2);
   if (!d || !y || !h || !mi || !sec || s[19] != ':' || s[22] != ':') return std::nullopt;
   std::string_view mon = s.substr(8, 3);
   int mo = 0;
@@ -118,8 +116,7 @@ std::optional<int64_t> ParseRfc1123(std::string_view s) {
 
 std::optional<int64_t> ParseIso8601(std::string_view s) {
   // yyyy-mm-ddThh:mm:ss[.fff][Z|+hh:mm|-hh:mm]
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != ' ') || s[13] != ':' ||
-      s[16] != ':') {
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != ' ') || s[13] != ':' || s[16] != ':') {
     return std::nullopt;
   }
   auto y = Digits(s, 0, 4), mo = Digits(s, 5, 2), d = Digits(s, 8, 2);

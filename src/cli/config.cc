@@ -106,7 +106,8 @@ Status LoadTraining(const json& doc, Config* config, const std::string& path) {
   RETURN_IF_ERROR(Field(t, "staging_parallelism", &config->training.staging_parallelism, path));
   RETURN_IF_ERROR(Field(t, "toolkit_dir", &config->training.toolkit_dir, path));
   if (config->training.stop_grace_seconds < 0 || config->training.staging_parallelism < 1) {
-    return Status::InvalidArgument(path + ": training.stop_grace_seconds must be >= 0 and "
+    return Status::InvalidArgument(path +
+                                   ": training.stop_grace_seconds must be >= 0 and "
                                    "training.staging_parallelism >= 1");
   }
   return Status::Ok();
@@ -132,7 +133,8 @@ Status LoadEndpoints(const json& doc, Config* config, const std::string& path) {
   if (ec.invocation_timeout_seconds < 1 || ec.stop_grace_seconds < 0 || ec.health_interval_seconds <= 0 ||
       ec.port_range_begin < 1024 || ec.port_range_end > 65536 || ec.port_range_end - ec.port_range_begin < 100 ||
       ec.provision_timeout_seconds < 1) {
-    return Status::InvalidArgument(path + ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
+    return Status::InvalidArgument(path +
+                                   ": endpoints: invocation_timeout_seconds >= 1, stop_grace_seconds >= 0, "
                                    "health_interval_seconds > 0, provision_timeout_seconds >= 1, port_range "
                                    "within [1024, 65536) and at least 100 ports wide");
   }
@@ -153,7 +155,8 @@ Status LoadHttp(const json& doc, Config* config, const std::string& path) {
   RETURN_IF_ERROR(Field(h, "io_timeout_seconds", &hc.io_timeout_seconds, where));
   if (hc.max_connections < 1 || hc.max_connections_per_address < 1 || hc.first_byte_timeout_seconds < 1 ||
       hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1) {
-    return Status::InvalidArgument(path + ": http: max_connections, max_connections_per_address and every "
+    return Status::InvalidArgument(path +
+                                   ": http: max_connections, max_connections_per_address and every "
                                    "*_timeout_seconds must be >= 1");
   }
   return Status::Ok();
@@ -166,7 +169,8 @@ Status LoadArchives(const json& doc, Config* config, const std::string& path) {
   RETURN_IF_ERROR(Field(a, "max_unpacked_mib", &config->archives.max_unpacked_mib, path));
   RETURN_IF_ERROR(Field(a, "max_entries", &config->archives.max_entries, path));
   if (config->archives.max_unpacked_mib < 0 || config->archives.max_entries < 1) {
-    return Status::InvalidArgument(path + ": archives.max_unpacked_mib must be >= 0 (0: from each instance's "
+    return Status::InvalidArgument(path +
+                                   ": archives.max_unpacked_mib must be >= 0 (0: from each instance's "
                                    "volume) and archives.max_entries >= 1");
   }
   return Status::Ok();
@@ -222,7 +226,8 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   if (doc.contains("auth")) {
     std::string auth;
     RETURN_IF_ERROR(Field(doc, "auth", &auth, path));
-    if (auth != "sigv4" && auth != "off") return Status::InvalidArgument(path + ": \"auth\" must be \"sigv4\" or \"off\"");
+    if (auth != "sigv4" && auth != "off")
+      return Status::InvalidArgument(path + ": \"auth\" must be \"sigv4\" or \"off\"");
     config->auth_enabled = auth == "sigv4";
   }
   RETURN_IF_ERROR(Field(doc, "log_level", &config->log_level, path));
@@ -250,8 +255,7 @@ Status Validate(Config* config) {
   std::string host;
   uint16_t port = 0;
   RETURN_IF_ERROR(net::ParseHostPort(config->listen, &host, &port));
-  if (config->account_id.size() != 12 ||
-      config->account_id.find_first_not_of("0123456789") != std::string::npos) {
+  if (config->account_id.size() != 12 || config->account_id.find_first_not_of("0123456789") != std::string::npos) {
     return Status::InvalidArgument("account_id must be 12 digits, got \"" + config->account_id + "\"");
   }
   if (config->regions.empty()) return Status::InvalidArgument("at least one region is required");

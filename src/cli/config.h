@@ -26,7 +26,7 @@
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
 //                   "health_interval_seconds": 5, "port_range": [20000, 30000],
-//                   "provision_timeout_seconds": 3600},  // for variants without VariantInstanceProvisionTimeoutInSeconds
+//                   "provision_timeout_seconds": 3600},  // variants without a provision timeout
 //     "http": {"max_connections": 512, "max_connections_per_address": 128,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
 //              "idle_timeout_seconds": 75, "io_timeout_seconds": 120},
@@ -61,14 +61,14 @@ struct TrainingConfig {
   int stop_grace_seconds = 120;  // SIGTERM → SIGKILL, as `docker stop -t 120` (AWS behaviour)
   bool keep_host_dirs = false;   // keep <data-dir>/training/<job> after the job (debugging)
   int staging_parallelism = 8;
-  std::string toolkit_dir;       // where python/kiln_toolkit lives; empty: next to the binary's sources
+  std::string toolkit_dir;  // where python/kiln_toolkit lives; empty: next to the binary's sources
 };
 
 struct EndpointsConfig {
   int invocation_timeout_seconds = 60;  // container answer budget (AWS: 60 s)
   int stop_grace_seconds = 30;          // SIGTERM → SIGKILL (AWS behaviour)
   double health_interval_seconds = 5;   // pings of routable instances
-  int port_range_begin = 20000;  // instance ports, blocks of 100; below Linux's ephemeral range (32768+)
+  int port_range_begin = 20000;         // instance ports, blocks of 100; below Linux's ephemeral range (32768+)
   int port_range_end = 30000;
   // How long an instance waits for capacity under `strict` when its variant sets no
   // VariantInstanceProvisionTimeoutInSeconds; shorter fails endpoints sooner on a busy host.
@@ -77,18 +77,18 @@ struct EndpointsConfig {
 
 // The front door's connection limits (net::HttpServerOptions says what each costs).
 struct HttpConfig {
-  int max_connections = 512;               // open at once, in all
-  int max_connections_per_address = 128;   // open at once from one client IP
-  int first_byte_timeout_seconds = 10;     // accept → first request byte
-  int header_timeout_seconds = 30;         // first byte → end of the request header
-  int idle_timeout_seconds = 75;           // keep-alive wait between requests
-  int io_timeout_seconds = 120;            // a read or write that makes no progress
+  int max_connections = 512;              // open at once, in all
+  int max_connections_per_address = 128;  // open at once from one client IP
+  int first_byte_timeout_seconds = 10;    // accept → first request byte
+  int header_timeout_seconds = 30;        // first byte → end of the request header
+  int idle_timeout_seconds = 75;          // keep-alive wait between requests
+  int io_timeout_seconds = 120;           // a read or write that makes no progress
 };
 
 // Caps on unpacked model.tar.gz and sourcedir.tar.gz (control/archive_caps.h).
 struct ArchivesConfig {
-  int max_unpacked_mib = 0;      // operator-wide cap replacing the volume-derived one; 0: derive
-  int max_entries = 1'000'000;   // members per archive
+  int max_unpacked_mib = 0;     // operator-wide cap replacing the volume-derived one; 0: derive
+  int max_entries = 1'000'000;  // members per archive
 };
 
 // Instance metrics sampling (control/instance_metrics.h).

@@ -83,9 +83,9 @@ TEST(ConfigTest, HttpSectionSetsConnectionLimits) {
   EXPECT_EQ(c.http.idle_timeout_seconds, 20);
   EXPECT_EQ(c.http.io_timeout_seconds, 30);
   std::filesystem::remove(path);
-  for (const char* bad : {R"({"http": 5})", R"({"http": {"max_connections": 0}})",
-                          R"({"http": {"max_connections_per_address": "many"}})",
-                          R"({"http": {"first_byte_timeout_seconds": 0}})"}) {
+  for (const char* bad :
+       {R"({"http": 5})", R"({"http": {"max_connections": 0}})", R"({"http": {"max_connections_per_address": "many"}})",
+        R"({"http": {"first_byte_timeout_seconds": 0}})"}) {
     std::string bad_path = WriteTemp(bad);
     Config b;
     Status s = LoadConfigFile(bad_path, &b);

@@ -89,10 +89,11 @@ int RunServer(const CommonFlags& flags) {
   if (!started.ok()) return Fail(started);
   const Config& c = (*server)->config();
   std::string address = c.listen.substr(0, c.listen.rfind(':')) + ":" + std::to_string((*server)->port());
-  KLOG(info, "listening", {{"address", address},
-                           {"data_dir", c.data_dir},
-                           {"object_store", c.object_store.backend},
-                           {"version", KilnVersion()}});
+  KLOG(info, "listening",
+       {{"address", address},
+        {"data_dir", c.data_dir},
+        {"object_store", c.object_store.backend},
+        {"version", KilnVersion()}});
   spdlog::default_logger()->flush();  // the ready line is for operators and scripts: no delay
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -104,8 +104,8 @@ constexpr char kGroup[] = "/aws/sagemaker/TrainingJobs";
 Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out, std::ostream& status_out) {
   JsonClient client(options);
   // The job must exist (as the SDK's logs_for_job checks first).
-  ASSIGN_OR_RETURN(json job, client.Call("sagemaker", "SageMaker.DescribeTrainingJob",
-                                         {{"TrainingJobName", options.job_name}}));
+  ASSIGN_OR_RETURN(json job,
+                   client.Call("sagemaker", "SageMaker.DescribeTrainingJob", {{"TrainingJobName", options.job_name}}));
   std::map<std::string, std::string> tokens;  // stream → next forward token
   while (true) {
     const std::string status = job.value("TrainingJobStatus", "");
@@ -142,8 +142,8 @@ Status RunLogsCommand(const LogsCommandOptions& options, std::ostream& out, std:
     }
     if (!options.follow || terminal) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(options.poll_millis));
-    ASSIGN_OR_RETURN(job, client.Call("sagemaker", "SageMaker.DescribeTrainingJob",
-                                      {{"TrainingJobName", options.job_name}}));
+    ASSIGN_OR_RETURN(
+        job, client.Call("sagemaker", "SageMaker.DescribeTrainingJob", {{"TrainingJobName", options.job_name}}));
   }
   if (options.follow) {
     std::string status = job.value("TrainingJobStatus", "");

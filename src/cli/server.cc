@@ -157,8 +157,8 @@ Status Server::OpenState() {
   ASSIGN_OR_RETURN(credentials_, api::CredentialStore::Open(std::move(cred_options), true));
 
   instance_credentials_ = std::make_unique<control::InstanceCredentials>(c.account_id);
-  all_credentials_ = std::make_unique<control::ChainedCredentialProvider>(credentials_.get(),
-                                                                          instance_credentials_.get());
+  all_credentials_ =
+      std::make_unique<control::ChainedCredentialProvider>(credentials_.get(), instance_credentials_.get());
   metric_store_ = std::make_unique<observe::MetricStore>(database_.get());
   return Status::Ok();
 }
@@ -172,7 +172,8 @@ Status Server::OpenRuntimeAndCapacity() {
   runtime_options.shim_command = {SelfExecutable(), "shim"};
   ASSIGN_OR_RETURN(runtime_, runtime::OpenProcessRuntime(runtime_options));
   if (!c.instance_types.is_null()) {
-    ASSIGN_OR_RETURN(auto catalog, control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
+    ASSIGN_OR_RETURN(auto catalog,
+                     control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
     catalog_ = std::make_unique<control::InstanceCatalog>(std::move(catalog));
   } else {
     catalog_ = std::make_unique<control::InstanceCatalog>(control::InstanceCatalog::BuiltIn());
@@ -187,8 +188,8 @@ Status Server::OpenRuntimeAndCapacity() {
   if (!c.instance_metrics.gpu_command.empty()) instance_metrics.gpu_command = c.instance_metrics.gpu_command;
   // MemoryUtilization of an instance without a limit: of the node's memory as the scheduler sees it.
   instance_metrics.host_memory_bytes = scheduler_options.capacity.memory_bytes;
-  instance_metrics_ = std::make_unique<control::InstanceMetrics>(std::move(instance_metrics), runtime_.get(),
-                                                                 metric_store_.get());
+  instance_metrics_ =
+      std::make_unique<control::InstanceMetrics>(std::move(instance_metrics), runtime_.get(), metric_store_.get());
   if (c.environments.is_array()) {
     ASSIGN_OR_RETURN(auto table, runtime::EnvironmentTable::FromJson(c.environments));
     environments_ = std::make_unique<runtime::EnvironmentTable>(std::move(table));
@@ -283,8 +284,8 @@ void Server::RegisterJsonServices() {
   auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
   api::RegisterLogsOperations(logs.get(), log_store_.get(), c.account_id, c.regions.front());
   front_door_->AddJsonService(std::move(logs));
-  front_door_->AddJsonService(std::make_unique<api::JsonService>(
-      "AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
+  front_door_->AddJsonService(
+      std::make_unique<api::JsonService>("AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
   // CloudWatch metrics over the metric store, in JSON 1.0, Query and RPC v2 CBOR.
   api::CloudWatchOptions cloudwatch_options;
   cloudwatch_options.store = metric_store_.get();
@@ -304,8 +305,8 @@ void Server::BuildInvokePath() {
   invocation_metrics_ = std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), metric_store_.get());
   router_ = std::make_unique<serving::Router>(RouterOptionsFor(config_), routes_.get(), invoke_client_.get(),
                                               invocation_metrics_.get());
-  prometheus_ = std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(),
-                                                              invoke_client_.get());
+  prometheus_ =
+      std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(), invoke_client_.get());
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
 }

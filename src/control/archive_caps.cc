@@ -35,8 +35,9 @@ uint64_t NvmeGb(const std::string& type, const ArchiveCapOptions& options) {
 agent::UnpackCap Base(const ArchiveCapOptions& options) {
   agent::UnpackCap cap;
   cap.max_entries = options.max_entries;
-  cap.entries_origin = "(Kiln's cap on archive members; the Kiln operator sets it with archives.max_entries in the "
-                       "server config)";
+  cap.entries_origin =
+      "(Kiln's cap on archive members; the Kiln operator sets it with archives.max_entries in the "
+      "server config)";
   return cap;
 }
 
@@ -44,8 +45,9 @@ agent::UnpackCap Base(const ArchiveCapOptions& options) {
 bool ApplyOperatorCap(const ArchiveCapOptions& options, agent::UnpackCap* cap) {
   if (options.max_unpacked_bytes == 0) return false;
   cap->max_bytes = options.max_unpacked_bytes;
-  cap->bytes_origin = "(the cap set by the Kiln operator with archives.max_unpacked_mib in the server config); "
-                      "please make the archive smaller or ask the operator to raise the cap";
+  cap->bytes_origin =
+      "(the cap set by the Kiln operator with archives.max_unpacked_mib in the server config); "
+      "please make the archive smaller or ask the operator to raise the cap";
   return true;
 }
 

@@ -31,8 +31,7 @@ TEST(ArchiveCapsTest, SourceDirOnNvmeUsesTheInstanceStorage) {
       << cap.bytes_origin;
   // An operator catalog that gives the type no NVMe falls back to the volume.
   auto catalog = InstanceCatalog::FromJson(
-      json{{"instance_types", {{{"type", "ml.g4dn.xlarge"}, {"local_nvme", nullptr}}}}},
-      &InstanceCatalog::BuiltIn());
+      json{{"instance_types", {{{"type", "ml.g4dn.xlarge"}, {"local_nvme", nullptr}}}}}, &InstanceCatalog::BuiltIn());
   ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
   ArchiveCapOptions options;
   options.catalog = &*catalog;
@@ -40,10 +39,10 @@ TEST(ArchiveCapsTest, SourceDirOnNvmeUsesTheInstanceStorage) {
 }
 
 TEST(ArchiveCapsTest, SourceDirOfInstanceGroups) {
-  json request = {{"ResourceConfig",
-                   {{"VolumeSizeInGB", 7},
-                    {"InstanceGroups", {{{"InstanceType", "ml.m5.xlarge"}, {"InstanceCount", 1},
-                                         {"InstanceGroupName", "a"}}}}}}};
+  json request = {
+      {"ResourceConfig",
+       {{"VolumeSizeInGB", 7},
+        {"InstanceGroups", {{{"InstanceType", "ml.m5.xlarge"}, {"InstanceCount", 1}, {"InstanceGroupName", "a"}}}}}}};
   EXPECT_EQ(SourceDirCap(request, ArchiveCapOptions()).max_bytes, 7 * kGiB);
   // Nothing to derive from: no byte cap, the entry cap stays.
   agent::UnpackCap none = SourceDirCap(json::object(), ArchiveCapOptions());
@@ -81,8 +80,8 @@ TEST(ArchiveCapsTest, OperatorCapReplacesTheDerivedOne) {
   options.max_unpacked_bytes = 8 << 20;
   options.max_entries = 50;
   json variant = {{"VariantName", "v"}, {"InstanceType", "ml.m5.large"}, {"VolumeSizeInGB", 10}};
-  for (const agent::UnpackCap& cap : {ModelDataCap(variant, options),
-                                      SourceDirCap(TrainingRequest("ml.m5.large", 10), options)}) {
+  for (const agent::UnpackCap& cap :
+       {ModelDataCap(variant, options), SourceDirCap(TrainingRequest("ml.m5.large", 10), options)}) {
     EXPECT_EQ(cap.max_bytes, 8u << 20);
     EXPECT_EQ(cap.max_entries, 50u);
     EXPECT_NE(cap.bytes_origin.find("archives.max_unpacked_mib"), std::string::npos) << cap.bytes_origin;

@@ -146,7 +146,7 @@ class EndpointController::EndpointRun {
   }
 
   std::shared_ptr<EndpointInstance> Launch(const store::EndpointRecord& record, const Deployment& deployment,
-                                      const std::string& variant) {
+                                           const std::string& variant) {
     const json* config_variant = deployment.FindVariant(variant);
     if (config_variant == nullptr) return nullptr;
     std::string model_name = config_variant->value("ModelName", "");
@@ -170,8 +170,9 @@ class EndpointController::EndpointRun {
     spec.instance_type = config_variant->value("InstanceType", "");
     spec.generation = deployment.deployed_millis;
     spec.container = ContainerOf(model);
-    spec.startup_timeout = std::chrono::seconds(config_variant->value(
-        "ContainerStartupHealthCheckTimeoutInSeconds", static_cast<int64_t>(options().default_startup_timeout.count())));
+    spec.startup_timeout =
+        std::chrono::seconds(config_variant->value("ContainerStartupHealthCheckTimeoutInSeconds",
+                                                   static_cast<int64_t>(options().default_startup_timeout.count())));
     spec.download_timeout = std::chrono::seconds(config_variant->value(
         "ModelDataDownloadTimeoutInSeconds", static_cast<int64_t>(options().default_download_timeout.count())));
     spec.provision_timeout = ProvisionTimeout(*config_variant, options().default_provision_timeout);
@@ -179,8 +180,8 @@ class EndpointController::EndpointRun {
     spec.credential = credential_;
     spec.dir = options().work_dir + "/" + record.name + "/" + spec.instance_id;
     spec.port_base = port_base;
-    auto instance = std::make_shared<EndpointInstance>(*controller_->instance_env_, std::move(spec), false, std::nullopt,
-                                                  [this] { Notify(); });
+    auto instance = std::make_shared<EndpointInstance>(*controller_->instance_env_, std::move(spec), false,
+                                                       std::nullopt, [this] { Notify(); });
     instances_.push_back(instance);
     instance->Start();
     return instance;
@@ -292,12 +293,8 @@ class EndpointController::EndpointRun {
         case EndpointAction::Kind::kHandleFailure:
           if (auto instance = FindInstance(action.instance_id)) instance->failure_handled = true;
           break;
-        case EndpointAction::Kind::kSetBackoff:
-          backoff_[action.variant] = action.backoff;
-          break;
-        case EndpointAction::Kind::kClearBackoff:
-          backoff_.erase(action.variant);
-          break;
+        case EndpointAction::Kind::kSetBackoff: backoff_[action.variant] = action.backoff; break;
+        case EndpointAction::Kind::kClearBackoff: backoff_.erase(action.variant); break;
         case EndpointAction::Kind::kStopInstance:
           if (auto instance = FindInstance(action.instance_id)) instance->RequestStop();
           break;
@@ -306,13 +303,9 @@ class EndpointController::EndpointRun {
             if (!Launch(record, target, action.variant)) break;
           }
           break;
-        case EndpointAction::Kind::kRetryAt:
-          Retry(action.when);
-          break;
-        case EndpointAction::Kind::kFailEndpoint:
-          return FailEndpoint(record, action.reason);
-        case EndpointAction::Kind::kRollBack:
-          return RollBack(record, action.reason);
+        case EndpointAction::Kind::kRetryAt: Retry(action.when); break;
+        case EndpointAction::Kind::kFailEndpoint: return FailEndpoint(record, action.reason);
+        case EndpointAction::Kind::kRollBack: return RollBack(record, action.reason);
         case EndpointAction::Kind::kComplete: {
           if (!action.promote_pending || !record.pending) return Complete(record, record);
           store::EndpointRecord next = record;
@@ -481,7 +474,8 @@ class EndpointController::EndpointRun {
       KLOG(debug, "endpoint status not written", {{"endpoint", record.name}, {"error", written.status().ToString()}});
       return false;
     }
-    KLOG(info, "endpoint status", {{"endpoint", record.name}, {"status", std::string(store::ToString(written->status))}});
+    KLOG(info, "endpoint status",
+         {{"endpoint", record.name}, {"status", std::string(store::ToString(written->status))}});
     return true;
   }
 
@@ -568,7 +562,7 @@ class EndpointController::EndpointRun {
   std::string route_name_;
   std::thread thread_;
   std::vector<std::shared_ptr<EndpointInstance>> instances_;  // run thread only (and before Start)
-  std::map<std::string, ReplacementBackoff> backoff_;  // by variant (endpoint_plan.h)
+  std::map<std::string, ReplacementBackoff> backoff_;         // by variant (endpoint_plan.h)
   aws::Credential credential_;
   bool credential_dirty_ = false;
   std::string published_signature_;
@@ -579,7 +573,7 @@ class EndpointController::EndpointRun {
   CondVar cv_;
   bool dirty_ GUARDED_BY(mu_) = true;
   bool detach_ GUARDED_BY(mu_) = false;
-  bool wake_ GUARDED_BY(mu_) = false;  // Wake()
+  bool wake_ GUARDED_BY(mu_) = false;           // Wake()
   int64_t next_wake_ GUARDED_BY(mu_) = kNever;  // the earliest Retry(when) of the last pass
 };
 
@@ -745,7 +739,8 @@ void EndpointController::OnRunFinished(const std::string& name) {
 
 int EndpointController::ReservePorts() {
   MutexLock lock(mutex_);
-  for (int base = options_.port_range_begin; base + kInstancePortBlock <= options_.port_range_end; base += kInstancePortBlock) {
+  for (int base = options_.port_range_begin; base + kInstancePortBlock <= options_.port_range_end;
+       base += kInstancePortBlock) {
     if (used_port_blocks_.count(base)) continue;
     if (!PortFree(base)) continue;
     used_port_blocks_.insert(base);

@@ -16,7 +16,8 @@
 // else) → reserve resources (Scheduler::AllocateNow; when the host is full under the `shrink`
 // policy the instance runs unreserved, said in its log; under `strict` it waits, saying why in
 // the variant's VariantStatus, for at most VariantInstanceProvisionTimeoutInSeconds, then fails
-// with AWS's capacity reason; a type that can never fit here fails at once) → model data into <instance>/opt_ml/model (agent/model_data.h; ModelDataDownloadTimeout) →
+// with AWS's capacity reason; a type that can never fit here fails at once) → model data into <instance>/opt_ml/model
+// (agent/model_data.h; ModelDataDownloadTimeout) →
 // `<image> serve` under the runtime with its own port in SAGEMAKER_BIND_TO_PORT (the process
 // runtime shares the host network, so each instance gets a block of 100 ports: the bind port and
 // SAGEMAKER_SAFE_PORT_RANGE) → GET /ping (2 s per attempt) until 200 within
@@ -29,9 +30,9 @@
 //
 // Endpoint statuses: Creating → InService when every variant has its desired instances
 // routable; a Creating endpoint whose instance fails → Failed with the reason (instances
-// stopped; its variants then list no VariantStatus entry, endpoint_status.h). UpdateEndpoint (Updating): the new deployment's instances come up beside the old
-// ones; only when all are healthy does one snapshot swap move all traffic, then the old fleet
-// drains; a failure rolls back (new instances stopped, old fleet kept, InService with
+// stopped; its variants then list no VariantStatus entry, endpoint_status.h). UpdateEndpoint (Updating): the new
+// deployment's instances come up beside the old ones; only when all are healthy does one snapshot swap move all
+// traffic, then the old fleet drains; a failure rolls back (new instances stopped, old fleet kept, InService with
 // FailureReason). UpdateEndpointWeightsAndCapacities (Updating): weights take effect in the next
 // snapshot, counts by launching or draining, InService when reached. DeleteEndpoint (Deleting):
 // everything drained and stopped, then the row is removed.
@@ -47,10 +48,10 @@
 //     its write and runs again); it publishes routes;
 //   - an EndpointInstance thread per instance (plus a watchdog while model data downloads).
 // Locks: mutex_ (a kiln::Mutex) guards runs_, finished_, used_port_blocks_ and the
-// started/shutting-down flags (GUARDED_BY, checked by clang's -Wthread-safety), and is never held across a store, runtime, scheduler or ping call or a join (Wake holds it
-// while it wakes each run: mutex_ → the run's lock, never the reverse). A restart re-creates
-// the runs, the adopted instances with their reservations and port blocks, and the instances'
-// credentials from the rows; backoffs and capacity-wait deadlines start afresh.
+// started/shutting-down flags (GUARDED_BY, checked by clang's -Wthread-safety), and is never held across a store,
+// runtime, scheduler or ping call or a join (Wake holds it while it wakes each run: mutex_ → the run's lock, never the
+// reverse). A restart re-creates the runs, the adopted instances with their reservations and port blocks, and the
+// instances' credentials from the rows; backoffs and capacity-wait deadlines start afresh.
 //
 // Thread-safety: EndpointChanged and Wake may be called from any thread; Start/Shutdown from the
 // owner.
@@ -94,16 +95,16 @@ struct EndpointControllerOptions {
   // reservation and the container binding it.
   int port_range_begin = 20000;
   int port_range_end = 30000;
-  std::chrono::seconds stop_grace{30};                // SIGTERM → SIGKILL (AWS behaviour)
-  std::chrono::milliseconds health_interval{5000};    // pings of a routable instance
-  int unhealthy_threshold = 3;                        // consecutive failed pings
-  std::chrono::milliseconds ping_timeout{2000};       // per attempt (AWS behaviour)
-  std::chrono::seconds default_startup_timeout{240};  // ContainerStartupHealthCheckTimeoutInSeconds
+  std::chrono::seconds stop_grace{30};                  // SIGTERM → SIGKILL (AWS behaviour)
+  std::chrono::milliseconds health_interval{5000};      // pings of a routable instance
+  int unhealthy_threshold = 3;                          // consecutive failed pings
+  std::chrono::milliseconds ping_timeout{2000};         // per attempt (AWS behaviour)
+  std::chrono::seconds default_startup_timeout{240};    // ContainerStartupHealthCheckTimeoutInSeconds
   std::chrono::seconds default_download_timeout{3600};  // ModelDataDownloadTimeoutInSeconds
   // VariantInstanceProvisionTimeoutInSeconds of variants that do not set it (the API model's
   // maximum; AWS documents no default): how long an instance waits for capacity under `strict`.
   std::chrono::seconds default_provision_timeout{3600};
-  std::chrono::seconds drain_timeout{65};             // the invocation budget plus a margin
+  std::chrono::seconds drain_timeout{65};  // the invocation budget plus a margin
   // A replacement that failed waits this long (doubling up to 60 s) before the next try.
   std::chrono::milliseconds replacement_backoff{1000};
   ArchiveCapOptions archive_caps;  // bounds model.tar.gz (archive_caps.h)

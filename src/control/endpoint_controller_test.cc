@@ -19,8 +19,8 @@ namespace kiln::control {
 namespace {
 
 using nlohmann::json;
-using store::EndpointStatus;
 using runtime::testing::FakeRuntime;
+using store::EndpointStatus;
 
 constexpr std::chrono::seconds kStopGrace{9};  // distinct from the default, to see it passed on
 
@@ -77,16 +77,17 @@ class EndpointControllerTest : public testing::ControllerTest {
 
   // A deployment as the API builds it: one variant of `count` ml.m5.large running `image`.
   static store::Deployment Deployment(const std::string& config, const std::string& image, int count,
-                                     int64_t deployed_millis, const json& variant_members = json::object()) {
+                                      int64_t deployed_millis, const json& variant_members = json::object()) {
     json variant = {{"VariantName", "main"},
                     {"ModelName", "model-" + config},
                     {"InstanceType", "ml.m5.large"},
                     {"InitialInstanceCount", count}};
     variant.merge_patch(variant_members);
-    return {.config_name = config,
-            .endpoint_config = {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}},
-            .models = {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}},
-            .deployed_millis = deployed_millis};
+    return {
+        .config_name = config,
+        .endpoint_config = {{"EndpointConfigName", config}, {"ProductionVariants", json::array({variant})}},
+        .models = {{"model-" + config, {{"ModelName", "model-" + config}, {"PrimaryContainer", {{"Image", image}}}}}},
+        .deployed_millis = deployed_millis};
   }
   static store::DesiredVariants Desired(int count) { return {{"main", {.weight = 1.0, .instance_count = count}}}; }
 
@@ -363,7 +364,8 @@ TEST_F(EndpointControllerTest, CountChangesLaunchAndDrainInstances) {
   const std::string newest = runtime_->launches().at(1);
   ASSERT_TRUE(WaitFor([&] { return !runtime_->running(newest); }));
   WaitForStatus("ep", EndpointStatus::kInService);
-  EXPECT_EQ(Routed("ep"), std::vector<std::string>{runtime_->launches().at(0).substr(std::string("endpoint-ep-").size())});
+  EXPECT_EQ(Routed("ep"),
+            std::vector<std::string>{runtime_->launches().at(0).substr(std::string("endpoint-ep-").size())});
 }
 
 TEST_F(EndpointControllerTest, AWeightChangeIsPublishedWithoutRelaunching) {

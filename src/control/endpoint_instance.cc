@@ -94,8 +94,8 @@ void EndpointInstance::Fail(std::string reason) {
   // Requests already sent to it end now (ModelError) instead of waiting out the invocation
   // timeout; requests routed to it but not yet sent go elsewhere (serving/routing.h).
   target_->failure.Cancel(failure_reason());
-  KLOG(warn, "endpoint instance failed", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-                                          {"reason", failure_reason()}});
+  KLOG(warn, "endpoint instance failed",
+       {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}, {"reason", failure_reason()}});
   healthy_ = false;
   failed_ = true;
   on_change_();
@@ -172,9 +172,8 @@ void EndpointInstance::Provision() {
   spec.hostname = spec_.instance_id;
   spec.argv = {resolved->executable, "serve"};
   auto& env = spec.env;
-  env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-         {"HOME", "/root"},
-         {"LANG", "C.UTF-8"}};
+  env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
   for (const auto& [k, v] : resolved->env) env[k] = v;
   env["AWS_REGION"] = options().region;
   env["AWS_DEFAULT_REGION"] = options().region;
@@ -211,19 +210,22 @@ void EndpointInstance::Provision() {
   }
   Status launched = deps().runtime->Launch(spec);
   if (!launched.ok()) {
-    Fail("ClientError: The container of production variant " + spec_.variant + " could not start: " +
-         launched.message());
+    Fail("ClientError: The container of production variant " + spec_.variant +
+         " could not start: " + launched.message());
     return;
   }
   spec_.launched_millis = env_.wall_millis();
   launched_ = true;
   SetPhase(InstancePhase::kStarting);
-  KLOG(info, "endpoint instance launched", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-                                            {"variant", spec_.variant}, {"port", std::to_string(spec_.port_base)},
-                                            {"note", shared_note_}});
+  KLOG(info, "endpoint instance launched",
+       {{"endpoint", spec_.endpoint_name},
+        {"instance", spec_.instance_id},
+        {"variant", spec_.variant},
+        {"port", std::to_string(spec_.port_base)},
+        {"note", shared_note_}});
   if (!shared_note_.empty()) {
-    KLOG(warn, "endpoint instance runs unreserved", {{"endpoint", spec_.endpoint_name},
-                                                     {"instance", spec_.instance_id}, {"reason", shared_note_}});
+    KLOG(warn, "endpoint instance runs unreserved",
+         {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}, {"reason", shared_note_}});
   }
   on_change_();
 }
@@ -234,8 +236,7 @@ void EndpointInstance::Provision() {
 // fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
 // failed or was stopped meanwhile.
 bool EndpointInstance::Reserve() {
-  const int64_t deadline =
-      env_.deadline_millis() + std::chrono::milliseconds(spec_.provision_timeout).count();
+  const int64_t deadline = env_.deadline_millis() + std::chrono::milliseconds(spec_.provision_timeout).count();
   while (!stop_requested()) {
     ScheduleRequest request{spec_.runtime_id, 0, spec_.instance_type, 1};
     auto granted = deps().scheduler->AllocateNow(request);
@@ -340,24 +341,27 @@ bool EndpointInstance::HealthGate() {
   auto interval = std::chrono::milliseconds(20);
   while (!stop_requested()) {
     if (auto exited = Exited()) {
-      Fail("ClientError: The primary container for production variant " + spec_.variant + " " +
-           FormatExit(*exited) + " before it passed the ping health check." + LastOutputLine());
+      Fail("ClientError: The primary container for production variant " + spec_.variant + " " + FormatExit(*exited) +
+           " before it passed the ping health check." + LastOutputLine());
       return false;
     }
     if (Ping()) {
       SetPhase(InstancePhase::kInService);
       healthy_ = true;
-      KLOG(info, "endpoint instance healthy",
-           {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
-            {"millis", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count())}});
+      KLOG(
+          info, "endpoint instance healthy",
+          {{"endpoint", spec_.endpoint_name},
+           {"instance", spec_.instance_id},
+           {"millis", std::to_string(
+                          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count())}});
       on_change_();
       return true;
     }
     if (SteadyClock::now() >= deadline) {
       Fail("ClientError: The primary container for production variant " + spec_.variant +
            " did not pass the ping health check. Kiln gives every instance its own port in "
-           "SAGEMAKER_BIND_TO_PORT (here " + std::to_string(spec_.port_base) +
-           "); the container must answer GET /ping there within " +
+           "SAGEMAKER_BIND_TO_PORT (here " +
+           std::to_string(spec_.port_base) + "); the container must answer GET /ping there within " +
            std::to_string(spec_.startup_timeout.count()) + " s. Last attempt: " + last_ping_error_ + "." +
            LastOutputLine());
       return false;
@@ -414,7 +418,8 @@ void EndpointInstance::Finish() {
     // The drain time is over and requests still hold it: they are cut now with a message that
     // says so, rather than by a reset when the process stops (or not until their timeout).
     KLOG(warn, "endpoint instance drain timed out",
-         {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id},
+         {{"endpoint", spec_.endpoint_name},
+          {"instance", spec_.instance_id},
           {"in_flight", std::to_string(target_->outstanding.load())}});
     target_->failure.Cancel("its drain time of " + std::to_string(options().drain_timeout.count()) +
                             " s ended before the request finished, and it was stopped.");

@@ -69,7 +69,7 @@ class EndpointInstance {
     std::chrono::seconds startup_timeout{240};
     std::chrono::seconds download_timeout{3600};
     std::chrono::seconds provision_timeout{3600};  // VariantInstanceProvisionTimeoutInSeconds
-    agent::UnpackCap unpack_cap;  // bounds the model archive (archive_caps.h)
+    agent::UnpackCap unpack_cap;                   // bounds the model archive (archive_caps.h)
     aws::Credential credential;
     std::string dir;  // <work>/<endpoint>/<instance-id>
     int port_base = 0;
@@ -85,7 +85,9 @@ class EndpointInstance {
 
   // Starts the instance's thread: provision (unless adopted), /ping gate, health watch, and at the
   // end drain and stop (or leave running after Detach).
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -208,7 +210,7 @@ class EndpointInstance {
   bool detach_ GUARDED_BY(mu_) = false;
   std::string failure_reason_ GUARDED_BY(mu_);
   std::string waiting_for_ GUARDED_BY(mu_);
-  bool wake_ GUARDED_BY(mu_) = false;  // Wake() until NapFor sees it
+  bool wake_ GUARDED_BY(mu_) = false;                               // Wake() until NapFor sees it
   std::atomic<InstancePhase> phase_{InstancePhase::kProvisioning};  // written by the run thread only (SetPhase)
   std::atomic<bool> healthy_{false};
   std::atomic<bool> failed_{false};

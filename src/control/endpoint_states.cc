@@ -98,7 +98,8 @@ bool IsLegal(InstancePhase from, InstancePhase to) {
 }
 
 void SetStatus(store::EndpointRecord& record, EndpointStatus to) {
-  if (!IsLegal(record.status, to)) Illegal(record.name, "", "status", store::ToString(record.status), store::ToString(to));
+  if (!IsLegal(record.status, to))
+    Illegal(record.name, "", "status", store::ToString(record.status), store::ToString(to));
   record.status = to;
 }
 

@@ -11,22 +11,29 @@ namespace {
 using store::EndpointStatus;
 
 constexpr EndpointStatus kAllStatuses[] = {
-    EndpointStatus::kOutOfService, EndpointStatus::kCreating,  EndpointStatus::kUpdating,
+    EndpointStatus::kOutOfService,   EndpointStatus::kCreating,    EndpointStatus::kUpdating,
     EndpointStatus::kSystemUpdating, EndpointStatus::kRollingBack, EndpointStatus::kInService,
-    EndpointStatus::kDeleting,     EndpointStatus::kFailed,    EndpointStatus::kUpdateRollbackFailed};
-constexpr InstancePhase kAllPhases[] = {InstancePhase::kProvisioning, InstancePhase::kStarting,
-                                        InstancePhase::kInService,    InstancePhase::kFailed,
-                                        InstancePhase::kDraining,     InstancePhase::kStopped,
-                                        InstancePhase::kDetached};
+    EndpointStatus::kDeleting,       EndpointStatus::kFailed,      EndpointStatus::kUpdateRollbackFailed};
+constexpr InstancePhase kAllPhases[] = {
+    InstancePhase::kProvisioning, InstancePhase::kStarting, InstancePhase::kInService, InstancePhase::kFailed,
+    InstancePhase::kDraining,     InstancePhase::kStopped,  InstancePhase::kDetached};
 
 // Every (from, to) pair of statuses: exactly these changes (besides staying) are legal.
 TEST(EndpointStatesTest, StatusTable) {
   const std::set<std::pair<std::string_view, std::string_view>> legal = {
-      {"Creating", "InService"},        {"Creating", "Failed"},         {"InService", "Updating"},
-      {"Updating", "InService"},        {"SystemUpdating", "InService"},
-      {"OutOfService", "Deleting"},     {"Creating", "Deleting"},       {"Updating", "Deleting"},
-      {"SystemUpdating", "Deleting"},   {"RollingBack", "Deleting"},    {"InService", "Deleting"},
-      {"Failed", "Deleting"},           {"UpdateRollbackFailed", "Deleting"},
+      {"Creating", "InService"},
+      {"Creating", "Failed"},
+      {"InService", "Updating"},
+      {"Updating", "InService"},
+      {"SystemUpdating", "InService"},
+      {"OutOfService", "Deleting"},
+      {"Creating", "Deleting"},
+      {"Updating", "Deleting"},
+      {"SystemUpdating", "Deleting"},
+      {"RollingBack", "Deleting"},
+      {"InService", "Deleting"},
+      {"Failed", "Deleting"},
+      {"UpdateRollbackFailed", "Deleting"},
   };
   for (EndpointStatus from : kAllStatuses) {
     for (EndpointStatus to : kAllStatuses) {
@@ -38,11 +45,11 @@ TEST(EndpointStatesTest, StatusTable) {
 
 TEST(EndpointStatesTest, InstancePhaseTable) {
   const std::set<std::pair<std::string_view, std::string_view>> legal = {
-      {"provisioning", "starting"}, {"provisioning", "failed"},  {"provisioning", "draining"},
-      {"starting", "in-service"},   {"starting", "failed"},      {"starting", "draining"},
-      {"in-service", "failed"},     {"in-service", "draining"},  {"failed", "draining"},
+      {"provisioning", "starting"}, {"provisioning", "failed"},   {"provisioning", "draining"},
+      {"starting", "in-service"},   {"starting", "failed"},       {"starting", "draining"},
+      {"in-service", "failed"},     {"in-service", "draining"},   {"failed", "draining"},
       {"draining", "stopped"},      {"provisioning", "detached"}, {"starting", "detached"},
-      {"in-service", "detached"},   {"failed", "detached"},      {"draining", "detached"},
+      {"in-service", "detached"},   {"failed", "detached"},       {"draining", "detached"},
   };
   for (InstancePhase from : kAllPhases) {
     for (InstancePhase to : kAllPhases) {

@@ -34,9 +34,9 @@ std::vector<store::VariantStatusEntry> VariantStatusEntries(const VariantProgres
       (!operation && !progress.provisioning)) {
     return entries;
   }
-  std::string message = !progress.waiting_for.empty()  ? progress.waiting_for
-                        : progress.provisioning        ? "Starting and health-checking instances."
-                                                       : "";
+  std::string message = !progress.waiting_for.empty() ? progress.waiting_for
+                        : progress.provisioning       ? "Starting and health-checking instances."
+                                                      : "";
   entries.push_back({.status = status == EndpointStatus::kCreating ? "Creating" : "Updating",
                      .status_message = Cut(std::move(message), kMaxStatusMessage),
                      .start_time = progress.start_time});
@@ -50,13 +50,11 @@ std::chrono::seconds ProvisionTimeout(const nlohmann::json& config_variant, std:
   return std::chrono::seconds(it->get<int64_t>());
 }
 
-std::string CapacityWaitMessage(const std::string& shortfall, std::chrono::seconds timeout,
-                                std::chrono::seconds left) {
+std::string CapacityWaitMessage(const std::string& shortfall, std::chrono::seconds timeout, std::chrono::seconds left) {
   return "Waiting for compute capacity: " + shortfall +
          " (scheduler policy strict). The instance fails if it cannot start within "
          "VariantInstanceProvisionTimeoutInSeconds (" +
-         std::to_string(timeout.count()) + " s; " + std::to_string(std::max<int64_t>(left.count(), 0)) +
-         " s left).";
+         std::to_string(timeout.count()) + " s; " + std::to_string(std::max<int64_t>(left.count(), 0)) + " s left).";
 }
 
 std::string CapacityTimeoutReason(const std::string& variant, const std::string& shortfall,

@@ -24,10 +24,10 @@ namespace kiln::control {
 // Where one production variant stands, as the endpoint controller sees it.
 struct VariantProgress {
   store::EndpointStatus endpoint_status = store::EndpointStatus::kCreating;
-  bool provisioning = false;    // one of the variant's instances is starting (not yet healthy)
+  bool provisioning = false;  // one of the variant's instances is starting (not yet healthy)
   // The capacity wait of one of its instances ("Waiting for compute capacity: ..."), or empty.
   std::string waiting_for;
-  double start_time = 0;        // epoch seconds of the operation (the endpoint's last change)
+  double start_time = 0;  // epoch seconds of the operation (the endpoint's last change)
 };
 
 // The VariantStatus entries for `progress`: an empty array unless the endpoint is Creating or
@@ -46,8 +46,7 @@ std::chrono::seconds ProvisionTimeout(const nlohmann::json& config_variant, std:
 // vCPUs free"):
 //   "Waiting for compute capacity: <shortfall> (scheduler policy strict). The instance fails if
 //    it cannot start within VariantInstanceProvisionTimeoutInSeconds (<n> s; <left> s left)."
-std::string CapacityWaitMessage(const std::string& shortfall, std::chrono::seconds timeout,
-                                std::chrono::seconds left);
+std::string CapacityWaitMessage(const std::string& shortfall, std::chrono::seconds timeout, std::chrono::seconds left);
 
 // FailureReason once the provision budget is spent, AWS's sentence first (what clients match on)
 // and then what Kiln knows:

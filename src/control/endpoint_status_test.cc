@@ -85,7 +85,8 @@ TEST(CapacityReasonTest, AwsSentenceFirstThenWhatKilnKnows) {
   EXPECT_EQ(CapacityTimeoutReason("AllTraffic", shortfall, std::chrono::seconds(300)),
             "Unable to provision requested ML compute capacity. Please retry using a different ML instance type. "
             "Kiln: production variant AllTraffic waited 300 s (VariantInstanceProvisionTimeoutInSeconds) for "
-            "capacity on this host (scheduler policy strict): " + shortfall + ".");
+            "capacity on this host (scheduler policy strict): " +
+                shortfall + ".");
   EXPECT_EQ(CapacityNeverReason("V1", "ml.g5.xlarge needs 1 GPU per instance, but this host has no GPUs"),
             "Unable to provision requested ML compute capacity. Please retry using a different ML instance type. "
             "Kiln: production variant V1: ml.g5.xlarge needs 1 GPU per instance, but this host has no GPUs.");

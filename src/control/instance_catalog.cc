@@ -14,8 +14,8 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 const std::set<std::string, std::less<>> kKnownFields = {
-    "type", "vcpus", "memory_gib", "gpus", "gpu_model", "gpu_memory_gib", "accelerators",
-    "interconnect", "local_nvme", "training", "hosting", "transform", "processing"};
+    "type",         "vcpus",      "memory_gib", "gpus",    "gpu_model", "gpu_memory_gib", "accelerators",
+    "interconnect", "local_nvme", "training",   "hosting", "transform", "processing"};
 
 Status FieldError(const std::string& where, std::string_view field, std::string_view what) {
   return Status::InvalidArgument(where + "." + std::string(field) + ": " + std::string(what));
@@ -53,8 +53,8 @@ Status ApplyRow(const nlohmann::json& row, const std::string& where, InstanceSha
   if (row.contains("gpu_memory_gib")) {
     ASSIGN_OR_RETURN(shape->gpu_memory_gib, IntField(row, where, "gpu_memory_gib", 0));
   }
-  for (auto [field, out] : {std::pair<const char*, std::string*>{"gpu_model", &shape->gpu_model},
-                            {"accelerators", &shape->accelerators}}) {
+  for (auto [field, out] :
+       {std::pair<const char*, std::string*>{"gpu_model", &shape->gpu_model}, {"accelerators", &shape->accelerators}}) {
     if (!row.contains(field)) continue;
     if (!row[field].is_string()) return FieldError(where, field, "must be a string");
     *out = row[field].get<std::string>();
@@ -92,9 +92,7 @@ Status ApplyRow(const nlohmann::json& row, const std::string& where, InstanceSha
 
 }  // namespace
 
-uint64_t InstanceShape::memory_bytes() const {
-  return static_cast<uint64_t>(std::llround(memory_gib * kGiB));
-}
+uint64_t InstanceShape::memory_bytes() const { return static_cast<uint64_t>(std::llround(memory_gib * kGiB)); }
 
 const InstanceCatalog& InstanceCatalog::BuiltIn() {
   static const InstanceCatalog catalog = [] {

@@ -32,12 +32,12 @@ struct InstanceShape {
   std::string type;  // "ml.m5.large"
   int vcpus = 0;
   double memory_gib = 0;
-  int gpus = 0;               // NVIDIA GPUs; Trainium/Inferentia devices are not counted
-  std::string gpu_model;      // "NVIDIA A10G"; empty without GPUs
-  int gpu_memory_gib = 0;     // per GPU; 0 without GPUs
-  std::string accelerators;   // other accelerators, as text; empty if none
+  int gpus = 0;                           // NVIDIA GPUs; Trainium/Inferentia devices are not counted
+  std::string gpu_model;                  // "NVIDIA A10G"; empty without GPUs
+  int gpu_memory_gib = 0;                 // per GPU; 0 without GPUs
+  std::string accelerators;               // other accelerators, as text; empty if none
   std::vector<std::string> interconnect;  // "NVLink", "NVSwitch", "EFA"
-  int nvme_disks = 0;         // local instance storage (AWS ignores VolumeSizeInGB for training)
+  int nvme_disks = 0;                     // local instance storage (AWS ignores VolumeSizeInGB for training)
   int nvme_disk_gb = 0;
   // Which API enums accept the type (the AWS model).
   bool training = false, hosting = false, transform = false, processing = false;

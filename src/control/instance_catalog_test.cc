@@ -161,8 +161,8 @@ TEST(InstanceCatalogTest, OperatorFileExtendsAndOverrides) {
   EXPECT_EQ(catalog->shapes().size(), std::size(kLimitsTable) + 1);
   const InstanceShape* g5 = catalog->Find("ml.g5.xlarge");
   ASSERT_NE(g5, nullptr);
-  EXPECT_EQ(g5->memory_gib, 12);               // overridden
-  EXPECT_EQ(g5->vcpus, 4);                     // kept from the built-in row
+  EXPECT_EQ(g5->memory_gib, 12);  // overridden
+  EXPECT_EQ(g5->vcpus, 4);        // kept from the built-in row
   EXPECT_EQ(g5->gpus, 1);
   EXPECT_EQ(g5->gpu_model, "NVIDIA RTX 4090");
   const InstanceShape* lab = catalog->Find("ml.lab.gpu");
@@ -189,8 +189,9 @@ TEST(InstanceCatalogTest, RejectsMalformedRows) {
   EXPECT_THAT(error(R"([{"type": "ml.m5.large", "gpus": "one"}])"), HasSubstr("(ml.m5.large).gpus"));
   EXPECT_THAT(error(R"([{"type": "ml.m5.large", "vcpu": 2}])"), HasSubstr("unknown field \"vcpu\""));
   EXPECT_THAT(error(R"([{"vcpus": 2}])"), HasSubstr("type"));
-  EXPECT_THAT(error(R"([{"type": "ml.x", "vcpus": 1, "memory_gib": 1}, {"type": "ml.x", "vcpus": 1, "memory_gib": 1}])"),
-              HasSubstr("duplicate"));
+  EXPECT_THAT(
+      error(R"([{"type": "ml.x", "vcpus": 1, "memory_gib": 1}, {"type": "ml.x", "vcpus": 1, "memory_gib": 1}])"),
+      HasSubstr("duplicate"));
   EXPECT_THAT(error(R"({"types": []})"), HasSubstr("instance_types"));
 }
 

@@ -36,9 +36,12 @@ std::optional<aws::Credential> InstanceCredentials::Lookup(std::string_view acce
 }
 
 nlohmann::json CredentialToJson(const aws::Credential& c) {
-  return {{"access_key_id", c.access_key_id}, {"secret_access_key", c.secret_access_key},
-          {"session_token", c.session_token},   {"principal_arn", c.principal_arn},
-          {"user_id", c.user_id},               {"account_id", c.account_id}};
+  return {{"access_key_id", c.access_key_id},
+          {"secret_access_key", c.secret_access_key},
+          {"session_token", c.session_token},
+          {"principal_arn", c.principal_arn},
+          {"user_id", c.user_id},
+          {"account_id", c.account_id}};
 }
 
 aws::Credential CredentialFromJson(const nlohmann::json& j) {

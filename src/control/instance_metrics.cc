@@ -158,8 +158,8 @@ struct InstanceMetrics::RoundOutcome {
     std::chrono::steady_clock::time_point at;
   };
   std::map<std::string, std::vector<observe::MetricDatum>> batches;  // by namespace
-  std::set<std::string> gone;                                       // ids whose instance is not running
-  std::map<std::string, Baseline> baselines;                        // new CPU baselines by id
+  std::set<std::string> gone;                                        // ids whose instance is not running
+  std::map<std::string, Baseline> baselines;                         // new CPU baselines by id
 };
 
 namespace {
@@ -286,8 +286,9 @@ void InstanceMetrics::Evaluate(const Sample& s, const std::map<int, runtime::Gpu
   }
   const uint64_t limit = u.memory_limit_bytes != 0 ? u.memory_limit_bytes : host_memory_bytes_;
   if (limit != 0) {
-    values.emplace_back("MemoryUtilization",
-                        std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));
+    values.emplace_back(
+        "MemoryUtilization",
+        std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));
   }
   if (std::optional<double> disk = DiskPercent(s.target.opt_ml_dir)) values.emplace_back("DiskUtilization", *disk);
   if (!u.gpus.empty() && !gpus.empty()) AppendGpuValues(u.gpus, gpus, values);

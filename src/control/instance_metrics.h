@@ -69,10 +69,10 @@ struct InstanceMetricsOptions {
 
 // What to publish for one instance.
 struct InstanceMetricsTarget {
-  std::string instance_id;             // the runtime's id
-  std::string ns;                      // the namespace of its points
+  std::string instance_id;                          // the runtime's id
+  std::string ns;                                   // the namespace of its points
   std::vector<observe::Dimensions> dimension_sets;  // each metric is written under each set
-  std::string opt_ml_dir;              // host directory of its /opt/ml (DiskUtilization); "" for none
+  std::string opt_ml_dir;                           // host directory of its /opt/ml (DiskUtilization); "" for none
 };
 
 // The dimension sets of a training host / an endpoint instance (see the file comment).
@@ -134,12 +134,12 @@ class InstanceMetrics {
   void Evaluate(const Sample& s, const std::map<int, runtime::GpuUsage>& gpus, RoundOutcome& outcome) const
       REQUIRES(round_mutex_) EXCLUDES(mutex_);
   // Stores each namespace's points; returns those stored.
-  size_t PutBatches(const std::map<std::string, std::vector<observe::MetricDatum>>& batches)
-      REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  size_t PutBatches(const std::map<std::string, std::vector<observe::MetricDatum>>& batches) REQUIRES(round_mutex_)
+      EXCLUDES(mutex_);
   // Records the new baselines and drops gone instances, skipping entries untracked or re-tracked
   // since SelectSamples.
-  void ApplyOutcome(const std::vector<Sample>& samples, const RoundOutcome& outcome)
-      REQUIRES(round_mutex_) EXCLUDES(mutex_);
+  void ApplyOutcome(const std::vector<Sample>& samples, const RoundOutcome& outcome) REQUIRES(round_mutex_)
+      EXCLUDES(mutex_);
   Result<std::vector<runtime::GpuUsage>> SampleGpus();
   int64_t NowMillis() const { return options_.clock ? options_.clock->NowMillis() : Clock::System().NowMillis(); }
 

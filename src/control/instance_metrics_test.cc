@@ -104,7 +104,9 @@ class InstanceMetricsTest : public ::testing::Test {
       return gpus;
     };
   }
-  std::unique_ptr<InstanceMetrics> Make() { return std::make_unique<InstanceMetrics>(options_, &runtime_, store_.get()); }
+  std::unique_ptr<InstanceMetrics> Make() {
+    return std::make_unique<InstanceMetrics>(options_, &runtime_, store_.get());
+  }
   std::vector<SeriesPoint> Points(const char* ns, const std::string& name, const Dimensions& dims) {
     auto points = store_->Query(ns, name, dims, 0, INT64_MAX);
     EXPECT_TRUE(points.ok()) << points.status().ToString();
@@ -163,7 +165,8 @@ TEST_F(InstanceMetricsTest, EndpointVariantSeriesAggregatesItsInstancesAndHostIs
   runtime_.Set("endpoint-ep-a", {.cpu_rate = 0.25, .memory_bytes = 1024 * kMiB});  // no limit: host memory
   runtime_.Set("endpoint-ep-b", {.cpu_rate = 0.75, .memory_bytes = 2048 * kMiB});
   auto metrics = Make();
-  ASSERT_TRUE(metrics->Track(EndpointInstanceMetricsTarget("endpoint-ep-a", "ep", "AllTraffic", "i-a", dir_.path())).ok());
+  ASSERT_TRUE(
+      metrics->Track(EndpointInstanceMetricsTarget("endpoint-ep-a", "ep", "AllTraffic", "i-a", dir_.path())).ok());
   ASSERT_TRUE(metrics->Track(EndpointInstanceMetricsTarget("endpoint-ep-b", "ep", "AllTraffic", "i-b", "")).ok());
   metrics->TEST_SampleOnce();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -94,8 +94,9 @@ void LogPump::Run() {
     }
     if (!events.empty()) {
       // The shim stamps lines as it reads two pipes; a clock step could disorder them.
-      std::stable_sort(events.begin(), events.end(),
-                       [](const observe::InputEvent& a, const observe::InputEvent& b) { return a.timestamp < b.timestamp; });
+      std::stable_sort(events.begin(), events.end(), [](const observe::InputEvent& a, const observe::InputEvent& b) {
+        return a.timestamp < b.timestamp;
+      });
       if (!stream_ready) {
         (void)store_->CreateGroup(options_.group);  // AlreadyExists is fine (adoption, several hosts)
         (void)store_->CreateStream(options_.group, options_.stream);

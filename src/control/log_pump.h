@@ -29,8 +29,8 @@ namespace kiln::control {
 class LogPump {
  public:
   struct Options {
-    std::string output_path;  // the runtime's OutputPath of the instance
-    std::string offset_path;  // where the offset reached is kept
+    std::string output_path;   // the runtime's OutputPath of the instance
+    std::string offset_path;   // where the offset reached is kept
     int64_t start_offset = 0;  // resume point (0, or what offset_path held)
     std::string group;
     std::string stream;

@@ -18,9 +18,7 @@ class LogPumpTest : public ::testing::Test {
     ASSERT_TRUE(logs.ok()) << logs.status().ToString();
     logs_ = std::move(logs).value();
   }
-  void Append(const std::string& records) {
-    std::ofstream(output(), std::ios::app) << records;
-  }
+  void Append(const std::string& records) { std::ofstream(output(), std::ios::app) << records; }
   std::string output() const { return dir_.path() + "/output.log"; }
   LogPump::Options Options(int64_t start = 0) {
     LogPump::Options o;
@@ -52,7 +50,9 @@ TEST_F(LogPumpTest, LinesBecomeEventsMetricsAndAnOffset) {
   std::vector<observe::MetricPoint> points;
   auto options = Options();
   options.extractor = std::shared_ptr<const observe::MetricExtractor>(std::move(extractor).value());
-  options.on_metrics = [&](const std::vector<observe::MetricPoint>& p) { points.insert(points.end(), p.begin(), p.end()); };
+  options.on_metrics = [&](const std::vector<observe::MetricPoint>& p) {
+    points.insert(points.end(), p.begin(), p.end());
+  };
   LogPump pump(options, logs_.get());
   pump.Start();
   Append("1003 o epoch=2 loss=0.25\n1004 o partial");  // the last record is not complete yet

@@ -26,9 +26,7 @@ std::string NeedsText(int64_t cpus, uint64_t memory, int64_t gpus) {
   return s + " and " + FormatGiB(memory);
 }
 
-bool Contains(const std::vector<int>& sorted, int v) {
-  return std::binary_search(sorted.begin(), sorted.end(), v);
-}
+bool Contains(const std::vector<int>& sorted, int v) { return std::binary_search(sorted.begin(), sorted.end(), v); }
 
 void EraseValue(std::vector<int>& sorted, int v) {
   auto it = std::lower_bound(sorted.begin(), sorted.end(), v);
@@ -68,8 +66,9 @@ Result<int> IntField(const nlohmann::json& v, const std::string& key, int min) {
 namespace {
 
 Status CheckSchedulerKeys(const nlohmann::json& section) {
-  static const std::set<std::string> kKeys = {"policy", "allow_cpu_fallback", "cpus", "memory_gib", "gpus",
-                                              "reserved_cpus", "reserved_memory_gib", "gpu_classes"};
+  static const std::set<std::string> kKeys = {
+      "policy",        "allow_cpu_fallback",  "cpus",       "memory_gib", "gpus",
+      "reserved_cpus", "reserved_memory_gib", "gpu_classes"};
   for (auto it = section.begin(); it != section.end(); ++it) {
     if (kKeys.count(it.key()) == 0) {
       return Status::InvalidArgument("scheduler: unknown key \"" + it.key() +
@@ -146,12 +145,11 @@ Result<runtime::GpuInfo> ReadGpu(const nlohmann::json& v, const std::vector<runt
   runtime::GpuInfo gpu;
   if (v.is_number_integer()) {
     ASSIGN_OR_RETURN(int index, IntField(v, "gpus[]", 0));
-    auto found = std::find_if(discovered.begin(), discovered.end(),
-                              [&](const runtime::GpuInfo& g) { return g.index == index; });
+    auto found =
+        std::find_if(discovered.begin(), discovered.end(), [&](const runtime::GpuInfo& g) { return g.index == index; });
     if (found == discovered.end()) {
-      return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(index) +
-                                     " was not found on this host (" + std::to_string(discovered.size()) +
-                                     " discovered)");
+      return Status::InvalidArgument("scheduler.gpus: GPU " + std::to_string(index) + " was not found on this host (" +
+                                     std::to_string(discovered.size()) + " discovered)");
     }
     return *found;
   }
@@ -264,8 +262,11 @@ Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& section,
 // JSON forms
 
 void to_json(nlohmann::json& j, const Allocation& a) {
-  j = nlohmann::json{{"cpus", a.cpus}, {"memory_bytes", a.memory_bytes}, {"gpus", a.gpus},
-                     {"gpu_uuids", a.gpu_uuids}, {"note", a.note}};
+  j = nlohmann::json{{"cpus", a.cpus},
+                     {"memory_bytes", a.memory_bytes},
+                     {"gpus", a.gpus},
+                     {"gpu_uuids", a.gpu_uuids},
+                     {"note", a.note}};
 }
 
 void from_json(const nlohmann::json& j, Allocation& a) {
@@ -280,8 +281,8 @@ void from_json(const nlohmann::json& j, Allocation& a) {
 void to_json(nlohmann::json& j, const SchedulerSnapshot& s) {
   nlohmann::json queue = nlohmann::json::array();
   for (const auto& q : s.queue) {
-    queue.push_back({{"id", q.id}, {"seq", q.seq}, {"instance_type", q.instance_type},
-                     {"instance_count", q.instance_count}});
+    queue.push_back(
+        {{"id", q.id}, {"seq", q.seq}, {"instance_type", q.instance_type}, {"instance_count", q.instance_count}});
   }
   nlohmann::json granted = nlohmann::json::object();
   for (const auto& [id, allocations] : s.granted) granted[id] = allocations;
@@ -394,9 +395,10 @@ Result<Scheduler::Need> Scheduler::ComputeNeed(const std::string& instance_type,
 
   // Shrink: cap every dimension at an equal share of the host.
   if (host_cpus < count) {
-    return Status::ResourceExhausted("no capacity for " + what + " on this host, even shrunk: each instance needs "
-                                     "at least 1 vCPU and the host has " + Plural(host_cpus, "vCPU", "vCPUs") +
-                                     " for instances");
+    return Status::ResourceExhausted("no capacity for " + what +
+                                     " on this host, even shrunk: each instance needs "
+                                     "at least 1 vCPU and the host has " +
+                                     Plural(host_cpus, "vCPU", "vCPUs") + " for instances");
   }
   const uint64_t memory_share = (usable_memory_ / static_cast<uint64_t>(count)) / kMiB * kMiB;
   if (memory_share == 0) {
@@ -409,10 +411,10 @@ Result<Scheduler::Need> Scheduler::ComputeNeed(const std::string& instance_type,
     int64_t share = host_gpus / count;
     if (share == 0) {
       if (!options_.allow_cpu_fallback) {
-        return Status::ResourceExhausted(
-            "no capacity for " + what + " on this host, even shrunk: " + std::to_string(count) +
-            " instances need at least 1 GPU each and the host has " + Plural(host_gpus, "GPU", "GPUs") + "; " +
-            fallback_hint);
+        return Status::ResourceExhausted("no capacity for " + what +
+                                         " on this host, even shrunk: " + std::to_string(count) +
+                                         " instances need at least 1 GPU each and the host has " +
+                                         Plural(host_gpus, "GPU", "GPUs") + "; " + fallback_hint);
       }
       fallback = true;
     }
@@ -446,8 +448,7 @@ Status Scheduler::Enqueue(const ScheduleRequest& request) {
   return Status::Ok();
 }
 
-bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_seq_.count(id) != 0;
-}
+bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_seq_.count(id) != 0; }
 
 Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
   if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
@@ -619,7 +620,8 @@ std::string Scheduler::ShortfallLocked(const std::string& instance_type, const N
   msg += NeedsText(want_cpus, want_memory, want_gpus);
   std::vector<std::string> short_parts;
   if (static_cast<int64_t>(free_cpus_.size()) < want_cpus) {
-    short_parts.push_back(std::to_string(free_cpus_.size()) + " of " + Plural(static_cast<int64_t>(usable_cpus_.size()), "vCPU", "vCPUs") + " free");
+    short_parts.push_back(std::to_string(free_cpus_.size()) + " of " +
+                          Plural(static_cast<int64_t>(usable_cpus_.size()), "vCPU", "vCPUs") + " free");
   }
   if (free_memory_ < want_memory) {
     short_parts.push_back(FormatGiB(free_memory_) + " of " + FormatGiB(usable_memory_) + " free");

@@ -84,9 +84,9 @@ Result<SchedulerOptions> SchedulerOptionsFromJson(const nlohmann::json& config_s
 
 // One instance (host) of a granted request.
 struct Allocation {
-  std::vector<int> cpus;            // CPU indices (the instance's cpuset)
-  uint64_t memory_bytes = 0;        // memory limit
-  std::vector<int> gpus;            // GPU indices (nvidia-smi's), exclusive to this instance
+  std::vector<int> cpus;               // CPU indices (the instance's cpuset)
+  uint64_t memory_bytes = 0;           // memory limit
+  std::vector<int> gpus;               // GPU indices (nvidia-smi's), exclusive to this instance
   std::vector<std::string> gpu_uuids;  // same order as gpus
   // Empty when the instance got its type's full shape; otherwise what it got instead, e.g.
   // "shrunk ml.g5.12xlarge (48 vCPUs, 192 GiB, 4 GPUs) to 2 vCPUs, 23 GiB, 0 GPUs (scheduler policy shrink)".
@@ -102,8 +102,8 @@ void to_json(nlohmann::json& j, const Allocation& a);
 void from_json(const nlohmann::json& j, Allocation& a);
 
 struct ScheduleRequest {
-  std::string id;      // unique among queued and granted requests, e.g. the job's ARN or name
-  int64_t seq = 0;     // submission order; lower starts first (ties: enqueue order)
+  std::string id;   // unique among queued and granted requests, e.g. the job's ARN or name
+  int64_t seq = 0;  // submission order; lower starts first (ties: enqueue order)
   std::string instance_type;
   int instance_count = 1;
 };
@@ -121,13 +121,13 @@ struct SchedulerSnapshot {
     std::string instance_type;
     int instance_count = 0;
   };
-  std::vector<int> cpus;           // usable (not reserved) CPU indices
+  std::vector<int> cpus;  // usable (not reserved) CPU indices
   std::vector<int> free_cpus;
-  uint64_t memory_bytes = 0;       // usable (not reserved)
+  uint64_t memory_bytes = 0;  // usable (not reserved)
   uint64_t free_memory_bytes = 0;
-  std::vector<int> gpus;           // GPU indices
+  std::vector<int> gpus;  // GPU indices
   std::vector<int> free_gpus;
-  std::vector<Queued> queue;       // in grant order
+  std::vector<Queued> queue;  // in grant order
   std::map<std::string, std::vector<Allocation>> granted;
 };
 void to_json(nlohmann::json& j, const SchedulerSnapshot& s);

@@ -27,8 +27,7 @@ HostCapacity Host(int cpus, double memory_gib, int gpus = 0) {
   return h;
 }
 
-SchedulerOptions Options(HostCapacity capacity, ShapePolicy policy = ShapePolicy::kStrict,
-                         bool fallback = false) {
+SchedulerOptions Options(HostCapacity capacity, ShapePolicy policy = ShapePolicy::kStrict, bool fallback = false) {
   SchedulerOptions o;
   o.capacity = std::move(capacity);
   o.policy = policy;
@@ -106,7 +105,7 @@ TEST(SchedulerTest, AllocateNowGoesAheadOfTheQueueOnlyWhenItFits) {
   EXPECT_EQ(full.status().code(), StatusCode::kUnavailable);  // fits the host, not what is free now
   EXPECT_EQ(full.status().message(), "ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 6 vCPUs free");
   EXPECT_TRUE(full.status().Is(ErrorReason::kDoesNotFitNow));  // what EndpointController waits on
-  EXPECT_FALSE(s.Granted("ep-2").has_value());  // nothing held after a refusal
+  EXPECT_FALSE(s.Granted("ep-2").has_value());                 // nothing held after a refusal
   EXPECT_EQ(s.AllocateNow({"ep-1", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(s.AllocateNow({"b", 0, "ml.m5.large", 1}).status().code(), StatusCode::kAlreadyExists);  // queued
   EXPECT_EQ(s.AllocateNow({"ep-3", 0, "ml.nope", 1}).status().code(), StatusCode::kResourceExhausted);
@@ -171,8 +170,9 @@ TEST(SchedulerTest, GpusAreExclusiveAndNamedByIndexAndUuid) {
     EXPECT_THAT(g.allocations[0].gpu_uuids, ElementsAre("GPU-uuid-" + std::to_string(gpu)));
   }
   EXPECT_EQ(seen, (std::set<int>{0, 1, 2, 3}));
-  EXPECT_EQ(s.WaitingMessage("g4"),
-            "Waiting for compute capacity: ml.g5.xlarge needs 4 vCPUs, 16 GiB and 1 GPU; 0 of 4 GPUs free (next in line)");
+  EXPECT_EQ(
+      s.WaitingMessage("g4"),
+      "Waiting for compute capacity: ml.g5.xlarge needs 4 vCPUs, 16 GiB and 1 GPU; 0 of 4 GPUs free (next in line)");
   s.Release("g2");
   std::vector<Grant> next = s.Schedule();
   ASSERT_EQ(next.size(), 1u);
@@ -224,9 +224,10 @@ TEST(SchedulerTest, StrictRejectsWhatCanNeverFit) {
 
   Status gpu = s.CheckFeasible("ml.g5.xlarge", 1);
   EXPECT_EQ(gpu.code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(gpu.message(),
-            "ml.g5.xlarge needs 1 GPU (NVIDIA A10G) per instance, but this host has no GPUs; set "
-            "\"allow_cpu_fallback\": true in the scheduler section of the Kiln config to run GPU instance types on CPU");
+  EXPECT_EQ(
+      gpu.message(),
+      "ml.g5.xlarge needs 1 GPU (NVIDIA A10G) per instance, but this host has no GPUs; set "
+      "\"allow_cpu_fallback\": true in the scheduler section of the Kiln config to run GPU instance types on CPU");
 
   EXPECT_EQ(s.CheckFeasible("ml.m5.large", 0).code(), StatusCode::kInvalidArgument);
   // Enqueue refuses the same, and queues nothing.
@@ -284,8 +285,9 @@ TEST(SchedulerTest, ShrinkStillNeedsCpuFallbackForGpuTypes) {
   std::vector<Grant> grants = gpu.Schedule();
   ASSERT_EQ(grants.size(), 1u);
   EXPECT_THAT(grants[0].allocations[0].gpus, ElementsAre(0, 1));
-  EXPECT_EQ(grants[0].allocations[0].note,
-            "shrunk ml.p4d.24xlarge (96 vCPUs, 1152 GiB, 8 GPUs) to 16 vCPUs, 64 GiB, 2 GPUs (scheduler policy shrink)");
+  EXPECT_EQ(
+      grants[0].allocations[0].note,
+      "shrunk ml.p4d.24xlarge (96 vCPUs, 1152 GiB, 8 GPUs) to 16 vCPUs, 64 GiB, 2 GPUs (scheduler policy shrink)");
   // Three instances cannot each have one of two GPUs.
   EXPECT_THAT(gpu.CheckFeasible("ml.g5.xlarge", 3).message(), HasSubstr("at least 1 GPU each"));
 }
@@ -300,8 +302,9 @@ TEST(SchedulerTest, StrictCpuFallback) {
   EXPECT_EQ(a.cpus.size(), 4u);
   EXPECT_EQ(a.memory_bytes, 16 * kGiB);
   EXPECT_TRUE(a.gpus.empty());
-  EXPECT_EQ(a.note,
-            "ml.g5.xlarge runs without its 1 GPU (NVIDIA A10G): this host has none (scheduler option allow_cpu_fallback)");
+  EXPECT_EQ(
+      a.note,
+      "ml.g5.xlarge runs without its 1 GPU (NVIDIA A10G): this host has none (scheduler option allow_cpu_fallback)");
   // Fallback does not lift strict sizes.
   EXPECT_THAT(s.CheckFeasible("ml.g5.12xlarge", 1).message(), HasSubstr("short by 40 vCPUs"));
 }
@@ -324,7 +327,7 @@ TEST(SchedulerTest, WaitingMessageNamesWhatIsMissingAndThePlaceInLine) {
             "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)");
   EXPECT_EQ(s.WaitingMessage("j1"),
             "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (next in line)");
-  EXPECT_EQ(s.WaitingMessage("j0"), "");        // granted
+  EXPECT_EQ(s.WaitingMessage("j0"), "");  // granted
   EXPECT_EQ(s.WaitingMessage("nobody"), "");
 
   Scheduler mem(Options(Host(8, 12)), Catalog());
@@ -346,7 +349,8 @@ TEST(SchedulerTest, WaitingReasonIsTheMessageWithoutThePlaceInLine) {
   Scheduler s(Options(Host(2, 32)), Catalog());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.Enqueue({"j" + std::to_string(i), i, "ml.m5.large", 1}).ok());
   EXPECT_THAT(Ids(s.Schedule()), ElementsAre("j0"));
-  EXPECT_EQ(s.WaitingReason("j2"), "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free");
+  EXPECT_EQ(s.WaitingReason("j2"),
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free");
   EXPECT_EQ(s.WaitingReason("j1"), s.WaitingReason("j2"));  // the same wherever in line
   EXPECT_EQ(s.WaitingReason("j0"), "");                     // granted
   EXPECT_EQ(s.WaitingReason("nobody"), "");

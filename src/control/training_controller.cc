@@ -36,7 +36,8 @@ void RecordSecondaryStatus(store::TrainingJobRecord& record, SecondaryStatus sec
     transitions.back().message = message;
   } else {
     if (!transitions.empty()) transitions.back().end_millis = now_millis;
-    transitions.push_back({.status = secondary, .start_millis = now_millis, .end_millis = std::nullopt, .message = message});
+    transitions.push_back(
+        {.status = secondary, .start_millis = now_millis, .end_millis = std::nullopt, .message = message});
   }
   record.secondary_status = secondary;
   record.state.status_message = message;
@@ -61,7 +62,8 @@ Status TrainingController::Start() {
       }
       Status adopted = deps_.scheduler->Adopt(job.name, allocations);
       if (!adopted.ok()) {
-        KLOG(warn, "could not re-reserve an adopted job's resources", {{"job", job.name}, {"error", adopted.ToString()}});
+        KLOG(warn, "could not re-reserve an adopted job's resources",
+             {{"job", job.name}, {"error", adopted.ToString()}});
       }
       StartRun(job.name, allocations, /*adopt=*/true);
     } else if (job.status == JobStatus::kStopping) {
@@ -271,7 +273,8 @@ void TrainingController::RunPass() {
     RecordSecondaryStatus(rec, SecondaryStatus::kPending, it == reasons.end() ? kMsgWaiting : it->second, now);
     return true;
   });
-  if (!recorded.ok()) KLOG(warn, "Pending not recorded", {{"jobs", std::to_string(waiting.size())}, {"error", recorded.ToString()}});
+  if (!recorded.ok())
+    KLOG(warn, "Pending not recorded", {{"jobs", std::to_string(waiting.size())}, {"error", recorded.ToString()}});
 }
 
 void TrainingController::RunScheduler() {
@@ -305,11 +308,11 @@ void TrainingController::RunScheduler() {
 void TrainingController::StartRun(const std::string& name, std::vector<Allocation> allocations, bool adopt,
                                   Status grant_written) {
   TrainingJobRun::Context context{.options = &options_,
-                                 .deps = &deps_,
-                                 .jobs = &jobs_,
-                                 .on_finished = [this](const std::string& job) { OnRunFinished(job); },
-                                 // Queued again, behind nobody it overtook.
-                                 .resubmit = [this](const std::string& job) { Submit(job); }};
+                                  .deps = &deps_,
+                                  .jobs = &jobs_,
+                                  .on_finished = [this](const std::string& job) { OnRunFinished(job); },
+                                  // Queued again, behind nobody it overtook.
+                                  .resubmit = [this](const std::string& job) { Submit(job); }};
   auto run = std::make_shared<TrainingJobRun>(std::move(context), name, std::move(allocations), adopt,
                                               std::move(grant_written));
   {

@@ -94,15 +94,15 @@ namespace kiln::control {
 inline constexpr char kTrainingLogGroup[] = "/aws/sagemaker/TrainingJobs";
 
 struct TrainingControllerOptions {
-  std::string work_dir;     // host directories: <work_dir>/<job>/algo-<n>/opt_ml
-  std::string region;       // AWS_REGION inside instances
-  std::string endpoint_url;  // how instances reach Kiln (AWS_ENDPOINT_URL, S3_ENDPOINT_URL)
-  std::string toolkit_script;  // python/kiln_toolkit/train.py: the `train` of script-mode images
+  std::string work_dir;                  // host directories: <work_dir>/<job>/algo-<n>/opt_ml
+  std::string region;                    // AWS_REGION inside instances
+  std::string endpoint_url;              // how instances reach Kiln (AWS_ENDPOINT_URL, S3_ENDPOINT_URL)
+  std::string toolkit_script;            // python/kiln_toolkit/train.py: the `train` of script-mode images
   std::chrono::seconds stop_grace{120};  // SIGTERM → SIGKILL (training-contract.md §11)
   std::chrono::milliseconds checkpoint_scan_interval{10000};
   std::chrono::milliseconds checkpoint_quiet_period{2000};
   int staging_parallelism = 8;
-  bool keep_host_dirs = false;  // keep <work_dir>/<job> after the job ends (debugging)
+  bool keep_host_dirs = false;     // keep <work_dir>/<job> after the job ends (debugging)
   ArchiveCapOptions archive_caps;  // bounds sourcedir.tar.gz (archive_caps.h)
 };
 
@@ -115,7 +115,7 @@ struct TrainingControllerDeps {
   Scheduler* scheduler = nullptr;
   const runtime::EnvironmentTable* environments = nullptr;
   InstanceCredentials* credentials = nullptr;
-  const Clock* clock = nullptr;  // nullptr: the system clock
+  const Clock* clock = nullptr;                 // nullptr: the system clock
   InstanceMetrics* instance_metrics = nullptr;  // samples the hosts' CPU/memory/disk/GPU (may be null)
 };
 
@@ -168,8 +168,8 @@ class TrainingController : public TrainingQueueView {
   bool schedule_needed_ GUARDED_BY(mutex_) = false;
   std::map<std::string, std::shared_ptr<TrainingJobRun>> runs_ GUARDED_BY(mutex_);
   std::vector<std::shared_ptr<TrainingJobRun>> finished_runs_ GUARDED_BY(mutex_);  // to join
-  std::vector<std::string> entering_pending_ GUARDED_BY(mutex_);  // submitted since the last pass
-  std::multimap<int64_t, std::string> pending_deadlines_ GUARDED_BY(mutex_);  // MaxPendingTime, millis -> job
+  std::vector<std::string> entering_pending_ GUARDED_BY(mutex_);                   // submitted since the last pass
+  std::multimap<int64_t, std::string> pending_deadlines_ GUARDED_BY(mutex_);       // MaxPendingTime, millis -> job
   // Started by Start() and joined by Shutdown() (without mutex_), which the owner never calls
   // concurrently: not GUARDED_BY.
   std::thread scheduler_thread_;

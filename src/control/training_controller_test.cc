@@ -146,8 +146,8 @@ class TrainingControllerTest : public testing::ControllerTest {
              (secondary.empty() || store::ToString(last.secondary_status) == secondary);
     });
     EXPECT_TRUE(reached) << name << " is " << store::ToString(last.status) << "/"
-                         << store::ToString(last.secondary_status) << " ("
-                         << last.state.failure_reason.value_or("") << "), not " << status << "/" << secondary;
+                         << store::ToString(last.secondary_status) << " (" << last.state.failure_reason.value_or("")
+                         << "), not " << status << "/" << secondary;
     return last;
   }
 
@@ -317,10 +317,12 @@ TEST_F(TrainingControllerTest, AQueuedJobWritesPendingOnceAndItsPlaceInLineIsRea
   Create("w3");
   auto w3 = WaitForStatus("w3", "InProgress", "Pending");
   WaitForStatus("w1", "InProgress", "Pending");
-  EXPECT_EQ(StateJson(w3).value("status_message", ""),
-            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
+  EXPECT_EQ(
+      StateJson(w3).value("status_message", ""),
+      "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
   EXPECT_EQ(controller_->PendingMessage("w3"),
-            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free (2 jobs ahead)");
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free "
+            "(2 jobs ahead)");
   const int64_t w3_version = w3.version;
 
   // "runs" ends, w1 is granted: w3 moves up in line without its row being written.
@@ -344,8 +346,11 @@ TEST_F(TrainingControllerTest, AQueuedJobWritesPendingOnceAndItsPlaceInLineIsRea
     secondary.push_back(t.value("Status", ""));
     if (t.value("Status", "") == "Pending") pending_message = t.value("StatusMessage", "");
   }
-  EXPECT_EQ(secondary, (std::vector<std::string>{"Starting", "Pending", "Downloading", "Training", "Uploading", "Completed"}));
-  EXPECT_EQ(pending_message, "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
+  EXPECT_EQ(secondary,
+            (std::vector<std::string>{"Starting", "Pending", "Downloading", "Training", "Uploading", "Completed"}));
+  EXPECT_EQ(
+      pending_message,
+      "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free, 0 GiB of 8 GiB free");
 }
 
 TEST_F(TrainingControllerTest, MaxPendingTimeStopsAJobStillWaiting) {
@@ -379,7 +384,8 @@ TEST_F(TrainingControllerTest, ASmallerLaterJobWaitsBehindTheHeadOfTheQueue) {
   ASSERT_TRUE(runtime_->Exit(Instance("big1"), 0).ok());
   ASSERT_TRUE(WaitForLaunch("big2"));
   ASSERT_TRUE(WaitForLaunch("small"));  // granted in the same pass, beside big2 (4 + 2 vCPUs)
-  EXPECT_THAT(runtime_->launches(), ::testing::UnorderedElementsAre(Instance("big1"), Instance("big2"), Instance("small")));
+  EXPECT_THAT(runtime_->launches(),
+              ::testing::UnorderedElementsAre(Instance("big1"), Instance("big2"), Instance("small")));
 }
 
 TEST_F(TrainingControllerTest, StopWhilePendingEndsStoppedWithoutLaunching) {
@@ -471,9 +477,11 @@ TEST_F(TrainingControllerTest, ARestartedControllerAdoptsARunningJobAndRequeuesA
 
 TEST_F(TrainingControllerTest, OutputReachesTheLogStreamAndMetricsOnceAcrossARestart) {
   StartController();
-  Create("logs", {{"AlgorithmSpecification", {{"MetricDefinitions", {{{"Name", "loss"}, {"Regex", "loss=([0-9.]+)"}}}}}}});
+  Create("logs",
+         {{"AlgorithmSpecification", {{"MetricDefinitions", {{{"Name", "loss"}, {"Regex", "loss=([0-9.]+)"}}}}}}});
   ASSERT_TRUE(WaitForLaunch("logs"));
-  const std::string stream = StateJson(WaitForStatus("logs", "InProgress", "Training"))["hosts"][0].value("log_stream", "");
+  const std::string stream =
+      StateJson(WaitForStatus("logs", "InProgress", "Training"))["hosts"][0].value("log_stream", "");
   EXPECT_THAT(stream, ::testing::StartsWith("logs/algo-1-"));
   ASSERT_TRUE(runtime_->WriteOutput(Instance("logs"), 'o', "epoch 1 loss=0.5").ok());
   RestartController();  // the new pump resumes at the offset the old one reached
@@ -510,10 +518,12 @@ TEST_F(TrainingControllerTest, AStagingJobLeftByAServerIsQueuedAgainAndRuns) {
   // A server granted the job, then died while staging it (before any instance started).
   Create("staged", json::object(), /*submit=*/false);
   store::TrainingJobRepository jobs(db_.get());
-  ASSERT_TRUE(jobs.Mutate("staged", [](store::TrainingJobRecord& r) {
-                    r.state.phase = store::TrainingPhase::kStaging;
-                    return Status::Ok();
-                  }).ok());
+  ASSERT_TRUE(jobs.Mutate("staged",
+                          [](store::TrainingJobRecord& r) {
+                            r.state.phase = store::TrainingPhase::kStaging;
+                            return Status::Ok();
+                          })
+                  .ok());
   StartController();
   ASSERT_TRUE(WaitForLaunch("staged"));
   ASSERT_TRUE(runtime_->Exit(Instance("staged"), 0).ok());
@@ -523,13 +533,16 @@ TEST_F(TrainingControllerTest, AStagingJobLeftByAServerIsQueuedAgainAndRuns) {
 TEST_F(TrainingControllerTest, StopDuringStagingThatAServerDidNotCarryOutEndsStoppedAtRestart) {
   Create("staged", json::object(), /*submit=*/false);
   store::TrainingJobRepository jobs(db_.get());
-  ASSERT_TRUE(jobs.Mutate("staged", [&](store::TrainingJobRecord& r) {
-                    r.state.phase = store::TrainingPhase::kStaging;
-                    r.status = store::TrainingJobStatus::kStopping;  // StopTrainingJob as the API writes it
-                    r.state.stop_requested = store::StopRequest::kUser;
-                    RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job", clock_.NowMillis());
-                    return Status::Ok();
-                  }).ok());
+  ASSERT_TRUE(jobs.Mutate("staged",
+                          [&](store::TrainingJobRecord& r) {
+                            r.state.phase = store::TrainingPhase::kStaging;
+                            r.status = store::TrainingJobStatus::kStopping;  // StopTrainingJob as the API writes it
+                            r.state.stop_requested = store::StopRequest::kUser;
+                            RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job",
+                                                  clock_.NowMillis());
+                            return Status::Ok();
+                          })
+                  .ok());
   StartController();
   auto stopped = WaitForStatus("staged", "Stopped", "Stopped");
   EXPECT_EQ(StateJson(stopped).value("phase", ""), "done");
@@ -546,12 +559,14 @@ TEST_F(TrainingControllerTest, ARestartedControllerRedoesTheUploadOfAFinishingJo
   controller_.reset();
   ASSERT_TRUE(runtime_->Exit(Instance("upload"), 0).ok());
   store::TrainingJobRepository jobs(db_.get());
-  ASSERT_TRUE(jobs.Mutate("upload", [&](store::TrainingJobRecord& r) {
-                    r.state.phase = store::TrainingPhase::kFinishing;
-                    RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
-                                          clock_.NowMillis());
-                    return Status::Ok();
-                  }).ok());
+  ASSERT_TRUE(jobs.Mutate("upload",
+                          [&](store::TrainingJobRecord& r) {
+                            r.state.phase = store::TrainingPhase::kFinishing;
+                            RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
+                                                  clock_.NowMillis());
+                            return Status::Ok();
+                          })
+                  .ok());
   RenewServerState();
   StartController();
   auto done = WaitForStatus("upload", "Completed", "Completed");
@@ -571,15 +586,18 @@ TEST_F(TrainingControllerTest, StopDuringUploadEndsStoppedWithTheModelUploaded) 
   controller_.reset();
   ASSERT_TRUE(runtime_->Exit(Instance("upload"), 0).ok());
   store::TrainingJobRepository jobs(db_.get());
-  ASSERT_TRUE(jobs.Mutate("upload", [&](store::TrainingJobRecord& r) {
-                    r.state.phase = store::TrainingPhase::kFinishing;
-                    RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
-                                          clock_.NowMillis());
-                    r.status = store::TrainingJobStatus::kStopping;
-                    r.state.stop_requested = store::StopRequest::kUser;
-                    RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job", clock_.NowMillis());
-                    return Status::Ok();
-                  }).ok());
+  ASSERT_TRUE(jobs.Mutate("upload",
+                          [&](store::TrainingJobRecord& r) {
+                            r.state.phase = store::TrainingPhase::kFinishing;
+                            RecordSecondaryStatus(r, SecondaryStatus::kUploading, "Uploading generated training model",
+                                                  clock_.NowMillis());
+                            r.status = store::TrainingJobStatus::kStopping;
+                            r.state.stop_requested = store::StopRequest::kUser;
+                            RecordSecondaryStatus(r, SecondaryStatus::kStopping, "Stopping the training job",
+                                                  clock_.NowMillis());
+                            return Status::Ok();
+                          })
+                  .ok());
   RenewServerState();
   StartController();
   auto stopped = WaitForStatus("upload", "Stopped", "Stopped");

@@ -71,9 +71,7 @@ void TrainingJobRun::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-int64_t TrainingJobRun::Now() const {
-  return deps().clock ? deps().clock->NowMillis() : Clock::System().NowMillis();
-}
+int64_t TrainingJobRun::Now() const { return deps().clock ? deps().clock->NowMillis() : Clock::System().NowMillis(); }
 
 Result<store::TrainingJobRecord> TrainingJobRun::Update(const std::function<void(store::TrainingJobRecord&)>& fn) {
   return context_.jobs->Mutate(name_, [&](store::TrainingJobRecord& r) {
@@ -117,8 +115,9 @@ bool TrainingJobRun::RetryIfAllowed(const JobFailure& failure) {
     rec.state.last_failure = why;
     rec.state.hosts.clear();
     rec.state.allocations = json();
-    RecordSecondaryStatus(rec, SecondaryStatus::kRestarting, "Restarting the training job (attempt " + std::to_string(retries + 2) +
-                                                 " of " + std::to_string(max_attempts + 1) + "): " + why,
+    RecordSecondaryStatus(rec, SecondaryStatus::kRestarting,
+                          "Restarting the training job (attempt " + std::to_string(retries + 2) + " of " +
+                              std::to_string(max_attempts + 1) + "): " + why,
                           now);
     retry = true;
   });
@@ -144,7 +143,8 @@ void TrainingJobRun::RunSteps() {
   job_dir_ = options().work_dir + "/" + record.name;
   if (record.state.stop_requested != StopRequest::kNone) {
     stop_requested_.store(true);
-    stop_reason_ = record.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime : StopReason::kUser;
+    stop_reason_ =
+        record.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime : StopReason::kUser;
   }
 
   const Phase phase = record.state.phase;
@@ -245,8 +245,11 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
                      agent::StageChannels(*deps().object_store, request_, host.shard_index, host_count, host.opt_ml,
                                           cancel_, stage_options));
     KLOG(info, "staged input channels",
-         {{"job", name_}, {"host", host.host}, {"objects", std::to_string(report.objects)},
-          {"bytes", std::to_string(report.bytes)}, {"seconds", std::to_string(report.elapsed_seconds)}});
+         {{"job", name_},
+          {"host", host.host},
+          {"objects", std::to_string(report.objects)},
+          {"bytes", std::to_string(report.bytes)},
+          {"seconds", std::to_string(report.elapsed_seconds)}});
     if (submit_dir && (StartsWith(*submit_dir, "s3://") || StartsWith(*submit_dir, "file://"))) {
       RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code",
                                                SourceDirCap(request_, options().archive_caps)));
@@ -405,8 +408,8 @@ void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
         KLOG(warn, "pipe channel failed", {{"job", job}, {"channel", channel}, {"error", error.ToString()}});
       };
       int host_count = request_.value("ResourceConfig", json::object()).value("InstanceCount", 1);
-      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.shard_index,
-                                                        host_count, host->opt_ml, feeder_options);
+      auto feeder = std::make_unique<agent::PipeFeeder>(*deps().object_store, request_, h.shard_index, host_count,
+                                                        host->opt_ml, feeder_options);
       Status started = feeder->Start();
       if (started.ok()) {
         host->feeder = std::move(feeder);

@@ -101,8 +101,7 @@ class TrainingJobRun {
   void Fail(const training::JobFailure& failure);
   bool RetryIfAllowed(const training::JobFailure& failure);
   void StartPump(Host& host, const nlohmann::json& metric_definitions, int64_t offset);
-  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points)
-      EXCLUDES(metrics_mutex_);
+  void RecordMetrics(const std::string& host, const std::vector<observe::MetricPoint>& points) EXCLUDES(metrics_mutex_);
   void StopPumps(bool drain);
   void StopAgents();
   Result<std::unique_ptr<agent::CheckpointSync>> MakeCheckpointSync(const Host& host);

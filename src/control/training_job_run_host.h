@@ -15,7 +15,7 @@
 namespace kiln::control {
 
 struct TrainingJobRun::Host {
-  std::string host;  // algo-<n>
+  std::string host;     // algo-<n>
   int shard_index = 0;  // position in the sorted hosts list (ShardedByS3Key)
   std::string instance_id;
   std::string root;    // <work_dir>/<job>/algo-<n>

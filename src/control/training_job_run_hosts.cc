@@ -103,9 +103,15 @@ void TrainingJobRun::RecordMetrics(const std::string& host, const std::vector<ob
   const observe::Dimensions job_dims = {{"TrainingJobName", name_}};
   const observe::Dimensions host_dims = {{"Host", name_ + "/" + host}};
   for (const auto& p : points) {
-    batch.push_back({.name = p.name, .dimensions = job_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+    batch.push_back({.name = p.name,
+                     .dimensions = job_dims,
+                     .timestamp_millis = p.timestamp_millis,
+                     .value = p.value,
                      .unit = "None"});
-    batch.push_back({.name = p.name, .dimensions = host_dims, .timestamp_millis = p.timestamp_millis, .value = p.value,
+    batch.push_back({.name = p.name,
+                     .dimensions = host_dims,
+                     .timestamp_millis = p.timestamp_millis,
+                     .value = p.value,
                      .unit = "None"});
   }
   if (deps().metric_store) {
@@ -134,8 +140,7 @@ void TrainingJobRun::StopAgents() {
 
 // DebugHookConfig, TensorBoardOutputConfig and ProfilerConfig name an S3OutputPath that their
 // LocalPath is synced to every 30 s and once more at the end (training-contract.md §4.4, §8).
-Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> TrainingJobRun::MakeOutputSyncs(
-    const Host& host) {
+Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> TrainingJobRun::MakeOutputSyncs(const Host& host) {
   struct OutputConfig {
     const char* member;
     const char* default_local_path;

@@ -57,9 +57,8 @@ TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageR
   plan.working_dir = local ? "/" : "/opt/ml/code";
 
   auto& env = plan.env;
-  env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-         {"HOME", "/root"},
-         {"LANG", "C.UTF-8"}};
+  env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
   if (!local && StartsWith(image.interpreter, "/usr/")) {
     // A distribution's interpreter refuses `pip install` (PEP 668, EXTERNALLY-MANAGED): the
     // toolkit installs requirements.txt into the job's volume instead and puts it on PYTHONPATH.

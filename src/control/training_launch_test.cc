@@ -48,10 +48,12 @@ TEST(PlanTrainingLaunchTest, LocalImagesRunLikeDockerRunImageTrain) {
   EXPECT_EQ(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).argv, (Argv{"/opt/prog", "train"}));
   EXPECT_EQ(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).working_dir, "/");
   // ContainerArguments replace `train`; ContainerEntrypoint replaces the executable (§2).
-  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerArguments", {"fit", "--fast"}}}), Local("/opt/prog"), Context()).argv,
-            (Argv{"/opt/prog", "fit", "--fast"}));
-  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"/bin/sh", "-c"}}}), Local("/opt/prog"), Context()).argv,
-            (Argv{"/bin/sh", "-c"}));
+  EXPECT_EQ(
+      PlanTrainingLaunch(Request({{"ContainerArguments", {"fit", "--fast"}}}), Local("/opt/prog"), Context()).argv,
+      (Argv{"/opt/prog", "fit", "--fast"}));
+  EXPECT_EQ(
+      PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"/bin/sh", "-c"}}}), Local("/opt/prog"), Context()).argv,
+      (Argv{"/bin/sh", "-c"}));
   EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"python3"}}, {"ContainerArguments", {"a.py"}}}),
                                Local("/opt/prog"), Context())
                 .argv,
@@ -63,15 +65,15 @@ TEST(PlanTrainingLaunchTest, ScriptModeRunsTheToolkit) {
   EXPECT_EQ(plan.argv, (Argv{"/usr/bin/python3", "/srv/kiln/python/kiln_toolkit/train.py"}));
   EXPECT_EQ(plan.working_dir, "/opt/ml/code");
   // Framework images have no ENTRYPOINT: the arguments alone are the command.
-  EXPECT_EQ(PlanTrainingLaunch(Request({{"ContainerArguments", {"python3", "x.py"}}}), Script("/usr/bin/python3"),
-                               Context())
-                .argv,
-            (Argv{"python3", "x.py"}));
+  EXPECT_EQ(
+      PlanTrainingLaunch(Request({{"ContainerArguments", {"python3", "x.py"}}}), Script("/usr/bin/python3"), Context())
+          .argv,
+      (Argv{"python3", "x.py"}));
 }
 
 TEST(PlanTrainingLaunchTest, EnvironmentPrecedence) {
   json request = Request();
-  request["Environment"] = {{"AWS_REGION", "eu-west-1"},  // the request may override Kiln's region
+  request["Environment"] = {{"AWS_REGION", "eu-west-1"},    // the request may override Kiln's region
                             {"AWS_ACCESS_KEY_ID", "mine"},  // but never the credentials
                             {"TRAINING_JOB_NAME", "other"},
                             {"MY_VAR", "1"}};

@@ -83,11 +83,11 @@ MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis);
 
 struct OutcomeInput {
   store::StopRequest row_request = store::StopRequest::kNone;  // the row's stop_requested
-  StopReason run_reason = StopReason::kNone;                    // why the monitor stopped the hosts
-  bool stop_requested = false;                                  // the run was asked to stop
-  bool any_failed = false;                                      // a host exited non-zero (or was lost)
-  std::string host_failure;                                     // FailureReason from the hosts
-  std::string upload_error;                                     // "" when the uploads succeeded
+  StopReason run_reason = StopReason::kNone;                   // why the monitor stopped the hosts
+  bool stop_requested = false;                                 // the run was asked to stop
+  bool any_failed = false;                                     // a host exited non-zero (or was lost)
+  std::string host_failure;                                    // FailureReason from the hosts
+  std::string upload_error;                                    // "" when the uploads succeeded
 };
 
 struct Outcome {
@@ -111,10 +111,10 @@ std::string TruncateUtf8(std::string s, size_t max);
 
 // How one host ended, as the run gathered it.
 struct HostExit {
-  std::string host;  // algo-<n>
+  std::string host;   // algo-<n>
   int exit_code = 0;  // -1: lost (no exit recorded)
   int term_signal = 0;
-  bool stopped_by_kiln = false;   // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
+  bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
   std::string failure_file;      // /opt/ml/output/failure, "" when none (training-contract.md §8)
   std::string last_stderr_line;  // the last line it wrote to stderr
 };

@@ -33,12 +33,12 @@ struct StatusEdge {
   TrainingJobStatus to;
 };
 constexpr StatusEdge kStatusEdges[] = {
-    {TrainingJobStatus::kInProgress, TrainingJobStatus::kStopping},   // StopTrainingJob, MaxRuntime
+    {TrainingJobStatus::kInProgress, TrainingJobStatus::kStopping},  // StopTrainingJob, MaxRuntime
     {TrainingJobStatus::kInProgress, TrainingJobStatus::kCompleted},
     {TrainingJobStatus::kInProgress, TrainingJobStatus::kFailed},
-    {TrainingJobStatus::kInProgress, TrainingJobStatus::kStopped},    // MaxPendingTime
+    {TrainingJobStatus::kInProgress, TrainingJobStatus::kStopped},  // MaxPendingTime
     {TrainingJobStatus::kStopping, TrainingJobStatus::kStopped},
-    {TrainingJobStatus::kStopping, TrainingJobStatus::kFailed},       // failed before the stop took
+    {TrainingJobStatus::kStopping, TrainingJobStatus::kFailed},  // failed before the stop took
 };
 
 void Illegal(const store::TrainingJobRecord& record, const char* what, std::string_view from, std::string_view to) {

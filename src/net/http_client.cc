@@ -253,8 +253,7 @@ struct HttpClient::Pool {
       target->addr_len = sizeof(sockaddr_in6);
       target->name = "[" + text + "]:" + std::to_string(port);
     } else {
-      return Status::InvalidArgument("cannot connect to '" + host +
-                                     "': not an IP address literal or localhost");
+      return Status::InvalidArgument("cannot connect to '" + host + "': not an IP address literal or localhost");
     }
     WriterMutexLock lock(mu);
     auto [it, inserted] = targets.try_emplace(TargetKey{host, port}, std::move(target));
@@ -268,8 +267,7 @@ namespace {
 Result<int> Connect(const Target& t, int timeout_ms) {
   int fd = ::socket(t.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    return Status::Unavailable("cannot create a socket to connect to " + t.name + ": " +
-                               std::strerror(errno));
+    return Status::Unavailable("cannot create a socket to connect to " + t.name + ": " + std::strerror(errno));
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -288,8 +286,8 @@ Result<int> Connect(const Target& t, int timeout_ms) {
           err = errno;
         } else if (r == 0) {
           ::close(fd);
-          return Status::Unavailable(t.name + " did not accept a connection within " +
-                                     std::to_string(timeout_ms) + " ms");
+          return Status::Unavailable(t.name + " did not accept a connection within " + std::to_string(timeout_ms) +
+                                     " ms");
         } else {
           socklen_t len = sizeof(err);
           if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
@@ -374,8 +372,7 @@ HttpClient::HttpClient(HttpClientOptions options) : pool_(std::make_unique<Pool>
 
 HttpClient::~HttpClient() = default;  // Targets close their idle fds
 
-Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
-                                        const ClientRequest& request,
+Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port, const ClientRequest& request,
                                         const ClientTimeouts& timeouts) {
   ASSIGN_OR_RETURN(std::shared_ptr<Target> target, pool_->Find(host, port));
   const HttpClientOptions& options = pool_->options;
@@ -414,9 +411,8 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
 
   const bool is_head = request.method == "HEAD";
   const TimePoint start = SteadyClock::now();
-  const TimePoint deadline = timeouts.response_ms > 0
-                                 ? start + std::chrono::milliseconds(timeouts.response_ms)
-                                 : TimePoint::max();
+  const TimePoint deadline =
+      timeouts.response_ms > 0 ? start + std::chrono::milliseconds(timeouts.response_ms) : TimePoint::max();
   const CancelSignal* cancel = request.cancel;
   if (cancel != nullptr && cancel->cancelled()) {
     return CancelledBeforeSending(*target, *cancel);
@@ -428,8 +424,7 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
   }
   for (;;) {
     Exchange ex;
-    iovec iov[2] = {{head.data(), head.size()},
-                    {const_cast<char*>(request.body.data()), request.body.size()}};
+    iovec iov[2] = {{head.data(), head.size()}, {const_cast<char*>(request.body.data()), request.body.size()}};
     Status sent = SendAllUntil(fd, iov, request.body.empty() ? 1 : 2, deadline, cancel);
     ClientResponse response;
     if (!sent.ok() && cancel != nullptr && cancel->cancelled()) {
@@ -440,14 +435,12 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port,
     } else {
       // Also after a failed send: a server may answer early (e.g. 413) and close without reading
       // the whole body; that answer is still in our receive buffer and is the real outcome.
-      ex = ReadResponse(fd, target->name, options, deadline, timeouts.response_ms, is_head, cancel, scratch,
-                        &response);
+      ex = ReadResponse(fd, target->name, options, deadline, timeouts.response_ms, is_head, cancel, scratch, &response);
       if (!sent.ok()) {
         if (ex.status.ok()) {
           ex.keep_alive = false;
         } else if (ex.retryable || ex.status.code() == StatusCode::kAborted) {
-          ex.status = Status::Aborted(target->name +
-                                      " closed the connection before reading the whole request (" +
+          ex.status = Status::Aborted(target->name + " closed the connection before reading the whole request (" +
                                       sent.message() + ")");
         }
       }
@@ -488,8 +481,6 @@ void HttpClient::Forget(const std::string& host, uint16_t port) {
   target->CloseIdle();
 }
 
-size_t HttpClient::idle_connections() const {
-  return pool_->total_idle.load(std::memory_order_relaxed);
-}
+size_t HttpClient::idle_connections() const { return pool_->total_idle.load(std::memory_order_relaxed); }
 
 }  // namespace kiln::net

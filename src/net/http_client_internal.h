@@ -50,7 +50,7 @@ inline Status CancelledError(const std::string& peer, const CancelSignal& cancel
 
 // Per-thread scratch, reused by every call on the thread so the hot path allocates nothing.
 struct ThreadScratch {
-  std::string head;            // the request head being sent
+  std::string head;             // the request head being sent
   std::unique_ptr<char[]> buf;  // response bytes read but not yet consumed: [pos, end)
   size_t cap = 0;
   size_t pos = 0;

@@ -312,13 +312,13 @@ TEST(HttpClientTest, ChunkedFromHttpServer) {
 }
 
 TEST(HttpClientTest, ChunkedWithExtensionsAndTrailersByteByByte) {
-  RawServer server(Canned(
-      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A:  spaced value \r\n\r\n"
-      "5;name=value\r\nhello\r\n"
-      "1\r\n \r\n"
-      "A \r\n0123456789\r\n"
-      "0\r\nX-Trailer: t\r\n\r\n",
-      /*byte_by_byte=*/true));
+  RawServer server(
+      Canned("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A:  spaced value \r\n\r\n"
+             "5;name=value\r\nhello\r\n"
+             "1\r\n \r\n"
+             "A \r\n0123456789\r\n"
+             "0\r\nX-Trailer: t\r\n\r\n",
+             /*byte_by_byte=*/true));
   HttpClient client;
   for (int i = 0; i < 2; ++i) {
     auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
@@ -356,9 +356,9 @@ TEST(HttpClientTest, CloseDelimitedBody) {
 }
 
 TEST(HttpClientTest, InterimResponsesAreSkipped) {
-  RawServer server(Canned(
-      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
-      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+  RawServer server(
+      Canned("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
   HttpClient client;
   auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -425,10 +425,9 @@ TEST(HttpClientTest, RequestHeadOnTheWire) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   MutexLock lock(mu);
   std::string port = std::to_string(server.port());
-  EXPECT_EQ(seen,
-            "POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:" + port +
-                "\r\nContent-Length: 7\r\nContent-Type: application/json\r\n"
-                "X-Amzn-SageMaker-Custom-Attributes: a=b\r\n\r\n{\"a\":1}");
+  EXPECT_EQ(seen, "POST /invocations HTTP/1.1\r\nHost: 127.0.0.1:" + port +
+                      "\r\nContent-Length: 7\r\nContent-Type: application/json\r\n"
+                      "X-Amzn-SageMaker-Custom-Attributes: a=b\r\n\r\n{\"a\":1}");
 
   HeaderMap bad{{"X-Evil", "a\r\nX-Injected: 1"}};
   req.headers = &bad;
@@ -680,8 +679,7 @@ TEST(HttpClientTest, GarbageIsDataLoss) {
   for (std::string garbage :
        {"SSH-2.0-OpenSSH_9.2\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/2 200\r\n\r\n",
         "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\na",
-        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
         "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n"}) {
     RawServer server([garbage](int fd, int) {
@@ -698,11 +696,11 @@ TEST(HttpClientTest, GarbageIsDataLoss) {
 TEST(HttpClientTest, OversizedBodyIsResourceExhausted) {
   HttpClientOptions options;
   options.max_response_body_bytes = 1000;
-  for (const std::string& response : std::vector<std::string>{
-           "HTTP/1.1 200 OK\r\nContent-Length: 1001\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" + std::string(1000, 'a') +
-            "\r\n1\r\nb\r\n0\r\n\r\n",
-        "HTTP/1.1 200 OK\r\n\r\n" + std::string(1001, 'a')}) {
+  for (const std::string& response :
+       std::vector<std::string>{"HTTP/1.1 200 OK\r\nContent-Length: 1001\r\n\r\n",
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" +
+                                    std::string(1000, 'a') + "\r\n1\r\nb\r\n0\r\n\r\n",
+                                "HTTP/1.1 200 OK\r\n\r\n" + std::string(1001, 'a')}) {
     RawServer server([response](int fd, int) {
       ReadRequest(fd);
       SendRaw(fd, response);
@@ -726,8 +724,7 @@ TEST(HttpClientTest, OversizedBodyIsResourceExhausted) {
 TEST(HttpClientTest, OversizedHeaderIsResourceExhausted) {
   HttpClientOptions options;
   options.max_response_header_bytes = 1024;
-  RawServer server(Canned("HTTP/1.1 200 OK\r\nX-Big: " + std::string(2000, 'h') +
-                          "\r\nContent-Length: 0\r\n\r\n"));
+  RawServer server(Canned("HTTP/1.1 200 OK\r\nX-Big: " + std::string(2000, 'h') + "\r\nContent-Length: 0\r\n\r\n"));
   HttpClient client(options);
   auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();

@@ -16,7 +16,6 @@ struct ParsedResponseForTest {
 // a request had just been sent on it (`head_request`: that request was HEAD), waiting at most
 // `response_ms` in all (0 or less: no limit). Errors name the peer "test:0". Does not close `fd`;
 // bytes read past the response are discarded.
-ParsedResponseForTest ReadResponseForTest(int fd, bool head_request, const HttpClientOptions& options,
-                                          int response_ms);
+ParsedResponseForTest ReadResponseForTest(int fd, bool head_request, const HttpClientOptions& options, int response_ms);
 
 }  // namespace kiln::net

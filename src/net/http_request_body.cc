@@ -38,12 +38,9 @@ Result<size_t> RequestBody::Read(char* buf, size_t n) {
 
 std::optional<uint64_t> RequestBody::size_hint() const {
   switch (mode_) {
-    case Mode::kNone:
-      return 0;
-    case Mode::kLength:
-      return total_ + remaining_;
-    case Mode::kChunked:
-      return std::nullopt;
+    case Mode::kNone: return 0;
+    case Mode::kLength: return total_ + remaining_;
+    case Mode::kChunked: return std::nullopt;
   }
   return std::nullopt;
 }
@@ -94,8 +91,8 @@ Result<size_t> RequestBody::ReadLength(char* buf, size_t n) {
                       : Status::Unavailable("request body: " + r.status().message()));
     }
     if (*r == 0) {
-      return Fail(Status::Unavailable("client closed the connection with " +
-                                      std::to_string(remaining_) + " body bytes unsent"));
+      return Fail(Status::Unavailable("client closed the connection with " + std::to_string(remaining_) +
+                                      " body bytes unsent"));
     }
     got = *r;
   }

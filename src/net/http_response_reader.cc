@@ -51,8 +51,8 @@ bool HasToken(std::string_view value, std::string_view token) {
 // Reads and parses one response from `fd` into `out`.
 class ResponseReader {
  public:
-  ResponseReader(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline,
-                 int response_ms, bool head_request, const CancelSignal* cancel, ThreadScratch& s)
+  ResponseReader(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline, int response_ms,
+                 bool head_request, const CancelSignal* cancel, ThreadScratch& s)
       : fd_(fd),
         peer_(peer),
         options_(options),
@@ -162,8 +162,7 @@ class ResponseReader {
         return size_t{0};
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Status::Aborted("reading the response from " + peer_ + " failed: " +
-                               std::strerror(errno));
+        return Status::Aborted("reading the response from " + peer_ + " failed: " + std::strerror(errno));
       }
       int wait = RemainingMs(deadline_);
       int pr = wait == 0 ? 0 : PollOrCancel(fd_, POLLIN, wait, cancel_);
@@ -174,10 +173,9 @@ class ResponseReader {
         return Status::Aborted(std::string("poll: ") + std::strerror(errno));
       }
       if (pr == 0) {
-        return Status::DeadlineExceeded(
-            (got_any_byte_ ? "the response from " + peer_ + " was not complete within "
-                           : peer_ + " did not answer within ") +
-            std::to_string(response_ms_) + " ms");
+        return Status::DeadlineExceeded((got_any_byte_ ? "the response from " + peer_ + " was not complete within "
+                                                       : peer_ + " did not answer within ") +
+                                        std::to_string(response_ms_) + " ms");
       }
     }
   }
@@ -204,20 +202,16 @@ class ResponseReader {
       case Part::kTrailer:
         return Status::ResourceExhausted("the response trailer from " + peer_ + " exceeds " +
                                          std::to_string(options_.max_response_header_bytes) + " bytes");
-      case Part::kBody:
-        break;
+      case Part::kBody: break;
     }
     return Malformed("chunk size line", "(too long)");
   }
 
   static std::string_view PartName(Part part) {
     switch (part) {
-      case Part::kHeader:
-        return "header";
-      case Part::kBody:
-        return "body";
-      case Part::kTrailer:
-        return "trailer";
+      case Part::kHeader: return "header";
+      case Part::kBody: return "body";
+      case Part::kTrailer: return "trailer";
     }
     return "";
   }
@@ -259,8 +253,8 @@ class ResponseReader {
     size_t start = consumed_before();
     ASSIGN_OR_RETURN(std::string_view line, ReadLine(budget, Part::kHeader));
     // HTTP/1.x SP 3DIGIT [SP reason]
-    if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
-        line[8] != ' ' || (line.size() > 12 && line[12] != ' ')) {
+    if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' ||
+        (line.size() > 12 && line[12] != ' ')) {
       return Malformed("status line", line);
     }
     *http10 = line[7] == '0';
@@ -324,8 +318,7 @@ class ResponseReader {
         c = '?';
       }
     }
-    return Status::DataLoss(peer_ + " sent a malformed HTTP response (" + std::string(what) +
-                            ": \"" + shown + "\")");
+    return Status::DataLoss(peer_ + " sent a malformed HTTP response (" + std::string(what) + ": \"" + shown + "\")");
   }
 
   Status TooLarge() {

@@ -52,14 +52,11 @@ void AppendNumber(std::string& out, uint64_t v, int base = 10) {
 }
 
 // Header names and values from handlers must not carry CR/LF (response splitting).
-bool SafeHeaderText(std::string_view s) {
-  return s.find_first_of("\r\n") == std::string_view::npos;
-}
+bool SafeHeaderText(std::string_view s) { return s.find_first_of("\r\n") == std::string_view::npos; }
 
 }  // namespace
 
-Status ResponseWriterImpl::Start(int status, const HeaderMap& headers,
-                               std::optional<uint64_t> content_length) {
+Status ResponseWriterImpl::Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) {
   if (started_) {
     return Status::FailedPrecondition("response already started");
   }
@@ -69,8 +66,8 @@ Status ResponseWriterImpl::Start(int status, const HeaderMap& headers,
   started_ = true;
   const bool body_allowed = status != 204 && status != 304 && !info_.head;
 
-  bool keep_alive = info_.keep_alive && !close_requested_ && !stopping_->load() &&
-                    !body_->continue_pending() && !body_->failed();
+  bool keep_alive =
+      info_.keep_alive && !close_requested_ && !stopping_->load() && !body_->continue_pending() && !body_->failed();
   if (keep_alive && !body_->done()) {
     std::optional<uint64_t> rest = body_->known_remaining();
     keep_alive = !rest || *rest <= options_->max_drain_bytes;

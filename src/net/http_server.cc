@@ -56,8 +56,8 @@
 namespace kiln::net {
 namespace {
 
-using internal::ConnSlot;
 using internal::Connection;
+using internal::ConnSlot;
 using internal::Limits;
 using internal::MillisOrInfinite;
 using internal::ServeOneRequest;
@@ -110,8 +110,7 @@ std::string AddressKey(const sockaddr_storage& ss) {
 
 class HttpServerImpl final : public HttpServer {
  public:
-  HttpServerImpl(HttpServerOptions options, Handler handler, int listen_fd, int wake_fd,
-                 uint16_t port)
+  HttpServerImpl(HttpServerOptions options, Handler handler, int listen_fd, int wake_fd, uint16_t port)
       : options_(std::move(options)),
         handler_(std::move(handler)),
         listen_fd_(listen_fd),
@@ -165,8 +164,7 @@ class HttpServerImpl final : public HttpServer {
     ::close(listen_fd_);
     {
       MutexLock lock(mu_);
-      const auto grace_end =
-          std::chrono::steady_clock::now() + std::chrono::seconds(std::max(grace_seconds, 0));
+      const auto grace_end = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(grace_seconds, 0));
       while (!conns_.empty()) {
         if (active_cv_.WaitUntil(mu_, grace_end) == std::cv_status::timeout) {
           break;
@@ -250,20 +248,17 @@ class HttpServerImpl final : public HttpServer {
       }
       Pending p{};
       socklen_t len = sizeof(p.addr);
-      p.fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&p.addr), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      p.fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&p.addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (p.fd < 0) {
         const int err = errno;
-        if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED ||
-            err == EPROTO) {
+        if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED || err == EPROTO) {
           continue;  // the client gave up before we took it, or a spurious wake-up
         }
         NoteAcceptError(err);
         // Out of descriptors or memory: an idle connection's descriptor is worth more to a
         // waiting client. With none to close, wait (the pending connection keeps the listening
         // socket readable, so retrying at once would spin).
-        if ((err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) &&
-            EvictIdleAndWait(nullptr)) {
+        if ((err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) && EvictIdleAndWait(nullptr)) {
           continue;
         }
         pollfd wake{wake_fd_, POLLIN, 0};
@@ -308,8 +303,7 @@ class HttpServerImpl final : public HttpServer {
         return false;
       }
       auto it = per_address_.find(address);
-      const bool address_full =
-          it != per_address_.end() && it->second >= options_.max_connections_per_address;
+      const bool address_full = it != per_address_.end() && it->second >= options_.max_connections_per_address;
       const bool full = conns_.size() >= options_.max_connections;
       if (!address_full && !full) {
         return true;
@@ -333,8 +327,7 @@ class HttpServerImpl final : public HttpServer {
     if (victim == nullptr) {
       return false;
     }
-    return WaitGoneLocked(victim->id,
-                          std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs));
+    return WaitGoneLocked(victim->id, std::chrono::steady_clock::now() + std::chrono::milliseconds(kEvictionWaitMs));
   }
 
   // Waits until the connection `id` has been closed by its worker. False on timeout or Stop.
@@ -364,8 +357,8 @@ class HttpServerImpl final : public HttpServer {
           (address != nullptr && slot->address != *address)) {
         continue;
       }
-      candidates.push_back({phase == ConnSlot::kFresh ? 0 : 1,
-                            slot->idle_since_ms.load(std::memory_order_relaxed), slot.get()});
+      candidates.push_back(
+          {phase == ConnSlot::kFresh ? 0 : 1, slot->idle_since_ms.load(std::memory_order_relaxed), slot.get()});
     }
     std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
       return std::tie(a.rank, a.since, a.slot->id) < std::tie(b.rank, b.since, b.slot->id);
@@ -379,8 +372,7 @@ class HttpServerImpl final : public HttpServer {
         continue;
       }
       int expected = c.rank == 0 ? ConnSlot::kFresh : ConnSlot::kIdle;
-      if (!c.slot->phase.compare_exchange_strong(expected, ConnSlot::kEvicted,
-                                                 std::memory_order_acq_rel)) {
+      if (!c.slot->phase.compare_exchange_strong(expected, ConnSlot::kEvicted, std::memory_order_acq_rel)) {
         continue;  // its worker just claimed it
       }
       ::shutdown(c.slot->fd, SHUT_RDWR);
@@ -540,14 +532,12 @@ class HttpServerImpl final : public HttpServer {
       size_t total = 0;
       auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMillis);
       while (total < kLingerBytes) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        deadline - std::chrono::steady_clock::now())
-                        .count();
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
         if (left <= 0) {
           break;
         }
-        Result<size_t> r = internal::RecvSome(conn.fd, scratch, sizeof(scratch),
-                                              static_cast<int>(left), wake_fd_);
+        Result<size_t> r = internal::RecvSome(conn.fd, scratch, sizeof(scratch), static_cast<int>(left), wake_fd_);
         if (!r.ok() || *r == 0) {
           break;
         }
@@ -594,7 +584,7 @@ class HttpServerImpl final : public HttpServer {
   std::unordered_map<std::string, size_t> per_address_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 0;
   HttpServerStats counters_ GUARDED_BY(mu_);  // the cumulative fields
-  std::atomic<bool> force_{false};  // grace is over: sockets are shut down as they register
+  std::atomic<bool> force_{false};            // grace is over: sockets are shut down as they register
 
   // Acceptor thread only.
   int64_t last_shed_log_ms_ = -kShedLogIntervalMs;
@@ -611,27 +601,21 @@ class HttpServerImpl final : public HttpServer {
 Status ErrnoToStatus(std::string_view what, int err) {
   std::string msg = std::string(what) + ": " + std::strerror(err);
   switch (err) {
-    case EADDRINUSE:
-      return Status::Unavailable(msg);
+    case EADDRINUSE: return Status::Unavailable(msg);
     case EACCES:
-    case EPERM:
-      return Status::PermissionDenied(msg);
-    case EADDRNOTAVAIL:
-      return Status::InvalidArgument(msg);
-    default:
-      return Status::Internal(msg);
+    case EPERM: return Status::PermissionDenied(msg);
+    case EADDRNOTAVAIL: return Status::InvalidArgument(msg);
+    default: return Status::Internal(msg);
   }
 }
 
 }  // namespace
 
-Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options,
-                                                       Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options, Handler handler) {
   if (!handler) {
     return Status::InvalidArgument("HttpServer needs a handler");
   }
-  if (options.max_connections == 0 || options.max_connections_per_address == 0 ||
-      options.max_header_bytes < 256) {
+  if (options.max_connections == 0 || options.max_connections_per_address == 0 || options.max_header_bytes < 256) {
     return Status::InvalidArgument(
         "max_connections and max_connections_per_address must be >= 1 and max_header_bytes >= 256");
   }
@@ -673,21 +657,18 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  uint16_t actual_port = bound.ss_family == AF_INET6
-                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  uint16_t actual_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     Status s = ErrnoToStatus("eventfd", errno);
     ::close(fd);
     return s;
   }
-  return std::unique_ptr<HttpServer>(std::make_unique<HttpServerImpl>(
-      std::move(options), std::move(handler), fd, wake, actual_port));
+  return std::unique_ptr<HttpServer>(
+      std::make_unique<HttpServerImpl>(std::move(options), std::move(handler), fd, wake, actual_port));
 }
 
-void ServeConnectionForTest(HttpServer& server, int fd) {
-  static_cast<HttpServerImpl&>(server).ServeForTest(fd);
-}
+void ServeConnectionForTest(HttpServer& server, int fd) { static_cast<HttpServerImpl&>(server).ServeForTest(fd); }
 
 }  // namespace kiln::net

@@ -42,11 +42,11 @@
 namespace kiln::net {
 
 struct HttpRequest {
-  std::string method;      // "GET", "PUT", ... as sent (upper-case by HTTP convention)
-  std::string target;      // the raw request-target: "/bucket/a%20b?list-type=2"
-  std::string raw_path;    // target up to '?', still percent-encoded
-  std::string raw_query;   // after the first '?', without it; empty when absent
-  int http_version = 11;   // 10 or 11
+  std::string method;     // "GET", "PUT", ... as sent (upper-case by HTTP convention)
+  std::string target;     // the raw request-target: "/bucket/a%20b?list-type=2"
+  std::string raw_path;   // target up to '?', still percent-encoded
+  std::string raw_query;  // after the first '?', without it; empty when absent
+  int http_version = 11;  // 10 or 11
   HeaderMap headers;
   std::string remote_address;  // "ip:port"
   // The request body. Never null; owned by the server; valid until the handler returns. Handles

@@ -40,8 +40,7 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 inline int MillisOrInfinite(int seconds) { return seconds > 0 ? seconds * 1000 : -1; }
 
 inline int64_t SteadyMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -142,7 +141,7 @@ class FdReadStream {
         continue;
       }
       const bool idle = conn_->idle_phase;
-      int timeout_ms = !idle            ? limits_->io_timeout_ms
+      int timeout_ms = !idle          ? limits_->io_timeout_ms
                        : conn_->fresh ? limits_->first_byte_timeout_ms
                                       : limits_->idle_timeout_ms;
       if (!idle && conn_->header_deadline) {
@@ -159,14 +158,9 @@ class FdReadStream {
                                             idle ? limits_->wake_fd : -1);
       if (!r.ok()) {
         switch (r.status().code()) {
-          case StatusCode::kDeadlineExceeded:
-            ec = boost::asio::error::timed_out;
-            break;
-          case StatusCode::kAborted:
-            ec = boost::asio::error::operation_aborted;
-            break;
-          default:
-            ec = boost::asio::error::connection_reset;
+          case StatusCode::kDeadlineExceeded: ec = boost::asio::error::timed_out; break;
+          case StatusCode::kAborted: ec = boost::asio::error::operation_aborted; break;
+          default: ec = boost::asio::error::connection_reset;
         }
         return 0;
       }
@@ -219,8 +213,8 @@ class RequestBody final : public ByteSource {
  public:
   enum class Mode { kNone, kLength, kChunked };
 
-  RequestBody(Connection* conn, const Limits* limits, RequestParser* parser, Mode mode,
-              uint64_t content_length, bool expect_continue)
+  RequestBody(Connection* conn, const Limits* limits, RequestParser* parser, Mode mode, uint64_t content_length,
+              bool expect_continue)
       : conn_(conn),
         limits_(limits),
         parser_(parser),
@@ -287,16 +281,10 @@ class ResponseWriterImpl final : public ResponseWriter {
 
   ResponseWriterImpl(Connection* conn, const Limits* limits, const HttpServerOptions* options,
                      const std::atomic<bool>* stopping, RequestBody* body, RequestInfo info)
-      : conn_(conn),
-        limits_(limits),
-        options_(options),
-        stopping_(stopping),
-        body_(body),
-        info_(info) {}
+      : conn_(conn), limits_(limits), options_(options), stopping_(stopping), body_(body), info_(info) {}
 
   // ResponseWriter
-  Status Start(int status, const HeaderMap& headers,
-               std::optional<uint64_t> content_length) override;
+  Status Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) override;
   Status Write(std::string_view data) override;
   Status Finish() override;
 

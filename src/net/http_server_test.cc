@@ -34,9 +34,7 @@ class RawClient {
  public:
   // Connects to 127.0.0.1:port, from the loopback address `source` (127.0.0.2, ...) when given:
   // the server then sees a different remote address, for the per-address limit.
-  explicit RawClient(uint16_t port, const char* source = nullptr) : RawClient() {
-    Connect(port, source);
-  }
+  explicit RawClient(uint16_t port, const char* source = nullptr) : RawClient() { Connect(port, source); }
   // Only creates the socket (a descriptor taken now, for when none may be left later).
   RawClient() {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -260,13 +258,13 @@ class HttpServerTest : public ::testing::Test {
       return;
     }
     (void)out.Send(200,
-             {{"X-Method", req.method},
-              {"X-Path", req.raw_path},
-              {"X-Query", req.raw_query},
-              {"X-Reads", std::to_string(body.reads)},
-              {"X-Remote", req.remote_address},
-              {"X-Version", std::to_string(req.http_version)}},
-             body.data);
+                   {{"X-Method", req.method},
+                    {"X-Path", req.raw_path},
+                    {"X-Query", req.raw_query},
+                    {"X-Reads", std::to_string(body.reads)},
+                    {"X-Remote", req.remote_address},
+                    {"X-Version", std::to_string(req.http_version)}},
+                   body.data);
   }
 
   std::unique_ptr<HttpServer> server_;
@@ -559,7 +557,8 @@ TEST_F(HttpServerTest, ChunkedBodyOverMaxIsResourceExhausted) {
       },
       options);
   RawClient c(port());
-  ASSERT_TRUE(c.Send("PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n0\r\n\r\n"));
   auto future = seen.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(future.get().code(), StatusCode::kResourceExhausted);
@@ -680,7 +679,7 @@ TEST_F(HttpServerTest, OversizeHeaderGets431HoweverItIsSplit) {
     RawClient c(port());
     ASSERT_TRUE(c.Send(big.substr(0, first)));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // its own read
-    (void)c.Send(big.substr(first));  // may fail once the server has answered
+    (void)c.Send(big.substr(first));                             // may fail once the server has answered
     EXPECT_EQ(c.ReadResponse().status, 431) << "first read of " << first << " bytes";
   }
   // Just under the limit, field by field, is served.
@@ -698,8 +697,7 @@ TEST_F(HttpServerTest, OversizeHeaderGets431HoweverItIsSplit) {
 
 TEST_F(HttpServerTest, HandlerHeadersCannotOverrideFraming) {
   StartServer([](HttpRequest&, ResponseWriter& out) {
-    (void)out.Send(200, {{"Content-Length", "99"}, {"Connection", "close"}, {"X-Evil", "a\r\nInjected: 1"}},
-             "ok");
+    (void)out.Send(200, {{"Content-Length", "99"}, {"Connection", "close"}, {"X-Evil", "a\r\nInjected: 1"}}, "ok");
   });
   RawClient c(port());
   ASSERT_TRUE(c.Send(Get("/")));
@@ -799,8 +797,7 @@ TEST_F(HttpServerTest, ManyConcurrentConnectionsAllServed) {
       RawClient c(port());
       for (int i = 0; i < kRequests; ++i) {
         std::string body = "t" + std::to_string(t) + "-" + std::to_string(i);
-        if (!c.Send("POST /p HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\n\r\n" + body)) {
+        if (!c.Send("POST /p HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)) {
           return;
         }
         auto r = c.ReadResponse();
@@ -1198,19 +1195,18 @@ TEST(HostPortTest, ParseHostPort) {
   ASSERT_TRUE(ParseHostPort("localhost:0", &host, &port).ok());
   EXPECT_EQ(host, "localhost");
   EXPECT_EQ(port, 0);
-  for (std::string_view bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "::1:80",
-                               "[::1]", "[::1]80", "[nope]:80", "host:80x"}) {
+  for (std::string_view bad :
+       {"", "host", ":80", "host:", "host:65536", "host:-1", "::1:80", "[::1]", "[::1]80", "[nope]:80", "host:80x"}) {
     EXPECT_TRUE(ParseHostPort(bad, &host, &port).IsInvalidArgument()) << bad;
   }
 }
 
 TEST(HostPortTest, IsLoopbackHost) {
-  for (std::string_view yes : {"localhost", "LOCALHOST", "127.0.0.1", "127.1.2.3", "::1", "[::1]",
-                               "::ffff:127.0.0.1"}) {
+  for (std::string_view yes :
+       {"localhost", "LOCALHOST", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1"}) {
     EXPECT_TRUE(IsLoopbackHost(yes)) << yes;
   }
-  for (std::string_view no : {"", "0.0.0.0", "10.0.0.1", "example.com", "::", "128.0.0.1",
-                              "localhost.example.com"}) {
+  for (std::string_view no : {"", "0.0.0.0", "10.0.0.1", "example.com", "::", "128.0.0.1", "localhost.example.com"}) {
     EXPECT_FALSE(IsLoopbackHost(no)) << no;
   }
 }

@@ -49,14 +49,10 @@ Result<size_t> RecvSome(int fd, char* buf, size_t n, int timeout_ms, int wake_fd
       return Status::Unavailable(std::string("recv: ") + std::strerror(errno));
     }
     switch (WaitFor(fd, POLLIN, timeout_ms, wake_fd)) {
-      case Wait::kReady:
-        break;
-      case Wait::kTimeout:
-        return Status::DeadlineExceeded("timed out waiting for the peer to send");
-      case Wait::kWoken:
-        return Status::Aborted("server stopping");
-      case Wait::kError:
-        return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
+      case Wait::kReady: break;
+      case Wait::kTimeout: return Status::DeadlineExceeded("timed out waiting for the peer to send");
+      case Wait::kWoken: return Status::Aborted("server stopping");
+      case Wait::kError: return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
     }
   }
 }
@@ -100,12 +96,9 @@ Status SendAll(int fd, struct iovec* iov, int iovcnt, int timeout_ms) {
     }
     switch (WaitFor(fd, POLLOUT, timeout_ms, -1)) {
       case Wait::kReady:
-      case Wait::kWoken:
-        continue;
-      case Wait::kTimeout:
-        return Status::DeadlineExceeded("timed out waiting for the peer to read");
-      case Wait::kError:
-        return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
+      case Wait::kWoken: continue;
+      case Wait::kTimeout: return Status::DeadlineExceeded("timed out waiting for the peer to read");
+      case Wait::kError: return Status::Unavailable(std::string("poll: ") + std::strerror(errno));
     }
   }
   return Status::Ok();

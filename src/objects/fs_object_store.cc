@@ -144,7 +144,7 @@ class FsObjectReader final : public ObjectReader {
 struct FsObjectStore::StagedFile {
   std::string file_id;
   uint64_t size = 0;
-  std::string md5;                                // raw 16 bytes
+  std::string md5;                               // raw 16 bytes
   std::map<std::string, std::string> checksums;  // to store (verified or computed)
 };
 
@@ -349,8 +349,10 @@ Status FsObjectStore::CreateBucket(const std::string& bucket, const std::string&
   RETURN_IF_ERROR(ValidateBucketName(bucket));
   Status s = repo_.CreateBucket({bucket, region.empty() ? "us-east-1" : region, Now()});
   if (s.IsAlreadyExists()) {
-    return Status::AlreadyExists("BucketAlreadyOwnedByYou: your previous request to create the named bucket "
-                                 "succeeded and you already own it: " + bucket);
+    return Status::AlreadyExists(
+        "BucketAlreadyOwnedByYou: your previous request to create the named bucket "
+        "succeeded and you already own it: " +
+        bucket);
   }
   return s;
 }
@@ -626,13 +628,17 @@ Result<ObjectInfo> FsObjectStore::CompleteMultipartUpload(const std::string& buc
   for (size_t i = 0; i < parts.size(); ++i) {
     auto it = by_number.find(parts[i].part_number);
     if (it == by_number.end() || StripQuotes(parts[i].etag) != it->second->etag) {
-      return Status::InvalidArgument("InvalidPart: one or more of the specified parts could not be found or its "
-                                     "entity tag did not match (part " + std::to_string(parts[i].part_number) + ")")
+      return Status::InvalidArgument(
+                 "InvalidPart: one or more of the specified parts could not be found or its "
+                 "entity tag did not match (part " +
+                 std::to_string(parts[i].part_number) + ")")
           .WithReason(ErrorReason::kInvalidPart);
     }
     if (i + 1 < parts.size() && it->second->size < options_.min_part_size) {
-      return Status::InvalidArgument("EntityTooSmall: your proposed upload is smaller than the minimum allowed "
-                                     "size (part " + std::to_string(parts[i].part_number) + ")")
+      return Status::InvalidArgument(
+                 "EntityTooSmall: your proposed upload is smaller than the minimum allowed "
+                 "size (part " +
+                 std::to_string(parts[i].part_number) + ")")
           .WithReason(ErrorReason::kEntityTooSmall);
     }
     chosen.push_back(it->second);
@@ -722,15 +728,15 @@ Result<MultipartUpload> FsObjectStore::GetMultipartUpload(const std::string& buc
                                                           const std::string& upload_id) {
   ASSIGN_OR_RETURN(auto row, repo_.GetUpload(bucket, key, upload_id));
   ASSIGN_OR_RETURN(auto headers, MapFromJson(row.headers_json));
-  return MultipartUpload{row.bucket, row.key, row.upload_id, row.initiated_millis, std::move(headers),
-                         row.checksum_algorithm};
+  return MultipartUpload{
+      row.bucket, row.key, row.upload_id, row.initiated_millis, std::move(headers), row.checksum_algorithm};
 }
 
 Result<ListUploadsResult> FsObjectStore::ListMultipartUploads(const std::string& bucket,
                                                               const ListUploadsOptions& options) {
   uint32_t limit = options.max_uploads == 0 ? 1000 : options.max_uploads;
-  ASSIGN_OR_RETURN(auto rows, repo_.ListUploads(bucket, options.prefix, options.key_marker,
-                                                options.upload_id_marker, limit + 1));
+  ASSIGN_OR_RETURN(auto rows,
+                   repo_.ListUploads(bucket, options.prefix, options.key_marker, options.upload_id_marker, limit + 1));
   ListUploadsResult result;
   result.truncated = rows.size() > limit;
   if (rows.size() > limit) rows.resize(limit);

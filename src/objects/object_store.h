@@ -62,7 +62,7 @@ struct ObjectInfo {
 };
 
 struct PutOptions {
-  std::map<std::string, std::string> headers;   // as ObjectInfo::headers
+  std::map<std::string, std::string> headers;  // as ObjectInfo::headers
   // Checksums the data must match (lower-case algorithm → base64; "md5" → base64 Content-MD5).
   // A mismatch fails the put with DataLoss("BadDigest: ...") and stores nothing.
   std::map<std::string, std::string> expected_checksums;
@@ -70,8 +70,8 @@ struct PutOptions {
   std::map<std::string, std::string> verified_checksums;
   // Algorithms to compute and store (e.g. "crc32" when the client asked for one).
   std::vector<std::string> compute_checksums;
-  std::optional<std::string> if_match;       // conditional write: current etag must match
-  bool if_none_match_star = false;           // conditional write: key must not exist
+  std::optional<std::string> if_match;  // conditional write: current etag must match
+  bool if_none_match_star = false;      // conditional write: key must not exist
 };
 
 struct ByteRange {
@@ -121,7 +121,7 @@ struct MultipartUpload {
   std::string upload_id;
   int64_t initiated_millis = 0;
   std::map<std::string, std::string> headers;  // from CreateMultipartUpload
-  std::string checksum_algorithm;             // lower-case or empty
+  std::string checksum_algorithm;              // lower-case or empty
 };
 
 struct PartInfo {
@@ -186,9 +186,8 @@ class ObjectStore {
                                                         const std::map<std::string, std::string>& headers,
                                                         const std::string& checksum_algorithm) = 0;
   // Stores a part (replacing an earlier upload of the same number). part_number 1..10000.
-  virtual Result<PartInfo> UploadPart(const std::string& bucket, const std::string& key,
-                                      const std::string& upload_id, uint32_t part_number, ByteSource& data,
-                                      const PutOptions& options) = 0;
+  virtual Result<PartInfo> UploadPart(const std::string& bucket, const std::string& key, const std::string& upload_id,
+                                      uint32_t part_number, ByteSource& data, const PutOptions& options) = 0;
   // Stores `range` (or all) of an existing object as a part.
   virtual Result<PartInfo> UploadPartCopy(const std::string& bucket, const std::string& key,
                                           const std::string& upload_id, uint32_t part_number,

@@ -207,18 +207,18 @@ ErrorReason ReasonForPrefix(std::string_view prefix) {
   return ErrorReason::kNone;
 }
 
-#define EXPECT_PREFIX(status_expr, want_code, want_prefix)                                             \
-  do {                                                                                                \
-    Status st_ = (status_expr);                                                                       \
-    EXPECT_EQ(st_.code(), want_code) << st_.ToString();                                               \
+#define EXPECT_PREFIX(status_expr, want_code, want_prefix)                                                   \
+  do {                                                                                                       \
+    Status st_ = (status_expr);                                                                              \
+    EXPECT_EQ(st_.code(), want_code) << st_.ToString();                                                      \
     EXPECT_TRUE(StartsWith(st_.message(), want_prefix)) << "want " << want_prefix << ": " << st_.ToString(); \
-    EXPECT_EQ(st_.reason(), ReasonForPrefix(want_prefix)) << st_.ToString();                        \
+    EXPECT_EQ(st_.reason(), ReasonForPrefix(want_prefix)) << st_.ToString();                                 \
   } while (0)
 
 TEST_P(ObjectStoreConformanceTest, Buckets) {
   EXPECT_EQ(store_->CreateBucket(bucket_, "us-east-1").code(), StatusCode::kAlreadyExists);
-  for (std::string bad : std::vector<std::string>{"ab", std::string(64, 'a'), "Upper", "under_score", "-dash", "dash-", "a..b",
-                          "192.168.1.1", "sp ace"}) {
+  for (std::string bad : std::vector<std::string>{"ab", std::string(64, 'a'), "Upper", "under_score", "-dash", "dash-",
+                                                  "a..b", "192.168.1.1", "sp ace"}) {
     EXPECT_PREFIX(store_->CreateBucket(bad, "us-east-1"), StatusCode::kInvalidArgument, "InvalidBucketName:");
   }
   auto head = store_->HeadBucket(bucket_);
@@ -292,9 +292,18 @@ TEST_P(ObjectStoreConformanceTest, PutGetHeadDelete) {
 }
 
 TEST_P(ObjectStoreConformanceTest, LiteralKeys) {
-  std::vector<std::string> keys = {"../../etc/passwd", "a//b/./c", "../", "./x", "line\nbreak", "tab\there",
-                                   "unicode/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "spa ce+plus%25", "/leading",
-                                   "trailing/", "q?x=1&y#frag", std::string(1024, 'k')};
+  std::vector<std::string> keys = {"../../etc/passwd",
+                                   "a//b/./c",
+                                   "../",
+                                   "./x",
+                                   "line\nbreak",
+                                   "tab\there",
+                                   "unicode/\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
+                                   "spa ce+plus%25",
+                                   "/leading",
+                                   "trailing/",
+                                   "q?x=1&y#frag",
+                                   std::string(1024, 'k')};
   for (size_t i = 0; i < keys.size(); ++i) {
     auto put = Put(keys[i], "v" + std::to_string(i));
     ASSERT_TRUE(put.ok()) << HexEncode(keys[i]) << ": " << put.status().ToString();
@@ -572,8 +581,8 @@ TEST_P(ObjectStoreConformanceTest, ListPaginationWithDelimiters) {
   ListOptions high;
   high.prefix = "\xf0\x9f";
   EXPECT_TRUE(store_->ListObjects(bucket_, high)->objects.empty());
-  EXPECT_PREFIX(store_->ListObjects("kiln-conf-missing-" + ToLower(RandomHex(4)), {}).status(),
-                StatusCode::kNotFound, "NoSuchBucket:");
+  EXPECT_PREFIX(store_->ListObjects("kiln-conf-missing-" + ToLower(RandomHex(4)), {}).status(), StatusCode::kNotFound,
+                "NoSuchBucket:");
 }
 
 TEST_P(ObjectStoreConformanceTest, CopyObject) {
@@ -604,8 +613,7 @@ TEST_P(ObjectStoreConformanceTest, MultipartUpload) {
   std::string p1 = Bytes(5 * kMiB, 10);
   std::string p2 = Bytes(5 * kMiB + 3, 11);
   std::string p3 = Bytes(1000, 12);
-  std::map<std::string, std::string> headers = {{"content-type", "application/octet-stream"},
-                                                {"x-amz-meta-mp", "yes"}};
+  std::map<std::string, std::string> headers = {{"content-type", "application/octet-stream"}, {"x-amz-meta-mp", "yes"}};
   auto up = store_->CreateMultipartUpload(bucket_, "big/object", headers, "");
   ASSERT_TRUE(up.ok()) << up.status().ToString();
   const std::string id = up->upload_id;
@@ -625,8 +633,8 @@ TEST_P(ObjectStoreConformanceTest, MultipartUpload) {
   EXPECT_PREFIX(send(0, "x").status(), StatusCode::kInvalidArgument, "InvalidArgument");
   EXPECT_PREFIX(send(10001, "x").status(), StatusCode::kInvalidArgument, "InvalidArgument");
   StringByteSource src("x");
-  EXPECT_PREFIX(store_->UploadPart(bucket_, "big/object", "no-such-upload", 1, src, {}).status(),
-                StatusCode::kNotFound, "NoSuchUpload:");
+  EXPECT_PREFIX(store_->UploadPart(bucket_, "big/object", "no-such-upload", 1, src, {}).status(), StatusCode::kNotFound,
+                "NoSuchUpload:");
 
   bool truncated = false;
   auto parts = store_->ListParts(bucket_, "big/object", id, 0, 2, &truncated);
@@ -701,15 +709,14 @@ TEST_P(ObjectStoreConformanceTest, MultipartAbortCopyAndChecksums) {
   ASSERT_TRUE(Put("source", source).ok());
   auto up = store_->CreateMultipartUpload(bucket_, "assembled", {}, "crc32");
   ASSERT_TRUE(up.ok()) << up.status().ToString();
-  auto c1 = store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 1, bucket_, "source",
-                                   ByteRange{0, 5 * kMiB - 1});
+  auto c1 =
+      store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 1, bucket_, "source", ByteRange{0, 5 * kMiB - 1});
   ASSERT_TRUE(c1.ok()) << c1.status().ToString();
   EXPECT_EQ(c1->etag, Md5Hex(source.substr(0, 5 * kMiB)));
   auto c2 = store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 2, bucket_, "source", std::nullopt);
   ASSERT_TRUE(c2.ok()) << c2.status().ToString();
   EXPECT_EQ(c2->size, source.size());
-  auto done = store_->CompleteMultipartUpload(bucket_, "assembled", up->upload_id,
-                                              {{1, c1->etag}, {2, c2->etag}});
+  auto done = store_->CompleteMultipartUpload(bucket_, "assembled", up->upload_id, {{1, c1->etag}, {2, c2->etag}});
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_TRUE(Get("assembled") == source.substr(0, 5 * kMiB) + source);
   if (IsFs()) {
@@ -948,14 +955,14 @@ TEST_P(ObjectStoreConformanceTest, MultipartCopiesFromMultipartSource) {
 
   auto up = store_->CreateMultipartUpload(bucket_, "assembled", {}, "");
   ASSERT_TRUE(up.ok());
-  auto c1 = store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 1, bucket_, "src",
-                                   ByteRange{50, 5 * kMiB + 60});
+  auto c1 =
+      store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 1, bucket_, "src", ByteRange{50, 5 * kMiB + 60});
   ASSERT_TRUE(c1.ok()) << c1.status().ToString();
   EXPECT_EQ(c1->etag, Md5Hex(src.substr(50, 5 * kMiB + 11)));
   auto c2 = store_->UploadPartCopy(bucket_, "assembled", up->upload_id, 2, bucket_, "src", std::nullopt);
   ASSERT_TRUE(c2.ok()) << c2.status().ToString();
-  ASSERT_TRUE(store_->CompleteMultipartUpload(bucket_, "assembled", up->upload_id, {{1, c1->etag}, {2, c2->etag}})
-                  .ok());
+  ASSERT_TRUE(
+      store_->CompleteMultipartUpload(bucket_, "assembled", up->upload_id, {{1, c1->etag}, {2, c2->etag}}).ok());
   // The copies own their bytes: deleting the source leaves them intact.
   ASSERT_TRUE(store_->DeleteObject(bucket_, "src").ok());
   EXPECT_TRUE(Get("copy") == src);

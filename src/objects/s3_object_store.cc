@@ -134,7 +134,9 @@ Result<ObjectInfo> S3ObjectStore::HeadObject(const std::string& bucket, const st
     breq.method = "HEAD";
     breq.bucket = bucket;
     ASSIGN_OR_RETURN(Response bresp, Perform(breq));
-    if (bresp.status == 404) return Status::NotFound("NoSuchBucket: the specified bucket does not exist").WithReason(ErrorReason::kNoSuchBucket);
+    if (bresp.status == 404)
+      return Status::NotFound("NoSuchBucket: the specified bucket does not exist")
+          .WithReason(ErrorReason::kNoSuchBucket);
     return Status::NotFound("NoSuchKey: the specified key does not exist").WithReason(ErrorReason::kNoSuchKey);
   }
   if (resp.status >= 300) return MapError(resp.status, resp.body, "NoSuchKey");
@@ -282,8 +284,8 @@ Result<std::unique_ptr<ObjectReader>> S3ObjectStore::GetObject(const std::string
   curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
-  auto reader = std::make_unique<S3ObjectReader>(h, [this](CURL* c) { pool_->Release(c); },
-                                                 std::max<size_t>(options_.read_buffer_bytes, 64 * 1024));
+  auto reader = std::make_unique<S3ObjectReader>(
+      h, [this](CURL* c) { pool_->Release(c); }, std::max<size_t>(options_.read_buffer_bytes, 64 * 1024));
   RETURN_IF_ERROR(reader->Start(prep.ReleaseHeaders()));
   if (reader->status() >= 300) {
     ASSIGN_OR_RETURN(std::string body, reader->DrainBody());

@@ -64,8 +64,8 @@ Result<std::pair<UniqueFd, uint64_t>> Spool(ByteSource& data) {
 
 // Metadata headers S3 stores and returns (object_store.h, ObjectInfo::headers).
 bool IsStoredHeader(const std::string& lower) {
-  static const char* kNames[] = {"content-type",  "content-encoding", "content-disposition",
-                                 "content-language", "cache-control", "expires", "x-amz-tagging-count"};
+  static const char* kNames[] = {"content-type",  "content-encoding", "content-disposition", "content-language",
+                                 "cache-control", "expires",          "x-amz-tagging-count"};
   for (const char* n : kNames) {
     if (lower == n) return true;
   }
@@ -264,7 +264,8 @@ Result<std::unique_ptr<S3ObjectStore>> S3ObjectStore::Open(const Options& option
   GlobalInit();
   std::string_view ep = options.endpoint;
   size_t sep = ep.find("://");
-  if (sep == std::string_view::npos) return Status::InvalidArgument("s3 endpoint must be an http(s) URL: " + options.endpoint);
+  if (sep == std::string_view::npos)
+    return Status::InvalidArgument("s3 endpoint must be an http(s) URL: " + options.endpoint);
   std::string scheme = ToLower(ep.substr(0, sep));
   if (scheme != "http" && scheme != "https") {
     return Status::InvalidArgument("s3 endpoint must be an http(s) URL: " + options.endpoint);
@@ -339,8 +340,7 @@ void S3ObjectStore::Prepare(const Request& request, Prepared& out) const {
 Result<S3ObjectStore::Response> S3ObjectStore::Perform(Request& request) {
   Prepared prep;
   Prepare(request, prep);
-  std::unique_ptr<CURL, std::function<void(CURL*)>> handle(pool_->Acquire(),
-                                                           [this](CURL* h) { pool_->Release(h); });
+  std::unique_ptr<CURL, std::function<void(CURL*)>> handle(pool_->Acquire(), [this](CURL* h) { pool_->Release(h); });
   if (!handle) return Status::Internal("curl_easy_init failed");
   CURL* h = handle.get();
   Response response;
@@ -384,16 +384,15 @@ Result<S3ObjectStore::Response> S3ObjectStore::Perform(Request& request) {
   if (payload_source.has_value()) request.body = nullptr;
   if (rc != CURLE_OK) {
     if (!request.body_error.ok()) return request.body_error;
-    return Status::Unavailable(std::string("s3 request to ") + authority_ + " failed: " +
-                               (errbuf[0] != 0 ? errbuf : curl_easy_strerror(rc)));
+    return Status::Unavailable(std::string("s3 request to ") + authority_ +
+                               " failed: " + (errbuf[0] != 0 ? errbuf : curl_easy_strerror(rc)));
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);
   return response;
 }
 
-Result<S3ObjectStore::Response> S3ObjectStore::SendBody(Request& request, ByteSource& data,
-                                                        const PutOptions& options, const std::string& fallback_404,
-                                                        uint64_t* size) {
+Result<S3ObjectStore::Response> S3ObjectStore::SendBody(Request& request, ByteSource& data, const PutOptions& options,
+                                                        const std::string& fallback_404, uint64_t* size) {
   RETURN_IF_ERROR(s3_internal::AddPutHeaders(request, options));
   s3_internal::SizedBody body;
   RETURN_IF_ERROR(body.Prepare(data));

@@ -157,8 +157,8 @@ namespace {
 
 constexpr uint64_t kBlockEvents = 64;
 constexpr size_t kEntryBytes = 32;
-constexpr size_t kEntryPage = 128;   // index entries read at once
-constexpr size_t kReadChunk = 65536;  // sequential record reads
+constexpr size_t kEntryPage = 128;     // index entries read at once
+constexpr size_t kReadChunk = 65536;   // sequential record reads
 constexpr size_t kFilterChunk = 8192;  // Filter candidates selected per pass over the streams
 constexpr uint32_t kEntrySorted = 1;
 
@@ -348,7 +348,8 @@ void AddEvent(uint64_t& count, uint64_t& blocks, uint64_t& tail_offset, int64_t&
 // synced, so an index can be short but never ahead). Then scans the events after the last
 // indexed block, writing entries for blocks that are complete, and cuts a torn record off the end.
 Status LogStore::LoadIndex(StreamFile* f) {
-  struct stat data_st {}, index_st {};
+  struct stat data_st {
+  }, index_st{};
   if (::fstat(f->fd.get(), &data_st) != 0) return ErrnoStatus("stat log events", errno);
   if (::fstat(f->index_fd.get(), &index_st) != 0) return ErrnoStatus("stat log index", errno);
   const uint64_t data_size = static_cast<uint64_t>(data_st.st_size);
@@ -376,8 +377,8 @@ Status LogStore::LoadIndex(StreamFile* f) {
           if (h.ts < prev) in_order = false;
           prev = h.ts;
         }
-        good = n == kBlockEvents && lo == last.min_ts && hi == last.max_ts &&
-               (in_order || !(last.flags & kEntrySorted));
+        good =
+            n == kBlockEvents && lo == last.min_ts && hi == last.max_ts && (in_order || !(last.flags & kEntrySorted));
         if (good) {
           f->blocks = entries;
           f->count = entries * kBlockEvents;
@@ -474,7 +475,8 @@ Result<LogStore::Block> LogStore::GetBlock(StreamFile* f, uint64_t k) {
   // This entry and the next one's offset (the block's end) in one read.
   const bool has_next = k + 1 < f->blocks;
   char raw[2 * kEntryBytes];
-  Status read = PreadAll(f->index_fd.get(), raw, has_next ? 2 * kEntryBytes : kEntryBytes, k * kEntryBytes, "log index");
+  Status read =
+      PreadAll(f->index_fd.get(), raw, has_next ? 2 * kEntryBytes : kEntryBytes, k * kEntryBytes, "log index");
   std::optional<IndexEntry> e = read.ok() ? DecodeEntry(raw) : std::nullopt;
   std::optional<IndexEntry> next = read.ok() && has_next ? DecodeEntry(raw + kEntryBytes) : std::nullopt;
   if (!e || (has_next && !next)) {
@@ -682,8 +684,8 @@ Result<int64_t> LogStore::Append(const std::string& group, const std::string& st
   uint64_t at = offset;
   for (const InputEvent& e : events) {
     uint64_t record = kHeaderBytes + e.message.size();
-    AddEvent(file->count, file->blocks, file->tail_offset, file->tail_min, file->tail_max, file->sorted,
-             file->last_ts, e.timestamp, at, record, entries);
+    AddEvent(file->count, file->blocks, file->tail_offset, file->tail_min, file->tail_max, file->sorted, file->last_ts,
+             e.timestamp, at, record, entries);
     at += record;
   }
   if (Status written = PwriteAll(file->index_fd.get(), entries, first_new_block * kEntryBytes); !written.ok()) {
@@ -731,8 +733,7 @@ Result<GroupPage> LogStore::ListGroups(const std::string& prefix, const std::str
                                    "WHERE s.group_name = g.name) "
                                    "FROM log_groups g WHERE substr(g.name, 1, length(?2)) = ?2") +
                        // Only the tighter lower bound (SQLite ranges the index on one of them).
-                       (after >= prefix ? " AND g.name > ?1" : " AND g.name >= ?2") +
-                       (end ? " AND g.name < ?5" : "") +
+                       (after >= prefix ? " AND g.name > ?1" : " AND g.name >= ?2") + (end ? " AND g.name < ?5" : "") +
                        " AND (?3 = '' OR instr(lower(g.name), lower(?3)) > 0) ORDER BY g.name LIMIT ?4"));
   st.BindText(1, after).BindText(2, prefix).BindText(3, pattern).BindInt64(4, limit + 1);
   if (end) st.BindText(5, *end);
@@ -775,10 +776,11 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
   auto run = [&](const std::string& where, const std::string& order_by,
                  const std::function<void(store::Statement&)>& bind) -> Status {
     if (page.streams.size() >= want) return Status::Ok();
-    ASSIGN_OR_RETURN(auto st, options_.database->Prepare(
-                                  "SELECT name, created_millis, first_event_millis, last_event_millis, "
-                                  "last_ingestion_millis, stored_bytes, event_count FROM log_streams "
-                                  "WHERE group_name = ?1" + where + " ORDER BY " + order_by + " LIMIT ?9"));
+    ASSIGN_OR_RETURN(auto st,
+                     options_.database->Prepare("SELECT name, created_millis, first_event_millis, last_event_millis, "
+                                                "last_ingestion_millis, stored_bytes, event_count FROM log_streams "
+                                                "WHERE group_name = ?1" +
+                                                where + " ORDER BY " + order_by + " LIMIT ?9"));
     st.BindText(1, group).BindInt64(9, static_cast<int64_t>(want - page.streams.size()));
     bind(st);
     for (;;) {
@@ -830,10 +832,10 @@ Result<StreamPage> LogStore::ListStreams(const std::string& group, const std::st
       RETURN_IF_ERROR(run(" AND " + k + " = ?5 AND name" + past + "?4", std::string("name") + dir,
                           [&](store::Statement& st) { st.BindInt64(5, after->first).BindText(4, after->second); }));
     }
-    RETURN_IF_ERROR(run(after ? " AND " + k + past + "?5" : std::string(), k + dir + ", name" + dir,
-                        [&](store::Statement& st) {
-                          if (after) st.BindInt64(5, after->first);
-                        }));
+    RETURN_IF_ERROR(
+        run(after ? " AND " + k + past + "?5" : std::string(), k + dir + ", name" + dir, [&](store::Statement& st) {
+          if (after) st.BindInt64(5, after->first);
+        }));
   }
   if (page.streams.size() > static_cast<size_t>(limit)) {
     page.streams.resize(limit);
@@ -1078,9 +1080,8 @@ Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector
     if (file->sorted && lo) {
       // A stream named before the bound's needs a later timestamp than the bound's.
       const bool strictly = bound && name_vs_bound < 0 && *lo == bound->ts;
-      ASSIGN_OR_RETURN(k, FirstBlockWhere(file, k, last_block, [&](const Block& b) {
-                         return strictly ? b.max_ts > *lo : b.max_ts >= *lo;
-                       }));
+      ASSIGN_OR_RETURN(k, FirstBlockWhere(file, k, last_block,
+                                          [&](const Block& b) { return strictly ? b.max_ts > *lo : b.max_ts >= *lo; }));
     }
     bool done = false;
     for (; k <= last_block && !done; ++k) {
@@ -1093,24 +1094,24 @@ Result<std::vector<LogStore::Candidate>> LogStore::FilterChunk(const std::vector
       RecordReader reader(file->fd.get(), block.begin, block.end);
       RETURN_IF_ERROR(VisitRecords(reader, block.first_seq, block.end_seq,
                                    [&](const RecordHeader& h, uint64_t seq) -> Result<bool> {
-        if (!InRange(h.ts, query.start_time, query.end_time) || !after_bound(h.ts, seq)) {
-          done = file->sorted && query.end_time && h.ts >= *query.end_time;
-          return !done;
-        }
-        Candidate c{h.ts, static_cast<uint32_t>(s), h.len, seq, h.offset, h.ingestion};
-        if (heap.size() >= limit) {
-          if (!less(c, heap.front())) {
-            done = file->sorted;  // keys only grow from here in this stream
-            return !done;
-          }
-          std::pop_heap(heap.begin(), heap.end(), less);
-          heap.back() = c;
-        } else {
-          heap.push_back(c);
-        }
-        std::push_heap(heap.begin(), heap.end(), less);
-        return true;
-      }));
+                                     if (!InRange(h.ts, query.start_time, query.end_time) || !after_bound(h.ts, seq)) {
+                                       done = file->sorted && query.end_time && h.ts >= *query.end_time;
+                                       return !done;
+                                     }
+                                     Candidate c{h.ts, static_cast<uint32_t>(s), h.len, seq, h.offset, h.ingestion};
+                                     if (heap.size() >= limit) {
+                                       if (!less(c, heap.front())) {
+                                         done = file->sorted;  // keys only grow from here in this stream
+                                         return !done;
+                                       }
+                                       std::pop_heap(heap.begin(), heap.end(), less);
+                                       heap.back() = c;
+                                     } else {
+                                       heap.push_back(c);
+                                     }
+                                     std::push_heap(heap.begin(), heap.end(), less);
+                                     return true;
+                                   }));
     }
   }
   std::sort_heap(heap.begin(), heap.end(), less);

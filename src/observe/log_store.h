@@ -208,8 +208,7 @@ class LogStore {
   Result<uint64_t> FirstBlockWhere(StreamFile* file, uint64_t lo, uint64_t hi, Pred pred) REQUIRES(mutex_);
   // The `limit` smallest candidates of a Filter (timestamp, stream, sequence) after `bound`.
   Result<std::vector<Candidate>> FilterChunk(const std::vector<FilterStream>& streams, const FilterQuery& query,
-                                             const std::optional<FilterBound>& bound, size_t limit)
-      REQUIRES(mutex_);
+                                             const std::optional<FilterBound>& bound, size_t limit) REQUIRES(mutex_);
   std::string FilePath(const std::string& id) const;
   std::string IndexPath(const std::string& id) const;
   void DropStreamFile(const std::string& id) REQUIRES(mutex_);

@@ -278,8 +278,8 @@ TEST_F(LogStoreTest, ListStreamsPagesMatchAFullSort) {
   ASSERT_TRUE(store_->CreateGroup("other").ok());
   ASSERT_TRUE(store_->CreateStream("other", "a").ok());
   const std::vector<std::pair<std::string, std::optional<int64_t>>> streams = {
-      {"a", 5},      {"ab", 5},     {"abc", std::nullopt}, {"abd", 7},  {"b", 5},
-      {"b/1", -3},   {"b/2", std::nullopt}, {"ba", 7},    {"c", 1},    {"a\x7f", 2}};
+      {"a", 5},  {"ab", 5}, {"abc", std::nullopt}, {"abd", 7}, {"b", 5}, {"b/1", -3}, {"b/2", std::nullopt},
+      {"ba", 7}, {"c", 1},  {"a\x7f", 2}};
   for (const auto& [name, ts] : streams) {
     ASSERT_TRUE(store_->CreateStream("g", name).ok());
     if (ts) {
@@ -333,9 +333,8 @@ TEST_F(LogStoreTest, ListStreamsPagesMatchAFullSort) {
     for (const auto& s : page->streams) got.push_back(s.name);
     EXPECT_EQ(got, expected(StreamOrder::kLogStreamName, desc, "", Key{7, "ba"}));
   }
-  EXPECT_TRUE(store_->ListStreams("g", "", StreamOrder::kLogStreamName, false, 5, "bm90IGpzb24=")
-                  .status()
-                  .IsInvalidArgument());
+  EXPECT_TRUE(
+      store_->ListStreams("g", "", StreamOrder::kLogStreamName, false, 5, "bm90IGpzb24=").status().IsInvalidArgument());
 }
 
 TEST_F(LogStoreTest, ListGroupsPrefixBounds) {
@@ -593,7 +592,8 @@ TEST_F(LogStoreTest, ReadsMatchTheModelOnAnOrderedStream) {
     ASSERT_TRUE(store_->Append("g", "s", in).ok());
   }
   for (int64_t start : {int64_t{0}, ts / 3, ts / 2, ts - 1, ts + 1}) {
-    ExpectSameAsModel(*store_, events, {.start_time = start, .end_time = start + 57, .limit = 25, .start_from_head = true},
+    ExpectSameAsModel(*store_, events,
+                      {.start_time = start, .end_time = start + 57, .limit = 25, .start_from_head = true},
                       "forward from " + std::to_string(start));
     ExpectSameAsModel(*store_, events, {.start_time = start - 40, .end_time = start, .limit = 25},
                       "backward to " + std::to_string(start));
@@ -638,8 +638,9 @@ TEST_F(LogStoreTest, FilterPagingMatchesTheModelAcrossLongStreams) {
         if (MatchesFilterPattern(q.pattern, ev[i].message)) keys.push_back({ev[i].ts, s, i});
       }
     }
-    std::sort(keys.begin(), keys.end(),
-              [](const Key& x, const Key& y) { return std::tie(x.ts, x.stream, x.seq) < std::tie(y.ts, y.stream, y.seq); });
+    std::sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+      return std::tie(x.ts, x.stream, x.seq) < std::tie(y.ts, y.stream, y.seq);
+    });
     std::vector<std::string> out;
     for (const Key& k : keys) out.push_back(names[k.stream] + "/" + by_stream[names[k.stream]][k.seq].message);
     return out;

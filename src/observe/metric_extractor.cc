@@ -36,8 +36,8 @@ std::optional<double> ParseMetricValue(std::string_view text) {
 
 Result<std::unique_ptr<MetricExtractor>> MetricExtractor::Create(const std::vector<MetricDefinition>& definitions) {
   if (definitions.size() > kMaxDefinitions) {
-    return Status::InvalidArgument("At most " + std::to_string(kMaxDefinitions) + " metric definitions are allowed; got " +
-                                   std::to_string(definitions.size()) + ".");
+    return Status::InvalidArgument("At most " + std::to_string(kMaxDefinitions) +
+                                   " metric definitions are allowed; got " + std::to_string(definitions.size()) + ".");
   }
   std::vector<Metric> metrics;
   metrics.reserve(definitions.size());
@@ -45,8 +45,8 @@ Result<std::unique_ptr<MetricExtractor>> MetricExtractor::Create(const std::vect
     // Python semantics (Unicode \d \w \s), as the SageMaker SDK documents the regexes.
     auto regex = Regex::Compile(definition.regex, {.mode = Regex::Mode::kSearch, .ucp = true});
     if (!regex.ok()) {
-      return Status::InvalidArgument("Metric definition '" + definition.name + "' has an invalid regex: " +
-                                     regex.status().message());
+      return Status::InvalidArgument("Metric definition '" + definition.name +
+                                     "' has an invalid regex: " + regex.status().message());
     }
     metrics.push_back(Metric{definition.name, std::move(regex).value()});
   }

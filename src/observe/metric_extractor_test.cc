@@ -6,8 +6,8 @@ namespace kiln::observe {
 namespace {
 
 TEST(MetricExtractorTest, ContractExample) {
-  auto extractor = MetricExtractor::Create(
-      {{"train:loss", "Train Loss = (.*?);"}, {"val:acc", "Val Accuracy = ([0-9.]+)"}});
+  auto extractor =
+      MetricExtractor::Create({{"train:loss", "Train Loss = (.*?);"}, {"val:acc", "Val Accuracy = ([0-9.]+)"}});
   ASSERT_TRUE(extractor.ok()) << extractor.status().ToString();
   auto points = (*extractor)->Extract("Epoch 3 Train Loss = 0.4131; Val Accuracy = 0.8184", 1000);
   ASSERT_EQ(points.size(), 2u);

@@ -211,13 +211,15 @@ Result<StoredPoint> ToStoredPoint(const MetricDatum& datum) {
 }
 
 // The value a point contributes to Query/Last: its average.
-double Average(const StatisticSet& stats) { return stats.sample_count > 0 ? stats.sum / stats.sample_count : stats.sum; }
+double Average(const StatisticSet& stats) {
+  return stats.sample_count > 0 ? stats.sum / stats.sample_count : stats.sum;
+}
 
 // List's paging key: base64 of the JSON array [namespace, name, canonical dimensions] of the
 // last series returned. Series are never deleted or renamed, so a key stays meaningful.
 std::string EncodeListKey(const std::string& ns, const std::string& name, const std::string& dimensions) {
-  return Base64Encode(nlohmann::json::array({ns, name, dimensions})
-                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return Base64Encode(
+      nlohmann::json::array({ns, name, dimensions}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -266,7 +268,8 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
     }
   }
   {
-    ASSIGN_OR_RETURN(auto select, db_->Prepare("SELECT id FROM metric_series WHERE namespace = ? AND name = ? AND dimensions = ?"));
+    ASSIGN_OR_RETURN(auto select,
+                     db_->Prepare("SELECT id FROM metric_series WHERE namespace = ? AND name = ? AND dimensions = ?"));
     select.BindText(1, ns).BindText(2, name).BindText(3, dimensions);
     ASSIGN_OR_RETURN(bool row, select.Step());
     if (row) {
@@ -281,7 +284,8 @@ Result<std::optional<int64_t>> MetricStore::SeriesId(std::string_view ns, std::s
   if (!create) {
     return std::optional<int64_t>();
   }
-  ASSIGN_OR_RETURN(auto insert, db_->Prepare("INSERT INTO metric_series (namespace, name, dimensions) VALUES (?, ?, ?)"));
+  ASSIGN_OR_RETURN(auto insert,
+                   db_->Prepare("INSERT INTO metric_series (namespace, name, dimensions) VALUES (?, ?, ?)"));
   insert.BindText(1, ns).BindText(2, name).BindText(3, dimensions);
   RETURN_IF_ERROR(insert.Run());
   int64_t id = db_->LastInsertRowId();
@@ -353,9 +357,8 @@ Status MetricStore::Put(std::string_view ns, const std::vector<MetricDatum>& bat
       }
       RETURN_IF_ERROR(insert.Run());
     }
-    ASSIGN_OR_RETURN(auto update_last,
-                     db.Prepare("UPDATE metric_series SET last_millis = ?1, last_value = ?2 "
-                                "WHERE id = ?3 AND (last_millis IS NULL OR last_millis <= ?1)"));
+    ASSIGN_OR_RETURN(auto update_last, db.Prepare("UPDATE metric_series SET last_millis = ?1, last_value = ?2 "
+                                                  "WHERE id = ?3 AND (last_millis IS NULL OR last_millis <= ?1)"));
     for (const auto& s : series) {
       update_last.Reset();
       update_last.BindInt64(1, s.last_millis).BindDouble(2, s.last_value).BindInt64(3, s.id);
@@ -553,10 +556,11 @@ Result<std::optional<SeriesPoint>> MetricStore::Last(std::string_view ns, std::s
 Result<std::vector<SeriesInfo>> MetricStore::ListSeries(std::string_view ns, std::optional<std::string_view> name,
                                                         const Dimensions& dimensions) const {
   std::vector<SeriesInfo> out;
-  ASSIGN_OR_RETURN(auto select,
-                   db_->Prepare("SELECT name, dimensions, last_millis, last_value FROM metric_series WHERE namespace = ? "
-                                "AND dimensions = ? AND (?3 IS NULL OR name = ?3) AND last_millis IS NOT NULL "
-                                "ORDER BY name"));
+  ASSIGN_OR_RETURN(
+      auto select,
+      db_->Prepare("SELECT name, dimensions, last_millis, last_value FROM metric_series WHERE namespace = ? "
+                   "AND dimensions = ? AND (?3 IS NULL OR name = ?3) AND last_millis IS NOT NULL "
+                   "ORDER BY name"));
   select.BindText(1, ns).BindText(2, CanonicalDimensions(dimensions));
   if (name) {
     select.BindText(3, *name);

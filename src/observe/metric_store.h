@@ -59,7 +59,7 @@ struct MetricDatum {
   std::string name{};
   Dimensions dimensions{};
   int64_t timestamp_millis = 0;
-  double value = 0;  // one sample, used when `statistics` is unset and `values_counts` empty
+  double value = 0;                          // one sample, used when `statistics` is unset and `values_counts` empty
   std::optional<StatisticSet> statistics{};  // a pre-aggregated set (PutMetricData StatisticValues)
   // PutMetricData Values+Counts (counts default 1), or a writer's own distribution (e.g. a latency
   // sketch's bucket values): distinct values with their counts. When set and `statistics` is unset,

@@ -103,8 +103,10 @@ IngestResult Ingest(MetricStore& store, const Options& o, bool paced, int64_t ba
           const char* name = (line % 2) ? "train:loss" : "train:accuracy";
           double value = 1.0 / static_cast<double>(line + 1);
           int64_t ts = base_millis + line * 1000 / o.rate;
-          batch.push_back({.name = name, .dimensions = job_dims, .timestamp_millis = ts, .value = value, .unit = "None"});
-          batch.push_back({.name = name, .dimensions = host_dims, .timestamp_millis = ts, .value = value, .unit = "None"});
+          batch.push_back(
+              {.name = name, .dimensions = job_dims, .timestamp_millis = ts, .value = value, .unit = "None"});
+          batch.push_back(
+              {.name = name, .dimensions = host_dims, .timestamp_millis = ts, .value = value, .unit = "None"});
         }
         auto t0 = Clock::now();
         Die(store.Put("/aws/sagemaker/TrainingJobs", batch), "Put");
@@ -130,8 +132,8 @@ double CommitFloor(kiln::store::Database& db, int writers, int transactions) {
     threads.emplace_back([&] {
       for (int i = 0; i < transactions / writers; ++i) {
         Die(db.WithTransaction([](kiln::store::Database& d) -> kiln::Status {
-              return d.Exec("INSERT INTO bench_commit_floor (x) VALUES (1)");
-            }),
+          return d.Exec("INSERT INTO bench_commit_floor (x) VALUES (1)");
+        }),
             "commit floor");
       }
     });
@@ -143,8 +145,8 @@ double CommitFloor(kiln::store::Database& db, int writers, int transactions) {
 void PrintIngest(const char* row, const IngestResult& r, int writers, int rate) {
   double lines_per_s = static_cast<double>(r.lines) / r.seconds;
   std::printf("%-22s %10.0f %12.0f %10.0f %9.2f %9.2f %9.2f %8zu\n", row, static_cast<double>(writers) * rate,
-              lines_per_s, 2 * lines_per_s, Quantile(r.put_ms, 0.5), Quantile(r.put_ms, 0.99),
-              Quantile(r.put_ms, 1.0), r.put_ms.size());
+              lines_per_s, 2 * lines_per_s, Quantile(r.put_ms, 0.5), Quantile(r.put_ms, 0.99), Quantile(r.put_ms, 1.0),
+              r.put_ms.size());
 }
 
 struct AggregateRow {
@@ -187,13 +189,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     std::string value = argv[i + 1];
-    if (flag == "--writers") o.writers = std::atoi(value.c_str());
-    else if (flag == "--rate") o.rate = std::atoi(value.c_str());
-    else if (flag == "--batch-ms") o.batch_ms = std::atoi(value.c_str());
-    else if (flag == "--seconds") o.seconds = std::atoi(value.c_str());
-    else if (flag == "--points") o.points = std::atoi(value.c_str());
-    else if (flag == "--runs") o.runs = std::atoi(value.c_str());
-    else if (flag == "--dir") o.dir = value;
+    if (flag == "--writers")
+      o.writers = std::atoi(value.c_str());
+    else if (flag == "--rate")
+      o.rate = std::atoi(value.c_str());
+    else if (flag == "--batch-ms")
+      o.batch_ms = std::atoi(value.c_str());
+    else if (flag == "--seconds")
+      o.seconds = std::atoi(value.c_str());
+    else if (flag == "--points")
+      o.points = std::atoi(value.c_str());
+    else if (flag == "--runs")
+      o.runs = std::atoi(value.c_str());
+    else if (flag == "--dir")
+      o.dir = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -215,20 +224,21 @@ int main(int argc, char** argv) {
   // (a) ingest
   std::printf("(a) ingest: %d writers x %d lines/s, a batch every %d ms, each line stored twice, %d s per row\n",
               o.writers, o.rate, o.batch_ms, o.seconds);
-  std::printf("%-22s %10s %12s %10s %9s %9s %9s %8s\n", "row", "offered/s", "lines/s", "points/s", "put p50",
-              "put p99", "put max", "batches");
+  std::printf("%-22s %10s %12s %10s %9s %9s %9s %8s\n", "row", "offered/s", "lines/s", "points/s", "put p50", "put p99",
+              "put max", "batches");
   IngestResult paced = Ingest(store, o, /*paced=*/true, 1'000'000'000);
   PrintIngest("paced (1 kHz each)", paced, o.writers, o.rate);
   IngestResult unpaced = Ingest(store, o, /*paced=*/false, 1'000'000'000);
   PrintIngest("unpaced (capacity)", unpaced, o.writers, o.rate);
   int floor_transactions = static_cast<int>(unpaced.put_ms.size());
   double floor_seconds = CommitFloor(*db, o.writers, std::max(floor_transactions, o.writers));
-  std::printf("paced: sustained %.3fx the offered rate; unpaced: %.1fx headroom over 8 x 1 kHz; "
-              "unpaced commits %.0f/s vs bare commits %.0f/s\n\n",
-              static_cast<double>(paced.lines) / paced.seconds / (o.writers * o.rate),
-              static_cast<double>(unpaced.lines) / unpaced.seconds / (o.writers * o.rate),
-              static_cast<double>(unpaced.put_ms.size()) / unpaced.seconds,
-              std::max(floor_transactions, o.writers) / floor_seconds);
+  std::printf(
+      "paced: sustained %.3fx the offered rate; unpaced: %.1fx headroom over 8 x 1 kHz; "
+      "unpaced commits %.0f/s vs bare commits %.0f/s\n\n",
+      static_cast<double>(paced.lines) / paced.seconds / (o.writers * o.rate),
+      static_cast<double>(unpaced.lines) / unpaced.seconds / (o.writers * o.rate),
+      static_cast<double>(unpaced.put_ms.size()) / unpaced.seconds,
+      std::max(floor_transactions, o.writers) / floor_seconds);
 
   // (b) aggregate
   const Dimensions dims{{"EndpointName", "bench"}, {"VariantName", "AllTraffic"}};
@@ -243,7 +253,9 @@ int main(int argc, char** argv) {
     for (int base = 0; base < o.points; base += 1000) {
       std::vector<MetricDatum> batch;
       for (int i = base; i < std::min(o.points, base + 1000); ++i) {
-        MetricDatum d{.name = s.name, .dimensions = dims, .timestamp_millis = t0 + i * s.step_millis,
+        MetricDatum d{.name = s.name,
+                      .dimensions = dims,
+                      .timestamp_millis = t0 + i * s.step_millis,
                       .value = static_cast<double>((i * 7919) % 1000)};
         if (s.sketch) {
           // A second of ~50 requests in ~20 latency buckets around 10 ms (as InvocationMetrics writes).
@@ -274,8 +286,12 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows = {{series[0], true}, {series[1], true}, {series[1], false}, {series[2], true}};
   for (const auto& [s, distributions] : rows) {
-    MetricQuery q{.ns = "AWS/SageMaker", .name = s.name, .dimensions = dims, .start_millis = t0,
-                  .end_millis = t0 + static_cast<int64_t>(o.points) * s.step_millis + 60'000, .period_seconds = 60,
+    MetricQuery q{.ns = "AWS/SageMaker",
+                  .name = s.name,
+                  .dimensions = dims,
+                  .start_millis = t0,
+                  .end_millis = t0 + static_cast<int64_t>(o.points) * s.step_millis + 60'000,
+                  .period_seconds = 60,
                   .distributions = distributions};
     std::vector<double> ms, raw;
     size_t periods = 0;

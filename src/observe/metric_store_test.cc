@@ -30,8 +30,11 @@ class MetricStoreTest : public ::testing::Test {
 };
 
 TEST_F(MetricStoreTest, PutQueryInTimeOrder) {
-  ASSERT_TRUE(store_->Put(kNs, {{"train:loss", job_, 3000, 0.3}, {"train:loss", job_, 1000, 0.9},
-                                {"train:loss", job_, 2000, 0.5}, {"val:acc", job_, 2500, 0.7}})
+  ASSERT_TRUE(store_
+                  ->Put(kNs, {{"train:loss", job_, 3000, 0.3},
+                              {"train:loss", job_, 1000, 0.9},
+                              {"train:loss", job_, 2000, 0.5},
+                              {"val:acc", job_, 2500, 0.7}})
                   .ok());
   auto points = store_->Query(kNs, "train:loss", job_, 0, 10000);
   ASSERT_TRUE(points.ok()) << points.status().ToString();
@@ -144,24 +147,29 @@ MetricDatum Set(const std::string& name, const Dimensions& dims, int64_t ts, Sta
 }
 MetricDatum Values(const std::string& name, const Dimensions& dims, int64_t ts,
                    std::vector<std::pair<double, double>> values_counts) {
-  return MetricDatum{.name = name, .dimensions = dims, .timestamp_millis = ts, .values_counts = std::move(values_counts)};
+  return MetricDatum{
+      .name = name, .dimensions = dims, .timestamp_millis = ts, .values_counts = std::move(values_counts)};
 }
 
 TEST_F(MetricStoreTest, AggregateIsExactAcrossPointsAndPeriods) {
   // Periods of 60 s aligned on the query's start (10 s past a minute), not on the minute.
   const int64_t t0 = 1'700'000'010'000;
   ASSERT_TRUE(store_
-                  ->Put(kNs, {Value("lat", job_, t0 + 1'000, 5),                              // period 0
-                              Set("lat", job_, t0 + 2'000, {4, 10, 1, 4}),                     // period 0
-                              Values("lat", job_, t0 + 59'999, {{2, 3}, {7, 1}, {2, 1}}),       // period 0
-                              Value("lat", job_, t0 + 60'000, -3),                             // period 1
-                              Value("lat", job_, t0 + 180'000, 0.25),                          // period 3
-                              Value("lat", job_, t0 + 180'000, 0.5),                           // period 3, same ms
-                              Value("lat", job_, t0 - 1, 1e9),                                 // before start
-                              Value("lat", job_, t0 + 240'000, 1e9)})                          // at end: excluded
+                  ->Put(kNs, {Value("lat", job_, t0 + 1'000, 5),                           // period 0
+                              Set("lat", job_, t0 + 2'000, {4, 10, 1, 4}),                 // period 0
+                              Values("lat", job_, t0 + 59'999, {{2, 3}, {7, 1}, {2, 1}}),  // period 0
+                              Value("lat", job_, t0 + 60'000, -3),                         // period 1
+                              Value("lat", job_, t0 + 180'000, 0.25),                      // period 3
+                              Value("lat", job_, t0 + 180'000, 0.5),                       // period 3, same ms
+                              Value("lat", job_, t0 - 1, 1e9),                             // before start
+                              Value("lat", job_, t0 + 240'000, 1e9)})                      // at end: excluded
                   .ok());
-  MetricQuery query{.ns = std::string(kNs), .name = "lat", .dimensions = job_, .start_millis = t0,
-                    .end_millis = t0 + 240'000, .period_seconds = 60};
+  MetricQuery query{.ns = std::string(kNs),
+                    .name = "lat",
+                    .dimensions = job_,
+                    .start_millis = t0,
+                    .end_millis = t0 + 240'000,
+                    .period_seconds = 60};
   auto periods = store_->Aggregate(query);
   ASSERT_TRUE(periods.ok()) << periods.status().ToString();
   ASSERT_EQ(periods->size(), 3u);  // period 2 has no points: absent
@@ -237,8 +245,8 @@ TEST_F(MetricStoreTest, PercentilesAreNearestRankOverMergedDistributions) {
 
   // Repeated values merge: 3 x 10 and 1 x 20 → p75 = 10, p76 = 20.
   ASSERT_TRUE(store_->Put(kNs, {Values("c", job_, t0, {{10, 2}, {20, 1}}), Value("c", job_, t0 + 1, 10)}).ok());
-  periods = store_->Aggregate({.ns = std::string(kNs), .name = "c", .dimensions = job_, .start_millis = t0,
-                               .end_millis = t0 + 60'000});
+  periods = store_->Aggregate(
+      {.ns = std::string(kNs), .name = "c", .dimensions = job_, .start_millis = t0, .end_millis = t0 + 60'000});
   ASSERT_EQ(periods->size(), 1u);
   EXPECT_EQ((*periods)[0].distribution, (std::vector<std::pair<double, double>>{{10, 3}, {20, 1}}));
   EXPECT_EQ(Percentile((*periods)[0], 75), 10.0);
@@ -283,7 +291,8 @@ TEST_F(MetricStoreTest, MergedDistributionMatchesABruteForceCount) {
 
 TEST_F(MetricStoreTest, PercentilesOfASketchStayWithinTheExactExtremes) {
   // A writer's sketch may place a sample's bucket value slightly outside the true range.
-  ASSERT_TRUE(store_->Put(kNs, {Set("lat", job_, 1'000, {3, 300.5, 99.5, 101}, {{99.0, 1}, {100.0, 1}, {101.5, 1}})}).ok());
+  ASSERT_TRUE(
+      store_->Put(kNs, {Set("lat", job_, 1'000, {3, 300.5, 99.5, 101}, {{99.0, 1}, {100.0, 1}, {101.5, 1}})}).ok());
   auto periods = store_->Aggregate(
       {.ns = std::string(kNs), .name = "lat", .dimensions = job_, .start_millis = 0, .end_millis = 60'000});
   ASSERT_EQ(periods->size(), 1u);
@@ -297,8 +306,12 @@ TEST_F(MetricStoreTest, UnitFilterSelectsPointsStoredWithThatUnit) {
                   ->Put(kNs, {Value("m", job_, 1'000, 1, "Count"), Value("m", job_, 2'000, 10, "Seconds"),
                               Value("m", job_, 3'000, 100, "Count"), Value("m", job_, 4'000, 1000)})
                   .ok());
-  MetricQuery query{.ns = std::string(kNs), .name = "m", .dimensions = job_, .start_millis = 0,
-                    .end_millis = 60'000, .unit = "Count"};
+  MetricQuery query{.ns = std::string(kNs),
+                    .name = "m",
+                    .dimensions = job_,
+                    .start_millis = 0,
+                    .end_millis = 60'000,
+                    .unit = "Count"};
   auto periods = store_->Aggregate(query);
   ASSERT_EQ(periods->size(), 1u);
   EXPECT_EQ((*periods)[0].stats, (StatisticSet{2, 101, 1, 100}));
@@ -315,13 +328,13 @@ TEST_F(MetricStoreTest, UnitFilterSelectsPointsStoredWithThatUnit) {
 
 TEST_F(MetricStoreTest, InvalidDataIsRefusedAndNothingIsWritten) {
   std::vector<std::vector<MetricDatum>> bad = {
-      {Set("x", job_, 1, {1, 5, 6, 4})},               // Minimum > Maximum
-      {Set("x", job_, 1, {0, 0, 0, 0})},               // no samples
-      {Set("x", job_, 1, {1, INFINITY, 1, 1})},        // non-finite
-      {Values("x", job_, 1, {{1, -1}})},               // negative count
-      {Values("x", job_, 1, {{NAN, 1}})},              // non-finite value
-      {Values("x", job_, 1, {{1, 0}, {2, 0}})},        // every count zero
-      {Values("x", job_, 1, {{1e308, 10}})},           // sum overflows
+      {Set("x", job_, 1, {1, 5, 6, 4})},         // Minimum > Maximum
+      {Set("x", job_, 1, {0, 0, 0, 0})},         // no samples
+      {Set("x", job_, 1, {1, INFINITY, 1, 1})},  // non-finite
+      {Values("x", job_, 1, {{1, -1}})},         // negative count
+      {Values("x", job_, 1, {{NAN, 1}})},        // non-finite value
+      {Values("x", job_, 1, {{1, 0}, {2, 0}})},  // every count zero
+      {Values("x", job_, 1, {{1e308, 10}})},     // sum overflows
   };
   for (const auto& batch : bad) {
     std::vector<MetricDatum> with_good = {Value("x", job_, 0, 1)};
@@ -339,15 +352,17 @@ TEST_F(MetricStoreTest, InvalidDataIsRefusedAndNothingIsWritten) {
 TEST_F(MetricStoreTest, ListFiltersAndPagesInAStableOrder) {
   const Dimensions ep_a{{"EndpointName", "a"}, {"VariantName", "v1"}};
   const Dimensions ep_b{{"EndpointName", "b"}, {"VariantName", "v1"}};
-  ASSERT_TRUE(store_->Put("AWS/SageMaker", {Value("Invocations", ep_a, 10'000, 1), Value("Invocations", ep_b, 20'000, 1),
-                                            Value("ModelLatency", ep_a, 30'000, 1)})
+  ASSERT_TRUE(store_
+                  ->Put("AWS/SageMaker", {Value("Invocations", ep_a, 10'000, 1), Value("Invocations", ep_b, 20'000, 1),
+                                          Value("ModelLatency", ep_a, 30'000, 1)})
                   .ok());
-  ASSERT_TRUE(store_->Put(kNs, {Value("loss", job_, 5'000, 1), Value("loss", host_, 40'000, 1),
-                                Value("acc", {}, 1'000, 1)})
-                  .ok());
+  ASSERT_TRUE(
+      store_->Put(kNs, {Value("loss", job_, 5'000, 1), Value("loss", host_, 40'000, 1), Value("acc", {}, 1'000, 1)})
+          .ok());
   auto ids = [](const MetricListPage& page) {
     std::vector<std::string> out;
-    for (const auto& m : page.metrics) out.push_back(m.ns + "|" + m.name + "|" + MetricStore::CanonicalDimensions(m.dimensions));
+    for (const auto& m : page.metrics)
+      out.push_back(m.ns + "|" + m.name + "|" + MetricStore::CanonicalDimensions(m.dimensions));
     return out;
   };
   auto all = store_->List({}, "", 0);
@@ -369,17 +384,18 @@ TEST_F(MetricStoreTest, ListFiltersAndPagesInAStableOrder) {
   ASSERT_EQ(filtered->metrics.size(), 2u);
   EXPECT_EQ(filtered->metrics[0].dimensions, ep_a);
   EXPECT_EQ(store_->List({.dimensions = {{"TrainingJobName", std::nullopt}}}, "", 0)->metrics.size(), 2u);
-  EXPECT_EQ(store_->List({.dimensions = {{"TrainingJobName", std::nullopt}, {"Host", std::nullopt}}}, "", 0)
-                ->metrics.size(),
-            1u);
+  EXPECT_EQ(
+      store_->List({.dimensions = {{"TrainingJobName", std::nullopt}, {"Host", std::nullopt}}}, "", 0)->metrics.size(),
+      1u);
   EXPECT_TRUE(store_->List({.dimensions = {{"EndpointName", "c"}}}, "", 0)->metrics.empty());
   // RecentlyActive: series whose last point is at/after the bound.
   auto recent = store_->List({.active_since_millis = 20'000}, "", 0);
-  EXPECT_EQ(ids(*recent), (std::vector<std::string>{
-                              R"(/aws/sagemaker/TrainingJobs|loss|{"Host":"churn-1/algo-1","TrainingJobName":"churn-1"})",
-                              R"(AWS/SageMaker|Invocations|{"EndpointName":"b","VariantName":"v1"})",
-                              R"(AWS/SageMaker|ModelLatency|{"EndpointName":"a","VariantName":"v1"})",
-                          }));
+  EXPECT_EQ(ids(*recent),
+            (std::vector<std::string>{
+                R"(/aws/sagemaker/TrainingJobs|loss|{"Host":"churn-1/algo-1","TrainingJobName":"churn-1"})",
+                R"(AWS/SageMaker|Invocations|{"EndpointName":"b","VariantName":"v1"})",
+                R"(AWS/SageMaker|ModelLatency|{"EndpointName":"a","VariantName":"v1"})",
+            }));
 
   // Pages of 2 walk the same order; a series created between pages, before the key, is not
   // returned and does not shift later pages; one after the key is.
@@ -420,12 +436,13 @@ TEST(MetricStoreMigrationTest, OldPointsBecomeSingleSamplePoints) {
     options.migrations = &before;
     auto db = store::Database::Open(dir.path() + "/kiln.db", options);
     ASSERT_TRUE(db.ok()) << db.status().ToString();
-    ASSERT_TRUE((*db)
-                    ->Exec("INSERT INTO metric_series (id, namespace, name, dimensions, last_millis, last_value) "
-                           "VALUES (1, '/aws/sagemaker/TrainingJobs', 'loss', '{\"TrainingJobName\":\"old\"}', 2000, 0.4);"
-                           "INSERT INTO metric_points (series_id, timestamp_millis, value) VALUES "
-                           "(1, 2000, 0.5), (1, 1000, 0.9), (1, 2000, 0.4), (1, 61000, 0.1)")
-                    .ok());
+    ASSERT_TRUE(
+        (*db)
+            ->Exec("INSERT INTO metric_series (id, namespace, name, dimensions, last_millis, last_value) "
+                   "VALUES (1, '/aws/sagemaker/TrainingJobs', 'loss', '{\"TrainingJobName\":\"old\"}', 2000, 0.4);"
+                   "INSERT INTO metric_points (series_id, timestamp_millis, value) VALUES "
+                   "(1, 2000, 0.5), (1, 1000, 0.9), (1, 2000, 0.4), (1, 61000, 0.1)")
+            .ok());
   }
   auto db = store::testing::OpenTestDatabase(dir.path(), /*durable=*/false);
   EXPECT_EQ(db->schema_version(), all.back().version);

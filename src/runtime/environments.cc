@@ -57,8 +57,7 @@ std::string RepositoryName(std::string_view uri) {
 }
 
 Result<Environment> ParseEnvironment(const nlohmann::json& entry, size_t position,
-                                     const std::string& default_interpreter,
-                                     const std::vector<Environment>& builtins) {
+                                     const std::string& default_interpreter, const std::vector<Environment>& builtins) {
   std::string where = "environments[" + std::to_string(position) + "]";
   if (!entry.is_object()) return Status::InvalidArgument(where + ": must be an object");
   Environment env;
@@ -99,8 +98,7 @@ Result<Environment> ParseEnvironment(const nlohmann::json& entry, size_t positio
     env.interpreter = default_interpreter;
   }
   if (!StartsWith(env.interpreter, "/")) {
-    return Status::InvalidArgument(where + ".interpreter: must be an absolute path, got \"" +
-                                   env.interpreter + "\"");
+    return Status::InvalidArgument(where + ".interpreter: must be an absolute path, got \"" + env.interpreter + "\"");
   }
   if (!IsExecutableFile(env.interpreter)) {
     KLOG(warn, "environment interpreter does not exist or is not executable (yet)",
@@ -169,11 +167,10 @@ Result<EnvironmentTable> EnvironmentTable::FromJson(const nlohmann::json& sectio
   std::set<std::string> names;
   if (list != nullptr) {
     for (size_t i = 0; i < list->size(); ++i) {
-      ASSIGN_OR_RETURN(Environment env, ParseEnvironment((*list)[i], i, table.default_interpreter_,
-                                                         defaults.environments_));
+      ASSIGN_OR_RETURN(Environment env,
+                       ParseEnvironment((*list)[i], i, table.default_interpreter_, defaults.environments_));
       if (!names.insert(env.name).second) {
-        return Status::InvalidArgument("environments[" + std::to_string(i) + "]: duplicate name \"" +
-                                       env.name + "\"");
+        return Status::InvalidArgument("environments[" + std::to_string(i) + "]: duplicate name \"" + env.name + "\"");
       }
       table.environments_.push_back(std::move(env));
     }
@@ -198,8 +195,7 @@ Result<ImageResolution> EnvironmentTable::Resolve(std::string_view image_uri) co
                                         " does not exist on this host");
     }
     if (!S_ISREG(st.st_mode)) {
-      return Status::FailedPrecondition("image \"" + std::string(image_uri) + "\": " + path +
-                                        " is not a regular file");
+      return Status::FailedPrecondition("image \"" + std::string(image_uri) + "\": " + path + " is not a regular file");
     }
     if (access(path.c_str(), X_OK) != 0) {
       return Status::FailedPrecondition("image \"" + std::string(image_uri) + "\": " + path +

@@ -28,8 +28,10 @@ TEST(EnvironmentTableTest, DefaultCoversFrameworkImages) {
            "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.3.0-gpu-py311-cu121-ubuntu20.04-sagemaker",
            "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.1.0-cpu-py310",
            "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.14.1-gpu-py310",
-           "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310-cu121-ubuntu20.04",
-           "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-inference:2.1.0-transformers4.37.0-cpu-py310-ubuntu22.04",
+           "763104351884.dkr.ecr.us-east-1.amazonaws.com/"
+           "huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310-cu121-ubuntu20.04",
+           "763104351884.dkr.ecr.us-east-1.amazonaws.com/"
+           "huggingface-pytorch-inference:2.1.0-transformers4.37.0-cpu-py310-ubuntu22.04",
            "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3",
            "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1",
            "763104351884.dkr.ecr.us-east-1.amazonaws.com/mxnet-training:1.9.0-cpu-py38",
@@ -45,8 +47,7 @@ TEST(EnvironmentTableTest, DefaultCoversFrameworkImages) {
 
 TEST(EnvironmentTableTest, UnknownImageExplainsHowToMapIt) {
   EnvironmentTable table = EnvironmentTable::Default();
-  Result<ImageResolution> how =
-      table.Resolve("123456789012.dkr.ecr.us-east-1.amazonaws.com/my-algo:latest");
+  Result<ImageResolution> how = table.Resolve("123456789012.dkr.ecr.us-east-1.amazonaws.com/my-algo:latest");
   ASSERT_FALSE(how.ok());
   EXPECT_EQ(how.status().code(), StatusCode::kFailedPrecondition);
   const std::string& msg = how.status().message();
@@ -93,7 +94,8 @@ TEST(EnvironmentTableTest, LocalImages) {
 TEST(EnvironmentTableTest, OperatorEntriesWin) {
   std::string python = MakeFile("venv-python", 0755);
   auto section = nlohmann::json::parse(R"([
-    {"name": "torch", "images": ["*pytorch-training*"], "interpreter": ")" + python + R"(",
+    {"name": "torch", "images": ["*pytorch-training*"], "interpreter": ")" +
+                                       python + R"(",
      "env": {"OMP_NUM_THREADS": "4"}},
     {"name": "mine", "images": ["registry.local/team/*"]}
   ])");
@@ -123,8 +125,7 @@ TEST(EnvironmentTableTest, OperatorEntriesWin) {
 
 TEST(EnvironmentTableTest, ReplacingSystemAndDefaultInterpreter) {
   std::string python = MakeFile("sys-python", 0755);
-  auto section = nlohmann::json{{"default_interpreter", python},
-                                {"environments", nlohmann::json::array()}};
+  auto section = nlohmann::json{{"default_interpreter", python}, {"environments", nlohmann::json::array()}};
   Result<EnvironmentTable> table = EnvironmentTable::FromJson(section);
   ASSERT_TRUE(table.ok()) << table.status().ToString();
   Result<ImageResolution> how = table->Resolve("x/pytorch-training:1");
@@ -136,7 +137,8 @@ TEST(EnvironmentTableTest, ReplacingSystemAndDefaultInterpreter) {
   Result<EnvironmentTable> replaced = EnvironmentTable::FromJson(replace);
   ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
   ASSERT_EQ(replaced->environments().size(), 1u);
-  Result<ImageResolution> xgb = replaced->Resolve("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1");
+  Result<ImageResolution> xgb =
+      replaced->Resolve("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1");
   ASSERT_TRUE(xgb.ok());
   EXPECT_EQ(xgb->interpreter, python);
 

@@ -74,8 +74,7 @@ std::optional<std::string> RunCapture(const std::vector<std::string>& argv, std:
   bool timed_out = false;
   char buf[4096];
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
@@ -190,8 +189,7 @@ std::vector<GpuInfo> ReadProcGpus(const std::string& dir) {
     if (gpu.pci_bus_id.empty()) gpu.pci_bus_id = NormalizePciBusId(entry);
     gpus.push_back(std::move(gpu));
   }
-  std::sort(gpus.begin(), gpus.end(),
-            [](const GpuInfo& a, const GpuInfo& b) { return a.pci_bus_id < b.pci_bus_id; });
+  std::sort(gpus.begin(), gpus.end(), [](const GpuInfo& a, const GpuInfo& b) { return a.pci_bus_id < b.pci_bus_id; });
   for (size_t i = 0; i < gpus.size(); ++i) gpus[i].index = static_cast<int>(i);
   return gpus;
 }
@@ -200,8 +198,7 @@ std::vector<GpuInfo> DiscoverGpus(std::chrono::milliseconds timeout) {
   std::vector<GpuInfo> from_proc = ReadProcGpus();
   if (std::optional<std::string> smi = FindExecutable("nvidia-smi")) {
     std::optional<std::string> out = RunCapture(
-        {*smi, "--query-gpu=index,uuid,name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"},
-        timeout);
+        {*smi, "--query-gpu=index,uuid,name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"}, timeout);
     if (out) {
       std::vector<GpuInfo> gpus = ParseNvidiaSmiCsv(*out);
       // nvidia-smi does not report device minors; /proc does, keyed by bus id.
@@ -253,7 +250,8 @@ std::vector<GpuUsage> ParseNvidiaSmiUsageCsv(std::string_view text) {
   return gpus;
 }
 
-Result<std::vector<GpuUsage>> SampleGpuUsage(const std::vector<std::string>& command, std::chrono::milliseconds timeout) {
+Result<std::vector<GpuUsage>> SampleGpuUsage(const std::vector<std::string>& command,
+                                             std::chrono::milliseconds timeout) {
   if (command.empty() || command[0].empty()) return Status::InvalidArgument("no GPU usage command configured");
   std::vector<std::string> argv = command;
   if (argv[0][0] != '/') {

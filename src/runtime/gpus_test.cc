@@ -98,8 +98,7 @@ TEST(ProcGpuTest, ReadsDirectoryInBusOrder) {
   auto write = [&](const std::string& bus, const std::string& uuid, int minor) {
     std::filesystem::create_directories(dir / bus);
     std::ofstream(dir / bus / "information") << "Model: \t NVIDIA A100-SXM4-40GB\nGPU UUID: \t " << uuid
-                                             << "\nBus Location: \t " << bus << "\nDevice Minor: \t "
-                                             << minor << "\n";
+                                             << "\nBus Location: \t " << bus << "\nDevice Minor: \t " << minor << "\n";
   };
   write("0000:90:00.0", "GPU-second", 0);  // minors need not follow bus order
   write("0000:10:00.0", "GPU-first", 1);

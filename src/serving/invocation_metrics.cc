@@ -259,8 +259,8 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
     for (size_t i = 0; i < taken.size();) {
       InvocationCounts merged = taken[i].counts;
       size_t j = i + 1;
-      while (j < taken.size() && *taken[j].endpoint == *taken[i].endpoint &&
-             *taken[j].variant == *taken[i].variant && taken[j].second == taken[i].second) {
+      while (j < taken.size() && *taken[j].endpoint == *taken[i].endpoint && *taken[j].variant == *taken[i].variant &&
+             taken[j].second == taken[i].second) {
         merged.Merge(taken[j].counts);
         ++j;
       }
@@ -316,8 +316,7 @@ std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view 
                                                                int64_t epoch_second, const InvocationCounts& counts) {
   std::vector<observe::MetricDatum> points;
   if (counts.invocations == 0) return points;  // only `unavailable`: nothing AWS would count
-  const observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)},
-                                       {"VariantName", std::string(variant)}};
+  const observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
   const int64_t ts = epoch_second * 1000;
   const double n = static_cast<double>(counts.invocations);
   auto add = [&](const char* name, const char* unit, observe::StatisticSet stats,

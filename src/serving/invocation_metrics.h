@@ -61,8 +61,8 @@ namespace kiln::serving {
 // Upper bounds (microseconds) of the latency histogram buckets exported to Prometheus (in
 // seconds there); a final +Inf bucket is implicit.
 inline constexpr std::array<int64_t, 16> kLatencyBucketsMicros = {
-    500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
-    30000000, 60000000};
+    500,    1000,   2500,    5000,    10000,   25000,    50000,    100000,
+    250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000, 60000000};
 
 // A log-bucketed latency sketch (the DDSketch idea) for the percentiles of the stored points:
 // bucket i > 0 holds the values in (γ^(i-2), γ^(i-1)] with γ = 1.01 / 0.99, and reports them as

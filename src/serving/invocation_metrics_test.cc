@@ -153,8 +153,8 @@ TEST_F(InvocationMetricsTest, LateFlushStillPutsPointsInTheirSecond) {
 TEST_F(InvocationMetricsTest, StopFlushesTheCurrentSecond) {
   auto metrics = std::make_unique<InvocationMetrics>(InvocationMetricsOptions{}, store_.get());
   metrics->Start();
-  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                    std::chrono::system_clock::now().time_since_epoch()).count();
+  int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics->Record("ep", "AllTraffic", Sample(now, 200, 10, 1));
   metrics->Stop();
   EXPECT_EQ(Point("Invocations", now), 1);
@@ -163,8 +163,8 @@ TEST_F(InvocationMetricsTest, StopFlushesTheCurrentSecond) {
 TEST_F(InvocationMetricsTest, FlusherWritesWithinAboutASecond) {
   InvocationMetrics metrics({}, store_.get());
   metrics.Start();
-  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                    std::chrono::system_clock::now().time_since_epoch()).count();
+  int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics.Record("ep", "AllTraffic", Sample(now, 200, 10, 1));
   for (int i = 0; i < 50 && Count("Invocations") == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -55,8 +55,7 @@ int64_t SteadyNanos() {
 }
 
 int64_t EpochSecond() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // ---- Header validation (runtime-api.md §3.1). Messages follow AWS's validation wording.
@@ -177,20 +176,19 @@ InvokeHeaders ReadInvokeHeaders(const HeaderMap& in) {
 // The ValidationError message for the first header that breaks its constraint or asks for what
 // `route` does not offer; empty when all are acceptable.
 std::string CheckInvokeHeaders(const InvokeHeaders& h, const EndpointRoute& route) {
-  for (std::string m : {CheckLength(h.content_type, "contentType", 0, 1024), CheckLength(h.accept, "accept", 0, 1024),
-                        CheckLength(h.custom_attributes, "customAttributes", 0, 1024),
-                        CheckLength(h.target_model, "targetModel", 1, 1024),
-                        CheckLength(h.target_variant, "targetVariant", 0, 63),
-                        CheckLength(h.target_container, "targetContainerHostname", 0, 63),
-                        CheckLength(h.inference_id, "inferenceId", 1, 64),
-                        CheckLength(h.explanations, "enableExplanations", 1, 64),
-                        CheckLength(h.component, "inferenceComponentName", 0, 63),
-                        CheckLength(h.session_id, "sessionId", 1, 256)}) {
+  for (std::string m :
+       {CheckLength(h.content_type, "contentType", 0, 1024), CheckLength(h.accept, "accept", 0, 1024),
+        CheckLength(h.custom_attributes, "customAttributes", 0, 1024),
+        CheckLength(h.target_model, "targetModel", 1, 1024), CheckLength(h.target_variant, "targetVariant", 0, 63),
+        CheckLength(h.target_container, "targetContainerHostname", 0, 63),
+        CheckLength(h.inference_id, "inferenceId", 1, 64), CheckLength(h.explanations, "enableExplanations", 1, 64),
+        CheckLength(h.component, "inferenceComponentName", 0, 63), CheckLength(h.session_id, "sessionId", 1, 256)}) {
     if (!m.empty()) return m;
   }
   if ((h.content_type && !AllAscii(*h.content_type)) || (h.accept && !AllAscii(*h.accept))) {
     return h.content_type && !AllAscii(*h.content_type)
-               ? ConstraintError(*h.content_type, "contentType", "Member must satisfy regular expression pattern: \\p{ASCII}*")
+               ? ConstraintError(*h.content_type, "contentType",
+                                 "Member must satisfy regular expression pattern: \\p{ASCII}*")
                : ConstraintError(*h.accept, "accept", "Member must satisfy regular expression pattern: \\p{ASCII}*");
   }
   if (h.custom_attributes && !AllAscii(*h.custom_attributes)) {
@@ -202,13 +200,17 @@ std::string CheckInvokeHeaders(const InvokeHeaders& h, const EndpointRoute& rout
                            "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])*");
   }
   if (h.target_model && !AllPrintable(*h.target_model)) {
-    return ConstraintError(*h.target_model, "targetModel", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
+    return ConstraintError(*h.target_model, "targetModel",
+                           "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
   }
   if (h.inference_id && (!AllPrintable(*h.inference_id) || h.inference_id->front() == ' ')) {
-    return ConstraintError(*h.inference_id, "inferenceId", "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
+    return ConstraintError(*h.inference_id, "inferenceId",
+                           "Member must satisfy regular expression pattern: \\A\\S[\\p{Print}]*\\z");
   }
   if (h.session_id && !AllPrintable(*h.session_id)) {
-    return ConstraintError(*h.session_id, "sessionId", "Member must satisfy regular expression pattern: ^(NEW_SESSION)$|^[a-zA-Z0-9](-*[a-zA-Z0-9])*$");
+    return ConstraintError(
+        *h.session_id, "sessionId",
+        "Member must satisfy regular expression pattern: ^(NEW_SESSION)$|^[a-zA-Z0-9](-*[a-zA-Z0-9])*$");
   }
   if (h.component != nullptr) {
     return "Inference components are not supported by this Kiln version (X-Amzn-SageMaker-Inference-Component).";
@@ -269,8 +271,8 @@ aws::AwsError ModelCallError(const Status& error, const InstanceTarget& instance
     if (error.code() == StatusCode::kResourceExhausted) {
       reason = "Response body exceeded the maximum response size of 6291456 bytes";
     }
-    model_error.message = "Received server error (0) from " + std::string(container) + " with message \"" +
-                          std::string(reason) + "\".";
+    model_error.message =
+        "Received server error (0) from " + std::string(container) + " with message \"" + std::string(reason) + "\".";
     model_error.With("OriginalMessage", std::string(Utf8Prefix(reason, kMaxOriginalMessage)));
   }
   model_error.fields.insert(model_error.fields.begin(), {"LogStreamArn", route.log_group_arn});
@@ -385,8 +387,8 @@ aws::WireResponse Router::ContentLengthExceeded(std::string_view request_id) con
   wire.status = 413;
   wire.headers.emplace("x-amzn-RequestId", std::string(request_id));
   wire.headers.emplace("Content-Type", "application/json");
-  wire.body = "{\"message\":\"HTTP content length exceeded " + std::to_string(options_.max_request_body_bytes) +
-              " bytes.\"}";
+  wire.body =
+      "{\"message\":\"HTTP content length exceeded " + std::to_string(options_.max_request_body_bytes) + " bytes.\"}";
   return wire;
 }
 

@@ -51,7 +51,7 @@ struct RouterOptions {
 
 // What the front door hands over for one InvokeEndpoint.
 struct InvokeRequest {
-  std::string_view endpoint_name;  // from the path, already pattern-checked
+  std::string_view endpoint_name;      // from the path, already pattern-checked
   const HeaderMap* headers = nullptr;  // the client's request headers
   std::string_view body;
   std::string_view request_id;  // x-amzn-RequestId of the answer

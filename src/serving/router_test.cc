@@ -182,10 +182,10 @@ TEST_F(RouterTest, ForwardsOnlyContractHeadersAndReturnsTheAnswer) {
   std::string head = received[0].head;
   EXPECT_TRUE(head.starts_with("POST /invocations HTTP/1.1\r\n")) << head;
   EXPECT_EQ(received[0].body, "1,2,3");
-  for (std::string_view want : {"Content-Type: text/csv\r\n", "Accept: application/json\r\n",
-                                "X-Amzn-SageMaker-Custom-Attributes: trace=1\r\n",
-                                "X-Amzn-SageMaker-Inference-Id: inf-1\r\n",
-                                "X-Amzn-SageMaker-Session-Id: NEW_SESSION\r\n", "X-Amzn-RequestId: req-1\r\n"}) {
+  for (std::string_view want :
+       {"Content-Type: text/csv\r\n", "Accept: application/json\r\n", "X-Amzn-SageMaker-Custom-Attributes: trace=1\r\n",
+        "X-Amzn-SageMaker-Inference-Id: inf-1\r\n", "X-Amzn-SageMaker-Session-Id: NEW_SESSION\r\n",
+        "X-Amzn-RequestId: req-1\r\n"}) {
     EXPECT_NE(head.find(want), std::string::npos) << want << " missing in\n" << head;
   }
   for (std::string_view banned : {"Authorization", "X-Amz-Date", "X-Amz-Security-Token", "Cookie"}) {
@@ -267,7 +267,8 @@ TEST_F(RouterTest, ClosedConnectionAndGarbageAreModelErrorsWithStatusZero) {
     ASSERT_EQ(w.status(), 424) << w.body();
     auto body = Body(w);
     EXPECT_EQ(body["OriginalStatusCode"], 0);
-    EXPECT_TRUE(body["Message"].get<std::string>().starts_with("Received server error (0) from primary with message \""))
+    EXPECT_TRUE(
+        body["Message"].get<std::string>().starts_with("Received server error (0) from primary with message \""))
         << body.dump();
   }
   // The server stays usable.

@@ -24,15 +24,11 @@ Status CodeToStatus(sqlite3* db, int rc, std::string_view what) {
       return Status::FailedPrecondition(std::move(msg));
     }
     case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Status::Unavailable(std::move(msg));
-    case SQLITE_FULL:
-      return Status::ResourceExhausted(std::move(msg));
+    case SQLITE_LOCKED: return Status::Unavailable(std::move(msg));
+    case SQLITE_FULL: return Status::ResourceExhausted(std::move(msg));
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return Status::DataLoss(std::move(msg));
-    default:
-      return Status::Internal(std::move(msg));
+    case SQLITE_NOTADB: return Status::DataLoss(std::move(msg));
+    default: return Status::Internal(std::move(msg));
   }
 }
 
@@ -189,9 +185,9 @@ int64_t Database::Changes() {
 }
 
 Status Database::Migrate(const std::vector<Migration>& migrations) {
-  RETURN_IF_ERROR(Exec(
-      "CREATE TABLE IF NOT EXISTS schema_migrations ("
-      " version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_millis INTEGER NOT NULL)"));
+  RETURN_IF_ERROR(
+      Exec("CREATE TABLE IF NOT EXISTS schema_migrations ("
+           " version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, applied_millis INTEGER NOT NULL)"));
   int64_t current = 0;
   {
     ASSIGN_OR_RETURN(auto st, Prepare("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));

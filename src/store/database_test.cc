@@ -79,8 +79,7 @@ TEST(DatabaseTest, NewerSchemaIsRefused) {
 
 TEST(DatabaseTest, FailedMigrationRollsBack) {
   TempDir dir;
-  std::vector<Migration> bad = {{1, "a", "CREATE TABLE a (x);"},
-                                {2, "b", "CREATE TABLE b (x); THIS IS NOT SQL;"}};
+  std::vector<Migration> bad = {{1, "a", "CREATE TABLE a (x);"}, {2, "b", "CREATE TABLE b (x); THIS IS NOT SQL;"}};
   Database::Options options;
   options.migrations = &bad;
   auto db = Database::Open(dir.path() + "/x.db", options);

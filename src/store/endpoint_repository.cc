@@ -109,8 +109,8 @@ Status DefinitionRepository::Insert(const DefinitionRecord& record) {
       ASSIGN_OR_RETURN(bool found, existing.Step());
       if (found) return Status::AlreadyExists(existing.ColumnText(0));
     }
-    ASSIGN_OR_RETURN(auto st, db.Prepare("INSERT INTO " + table +
-                                         "(name, arn, request_json, creation_millis) VALUES (?, ?, ?, ?)"));
+    ASSIGN_OR_RETURN(
+        auto st, db.Prepare("INSERT INTO " + table + "(name, arn, request_json, creation_millis) VALUES (?, ?, ?, ?)"));
     st.BindText(1, record.name)
         .BindText(2, record.arn)
         .BindText(3, record.request.dump())
@@ -120,8 +120,8 @@ Status DefinitionRepository::Insert(const DefinitionRecord& record) {
 }
 
 Result<DefinitionRecord> DefinitionRepository::Get(const std::string& name) {
-  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kDefinitionColumns) + " FROM " +
-                                               TableOf(kind_) + " WHERE name = ?"));
+  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kDefinitionColumns) + " FROM " + TableOf(kind_) +
+                                               " WHERE name = ?"));
   st.BindText(1, name);
   ASSIGN_OR_RETURN(bool found, st.Step());
   if (!found) return Status::NotFound(std::string(NounOf(kind_)) + " " + name);
@@ -167,10 +167,10 @@ Status EndpointRepository::Insert(EndpointRecord& record) {
       ASSIGN_OR_RETURN(bool found, existing.Step());
       if (found) return Status::AlreadyExists(existing.ColumnText(0));
     }
-    ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                  "INSERT INTO endpoints(config_name, status, failure_reason, last_modified_millis, "
-                                  "request_json, deployment_json, pending_json, desired_json, state_json, name, arn, "
-                                  "creation_millis, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"));
+    ASSIGN_OR_RETURN(auto st,
+                     db.Prepare("INSERT INTO endpoints(config_name, status, failure_reason, last_modified_millis, "
+                                "request_json, deployment_json, pending_json, desired_json, state_json, name, arn, "
+                                "creation_millis, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"));
     BindEndpointState(st, record);
     st.BindText(10, record.name).BindText(11, record.arn).BindInt64(12, record.creation_millis);
     RETURN_IF_ERROR(st.Run());
@@ -180,8 +180,8 @@ Status EndpointRepository::Insert(EndpointRecord& record) {
 }
 
 Result<EndpointRecord> EndpointRepository::Get(const std::string& name) {
-  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kEndpointColumns) +
-                                               " FROM endpoints WHERE name = ?"));
+  ASSIGN_OR_RETURN(auto st,
+                   database_->Prepare("SELECT " + std::string(kEndpointColumns) + " FROM endpoints WHERE name = ?"));
   st.BindText(1, name);
   ASSIGN_OR_RETURN(bool found, st.Step());
   if (!found) return Status::NotFound("endpoint " + name);
@@ -194,18 +194,18 @@ Result<EndpointRecord> EndpointRepository::Mutate(const std::string& name,
   RETURN_IF_ERROR(database_->WithTransaction([&](Database& db) -> Status {
     int64_t seq = 0;
     {
-      ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT " + std::string(kEndpointColumns) +
-                                           " FROM endpoints WHERE name = ?"));
+      ASSIGN_OR_RETURN(auto st,
+                       db.Prepare("SELECT " + std::string(kEndpointColumns) + " FROM endpoints WHERE name = ?"));
       st.BindText(1, name);
       ASSIGN_OR_RETURN(bool found, st.Step());
       if (!found) return Status::NotFound("endpoint " + name);
       ASSIGN_OR_RETURN(record, ReadEndpoint(st, &seq));
     }
     RETURN_IF_ERROR(mutate(record));
-    ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                  "UPDATE endpoints SET config_name = ?, status = ?, failure_reason = ?, "
-                                  "last_modified_millis = ?, request_json = ?, deployment_json = ?, pending_json = ?, "
-                                  "desired_json = ?, state_json = ?, version = version + 1 WHERE seq = ?"));
+    ASSIGN_OR_RETURN(auto st,
+                     db.Prepare("UPDATE endpoints SET config_name = ?, status = ?, failure_reason = ?, "
+                                "last_modified_millis = ?, request_json = ?, deployment_json = ?, pending_json = ?, "
+                                "desired_json = ?, state_json = ?, version = version + 1 WHERE seq = ?"));
     BindEndpointState(st, record);
     st.BindInt64(10, seq);
     RETURN_IF_ERROR(st.Run());
@@ -216,8 +216,8 @@ Result<EndpointRecord> EndpointRepository::Mutate(const std::string& name,
 }
 
 Result<std::vector<EndpointRecord>> EndpointRepository::List(const EndpointListQuery& query) {
-  static constexpr ListTable kTable{.table = "endpoints", .columns = kEndpointColumns, .has_status = true,
-                                    .has_modified = true};
+  static constexpr ListTable kTable{
+      .table = "endpoints", .columns = kEndpointColumns, .has_status = true, .has_modified = true};
   std::vector<EndpointRecord> out;
   RETURN_IF_ERROR(ListAll(*database_, kTable, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadEndpoint(st, nullptr));

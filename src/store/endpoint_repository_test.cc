@@ -160,10 +160,13 @@ TEST_F(EndpointRepositoryTest, MutateWritesAtomicallyAndAbortsOnError) {
   EXPECT_EQ(got->pending->config_name, "next");
 
   // Clearing pending writes NULL back.
-  ASSERT_TRUE(endpoints_->Mutate("ep", [](EndpointRecord& rec) {
-                rec.pending.reset();
-                return Status::Ok();
-              }).ok());
+  ASSERT_TRUE(endpoints_
+                  ->Mutate("ep",
+                           [](EndpointRecord& rec) {
+                             rec.pending.reset();
+                             return Status::Ok();
+                           })
+                  .ok());
   EXPECT_FALSE(endpoints_->Get("ep")->pending.has_value());
   EXPECT_TRUE(endpoints_->Mutate("missing", [](EndpointRecord&) { return Status::Ok(); }).status().IsNotFound());
 }

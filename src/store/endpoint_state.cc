@@ -232,11 +232,9 @@ Result<VariantSummary> VariantSummaryFromJson(const json& j) {
 }
 
 json ToJson(const InstanceRecord& r) {
-  json out = {{"InstanceId", r.instance_id},   {"RuntimeId", r.runtime_id},
-              {"VariantName", r.variant},      {"ModelName", r.model_name},
-              {"InstanceType", r.instance_type}, {"Generation", r.generation},
-              {"PortBase", r.port_base},       {"LaunchedMillis", r.launched_millis},
-              {"Reserved", r.reserved}};
+  json out = {{"InstanceId", r.instance_id}, {"RuntimeId", r.runtime_id},           {"VariantName", r.variant},
+              {"ModelName", r.model_name},   {"InstanceType", r.instance_type},     {"Generation", r.generation},
+              {"PortBase", r.port_base},     {"LaunchedMillis", r.launched_millis}, {"Reserved", r.reserved}};
   if (!r.allocation.is_null()) out["Allocation"] = r.allocation;
   return out;
 }

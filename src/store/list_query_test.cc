@@ -58,9 +58,8 @@ class ListQueryTest : public ::testing::Test {
       int64_t n = q.sort_by == ListSortKey::kCreationTime ? r.creation_millis : 0;
       return std::make_tuple(n, k, ToLower(r.name));
     };
-    std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) {
-      return q.descending ? key(b) < key(a) : key(a) < key(b);
-    });
+    std::sort(rows.begin(), rows.end(),
+              [&](const auto& a, const auto& b) { return q.descending ? key(b) < key(a) : key(a) < key(b); });
     std::vector<std::string> names;
     for (const auto& r : rows) names.push_back(r.name);
     return names;

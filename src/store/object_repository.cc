@@ -90,8 +90,7 @@ Result<std::vector<Extent>> ReadExtents(Database& db, const std::string& bucket,
 }
 
 // Deletes the extents rows of (bucket, key) and appends their file ids to `files`.
-Status DeleteExtents(Database& db, const std::string& bucket, const std::string& key,
-                     std::vector<std::string>& files) {
+Status DeleteExtents(Database& db, const std::string& bucket, const std::string& key, std::vector<std::string>& files) {
   ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM object_extents WHERE bucket = ? AND key = ? RETURNING file_id"));
   st.BindText(1, bucket).BindBlob(2, key);
   for (;;) {
@@ -139,7 +138,8 @@ Status ObjectRepository::RequireBucket(const std::string& bucket) {
   ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT 1 FROM buckets WHERE name = ?"));
   st.BindText(1, bucket);
   ASSIGN_OR_RETURN(bool row, st.Step());
-  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + bucket)
+  if (!row)
+    return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + bucket)
         .WithReason(ErrorReason::kNoSuchBucket);
   return Status::Ok();
 }
@@ -175,7 +175,8 @@ Result<BucketRow> ObjectRepository::GetBucket(const std::string& name) {
   ASSIGN_OR_RETURN(auto st, db_->Prepare("SELECT name, region, created_millis FROM buckets WHERE name = ?"));
   st.BindText(1, name);
   ASSIGN_OR_RETURN(bool row, st.Step());
-  if (!row) return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + name)
+  if (!row)
+    return Status::NotFound("NoSuchBucket: the specified bucket does not exist: " + name)
         .WithReason(ErrorReason::kNoSuchBucket);
   return ReadBucketRow(st);
 }
@@ -188,8 +189,8 @@ Result<std::vector<BucketRow>> ObjectRepository::ListBuckets() {
 Result<ObjectRow> ObjectRepository::GetObject(const std::string& bucket, const std::string& key) {
   Result<ObjectRow> result = Status::Internal("unset");
   Status s = db_->WithTransaction([&](Database& db) -> Status {
-    ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT " + std::string(kObjectColumns) +
-                                         " FROM objects WHERE bucket = ? AND key = ?"));
+    ASSIGN_OR_RETURN(
+        auto st, db.Prepare("SELECT " + std::string(kObjectColumns) + " FROM objects WHERE bucket = ? AND key = ?"));
     st.BindText(1, bucket).BindBlob(2, key);
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (row) {
@@ -271,10 +272,10 @@ Result<std::vector<std::string>> ObjectRepository::DeleteObject(const std::strin
 
 Result<std::vector<ObjectRow>> ObjectRepository::ScanObjects(const std::string& bucket, const std::string& lower,
                                                              bool lower_inclusive,
-                                                             const std::optional<std::string>& upper,
-                                                             uint32_t limit) {
-  std::string sql = "SELECT bucket, key, file_id, size, etag, last_modified_millis, '', '', '', storage_class "
-                    "FROM objects WHERE bucket = ? AND key ";
+                                                             const std::optional<std::string>& upper, uint32_t limit) {
+  std::string sql =
+      "SELECT bucket, key, file_id, size, etag, last_modified_millis, '', '', '', storage_class "
+      "FROM objects WHERE bucket = ? AND key ";
   sql += lower_inclusive ? ">= ?" : "> ?";
   if (upper.has_value()) sql += " AND key < ?";
   sql += " ORDER BY key LIMIT ?";

@@ -111,9 +111,8 @@ class ObjectRepository {
   Result<std::vector<std::string>> DeleteObject(const std::string& bucket, const std::string& key);
   // Rows of `bucket` with lower <(=) key < upper (no upper bound when nullopt), ascending by byte
   // order, at most `limit`. Only listing columns are filled (not headers/checksums/parts/extents).
-  Result<std::vector<ObjectRow>> ScanObjects(const std::string& bucket, const std::string& lower,
-                                             bool lower_inclusive, const std::optional<std::string>& upper,
-                                             uint32_t limit);
+  Result<std::vector<ObjectRow>> ScanObjects(const std::string& bucket, const std::string& lower, bool lower_inclusive,
+                                             const std::optional<std::string>& upper, uint32_t limit);
 
   // Multipart uploads. CreateUpload: NoSuchBucket. GetUpload: NoSuchBucket / NoSuchUpload (also
   // when the id exists under another bucket or key).
@@ -121,8 +120,7 @@ class ObjectRepository {
   Result<UploadRow> GetUpload(const std::string& bucket, const std::string& key, const std::string& upload_id);
   // Inserts or replaces a part; returns the replaced part's file id. NoSuchUpload when the upload
   // is gone (completed or aborted meanwhile).
-  Result<std::optional<std::string>> PutPart(const std::string& bucket, const std::string& key,
-                                             const PartRow& row);
+  Result<std::optional<std::string>> PutPart(const std::string& bucket, const std::string& key, const PartRow& row);
   // Parts with number > marker, ascending, at most `limit` (all when limit is 0).
   Result<std::vector<PartRow>> ListParts(const std::string& upload_id, uint32_t marker, uint32_t limit);
   // Removes the upload and its parts and stores `object` (replacing any current object) in one

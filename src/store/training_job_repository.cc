@@ -49,10 +49,10 @@ Status TrainingJobRepository::Insert(TrainingJobRecord& record) {
       ASSIGN_OR_RETURN(bool found, existing.Step());
       if (found) return Status::AlreadyExists(existing.ColumnText(0));
     }
-    ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                  "INSERT INTO training_jobs(name, arn, request_json, status, secondary_status, "
-                                  "creation_millis, last_modified_millis, training_end_millis, state_json, version) "
-                                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"));
+    ASSIGN_OR_RETURN(auto st,
+                     db.Prepare("INSERT INTO training_jobs(name, arn, request_json, status, secondary_status, "
+                                "creation_millis, last_modified_millis, training_end_millis, state_json, version) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"));
     st.BindText(1, record.name)
         .BindText(2, record.arn)
         .BindText(3, record.request.dump())
@@ -74,8 +74,8 @@ Status TrainingJobRepository::Insert(TrainingJobRecord& record) {
 }
 
 Result<TrainingJobRecord> TrainingJobRepository::Get(const std::string& name) {
-  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kColumns) +
-                                               " FROM training_jobs WHERE name = ?"));
+  ASSIGN_OR_RETURN(auto st,
+                   database_->Prepare("SELECT " + std::string(kColumns) + " FROM training_jobs WHERE name = ?"));
   st.BindText(1, name);
   ASSIGN_OR_RETURN(bool found, st.Step());
   if (!found) return Status::NotFound("training job " + name);
@@ -98,7 +98,9 @@ void BindUpdate(Statement& st, const TrainingJobRecord& record) {
   } else {
     st.BindNull(4);
   }
-  st.BindText(5, TrainingJobStateToJson(record.state).dump()).BindText(6, record.request.dump()).BindInt64(7, record.seq);
+  st.BindText(5, TrainingJobStateToJson(record.state).dump())
+      .BindText(6, record.request.dump())
+      .BindInt64(7, record.seq);
 }
 
 }  // namespace
@@ -138,8 +140,8 @@ Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
 }
 
 Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const TrainingJobListQuery& query) {
-  static constexpr ListTable kTable{.table = "training_jobs", .columns = kColumns, .has_status = true,
-                                    .has_modified = true};
+  static constexpr ListTable kTable{
+      .table = "training_jobs", .columns = kColumns, .has_status = true, .has_modified = true};
   std::vector<TrainingJobRecord> out;
   RETURN_IF_ERROR(ListAll(*database_, kTable, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadRow(st));
@@ -209,9 +211,9 @@ Status TagRepository::Add(const std::string& arn, const std::vector<Tag>& tags) 
     for (const Tag& tag : tags) {
       // UPSERT keeps the original position of a key that is re-added (AWS lists tags in the
       // order they were first added).
-      ASSIGN_OR_RETURN(auto st, db.Prepare(
-                                    "INSERT INTO resource_tags(resource_arn, seq, key, value) VALUES (?, ?, ?, ?) "
-                                    "ON CONFLICT(resource_arn, key) DO UPDATE SET value = excluded.value"));
+      ASSIGN_OR_RETURN(auto st,
+                       db.Prepare("INSERT INTO resource_tags(resource_arn, seq, key, value) VALUES (?, ?, ?, ?) "
+                                  "ON CONFLICT(resource_arn, key) DO UPDATE SET value = excluded.value"));
       st.BindText(1, arn).BindInt64(2, ++next_seq).BindText(3, tag.key).BindText(4, tag.value);
       RETURN_IF_ERROR(st.Run());
     }

@@ -39,7 +39,7 @@ struct TrainingJobRecord {
   int64_t last_modified_millis = 0;
   std::optional<int64_t> training_end_millis;
   TrainingJobState state;  // the state_json column, typed (store/training_job_state.h)
-  int64_t version = 0;  // incremented by every write
+  int64_t version = 0;     // incremented by every write
 };
 
 // Filters of List: status, case-insensitive name substring, exclusive time bounds.
@@ -67,8 +67,7 @@ class TrainingJobRepository {
   Result<TrainingJobRecord> Get(const std::string& name);
   // Reads the job, lets `mutate` change it, and writes it back in one transaction (version + 1).
   // An error from `mutate` aborts without writing and is returned. Returns the record as written.
-  Result<TrainingJobRecord> Mutate(const std::string& name,
-                                   const std::function<Status(TrainingJobRecord&)>& mutate);
+  Result<TrainingJobRecord> Mutate(const std::string& name, const std::function<Status(TrainingJobRecord&)>& mutate);
   // Mutate for many jobs in ONE transaction (one commit, one fsync), for controllers that change
   // several jobs at once (the grants of one scheduling pass, the jobs entering Pending together).
   // `mutate` returns true to write the row back (version + 1), false to leave it as it was; names

@@ -95,10 +95,13 @@ TEST_F(TrainingJobRepositoryTest, ListFiltersAndActive) {
     auto j = Job("job-" + std::to_string(i), 1000 * (i + 1));
     ASSERT_TRUE(repo_->Insert(j).ok());
   }
-  ASSERT_TRUE(repo_->Mutate("job-1", [](TrainingJobRecord& j) {
-                     j.status = TrainingJobStatus::kCompleted;
-                     return Status::Ok();
-                   }).ok());
+  ASSERT_TRUE(repo_
+                  ->Mutate("job-1",
+                           [](TrainingJobRecord& j) {
+                             j.status = TrainingJobStatus::kCompleted;
+                             return Status::Ok();
+                           })
+                  .ok());
   TrainingJobListQuery q;
   q.status_equals = "Completed";
   EXPECT_EQ(repo_->List(q)->size(), 1u);

@@ -157,11 +157,22 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
   TrainingJobState state;
   if (document.is_null()) return state;
   if (!document.is_object()) return Bad("the document", "an object");
-  static constexpr const char* kKnown[] = {
-      "phase",           "transitions",           "status_message",      "hosts",        "allocations",
-      "credentials",     "stop_requested",        "training_start_millis", "training_end_millis",
-      "last_stream_epoch", "retries",             "last_failure",        "failure_reason", "final_metrics",
-      "model_artifacts", "output_artifacts"};
+  static constexpr const char* kKnown[] = {"phase",
+                                           "transitions",
+                                           "status_message",
+                                           "hosts",
+                                           "allocations",
+                                           "credentials",
+                                           "stop_requested",
+                                           "training_start_millis",
+                                           "training_end_millis",
+                                           "last_stream_epoch",
+                                           "retries",
+                                           "last_failure",
+                                           "failure_reason",
+                                           "final_metrics",
+                                           "model_artifacts",
+                                           "output_artifacts"};
   for (const auto& [key, value] : document.items()) {
     bool known = false;
     for (const char* k : kKnown) known |= key == k;

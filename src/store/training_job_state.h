@@ -127,13 +127,13 @@ struct TrainingJobState {
   StopRequest stop_requested = StopRequest::kNone;
   std::optional<int64_t> training_start_millis;
   std::optional<int64_t> training_end_millis;
-  int64_t last_stream_epoch = 0;  // log stream suffix of the last launch (a retry takes a later one)
-  int retries = 0;                // RetryStrategy attempts used
+  int64_t last_stream_epoch = 0;              // log stream suffix of the last launch (a retry takes a later one)
+  int retries = 0;                            // RetryStrategy attempts used
   std::optional<std::string> last_failure;    // why the last attempt was retried
   std::optional<std::string> failure_reason;  // FailureReason of a Failed job
   std::map<std::string, FinalMetric> final_metrics;
-  std::optional<std::string> model_artifacts;  // S3 URI of model.tar.gz
-  std::optional<std::string> output_artifacts;  // S3 URI of output.tar.gz
+  std::optional<std::string> model_artifacts;       // S3 URI of model.tar.gz
+  std::optional<std::string> output_artifacts;      // S3 URI of output.tar.gz
   nlohmann::json extra = nlohmann::json::object();  // members this version does not know
 
   bool operator==(const TrainingJobState&) const = default;

@@ -52,9 +52,8 @@ aws::AwsError InvalidArgument(std::string message, std::string name, std::string
 }
 
 aws::AwsError MalformedXml() {
-  return aws::AwsError("MalformedXML",
-                       "The XML you provided was not well-formed or did not validate against our published schema",
-                       400);
+  return aws::AwsError(
+      "MalformedXML", "The XML you provided was not well-formed or did not validate against our published schema", 400);
 }
 
 // The detail of an ObjectStore message "<S3 code>: <detail>" (object_store.h) whose code is the
@@ -90,8 +89,7 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
           .With("BucketName", call.bucket());
     case StatusCode::kFailedPrecondition:
       if (status.Is(ErrorReason::kPreconditionFailed)) {
-        return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold",
-                             412)
+        return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412)
             .With("Condition", call.Header("If-Match") ? "If-Match" : "If-None-Match");
       }
       return aws::AwsError("BucketNotEmpty", "The bucket you tried to delete is not empty", 409)
@@ -122,8 +120,7 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
         case ErrorReason::kInvalidRequest:
           // The store wrote S3's words after the code (object_store.h); show them as S3 would.
           return aws::AwsError(std::string(ErrorReasonName(status.reason())), StoreDetail(status), 400);
-        default:
-          return aws::AwsError("InvalidArgument", m, 400);
+        default: return aws::AwsError("InvalidArgument", m, 400);
       }
     case StatusCode::kResourceExhausted:
       if (status.Is(ErrorReason::kEntityTooLarge)) {
@@ -132,13 +129,13 @@ aws::AwsError StoreError(const Call& call, const Status& status, const std::stri
       return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
     case StatusCode::kDataLoss:
       if (status.Is(ErrorReason::kBadDigest)) {
-        return aws::AwsError("BadDigest", "The Content-MD5 or checksum value that you specified did not match what "
-                                          "the server received.",
+        return aws::AwsError("BadDigest",
+                             "The Content-MD5 or checksum value that you specified did not match what "
+                             "the server received.",
                              400);
       }
       return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
-    default:
-      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+    default: return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
   }
 }
 
@@ -150,25 +147,25 @@ aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload)
                            "The provided 'x-amz-content-sha256' header does not match what was computed.", 400);
     case aws::PayloadErrorKind::kBadDigest:
       // S3 answers BadDigest for both Content-MD5 and x-amz-checksum-* mismatches.
-      return aws::AwsError("BadDigest", status.message().empty() ? "The Content-MD5 you specified did not match "
-                                                                   "what we received."
-                                                                 : status.message(),
+      return aws::AwsError("BadDigest",
+                           status.message().empty() ? "The Content-MD5 you specified did not match "
+                                                      "what we received."
+                                                    : status.message(),
                            400);
     case aws::PayloadErrorKind::kSignatureMismatch:
       return aws::AwsError("SignatureDoesNotMatch",
                            "The request signature we calculated does not match the signature you provided. Check "
                            "your key and signing method.",
                            403);
-    case aws::PayloadErrorKind::kMalformed:
-      return aws::AwsError("InvalidRequest", status.message(), 400);
+    case aws::PayloadErrorKind::kMalformed: return aws::AwsError("InvalidRequest", status.message(), 400);
     case aws::PayloadErrorKind::kIncomplete:
-      return aws::AwsError("IncompleteBody", "You did not provide the number of bytes specified by the "
-                                             "Content-Length HTTP header",
+      return aws::AwsError("IncompleteBody",
+                           "You did not provide the number of bytes specified by the "
+                           "Content-Length HTTP header",
                            400);
     case aws::PayloadErrorKind::kTooLarge:
       return aws::AwsError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size.", 400);
-    case aws::PayloadErrorKind::kNone:
-      break;
+    case aws::PayloadErrorKind::kNone: break;
   }
   switch (status.code()) {
     case StatusCode::kResourceExhausted:
@@ -176,16 +173,11 @@ aws::AwsError BodyError(const Status& status, const aws::PayloadReader* payload)
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
       return aws::AwsError("IncompleteBody",
-                           "You did not provide the number of bytes specified by the Content-Length HTTP header",
-                           400);
-    case StatusCode::kUnauthenticated:
-      return aws::AwsError("SignatureDoesNotMatch", status.message(), 403);
-    case StatusCode::kDataLoss:
-      return aws::AwsError("BadDigest", status.message(), 400);
-    case StatusCode::kInvalidArgument:
-      return aws::AwsError("InvalidRequest", status.message(), 400);
-    default:
-      return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
+                           "You did not provide the number of bytes specified by the Content-Length HTTP header", 400);
+    case StatusCode::kUnauthenticated: return aws::AwsError("SignatureDoesNotMatch", status.message(), 403);
+    case StatusCode::kDataLoss: return aws::AwsError("BadDigest", status.message(), 400);
+    case StatusCode::kInvalidArgument: return aws::AwsError("InvalidRequest", status.message(), 400);
+    default: return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
   }
 }
 
@@ -281,12 +273,33 @@ void AddChecksumHeaders(const std::map<std::string, std::string>& checksums, Hea
 namespace {
 
 // Sub-resources S3 has and Kiln does not serve; asking for one gets NotImplemented naming it.
-constexpr std::array<std::string_view, 27> kUnsupportedSubresources = {
-    "acl",         "policy",     "policyStatus",    "cors",           "lifecycle",    "website",
-    "logging",     "notification", "replication",   "encryption",     "ownershipControls",
-    "publicAccessBlock", "accelerate", "requestPayment", "object-lock", "analytics", "metrics",
-    "inventory",   "intelligent-tiering", "tagging", "versions", "retention", "legal-hold",
-    "torrent",     "restore",    "select",          "attributes"};
+constexpr std::array<std::string_view, 27> kUnsupportedSubresources = {"acl",
+                                                                       "policy",
+                                                                       "policyStatus",
+                                                                       "cors",
+                                                                       "lifecycle",
+                                                                       "website",
+                                                                       "logging",
+                                                                       "notification",
+                                                                       "replication",
+                                                                       "encryption",
+                                                                       "ownershipControls",
+                                                                       "publicAccessBlock",
+                                                                       "accelerate",
+                                                                       "requestPayment",
+                                                                       "object-lock",
+                                                                       "analytics",
+                                                                       "metrics",
+                                                                       "inventory",
+                                                                       "intelligent-tiering",
+                                                                       "tagging",
+                                                                       "versions",
+                                                                       "retention",
+                                                                       "legal-hold",
+                                                                       "torrent",
+                                                                       "restore",
+                                                                       "select",
+                                                                       "attributes"};
 
 std::string UnsupportedSubresource(const s3::QueryParams& query) {
   for (std::string_view name : kUnsupportedSubresources) {
@@ -413,11 +426,12 @@ void S3Api::Handle(const aws::RequestContext& context, net::HttpRequest& request
   if (!outcome) return;
   const aws::AwsError& error = *outcome;
   std::string status_text = std::to_string(error.http_status);
-  KLOG(debug, "s3 error", {{"request_id", context.request_id},
-                           {"method", request.method},
-                           {"bucket", call.bucket()},
-                           {"code", error.code},
-                           {"status", status_text}});
+  KLOG(debug, "s3 error",
+       {{"request_id", context.request_id},
+        {"method", request.method},
+        {"bucket", call.bucket()},
+        {"code", error.code},
+        {"status", status_text}});
   if (HasLargeBody(request) && !call.body.finished()) response.CloseAfterResponse();
   if (response.started()) {
     // Too late for an error document: the only honest signal left is a cut connection.

@@ -16,8 +16,8 @@
 namespace kiln::objects {
 namespace {
 
-using ::testing::HasSubstr;
 using net::FakeResponseWriter;
+using ::testing::HasSubstr;
 
 class S3ApiFsTest : public ::testing::Test {
  protected:

@@ -13,8 +13,8 @@
 namespace kiln::objects {
 namespace {
 
-using ::testing::HasSubstr;
 using net::FakeResponseWriter;
+using ::testing::HasSubstr;
 using ::testing::Not;
 
 struct Reply {
@@ -293,9 +293,9 @@ TEST(S3RequestTest, QueryDecoding) {
 TEST_F(S3ApiTest, OddKeysRoundTripThroughPathStyle) {
   MakeBucket("bkt");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"a%2F%2Fb", "a//b"},        {"..%2Fx", "../x"},         {"./.", "./."},
-      {"a+b", "a+b"},              {"a%2Bb", "a+b"},           {"sp%20ace", "sp ace"},
-      {"pct%25", "pct%"},          {"%E2%9C%93/u", "\xE2\x9C\x93/u"}, {"/lead", "/lead"},
+      {"a%2F%2Fb", "a//b"}, {"..%2Fx", "../x"},     {"./.", "./."},     {"a+b", "a+b"},
+      {"a%2Bb", "a+b"},     {"sp%20ace", "sp ace"}, {"pct%25", "pct%"}, {"%E2%9C%93/u", "\xE2\x9C\x93/u"},
+      {"/lead", "/lead"},
   };
   for (const auto& [raw, key] : cases) {
     auto r = Do("PUT", "/bkt/" + raw, {}, "data:" + key);
@@ -336,7 +336,8 @@ TEST_F(S3ApiTest, UnsupportedOperationsAndMethods) {
   EXPECT_EQ(service->status, 405);
   auto versioning = Do("GET", "/bkt?versioning");
   EXPECT_EQ(versioning->status, 200);
-  EXPECT_THAT(versioning->body, HasSubstr("<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"/>"));
+  EXPECT_THAT(versioning->body,
+              HasSubstr("<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"/>"));
 }
 
 // ---- Buckets ----
@@ -351,12 +352,14 @@ TEST_F(S3ApiTest, ListBucketsExactXml) {
   EXPECT_EQ(r->body,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<ListAllMyBucketsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-            "<Owner><ID>" + owner + "</ID><DisplayName>kiln</DisplayName></Owner><Buckets>"
-            "<Bucket><Name>alpha</Name><CreationDate>2024-05-01T10:00:00.000Z</CreationDate>"
-            "<BucketRegion>us-east-1</BucketRegion></Bucket>"
-            "<Bucket><Name>beta</Name><CreationDate>2024-05-01T10:00:00.000Z</CreationDate>"
-            "<BucketRegion>us-east-1</BucketRegion></Bucket>"
-            "</Buckets></ListAllMyBucketsResult>");
+            "<Owner><ID>" +
+                owner +
+                "</ID><DisplayName>kiln</DisplayName></Owner><Buckets>"
+                "<Bucket><Name>alpha</Name><CreationDate>2024-05-01T10:00:00.000Z</CreationDate>"
+                "<BucketRegion>us-east-1</BucketRegion></Bucket>"
+                "<Bucket><Name>beta</Name><CreationDate>2024-05-01T10:00:00.000Z</CreationDate>"
+                "<BucketRegion>us-east-1</BucketRegion></Bucket>"
+                "</Buckets></ListAllMyBucketsResult>");
 }
 
 TEST_F(S3ApiTest, CreateBucketLifecycle) {
@@ -371,9 +374,9 @@ TEST_F(S3ApiTest, CreateBucketLifecycle) {
   EXPECT_EQ(bad->status, 400);
   EXPECT_THAT(bad->body, HasSubstr("<Code>InvalidBucketName</Code>"));
   // Reserved prefixes and suffixes answer exactly as S3 does, and nothing is created.
-  for (const char* reserved : {"xn--bucket", "sthree-bucket", "sthree-configurator", "amzn-s3-demo-bucket",
-                               "bucket-s3alias", "bucket--ol-s3", "bucket.mrap", "bucket--use1-az4--x-s3",
-                               "bucket--table-s3"}) {
+  for (const char* reserved :
+       {"xn--bucket", "sthree-bucket", "sthree-configurator", "amzn-s3-demo-bucket", "bucket-s3alias", "bucket--ol-s3",
+        "bucket.mrap", "bucket--use1-az4--x-s3", "bucket--table-s3"}) {
     auto refused = Do("PUT", std::string("/") + reserved);
     EXPECT_EQ(refused->status, 400) << reserved;
     EXPECT_THAT(refused->body, HasSubstr("<Code>InvalidBucketName</Code>")) << reserved;
@@ -400,7 +403,6 @@ TEST_F(S3ApiTest, CreateBucketLifecycle) {
   EXPECT_EQ(malformed->status, 400);
   EXPECT_THAT(malformed->body, HasSubstr("MalformedXML"));
 }
-
 
 // A bucket whose name a newer rule reserves (made before the rule, or directly in the store) stays
 // usable: the rules guard CreateBucket only.
@@ -709,7 +711,9 @@ TEST_F(S3ListTest, DelimiterGroupsCommonPrefixes) {
   EXPECT_THAT(r->body, HasSubstr("<KeyCount>4</KeyCount>"));
   EXPECT_THAT(r->body, HasSubstr("<Delimiter>/</Delimiter>"));
   EXPECT_THAT(r->body, HasSubstr("<Contents><Key>a.txt</Key><LastModified>2024-05-01T10:00:00.000Z</LastModified>"
-                                 "<ETag>&quot;" + HexEncode(Md5("x")) + "&quot;</ETag><Size>1</Size>"
+                                 "<ETag>&quot;" +
+                                 HexEncode(Md5("x")) +
+                                 "&quot;</ETag><Size>1</Size>"
                                  "<StorageClass>STANDARD</StorageClass></Contents>"));
   EXPECT_THAT(r->body, HasSubstr("<CommonPrefixes><Prefix>dir/</Prefix></CommonPrefixes>"
                                  "<CommonPrefixes><Prefix>other/</Prefix></CommonPrefixes>"));
@@ -804,10 +808,11 @@ TEST_F(S3ApiTest, DeleteObjectsVerboseAndQuiet) {
       "<Object><Key>b&amp;c</Key></Object><Object><Key>never</Key></Object></Delete>";
   auto r = Do("POST", "/bkt?delete", {{"Content-MD5", Base64Encode(Md5(body))}}, body);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body,
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-            "<Deleted><Key>a</Key></Deleted><Deleted><Key>b&amp;c</Key></Deleted><Deleted><Key>never</Key></Deleted>"
-            "</DeleteResult>");
+  EXPECT_EQ(
+      r->body,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<Deleted><Key>a</Key></Deleted><Deleted><Key>b&amp;c</Key></Deleted><Deleted><Key>never</Key></Deleted>"
+      "</DeleteResult>");
   EXPECT_FALSE(store_.DataForTest("bkt", "b&c").has_value());
 
   Put("bkt", "q", "1");
@@ -847,9 +852,11 @@ TEST_F(S3ApiTest, CopyObjectDirectives) {
   Do("PUT", "/src/a%20b", {{"Content-Type", "text/csv"}, {"x-amz-meta-k", "v"}}, "payload");
   auto copy = Do("PUT", "/dst/copied", {{"x-amz-copy-source", "/src/a%20b"}});
   EXPECT_EQ(copy->status, 200);
-  EXPECT_EQ(copy->body, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CopyObjectResult "
-                        "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><LastModified>2024-05-01T10:00:00.000Z"
-                        "</LastModified><ETag>&quot;" + HexEncode(Md5("payload")) + "&quot;</ETag></CopyObjectResult>");
+  EXPECT_EQ(copy->body,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CopyObjectResult "
+            "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><LastModified>2024-05-01T10:00:00.000Z"
+            "</LastModified><ETag>&quot;" +
+                HexEncode(Md5("payload")) + "&quot;</ETag></CopyObjectResult>");
   auto head = Do("HEAD", "/dst/copied");
   EXPECT_EQ(head->Header("Content-Type"), "text/csv");
   EXPECT_EQ(head->Header("x-amz-meta-k"), "v");
@@ -866,9 +873,9 @@ TEST_F(S3ApiTest, CopyObjectDirectives) {
   auto self = Do("PUT", "/src/a%20b", {{"x-amz-copy-source", "/src/a%20b"}});
   EXPECT_EQ(self->status, 400);
   EXPECT_THAT(self->body, HasSubstr("<Code>InvalidRequest</Code>"));
-  auto self_replace = Do("PUT", "/src/a%20b",
-                         {{"x-amz-copy-source", "/src/a%20b"}, {"x-amz-metadata-directive", "REPLACE"},
-                          {"x-amz-meta-new", "1"}});
+  auto self_replace =
+      Do("PUT", "/src/a%20b",
+         {{"x-amz-copy-source", "/src/a%20b"}, {"x-amz-metadata-directive", "REPLACE"}, {"x-amz-meta-new", "1"}});
   EXPECT_EQ(self_replace->status, 200);
   EXPECT_EQ(Do("HEAD", "/src/a%20b")->Header("x-amz-meta-new"), "1");
 
@@ -943,10 +950,11 @@ TEST_F(S3MultipartTest, FullUpload) {
   auto done = Do("POST", "/mp/big%20file?uploadId=" + id, {}, CompleteBody({{1, e1}, {2, e2}}));
   EXPECT_EQ(done->status, 200) << done->body;
   std::string expected_etag = HexEncode(Md5(Md5("hello") + Md5("world!"))) + "-2";
-  EXPECT_EQ(done->body, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUploadResult "
-                        "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Location>http://localhost:5456/mp/"
-                        "big%20file</Location><Bucket>mp</Bucket><Key>big file</Key><ETag>&quot;" +
-                            expected_etag + "&quot;</ETag></CompleteMultipartUploadResult>");
+  EXPECT_EQ(done->body,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUploadResult "
+            "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Location>http://localhost:5456/mp/"
+            "big%20file</Location><Bucket>mp</Bucket><Key>big file</Key><ETag>&quot;" +
+                expected_etag + "&quot;</ETag></CompleteMultipartUploadResult>");
   EXPECT_EQ(store_.DataForTest("mp", "big file").value_or(""), "helloworld!");
 
   auto part2 = Do("GET", "/mp/big%20file?partNumber=2");

@@ -192,9 +192,7 @@ Outcome ListObjectsV1(Call& call) {
   auto enc = [&](const std::string& s) { return encode ? ListEncode(s) : s; };
 
   XmlWriter xml("ListBucketResult");
-  xml.Element("Name", call.bucket())
-      .Element("Prefix", enc(options.prefix))
-      .Element("Marker", enc(options.start_after));
+  xml.Element("Name", call.bucket()).Element("Prefix", enc(options.prefix)).Element("Marker", enc(options.start_after));
   // As S3: NextMarker only for delimited listings; clients fall back to the last key otherwise.
   if (list->truncated && !options.delimiter.empty() && !list->next_marker.empty()) {
     xml.Element("NextMarker", enc(list->next_marker));

@@ -34,8 +34,7 @@ std::variant<std::pair<uint32_t, std::string>, aws::AwsError> PartTarget(const C
   }
   auto part = ParseQueryUint(*part_text, kMaxPartNumber);
   if (!part || *part < 1) {
-    return InvalidArgument("Part number must be an integer between 1 and 10000, inclusive", "partNumber",
-                           *part_text);
+    return InvalidArgument("Part number must be an integer between 1 and 10000, inclusive", "partNumber", *part_text);
   }
   return std::make_pair(static_cast<uint32_t>(*part), *upload_id);
 }
@@ -49,9 +48,10 @@ Outcome CreateMultipartUpload(Call& call) {
   if (const std::string* alg = call.Header("x-amz-checksum-algorithm")) {
     S3Checksum::Algorithm parsed;
     if (!S3Checksum::ParseAlgorithm(Trim(*alg), &parsed)) {
-      return InvalidArgument("Checksum algorithm provided is unsupported. Please try again with any of the valid "
-                             "types: [CRC32, CRC32C, SHA1, SHA256]",
-                             "x-amz-checksum-algorithm", *alg);
+      return InvalidArgument(
+          "Checksum algorithm provided is unsupported. Please try again with any of the valid "
+          "types: [CRC32, CRC32C, SHA1, SHA256]",
+          "x-amz-checksum-algorithm", *alg);
     }
     algorithm = std::string(S3Checksum::Name(parsed));
   }
@@ -77,8 +77,8 @@ Outcome UploadPart(Call& call) {
   auto part = call.store->UploadPart(call.bucket(), call.key(), upload_id, part_number, **payload, options);
   if (!part.ok()) {
     if ((*payload)->error_kind() != aws::PayloadErrorKind::kNone) return BodyError(part.status(), payload->get());
-    if (!call.body.finished() && (part.status().code() == StatusCode::kUnavailable ||
-                                  part.status().code() == StatusCode::kDeadlineExceeded)) {
+    if (!call.body.finished() &&
+        (part.status().code() == StatusCode::kUnavailable || part.status().code() == StatusCode::kDeadlineExceeded)) {
       return BodyError(part.status(), nullptr);
     }
     return StoreError(call, part.status(), upload_id);
@@ -113,9 +113,10 @@ Outcome UploadPartCopy(Call& call) {
   if (const std::string* range_text = call.Header("x-amz-copy-source-range")) {
     range = ParseCopySourceRange(*range_text);
     if (!range) {
-      return InvalidArgument("The x-amz-copy-source-range value must be of the form bytes=first-last where first "
-                             "and last are the zero-based offsets of the first and last bytes to copy",
-                             "x-amz-copy-source-range", *range_text);
+      return InvalidArgument(
+          "The x-amz-copy-source-range value must be of the form bytes=first-last where first "
+          "and last are the zero-based offsets of the first and last bytes to copy",
+          "x-amz-copy-source-range", *range_text);
     }
     if (range->last >= info->size) {
       return aws::AwsError("InvalidRange", "The requested range is not satisfiable", 416)
@@ -130,8 +131,8 @@ Outcome UploadPartCopy(Call& call) {
                                std::to_string(kMaxPartSize),
                            "x-amz-copy-source", *call.Header("x-amz-copy-source"));
   }
-  auto part = call.store->UploadPartCopy(call.bucket(), call.key(), upload_id, part_number, source.bucket, source.key,
-                                         range);
+  auto part =
+      call.store->UploadPartCopy(call.bucket(), call.key(), upload_id, part_number, source.bucket, source.key, range);
   if (!part.ok()) return StoreError(call, part.status(), upload_id);
   XmlWriter xml("CopyPartResult");
   xml.Element("LastModified", FormatIso8601Millis(part->last_modified_millis)).Element("ETag", Quote(part->etag));
@@ -205,8 +206,8 @@ Outcome ListParts(Call& call) {
   auto upload = call.store->GetMultipartUpload(call.bucket(), call.key(), upload_id);
   if (!upload.ok()) return StoreError(call, upload.status(), upload_id);
   bool truncated = false;
-  auto parts = call.store->ListParts(call.bucket(), call.key(), upload_id, marker, std::get<uint32_t>(max_parts),
-                                     &truncated);
+  auto parts =
+      call.store->ListParts(call.bucket(), call.key(), upload_id, marker, std::get<uint32_t>(max_parts), &truncated);
   if (!parts.ok()) return StoreError(call, parts.status(), upload_id);
   XmlWriter xml("ListPartsResult");
   xml.Element("Bucket", call.bucket())

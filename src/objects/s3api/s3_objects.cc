@@ -33,11 +33,10 @@ constexpr size_t kMaxUserMetadataBytes = 2048;
 constexpr size_t kStreamBufferBytes = 512 * 1024;
 
 // Headers S3 stores with an object and returns verbatim (besides x-amz-meta-*).
-constexpr std::array<std::string_view, 5> kStoredHeaders = {"Content-Disposition", "Content-Language",
-                                                            "Cache-Control", "Expires", "Content-Type"};
+constexpr std::array<std::string_view, 5> kStoredHeaders = {"Content-Disposition", "Content-Language", "Cache-Control",
+                                                            "Expires", "Content-Type"};
 
-constexpr std::array<std::string_view, 5> kChecksumAlgorithms = {"crc32", "crc32c", "sha1", "sha256",
-                                                                 "crc64nvme"};
+constexpr std::array<std::string_view, 5> kChecksumAlgorithms = {"crc32", "crc32c", "sha1", "sha256", "crc64nvme"};
 
 std::string ToUpper(std::string_view s) {
   std::string out(s);
@@ -133,8 +132,7 @@ Outcome PutObject(Call& call) {
   if (auto e = ChecksumOptions(call, &options)) return e;
   if (const std::string* inm = call.Header("If-None-Match")) {
     if (Trim(*inm) != "*") {
-      return aws::AwsError("NotImplemented", "A header you provided implies functionality that is not implemented",
-                           501)
+      return aws::AwsError("NotImplemented", "A header you provided implies functionality that is not implemented", 501)
           .With("Header", "If-None-Match");
     }
     options.if_none_match_star = true;
@@ -156,8 +154,8 @@ Outcome PutObject(Call& call) {
     if (info.status().IsNotFound() && options.if_match) {
       return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", call.key());
     }
-    if (!call.body.finished() && (info.status().code() == StatusCode::kUnavailable ||
-                                  info.status().code() == StatusCode::kDeadlineExceeded)) {
+    if (!call.body.finished() &&
+        (info.status().code() == StatusCode::kUnavailable || info.status().code() == StatusCode::kDeadlineExceeded)) {
       return BodyError(info.status(), nullptr);
     }
     return StoreError(call, info.status());
@@ -226,8 +224,7 @@ std::variant<ReadPlan, aws::AwsError> PlanRead(const Call& call, const ObjectInf
       plan.headers.emplace("ETag", Quote(info.etag));
       plan.headers.emplace("Last-Modified", FormatRfc1123(info.last_modified_millis));
       return plan;
-    case ConditionResult::kProceed:
-      break;
+    case ConditionResult::kProceed: break;
   }
   plan.headers = ObjectHeaders(call, info);
   plan.length = info.size;
@@ -235,8 +232,7 @@ std::variant<ReadPlan, aws::AwsError> PlanRead(const Call& call, const ObjectInf
   if (const std::string* part_text = call.query.Get("partNumber")) {
     auto part = ParseQueryUint(*part_text, 10000);
     if (!part || *part < 1) {
-      return InvalidArgument("Part number must be an integer between 1 and 10000, inclusive", "partNumber",
-                             *part_text);
+      return InvalidArgument("Part number must be an integer between 1 and 10000, inclusive", "partNumber", *part_text);
     }
     if (range_header) {
       return aws::AwsError("InvalidRequest", "Cannot specify both Range header and partNumber query parameter", 400);
@@ -340,9 +336,7 @@ std::variant<CopySource, aws::AwsError> ParseCopySource(const std::string& heade
   // "?versionId=..." follows the encoded path; a literal '?' in a key arrives as %3F.
   raw = raw.substr(0, raw.find('?'));
   auto decoded = UriDecode(raw, /*plus_is_space=*/false);
-  auto invalid = [&] {
-    return InvalidArgument("Invalid copy source object key", "x-amz-copy-source", header);
-  };
+  auto invalid = [&] { return InvalidArgument("Invalid copy source object key", "x-amz-copy-source", header); };
   if (!decoded) return invalid();
   std::string_view path = *decoded;
   if (!path.empty() && path.front() == '/') path.remove_prefix(1);
@@ -356,8 +350,8 @@ std::variant<CopySource, aws::AwsError> ParseCopySource(const std::string& heade
 
 Outcome CheckCopySourceConditions(const Call& call, const ObjectInfo& source) {
   std::string failed;
-  if (EvaluateConditions(ReadConditionHeaders(call, "x-amz-copy-source-"), source.etag, source.last_modified_millis, &failed) !=
-      ConditionResult::kProceed) {
+  if (EvaluateConditions(ReadConditionHeaders(call, "x-amz-copy-source-"), source.etag, source.last_modified_millis,
+                         &failed) != ConditionResult::kProceed) {
     return aws::AwsError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", 412)
         .With("Condition", "x-amz-copy-source-" + ToLower(failed));
   }
@@ -371,8 +365,7 @@ aws::AwsError SourceError(const Status& status, const CopySource& source) {
     return aws::AwsError("NoSuchKey", "The specified key does not exist.", 404).With("Key", source.key);
   }
   if (status.IsNotFound()) {
-    return aws::AwsError("NoSuchBucket", "The specified bucket does not exist.", 404)
-        .With("BucketName", source.bucket);
+    return aws::AwsError("NoSuchBucket", "The specified bucket does not exist.", 404).With("BucketName", source.bucket);
   }
   return aws::ErrorFromStatus(aws::Protocol::kRestXml, status);
 }

@@ -160,7 +160,8 @@ Result<std::string> ProcessRuntime::SpawnShim(const std::string& dir, int lock_f
   int st;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (!complete) return Status::DeadlineExceeded("the shim did not start the program within 60 s; see " + dir + "/shim.log");
+  if (!complete)
+    return Status::DeadlineExceeded("the shim did not start the program within 60 s; see " + dir + "/shim.log");
   std::string_view line = Trim(report_text);
   if (line.empty()) {
     std::string shim_log = ReadFile(ps::Join(dir, ps::kShimLogFile)).value_or("");
@@ -244,12 +245,14 @@ Result<std::string> ProcessRuntime::Command(const std::string& instance_id, cons
 
 Status ProcessRuntime::Signal(const std::string& instance_id, int signal) {
   ASSIGN_OR_RETURN(InstanceStatus status, Inspect(instance_id));
-  if (status.state != InstanceState::kRunning) return Status::FailedPrecondition("instance " + instance_id + " is not running");
+  if (status.state != InstanceState::kRunning)
+    return Status::FailedPrecondition("instance " + instance_id + " is not running");
   Result<std::string> reply = Command(instance_id, "signal " + std::to_string(signal));
   if (!reply.ok() || *reply != "ok") {
     // The program may have ended in between.
     ASSIGN_OR_RETURN(status, Inspect(instance_id));
-    if (status.state != InstanceState::kRunning) return Status::FailedPrecondition("instance " + instance_id + " is not running");
+    if (status.state != InstanceState::kRunning)
+      return Status::FailedPrecondition("instance " + instance_id + " is not running");
     if (!reply.ok()) return reply.status();
     return Status::InvalidArgument("signal " + std::to_string(signal) + " to " + instance_id + ": " + *reply);
   }
@@ -279,7 +282,8 @@ Result<InstanceStatus> ProcessRuntime::Wait(const std::string& instance_id, std:
     // Block on the shim: it answers "wait" (or closes) once the exit record is on disk.
     UniqueFd fd(Connect(instance_id));
     std::string request = "wait\n";
-    if (fd.valid() && send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    if (fd.valid() &&
+        send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
       pollfd p{fd.get(), POLLIN, 0};
       int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
       if (n == 0) return Inspect(instance_id);
@@ -333,7 +337,8 @@ Result<InstanceUsage> ProcessRuntime::Usage(const std::string& instance_id) {
   }
   const std::string dir = InstanceDir(instance_id);
   Result<std::string> started_text = ReadFile(ps::Join(dir, ps::kStartedFile));
-  if (!started_text.ok()) return Status::FailedPrecondition("instance " + instance_id + " has not started its program yet");
+  if (!started_text.ok())
+    return Status::FailedPrecondition("instance " + instance_id + " has not started its program yet");
   ASSIGN_OR_RETURN(ps::StartedRecord started, ps::DecodeStarted(*started_text));
   if (started.pid <= 0) return Status::FailedPrecondition("instance " + instance_id + " has no program pid");
 

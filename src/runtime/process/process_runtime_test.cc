@@ -145,7 +145,8 @@ class ProcessRuntimeTest : public ::testing::Test {
 };
 
 TEST_F(ProcessRuntimeTest, CapturesStdoutAndStderrAsRecordsInOrder) {
-  InstanceStatus st = RunToEnd(Spec("echo", "echo out1; sleep 0.05; echo err1 >&2; sleep 0.05; echo; echo out2; printf partial"));
+  InstanceStatus st =
+      RunToEnd(Spec("echo", "echo out1; sleep 0.05; echo err1 >&2; sleep 0.05; echo; echo out2; printf partial"));
   EXPECT_EQ(st.exit_code, 0);
   EXPECT_EQ(st.term_signal, 0);
   EXPECT_FALSE(st.stop_requested);
@@ -235,8 +236,10 @@ TEST_F(ProcessRuntimeTest, RecordsExitCodeAndSignal) {
 }
 
 TEST_F(ProcessRuntimeTest, StopDeliversSigtermToTheProgramsHandler) {
-  ASSERT_TRUE(runtime_->Launch(Spec("term", "trap 'echo term > /opt/ml/termed; exit 3' TERM; echo ready; "
-                                            "while :; do sleep 0.05; done"))
+  ASSERT_TRUE(runtime_
+                  ->Launch(Spec("term",
+                                "trap 'echo term > /opt/ml/termed; exit 3' TERM; echo ready; "
+                                "while :; do sleep 0.05; done"))
                   .ok());
   ASSERT_TRUE(WaitForOutput("term", "ready"));
   int64_t t0 = NowMillis();
@@ -363,8 +366,8 @@ TEST_F(ProcessRuntimeTest, InstanceIsLostWhenItsShimDiesAndTheProgramGoesWithIt)
   InstanceSpec spec = Spec("lost", "");
   spec.argv = {"sleep", "654321"};
   ASSERT_TRUE(runtime_->Launch(spec).ok());
-  Result<process_state::StartedRecord> started = process_state::DecodeStarted(
-      ReadFile(state_dir_ + "/lost/" + process_state::kStartedFile).value_or(""));
+  Result<process_state::StartedRecord> started =
+      process_state::DecodeStarted(ReadFile(state_dir_ + "/lost/" + process_state::kStartedFile).value_or(""));
   ASSERT_TRUE(started.ok());
   ASSERT_EQ(kill(started->shim_pid, SIGKILL), 0);
   InstanceState state = InstanceState::kRunning;
@@ -403,7 +406,8 @@ TEST_F(ProcessRuntimeTest, LongStateDirUsesAShortSocketPath) {
 TEST_F(ProcessRuntimeTest, MemoryLimitUsesACgroupWhereAvailable) {
   std::string controllers = ReadFile("/sys/fs/cgroup/cgroup.controllers").value_or("");
   if (controllers.find("memory") == std::string::npos) GTEST_SKIP() << "no cgroup v2 memory controller here";
-  InstanceSpec spec = Spec("mem", "cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max; cut -d: -f3 /proc/self/cgroup");
+  InstanceSpec spec =
+      Spec("mem", "cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.max; cut -d: -f3 /proc/self/cgroup");
   spec.memory_limit_bytes = 64 << 20;
   RunToEnd(spec);
   std::vector<std::string> lines = Lines(ReadRecords(runtime_->OutputPath("mem")), 'o');
@@ -478,12 +482,14 @@ TEST_F(ProcessRuntimeTest, RunsUnprivilegedInAUserNamespace) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(10);
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      _exit(10);
     if (access(ShimPath(), X_OK) != 0) _exit(77);
     pid_t probe = fork();  // can nobody create a user namespace here?
     if (probe == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
     int probe_status;
-    if (waitpid(probe, &probe_status, 0) != probe || !WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) _exit(78);
+    if (waitpid(probe, &probe_status, 0) != probe || !WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0)
+      _exit(78);
     Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({state, {ShimPath()}});
     if (!rt.ok()) _exit(11);
     InstanceSpec spec = Spec("userns", "id -u; hostname; echo pid=$$; cat /opt/kiln-userns-test/data/f; ls -d /opt/ml");

@@ -70,7 +70,8 @@ int CreateMountPoint(const std::string& path, bool directory) {
 // directory looks the same afterwards except that its new entries exist only in the sandbox.
 std::string ShadowDirectory(const std::string& dir) {
   if (dir == "/") return "cannot create mount points under /: it is not writable";
-  if (mkdir(kShadowStaging, 0700) != 0 && errno != EEXIST) return "mkdir " + std::string(kShadowStaging) + ": " + Errno(errno);
+  if (mkdir(kShadowStaging, 0700) != 0 && errno != EEXIST)
+    return "mkdir " + std::string(kShadowStaging) + ": " + Errno(errno);
   if (mount(dir.c_str(), kShadowStaging, nullptr, MS_BIND | MS_REC, nullptr) != 0) {
     return "bind " + dir + ": " + Errno(errno);
   }
@@ -94,7 +95,8 @@ std::string ShadowDirectory(const std::string& dir) {
     if (S_ISLNK(est.st_mode)) {
       char target[4096];
       ssize_t n = readlink(from.c_str(), target, sizeof(target) - 1);
-      if (n >= 0 && symlink(std::string(target, n).c_str(), to.c_str()) != 0) error = "symlink " + to + ": " + Errno(errno);
+      if (n >= 0 && symlink(std::string(target, n).c_str(), to.c_str()) != 0)
+        error = "symlink " + to + ": " + Errno(errno);
       continue;
     }
     if (CreateMountPoint(to, S_ISDIR(est.st_mode)) != 0 ||
@@ -206,17 +208,13 @@ int ExecSearching(const std::string& file, char* const argv[], char* const envp[
     std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + file;
     execve(candidate.c_str(), argv, envp);
     switch (errno) {
-      case EACCES:
-        saw_eacces = true;
-        break;
+      case EACCES: saw_eacces = true; break;
       case ENOENT:
       case ENOTDIR:
       case ESTALE:
       case ENODEV:
-      case ETIMEDOUT:
-        break;
-      default:
-        return errno;
+      case ETIMEDOUT: break;
+      default: return errno;
     }
   }
   return saw_eacces ? EACCES : ENOENT;

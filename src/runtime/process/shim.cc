@@ -231,8 +231,7 @@ void Shim::SetUpCgroup() {
   for (const std::string& c : enable) control += (control.empty() ? "+" : " +") + c;
   std::string parent = root + "/kiln";
   std::string leaf = parent + "/" + spec_.instance_id;
-  bool ok = write(root + "/cgroup.subtree_control", control) &&
-            (mkdir(parent.c_str(), 0755) == 0 || errno == EEXIST) &&
+  bool ok = write(root + "/cgroup.subtree_control", control) && (mkdir(parent.c_str(), 0755) == 0 || errno == EEXIST) &&
             write(parent + "/cgroup.subtree_control", control) && (mkdir(leaf.c_str(), 0755) == 0 || errno == EEXIST);
   if (ok && !spec_.cpus.empty() && std::find(enable.begin(), enable.end(), "cpuset") != enable.end()) {
     std::string cpus;
@@ -267,7 +266,8 @@ std::string Shim::Prepare() {
   if (!spec_.hosts_file_lines.empty()) {
     std::string hosts;
     for (const std::string& line : spec_.hosts_file_lines) hosts += line + "\n";
-    if (Status s = ps::WriteFileRenamed(ps::Join(dir, ps::kHostsFile), hosts); !s.ok()) return "internal " + s.message();
+    if (Status s = ps::WriteFileRenamed(ps::Join(dir, ps::kHostsFile), hosts); !s.ok())
+      return "internal " + s.message();
   }
   SetUpCgroup();
   std::string output = ps::Join(dir, ps::kOutputFile);
@@ -391,7 +391,8 @@ int Shim::Run() {
   }
   // started.json before "ok", so that Inspect reports started_millis as soon as Launch returns.
   ps::StartedRecord started{started_millis_, getpid(), child_, socket_path_};
-  if (Status s = ps::WriteFileRenamed(ps::Join(args_.state_dir, ps::kStartedFile), ps::EncodeStarted(started)); !s.ok()) {
+  if (Status s = ps::WriteFileRenamed(ps::Join(args_.state_dir, ps::kStartedFile), ps::EncodeStarted(started));
+      !s.ok()) {
     Log("%s", s.ToString().c_str());
   }
   Report("ok");

@@ -35,8 +35,8 @@ auto DecodeJson(std::string_view text, const char* what, Read read) -> Result<de
 bool ValidInstanceId(std::string_view id) {
   if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
   for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;

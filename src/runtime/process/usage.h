@@ -68,7 +68,7 @@ Result<TreeUsage> SampleProcessTree(int root_pid, int expected_ppid, const std::
 
 struct CgroupUsage {
   uint64_t cpu_usec = 0;
-  std::optional<uint64_t> memory_bytes;  // memory.current; nullopt without the memory controller
+  std::optional<uint64_t> memory_bytes;        // memory.current; nullopt without the memory controller
   std::optional<uint64_t> memory_limit_bytes;  // memory.max; nullopt for "max" or absent
 };
 

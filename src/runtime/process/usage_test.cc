@@ -61,8 +61,7 @@ TEST(ParseSmapsRollupPssTest, ReadsPssInBytes) {
 }
 
 TEST(ParseCpuStatTest, ReadsUsageUsec) {
-  const char* text =
-      "usage_usec 8210771\nuser_usec 5000000\nsystem_usec 3210771\nnr_periods 0\nnr_throttled 0\n";
+  const char* text = "usage_usec 8210771\nuser_usec 5000000\nsystem_usec 3210771\nnr_periods 0\nnr_throttled 0\n";
   EXPECT_EQ(ParseCpuStatUsageUsec(text), 8210771u);
   EXPECT_FALSE(ParseCpuStatUsageUsec("user_usec 5\n").has_value());
   EXPECT_FALSE(ParseCpuStatUsageUsec("usage_usec_x 5\n").has_value());
@@ -81,7 +80,7 @@ ProcStat Stat(int pid, int ppid) {
 }
 
 TEST(ProcessTreeTest, CollectsDescendantsOnly) {
-  std::vector<ProcStat> stats = {Stat(1, 0), Stat(100, 1), Stat(101, 100), Stat(102, 101),
+  std::vector<ProcStat> stats = {Stat(1, 0),     Stat(100, 1), Stat(101, 100), Stat(102, 101),
                                  Stat(103, 100), Stat(200, 1), Stat(201, 200)};
   std::vector<int> tree = ProcessTree(100, stats);
   ASSERT_FALSE(tree.empty());

@@ -440,8 +440,8 @@ class FakeRuntime final : public Runtime {
           const int code = status_->load();
           const std::string body = code == 200 ? "{}" : "unhealthy";
           std::string answer = "HTTP/1.1 " + std::to_string(code) + (code == 200 ? " OK" : " Error") +
-                               "\r\nContent-Type: application/json\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+                               "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body;
           (void)!::send(conn, answer.data(), answer.size(), MSG_NOSIGNAL);
           // The client closes first (it was told "Connection: close"), so that TIME_WAIT lands
           // on its ephemeral port, not on this port: a controller checks a port block is free

@@ -103,7 +103,8 @@ Status FakeObjectStore::DeleteBucket(const std::string& bucket) {
   MutexLock lock(mu_);
   auto it = buckets_.find(bucket);
   if (it == buckets_.end()) return NoSuchBucket(bucket);
-  if (!it->second.objects.empty()) return Status::FailedPrecondition("BucketNotEmpty: " + bucket).WithReason(ErrorReason::kBucketNotEmpty);
+  if (!it->second.objects.empty())
+    return Status::FailedPrecondition("BucketNotEmpty: " + bucket).WithReason(ErrorReason::kBucketNotEmpty);
   buckets_.erase(it);
   return Status::Ok();
 }
@@ -138,8 +139,7 @@ Result<ObjectInfo> FakeObjectStore::PutObject(const std::string& bucket, const s
   if (it == buckets_.end()) return NoSuchBucket(bucket);
   auto existing = it->second.objects.find(key);
   if (options.if_none_match_star && existing != it->second.objects.end()) {
-    return Status::FailedPrecondition("PreconditionFailed: key exists")
-        .WithReason(ErrorReason::kPreconditionFailed);
+    return Status::FailedPrecondition("PreconditionFailed: key exists").WithReason(ErrorReason::kPreconditionFailed);
   }
   if (options.if_match) {
     if (existing == it->second.objects.end()) return NoSuchKey(key);
@@ -253,8 +253,8 @@ Result<MultipartUpload> FakeObjectStore::CreateMultipartUpload(const std::string
   MutexLock lock(mu_);
   if (!buckets_.count(bucket)) return NoSuchBucket(bucket);
   Upload upload;
-  upload.info = MultipartUpload{bucket, key, "upload-" + std::to_string(next_upload_++), now_millis_, headers,
-                                checksum_algorithm};
+  upload.info = MultipartUpload{bucket,      key,     "upload-" + std::to_string(next_upload_++),
+                                now_millis_, headers, checksum_algorithm};
   uploads_[upload.info.upload_id] = upload;
   return upload.info;
 }

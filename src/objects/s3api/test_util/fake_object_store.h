@@ -46,15 +46,13 @@ class FakeObjectStore : public ObjectStore {
   Result<ObjectInfo> CompleteMultipartUpload(const std::string& bucket, const std::string& key,
                                              const std::string& upload_id,
                                              const std::vector<CompletedPart>& parts) override;
-  Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
-                              const std::string& upload_id) override;
+  Status AbortMultipartUpload(const std::string& bucket, const std::string& key, const std::string& upload_id) override;
   Result<std::vector<PartInfo>> ListParts(const std::string& bucket, const std::string& key,
-                                          const std::string& upload_id, uint32_t part_number_marker,
-                                          uint32_t max_parts, bool* truncated) override;
+                                          const std::string& upload_id, uint32_t part_number_marker, uint32_t max_parts,
+                                          bool* truncated) override;
   Result<MultipartUpload> GetMultipartUpload(const std::string& bucket, const std::string& key,
                                              const std::string& upload_id) override;
-  Result<ListUploadsResult> ListMultipartUploads(const std::string& bucket,
-                                                 const ListUploadsOptions& options) override;
+  Result<ListUploadsResult> ListMultipartUploads(const std::string& bucket, const ListUploadsOptions& options) override;
 
  private:
   struct Object {
