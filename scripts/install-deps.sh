@@ -38,6 +38,7 @@ test_pkgs=(
   python3-sklearn                          # tests/integration/test_sdk.py: the SKLearn estimator's job
   python3-cbor2                            # CloudWatch RPC v2 CBOR tests (raw CBOR requests)
   clang                                    # scripts/test.sh: the sanitizer build, with -Wthread-safety
+  clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)
 )
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.

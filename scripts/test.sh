@@ -4,13 +4,17 @@
 #   2. the same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang++
 #      when installed (clang's -Wthread-safety then checks the lock annotations, as errors) or else
 #      with the default compiler,
-#   3. the integration suite (pytest + boto3 + AWS CLI against a live server).
+#   3. the integration suite (pytest + boto3 + AWS CLI against a live server);
+# first, the C++ layout check (scripts/check-format.sh, .clang-format).
 # Exits non-zero when anything fails; pytest's summary line is the last thing printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test || exit 1
 
 failed=0
+echo "== format"
+scripts/check-format.sh || failed=1
+
 echo "== build"
 scripts/build.sh || exit 1
 
