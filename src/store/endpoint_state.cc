@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "store/json_member.h"
+
 namespace kiln::store {
 namespace {
 
@@ -20,60 +22,9 @@ constexpr std::array<std::pair<EndpointStatus, std::string_view>, 9> kStatusWord
     {EndpointStatus::kUpdateRollbackFailed, "UpdateRollbackFailed"},
 }};
 
-Status WrongType(std::string_view where, std::string_view member, std::string_view want) {
-  return Status::InvalidArgument(std::string(where) + "." + std::string(member) + " is not " + std::string(want));
-}
-
-// Reads j[member] into *out when present and not null; InvalidArgument when of another type.
-Status ReadString(const json& j, const char* member, std::string_view where, std::string* out) {
-  auto it = j.find(member);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_string()) return WrongType(where, member, "a string");
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
-
-Status ReadInt(const json& j, const char* member, std::string_view where, int64_t* out) {
-  auto it = j.find(member);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number_integer()) return WrongType(where, member, "an integer");
-  *out = it->get<int64_t>();
-  return Status::Ok();
-}
-
-Status ReadDouble(const json& j, const char* member, std::string_view where, double* out) {
-  auto it = j.find(member);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return WrongType(where, member, "a number");
-  *out = it->get<double>();
-  return Status::Ok();
-}
-
-Status ReadBool(const json& j, const char* member, std::string_view where, bool* out) {
-  auto it = j.find(member);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_boolean()) return WrongType(where, member, "a boolean");
-  *out = it->get<bool>();
-  return Status::Ok();
-}
-
-Status RequireString(const json& j, const char* member, std::string_view where, std::string* out) {
-  if (!j.contains(member)) return Status::InvalidArgument(std::string(where) + " has no " + member);
-  return ReadString(j, member, where, out);
-}
-
-// The array at j[member] (absent or null: empty); InvalidArgument when not an array.
-Result<const json*> ArrayMember(const json& j, const char* member, std::string_view where) {
-  static const json kEmpty = json::array();
-  auto it = j.find(member);
-  if (it == j.end() || it->is_null()) return &kEmpty;
-  if (!it->is_array()) return WrongType(where, member, "an array");
-  return &*it;
-}
-
-Status RequireObject(const json& j, std::string_view what) {
-  if (!j.is_object()) return Status::InvalidArgument(std::string(what) + " is not an object");
-  return Status::Ok();
+// The wording of this document's errors: "<path> is not <expected>".
+Status WrongType(std::string_view path, std::string_view expected) {
+  return Status::InvalidArgument(std::string(path) + " is not " + std::string(expected));
 }
 
 }  // namespace
@@ -127,15 +78,15 @@ json ToJson(const Deployment& d) {
 }
 
 Result<Deployment> DeploymentFromJson(const json& j) {
-  RETURN_IF_ERROR(RequireObject(j, "deployment"));
+  RETURN_IF_ERROR(json_member::RequireObject(j, "deployment", WrongType));
   Deployment d;
-  RETURN_IF_ERROR(ReadString(j, "EndpointConfigName", "deployment", &d.config_name));
+  RETURN_IF_ERROR(json_member::ReadString(j, "EndpointConfigName", "deployment.", WrongType, d.config_name));
   if (auto it = j.find("EndpointConfig"); it != j.end()) d.endpoint_config = *it;
   if (auto it = j.find("Models"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) return WrongType("deployment", "Models", "an object");
+    if (!it->is_object()) return WrongType("deployment.Models", "an object");
     d.models = *it;
   }
-  RETURN_IF_ERROR(ReadInt(j, "DeployedMillis", "deployment", &d.deployed_millis));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "DeployedMillis", "deployment.", WrongType, d.deployed_millis));
   return d;
 }
 
@@ -153,22 +104,14 @@ json ToJson(const DesiredVariants& d) {
 }
 
 Result<DesiredVariants> DesiredVariantsFromJson(const json& j) {
-  RETURN_IF_ERROR(RequireObject(j, "desired state"));
+  RETURN_IF_ERROR(json_member::RequireObject(j, "desired state", WrongType));
   DesiredVariants out;
   for (const auto& [name, entry] : j.items()) {
     const std::string where = "desired." + name;
-    RETURN_IF_ERROR(RequireObject(entry, where));
+    RETURN_IF_ERROR(json_member::RequireObject(entry, where, WrongType));
     VariantDesired v;
-    if (entry.contains("DesiredWeight") && !entry["DesiredWeight"].is_null()) {
-      double w = 0;
-      RETURN_IF_ERROR(ReadDouble(entry, "DesiredWeight", where, &w));
-      v.weight = w;
-    }
-    if (entry.contains("DesiredInstanceCount") && !entry["DesiredInstanceCount"].is_null()) {
-      int64_t n = 0;
-      RETURN_IF_ERROR(ReadInt(entry, "DesiredInstanceCount", where, &n));
-      v.instance_count = n;
-    }
+    RETURN_IF_ERROR(json_member::ReadOptional(entry, "DesiredWeight", where + ".", WrongType, v.weight));
+    RETURN_IF_ERROR(json_member::ReadOptional(entry, "DesiredInstanceCount", where + ".", WrongType, v.instance_count));
     out[name] = v;
   }
   return out;
@@ -202,29 +145,33 @@ json ToJson(const VariantSummary& v) {
 
 Result<VariantSummary> VariantSummaryFromJson(const json& j) {
   constexpr std::string_view kWhere = "ProductionVariants[]";
-  RETURN_IF_ERROR(RequireObject(j, kWhere));
+  constexpr std::string_view kPrefix = "ProductionVariants[].";
+  RETURN_IF_ERROR(json_member::RequireObject(j, kWhere, WrongType));
   VariantSummary v;
-  RETURN_IF_ERROR(RequireString(j, "VariantName", kWhere, &v.variant_name));
-  RETURN_IF_ERROR(ReadDouble(j, "CurrentWeight", kWhere, &v.current_weight));
-  RETURN_IF_ERROR(ReadDouble(j, "DesiredWeight", kWhere, &v.desired_weight));
-  RETURN_IF_ERROR(ReadInt(j, "CurrentInstanceCount", kWhere, &v.current_instance_count));
-  RETURN_IF_ERROR(ReadInt(j, "DesiredInstanceCount", kWhere, &v.desired_instance_count));
-  ASSIGN_OR_RETURN(const json* images, ArrayMember(j, "DeployedImages", kWhere));
+  RETURN_IF_ERROR(json_member::RequirePresent(j, "VariantName", kWhere));
+  RETURN_IF_ERROR(json_member::ReadString(j, "VariantName", kPrefix, WrongType, v.variant_name));
+  RETURN_IF_ERROR(json_member::ReadDouble(j, "CurrentWeight", kPrefix, WrongType, v.current_weight));
+  RETURN_IF_ERROR(json_member::ReadDouble(j, "DesiredWeight", kPrefix, WrongType, v.desired_weight));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "CurrentInstanceCount", kPrefix, WrongType, v.current_instance_count));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "DesiredInstanceCount", kPrefix, WrongType, v.desired_instance_count));
+  ASSIGN_OR_RETURN(const json* images, json_member::ArrayMember(j, "DeployedImages", kPrefix, WrongType));
   for (const json& i : *images) {
-    RETURN_IF_ERROR(RequireObject(i, "DeployedImages[]"));
+    RETURN_IF_ERROR(json_member::RequireObject(i, "DeployedImages[]", WrongType));
     DeployedImage image;
-    RETURN_IF_ERROR(ReadString(i, "SpecifiedImage", "DeployedImages[]", &image.specified_image));
-    RETURN_IF_ERROR(ReadString(i, "ResolvedImage", "DeployedImages[]", &image.resolved_image));
-    RETURN_IF_ERROR(ReadDouble(i, "ResolutionTime", "DeployedImages[]", &image.resolution_time));
+    RETURN_IF_ERROR(
+        json_member::ReadString(i, "SpecifiedImage", "DeployedImages[].", WrongType, image.specified_image));
+    RETURN_IF_ERROR(json_member::ReadString(i, "ResolvedImage", "DeployedImages[].", WrongType, image.resolved_image));
+    RETURN_IF_ERROR(
+        json_member::ReadDouble(i, "ResolutionTime", "DeployedImages[].", WrongType, image.resolution_time));
     v.deployed_images.push_back(std::move(image));
   }
-  ASSIGN_OR_RETURN(const json* statuses, ArrayMember(j, "VariantStatus", kWhere));
+  ASSIGN_OR_RETURN(const json* statuses, json_member::ArrayMember(j, "VariantStatus", kPrefix, WrongType));
   for (const json& s : *statuses) {
-    RETURN_IF_ERROR(RequireObject(s, "VariantStatus[]"));
+    RETURN_IF_ERROR(json_member::RequireObject(s, "VariantStatus[]", WrongType));
     VariantStatusEntry entry;
-    RETURN_IF_ERROR(ReadString(s, "Status", "VariantStatus[]", &entry.status));
-    RETURN_IF_ERROR(ReadString(s, "StatusMessage", "VariantStatus[]", &entry.status_message));
-    RETURN_IF_ERROR(ReadDouble(s, "StartTime", "VariantStatus[]", &entry.start_time));
+    RETURN_IF_ERROR(json_member::ReadString(s, "Status", "VariantStatus[].", WrongType, entry.status));
+    RETURN_IF_ERROR(json_member::ReadString(s, "StatusMessage", "VariantStatus[].", WrongType, entry.status_message));
+    RETURN_IF_ERROR(json_member::ReadDouble(s, "StartTime", "VariantStatus[].", WrongType, entry.start_time));
     v.variant_status.push_back(std::move(entry));
   }
   if (auto it = j.find("RoutingConfig"); it != j.end()) v.routing_config = *it;
@@ -241,17 +188,21 @@ json ToJson(const InstanceRecord& r) {
 
 Result<InstanceRecord> InstanceRecordFromJson(const json& j) {
   constexpr std::string_view kWhere = "Instances[]";
-  RETURN_IF_ERROR(RequireObject(j, kWhere));
+  constexpr std::string_view kPrefix = "Instances[].";
+  RETURN_IF_ERROR(json_member::RequireObject(j, kWhere, WrongType));
   InstanceRecord r;
-  RETURN_IF_ERROR(RequireString(j, "InstanceId", kWhere, &r.instance_id));
-  RETURN_IF_ERROR(RequireString(j, "RuntimeId", kWhere, &r.runtime_id));
-  RETURN_IF_ERROR(RequireString(j, "VariantName", kWhere, &r.variant));
-  RETURN_IF_ERROR(ReadString(j, "ModelName", kWhere, &r.model_name));
-  RETURN_IF_ERROR(ReadString(j, "InstanceType", kWhere, &r.instance_type));
-  RETURN_IF_ERROR(ReadInt(j, "Generation", kWhere, &r.generation));
-  RETURN_IF_ERROR(ReadInt(j, "PortBase", kWhere, &r.port_base));
-  RETURN_IF_ERROR(ReadInt(j, "LaunchedMillis", kWhere, &r.launched_millis));
-  RETURN_IF_ERROR(ReadBool(j, "Reserved", kWhere, &r.reserved));
+  RETURN_IF_ERROR(json_member::RequirePresent(j, "InstanceId", kWhere));
+  RETURN_IF_ERROR(json_member::ReadString(j, "InstanceId", kPrefix, WrongType, r.instance_id));
+  RETURN_IF_ERROR(json_member::RequirePresent(j, "RuntimeId", kWhere));
+  RETURN_IF_ERROR(json_member::ReadString(j, "RuntimeId", kPrefix, WrongType, r.runtime_id));
+  RETURN_IF_ERROR(json_member::RequirePresent(j, "VariantName", kWhere));
+  RETURN_IF_ERROR(json_member::ReadString(j, "VariantName", kPrefix, WrongType, r.variant));
+  RETURN_IF_ERROR(json_member::ReadString(j, "ModelName", kPrefix, WrongType, r.model_name));
+  RETURN_IF_ERROR(json_member::ReadString(j, "InstanceType", kPrefix, WrongType, r.instance_type));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "Generation", kPrefix, WrongType, r.generation));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "PortBase", kPrefix, WrongType, r.port_base));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "LaunchedMillis", kPrefix, WrongType, r.launched_millis));
+  RETURN_IF_ERROR(json_member::ReadBool(j, "Reserved", kPrefix, WrongType, r.reserved));
   if (auto it = j.find("Allocation"); it != j.end()) r.allocation = *it;
   return r;
 }
@@ -269,13 +220,13 @@ json ToJson(const EndpointObservedState& s) {
 Result<EndpointObservedState> ObservedStateFromJson(const json& j) {
   EndpointObservedState s;
   if (j.is_null()) return s;
-  RETURN_IF_ERROR(RequireObject(j, "observed state"));
-  ASSIGN_OR_RETURN(const json* variants, ArrayMember(j, "ProductionVariants", "state"));
+  RETURN_IF_ERROR(json_member::RequireObject(j, "observed state", WrongType));
+  ASSIGN_OR_RETURN(const json* variants, json_member::ArrayMember(j, "ProductionVariants", "state.", WrongType));
   for (const json& v : *variants) {
     ASSIGN_OR_RETURN(auto summary, VariantSummaryFromJson(v));
     s.production_variants.push_back(std::move(summary));
   }
-  ASSIGN_OR_RETURN(const json* instances, ArrayMember(j, "Instances", "state"));
+  ASSIGN_OR_RETURN(const json* instances, json_member::ArrayMember(j, "Instances", "state.", WrongType));
   for (const json& r : *instances) {
     ASSIGN_OR_RETURN(auto record, InstanceRecordFromJson(r));
     s.instances.push_back(std::move(record));

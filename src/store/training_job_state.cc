@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "store/json_member.h"
+
 namespace kiln::store {
 namespace {
 
@@ -66,62 +68,22 @@ constexpr std::array<std::pair<StopRequest, std::string_view>, 3> kStopRequests 
     {StopRequest::kMaxRuntime, "max_runtime"},
 }};
 
-// Readers of one member: Ok and `out` untouched when absent (or null); InvalidArgument naming
-// `where` when present with the wrong type. No nlohmann exception escapes (types are checked).
-Status Bad(const std::string& where, const char* expected) {
-  return Status::InvalidArgument("training job state: " + where + " is not " + expected);
-}
-
-Status ReadInt64(const json& object, const char* member, const std::string& where, int64_t& out) {
-  auto it = object.find(member);
-  if (it == object.end() || it->is_null()) return Status::Ok();
-  if (it->is_number_unsigned()) {
-    if (it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return Bad(where + member, "an int64");
-    out = static_cast<int64_t>(it->get<uint64_t>());
-    return Status::Ok();
-  }
-  if (!it->is_number_integer()) return Bad(where + member, "an integer");
-  out = it->get<int64_t>();
-  return Status::Ok();
-}
-
-Status ReadOptionalInt64(const json& object, const char* member, const std::string& where,
-                         std::optional<int64_t>& out) {
-  if (!object.contains(member) || object[member].is_null()) return Status::Ok();
-  int64_t value = 0;
-  RETURN_IF_ERROR(ReadInt64(object, member, where, value));
-  out = value;
-  return Status::Ok();
-}
-
-Status ReadString(const json& object, const char* member, const std::string& where, std::string& out) {
-  auto it = object.find(member);
-  if (it == object.end() || it->is_null()) return Status::Ok();
-  if (!it->is_string()) return Bad(where + member, "a string");
-  out = it->get<std::string>();
-  return Status::Ok();
-}
-
-Status ReadOptionalString(const json& object, const char* member, const std::string& where,
-                          std::optional<std::string>& out) {
-  if (!object.contains(member) || object[member].is_null()) return Status::Ok();
-  std::string value;
-  RETURN_IF_ERROR(ReadString(object, member, where, value));
-  out = std::move(value);
-  return Status::Ok();
+// The wording of this document's errors: "training job state: <path> is not <expected>".
+Status Bad(std::string_view path, std::string_view expected) {
+  return Status::InvalidArgument("training job state: " + std::string(path) + " is not " + std::string(expected));
 }
 
 Result<SecondaryStatusTransition> TransitionFromJson(const json& t, const std::string& where) {
   if (!t.is_object()) return Bad(where, "an object");
   SecondaryStatusTransition out;
   std::string status;
-  RETURN_IF_ERROR(ReadString(t, "Status", where + ".", status));
+  RETURN_IF_ERROR(json_member::ReadString(t, "Status", where + ".", Bad, status));
   auto parsed = ParseSecondaryStatus(status);
   if (!parsed) return Bad(where + ".Status", "a SecondaryStatus");
   out.status = *parsed;
-  RETURN_IF_ERROR(ReadInt64(t, "StartTime", where + ".", out.start_millis));
-  RETURN_IF_ERROR(ReadOptionalInt64(t, "EndTime", where + ".", out.end_millis));
-  RETURN_IF_ERROR(ReadString(t, "StatusMessage", where + ".", out.message));
+  RETURN_IF_ERROR(json_member::ReadInt64(t, "StartTime", where + ".", Bad, out.start_millis));
+  RETURN_IF_ERROR(json_member::ReadOptional(t, "EndTime", where + ".", Bad, out.end_millis));
+  RETURN_IF_ERROR(json_member::ReadString(t, "StatusMessage", where + ".", Bad, out.message));
   return out;
 }
 
@@ -129,14 +91,14 @@ Result<TrainingHostState> HostFromJson(const json& h, const std::string& where) 
   if (!h.is_object()) return Bad(where, "an object");
   TrainingHostState out;
   const std::string prefix = where + ".";
-  RETURN_IF_ERROR(ReadString(h, "host", prefix, out.host));
+  RETURN_IF_ERROR(json_member::ReadString(h, "host", prefix, Bad, out.host));
   int64_t shard = 0;
-  RETURN_IF_ERROR(ReadInt64(h, "shard_index", prefix, shard));
+  RETURN_IF_ERROR(json_member::ReadInt64(h, "shard_index", prefix, Bad, shard));
   out.shard_index = static_cast<int>(shard);
-  RETURN_IF_ERROR(ReadString(h, "instance_id", prefix, out.instance_id));
-  RETURN_IF_ERROR(ReadString(h, "root", prefix, out.root));
-  RETURN_IF_ERROR(ReadString(h, "log_stream", prefix, out.log_stream));
-  RETURN_IF_ERROR(ReadInt64(h, "started_millis", prefix, out.started_millis));
+  RETURN_IF_ERROR(json_member::ReadString(h, "instance_id", prefix, Bad, out.instance_id));
+  RETURN_IF_ERROR(json_member::ReadString(h, "root", prefix, Bad, out.root));
+  RETURN_IF_ERROR(json_member::ReadString(h, "log_stream", prefix, Bad, out.log_stream));
+  RETURN_IF_ERROR(json_member::ReadInt64(h, "started_millis", prefix, Bad, out.started_millis));
   return out;
 }
 
@@ -180,58 +142,51 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
   }
 
   std::string phase;
-  RETURN_IF_ERROR(ReadString(document, "phase", "", phase));
+  RETURN_IF_ERROR(json_member::ReadString(document, "phase", "", Bad, phase));
   if (!phase.empty()) {
     auto parsed = ParseTrainingPhase(phase);
     if (!parsed) return Bad("phase", "a phase");
     state.phase = *parsed;
   }
-  if (auto it = document.find("transitions"); it != document.end() && !it->is_null()) {
-    if (!it->is_array()) return Bad("transitions", "an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(auto t, TransitionFromJson((*it)[i], "transitions[" + std::to_string(i) + "]"));
-      state.transitions.push_back(std::move(t));
-    }
+  ASSIGN_OR_RETURN(const json* transitions, json_member::ArrayMember(document, "transitions", "", Bad));
+  for (size_t i = 0; i < transitions->size(); ++i) {
+    ASSIGN_OR_RETURN(auto t, TransitionFromJson((*transitions)[i], "transitions[" + std::to_string(i) + "]"));
+    state.transitions.push_back(std::move(t));
   }
-  RETURN_IF_ERROR(ReadString(document, "status_message", "", state.status_message));
-  if (auto it = document.find("hosts"); it != document.end() && !it->is_null()) {
-    if (!it->is_array()) return Bad("hosts", "an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(auto h, HostFromJson((*it)[i], "hosts[" + std::to_string(i) + "]"));
-      state.hosts.push_back(std::move(h));
-    }
+  RETURN_IF_ERROR(json_member::ReadString(document, "status_message", "", Bad, state.status_message));
+  ASSIGN_OR_RETURN(const json* hosts, json_member::ArrayMember(document, "hosts", "", Bad));
+  for (size_t i = 0; i < hosts->size(); ++i) {
+    ASSIGN_OR_RETURN(auto h, HostFromJson((*hosts)[i], "hosts[" + std::to_string(i) + "]"));
+    state.hosts.push_back(std::move(h));
   }
   if (document.contains("allocations")) state.allocations = document["allocations"];
   if (document.contains("credentials")) state.credentials = document["credentials"];
   std::string stop;
-  RETURN_IF_ERROR(ReadString(document, "stop_requested", "", stop));
+  RETURN_IF_ERROR(json_member::ReadString(document, "stop_requested", "", Bad, stop));
   auto stop_request = ParseStopRequest(stop);
   if (!stop_request) return Bad("stop_requested", "a stop request");
   state.stop_requested = *stop_request;
-  RETURN_IF_ERROR(ReadOptionalInt64(document, "training_start_millis", "", state.training_start_millis));
-  RETURN_IF_ERROR(ReadOptionalInt64(document, "training_end_millis", "", state.training_end_millis));
-  RETURN_IF_ERROR(ReadInt64(document, "last_stream_epoch", "", state.last_stream_epoch));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "training_start_millis", "", Bad, state.training_start_millis));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "training_end_millis", "", Bad, state.training_end_millis));
+  RETURN_IF_ERROR(json_member::ReadInt64(document, "last_stream_epoch", "", Bad, state.last_stream_epoch));
   int64_t retries = 0;
-  RETURN_IF_ERROR(ReadInt64(document, "retries", "", retries));
+  RETURN_IF_ERROR(json_member::ReadInt64(document, "retries", "", Bad, retries));
   state.retries = static_cast<int>(retries);
-  RETURN_IF_ERROR(ReadOptionalString(document, "last_failure", "", state.last_failure));
-  RETURN_IF_ERROR(ReadOptionalString(document, "failure_reason", "", state.failure_reason));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "last_failure", "", Bad, state.last_failure));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "failure_reason", "", Bad, state.failure_reason));
   if (auto it = document.find("final_metrics"); it != document.end() && !it->is_null()) {
     if (!it->is_object()) return Bad("final_metrics", "an object");
     for (const auto& [name, point] : it->items()) {
       const std::string where = "final_metrics." + name;
       if (!point.is_object()) return Bad(where, "an object");
       FinalMetric metric;
-      if (point.contains("value") && !point["value"].is_null()) {
-        if (!point["value"].is_number()) return Bad(where + ".value", "a number");
-        metric.value = point["value"].get<double>();
-      }
-      RETURN_IF_ERROR(ReadInt64(point, "timestamp_millis", where + ".", metric.timestamp_millis));
+      RETURN_IF_ERROR(json_member::ReadDouble(point, "value", where + ".", Bad, metric.value));
+      RETURN_IF_ERROR(json_member::ReadInt64(point, "timestamp_millis", where + ".", Bad, metric.timestamp_millis));
       state.final_metrics[name] = metric;
     }
   }
-  RETURN_IF_ERROR(ReadOptionalString(document, "model_artifacts", "", state.model_artifacts));
-  RETURN_IF_ERROR(ReadOptionalString(document, "output_artifacts", "", state.output_artifacts));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "model_artifacts", "", Bad, state.model_artifacts));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "output_artifacts", "", Bad, state.output_artifacts));
   return state;
 }
 
