@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/sanitizers.h"
+
 namespace kiln {
 namespace {
 
@@ -22,7 +24,7 @@ namespace {
 
 // ASan and UBSan install their own fatal-signal reporting (and UBSan stops a null write before
 // it faults): the handler is tested in the plain build.
-#if defined(__SANITIZE_ADDRESS__)
+#if KILN_UNDER_SANITIZERS
 #define SKIP_UNDER_SANITIZERS() GTEST_SKIP() << "sanitizers own fatal signals in this build"
 #else
 #define SKIP_UNDER_SANITIZERS() (void)0

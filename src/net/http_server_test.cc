@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "base/mutex.h"
+#include "base/sanitizers.h"
 #include "base/strings.h"
 #include "net/http_server_testing.h"
 
@@ -1077,7 +1078,7 @@ double ProcessCpuSeconds() {
 }
 
 TEST_F(HttpServerTest, OutOfDescriptorsAcceptClosesAnIdleConnectionOrBacksOffWithoutSpinning) {
-#if defined(__SANITIZE_ADDRESS__)
+#if KILN_UNDER_SANITIZERS
   // UBSan's vptr check needs a descriptor to probe memory; with none left it reports the server's
   // log call as a bad object (a false positive). The plain build runs this test.
   GTEST_SKIP() << "sanitizer runtimes need free descriptors";
