@@ -611,7 +611,8 @@ Status ErrnoToStatus(std::string_view what, int err) {
 
 }  // namespace
 
-Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options, Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options, Handler handler,
+                                                       AsyncService* /*async*/) {
   if (!handler) {
     return Status::InvalidArgument("HttpServer needs a handler");
   }

@@ -38,6 +38,7 @@
 
 #include "base/io.h"
 #include "base/status.h"
+#include "net/http_client.h"
 
 namespace kiln::net {
 
@@ -80,6 +81,46 @@ class ResponseWriter {
 
 using Handler = std::function<void(HttpRequest& request, ResponseWriter& response)>;
 
+class EventLoop;
+
+// One request served on its connection's event loop (see AsyncService). Valid from Serve() until
+// Respond() has been called, even when the client goes away meanwhile (Respond then discards).
+class AsyncExchange {
+ public:
+  // The request header. `body` is null: the whole body is body().
+  virtual const HttpRequest& request() const = 0;
+  virtual std::string_view body() const = 0;
+  // The loop serving the connection: its client() is the upstream pool to use.
+  virtual EventLoop& loop() = 0;
+  // steady_clock time (ns since its epoch) when the request's first byte was read.
+  virtual int64_t start_steady_ns() const = 0;
+  // Sends the whole response (the server adds Date, Server, Connection, Content-Length; for HEAD,
+  // pass the body the GET would have: only its length is sent) and ends the exchange. Exactly
+  // once, on the loop's thread.
+  virtual void Respond(int status, const HeaderMap& headers, std::string body) = 0;
+  // Closes the connection after the response.
+  virtual void CloseAfterResponse() = 0;
+
+ protected:
+  ~AsyncExchange() = default;
+};
+
+// Requests a server serves on its event loops instead of on a worker thread: the invoke path,
+// which never blocks (routing snapshot, SigV4, a pooled upstream connection on the same loop).
+// Everything else (SQLite-backed API calls, object-store disk I/O) goes to the blocking Handler.
+class AsyncService {
+ public:
+  virtual ~AsyncService() = default;
+  // On the loop thread, once a request header is read: true to serve it with Serve(). Only
+  // requests whose body has a Content-Length no larger than max_body_bytes() (or no body) and no
+  // `Expect: 100-continue` are offered; the rest always go to the Handler.
+  virtual bool Claims(const HttpRequest& head) const = 0;
+  virtual size_t max_body_bytes() const = 0;
+  // On the loop thread, with the body read whole. Must lead to exchange.Respond() exactly once
+  // (on the loop thread; it may be later, from a completion on the same loop). Must not block.
+  virtual void Serve(AsyncExchange& exchange) = 0;
+};
+
 struct HttpServerOptions {
   // "host:port"; port 0 picks a free port (see HttpServer::port()). IPv6 as "[::1]:5456".
   std::string listen = "127.0.0.1:5456";
@@ -110,6 +151,13 @@ struct HttpServerOptions {
   // After the handler returns with body bytes unread, up to this many are drained to keep the
   // connection; beyond that it is closed.
   uint64_t max_drain_bytes = 1 << 20;
+  // Event loops serving connections (each a thread). 0: one per core.
+  size_t event_loops = 0;
+  // Threads running the blocking Handler (requests in flight to it; idle connections hold none).
+  // Requests beyond it wait in a queue. Started on demand, kept until Stop.
+  size_t worker_threads = 256;
+  // The loops' upstream clients (AsyncExchange::loop().client()).
+  HttpClientOptions upstream;
 };
 
 // Counters for logs, /metrics and tests. Every field is a snapshot; cumulative ones never reset.
@@ -127,7 +175,10 @@ class HttpServer {
   virtual ~HttpServer() = default;
   // Binds and listens (so port() is valid), but serves nothing until Start().
   // Errors: InvalidArgument (bad listen string), Unavailable (address in use), PermissionDenied.
-  static Result<std::unique_ptr<HttpServer>> Create(HttpServerOptions options, Handler handler);
+  // `async` (optional, not owned, must outlive the server) serves the requests it claims on the
+  // event loops.
+  static Result<std::unique_ptr<HttpServer>> Create(HttpServerOptions options, Handler handler,
+                                                    AsyncService* async = nullptr);
   virtual uint16_t port() const = 0;
   // Starts the acceptor and returns immediately.
   virtual Status Start() = 0;
