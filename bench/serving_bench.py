@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Real-time serving overhead: the same minimal backend reached three ways, driven by wrk.
 
-  /usr/bin/python3 bench/serving_bench.py [--duration 10] [--connections 1,64]
+  /usr/bin/python3 bench/serving_bench.py [--duration 10] [--connections 1,16,64,256]
                                           [--backend-threads N] [--nginx-workers auto]
                                           [--skip-nginx] [--skip-kiln] [--no-auth-pass]
                                           [--json results.json]
@@ -306,7 +306,11 @@ def start_endpoint(server, backend, backend_threads, name, timeout):
 def measure_kiln(args, work, backend, auth):
     import kiln_harness as kh
     label = "kiln" if auth else "kiln-noauth"
-    config = {"scheduler": {"policy": "shrink", "allow_cpu_fallback": True}}
+    # wrk's connections all come from 127.0.0.1: the connection limits must admit the largest
+    # --connections value (plus the probes), whatever the server's defaults are.
+    room = max(args.connections) + 64
+    config = {"scheduler": {"policy": "shrink", "allow_cpu_fallback": True},
+              "http": {"max_connections": max(room, 16384), "max_connections_per_address": max(room, 4096)}}
     if not auth:
         config["auth"] = "off"
     os.makedirs(os.path.join(work, label), exist_ok=True)
@@ -387,7 +391,8 @@ def print_ratios(rows, connections):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=int, default=10, help="seconds per measurement (default 10)")
-    ap.add_argument("--connections", default="1,64", help="comma-separated wrk connection counts")
+    ap.add_argument("--connections", default="1,16,64,256", help="comma-separated wrk connection counts "
+                    "(default 1,16,64,256)")
     ap.add_argument("--backend-threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--nginx-workers", default="auto")
     ap.add_argument("--skip-nginx", action="store_true")
