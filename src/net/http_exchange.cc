@@ -56,10 +56,23 @@ void BeginRequest(Connection& conn, const Limits& limits) {
   }
 }
 
-// Reads the request header into `parser` and checks what the handler relies on (HTTP/1.0 or
-// 1.1; a length it can trust). False when the connection is to close: quietly when it was idle,
-// stopped or the peer went away or stalled, otherwise after the error response (431, 413, 505,
-// 400), with conn.unread_input set.
+}  // namespace
+
+int HeaderErrorStatus(const error_code& ec) {
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    return 431;
+  }
+  if (ec == http::error::body_limit) {
+    return 413;
+  }
+  return 400;
+}
+
+namespace {
+
+// Reads the request header into `parser`. False when the connection is to close: quietly when it
+// was idle, stopped or the peer went away or stalled, otherwise after the error response (431,
+// 413, 400), with conn.unread_input set.
 bool ReadRequestHeader(Connection& conn, const ServerContext& server, RequestParser& parser) {
   parser.body_limit(server.options.max_body_bytes);
   FdReadStream stream(&conn, &server.limits);
@@ -71,18 +84,18 @@ bool ReadRequestHeader(Connection& conn, const ServerContext& server, RequestPar
         ec == boost::asio::error::operation_aborted) {
       return false;  // idle close, stop, or the peer went away / stalled mid-header
     }
-    int status = 400;
-    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-      status = 431;
-    } else if (ec == http::error::body_limit) {
-      status = 413;
-    }
-    WriteErrorResponse(conn.fd, status, server.limits.io_timeout_ms);
+    WriteErrorResponse(conn.fd, HeaderErrorStatus(ec), server.limits.io_timeout_ms);
     conn.unread_input = true;
     return false;
   }
   conn.idle_phase = false;
   conn.fresh = false;
+  return true;
+}
+
+// Checks what the handler relies on in a parsed header (HTTP/1.0 or 1.1; a length it can trust).
+// False after answering 505 or 400 (conn.unread_input set): the connection is to close.
+bool CheckParsedHeader(Connection& conn, const ServerContext& server, const RequestParser& parser) {
   const auto& msg = parser.get();
   const unsigned version = msg.version();
   if (version != 10 && version != 11) {
@@ -99,6 +112,8 @@ bool ReadRequestHeader(Connection& conn, const ServerContext& server, RequestPar
   }
   return true;
 }
+
+}  // namespace
 
 // Fills conn.request (reused: strings keep their capacity) from the parsed header; the body is
 // set by the caller.
@@ -121,6 +136,8 @@ void FillRequest(Connection& conn, const RequestParser::value_type& msg) {
   }
   req.remote_address = conn.remote_address;
 }
+
+namespace {
 
 // Calls the handler; what it throws is logged and treated as no response (or a cut one).
 void RunHandler(const Handler& handler, HttpRequest& req, ResponseWriterImpl& writer) {
@@ -163,6 +180,13 @@ bool ServeOneRequest(Connection& conn, const ServerContext& server) {
   BeginRequest(conn, server.limits);
   RequestParser parser;
   if (!ReadRequestHeader(conn, server, parser)) {
+    return false;
+  }
+  return ServeParsedRequest(conn, server, parser);
+}
+
+bool ServeParsedRequest(Connection& conn, const ServerContext& server, RequestParser& parser) {
+  if (!CheckParsedHeader(conn, server, parser)) {
     return false;
   }
   const auto& msg = parser.get();

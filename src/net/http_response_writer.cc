@@ -56,6 +56,52 @@ bool SafeHeaderText(std::string_view s) { return s.find_first_of("\r\n") == std:
 
 }  // namespace
 
+void AppendResponseHead(std::string& h, int status, const HeaderMap& headers, std::optional<uint64_t> content_length,
+                        bool close, bool http10) {
+  h.append("HTTP/1.1 ");
+  AppendNumber(h, static_cast<uint64_t>(status));
+  h.push_back(' ');
+  h.append(ReasonPhrase(status));
+  h.append("\r\n");
+  bool has_date = false;
+  bool has_server = false;
+  for (const auto& [name, value] : headers) {
+    if (EqualsIgnoreCase(name, "Content-Length") || EqualsIgnoreCase(name, "Transfer-Encoding") ||
+        EqualsIgnoreCase(name, "Connection")) {
+      continue;  // framing is the server's
+    }
+    if (name.empty() || !SafeHeaderText(name) || !SafeHeaderText(value)) {
+      continue;
+    }
+    has_date = has_date || EqualsIgnoreCase(name, "Date");
+    has_server = has_server || EqualsIgnoreCase(name, "Server");
+    h.append(name);
+    h.append(": ");
+    h.append(value);
+    h.append("\r\n");
+  }
+  if (!has_date) {
+    h.append("Date: ");
+    h.append(CachedDate());
+    h.append("\r\n");
+  }
+  if (!has_server) {
+    h.append("Server: kiln\r\n");
+  }
+  // HEAD and 304 carry the length the GET would have; 204 carries none.
+  if (content_length && status != 204) {
+    h.append("Content-Length: ");
+    AppendNumber(h, *content_length);
+    h.append("\r\n");
+  }
+  if (close) {
+    h.append("Connection: close\r\n");
+  } else if (http10) {
+    h.append("Connection: keep-alive\r\n");
+  }
+  h.append("\r\n");
+}
+
 Status ResponseWriterImpl::Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) {
   if (started_) {
     return Status::FailedPrecondition("response already started");
@@ -95,50 +141,13 @@ Status ResponseWriterImpl::Start(int status, const HeaderMap& headers, std::opti
     // idle timeout. Answering 100 first, as S3 does, keeps its connection state clean.
     h.append(kContinue);
   }
-  h.append("HTTP/1.1 ");
-  AppendNumber(h, static_cast<uint64_t>(status));
-  h.push_back(' ');
-  h.append(ReasonPhrase(status));
-  h.append("\r\n");
-  bool has_date = false;
-  bool has_server = false;
-  for (const auto& [name, value] : headers) {
-    if (EqualsIgnoreCase(name, "Content-Length") || EqualsIgnoreCase(name, "Transfer-Encoding") ||
-        EqualsIgnoreCase(name, "Connection")) {
-      continue;  // framing is the server's
-    }
-    if (name.empty() || !SafeHeaderText(name) || !SafeHeaderText(value)) {
-      continue;
-    }
-    has_date = has_date || EqualsIgnoreCase(name, "Date");
-    has_server = has_server || EqualsIgnoreCase(name, "Server");
-    h.append(name);
-    h.append(": ");
-    h.append(value);
-    h.append("\r\n");
+  AppendResponseHead(h, status, headers, mode_ == Mode::kChunked ? std::nullopt : content_length, close_after_,
+                     info_.http10);
+  if (mode_ == Mode::kChunked) {
+    // AppendResponseHead ended the head; chunked framing goes before its blank line.
+    h.resize(h.size() - 2);
+    h.append("Transfer-Encoding: chunked\r\n\r\n");
   }
-  if (!has_date) {
-    h.append("Date: ");
-    h.append(CachedDate());
-    h.append("\r\n");
-  }
-  if (!has_server) {
-    h.append("Server: kiln\r\n");
-  }
-  // HEAD and 304 carry the length the GET would have; 204 carries none.
-  if (content_length && status != 204) {
-    h.append("Content-Length: ");
-    AppendNumber(h, *content_length);
-    h.append("\r\n");
-  } else if (mode_ == Mode::kChunked) {
-    h.append("Transfer-Encoding: chunked\r\n");
-  }
-  if (close_after_) {
-    h.append("Connection: close\r\n");
-  } else if (info_.http10) {
-    h.append("Connection: keep-alive\r\n");
-  }
-  h.append("\r\n");
   head_pending_ = true;
   return Status::Ok();
 }

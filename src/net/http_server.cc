@@ -1,27 +1,44 @@
-// HttpServer implementation: the listening socket, the acceptor thread, the connection registry
-// and its limits, the worker threads and Stop — the thread-per-connection model. What happens on
-// one connection lives beside it: one request/response exchange in http_exchange.cc, the request
-// body in http_request_body.cc, the response writer in http_response_writer.cc, and the types
-// they share in http_server_internal.h. Design notes:
+// HttpServer implementation: the listening socket and the acceptor thread, the connection
+// registry and its limits, the event loops that own the connections, the worker pool that runs
+// the blocking Handler, and Stop. What happens inside one blocking exchange lives beside it: the
+// exchange in http_exchange.cc, the request body in http_request_body.cc, the response writer in
+// http_response_writer.cc, the types they share in http_server_internal.h. Design notes:
 //
-// - Sockets are plain non-blocking fds driven by socket_io.h (poll with deadlines), not Asio
-//   sockets: Asio's synchronous reads retry EAGAIN with an infinite poll, which would defeat
-//   SO_RCVTIMEO. Beast is used only for parsing: request line + headers, and chunked bodies
-//   (request_parser<buffer_body>, fed through FdReadStream). Content-Length bodies bypass the
-//   parser and are read straight into the handler's buffer, so large uploads cost one copy less.
-// - One acceptor thread; connections are handed to a pool of worker threads, each serving one
-//   connection at a time, created on demand up to max_connections and reused until Stop().
-// - Stop() signals an eventfd that every idle keep-alive reader and the acceptor poll on, so idle
-//   connections close at once; requests in flight finish (they see stopping_ and answer with
-//   `Connection: close`); after the grace period, every registered socket is shut down.
+// - Event loops (event_loop.h): a fixed set of threads, each running one io_context. The acceptor
+//   hands each connection to a loop (round robin), which owns it until it closes. A connection
+//   that waits for a request costs its LoopConnection object and its socket: no thread, no buffer
+//   (the read buffer is released whenever a connection goes idle with nothing buffered).
+// - Callbacks, not C++20 coroutines: clang 14 with Boost 1.74 does not enable asio::awaitable
+//   (CI's sanitizer build is clang), and a per-connection object driven by completion handlers
+//   allocates nothing per request.
+// - Readiness, not Asio reads: sockets are registered with the loop's reactor through a
+//   posix::stream_descriptor, but bytes are moved with plain recv/sendmsg, tried first and waited
+//   for (async_wait) only on EAGAIN. Trying first matters twice: it saves an epoll round per
+//   request, and the reactor is edge-triggered, so bytes that arrived while no wait was pending
+//   (while a worker owned the socket, or while the loop served the previous request) would
+//   otherwise never wake the loop.
+// - The request header is read and parsed on the loop (Beast's parser fed with put(), the whole
+//   header bounded by max_header_bytes across passes). Then either the AsyncService claims the
+//   request (the invoke path: body read on the loop, served on the loop, answer written on the
+//   loop), or the connection is handed to the worker pool, where the blocking exchange
+//   (ServeParsedRequest) reads the body, runs the Handler and writes the answer with the socket
+//   I/O of socket_io.h, then gives the connection back to its loop. While a worker has it, the
+//   loop does not touch the socket.
+// - Timeouts on the loops are checked by one sweep timer per loop (kSweepMillis resolution):
+//   each connection carries a deadline (first byte, idle, header, body or write progress), so no
+//   timer is armed or cancelled per request.
 // - Limits: every accepted connection gets a ConnSlot in the registry (conns_, under mu_) from
 //   accept until its fd is closed. The slot's phase says whether the connection is idle (no byte
 //   yet, or between requests). When a new connection would pass max_connections or
-//   max_connections_per_address, the acceptor closes an idle one (shutdown() wakes its worker,
-//   which sees EOF and closes) and waits for its slot to go before admitting the new one, so the
-//   thread count stays bounded by max_connections. The worker and the acceptor race for an idle
-//   slot with one CAS each (worker: idle → busy on the first byte; acceptor: idle → evicted), so
-//   a connection whose request is being read is never closed for room.
+//   max_connections_per_address, the acceptor closes an idle one (shutdown(): its loop sees EOF
+//   and closes it) and waits for its slot to go before admitting the new one. The loop and the
+//   acceptor race for an idle slot with one CAS each (loop: idle → busy on the first byte;
+//   acceptor: idle → evicted), so a connection whose request is being read is never closed for
+//   room. A slot's fd is closed only under mu_, together with its removal, so the acceptor never
+//   shuts down a reused descriptor number.
+// - Stop() closes the listening socket, closes idle connections at once, lets requests in flight
+//   finish (answered with `Connection: close`), and after the grace period shuts every socket down
+//   and fails the loops' upstream calls.
 
 #include "net/http_server.h"
 
@@ -33,6 +50,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,15 +58,24 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <unordered_set>
 #include <system_error>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
 #include "base/crash_handler.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "net/event_loop.h"
+#include "net/event_loop_internal.h"
 #include "net/http_server_internal.h"
 #include "net/http_server_testing.h"
 #include "net/socket_io.h"
@@ -56,11 +83,16 @@
 namespace kiln::net {
 namespace {
 
+using boost::system::error_code;
 using internal::Connection;
 using internal::ConnSlot;
 using internal::Limits;
 using internal::MillisOrInfinite;
+using internal::RequestParser;
 using internal::ServeOneRequest;
+using internal::ServeParsedRequest;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
 using internal::ServerContext;
 using internal::SteadyMillis;
 
@@ -108,11 +140,118 @@ std::string AddressKey(const sockaddr_storage& ss) {
   return "local";  // AF_UNIX (tests and fuzzers)
 }
 
+// The loops' timeout sweep runs this often; timeouts are whole seconds, so a quarter second of
+// lateness is noise.
+constexpr int kSweepMillis = 250;
+// recv() size on the loops while reading headers and bodies.
+constexpr size_t kReadChunk = 16 * 1024;
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class HttpServerImpl;
+class LoopConnection;
+
+// One event loop and what it owns.
+struct LoopState {
+  LoopState(size_t index, const HttpClientOptions& upstream) : loop(index, upstream), sweep(IoContextOf(loop)) {}
+  EventLoop loop;
+  asio::steady_timer sweep;
+  // The open connections of this loop, owned here until they close. Loop thread only.
+  std::unordered_map<LoopConnection*, std::shared_ptr<LoopConnection>> conns;
+  std::thread thread;
+};
+
+// One accepted connection, owned by its loop. Every method runs on the loop's thread, except
+// while state_ is kWorker: then a worker thread runs the blocking exchange on conn_ and the loop
+// leaves the connection alone until the worker posts it back (AfterWorker).
+class LoopConnection final : public AsyncExchange, public std::enable_shared_from_this<LoopConnection> {
+ public:
+  enum class State {
+    kWaiting,       // no request byte yet (fresh, or keep-alive between requests)
+    kHeader,        // reading a request header
+    kWorker,        // a worker thread runs the blocking exchange
+    kAsyncBody,     // reading the body of a request the AsyncService claimed
+    kAsyncServing,  // the AsyncService has it; waiting for Respond()
+    kAsyncWriting,  // writing the AsyncService's answer
+    kClosed,
+  };
+
+  LoopConnection(HttpServerImpl* server, LoopState* loop, int fd, ConnSlot* slot, std::string remote_address,
+                 size_t buffer_limit)
+      : server_(server), loop_(loop), socket_(IoContextOf(loop->loop), fd), conn_(buffer_limit) {
+    conn_.fd = fd;
+    conn_.slot = slot;
+    conn_.remote_address = std::move(remote_address);
+  }
+
+  void Start();
+  // The connection's deadline (first byte, idle, header, body or write progress) has passed.
+  bool Expired(int64_t now_ms) const { return deadline_ms_ != 0 && now_ms >= deadline_ms_; }
+  void TimeOut() { Close(); }
+  // Stop(): closes the connection if it waits for a request.
+  void CloseIfWaiting() {
+    if (state_ == State::kWaiting) Close();
+  }
+  // The grace period is over: a connection still waiting for its AsyncService answer is cut.
+  State state() const { return state_; }
+
+  // AsyncExchange
+  const HttpRequest& request() const override { return conn_.request; }
+  std::string_view body() const override { return async_body_; }
+  EventLoop& loop() override { return loop_->loop; }
+  int64_t start_steady_ns() const override { return start_ns_; }
+  void Respond(int status, const HeaderMap& headers, std::string body) override;
+  void CloseAfterResponse() override { close_after_ = true; }
+
+ private:
+  void ReadHeader();
+  void WaitReadable();
+  void WaitWritable();
+  void OnHeaderDone();
+  void HeaderError(const error_code& ec);
+  bool AsyncEligible() const;
+  void ToWorker(int error_status);
+  void AfterWorker(bool keep);
+  void NextRequest();
+  void StartAsync();
+  void ReadAsyncBody();
+  void ServeAsync();
+  void WriteResponse();
+  void Close();
+  void SetDeadlineIn(int timeout_ms) { deadline_ms_ = timeout_ms < 0 ? 0 : SteadyMillis() + timeout_ms; }
+
+  HttpServerImpl* const server_;
+  LoopState* const loop_;
+  asio::posix::stream_descriptor socket_;  // readiness only; bytes move with recv/sendmsg
+  Connection conn_;
+  State state_ = State::kWaiting;
+  int64_t deadline_ms_ = 0;  // steady ms; 0: none (a worker or the AsyncService has it)
+  int64_t header_deadline_ms_ = 0;
+  std::optional<RequestParser> parser_;
+  size_t header_consumed_ = 0;
+  int64_t start_ns_ = 0;
+  // The AsyncService's exchange.
+  std::string async_body_;
+  size_t async_body_expected_ = 0;
+  std::shared_ptr<LoopConnection> serving_self_;  // held from Serve() until Respond()
+  bool responded_ = true;
+  bool close_after_ = false;
+  bool keep_after_write_ = false;
+  std::string out_head_;
+  std::string out_body_;
+  size_t out_written_ = 0;
+};
+
 class HttpServerImpl final : public HttpServer {
  public:
-  HttpServerImpl(HttpServerOptions options, Handler handler, int listen_fd, int wake_fd, uint16_t port)
+  HttpServerImpl(HttpServerOptions options, Handler handler, AsyncService* async, int listen_fd, int wake_fd,
+                 uint16_t port)
       : options_(std::move(options)),
         handler_(std::move(handler)),
+        async_(async),
         listen_fd_(listen_fd),
         wake_fd_(wake_fd),
         port_(port) {
@@ -121,6 +260,13 @@ class HttpServerImpl final : public HttpServer {
     limits_.first_byte_timeout_ms = MillisOrInfinite(options_.first_byte_timeout_seconds);
     limits_.header_timeout_ms = MillisOrInfinite(options_.header_timeout_seconds);
     limits_.wake_fd = wake_fd_;
+    size_t loops = options_.event_loops;
+    if (loops == 0) {
+      loops = std::max<size_t>(1, std::thread::hardware_concurrency());
+    }
+    for (size_t i = 0; i < loops; ++i) {
+      loops_.push_back(std::make_unique<LoopState>(i, options_.upstream));
+    }
   }
 
   ~HttpServerImpl() override {
@@ -131,13 +277,26 @@ class HttpServerImpl final : public HttpServer {
   // HttpServer
   uint16_t port() const override { return port_; }
 
-  Status Start() override EXCLUDES(stop_mu_) {
+  Status Start() override EXCLUDES(stop_mu_, pool_mu_) {
     MutexLock lock(stop_mu_);
     if (stopped_) {
       return Status::FailedPrecondition("server was stopped");
     }
     if (acceptor_.joinable()) {
       return Status::FailedPrecondition("server already started");
+    }
+    for (auto& ls : loops_) {
+      LoopState* state = ls.get();
+      state->thread = std::thread([state] {
+        InstallAlternateSignalStack();
+        state->loop.Run();
+      });
+      state->loop.Post([this, state] { ArmSweep(state); });
+    }
+    {
+      // One worker from the start: the pool must never depend on creating a thread under load.
+      MutexLock pool_lock(pool_mu_);
+      StartWorkerLocked();
     }
     acceptor_ = std::thread([this] { AcceptLoop(); });
     return Status::Ok();
@@ -162,6 +321,17 @@ class HttpServerImpl final : public HttpServer {
       acceptor_.join();
     }
     ::close(listen_fd_);
+    const bool loops_running = !loops_.empty() && loops_.front()->thread.joinable();
+    if (loops_running) {
+      for (auto& ls : loops_) {
+        LoopState* state = ls.get();
+        state->loop.Post([state] {
+          std::vector<std::shared_ptr<LoopConnection>> all;
+          for (auto& [raw, conn] : state->conns) all.push_back(conn);
+          for (auto& conn : all) conn->CloseIfWaiting();
+        });
+      }
+    }
     {
       MutexLock lock(mu_);
       const auto grace_end = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(grace_seconds, 0));
@@ -174,11 +344,29 @@ class HttpServerImpl final : public HttpServer {
       for (const auto& [id, slot] : conns_) {
         ::shutdown(slot->fd, SHUT_RDWR);
       }
+    }
+    if (loops_running) {
+      // Upstream calls still in flight end now (their exchanges answer and close).
+      for (auto& ls : loops_) {
+        LoopState* state = ls.get();
+        state->loop.Post([state] {
+          if (state->loop.impl().client) state->loop.impl().client->Shutdown();
+        });
+      }
+    }
+    {
+      MutexLock lock(mu_);
       // Every socket operation now fails fast; only a handler blocked outside the socket can
       // keep us here.
       while (!conns_.empty()) {
         active_cv_.Wait(mu_);
       }
+    }
+    for (auto& ls : loops_) {
+      ls->loop.Stop();
+    }
+    for (auto& ls : loops_) {
+      if (ls->thread.joinable()) ls->thread.join();
     }
     std::vector<std::thread> workers;
     {
@@ -202,20 +390,95 @@ class HttpServerImpl final : public HttpServer {
     return s;
   }
 
-  // See ServeConnectionForTest (http_server_testing.h).
+  // See ServeConnectionForTest (http_server_testing.h): the blocking exchange on the calling
+  // thread, as a worker runs it, for the whole connection.
   void ServeForTest(int fd) EXCLUDES(mu_) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       addr.ss_family = AF_UNSPEC;
     }
-    Pending p{fd, addr, nullptr};
+    ConnSlot* slot = nullptr;
     {
       MutexLock lock(mu_);
-      p.slot = RegisterLocked(fd, AddressKey(addr));
+      slot = RegisterLocked(fd, AddressKey(addr));
     }
-    Connection conn(options_.max_header_bytes + 64 * 1024);
-    ServeAccepted(conn, p);
+    Connection conn(BufferLimit());
+    conn.fd = fd;
+    conn.slot = slot;
+    conn.remote_address = FormatAddress(addr);
+    try {
+      while (ServeOneRequest(conn, context_)) {
+      }
+    } catch (const std::exception& e) {
+      KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
+      conn.unread_input = true;
+    } catch (...) {
+      conn.unread_input = true;
+    }
+    Linger(conn);
+    {
+      MutexLock lock(mu_);
+      UnregisterLocked(slot, /*close_fd=*/true);
+    }
+    active_cv_.NotifyAll();
+  }
+
+  // For LoopConnection.
+  const HttpServerOptions& options() const { return options_; }
+  const Limits& limits() const { return limits_; }
+  const internal::ServerContext& context() const { return context_; }
+  AsyncService* async() const { return async_; }
+  bool stopping() const { return stopping_.load(); }
+  bool forced() const { return force_.load(); }
+  size_t BufferLimit() const { return options_.max_header_bytes + 64 * 1024; }
+
+  // Removes the slot and closes the socket, in one critical section (see the design notes).
+  void CloseConnection(ConnSlot* slot, asio::posix::stream_descriptor& socket) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      UnregisterLocked(slot, /*close_fd=*/false);
+      error_code ignored;
+      socket.close(ignored);
+    }
+    active_cv_.NotifyAll();
+  }
+
+  // Runs `task` on a worker thread (queued when all worker_threads are busy).
+  void SubmitWork(std::function<void()> task) EXCLUDES(pool_mu_) {
+    MutexLock lock(pool_mu_);
+    work_.push_back(std::move(task));
+    if (idle_workers_ >= work_.size()) {
+      pool_cv_.NotifyOne();
+      return;
+    }
+    if (workers_.size() < std::max<size_t>(1, options_.worker_threads)) {
+      StartWorkerLocked();
+    }
+  }
+
+  // The lingering close (kLingerMillis) before a connection with unread input is closed: read and
+  // drop what the client still sends, so that closing does not reset the answer away. Blocking.
+  void Linger(Connection& conn) {
+    if (!conn.unread_input || force_.load()) {
+      return;
+    }
+    ::shutdown(conn.fd, SHUT_WR);
+    char scratch[16 * 1024];
+    size_t total = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMillis);
+    while (total < kLingerBytes) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        break;
+      }
+      Result<size_t> r = internal::RecvSome(conn.fd, scratch, sizeof(scratch), static_cast<int>(left), wake_fd_);
+      if (!r.ok() || *r == 0) {
+        break;
+      }
+      total += *r;
+    }
   }
 
  private:
@@ -225,12 +488,26 @@ class HttpServerImpl final : public HttpServer {
     ConnSlot* slot;  // registered by the acceptor
   };
 
-  // How long the acceptor waits for an evicted connection's worker to close it.
+  // How long the acceptor waits for an evicted connection's loop to close it.
   static constexpr int kEvictionWaitMs = 1000;
   // Back-off after accept() failed with nothing to evict (EMFILE and the like).
   static constexpr int kAcceptBackoffMs = 100;
   // Shedding and accept failures are logged at most this often (they come in floods).
   static constexpr int64_t kShedLogIntervalMs = 10000;
+
+  void ArmSweep(LoopState* state) {
+    state->sweep.expires_after(std::chrono::milliseconds(kSweepMillis));
+    state->sweep.async_wait([this, state](const error_code& ec) {
+      if (ec) return;
+      const int64_t now = SteadyMillis();
+      std::vector<std::shared_ptr<LoopConnection>> expired;
+      for (auto& [raw, conn] : state->conns) {
+        if (conn->Expired(now)) expired.push_back(conn);
+      }
+      for (auto& conn : expired) conn->TimeOut();
+      ArmSweep(state);
+    });
+  }
 
   void AcceptLoop() EXCLUDES(mu_, pool_mu_) {
     for (;;) {
@@ -452,121 +729,58 @@ class HttpServerImpl final : public HttpServer {
     ::close(fd);
   }
 
-  void Submit(const Pending& p) EXCLUDES(pool_mu_, mu_) {
-    MutexLock lock(pool_mu_);
-    queue_.push_back(p);
-    if (idle_workers_ >= queue_.size()) {
-      pool_cv_.NotifyOne();
-      return;
-    }
-    // Every worker is busy: grow the pool. Bounded by max_connections through the registry.
+  // Hands an admitted connection to the next loop (round robin).
+  void Submit(const Pending& p) {
+    LoopState* state = loops_[next_loop_++ % loops_.size()].get();
+    state->loop.Post([this, state, p] {
+      auto conn = std::make_shared<LoopConnection>(this, state, p.fd, p.slot, FormatAddress(p.addr), BufferLimit());
+      state->conns.emplace(conn.get(), conn);
+      conn->Start();
+    });
+  }
+
+  void StartWorkerLocked() REQUIRES(pool_mu_) {
     try {
       workers_.emplace_back([this] { WorkerLoop(); });
     } catch (const std::system_error& e) {
-      // Out of threads: shed this connection rather than let the acceptor die.
+      // Out of threads: the task stays queued for the workers there are.
       KLOG(error, "http worker thread creation failed", {{"error", e.what()}});
-      queue_.pop_back();
-      {
-        MutexLock registry_lock(mu_);
-        UnregisterLocked(p.slot, /*close_fd=*/false);
-        ++counters_.refused;
-      }
-      active_cv_.NotifyAll();
-      Reject(p.fd);
     }
   }
 
-  void WorkerLoop() EXCLUDES(pool_mu_, mu_) {
+  void WorkerLoop() EXCLUDES(pool_mu_) {
     // A handler that overflows this thread's stack still gets its crash reported (base/crash_handler.h).
     InstallAlternateSignalStack();
-    Connection conn(options_.max_header_bytes + 64 * 1024);
     for (;;) {
-      Pending p;
+      std::function<void()> task;
       {
         MutexLock lock(pool_mu_);
         ++idle_workers_;
-        while (queue_.empty() && !pool_shutdown_) {
+        while (work_.empty() && !pool_shutdown_) {
           pool_cv_.Wait(pool_mu_);
         }
         --idle_workers_;
-        if (queue_.empty()) {
+        if (work_.empty()) {
           return;
         }
-        p = queue_.front();
-        queue_.pop_front();
+        task = std::move(work_.front());
+        work_.pop_front();
       }
-      ServeAccepted(conn, p);
-      if (conn.buffer.capacity() > 256 * 1024) {
-        conn.buffer.shrink_to_fit();  // one huge header must not pin memory for good
-      }
-    }
-  }
-
-  // Serves a registered connection until it should close, then closes it.
-  void ServeAccepted(Connection& conn, const Pending& p) EXCLUDES(mu_) {
-    conn.fd = p.fd;
-    conn.slot = p.slot;
-    conn.fresh = true;
-    conn.remote_address = FormatAddress(p.addr);
-    conn.buffer.consume(conn.buffer.size());
-    conn.unread_input = false;
-    if (force_.load()) {
-      ::shutdown(conn.fd, SHUT_RDWR);
-    }
-    try {
-      Serve(conn);
-    } catch (const std::exception& e) {
-      KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
-      conn.unread_input = true;
-    } catch (...) {
-      conn.unread_input = true;
-    }
-    Close(conn);
-  }
-
-  void Close(Connection& conn) EXCLUDES(mu_) {
-    if (conn.unread_input && !force_.load()) {
-      // Lingering close (see kLingerMillis).
-      ::shutdown(conn.fd, SHUT_WR);
-      char scratch[16 * 1024];
-      size_t total = 0;
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMillis);
-      while (total < kLingerBytes) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-        if (left <= 0) {
-          break;
-        }
-        Result<size_t> r = internal::RecvSome(conn.fd, scratch, sizeof(scratch), static_cast<int>(left), wake_fd_);
-        if (!r.ok() || *r == 0) {
-          break;
-        }
-        total += *r;
-      }
-    }
-    {
-      MutexLock lock(mu_);
-      UnregisterLocked(conn.slot, /*close_fd=*/true);
-    }
-    active_cv_.NotifyAll();
-    conn.fd = -1;
-    conn.slot = nullptr;
-  }
-
-  // Serves requests on one connection until it should close.
-  void Serve(Connection& conn) {
-    while (ServeOneRequest(conn, context_)) {
+      task();
     }
   }
 
   const HttpServerOptions options_;
   const Handler handler_;
+  AsyncService* const async_;
   const int listen_fd_;
   const int wake_fd_;  // eventfd, readable once Stop() begins
   const uint16_t port_;
   Limits limits_;
   std::atomic<bool> stopping_{false};
-  const ServerContext context_{options_, limits_, handler_, stopping_};  // for ServeOneRequest
+  const internal::ServerContext context_{options_, limits_, handler_, stopping_};  // for the exchanges
+  std::vector<std::unique_ptr<LoopState>> loops_;
+  size_t next_loop_ = 0;  // acceptor thread only
 
   // Serializes Start/Stop. Taken before mu_ and pool_mu_ (Stop holds it throughout).
   Mutex stop_mu_;
@@ -574,8 +788,7 @@ class HttpServerImpl final : public HttpServer {
   std::thread acceptor_ GUARDED_BY(stop_mu_);
 
   // The connection registry. Every accepted connection has a slot from accept until its fd is
-  // closed (queued or served); per_address_ counts them by AddressKey (no zero entries).
-  // Taken after pool_mu_ when both are held (Submit).
+  // closed; per_address_ counts them by AddressKey (no zero entries).
   mutable Mutex mu_;
   CondVar active_cv_;  // a slot went away, or stopping_ was set
   // By ConnSlot::id. The map is guarded; a slot's id, fd and address are set before it is
@@ -590,13 +803,360 @@ class HttpServerImpl final : public HttpServer {
   int64_t last_shed_log_ms_ = -kShedLogIntervalMs;
   int64_t last_accept_log_ms_ = -kShedLogIntervalMs;
 
+  // The worker pool (blocking exchanges).
   Mutex pool_mu_;
   CondVar pool_cv_;
-  std::deque<Pending> queue_ GUARDED_BY(pool_mu_);
+  std::deque<std::function<void()>> work_ GUARDED_BY(pool_mu_);
   size_t idle_workers_ GUARDED_BY(pool_mu_) = 0;
   bool pool_shutdown_ GUARDED_BY(pool_mu_) = false;
   std::vector<std::thread> workers_ GUARDED_BY(pool_mu_);
 };
+
+// ---- LoopConnection ----
+
+void LoopConnection::Start() {
+  if (server_->forced() || server_->stopping()) {
+    Close();
+    return;
+  }
+  state_ = State::kWaiting;
+  SetDeadlineIn(server_->limits().first_byte_timeout_ms);
+  ReadHeader();
+}
+
+void LoopConnection::WaitReadable() {
+  socket_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](const error_code& ec) {
+    if (ec || self->state_ == State::kClosed) return;
+    if (self->state_ == State::kAsyncBody) {
+      self->ReadAsyncBody();
+    } else {
+      self->ReadHeader();
+    }
+  });
+}
+
+void LoopConnection::WaitWritable() {
+  socket_.async_wait(asio::posix::descriptor_base::wait_write, [self = shared_from_this()](const error_code& ec) {
+    if (ec || self->state_ == State::kClosed) return;
+    self->WriteResponse();
+  });
+}
+
+// Reads and parses until the request header is complete (then OnHeaderDone), the socket has no
+// more bytes for now (then waits), or the connection is to close.
+void LoopConnection::ReadHeader() {
+  const Limits& limits = server_->limits();
+  const size_t limit = std::min<size_t>(server_->options().max_header_bytes, std::numeric_limits<uint32_t>::max());
+  for (;;) {
+    if (conn_.buffer.size() > 0) {
+      if (!parser_) {
+        parser_.emplace();
+        parser_->body_limit(server_->options().max_body_bytes);
+        header_consumed_ = 0;
+      }
+      // The whole header is bounded, not each parse pass (see ReadHeaderWithin, http_exchange.cc).
+      parser_->header_limit(static_cast<uint32_t>(limit - std::min(limit, header_consumed_)));
+      error_code ec;
+      const size_t used = parser_->put(conn_.buffer.data(), ec);
+      conn_.buffer.consume(used);
+      header_consumed_ += used;
+      if (!ec && header_consumed_ > limit) {
+        ec = http::error::header_limit;
+      }
+      if (ec && ec != http::error::need_more) {
+        HeaderError(ec);
+        return;
+      }
+      if (!ec && parser_->is_header_done()) {
+        OnHeaderDone();
+        return;
+      }
+      if (!ec && used > 0) {
+        continue;  // a pass ended inside the header with bytes left: parse on
+      }
+    }
+    thread_local char scratch[kReadChunk];
+    const ssize_t n = ::recv(conn_.fd, scratch, sizeof(scratch), 0);
+    if (n > 0) {
+      if (state_ == State::kWaiting) {
+        if (!conn_.slot->TryClaim()) {
+          // Closed for room by the acceptor just as the bytes came: drop them, as if they had
+          // come a moment later.
+          Close();
+          return;
+        }
+        state_ = State::kHeader;
+        start_ns_ = SteadyNanos();
+        header_deadline_ms_ = limits.header_timeout_ms > 0 ? SteadyMillis() + limits.header_timeout_ms : 0;
+      }
+      // Progress: the I/O timeout restarts, but never past the header's own deadline.
+      SetDeadlineIn(limits.io_timeout_ms);
+      if (header_deadline_ms_ != 0 && (deadline_ms_ == 0 || deadline_ms_ > header_deadline_ms_)) {
+        deadline_ms_ = header_deadline_ms_;
+      }
+      try {
+        auto room = conn_.buffer.prepare(static_cast<size_t>(n));
+        std::memcpy(room.data(), scratch, static_cast<size_t>(n));
+        conn_.buffer.commit(static_cast<size_t>(n));
+      } catch (const std::length_error&) {
+        HeaderError(http::error::buffer_overflow);
+        return;
+      }
+      continue;
+    }
+    if (n == 0) {
+      Close();  // the peer closed (between requests, or mid-header: nothing to answer)
+      return;
+    }
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (state_ == State::kWaiting && conn_.buffer.size() == 0) {
+        conn_.buffer.shrink_to_fit();  // an idle connection holds no buffer
+      }
+      WaitReadable();
+      return;
+    }
+    Close();  // reset
+    return;
+  }
+}
+
+void LoopConnection::HeaderError(const error_code& ec) {
+  if (state_ == State::kWaiting) {
+    Close();
+    return;
+  }
+  ToWorker(internal::HeaderErrorStatus(ec));
+}
+
+bool LoopConnection::AsyncEligible() const {
+  const auto& msg = parser_->get();
+  if (msg.version() != 11 && msg.version() != 10) return false;
+  if (parser_->chunked() || msg.find(http::field::transfer_encoding) != msg.end()) return false;
+  if (msg.find(http::field::expect) != msg.end()) return false;
+  boost::optional<uint64_t> length = parser_->content_length();
+  return !length || *length <= server_->async()->max_body_bytes();
+}
+
+void LoopConnection::OnHeaderDone() {
+  conn_.fresh = false;
+  conn_.idle_phase = false;
+  conn_.header_deadline.reset();
+  deadline_ms_ = 0;
+  if (server_->async() != nullptr && AsyncEligible()) {
+    internal::FillRequest(conn_, parser_->get());
+    if (server_->async()->Claims(conn_.request)) {
+      StartAsync();
+      return;
+    }
+  }
+  ToWorker(0);
+}
+
+// The blocking exchange (or, with `error_status`, the error answer to a refused header) on a
+// worker thread; the connection comes back to the loop afterwards.
+void LoopConnection::ToWorker(int error_status) {
+  state_ = State::kWorker;
+  deadline_ms_ = 0;
+  server_->SubmitWork([self = shared_from_this(), error_status] {
+    bool keep = false;
+    Connection& conn = self->conn_;
+    if (error_status != 0) {
+      internal::WriteErrorResponse(conn.fd, error_status, self->server_->limits().io_timeout_ms);
+      conn.unread_input = true;
+    } else {
+      try {
+        keep = ServeParsedRequest(conn, self->server_->context(), *self->parser_);
+      } catch (const std::exception& e) {
+        KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
+        conn.unread_input = true;
+      } catch (...) {
+        conn.unread_input = true;
+      }
+    }
+    if (!keep) {
+      self->server_->Linger(conn);
+    }
+    if (conn.buffer.capacity() > 256 * 1024) {
+      conn.buffer.shrink_to_fit();  // one huge header must not pin memory for good
+    }
+    LoopConnection* raw = self.get();
+    raw->loop_->loop.Post([self = std::move(self), keep] { self->AfterWorker(keep); });
+  });
+}
+
+void LoopConnection::AfterWorker(bool keep) {
+  if (!keep || server_->stopping() || server_->forced()) {
+    Close();
+    return;
+  }
+  NextRequest();
+}
+
+// After a complete exchange on a connection that stays open.
+void LoopConnection::NextRequest() {
+  parser_.reset();
+  header_consumed_ = 0;
+  conn_.unread_input = false;
+  if (conn_.buffer.size() > 0) {
+    // Bytes of the next request came with this one (pipelining): busy at once, and the header
+    // clock runs from now.
+    state_ = State::kHeader;
+    start_ns_ = SteadyNanos();
+    const Limits& limits = server_->limits();
+    header_deadline_ms_ = limits.header_timeout_ms > 0 ? SteadyMillis() + limits.header_timeout_ms : 0;
+    deadline_ms_ = header_deadline_ms_;
+  } else {
+    state_ = State::kWaiting;
+    conn_.slot->MarkIdle();
+    SetDeadlineIn(server_->limits().idle_timeout_ms);
+  }
+  ReadHeader();
+}
+
+void LoopConnection::StartAsync() {
+  boost::optional<uint64_t> length = parser_->content_length();
+  async_body_expected_ = length ? static_cast<size_t>(*length) : 0;
+  async_body_.clear();
+  async_body_.reserve(async_body_expected_);
+  const size_t buffered = std::min(async_body_expected_, conn_.buffer.size());
+  if (buffered > 0) {
+    async_body_.append(static_cast<const char*>(conn_.buffer.data().data()), buffered);
+    conn_.buffer.consume(buffered);
+  }
+  if (async_body_.size() < async_body_expected_) {
+    state_ = State::kAsyncBody;
+    SetDeadlineIn(server_->limits().io_timeout_ms);
+    ReadAsyncBody();
+    return;
+  }
+  ServeAsync();
+}
+
+void LoopConnection::ReadAsyncBody() {
+  while (async_body_.size() < async_body_expected_) {
+    const size_t have = async_body_.size();
+    async_body_.resize(async_body_expected_);
+    const ssize_t n = ::recv(conn_.fd, async_body_.data() + have, async_body_expected_ - have, 0);
+    async_body_.resize(have + (n > 0 ? static_cast<size_t>(n) : 0));
+    if (n > 0) {
+      SetDeadlineIn(server_->limits().io_timeout_ms);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      WaitReadable();
+      return;
+    }
+    Close();  // the client went away mid-body: nobody to answer
+    return;
+  }
+  ServeAsync();
+}
+
+void LoopConnection::ServeAsync() {
+  state_ = State::kAsyncServing;
+  deadline_ms_ = 0;
+  responded_ = false;
+  close_after_ = false;
+  serving_self_ = shared_from_this();
+  conn_.request.body = nullptr;
+  try {
+    server_->async()->Serve(*this);
+  } catch (const std::exception& e) {
+    KLOG(error, "http async handler threw", {{"target", conn_.request.target}, {"error", e.what()}});
+    if (!responded_) Respond(500, {{"Content-Type", "text/plain"}}, "handler failed\n");
+  } catch (...) {
+    if (!responded_) Respond(500, {{"Content-Type", "text/plain"}}, "handler failed\n");
+  }
+}
+
+void LoopConnection::Respond(int status, const HeaderMap& headers, std::string body) {
+  if (responded_) {
+    return;
+  }
+  responded_ = true;
+  // Released at the end of this call, after which the loop's map (or nothing) owns us.
+  std::shared_ptr<LoopConnection> self = std::move(serving_self_);
+  if (state_ != State::kAsyncServing) {
+    return;  // closed meanwhile (Stop's grace ran out): nobody to answer
+  }
+  const auto& msg = parser_->get();
+  const bool http10 = msg.version() == 10;
+  const bool head = conn_.request.method == "HEAD";
+  const bool body_allowed = status != 204 && status != 304 && !head;
+  keep_after_write_ = parser_->keep_alive() && !close_after_ && !server_->stopping();
+  out_head_.clear();
+  internal::AppendResponseHead(out_head_, status, headers, std::optional<uint64_t>(body.size()), !keep_after_write_,
+                               http10);
+  out_body_ = body_allowed ? std::move(body) : std::string();
+  out_written_ = 0;
+  state_ = State::kAsyncWriting;
+  SetDeadlineIn(server_->limits().io_timeout_ms);
+  WriteResponse();
+}
+
+void LoopConnection::WriteResponse() {
+  const size_t total = out_head_.size() + out_body_.size();
+  while (out_written_ < total) {
+    iovec iov[2];
+    int count = 0;
+    if (out_written_ < out_head_.size()) {
+      iov[count++] = {out_head_.data() + out_written_, out_head_.size() - out_written_};
+      if (!out_body_.empty()) iov[count++] = {out_body_.data(), out_body_.size()};
+    } else {
+      const size_t offset = out_written_ - out_head_.size();
+      iov[count++] = {out_body_.data() + offset, out_body_.size() - offset};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = ::sendmsg(conn_.fd, &msg, MSG_NOSIGNAL);
+    if (n > 0) {
+      out_written_ += static_cast<size_t>(n);
+      SetDeadlineIn(server_->limits().io_timeout_ms);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      WaitWritable();
+      return;
+    }
+    Close();  // the client went away
+    return;
+  }
+  if (out_body_.capacity() > 64 * 1024) {
+    std::string().swap(out_body_);
+  }
+  if (async_body_.capacity() > 64 * 1024) {
+    std::string().swap(async_body_);
+  }
+  if (!keep_after_write_ || server_->stopping()) {
+    Close();
+    return;
+  }
+  NextRequest();
+}
+
+void LoopConnection::Close() {
+  if (state_ == State::kClosed) {
+    return;
+  }
+  state_ = State::kClosed;
+  deadline_ms_ = 0;
+  // Keep ourselves alive to the end of this call: the map entry may be the last owner.
+  std::shared_ptr<LoopConnection> self = shared_from_this();
+  loop_->conns.erase(this);
+  server_->CloseConnection(conn_.slot, socket_);
+  conn_.slot = nullptr;
+  conn_.fd = -1;
+}
 
 Status ErrnoToStatus(std::string_view what, int err) {
   std::string msg = std::string(what) + ": " + std::strerror(err);
@@ -612,7 +1172,7 @@ Status ErrnoToStatus(std::string_view what, int err) {
 }  // namespace
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options, Handler handler,
-                                                       AsyncService* /*async*/) {
+                                                       AsyncService* async) {
   if (!handler) {
     return Status::InvalidArgument("HttpServer needs a handler");
   }
@@ -667,7 +1227,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options
     return s;
   }
   return std::unique_ptr<HttpServer>(
-      std::make_unique<HttpServerImpl>(std::move(options), std::move(handler), fd, wake, actual_port));
+      std::make_unique<HttpServerImpl>(std::move(options), std::move(handler), async, fd, wake, actual_port));
 }
 
 void ServeConnectionForTest(HttpServer& server, int fd) { static_cast<HttpServerImpl&>(server).ServeForTest(fd); }

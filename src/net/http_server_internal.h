@@ -102,9 +102,8 @@ struct Connection {
   HttpRequest request;
   std::string head;  // response header scratch
 
-  explicit Connection(size_t buffer_limit) : buffer(buffer_limit) {
-    buffer.reserve(std::min<size_t>(buffer_limit, 16 * 1024));  // typical headers in one read
-  }
+  // The buffer allocates on first use (an idle connection on an event loop holds none).
+  explicit Connection(size_t buffer_limit) : buffer(buffer_limit) {}
 };
 
 // The server's timeouts in milliseconds (-1: none, from HttpServerOptions) and its stop eventfd.
@@ -329,5 +328,24 @@ void WriteErrorResponse(int fd, int status, int timeout_ms);
 // the response and drains what the handler left unread. Returns true to keep the connection for
 // another request; on false the caller closes it (lingering when conn.unread_input is set).
 bool ServeOneRequest(Connection& conn, const ServerContext& server);
+
+// ServeOneRequest's second half, for a header already read into `parser` (on an event loop):
+// checks it (505, 400), fills conn.request, runs the handler, completes the response and drains
+// the unread body. Blocking; runs on a worker thread. Same return as ServeOneRequest.
+bool ServeParsedRequest(Connection& conn, const ServerContext& server, RequestParser& parser);
+
+// Fills conn.request from a parsed header (body left null).
+void FillRequest(Connection& conn, const RequestParser::value_type& msg);
+
+// The status answered for a header the parser refused: 431 (too large), 413 (declared body over
+// the limit), else 400.
+int HeaderErrorStatus(const error_code& ec);
+
+// Appends a complete response head ("HTTP/1.1 <status> <reason>" ... blank line) to `out`: the
+// handler's headers (minus framing ones and any with CR/LF), Date and Server unless given,
+// Content-Length (not for 204), `Connection: close` when `close`, else `Connection: keep-alive`
+// for HTTP/1.0.
+void AppendResponseHead(std::string& out, int status, const HeaderMap& headers, std::optional<uint64_t> content_length,
+                        bool close, bool http10);
 
 }  // namespace kiln::net::internal

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,9 +19,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/fs.h"
 #include "base/mutex.h"
 #include "base/sanitizers.h"
 #include "base/strings.h"
+#include "net/event_loop.h"
 #include "net/http_server_testing.h"
 
 namespace kiln::net {
@@ -236,9 +239,9 @@ BodyResult ReadBody(ByteSource& body, size_t chunk) {
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void StartServer(Handler handler, HttpServerOptions options = {}) {
+  void StartServer(Handler handler, HttpServerOptions options = {}, AsyncService* async = nullptr) {
     options.listen = "127.0.0.1:0";
-    auto server = HttpServer::Create(options, std::move(handler));
+    auto server = HttpServer::Create(options, std::move(handler), async);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     ASSERT_TRUE(server_->Start().ok());
@@ -1115,7 +1118,9 @@ TEST_F(HttpServerTest, OutOfDescriptorsAcceptClosesAnIdleConnectionOrBacksOffWit
 }
 
 TEST_F(HttpServerTest, ServeConnectionForTestServesASocketPair) {
-  auto server = HttpServer::Create(HttpServerOptions{.listen = "127.0.0.1:0"}, Echo);
+  HttpServerOptions options;
+  options.listen = "127.0.0.1:0";
+  auto server = HttpServer::Create(options, Echo);
   ASSERT_TRUE(server.ok());
   int fds[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
@@ -1160,6 +1165,196 @@ TEST_F(HttpServerTest, LargeBodyRoundTrip) {
   sender.join();
   EXPECT_EQ(r.status, 200);
   EXPECT_TRUE(r.body == big);
+}
+
+// ---- The event loops and the AsyncService ----
+
+// Serves POST/GET /async/... on the loop: echoes the body, says whether it ran on the loop's
+// thread, and (for /async/later) answers from a later turn of the loop.
+class EchoAsyncService final : public AsyncService {
+ public:
+  bool Claims(const HttpRequest& head) const override { return kiln::StartsWith(head.raw_path, "/async/"); }
+  size_t max_body_bytes() const override { return 1 << 20; }
+  void Serve(AsyncExchange& exchange) override {
+    served.fetch_add(1);
+    HeaderMap headers = {{"X-On-Loop", exchange.loop().InLoopThread() ? "1" : "0"},
+                         {"X-Path", exchange.request().raw_path},
+                         {"X-Loop", std::to_string(exchange.loop().index())}};
+    std::string body(exchange.body());
+    if (exchange.request().raw_path == "/async/later") {
+      exchange.loop().Post([&exchange, headers, body]() mutable { exchange.Respond(200, headers, std::move(body)); });
+      return;
+    }
+    if (exchange.request().raw_path == "/async/close") exchange.CloseAfterResponse();
+    exchange.Respond(200, headers, std::move(body));
+  }
+  std::atomic<int> served{0};
+};
+
+std::string Post(std::string_view path, std::string_view body, std::string_view extra = "") {
+  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + std::string(extra) + "\r\n" + std::string(body);
+}
+
+int ProcessThreads() {
+  Result<std::string> read = ReadFile("/proc/self/status");
+  std::string status = read.ok() ? *read : std::string();
+  size_t at = status.find("Threads:");
+  return at == std::string::npos ? -1 : std::atoi(status.c_str() + at + 8);
+}
+
+TEST_F(HttpServerTest, AsyncServiceServesClaimedRequestsOnTheLoop) {
+  EchoAsyncService async;
+  StartServer(Echo, HttpServerOptions(), &async);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Post("/async/x", "hello")));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
+  EXPECT_EQ(*FindHeader(r.headers, "X-On-Loop"), "1");
+  // Keep-alive: the next request on the connection, answered from a later turn of the loop, then
+  // an unclaimed one that goes to the blocking handler, then a claimed one again.
+  ASSERT_TRUE(c.Send(Post("/async/later", "again")));
+  r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "again");
+  ASSERT_TRUE(c.Send(Post("/blocking", "worker")));
+  r = c.ReadResponse();
+  EXPECT_EQ(r.body, "worker");
+  EXPECT_EQ(FindHeader(r.headers, "X-On-Loop"), nullptr);
+  ASSERT_TRUE(c.Send(Post("/async/y", "")));
+  r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "");
+  EXPECT_EQ(async.served.load(), 3);
+}
+
+TEST_F(HttpServerTest, AsyncServicePipelinedAndSplitRequests) {
+  EchoAsyncService async;
+  StartServer(Echo, HttpServerOptions(), &async);
+  RawClient c(port());
+  // Three requests in one write, mixing claimed and unclaimed ones: answered in order.
+  ASSERT_TRUE(c.Send(Post("/async/a", "1") + Post("/b", "22") + Post("/async/later", "333")));
+  EXPECT_EQ(c.ReadResponse().body, "1");
+  EXPECT_EQ(c.ReadResponse().body, "22");
+  EXPECT_EQ(c.ReadResponse().body, "333");
+  // A request whose header and body come in pieces.
+  std::string req = Post("/async/split", std::string(100000, 'z'));
+  for (size_t at = 0; at < req.size(); at += 7000) {
+    ASSERT_TRUE(c.Send(std::string_view(req).substr(at, 7000)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, std::string(100000, 'z'));
+}
+
+TEST_F(HttpServerTest, AsyncServiceIsNotOfferedChunkedContinueOrOversizeBodies) {
+  EchoAsyncService async;
+  StartServer(Echo, HttpServerOptions(), &async);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /async/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.body, "abc");
+  EXPECT_EQ(FindHeader(r.headers, "X-On-Loop"), nullptr);
+  ASSERT_TRUE(c.Send(Post("/async/big", std::string((1 << 20) + 1, 'b'))));
+  r = c.ReadResponse();
+  EXPECT_EQ(r.body.size(), (1u << 20) + 1);
+  EXPECT_EQ(FindHeader(r.headers, "X-On-Loop"), nullptr);
+  EXPECT_EQ(async.served.load(), 0);
+}
+
+TEST_F(HttpServerTest, AsyncServiceCloseAfterResponseAndHttp10) {
+  EchoAsyncService async;
+  StartServer(Echo, HttpServerOptions(), &async);
+  {
+    RawClient c(port());
+    ASSERT_TRUE(c.Send(Post("/async/close", "x")));
+    auto r = c.ReadResponse();
+    EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+    EXPECT_TRUE(c.ClosedWithin(2000));
+  }
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /async/x HTTP/1.0\r\nContent-Length: 2\r\n\r\nok"));
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
+}
+
+TEST_F(HttpServerTest, StalledAsyncBodyTimesOut) {
+  EchoAsyncService async;
+  HttpServerOptions options;
+  options.io_timeout_seconds = 1;
+  StartServer(Echo, options, &async);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send("POST /async/x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"));
+  EXPECT_TRUE(c.ClosedWithin(4000));
+  EXPECT_EQ(async.served.load(), 0);
+}
+
+TEST_F(HttpServerTest, IdleConnectionsHoldNoThreadAndStayOpen) {
+  HttpServerOptions options;
+  options.event_loops = 2;
+  StartServer(Echo, options);
+  std::vector<std::unique_ptr<RawClient>> idle;
+  const int before = ProcessThreads();
+  for (int i = 0; i < 100; ++i) {
+    idle.push_back(std::make_unique<RawClient>(port()));
+    ASSERT_TRUE(idle.back()->Send(Get("/")));
+    ASSERT_EQ(idle.back()->ReadResponse().status, 200);
+  }
+  // The blocking handler ran on worker threads, one request at a time per client: a few workers
+  // at most, and none per connection.
+  EXPECT_LT(ProcessThreads() - before, 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (auto& c : idle) EXPECT_TRUE(c->StillOpen());
+  HttpServerStats stats = server_->stats();
+  EXPECT_EQ(stats.open_connections, 100u);
+  EXPECT_EQ(stats.idle_connections, 100u);
+  // Each can still be used.
+  ASSERT_TRUE(idle.front()->Send(Get("/again")));
+  EXPECT_EQ(idle.front()->ReadResponse().status, 200);
+}
+
+TEST_F(HttpServerTest, ConnectionsSpreadOverTheLoops) {
+  EchoAsyncService async;
+  HttpServerOptions options;
+  options.event_loops = 3;
+  StartServer(Echo, options, &async);
+  std::set<std::string> loops;
+  for (int i = 0; i < 6; ++i) {
+    RawClient c(port());
+    ASSERT_TRUE(c.Send(Post("/async/x", "")));
+    auto r = c.ReadResponse();
+    loops.insert(*FindHeader(r.headers, "X-Loop"));
+  }
+  EXPECT_EQ(loops.size(), 3u);
+}
+
+TEST_F(HttpServerTest, StopWaitsForADeferredAsyncAnswer) {
+  // An exchange answered 300 ms later (as an upstream call would be) finishes during Stop.
+  class Slow final : public AsyncService {
+   public:
+    bool Claims(const HttpRequest&) const override { return true; }
+    size_t max_body_bytes() const override { return 1024; }
+    void Serve(AsyncExchange& exchange) override {
+      entered.set_value();
+      std::thread([&exchange] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        exchange.loop().Post([&exchange] { exchange.Respond(200, {}, "late"); });
+      }).detach();
+    }
+    std::promise<void> entered;
+  } slow;
+  StartServer(Echo, HttpServerOptions(), &slow);
+  RawClient c(port());
+  ASSERT_TRUE(c.Send(Get("/")));
+  slow.entered.get_future().wait();
+  server_->Stop(5);
+  auto r = c.ReadResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "late");
+  EXPECT_EQ(*FindHeader(r.headers, "Connection"), "close");
 }
 
 TEST(HttpServerCreateTest, RejectsBadListenAndAddressInUse) {
