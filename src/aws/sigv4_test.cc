@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <time.h>
+
+#include <cstdio>
 #include <map>
 
 #include "base/encoding.h"
@@ -939,6 +942,73 @@ TEST(SigV4Test, DeriveSigningKeyMatchesAwsExample) {
   // "Examples of how to derive a signing key for Signature Version 4" (AWS General Reference).
   EXPECT_EQ(HexEncode(DeriveSigningKey("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20120215", "us-east-1", "iam")),
             "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d");
+}
+
+// Per-request cost of verifying a typical InvokeEndpoint request (boto3's headers, a small CSV
+// body), in process; not run by default:
+//   aws_test --gtest_also_run_disabled_tests --gtest_filter='*VerifyInvokeCost*'
+// Rows: the body's SHA-256 (the front door hashes it before verifying), VerifyRequest alone, and
+// its parts (the signing key from the cache, the canonical request, the string to sign's hash +
+// HMAC).
+TEST(SigV4BenchTest, DISABLED_VerifyInvokeCost) {
+  FakeCredentials credentials;
+  credentials.Add("AKIATESTKEY000000001", "testsecrettestsecrettestsecret0123456789");
+  const std::string body = "69,0,153.7,109,3";
+  OwnedSignable signable{"POST",
+                         "/endpoints/churn-ep/invocations",
+                         "",
+                         {{"Host", "runtime.sagemaker.us-east-1.amazonaws.com"},
+                          {"Content-Type", "text/csv"},
+                          {"Accept", "application/json"},
+                          {"amz-sdk-invocation-id", "8f2b1e4c-3a9d-4c57-9d1e-2b7f0c6a1d33"},
+                          {"amz-sdk-request", "attempt=1; max=3"},
+                          {"Content-Length", "16"}}};
+  SignOptions sign;
+  sign.access_key_id = "AKIATESTKEY000000001";
+  sign.secret_access_key = "testsecrettestsecrettestsecret0123456789";
+  sign.service = "sagemaker";
+  sign.payload_hash = Sha256Hex(body);
+  const int64_t now = NowMillis();
+  sign.time_millis = now;
+  SignRequest(signable, sign);
+  signable.headers.emplace("User-Agent", "Boto3/1.34.0 md/Botocore#1.34.0 ua/2.0 os/linux lang/python#3.11.2");
+  signable.headers.emplace("Accept-Encoding", "identity");
+  VerifyOptions verify;
+  verify.expected_service = "sagemaker";
+  verify.regions = {"us-east-1"};
+  constexpr int kWarm = 2000, kRuns = 50000;
+  // The thread's CPU time, not wall time: the machine is shared, and waiting is not cost.
+  auto cpu_micros = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+  };
+  auto micros = [&](auto fn) {
+    for (int i = 0; i < kWarm; ++i) fn();
+    double start = cpu_micros();
+    for (int i = 0; i < kRuns; ++i) fn();
+    return (cpu_micros() - start) / kRuns;
+  };
+  double hash = micros([&] { ASSERT_EQ(Sha256Hex(body).size(), 64u); });
+  double full = micros([&] {
+    auto outcome = VerifyRequest(signable, credentials, verify, now, Sha256Hex(body));
+    ASSERT_TRUE(std::holds_alternative<VerifiedRequest>(outcome));
+  });
+  std::vector<std::string> signed_headers = {
+      "accept", "amz-sdk-invocation-id", "amz-sdk-request", "content-length", "content-type", "host", "x-amz-date"};
+  std::string payload_hash = Sha256Hex(body);
+  double canonical =
+      micros([&] { ASSERT_FALSE(CanonicalRequest(signable, signed_headers, payload_hash, false).empty()); });
+  std::string canonical_text = CanonicalRequest(signable, signed_headers, payload_hash, false);
+  std::string key = DeriveSigningKey(sign.secret_access_key, FormatAmzDateShort(now), "us-east-1", "sagemaker");
+  double derive = micros([&] {
+    ASSERT_EQ(DeriveSigningKey(sign.secret_access_key, FormatAmzDateShort(now), "us-east-1", "sagemaker").size(), 32u);
+  });
+  double one_shot_hmac = micros([&] { ASSERT_EQ(HmacSha256(key, canonical_text).size(), 32u); });
+  std::printf(
+      "sigv4 verify (us/request): body sha256 %.2f | VerifyRequest (body hash included) %.2f | for scale: canonical "
+      "request %.2f, one HMAC through base's one-shot HmacSha256 %.2f, an uncached key derivation %.2f\n",
+      hash, full, canonical, one_shot_hmac, derive);
 }
 
 }  // namespace
