@@ -21,10 +21,8 @@ the first-byte timeout are test_hardening_connections.py's.
 """
 
 import http.client
-import json
 import os
 import resource
-import selectors
 import shutil
 import signal
 import socket
