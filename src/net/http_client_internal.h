@@ -1,7 +1,8 @@
 #pragma once
 // Private to src/net: the pieces of HttpClient that its two files share. http_client.cc (the
 // per-target pool, connect, the request head, send and the retry rule) hands each exchange's
-// reading to ReadResponse (http_response_reader.cc). Nothing here is for other modules.
+// reading to ReadResponse (http_response_reader.cc, over Beast's response parser). Nothing here
+// is for other modules.
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <limits>
 #include <memory>
 #include <string>
+
+#include <boost/beast/core/flat_buffer.hpp>
 
 #include "base/status.h"
 #include "net/http_client.h"
@@ -48,13 +51,11 @@ inline Status CancelledError(const std::string& peer, const CancelSignal& cancel
   return Status::Aborted("the call to " + peer + " was cancelled: " + cancel.reason());
 }
 
-// Per-thread scratch, reused by every call on the thread so the hot path allocates nothing.
+// Per-thread scratch, reused by every call on the thread so the hot path allocates nothing for
+// these (both keep their capacity from call to call).
 struct ThreadScratch {
-  std::string head;             // the request head being sent
-  std::unique_ptr<char[]> buf;  // response bytes read but not yet consumed: [pos, end)
-  size_t cap = 0;
-  size_t pos = 0;
-  size_t end = 0;
+  std::string head;                  // the request head being sent
+  boost::beast::flat_buffer buffer;  // response bytes read but not yet parsed (cleared per call)
 };
 
 // This thread's scratch (http_client.cc).
@@ -69,12 +70,12 @@ struct Exchange {
   bool retryable = false;
 };
 
-// Reads and parses one response from the connected socket `fd` into `out`, as the answer to a
-// request just sent (`head_request`: a HEAD, so no body), through `scratch`'s buffer (bytes read
-// past the response are left there and make the connection unfit for reuse). `peer` names the
-// server in errors; every wait ends by `deadline` (`response_ms` is the budget errors quote) or
-// when `cancel` (may be null) is set. Errors are in the returned Exchange: Aborted (peer gone,
-// cancelled), DeadlineExceeded, DataLoss (malformed), ResourceExhausted (over the options' limits).
+// Reads and parses one response (Beast's response parser) from the connected socket `fd` into
+// `out`, as the answer to a request just sent (`head_request`: a HEAD, so no body), through
+// `scratch`'s buffer (bytes read past the response are left there and make the connection unfit
+// for reuse). `peer` names the server in errors; every wait ends by `deadline` (`response_ms` is
+// the budget errors quote) or when `cancel` (may be null) is set. Errors are in the returned Exchange: Aborted (peer
+// gone, cancelled), DeadlineExceeded, DataLoss (malformed), ResourceExhausted (over the options' limits).
 Exchange ReadResponse(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline,
                       int response_ms, bool head_request, const CancelSignal* cancel, ThreadScratch& scratch,
                       ClientResponse* out);

@@ -316,7 +316,7 @@ TEST(HttpClientTest, ChunkedWithExtensionsAndTrailersByteByByte) {
       Canned("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A:  spaced value \r\n\r\n"
              "5;name=value\r\nhello\r\n"
              "1\r\n \r\n"
-             "A \r\n0123456789\r\n"
+             "A ; x\r\n0123456789\r\n"
              "0\r\nX-Trailer: t\r\n\r\n",
              /*byte_by_byte=*/true));
   HttpClient client;
@@ -892,6 +892,105 @@ TEST(HttpClientTest, BareCrOrNulInAHeaderIsDataLoss) {
     EXPECT_EQ(parsed.status.code(), StatusCode::kDataLoss) << parsed.status.ToString();
     EXPECT_THAT(parsed.status.message(), HasSubstr("bare CR or NUL"));
   }
+}
+
+// What ReadResponseForTest makes of `wire` sent whole, then the peer's close.
+ParsedResponseForTest ParseWire(const std::string& wire, const HttpClientOptions& options = {}) {
+  int fds[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  EXPECT_EQ(::send(fds[0], wire.data(), wire.size(), 0), static_cast<ssize_t>(wire.size()));
+  ::close(fds[0]);
+  ParsedResponseForTest parsed = ReadResponseForTest(fds[1], /*head_request=*/false, options, 1000);
+  ::close(fds[1]);
+  return parsed;
+}
+
+TEST(HttpClientTest, TransferEncodingWithContentLengthIsDataLoss) {
+  // A smuggling-shaped response, in either order and whatever the coding.
+  for (std::string wire : {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
+                           "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"}) {
+    ParsedResponseForTest parsed = ParseWire(wire);
+    EXPECT_EQ(parsed.status.code(), StatusCode::kDataLoss) << wire << " -> " << parsed.status.ToString();
+    EXPECT_FALSE(parsed.keep_alive);
+  }
+}
+
+TEST(HttpClientTest, MalformedHeaderNamesTheLineAtFault) {
+  ParsedResponseForTest parsed = ParseWire("HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 1, 2\r\n\r\na");
+  EXPECT_EQ(parsed.status.code(), StatusCode::kDataLoss) << parsed.status.ToString();
+  EXPECT_THAT(parsed.status.message(), HasSubstr("test:0 sent a malformed HTTP response"));
+  EXPECT_THAT(parsed.status.message(), HasSubstr("\"Content-Length: 1, 2\""));
+}
+
+TEST(HttpClientTest, TrailerOverTheHeaderBudgetIsResourceExhausted) {
+  HttpClientOptions options;
+  options.max_response_header_bytes = 256;
+  ParsedResponseForTest parsed = ParseWire(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: " + std::string(400, 't') + "\r\n\r\n",
+      options);
+  EXPECT_EQ(parsed.status.code(), StatusCode::kResourceExhausted) << parsed.status.ToString();
+  // Within it, trailer fields are read and dropped (not merged into the header fields).
+  parsed = ParseWire("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: 1\r\n\r\n", options);
+  ASSERT_TRUE(parsed.status.ok()) << parsed.status.ToString();
+  EXPECT_EQ(parsed.response.body, "a");
+  EXPECT_EQ(FindHeader(parsed.response.headers, "X-T"), nullptr);
+  EXPECT_TRUE(parsed.keep_alive);
+}
+
+TEST(HttpClientTest, LenientHeadForms) {
+  // No SP before an empty reason phrase; bare LF line ends; obs-fold (RFC 9112 §5.2: a user agent
+  // replaces it with SP).
+  ParsedResponseForTest parsed = ParseWire("HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_TRUE(parsed.status.ok()) << parsed.status.ToString();
+  EXPECT_EQ(parsed.response.status, 200);
+  parsed = ParseWire("HTTP/1.0 404\nConnection: keep-alive\nX-A: a\n  b\nContent-Length: 2\n\nno");
+  ASSERT_TRUE(parsed.status.ok()) << parsed.status.ToString();
+  EXPECT_EQ(parsed.response.status, 404);
+  EXPECT_EQ(parsed.response.body, "no");
+  ASSERT_NE(FindHeader(parsed.response.headers, "X-A"), nullptr);
+  EXPECT_EQ(*FindHeader(parsed.response.headers, "X-A"), "a b");
+  EXPECT_TRUE(parsed.keep_alive);
+}
+
+TEST(HttpClientTest, PeerNotSpeakingHttpFailsWithoutWaiting) {
+  // An SSH server sends its banner and waits for ours: DataLoss, not the deadline.
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    SendRaw(fd, "SSH-2.0-OpenSSH_9.2\r\n");
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  HttpClient client;
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget(30000));
+  done = true;
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("SSH-2.0-OpenSSH_9.2"));
+}
+
+TEST(HttpClientTest, TwoSegmentResponsesFromANagleServer) {
+  // A naive container (Python's http.server): the head and the body in two sends, Nagle's
+  // algorithm on (no TCP_NODELAY on this side). The body waits for the ACK of the head; the client
+  // re-arms TCP_QUICKACK before each wait so that ACK is not delayed. Correctness only here:
+  // bench/nagle_bench.py measures the latency.
+  RawServer server([](int fd, int) {
+    for (int i = 0; !ReadRequest(fd).empty(); ++i) {
+      std::string body = "response " + std::to_string(i) + std::string(100, 'b');
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
+                      "\r\n\r\n");
+      SendRaw(fd, body);
+    }
+  });
+  HttpClient client;
+  for (int i = 0; i < 20; ++i) {
+    auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "response " + std::to_string(i) + std::string(100, 'b'));
+  }
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(client.idle_connections(), 1u);
 }
 
 TEST(HttpClientTest, Ipv6Literal) {

@@ -1,143 +1,86 @@
-// HttpClient's response parser (ReadResponse, http_client_internal.h). Hand-written: status
-// line, headers, Content-Length / chunked / close-delimited bodies, 1xx interim responses
-// skipped. It reads through a per-thread buffer and reads known-length body bytes (Content-Length
-// bodies and chunk payloads) straight into the response string, so large bodies are copied once.
+// HttpClient's response reading (ReadResponse, http_client_internal.h): Beast's HTTP/1.1 response
+// parser (http::response_parser, the parser the server's request side uses) over
+// ClientReadStream, a synchronous read stream whose every wait counts against the call's one
+// deadline and watches its CancelSignal. What stays the client's own: finding where a head ends
+// (so the bound covers the whole head: Beast 1.74's header_limit counts per parse pass; and so a
+// head with bare-LF line ends can be handed over with CRLF), 1xx interim responses skipped (101
+// is an error), header fields taken before the body (trailers dropped), the keep-alive decision,
+// TCP_QUICKACK before each wait for the rest of a response, and the mapping of Beast's errors to
+// the Status codes HttpClient::Send documents, with messages that name the peer.
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <charconv>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
 
-#include "base/strings.h"
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/system/system_error.hpp>
+
 #include "net/http_client_internal.h"
 #include "net/http_client_testing.h"
 
 namespace kiln::net::internal {
 namespace {
 
-// A chunk-size line or a trailer line longer than this is malformed.
-constexpr size_t kMaxChunkLine = 4096;
-// Close-delimited bodies are read in steps of this size.
-constexpr size_t kCloseDelimitedStep = 64 * 1024;
-// Initial per-thread read buffer.
-constexpr size_t kInitialReadBuffer = 16 * 1024;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+using Parser = http::response_parser<http::string_body>;
 
-// RFC 9110 token characters (header names).
-bool IsTokenChar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-    return true;
-  }
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-// True when the comma-separated header value `value` holds `token` (case-insensitive).
-bool HasToken(std::string_view value, std::string_view token) {
-  while (!value.empty()) {
-    size_t comma = value.find(',');
-    if (EqualsIgnoreCase(Trim(value.substr(0, comma)), token)) {
-      return true;
-    }
-    if (comma == std::string_view::npos) {
-      break;
-    }
-    value.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
-// Reads and parses one response from `fd` into `out`.
-class ResponseReader {
+// Beast's SyncReadStream over the client's connected non-blocking socket: recv, and when nothing
+// is there, poll until the call's deadline or its CancelSignal. EOF is asio's eof; a reset is
+// connection_reset (the peer is gone either way; ResponseReader words the error). A timeout,
+// a cancel or a failed poll/recv end the read with operation_aborted and leave the Status to
+// return in failure().
+class ClientReadStream {
  public:
-  ResponseReader(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline, int response_ms,
-                 bool head_request, const CancelSignal* cancel, ThreadScratch& s)
-      : fd_(fd),
-        peer_(peer),
-        options_(options),
-        deadline_(deadline),
-        response_ms_(response_ms),
-        head_request_(head_request),
-        cancel_(cancel),
-        s_(s) {
-    s_.pos = s_.end = 0;
-    if (s_.cap == 0) {
-      s_.cap = kInitialReadBuffer;
-      s_.buf = std::make_unique<char[]>(s_.cap);
+  ClientReadStream(int fd, const std::string& peer, TimePoint deadline, int response_ms, const CancelSignal* cancel)
+      : fd_(fd), peer_(peer), deadline_(deadline), response_ms_(response_ms), cancel_(cancel) {}
+
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
+    ec = {};
+    auto it = boost::asio::buffer_sequence_begin(buffers);
+    auto end = boost::asio::buffer_sequence_end(buffers);
+    for (; it != end; ++it) {
+      boost::asio::mutable_buffer b = *it;
+      if (b.size() != 0) {
+        return Recv(static_cast<char*>(b.data()), b.size(), ec);
+      }
     }
+    return 0;
   }
 
-  // Fills `out`; sets *keep_alive when the connection may be reused.
-  Exchange Read(ClientResponse* out) {
-    Exchange ex;
-    for (;;) {
-      bool http10 = false;
-      Status st = ReadHead(out, &http10);
-      if (!st.ok()) {
-        ex.status = std::move(st);
-        ex.retryable = eof_before_any_byte_;
-        return ex;
-      }
-      if (out->status >= 100 && out->status < 200) {
-        if (out->status == 101) {
-          ex.status = Status::DataLoss(peer_ + " switched protocols (101) unasked");
-          return ex;
-        }
-        continue;  // an interim response (100 Continue, 103 Early Hints): the real one follows
-      }
-      bool keep = true;
-      const std::string* connection = FindHeader(out->headers, "Connection");
-      if (http10) {
-        keep = connection != nullptr && HasToken(*connection, "keep-alive");
-      } else if (connection != nullptr && HasToken(*connection, "close")) {
-        keep = false;
-      }
-      st = ReadBody(out, &keep);
-      if (!st.ok()) {
-        ex.status = std::move(st);
-        return ex;
-      }
-      // Bytes beyond the response (we never pipeline) mean a confused peer: do not reuse.
-      ex.keep_alive = keep && s_.pos == s_.end;
-      return ex;
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers) {
+    error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) {
+      throw boost::system::system_error(ec);
     }
+    return n;
   }
+
+  bool got_any_byte() const { return got_any_byte_; }
+  bool reset() const { return reset_; }
+  // Set when a read ended with operation_aborted: why (DeadlineExceeded or Aborted).
+  const std::optional<Status>& failure() const { return failure_; }
 
  private:
-  enum class Fill { kOk, kEof };
-
-  // Reads more bytes into the buffer (growing or compacting it as needed).
-  Result<Fill> More() {
-    if (s_.pos == s_.end) {
-      consumed_base_ += s_.pos;
-      s_.pos = s_.end = 0;
-    }
-    if (s_.end == s_.cap) {
-      if (s_.pos > 0) {
-        std::memmove(s_.buf.get(), s_.buf.get() + s_.pos, s_.end - s_.pos);
-        consumed_base_ += s_.pos;
-        s_.end -= s_.pos;
-        s_.pos = 0;
-      } else {
-        size_t cap = s_.cap * 2;
-        auto bigger = std::make_unique<char[]>(cap);
-        std::memcpy(bigger.get(), s_.buf.get(), s_.end);
-        s_.buf = std::move(bigger);
-        s_.cap = cap;
-      }
-    }
-    ASSIGN_OR_RETURN(size_t n, Recv(s_.buf.get() + s_.end, s_.cap - s_.end));
-    if (n == 0) {
-      return Fill::kEof;
-    }
-    s_.end += n;
-    return Fill::kOk;
-  }
-
-  // recv with the call's deadline. 0 = EOF (a reset counts as EOF: both mean the peer is gone;
-  // the caller words the error).
-  Result<size_t> Recv(char* p, size_t n) {
+  size_t Recv(char* p, size_t n, error_code& ec) {
     for (;;) {
       // Right after sending, the answer cannot be there yet: wait first, saving a recv that
       // would only say EAGAIN.
@@ -152,330 +95,365 @@ class ResponseReader {
         return static_cast<size_t>(r);
       }
       if (r == 0) {
-        return size_t{0};
+        ec = boost::asio::error::eof;
+        return 0;
       }
       if (errno == EINTR) {
         continue;
       }
       if (errno == ECONNRESET || errno == EPIPE) {
         reset_ = true;
-        return size_t{0};
+        ec = boost::asio::error::connection_reset;
+        return 0;
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Status::Aborted("reading the response from " + peer_ + " failed: " + std::strerror(errno));
+        return Fail(Status::Aborted("reading the response from " + peer_ + " failed: " + std::strerror(errno)), ec);
+      }
+      if (got_any_byte_) {
+        // Part of the response is here and we are about to wait for the rest: acknowledge what
+        // came at once. A peer that wrote its response in two small segments with Nagle's
+        // algorithm on (Python's http.server, Flask's development server) holds the second one
+        // back until this ACK, which Linux would otherwise delay by up to 40 ms in its
+        // request/response ("pingpong") mode. Linux leaves quick-ACK mode again by itself, so it
+        // is re-armed before every such wait; a response that arrives whole never gets here.
+        int one = 1;
+        ::setsockopt(fd_, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
       }
       int wait = RemainingMs(deadline_);
       int pr = wait == 0 ? 0 : PollOrCancel(fd_, POLLIN, wait, cancel_);
       if (pr == kPollCancelled) {
-        return CancelledError(peer_, *cancel_);
+        return Fail(CancelledError(peer_, *cancel_), ec);
       }
       if (pr < 0 && errno != EINTR) {
-        return Status::Aborted(std::string("poll: ") + std::strerror(errno));
+        return Fail(Status::Aborted(std::string("poll: ") + std::strerror(errno)), ec);
       }
       if (pr == 0) {
-        return Status::DeadlineExceeded((got_any_byte_ ? "the response from " + peer_ + " was not complete within "
-                                                       : peer_ + " did not answer within ") +
-                                        std::to_string(response_ms_) + " ms");
+        return Fail(Status::DeadlineExceeded((got_any_byte_ ? "the response from " + peer_ + " was not complete within "
+                                                            : peer_ + " did not answer within ") +
+                                             std::to_string(response_ms_) + " ms"),
+                    ec);
       }
     }
   }
 
-  // The error for a peer that went away mid-exchange.
-  Status PeerGone(std::string_view during) {
-    if (!got_any_byte_) {
-      eof_before_any_byte_ = true;
-      return Status::Aborted(peer_ + (reset_ ? " reset the connection" : " closed the connection") +
-                             " before answering");
-    }
-    return Status::Aborted(peer_ + (reset_ ? " reset the connection" : " closed the connection") +
-                           " in the middle of the response " + std::string(during));
+  size_t Fail(Status status, error_code& ec) {
+    failure_ = std::move(status);
+    ec = boost::asio::error::operation_aborted;
+    return 0;
   }
 
-  enum class Part { kHeader, kBody, kTrailer };
+  const int fd_;
+  const std::string& peer_;
+  const TimePoint deadline_;
+  const int response_ms_;
+  const CancelSignal* const cancel_;
+  bool wait_first_ = true;
+  bool got_any_byte_ = false;
+  bool reset_ = false;
+  std::optional<Status> failure_;
+};
 
-  // The error for a line longer than allowed (built only when needed: no allocation per call).
-  Status LineTooLong(Part part) {
-    switch (part) {
-      case Part::kHeader:
-        return Status::ResourceExhausted("the response header from " + peer_ + " exceeds " +
-                                         std::to_string(options_.max_response_header_bytes) + " bytes");
-      case Part::kTrailer:
-        return Status::ResourceExhausted("the response trailer from " + peer_ + " exceeds " +
-                                         std::to_string(options_.max_response_header_bytes) + " bytes");
-      case Part::kBody: break;
+// Up to 80 bytes of `text`'s first line, with control and non-ASCII bytes shown as '?'.
+std::string Shown(std::string_view text) {
+  std::string shown(text.substr(0, std::min(text.find_first_of("\r\n"), size_t{80})));
+  for (char& c : shown) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      c = '?';
     }
-    return Malformed("chunk size line", "(too long)");
+  }
+  return shown;
+}
+
+// The first line of the head at the front of `unparsed` (up to its empty line) holding a bare CR
+// or a NUL, if any. RFC 9110 §5.5: both are invalid in a field; naming them tells the container's
+// author what to fix (Beast reports them as "bad line ending" / "bad value").
+std::optional<std::string_view> LineWithBareCrOrNul(std::string_view unparsed) {
+  size_t end = unparsed.find("\r\n\r\n");
+  std::string_view head = unparsed.substr(0, end == std::string_view::npos ? unparsed.size() : end + 2);
+  size_t start = 0;
+  for (size_t i = 0; i < head.size(); ++i) {
+    const char c = head[i];
+    if (c == '\n') {
+      start = i + 1;
+    } else if (c == '\0' || (c == '\r' && (i + 1 >= head.size() || head[i + 1] != '\n'))) {
+      size_t stop = head.find("\r\n", i + 1);
+      return head.substr(start, stop == std::string_view::npos ? std::string_view::npos : stop - start);
+    }
+  }
+  return std::nullopt;
+}
+
+// Reads and parses one response from `fd` into `out`.
+class ResponseReader {
+ public:
+  ResponseReader(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline, int response_ms,
+                 bool head_request, const CancelSignal* cancel, ThreadScratch& s)
+      : peer_(peer),
+        options_(options),
+        head_request_(head_request),
+        stream_(fd, peer, deadline, response_ms, cancel),
+        buffer_(s.buffer) {
+    buffer_.clear();
+    // Bytes held unparsed at once: a head in progress (also bounded by the header budget), a
+    // chunk-size line or the trailer. Body bytes pass through and are consumed every read.
+    buffer_.max_size(std::max<size_t>(options_.max_response_header_bytes, 1));
   }
 
-  static std::string_view PartName(Part part) {
-    switch (part) {
-      case Part::kHeader: return "header";
-      case Part::kBody: return "body";
-      case Part::kTrailer: return "trailer";
-    }
-    return "";
-  }
-
-  // Returns the next line (without CR LF) or fails. A line longer than `max` fails with
-  // LineTooLong(part) (bare LF line ends are accepted, as most clients do).
-  Result<std::string_view> ReadLine(size_t max, Part part) {
-    size_t scanned = s_.pos;
+  Exchange Read(ClientResponse* out) {
+    Exchange ex;
     for (;;) {
-      const char* base = s_.buf.get();
-      const void* nl = std::memchr(base + scanned, '\n', s_.end - scanned);
-      if (nl != nullptr) {
-        size_t at = static_cast<const char*>(nl) - base;
-        if (at - s_.pos + 1 > max) {
-          return LineTooLong(part);
+      Parser& parser = parser_.emplace();
+      if (head_request_) {
+        parser.skip(true);  // the answer to HEAD has no body whatever its header says
+      }
+      // Before the header: Beast checks a Content-Length against it as the header completes.
+      parser.body_limit(options_.max_response_body_bytes);
+      Status st = ReadHeader(parser);
+      if (!st.ok()) {
+        ex.status = std::move(st);
+        ex.retryable = eof_before_any_byte_;
+        return ex;
+      }
+      const auto& msg = parser.get();
+      const int status = static_cast<int>(msg.result_int());
+      if (status >= 100 && status < 200) {
+        if (status == 101) {
+          ex.status = Status::DataLoss(peer_ + " switched protocols (101) unasked");
+          return ex;
         }
-        std::string_view line(base + s_.pos, at - s_.pos);
-        s_.pos = at + 1;
-        if (!line.empty() && line.back() == '\r') {
-          line.remove_suffix(1);
-        }
-        return line;
+        continue;  // an interim response (100 Continue, 103 Early Hints): the real one follows
       }
-      if (s_.end - s_.pos >= max) {
-        return LineTooLong(part);
+      if (status < 100) {
+        ex.status = Malformed("status code", std::to_string(status));
+        return ex;
       }
-      size_t offset = s_.end - s_.pos;  // More() may move the unread bytes
-      ASSIGN_OR_RETURN(Fill f, More());
-      if (f == Fill::kEof) {
-        return PeerGone(PartName(part));
+      if (msg.version() != 10 && msg.version() != 11) {
+        ex.status = Malformed("status line",
+                              "HTTP/" + std::to_string(msg.version() / 10) + "." + std::to_string(msg.version() % 10));
+        return ex;
       }
-      scanned = s_.pos + offset;
+      if (msg.find(http::field::transfer_encoding) != msg.end() && msg.find(http::field::content_length) != msg.end()) {
+        // Beast rejects the pair in one order (Content-Length first) and frames by
+        // Content-Length in the other when the coding is not chunked, where RFC 9112 §6.3 says
+        // Transfer-Encoding wins: a smuggling-shaped response either way.
+        ex.status = Malformed("both Transfer-Encoding and Content-Length");
+        return ex;
+      }
+      // The header fields now, before the body: trailer fields (Beast adds them to the same
+      // field list) are dropped, as they always were.
+      out->status = status;
+      out->headers.clear();
+      for (const auto& field : msg) {
+        out->headers.emplace(std::string(field.name_string()), std::string(field.value()));
+      }
+      const bool keep = parser.keep_alive();  // false for a close-delimited body
+      st = ReadBody(parser);
+      if (!st.ok()) {
+        ex.status = std::move(st);
+        return ex;
+      }
+      out->body = std::move(parser.get().body());
+      // Bytes beyond the response (we never pipeline) mean a confused peer: do not reuse.
+      ex.keep_alive = keep && buffer_.size() == 0;
+      return ex;
     }
   }
 
-  Status ReadHead(ClientResponse* out, bool* http10) {
-    out->headers.clear();
-    const size_t budget = options_.max_response_header_bytes;
-    size_t start = consumed_before();
-    ASSIGN_OR_RETURN(std::string_view line, ReadLine(budget, Part::kHeader));
-    // HTTP/1.x SP 3DIGIT [SP reason]
-    if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' ||
-        (line.size() > 12 && line[12] != ' ')) {
-      return Malformed("status line", line);
-    }
-    *http10 = line[7] == '0';
-    int status = 0;
-    for (int i = 9; i < 12; ++i) {
-      if (line[i] < '0' || line[i] > '9') {
-        return Malformed("status line", line);
-      }
-      status = status * 10 + (line[i] - '0');
-    }
-    if (status < 100) {
-      return Malformed("status line", line);
-    }
-    out->status = status;
+ private:
+  enum class Part { kHeader, kBody };
+
+  // Reads the status line and header fields of one response and hands them to the parser.
+  // The client finds where the head ends itself, and only then gives Beast the whole head at
+  // once, for two reasons: the bound applies to the head as a whole (Beast 1.74's header_limit
+  // counts per parse pass, not per header; see ReadHeaderWithin in http_exchange.cc), and a head
+  // whose lines end in a bare LF is accepted (RFC 9112 §2.2 allows it and most clients do; Beast
+  // wants CRLF), by handing Beast a copy with CRLF line ends.
+  Status ReadHeader(Parser& parser) {
+    const size_t limit = options_.max_response_header_bytes;
+    size_t scanned = 0;  // bytes of the buffer already searched for the end of the head
     for (;;) {
-      size_t used = consumed_before() - start;
-      if (used >= budget) {
-        return LineTooLong(Part::kHeader);
-      }
-      ASSIGN_OR_RETURN(line, ReadLine(budget - used, Part::kHeader));
-      if (line.empty()) {
+      std::string_view data = Buffered();
+      size_t end = FindEndOfHead(data, &scanned);
+      if (end != std::string_view::npos) {
+        if (end > limit) {
+          return HeaderTooLarge();
+        }
+        RETURN_IF_ERROR(ParseHead(parser, data.substr(0, end)));
+        buffer_.consume(end);
         return Status::Ok();
       }
-      if (line.front() == ' ' || line.front() == '\t') {
-        return Malformed("header (obsolete line folding)", line);
+      if (data.size() >= limit) {
+        return HeaderTooLarge();
       }
-      // RFC 9110 §5.5: CR (here only a bare one: the line ends at LF) and NUL in a field are
-      // invalid; a recipient rejects the message or blanks them. Rejecting keeps a bare CR out of
-      // headers the router hands on (found by fuzz/http_response_fuzzer.cc).
-      if (line.find_first_of(std::string_view("\r\0", 2)) != std::string_view::npos) {
-        return Malformed("header line (bare CR or NUL)", line);
+      // A peer that is not speaking HTTP (an SSH banner, a TLS alert) fails at once, not at the
+      // deadline or the close.
+      constexpr std::string_view kHttp = "HTTP/";
+      if (data.substr(0, kHttp.size()) != kHttp.substr(0, std::min(kHttp.size(), data.size()))) {
+        return Malformed("status line", data);
       }
-      size_t colon = line.find(':');
-      if (colon == std::string_view::npos || colon == 0) {
-        return Malformed("header line", line);
-      }
-      std::string_view name = line.substr(0, colon);
-      for (char c : name) {
-        if (!IsTokenChar(c)) {
-          return Malformed("header name", line);
+      error_code ec;
+      size_t got = stream_.read_some(buffer_.prepare(std::min<size_t>(limit - data.size(), 64 * 1024)), ec);
+      buffer_.commit(got);
+      if (ec == boost::asio::error::eof && !data.empty() && !stream_.failure()) {
+        // Cut short: Beast's word on what came, when it is malformed already, says more than
+        // that the peer left.
+        error_code parse_ec;
+        parser.header_limit(std::numeric_limits<uint32_t>::max());
+        size_t used = parser.put(boost::asio::const_buffer(data.data(), data.size()), parse_ec);
+        if (parse_ec && parse_ec != http::error::need_more) {
+          return Error(parse_ec, Part::kHeader, data.substr(std::min(used, data.size())));
         }
       }
-      std::string_view value = line.substr(colon + 1);
-      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
-        value.remove_prefix(1);
+      if (ec) {
+        return Error(ec, Part::kHeader, {});
       }
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
-        value.remove_suffix(1);
+    }
+  }
+
+  // The bytes read and not yet consumed.
+  std::string_view Buffered() const {
+    return std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  }
+
+  // The length of the head at the front of `data` (through its empty line, which may end in
+  // CRLF or a bare LF), or npos when it is not all there yet. *scanned: where the search
+  // resumes next time (data only grows at its end between calls).
+  static size_t FindEndOfHead(std::string_view data, size_t* scanned) {
+    size_t i = *scanned;
+    for (;;) {
+      i = data.find('\n', i);
+      if (i == std::string_view::npos) {
+        *scanned = data.size();
+        return std::string_view::npos;
       }
-      out->headers.emplace(std::string(name), std::string(value));
+      // An LF: is the next line empty?
+      if (i + 1 < data.size() && data[i + 1] == '\n') {
+        return i + 2;
+      }
+      if (i + 2 < data.size() && data[i + 1] == '\r' && data[i + 2] == '\n') {
+        return i + 3;
+      }
+      if (i + 2 >= data.size()) {
+        *scanned = i;  // undecided: look at this LF again once more bytes are in
+        return std::string_view::npos;
+      }
+      ++i;
     }
   }
 
-  // Bytes consumed from the stream so far (for the header budget).
-  size_t consumed_before() const { return consumed_base_ + s_.pos; }
-
-  Status Malformed(std::string_view what, std::string_view line) {
-    std::string shown(line.substr(0, 80));
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
-        c = '?';
+  // Parses the complete head `head` (see ReadHeader). Two leniencies of the client's own parser
+  // before Beast are kept, by rewriting a copy of the head: lines ending in a bare LF (RFC 9112
+  // §2.2: a recipient MAY accept them), and a status line without the SP before an empty reason
+  // phrase ("HTTP/1.1 200", which some small servers send; Beast insists on the SP).
+  Status ParseHead(Parser& parser, std::string_view head) {
+    std::string_view text = head;
+    bool bare_lf = false;
+    for (size_t i = head.find('\n'); i != std::string_view::npos; i = head.find('\n', i + 1)) {
+      if (i == 0 || head[i - 1] != '\r') {
+        bare_lf = true;
+        break;
       }
     }
-    return Status::DataLoss(peer_ + " sent a malformed HTTP response (" + std::string(what) + ": \"" + shown + "\")");
-  }
-
-  Status TooLarge() {
-    return Status::ResourceExhausted("the response body from " + peer_ + " exceeds " +
-                                     std::to_string(options_.max_response_body_bytes) + " bytes");
-  }
-
-  // Appends exactly `n` bytes to `body`: first what is buffered, then straight from the socket.
-  Status ReadExact(std::string& body, size_t n, std::string_view during) {
-    size_t at = body.size();
-    body.resize(at + n);
-    size_t buffered = std::min(n, s_.end - s_.pos);
-    std::memcpy(body.data() + at, s_.buf.get() + s_.pos, buffered);
-    s_.pos += buffered;
-    at += buffered;
-    n -= buffered;
-    while (n > 0) {
-      ASSIGN_OR_RETURN(size_t got, Recv(body.data() + at, n));
-      if (got == 0) {
-        body.resize(at);
-        return PeerGone(during);
+    const size_t status_line = std::min(head.find_first_of("\r\n"), head.size());
+    const bool no_reason_sp = status_line == 12;
+    if (bare_lf || no_reason_sp) {
+      std::string& fixed = crlf_head_;
+      fixed.clear();
+      for (size_t i = 0; i < head.size(); ++i) {
+        if (i == status_line && no_reason_sp) {
+          fixed.push_back(' ');
+        }
+        if (head[i] == '\n' && (i == 0 || head[i - 1] != '\r')) {
+          fixed.push_back('\r');
+        }
+        fixed.push_back(head[i]);
       }
-      at += got;
-      n -= got;
+      text = fixed;
+    }
+    parser.header_limit(std::numeric_limits<uint32_t>::max());  // bounded by ReadHeader
+    error_code ec;
+    size_t used = parser.put(boost::asio::const_buffer(text.data(), text.size()), ec);
+    if (ec) {
+      // Beast stops at the start of the line at fault (the status line or a field).
+      return Error(ec, Part::kHeader, text.substr(std::min(used, text.size())));
+    }
+    if (!parser.is_header_done() || used != text.size()) {
+      return Malformed("header", text);  // not expected: Beast had the whole head
     }
     return Status::Ok();
   }
 
-  Status ReadBody(ClientResponse* out, bool* keep) {
-    out->body.clear();
-    const int status = out->status;
-    if (status == 204 || status == 304 || head_request_) {
-      return Status::Ok();
+  Status ReadBody(Parser& parser) {
+    while (!parser.is_done()) {
+      error_code ec;
+      http::read_some(stream_, buffer_, parser, ec);
+      if (ec) {
+        return Error(ec, Part::kBody, Buffered());
+      }
     }
-    const std::string* te = FindHeader(out->headers, "Transfer-Encoding");
-    if (te != nullptr) {
-      // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length; a response whose last coding
-      // is not chunked is delimited by the close.
-      std::string_view codings = *te;
-      size_t comma = codings.rfind(',');
-      std::string_view last = Trim(comma == std::string_view::npos ? codings : codings.substr(comma + 1));
-      if (FindHeader(out->headers, "Content-Length") != nullptr) {
-        *keep = false;  // both: a smuggling-shaped response; do not trust the connection after it
-      }
-      if (EqualsIgnoreCase(last, "chunked")) {
-        return ReadChunked(out);
-      }
-      *keep = false;
-      return ReadUntilClose(out);
-    }
-    auto [lo, hi] = out->headers.equal_range("Content-Length");
-    if (lo != hi) {
-      std::optional<uint64_t> length;
-      for (auto it = lo; it != hi; ++it) {
-        for (std::string_view part : Split(it->second, ',')) {
-          std::optional<uint64_t> v = ParseUint64(Trim(part));
-          if (!v || (length && *length != *v)) {
-            return Malformed("Content-Length", it->second);
-          }
-          length = v;
-        }
-      }
-      if (*length > options_.max_response_body_bytes) {
-        return TooLarge();
-      }
-      return ReadExact(out->body, static_cast<size_t>(*length), "body");
-    }
-    *keep = false;
-    return ReadUntilClose(out);
+    return Status::Ok();
   }
 
-  Status ReadUntilClose(ClientResponse* out) {
-    std::string& body = out->body;
-    const size_t limit = options_.max_response_body_bytes;
-    body.assign(s_.buf.get() + s_.pos, s_.end - s_.pos);
-    s_.pos = s_.end = 0;
-    if (body.size() > limit) {
-      return TooLarge();
+  // The Status for an error of a read or parse in `part`; `unparsed`: the input at fault.
+  Status Error(const error_code& ec, Part part, std::string_view unparsed) {
+    if (stream_.failure()) {
+      return *stream_.failure();  // deadline, cancel, a failed poll/recv
     }
-    for (;;) {
-      size_t at = body.size();
-      // One byte past the limit is enough to know it is exceeded.
-      size_t step = std::min(kCloseDelimitedStep, limit + 1 - at);
-      body.resize(at + step);
-      Result<size_t> got = Recv(body.data() + at, step);
-      if (!got.ok()) {
-        body.resize(at);
-        return got.status();
+    const std::string_view during = part == Part::kHeader ? "header" : "body";
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+        ec == boost::asio::error::connection_reset || ec == boost::asio::error::eof) {
+      return PeerGone(during);
+    }
+    if (ec == http::error::body_limit) {
+      return Status::ResourceExhausted("the response body from " + peer_ + " exceeds " +
+                                       std::to_string(options_.max_response_body_bytes) + " bytes");
+    }
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+      if (part == Part::kHeader) {
+        return HeaderTooLarge();
       }
-      body.resize(at + *got);
-      if (*got == 0) {
-        // The close is the end of the body. A reset instead of a FIN may have cut it short.
-        if (reset_) {
-          return PeerGone("body");
-        }
-        return Status::Ok();
-      }
-      if (body.size() > limit) {
-        return TooLarge();
+      return Status::ResourceExhausted("a chunk-size line or the trailer of the response from " + peer_ + " exceeds " +
+                                       std::to_string(options_.max_response_header_bytes) + " bytes");
+    }
+    if (part == Part::kHeader) {
+      if (std::optional<std::string_view> line = LineWithBareCrOrNul(unparsed)) {
+        return Malformed("header line (bare CR or NUL)", *line);
       }
     }
+    return Malformed(ec.message(), unparsed);
   }
 
-  Status ReadChunked(ClientResponse* out) {
-    for (;;) {
-      ASSIGN_OR_RETURN(std::string_view line, ReadLine(kMaxChunkLine, Part::kBody));
-      std::string_view size_text = line.substr(0, line.find(';'));  // chunk extensions ignored
-      while (!size_text.empty() && (size_text.back() == ' ' || size_text.back() == '\t')) {
-        size_text.remove_suffix(1);
-      }
-      if (size_text.empty() || size_text.size() > 15) {
-        return Malformed("chunk size", line);
-      }
-      uint64_t size = 0;
-      auto [p, ec] = std::from_chars(size_text.data(), size_text.data() + size_text.size(), size, 16);
-      if (ec != std::errc() || p != size_text.data() + size_text.size()) {
-        return Malformed("chunk size", line);
-      }
-      if (size == 0) {
-        break;
-      }
-      if (size > options_.max_response_body_bytes - out->body.size()) {
-        return TooLarge();
-      }
-      RETURN_IF_ERROR(ReadExact(out->body, static_cast<size_t>(size), "body"));
-      ASSIGN_OR_RETURN(line, ReadLine(kMaxChunkLine, Part::kBody));
-      if (!line.empty()) {
-        return Malformed("chunk data longer than its size", line);
-      }
+  // The error for a peer that went away mid-exchange.
+  Status PeerGone(std::string_view during) {
+    const char* what = stream_.reset() ? " reset the connection" : " closed the connection";
+    if (!stream_.got_any_byte()) {
+      eof_before_any_byte_ = true;
+      return Status::Aborted(peer_ + what + " before answering");
     }
-    // Trailer fields (dropped) up to the empty line, within the header budget.
-    const size_t budget = options_.max_response_header_bytes;
-    const size_t start = consumed_before();
-    for (;;) {
-      size_t used = consumed_before() - start;
-      if (used >= budget) {
-        return LineTooLong(Part::kTrailer);
-      }
-      ASSIGN_OR_RETURN(std::string_view line, ReadLine(budget - used, Part::kTrailer));
-      if (line.empty()) {
-        return Status::Ok();
-      }
-    }
+    return Status::Aborted(peer_ + what + " in the middle of the response " + std::string(during));
   }
 
-  const int fd_;
+  Status HeaderTooLarge() {
+    return Status::ResourceExhausted("the response header from " + peer_ + " exceeds " +
+                                     std::to_string(options_.max_response_header_bytes) + " bytes");
+  }
+
+  // DataLoss naming what is wrong and, when given, the line at fault (sanitized).
+  Status Malformed(std::string_view what, std::string_view text = {}) {
+    std::string detail(what);
+    if (!text.empty()) {
+      detail += ": \"" + Shown(text) + "\"";
+    }
+    return Status::DataLoss(peer_ + " sent a malformed HTTP response (" + detail + ")");
+  }
+
   const std::string& peer_;  // "host:port", for messages
   const HttpClientOptions& options_;
-  const TimePoint deadline_;
-  const int response_ms_;
   const bool head_request_;
-  const CancelSignal* const cancel_;
-  ThreadScratch& s_;
-  size_t consumed_base_ = 0;
-  bool wait_first_ = true;
-  bool got_any_byte_ = false;
-  bool reset_ = false;
+  ClientReadStream stream_;
+  boost::beast::flat_buffer& buffer_;
+  std::optional<Parser> parser_;
+  std::string crlf_head_;  // a head with bare LF line ends, rewritten with CRLF
   bool eof_before_any_byte_ = false;
 };
 
