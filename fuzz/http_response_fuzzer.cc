@@ -1,8 +1,10 @@
-// Fuzzes HttpClient's hand-written response parser (src/net/http_response_reader.cc): the
-// bytes a serving container sends back on the invoke path. Status line, header fields, 1xx
-// interim responses, Transfer-Encoding (chunked with extensions and trailers, or close-delimited)
-// over Content-Length (repeated/comma lists), no-body statuses and HEAD, the header and body
-// bounds — through net::ReadResponseForTest over a socketpair holding the input, then EOF.
+// Fuzzes HttpClient's response reading (src/net/http_response_reader.cc: Beast's
+// http::response_parser, as on the server's request side, behind the client's own head framing,
+// 1xx handling and keep-alive rule): the bytes a serving container sends back on the invoke path.
+// Status line, header fields (bare-LF line ends, obs-fold), 1xx interim responses,
+// Transfer-Encoding (chunked with extensions and trailers, or close-delimited) over
+// Content-Length (repeated/comma lists), no-body statuses and HEAD, the header and body bounds —
+// through net::ReadResponseForTest over a socketpair holding the input, then EOF.
 //
 // Input layout: byte 0 = flags, the rest = what the peer sends before closing.
 //   bit 0  the request was HEAD
