@@ -1,5 +1,6 @@
 // HttpClient implementation: the per-target pool, connect, the request head, sending and the
-// retry rule; the response parser is http_response_reader.cc. Design notes:
+// retry rule; reading the response (Beast's response parser over the call's deadline and
+// CancelSignal, TCP_QUICKACK) is http_response_reader.cc. Design notes:
 //
 // - The pool is a hash map from (host, port) to a Target under a shared_mutex; lookups use a
 //   string_view key (heterogeneous lookup), so the hot path allocates nothing to find its

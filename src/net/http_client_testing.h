@@ -1,6 +1,7 @@
 #pragma once
 // Test-only entry points of the HTTP client, for unit tests and fuzzers (fuzz/): they reach the
-// hand-written response parser without a server. Not for production code.
+// client's response reading (Beast's response parser behind the client's head framing, 1xx and
+// keep-alive rules) without a server. Not for production code.
 
 #include "net/http_client.h"
 
