@@ -3,7 +3,8 @@
 * 10,000 idle keep-alive connections (each after one request) and 200 that never sent a byte,
   with the limits raised to admit them, do not stop boto3 (S3, SageMaker) and raw clients from
   being served; every idle connection is still open afterwards (none evicted, none timed out) and
-  still serves; the server's RSS growth is bounded (reported per connection in the message);
+  still serves; the server's RSS grows by less than 16 KiB per idle connection (the figure is in
+  the message);
 * 500 slowloris connections (a partial header, one byte a second) are closed by
   `http.header_timeout_seconds` while boto3 clients are served, with the default connection limits;
 * a client that asks for a 1 GiB object and never reads does not grow the server's memory, does
@@ -227,7 +228,9 @@ def test_ten_thousand_idle_connections_cost_memory_only(kiln_factory):
             s.sendall(HEALTH)
             assert read_http_response(s)[0] == 200
         assert fds_after >= IDLE + NEVER_SENT, report  # each is held by the server, not queued in the backlog
-        assert growth < 400 * MIB, report
+        # Event loops hold no thread and no buffer for an idle connection (~2 KB each measured); a
+        # thread per connection costs ~24 KB each (~235 MiB here). 16 KiB each is the bound.
+        assert growth < 16 * 1024 * (IDLE + NEVER_SENT), report
         assert srv.alive() and srv.healthy()
     finally:
         for s in idle + silent:
