@@ -298,21 +298,29 @@ aws::AwsError ModelStatusError(const net::ClientResponse& answer, const Instance
   return model_error;
 }
 
-// The container's 2xx answer, passed on with the headers the runtime API returns.
-void SendAnswer(net::ResponseWriter& response, const net::ClientResponse& answer, const VariantRoute& variant,
-                std::string_view request_id) {
-  HeaderMap out;
+// The container's 2xx answer, passed on with the headers the runtime API returns (its body moved,
+// not copied).
+aws::WireResponse SuccessAnswer(net::ClientResponse answer, const VariantRoute& variant, std::string_view request_id) {
+  aws::WireResponse out;
+  out.status = 200;
   const std::string* answer_type = FindHeader(answer.headers, "Content-Type");
-  out.emplace("Content-Type", answer_type != nullptr ? *answer_type : std::string(kOctetStream));
+  out.headers.emplace("Content-Type", answer_type != nullptr ? *answer_type : std::string(kOctetStream));
   for (std::string_view name : {"X-Amzn-SageMaker-Custom-Attributes", "X-Amzn-SageMaker-New-Session-Id",
                                 "X-Amzn-SageMaker-Closed-Session-Id"}) {
-    if (const std::string* value = FindHeader(answer.headers, name)) out.emplace(std::string(name), *value);
+    if (const std::string* value = FindHeader(answer.headers, name)) out.headers.emplace(std::string(name), *value);
   }
-  out.emplace("x-Amzn-Invoked-Production-Variant", variant.name);
-  out.emplace("x-amzn-RequestId", std::string(request_id));
-  if (response.Start(200, out, answer.body.size()).ok() && response.Write(answer.body).ok()) {
-    (void)response.Finish();
-  }
+  out.headers.emplace("x-Amzn-Invoked-Production-Variant", variant.name);
+  out.headers.emplace("x-amzn-RequestId", std::string(request_id));
+  out.body = std::move(answer.body);
+  return out;
+}
+
+aws::WireResponse ErrorAnswer(const aws::AwsError& error, std::string_view request_id) {
+  return aws::SerializeError(aws::Protocol::kRestJson, error, request_id);
+}
+
+void Send(net::ResponseWriter& response, const aws::WireResponse& wire) {
+  (void)response.Send(wire.status, wire.headers, wire.body);
 }
 
 }  // namespace
@@ -392,131 +400,175 @@ aws::WireResponse Router::ContentLengthExceeded(std::string_view request_id) con
   return wire;
 }
 
-void Router::SendError(net::ResponseWriter& response, const aws::AwsError& error, std::string_view request_id) const {
-  aws::WireResponse wire = aws::SerializeError(aws::Protocol::kRestJson, error, request_id);
-  (void)response.Send(wire.status, wire.headers, wire.body);
-}
+struct Router::Call {
+  std::string_view request_id;
+  int64_t start_steady_ns = 0;
+  // Held to the end: the variant and instance pointers point into it.
+  std::shared_ptr<const EndpointRoute> route;
+  const VariantRoute* variant = nullptr;  // set once the request is counted
+  const InstanceTarget* instance = nullptr;
+  HeaderMap forward;           // what the container gets (request.headers points here)
+  net::ClientRequest request;  // body: a view of the client's body
+  net::ClientTimeouts timeouts;
+  InvocationSample sample;
+  int64_t model_start = 0;  // steady ns when the current attempt started
+  bool retried = false;     // the one second attempt was made
+};
 
-void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response) {
+std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, Call& call) const {
   static const HeaderMap kNoHeaders;
   const HeaderMap& in = request.headers != nullptr ? *request.headers : kNoHeaders;
   auto validation = [&](std::string message) {
-    SendError(response, aws::AwsError("ValidationError", std::move(message), 400), request.request_id);
+    return ErrorAnswer(aws::AwsError("ValidationError", std::move(message), 400), request.request_id);
   };
+  call.request_id = request.request_id;
+  call.start_steady_ns = request.start_steady_ns;
 
-  // 1. The endpoint (one snapshot load; held until we return).
-  std::shared_ptr<const EndpointRoute> route = routes_->Find(request.endpoint_name);
-  if (std::string m = CheckEndpoint(route.get(), request); !m.empty()) {
-    validation(std::move(m));
-    return;
-  }
-  if (request.body.size() > options_.max_request_body_bytes) {
-    aws::WireResponse wire = ContentLengthExceeded(request.request_id);
-    (void)response.Send(wire.status, wire.headers, wire.body);
-    return;
-  }
+  // 1. The endpoint (one snapshot load; held until the answer).
+  call.route = routes_->Find(request.endpoint_name);
+  if (std::string m = CheckEndpoint(call.route.get(), request); !m.empty()) return validation(std::move(m));
+  const EndpointRoute& route = *call.route;
+  if (request.body.size() > options_.max_request_body_bytes) return ContentLengthExceeded(request.request_id);
 
   // 2. Headers.
   const InvokeHeaders headers = ReadInvokeHeaders(in);
-  if (std::string m = CheckInvokeHeaders(headers, *route); !m.empty()) {
-    validation(std::move(m));
-    return;
-  }
+  if (std::string m = CheckInvokeHeaders(headers, route); !m.empty()) return validation(std::move(m));
 
   // 3. The variant.
   std::string_view wanted =
       headers.target_variant != nullptr ? std::string_view(*headers.target_variant) : std::string_view();
-  const VariantRoute* variant = PickVariant(*route, wanted, ThreadUniform());
+  const VariantRoute* variant = PickVariant(route, wanted, ThreadUniform());
   if (variant == nullptr) {
-    validation(!wanted.empty() ? "Endpoint " + route->name + " does not have a production variant named " +
-                                     std::string(wanted) + "."
-                               : "Endpoint " + route->name +
-                                     " has no production variant with a weight greater than 0; set TargetVariant or "
-                                     "update the weights.");
-    return;
+    return validation(!wanted.empty() ? "Endpoint " + route.name + " does not have a production variant named " +
+                                            std::string(wanted) + "."
+                                      : "Endpoint " + route.name +
+                                            " has no production variant with a weight greater than 0; set "
+                                            "TargetVariant or update the weights.");
   }
 
   // From here on the request is counted.
-  InvocationSample sample;
-  sample.per_instance = variant->instances.empty() ? 0.0 : 1.0 / static_cast<double>(variant->instances.size());
-  auto record = [&] {
-    if (metrics_ == nullptr) return;
-    sample.epoch_second = EpochSecond();
-    int64_t total = (SteadyNanos() - request.start_steady_ns) / 1000;
-    sample.overhead_micros = std::max<int64_t>(0, total - sample.model_micros);
-    metrics_->Record(route->name, variant->name, sample);
-  };
+  call.variant = variant;
+  call.sample.per_instance = variant->instances.empty() ? 0.0 : 1.0 / static_cast<double>(variant->instances.size());
 
   // 4. The instance.
-  const InstanceTarget* instance = PickInstance(*variant, nullptr);
-  if (instance == nullptr) {
-    SendError(response, NoHealthyInstance(*route, *variant, ""), request.request_id);
-    sample.reached_model = false;
-    record();
-    return;
+  call.instance = PickInstance(*variant, nullptr);
+  if (call.instance == nullptr) {
+    call.sample.reached_model = false;
+    return ErrorAnswer(NoHealthyInstance(route, *variant, ""), request.request_id);
   }
 
-  // 5. The call.
-  HeaderMap forward = ForwardHeaders(headers, request.request_id);
-  net::ClientRequest call;
-  call.method = "POST";
-  call.target = "/invocations";
-  call.headers = &forward;
-  call.body = request.body;
-  net::ClientTimeouts timeouts;
-  timeouts.connect_ms = options_.connect_timeout_ms;
-  timeouts.response_ms = options_.invocation_timeout_ms;
+  // 5. The call. Every call carries its instance's failure signal (set per attempt): when the
+  // controller declares the instance failed, a call waiting on it ends at once (Aborted) and a
+  // call not yet sent is not sent (Unavailable, so retried).
+  call.forward = ForwardHeaders(headers, request.request_id);
+  call.request.method = "POST";
+  call.request.target = "/invocations";
+  call.request.headers = &call.forward;
+  call.request.body = request.body;
+  call.timeouts.connect_ms = options_.connect_timeout_ms;
+  call.timeouts.response_ms = options_.invocation_timeout_ms;
+  return std::nullopt;
+}
 
-  // Every call carries its instance's failure signal: when the controller declares the instance
-  // failed, a call waiting on it ends at once (Aborted) and a call not yet sent is not sent
-  // (Unavailable, so retried below).
-  auto send_to = [&](const InstanceTarget* target) {
-    call.cancel = &target->failure;
-    OutstandingGuard guard(target);
-    return client_->Send(target->host, target->port, call, timeouts);
-  };
-  int64_t model_start = SteadyNanos();
-  Result<net::ClientResponse> result = send_to(instance);
-  if (!result.ok() && result.status().code() == StatusCode::kUnavailable) {
-    // Not connected (or the instance was declared failed before anything was sent), so not
-    // processed: one more try on another instance (§5.2).
-    if (const InstanceTarget* other = PickInstance(*variant, instance)) {
-      instance = other;
-      model_start = SteadyNanos();
-      result = send_to(instance);
-    }
-  }
-  sample.model_micros = (SteadyNanos() - model_start) / 1000;
-  if (!result.ok() && result.status().code() == StatusCode::kUnavailable && instance->failure.cancelled()) {
+bool Router::Retry(const Result<net::ClientResponse>& result, Call& call) const {
+  // Not connected (or the instance was declared failed before anything was sent), so not
+  // processed: one more try on another instance (§5.2).
+  if (call.retried || result.ok() || result.status().code() != StatusCode::kUnavailable) return false;
+  const InstanceTarget* other = PickInstance(*call.variant, call.instance);
+  if (other == nullptr) return false;
+  call.instance = other;
+  call.retried = true;
+  return true;
+}
+
+aws::WireResponse Router::Answer(Call& call, Result<net::ClientResponse> result) const {
+  const EndpointRoute& route = *call.route;
+  const VariantRoute& variant = *call.variant;
+  const InstanceTarget& instance = *call.instance;
+  call.sample.model_micros = (SteadyNanos() - call.model_start) / 1000;
+  if (!result.ok() && result.status().code() == StatusCode::kUnavailable && instance.failure.cancelled()) {
     // Nothing was delivered, and the only instance left was declared failed after our snapshot
     // was published: the same as having no instance (503, which botocore retries; by then the
     // snapshot without it is out).
-    SendError(response,
-              NoHealthyInstance(*route, *variant,
-                                " (instance " + instance->instance_id + " failed: " + instance->failure.reason() + ")"),
-              request.request_id);
-    sample.reached_model = false;
-    record();
-    return;
+    call.sample.reached_model = false;
+    return ErrorAnswer(
+        NoHealthyInstance(route, variant,
+                          " (instance " + instance.instance_id + " failed: " + instance.failure.reason() + ")"),
+        call.request_id);
   }
-
-  // 6. The answer.
   if (result.ok() && result->body.size() > options_.max_response_body_bytes) {
     result = Status::ResourceExhausted("the response body is larger than " +
                                        std::to_string(options_.max_response_body_bytes) + " bytes");
   }
   if (!result.ok()) {
-    sample.model_error = true;
-    SendError(response, ModelCallError(result.status(), *instance, *variant, *route), request.request_id);
-  } else if (result->status < 200 || result->status > 299) {
-    sample.model_status = result->status;
-    sample.model_error = true;
-    SendError(response, ModelStatusError(*result, *instance, *route), request.request_id);
-  } else {
-    sample.model_status = result->status;
-    SendAnswer(response, *result, *variant, request.request_id);
+    call.sample.model_error = true;
+    return ErrorAnswer(ModelCallError(result.status(), instance, variant, route), call.request_id);
   }
-  record();
+  call.sample.model_status = result->status;
+  if (result->status < 200 || result->status > 299) {
+    call.sample.model_error = true;
+    return ErrorAnswer(ModelStatusError(*result, instance, route), call.request_id);
+  }
+  return SuccessAnswer(std::move(*result), variant, call.request_id);
+}
+
+void Router::Record(Call& call) const {
+  if (metrics_ == nullptr || call.variant == nullptr) return;
+  call.sample.epoch_second = EpochSecond();
+  int64_t total = (SteadyNanos() - call.start_steady_ns) / 1000;
+  call.sample.overhead_micros = std::max<int64_t>(0, total - call.sample.model_micros);
+  metrics_->Record(call.route->name, call.variant->name, call.sample);
+}
+
+void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response) {
+  Call call;
+  if (std::optional<aws::WireResponse> early = Prepare(request, call)) {
+    Send(response, *early);
+    Record(call);
+    return;
+  }
+  auto send_to_instance = [&] {
+    call.request.cancel = &call.instance->failure;
+    call.model_start = SteadyNanos();
+    OutstandingGuard guard(call.instance);
+    return client_->Send(call.instance->host, call.instance->port, call.request, call.timeouts);
+  };
+  Result<net::ClientResponse> result = send_to_instance();
+  if (Retry(result, call)) result = send_to_instance();
+  Send(response, Answer(call, std::move(result)));
+  Record(call);
+}
+
+void Router::InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& client, InvokeCompletion done) {
+  auto call = std::make_shared<Call>();
+  if (std::optional<aws::WireResponse> early = Prepare(request, *call)) {
+    Record(*call);
+    done(std::move(*early));
+    return;
+  }
+  SendAsync(std::move(call), client, std::move(done));
+}
+
+void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const {
+  const InstanceTarget* target = call->instance;
+  call->request.cancel = &target->failure;
+  call->model_start = SteadyNanos();
+  target->outstanding.fetch_add(1, std::memory_order_relaxed);
+  // The client keeps call->request's views until the callback runs; `call` (captured) owns them.
+  Call& c = *call;
+  client.Send(
+      target->host, target->port, c.request, c.timeouts,
+      [this, call = std::move(call), &client, done = std::move(done)](Result<net::ClientResponse> result) mutable {
+        call->instance->outstanding.fetch_sub(1, std::memory_order_relaxed);
+        if (Retry(result, *call)) {
+          SendAsync(std::move(call), client, std::move(done));
+          return;
+        }
+        aws::WireResponse answer = Answer(*call, std::move(result));
+        // Counted before the answer leaves: once a client has it, /metrics shows it.
+        Record(*call);
+        done(std::move(answer));
+      });
 }
 
 }  // namespace kiln::serving

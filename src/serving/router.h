@@ -14,20 +14,33 @@
 //      (+ X-Amzn-RequestId, X-Amzn-SageMaker-Session-Id); a connection that cannot be made is
 //      tried once more on another instance of the variant when there is one;
 //   6. the answer: 2xx → 200 with the container's body and headers of runtime-api.md §3.2;
-//      anything else → ModelError 424 (§5.1/§5.2 body members), written to the ResponseWriter.
+//      anything else → ModelError 424 (§5.1/§5.2 body members).
 // Every request that got past variant selection is counted in InvocationMetrics.
 //
-// Nothing here touches SQLite or takes a lock shared by all requests: the snapshot load, the
-// instance's atomic `outstanding` counter and the metrics shard mutex are all there is.
+// Two ways in, one set of steps: Invoke (blocking, over the shared HttpClient; the front door's
+// worker threads use it for chunked and 100-continue bodies) and InvokeAsync (on an event loop,
+// over that loop's AsyncHttpClient; the answer comes through a completion). Both run the same
+// Prepare (steps 1-5's set-up), Retry (step 5's second try) and Answer (step 6) functions; only
+// the upstream call differs.
 //
-// Thread-safety: Invoke may be called concurrently from any number of threads.
+// Nothing here touches SQLite or takes a lock shared by all requests: the snapshot load, the
+// instance's atomic `outstanding` counter (shared by every loop and thread, so least-outstanding
+// selection sees all their calls) and the metrics shard mutex are all there is. Nothing blocks
+// except the blocking client's Send in Invoke.
+//
+// Thread-safety: Invoke and InvokeAsync may be called concurrently from any number of threads
+// (InvokeAsync on the thread of the loop owning `client`).
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "aws/errors.h"
 #include "base/io.h"
+#include "net/async_http_client.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "serving/invocation_metrics.h"
@@ -60,6 +73,9 @@ struct InvokeRequest {
   int64_t start_steady_ns = 0;
 };
 
+// Receives InvokeAsync's whole answer (success or error), exactly once.
+using InvokeCompletion = std::function<void(aws::WireResponse answer)>;
+
 class Router {
  public:
   // `routes` and `client` must outlive the router; `metrics` may be null (nothing counted).
@@ -70,6 +86,14 @@ class Router {
   // Serves one InvokeEndpoint and writes the whole answer (success or error) to `response`.
   // Never throws; a write error (the client went away) ends the call.
   void Invoke(const InvokeRequest& request, net::ResponseWriter& response);
+
+  // The same InvokeEndpoint without blocking: the container call goes through `client` (the
+  // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,
+  // before InvokeAsync returns, when the request ends before the call (validation errors, 413,
+  // no instance), else from the client's completion. Everything `request` views (headers, body,
+  // ids) must stay valid until `done` has run; the router keeps its own state (the snapshot, the
+  // forwarded headers) alive itself.
+  void InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& client, InvokeCompletion done);
 
   // The 413 answer for a body over the limit (runtime-api.md §3.3 step 4): no error type, body
   // {"message": "HTTP content length exceeded 6291456 bytes."}.
@@ -86,7 +110,20 @@ class Router {
   static const InstanceTarget* PickInstance(const VariantRoute& variant, const InstanceTarget* exclude);
 
  private:
-  void SendError(net::ResponseWriter& response, const aws::AwsError& error, std::string_view request_id) const;
+  // One invocation between its checks and its answer (router.cc).
+  struct Call;
+  // Steps 1-4 and the call's set-up. Returns the answer when the request ends here (it is then
+  // not sent); otherwise `call` is ready to send to call.instance.
+  std::optional<aws::WireResponse> Prepare(const InvokeRequest& request, Call& call) const;
+  // After a failed attempt: true when it is worth a second one (nothing was delivered and another
+  // instance exists), with call.instance switched to it.
+  bool Retry(const Result<net::ClientResponse>& result, Call& call) const;
+  // Step 6: the client's answer for the container's `result`.
+  aws::WireResponse Answer(Call& call, Result<net::ClientResponse> result) const;
+  // Counts a request that got past variant selection, once its answer is out.
+  void Record(Call& call) const;
+  // InvokeAsync's attempt on call->instance; retries or completes from the client's callback.
+  void SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const;
 
   const RouterOptions options_;
   const RoutingTable* const routes_;

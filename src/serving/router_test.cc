@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <thread>
 #include <nlohmann/json.hpp>
+
+#include "net/event_loop.h"
 
 #include "net/test_util/fake_response_writer.h"
 #include "serving/test_util/fake_container.h"
@@ -511,6 +514,188 @@ TEST_F(RouterTest, ContentLengthExceededShape) {
   EXPECT_EQ(wire.status, 413);
   EXPECT_EQ(wire.body, "{\"message\":\"HTTP content length exceeded 6291456 bytes.\"}");
   EXPECT_EQ(FindHeader(wire.headers, "x-amzn-ErrorType"), nullptr);
+}
+
+// ---- InvokeAsync: the same steps on an event loop, over the loop's AsyncHttpClient.
+
+class AsyncRouterTest : public RouterTest {
+ protected:
+  AsyncRouterTest() : loop_(0, net::HttpClientOptions{}), thread_([this] { loop_.Run(); }) {}
+  ~AsyncRouterTest() override {
+    loop_.Stop();
+    thread_.join();
+  }
+
+  // Starts one InvokeAsync on the loop; the future gets its answer. `headers` and `body` must
+  // outlive the answer (the router's contract), so the caller keeps them.
+  std::future<aws::WireResponse> Start(const HeaderMap& headers, const std::string& body) {
+    auto promise = std::make_shared<std::promise<aws::WireResponse>>();
+    std::future<aws::WireResponse> answer = promise->get_future();
+    loop_.Post([this, &headers, &body, promise] {
+      InvokeRequest request;
+      request.endpoint_name = "ep";
+      request.headers = &headers;
+      request.body = body;
+      request.request_id = "req-1";
+      request.account_id = "123456789012";
+      request.start_steady_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count();
+      router_->InvokeAsync(request, loop_.client(), [this, promise](aws::WireResponse wire) {
+        EXPECT_TRUE(loop_.InLoopThread());
+        promise->set_value(std::move(wire));
+      });
+    });
+    return answer;
+  }
+
+  aws::WireResponse InvokeAsync(HeaderMap headers = {}, std::string body = "1,2,3") {
+    std::future<aws::WireResponse> answer = Start(headers, body);
+    if (answer.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      ADD_FAILURE() << "no answer within 20 s";
+      std::abort();  // the loop still references this frame's headers and body
+    }
+    return answer.get();
+  }
+
+  static std::string Header(const aws::WireResponse& wire, std::string_view name) {
+    const std::string* value = FindHeader(wire.headers, name);
+    return value != nullptr ? *value : std::string();
+  }
+  static nlohmann::json Body(const aws::WireResponse& wire) { return nlohmann::json::parse(wire.body); }
+
+  net::EventLoop loop_;
+  std::thread thread_;
+};
+
+TEST_F(AsyncRouterTest, AnswersLikeInvoke) {
+  FakeContainer container;
+  container.Respond(200, "{\"predictions\":[0.5]}",
+                    "Content-Type: application/json\r\nX-Amzn-SageMaker-New-Session-Id: s-9\r\nX-Secret: no\r\n");
+  PublishEndpoint({container.port()});
+  HeaderMap headers = {{"Content-Type", "text/csv"}, {"Authorization", "AWS4-HMAC-SHA256 Credential=..."}};
+  aws::WireResponse wire = InvokeAsync(headers);
+  ASSERT_EQ(wire.status, 200) << wire.body;
+  EXPECT_EQ(wire.body, "{\"predictions\":[0.5]}");
+  EXPECT_EQ(Header(wire, "Content-Type"), "application/json");
+  EXPECT_EQ(Header(wire, "X-Amzn-SageMaker-New-Session-Id"), "s-9");
+  EXPECT_EQ(Header(wire, "x-Amzn-Invoked-Production-Variant"), "AllTraffic");
+  EXPECT_EQ(Header(wire, "x-amzn-RequestId"), "req-1");
+  EXPECT_EQ(FindHeader(wire.headers, "X-Secret"), nullptr);
+  // The sync path's answer is the same.
+  auto w = Invoke(headers);
+  EXPECT_EQ(w.status(), 200);
+  EXPECT_EQ(w.body(), wire.body);
+  EXPECT_EQ(w.headers(), wire.headers);
+
+  auto received = container.received();
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].body, "1,2,3");
+  EXPECT_NE(received[0].head.find("Content-Type: text/csv\r\n"), std::string::npos);
+  EXPECT_NE(received[0].head.find("X-Amzn-RequestId: req-1\r\n"), std::string::npos);
+  EXPECT_EQ(received[0].head.find("Authorization"), std::string::npos);
+  EXPECT_EQ(Totals().invocations, 2u);
+  EXPECT_EQ(routes_.Find("ep")->variants[0].instances[0]->outstanding.load(), 0);
+}
+
+TEST_F(AsyncRouterTest, ContainerErrorsAreModelErrors) {
+  FakeContainer container;
+  PublishEndpoint({container.port()});
+  container.Respond(500, "boom");
+  aws::WireResponse wire = InvokeAsync();
+  ASSERT_EQ(wire.status, 424);
+  EXPECT_EQ(Header(wire, "x-amzn-ErrorType"), "ModelError");
+  auto body = Body(wire);
+  EXPECT_EQ(body["OriginalStatusCode"], 500);
+  EXPECT_EQ(body["ErrorCode"], "SERVER_ERROR_FROM_MODEL");
+  EXPECT_EQ(body["Message"],
+            "Received server error (500) from primary with message \"boom\". See the endpoint's log group for more "
+            "information.");
+  container.SetMode(FakeContainer::Mode::kClose);
+  wire = InvokeAsync();
+  ASSERT_EQ(wire.status, 424);
+  EXPECT_EQ(Body(wire)["OriginalStatusCode"], 0);
+  auto totals = Totals();
+  EXPECT_EQ(totals.invocations, 2u);
+  EXPECT_EQ(totals.model_errors, 2u);
+  EXPECT_EQ(routes_.Find("ep")->variants[0].instances[0]->outstanding.load(), 0);
+}
+
+TEST_F(AsyncRouterTest, ConnectFailureIsRetriedOnAnotherInstanceOnce) {
+  FakeContainer container;
+  container.Respond(200, "ok");
+  PublishEndpoint({FakeContainer::DeadPort(), container.port()});
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(InvokeAsync().status, 200);
+  EXPECT_EQ(container.requests(), 10u);
+  // Only dead instances: one retry, then ModelError with status 0 (no endless bouncing).
+  PublishEndpoint({FakeContainer::DeadPort(), FakeContainer::DeadPort(), FakeContainer::DeadPort()});
+  aws::WireResponse wire = InvokeAsync();
+  EXPECT_EQ(wire.status, 424);
+  EXPECT_EQ(Body(wire)["OriginalStatusCode"], 0);
+}
+
+TEST_F(AsyncRouterTest, NoInstanceIs503AndValidationErrorsAreInline) {
+  PublishEndpoint({}, "InService");
+  aws::WireResponse wire = InvokeAsync();
+  EXPECT_EQ(wire.status, 503);
+  EXPECT_EQ(Header(wire, "x-amzn-ErrorType"), "ServiceUnavailable");
+  EXPECT_EQ(Totals().unavailable, 1u);
+  wire = InvokeAsync({{"X-Amzn-SageMaker-Target-Variant", "nope"}});
+  EXPECT_EQ(wire.status, 400);
+  EXPECT_EQ(Header(wire, "x-amzn-ErrorType"), "ValidationError");
+  wire = InvokeAsync({}, std::string(6291457, 'a'));
+  EXPECT_EQ(wire.status, 413);
+}
+
+TEST_F(AsyncRouterTest, HangIsATimeoutModelError) {
+  FakeContainer container;
+  container.SetMode(FakeContainer::Mode::kHang);
+  PublishEndpoint({container.port()});
+  auto start = std::chrono::steady_clock::now();
+  aws::WireResponse wire = InvokeAsync();
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(wire.status, 424) << wire.body;
+  EXPECT_EQ(Body(wire)["Message"],
+            "Your invocation timed out while waiting for a response from container primary. Review the latency "
+            "metrics for each container, resolve the issue, and try again.");
+  EXPECT_GE(elapsed, std::chrono::milliseconds(450));
+  EXPECT_LT(elapsed, std::chrono::seconds(3));
+  EXPECT_EQ(Totals().model_errors, 1u);
+}
+
+TEST_F(AsyncRouterTest, CallsInFlightOnTheLoopSpreadByOutstandingAndACutIsAnsweredAtOnce) {
+  SetInvocationTimeout(30000);
+  FakeContainer hung, healthy;
+  hung.SetMode(FakeContainer::Mode::kHang);
+  healthy.Respond(200, "ok");
+  healthy.SetDelay(std::chrono::milliseconds(300));
+  auto instances = PublishEndpoint({hung.port(), healthy.port()});
+  constexpr int kCalls = 8;
+  HeaderMap headers;
+  std::string body = "x";
+  std::vector<std::future<aws::WireResponse>> answers;
+  for (int i = 0; i < kCalls; ++i) answers.push_back(Start(headers, body));
+  while (hung.requests() + healthy.requests() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // One loop thread, all in flight at once: least outstanding split them evenly.
+  EXPECT_EQ(hung.requests(), 4u);
+  EXPECT_EQ(healthy.requests(), 4u);
+  instances[0]->failure.Cancel("gone");
+  size_t cut = 0, served = 0;
+  for (auto& answer : answers) {
+    ASSERT_EQ(answer.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    aws::WireResponse wire = answer.get();
+    if (wire.status == 200) {
+      ++served;
+    } else {
+      EXPECT_EQ(wire.status, 424) << wire.body;
+      EXPECT_NE(wire.body.find("The instance i-0 serving variant AllTraffic failed while"), std::string::npos);
+      ++cut;
+    }
+  }
+  EXPECT_EQ(cut, 4u);
+  EXPECT_EQ(served, 4u);
+  EXPECT_EQ(instances[0]->outstanding.load(), 0);
+  EXPECT_EQ(instances[1]->outstanding.load(), 0);
 }
 
 }  // namespace
