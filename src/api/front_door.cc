@@ -20,6 +20,7 @@
 #include "base/query_string.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "net/event_loop.h"
 
 namespace kiln::api {
 
@@ -57,6 +58,16 @@ bool SplitRuntimePath(std::string_view path, std::string_view* name, std::string
   *name = path.substr(0, slash);
   *op = path.substr(slash + 1);
   return op->find('/') == std::string_view::npos;
+}
+
+// The runtime operation a path names, for the access log; empty when it names none.
+std::string RuntimeOperation(std::string_view path) {
+  std::string_view name, op;
+  if (!SplitRuntimePath(path, &name, &op)) return {};
+  if (op == "invocations") return "InvokeEndpoint";
+  if (op == "async-invocations") return "InvokeEndpointAsync";
+  if (op == "invocations-response-stream") return "InvokeEndpointWithResponseStream";
+  return {};
 }
 
 int64_t SteadyNanos() {
@@ -341,9 +352,14 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
                            ? aws::SerializeCborError(internal, context.request_id)
                            : aws::SerializeError(route.protocol, internal, context.request_id));
   }
-  std::string status = std::to_string(response.status());
+  LogRequest(request, context, route.protocol, route.operation, response.status(), response.bytes());
+}
+
+void FrontDoor::LogRequest(const net::HttpRequest& request, const aws::RequestContext& context, aws::Protocol protocol,
+                           std::string_view route_operation, int status, uint64_t bytes) {
+  std::string status_text = std::to_string(status);
   std::string millis = std::to_string(NowMillis() - context.start_millis);
-  std::string bytes = std::to_string(response.bytes());
+  std::string bytes_text = std::to_string(bytes);
   std::string principal = context.auth ? context.auth->credential.access_key_id : "-";
   KLOG(info, "request",
        {{"request_id", context.request_id},
@@ -351,11 +367,11 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
         {"method", request.method},
         {"path", std::string_view(request.raw_path).substr(0, 256)},
         {"service", context.service},
-        {"protocol", ProtocolName(route.protocol)},
-        {"operation", context.operation.empty() ? route.operation : context.operation},
+        {"protocol", ProtocolName(protocol)},
+        {"operation", context.operation.empty() ? route_operation : std::string_view(context.operation)},
         {"key", principal},
-        {"status", status},
-        {"bytes_out", bytes},
+        {"status", status_text},
+        {"bytes_out", bytes_text},
         {"duration_ms", millis}});
 }
 
@@ -615,20 +631,47 @@ aws::WireResponse FrontDoor::DispatchRpc(const Route& route, const net::HttpRequ
 
 namespace kiln::api {
 
+std::optional<aws::AwsError> FrontDoor::CheckRuntime(const net::HttpRequest& request, std::string_view body,
+                                                     aws::RequestContext& context,
+                                                     std::optional<aws::VerifiedRequest>& verified,
+                                                     serving::InvokeRequest& invoke) const {
+  if (auto error = Authenticate(request, "sagemaker", body, context, verified)) {
+    return AuthErrorFor(aws::Protocol::kRestJson, *error);
+  }
+  std::string_view name, op;
+  bool runtime_path = SplitRuntimePath(request.raw_path, &name, &op);
+  if (!runtime_path || (op != "invocations" && op != "async-invocations" && op != "invocations-response-stream")) {
+    return aws::AwsError("UnknownOperationException",
+                         "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404);
+  }
+  if (!IsEndpointName(name)) {
+    return aws::AwsError("ValidationError", "1 validation error detected: Value '" + std::string(name.substr(0, 256)) +
+                                                "' at 'endpointName' failed to satisfy constraint: Member must "
+                                                "satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])* "
+                                                "and have length less than or equal to 63");
+  }
+  if (request.method != "POST") {
+    return aws::AwsError("UnknownOperationException",
+                         "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404);
+  }
+  if (op != "invocations") {
+    return aws::AwsError("ValidationError",
+                         context.operation + " is not supported by this Kiln version; use InvokeEndpoint.");
+  }
+  invoke.endpoint_name = name;
+  invoke.headers = &request.headers;
+  invoke.body = body;
+  invoke.request_id = context.request_id;
+  invoke.account_id = context.account_id;
+  return std::nullopt;
+}
+
 void FrontDoor::ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                              std::optional<aws::VerifiedRequest>& verified, int64_t start_steady_ns) {
   auto send_error = [&](const aws::AwsError& error) {
     SendWire(response, aws::SerializeError(aws::Protocol::kRestJson, error, context.request_id));
   };
-  std::string_view name, op;
-  bool runtime_path = SplitRuntimePath(request.raw_path, &name, &op);
-  if (runtime_path && op == "invocations") {
-    context.operation = "InvokeEndpoint";
-  } else if (runtime_path && op == "async-invocations") {
-    context.operation = "InvokeEndpointAsync";
-  } else if (runtime_path && op == "invocations-response-stream") {
-    context.operation = "InvokeEndpointWithResponseStream";
-  }
+  context.operation = RuntimeOperation(request.raw_path);
 
   // The body: refused from Content-Length before reading when it is too large (the connection
   // is then closed: the unread body stays on it), else read whole, as SigV4 hashes it.
@@ -671,42 +714,76 @@ void FrontDoor::ServeRuntime(net::HttpRequest& request, net::ResponseWriter& res
     if (*n == 0) break;
   }
 
-  if (auto error = Authenticate(request, "sagemaker", body, context, verified)) {
-    send_error(AuthErrorFor(aws::Protocol::kRestJson, *error));
-    return;
-  }
-
-  if (!runtime_path || (op != "invocations" && op != "async-invocations" && op != "invocations-response-stream")) {
-    send_error(aws::AwsError("UnknownOperationException",
-                             "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404));
-    return;
-  }
-  if (!IsEndpointName(name)) {
-    send_error(aws::AwsError("ValidationError", "1 validation error detected: Value '" +
-                                                    std::string(name.substr(0, 256)) +
-                                                    "' at 'endpointName' failed to satisfy constraint: Member must "
-                                                    "satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9])* "
-                                                    "and have length less than or equal to 63"));
-    return;
-  }
-  if (request.method != "POST") {
-    send_error(aws::AwsError("UnknownOperationException",
-                             "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404));
-    return;
-  }
-  if (op != "invocations") {
-    send_error(aws::AwsError("ValidationError", context.operation + " is not supported by this Kiln version; use "
-                                                                    "InvokeEndpoint."));
-    return;
-  }
   serving::InvokeRequest invoke;
-  invoke.endpoint_name = name;
-  invoke.headers = &request.headers;
-  invoke.body = body;
-  invoke.request_id = context.request_id;
-  invoke.account_id = context.account_id;
+  if (std::optional<aws::AwsError> error = CheckRuntime(request, body, context, verified, invoke)) {
+    send_error(*error);
+    return;
+  }
   invoke.start_steady_ns = start_steady_ns;
   runtime_->Invoke(invoke, response);
+}
+
+bool FrontDoor::Claims(const net::HttpRequest& head) const {
+  if (runtime_ == nullptr || head.method != "POST") return false;
+  std::string_view name, op;
+  if (!SplitRuntimePath(head.raw_path, &name, &op) || op != "invocations") return false;
+  // Handle's own classification decides, so both paths agree: an X-Amz-Target, or a credential
+  // scope other than sagemaker's, sends the request elsewhere there.
+  return Classify(head).kind == Route::Kind::kRuntime;
+}
+
+size_t FrontDoor::max_body_bytes() const {
+  return runtime_ != nullptr ? runtime_->options().max_request_body_bytes : 0;
+}
+
+namespace {
+
+// What an asynchronous invocation keeps until it is answered: the context (request id, account,
+// the verified signature) that the InvokeRequest's views and the access-log line point into.
+struct AsyncInvocation {
+  aws::RequestContext context;
+  std::optional<aws::VerifiedRequest> verified;
+  bool answered = false;
+};
+
+}  // namespace
+
+void FrontDoor::Serve(net::AsyncExchange& exchange) {
+  const net::HttpRequest& request = exchange.request();
+  auto state = std::make_shared<AsyncInvocation>();
+  aws::RequestContext& context = state->context;
+  // As Handle's: the request's arrival (its first byte), for duration_ms and OverheadLatency.
+  const int64_t start_steady_ns = exchange.start_steady_ns();
+  context.start_millis = NowMillis() - std::max<int64_t>(0, SteadyNanos() - start_steady_ns) / 1000000;
+  context.account_id = options_.account_id;
+  context.region = options_.regions.empty() ? "us-east-1" : options_.regions.front();
+  context.protocol = aws::Protocol::kRestJson;
+  context.service = "sagemaker";
+  context.request_id = NewUuid();
+  context.operation = RuntimeOperation(request.raw_path);
+  // The one answer: logged while the exchange (and so the request) is still valid, then sent.
+  auto answer = [&exchange, state](aws::WireResponse wire) {
+    state->answered = true;
+    LogRequest(exchange.request(), state->context, aws::Protocol::kRestJson, "", wire.status, wire.body.size());
+    exchange.Respond(wire.status, wire.headers, std::move(wire.body));
+  };
+  try {
+    serving::InvokeRequest invoke;
+    if (std::optional<aws::AwsError> error = CheckRuntime(request, exchange.body(), context, state->verified, invoke)) {
+      answer(aws::SerializeError(aws::Protocol::kRestJson, *error, context.request_id));
+      return;
+    }
+    invoke.start_steady_ns = start_steady_ns;
+    runtime_->InvokeAsync(invoke, exchange.loop().client(), answer);
+  } catch (const std::exception& e) {
+    // As Handle: an unexpected failure (memory) still gets a well-formed answer.
+    KLOG(error, "request failed with exception", {{"what", e.what()}, {"request_id", context.request_id}});
+    if (!state->answered) {
+      exchange.CloseAfterResponse();
+      answer(aws::SerializeError(aws::Protocol::kRestJson, aws::AwsError("InternalFailure", "Internal error", 500),
+                                 context.request_id));
+    }
+  }
 }
 
 }  // namespace kiln::api

@@ -22,6 +22,14 @@
 //                                                  called (listener auth "off")
 //   anything else                                → S3 (REST-XML)
 //
+// The invoke path also runs without a thread (net::AsyncService): the server offers each request
+// header on its event loop, Claims() takes POST /endpoints/<name>/invocations whenever Handle
+// would route it to the Router, and Serve() does what Handle does for it (SigV4 over the body,
+// the path checks, Router::InvokeAsync over the loop's upstream client, the access-log line),
+// answering through the exchange. The server offers only bodies with a Content-Length up to the
+// Router's limit and no Expect: 100-continue; chunked, 100-continue and oversized invocations
+// still come to Handle (the blocking path, same answers).
+//
 // Thread-safe after construction and registration (the service table is read-only).
 
 #include <map>
@@ -64,7 +72,7 @@ struct FrontDoorOptions {
   std::string version;  // reported by the health route
 };
 
-class FrontDoor {
+class FrontDoor final : public net::AsyncService {
  public:
   // `credentials` and `s3` must outlive the FrontDoor.
   FrontDoor(FrontDoorOptions options, const aws::CredentialProvider* credentials, objects::S3Api* s3);
@@ -87,6 +95,16 @@ class FrontDoor {
 
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
+
+  // net::AsyncService: the invoke path on the event loops. Claims() is true for exactly the
+  // requests Handle would give to ServeRuntime's invocations (a Router set, POST
+  // /endpoints/<name>/invocations, classified as SageMaker Runtime); max_body_bytes() is the
+  // Router's max_request_body_bytes (0 without a Router). Serve() never blocks: SigV4 is CPU only
+  // (the credential store may stat and re-read its small file on a lookup miss, at most once a
+  // second) and the container call is Router::InvokeAsync on the exchange's loop.
+  bool Claims(const net::HttpRequest& head) const override;
+  size_t max_body_bytes() const override;
+  void Serve(net::AsyncExchange& exchange) override;
 
  private:
   struct Route;
@@ -120,6 +138,15 @@ class FrontDoor {
   // SigV4 over its hash, path validation, then the Router.
   void ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                     std::optional<aws::VerifiedRequest>& verified, int64_t start_steady_ns);
+  // ServeRuntime's and Serve's steps once the body is read: SigV4 over `body`, then the path,
+  // endpoint name, method and operation checks. Returns the error to answer (REST-JSON), or
+  // nullopt with `invoke` filled (its views point into `request`, `body` and `context`).
+  std::optional<aws::AwsError> CheckRuntime(const net::HttpRequest& request, std::string_view body,
+                                            aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified,
+                                            serving::InvokeRequest& invoke) const;
+  // The one access-log line of a request (Handle and Serve).
+  static void LogRequest(const net::HttpRequest& request, const aws::RequestContext& context, aws::Protocol protocol,
+                         std::string_view route_operation, int status, uint64_t bytes);
 
   FrontDoorOptions options_;
   const aws::CredentialProvider* credentials_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "base/hash.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "net/event_loop.h"
 #include "serving/test_util/fake_container.h"
 
 namespace kiln::api {
@@ -454,6 +456,179 @@ TEST_F(FrontDoorRuntimeTest, MetricsRoute) {
       << w.body();
   EXPECT_NE(w.body().find("kiln_routable_instances{endpoint=\"churn-ep\",variant=\"AllTraffic\"} 1\n"),
             std::string::npos);
+}
+
+// ---- The invoke path on an event loop (net::AsyncService).
+
+// An exchange as the server would give Serve(): the request and its whole body, the loop, and
+// what Respond() got.
+class FakeExchange final : public net::AsyncExchange {
+ public:
+  FakeExchange(net::HttpRequest request, std::string body, net::EventLoop* loop)
+      : request_(std::move(request)), body_(std::move(body)), loop_(loop) {}
+  const net::HttpRequest& request() const override { return request_; }
+  std::string_view body() const override { return body_; }
+  net::EventLoop& loop() override { return *loop_; }
+  int64_t start_steady_ns() const override {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+  }
+  void Respond(int status, const HeaderMap& headers, std::string body) override {
+    EXPECT_TRUE(loop_->InLoopThread());
+    if (++responds_ > 1) ADD_FAILURE() << "Respond called twice";
+    answer_.status = status;
+    answer_.headers = headers;
+    answer_.body = std::move(body);
+    answered_.set_value();
+  }
+  void CloseAfterResponse() override { close_ = true; }
+
+  // Waits for Respond (at most 20 s).
+  const aws::WireResponse& Answer() {
+    if (answered_.get_future().wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      ADD_FAILURE() << "no answer within 20 s";
+      std::abort();  // the loop still references this exchange
+    }
+    return answer_;
+  }
+  bool close() const { return close_; }
+
+ private:
+  net::HttpRequest request_;
+  std::string body_;
+  net::EventLoop* loop_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::promise<void> answered_;
+  aws::WireResponse answer_;
+  int responds_ = 0;
+  bool close_ = false;
+};
+
+class FrontDoorAsyncTest : public FrontDoorRuntimeTest {
+ protected:
+  FrontDoorAsyncTest() : loop_(0, net::HttpClientOptions{}), thread_([this] { loop_.Run(); }) {}
+  ~FrontDoorAsyncTest() override {
+    loop_.Stop();
+    thread_.join();
+  }
+
+  // The request header as the server parses it, signed with `secret` for `service` unless empty.
+  static net::HttpRequest Head(std::string method, std::string path, HeaderMap headers, const std::string& body,
+                               const std::string& secret, const std::string& service = "sagemaker") {
+    headers.emplace("Host", "127.0.0.1:5456");
+    if (!secret.empty()) {
+      aws::OwnedSignable signable{method, path, "", headers};
+      aws::SignOptions sign;
+      sign.access_key_id = "AKIATESTKEY000000001";
+      sign.secret_access_key = secret;
+      sign.service = service;
+      sign.payload_hash = Sha256Hex(body);
+      aws::SignRequest(signable, sign);
+      headers = signable.headers;
+    }
+    net::HttpRequest request;
+    request.method = std::move(method);
+    request.raw_path = path;
+    request.target = std::move(path);
+    request.headers = std::move(headers);
+    request.remote_address = "127.0.0.1:40000";
+    return request;
+  }
+
+  // Serve() on the loop, as the server calls it; returns the answer.
+  aws::WireResponse Serve(std::string path, std::string body, const std::string& secret,
+                          HeaderMap headers = {{"Content-Type", "text/csv"}}) {
+    net::HttpRequest head = Head("POST", path, std::move(headers), body, secret);
+    EXPECT_TRUE(door_->Claims(head)) << path;
+    FakeExchange exchange(std::move(head), std::move(body), &loop_);
+    loop_.Post([&] { door_->Serve(exchange); });
+    return exchange.Answer();
+  }
+  static std::string Header(const aws::WireResponse& wire, std::string_view name) {
+    const std::string* value = FindHeader(wire.headers, name);
+    return value != nullptr ? *value : std::string();
+  }
+  static std::string Message(const aws::WireResponse& wire) {
+    auto j = nlohmann::json::parse(wire.body, nullptr, false);
+    return j.is_object() ? j.value("Message", "") : "";
+  }
+
+  net::EventLoop loop_;
+  std::thread thread_;
+};
+
+TEST_F(FrontDoorAsyncTest, ClaimsExactlyWhatHandleRoutesToTheInvokePath) {
+  const std::string secret = "testsecrettestsecrettestsecret0123456789";
+  const std::string invocations = "/endpoints/churn-ep/invocations";
+  // Without a Router nothing is claimed (Handle answers UnknownOperationException).
+  EXPECT_FALSE(door_->Claims(Head("POST", invocations, {}, "1", secret)));
+  EXPECT_EQ(door_->max_body_bytes(), 0u);
+  door_->SetRuntime(&router_);
+  EXPECT_EQ(door_->max_body_bytes(), 6291456u);
+  EXPECT_TRUE(door_->Claims(Head("POST", invocations, {}, "1", secret)));
+  EXPECT_TRUE(door_->Claims(Head("POST", invocations, {}, "1", "")));  // unsigned: Serve answers 403
+  EXPECT_TRUE(door_->Claims(Head("POST", "/endpoints/bad_name/invocations", {}, "1", secret)));
+  // Not the synchronous invocation, or not the runtime at all.
+  EXPECT_FALSE(door_->Claims(Head("GET", invocations, {}, "", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", "/endpoints/churn-ep/async-invocations", {}, "1", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", "/endpoints/churn-ep/invocations-response-stream", {}, "1", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", "/endpoints/churn-ep", {}, "1", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", "/endpoints/a/b/invocations", {}, "1", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", invocations, {{"X-Amz-Target", "SageMaker.Echo"}}, "1", secret)));
+  EXPECT_FALSE(door_->Claims(Head("POST", invocations, {}, "1", secret, "s3")));   // an S3 key
+  EXPECT_FALSE(door_->Claims(Head("POST", invocations, {}, "1", secret, "sts")));  // STS's
+}
+
+TEST_F(FrontDoorAsyncTest, SignedInvokeIsServedOnTheLoopAsHandleServesIt) {
+  door_->SetRuntime(&router_);
+  aws::WireResponse wire = Serve("/endpoints/churn-ep/invocations", "69,0,153.7", secret_,
+                                 {{"Content-Type", "text/csv"}, {"Accept", "application/json"}});
+  ASSERT_EQ(wire.status, 200) << wire.body;
+  EXPECT_EQ(wire.body, "{\"predictions\":[0.02]}");
+  EXPECT_EQ(Header(wire, "x-Amzn-Invoked-Production-Variant"), "AllTraffic");
+  EXPECT_EQ(Header(wire, "Content-Type"), "application/json");
+  ASSERT_FALSE(Header(wire, "x-amzn-RequestId").empty());
+  auto received = container_.received();
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].body, "69,0,153.7");
+  EXPECT_EQ(received[0].head.find("Authorization"), std::string::npos);
+  EXPECT_NE(received[0].head.find("X-Amzn-RequestId: " + Header(wire, "x-amzn-RequestId")), std::string::npos);
+  EXPECT_EQ((metrics_.Totals()[{"churn-ep", "AllTraffic"}].invocations), 1u);
+  // The blocking path's answer has the same headers and body.
+  auto w = Invoke("/endpoints/churn-ep/invocations", "69,0,153.7",
+                  {{"Content-Type", "text/csv"}, {"Accept", "application/json"}});
+  EXPECT_EQ(w.status(), 200);
+  EXPECT_EQ(w.body(), wire.body);
+  HeaderMap sync_headers = w.headers(), async_headers = wire.headers;
+  sync_headers.erase("x-amzn-RequestId");
+  async_headers.erase("x-amzn-RequestId");
+  EXPECT_EQ(sync_headers, async_headers);
+}
+
+TEST_F(FrontDoorAsyncTest, AuthenticationAndPathErrorsAreTheBlockingPathsAnswers) {
+  door_->SetRuntime(&router_);
+  const std::string secret = "testsecrettestsecrettestsecret0123456789";
+  struct Case {
+    std::string path;
+    std::string secret;
+    int status;
+    std::string type;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"/endpoints/churn-ep/invocations", "", 403, "MissingAuthenticationTokenException"},
+           {"/endpoints/churn-ep/invocations", "wrong-secret-wrong-secret-wrong-secret00", 403,
+            "InvalidSignatureException"},
+           {"/endpoints/bad_name/invocations", secret, 400, "ValidationError"},
+           {"/endpoints/nope/invocations", secret, 400, "ValidationError"},
+       }) {
+    aws::WireResponse wire = Serve(c.path, "1", c.secret);
+    EXPECT_EQ(wire.status, c.status) << c.path << " " << wire.body;
+    EXPECT_EQ(Header(wire, "x-amzn-ErrorType"), c.type) << c.path;
+    auto w = Invoke(c.path, "1", {{"Content-Type", "text/csv"}}, c.secret);
+    EXPECT_EQ(w.status(), wire.status) << c.path;
+    EXPECT_EQ(Type(w), c.type) << c.path;
+    EXPECT_EQ(FrontDoorRuntimeTest::Message(w), Message(wire)) << c.path;
+  }
+  EXPECT_EQ(container_.requests(), 0u);
 }
 
 // Per-request cost of the invoke path, in process (not run by default):

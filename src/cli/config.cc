@@ -153,11 +153,17 @@ Status LoadHttp(const json& doc, Config* config, const std::string& path) {
   RETURN_IF_ERROR(Field(h, "header_timeout_seconds", &hc.header_timeout_seconds, where));
   RETURN_IF_ERROR(Field(h, "idle_timeout_seconds", &hc.idle_timeout_seconds, where));
   RETURN_IF_ERROR(Field(h, "io_timeout_seconds", &hc.io_timeout_seconds, where));
+  RETURN_IF_ERROR(Field(h, "event_loops", &hc.event_loops, where));
+  RETURN_IF_ERROR(Field(h, "worker_threads", &hc.worker_threads, where));
   if (hc.max_connections < 1 || hc.max_connections_per_address < 1 || hc.first_byte_timeout_seconds < 1 ||
-      hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1) {
+      hc.header_timeout_seconds < 1 || hc.idle_timeout_seconds < 1 || hc.io_timeout_seconds < 1 ||
+      hc.worker_threads < 1) {
     return Status::InvalidArgument(path +
-                                   ": http: max_connections, max_connections_per_address and every "
+                                   ": http: max_connections, max_connections_per_address, worker_threads and every "
                                    "*_timeout_seconds must be >= 1");
+  }
+  if (hc.event_loops < 0 || hc.event_loops > 1024) {
+    return Status::InvalidArgument(path + ": http: event_loops must be between 0 (one per core) and 1024");
   }
   return Status::Ok();
 }

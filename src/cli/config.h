@@ -29,7 +29,9 @@
 //                   "provision_timeout_seconds": 3600},  // variants without a provision timeout
 //     "http": {"max_connections": 512, "max_connections_per_address": 128,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
-//              "idle_timeout_seconds": 75, "io_timeout_seconds": 120},
+//              "idle_timeout_seconds": 75, "io_timeout_seconds": 120,
+//              "event_loops": 0,          // 0: one per core
+//              "worker_threads": 256},    // threads for the blocking (non-invoke) requests
 //     "archives": {"max_unpacked_mib": 0,      // 0: each archive's cap comes from the volume
 //                  "max_entries": 1000000},    // members per model.tar.gz / sourcedir.tar.gz
 //     "instance_metrics": {"interval_seconds": 10,  // CPU/Memory/Disk/GPU utilization samples
@@ -83,6 +85,8 @@ struct HttpConfig {
   int header_timeout_seconds = 30;        // first byte → end of the request header
   int idle_timeout_seconds = 75;          // keep-alive wait between requests
   int io_timeout_seconds = 120;           // a read or write that makes no progress
+  int event_loops = 0;                    // event-loop threads serving connections; 0: one per core
+  int worker_threads = 256;               // threads running blocking requests (API, S3), at most
 };
 
 // Caps on unpacked model.tar.gz and sourcedir.tar.gz (control/archive_caps.h).

@@ -70,6 +70,27 @@ TEST(ConfigTest, ParsesEverything) {
   std::filesystem::remove(path);
 }
 
+TEST(ConfigTest, HttpSectionSetsEventLoopsAndWorkerThreads) {
+  Config defaults;
+  EXPECT_EQ(defaults.http.event_loops, 0);  // one per core
+  EXPECT_EQ(defaults.http.worker_threads, 256);
+  std::string path = WriteTemp(R"({"http": {"event_loops": 4, "worker_threads": 32}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.http.event_loops, 4);
+  EXPECT_EQ(c.http.worker_threads, 32);
+  std::filesystem::remove(path);
+  for (const char* bad : {R"({"http": {"event_loops": -1}})", R"({"http": {"event_loops": 5000}})",
+                          R"({"http": {"event_loops": "many"}})", R"({"http": {"worker_threads": 0}})"}) {
+    std::string bad_path = WriteTemp(bad);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("http"), std::string::npos) << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 TEST(ConfigTest, HttpSectionSetsConnectionLimits) {
   std::string path = WriteTemp(R"({"http": {"max_connections": 64, "max_connections_per_address": 8,
     "first_byte_timeout_seconds": 2, "header_timeout_seconds": 5, "idle_timeout_seconds": 20,

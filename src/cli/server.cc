@@ -90,6 +90,14 @@ serving::RouterOptions RouterOptionsFor(const Config& c) {
   return router_options;
 }
 
+// The invoke path's upstream clients: the blocking one (chunked and 100-continue invocations) and
+// each event loop's own (HttpServerOptions::upstream) get the same options.
+net::HttpClientOptions InvokeClientOptions(const Config& c) {
+  net::HttpClientOptions client_options;
+  client_options.max_response_body_bytes = RouterOptionsFor(c).max_response_body_bytes;
+  return client_options;
+}
+
 net::HttpServerOptions HttpOptions(const Config& c) {
   net::HttpServerOptions http;
   http.listen = c.listen;
@@ -99,6 +107,9 @@ net::HttpServerOptions HttpOptions(const Config& c) {
   http.header_timeout_seconds = c.http.header_timeout_seconds;
   http.idle_timeout_seconds = c.http.idle_timeout_seconds;
   http.io_timeout_seconds = c.http.io_timeout_seconds;
+  http.event_loops = static_cast<size_t>(c.http.event_loops);
+  http.worker_threads = static_cast<size_t>(c.http.worker_threads);
+  http.upstream = InvokeClientOptions(c);
   return http;
 }
 
@@ -253,9 +264,7 @@ void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_c
   endpoint_deps.instance_metrics = instance_metrics_.get();
   // The invoke path's pooled connections to the instances (the router, built in BuildInvokePath,
   // uses it; the controller drops a stopped instance's idle connections from it).
-  net::HttpClientOptions client_options;
-  client_options.max_response_body_bytes = RouterOptionsFor(c).max_response_body_bytes;
-  invoke_client_ = std::make_unique<net::HttpClient>(client_options);
+  invoke_client_ = std::make_unique<net::HttpClient>(InvokeClientOptions(c));
   endpoint_deps.invoke_client = invoke_client_.get();
   endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
 }
@@ -311,13 +320,16 @@ void Server::BuildInvokePath() {
   front_door_->SetMetricsExporter(prometheus_.get());
 }
 
-// Binds the listen address (serving starts in Start()); every request goes to the front door.
+// Binds the listen address (serving starts in Start()); every request goes to the front door:
+// invocations it claims on the event loops (FrontDoor as the AsyncService), the rest to Handle.
 Status Server::BindHttp() {
   api::FrontDoor* door_ptr = front_door_.get();
-  ASSIGN_OR_RETURN(http_, net::HttpServer::Create(HttpOptions(config_),
-                                                  [door_ptr](net::HttpRequest& request, net::ResponseWriter& response) {
-                                                    door_ptr->Handle(request, response);
-                                                  }));
+  ASSIGN_OR_RETURN(http_, net::HttpServer::Create(
+                              HttpOptions(config_),
+                              [door_ptr](net::HttpRequest& request, net::ResponseWriter& response) {
+                                door_ptr->Handle(request, response);
+                              },
+                              door_ptr));
   return Status::Ok();
 }
 
