@@ -6,57 +6,11 @@
 
 #include <limits>
 
-#include <boost/beast/http/read.hpp>
-
 #include "base/log.h"
 #include "base/strings.h"
 #include "net/http_server_internal.h"
 
 namespace kiln::net::internal {
-namespace {
-
-// http::read_header with a limit on the header's total size. Beast 1.74's header_limit bounds
-// the bytes of one parse pass, not the header: depending on how the reads split the header
-// (e.g. a first read of 1 byte, or of ~36 KB, then the rest), parse passes consume complete
-// fields without counting them, and a 101 KB header passed a 64 KiB limit (the flaky
-// test_oversize_headers_431). Here every pass gets only the budget that is left.
-template <class Stream, class Buffer>
-void ReadHeaderWithin(Stream& stream, Buffer& buffer, RequestParser& parser, size_t max_header_bytes,
-                      boost::beast::error_code& ec) {
-  const size_t limit = std::min<size_t>(max_header_bytes, std::numeric_limits<uint32_t>::max());
-  size_t consumed = 0;
-  while (!parser.is_header_done()) {
-    parser.header_limit(static_cast<uint32_t>(limit - consumed));
-    consumed += http::read_some(stream, buffer, parser, ec);
-    if (ec) return;
-    if (consumed > limit) {
-      ec = http::error::header_limit;
-      return;
-    }
-  }
-}
-
-// Starts waiting for the next request on `conn`: the idle phase (first-byte or idle timeout,
-// Stop() may interrupt, the acceptor may close it for room), unless bytes of it are buffered.
-void BeginRequest(Connection& conn, const Limits& limits) {
-  conn.header_deadline.reset();
-  if (conn.buffer.size() > 0) {
-    // Bytes of this request came with the previous one (pipelining): the connection is busy
-    // (the acceptor must not close it for room: the bytes are in our buffer, not the socket),
-    // and the header clock runs from now.
-    conn.idle_phase = false;
-    if (limits.header_timeout_ms > 0) {
-      conn.header_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limits.header_timeout_ms);
-    }
-  } else {
-    conn.idle_phase = true;
-    if (!conn.fresh) {
-      conn.slot->MarkIdle();
-    }
-  }
-}
-
-}  // namespace
 
 int HeaderErrorStatus(const error_code& ec) {
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
@@ -69,29 +23,6 @@ int HeaderErrorStatus(const error_code& ec) {
 }
 
 namespace {
-
-// Reads the request header into `parser`. False when the connection is to close: quietly when it
-// was idle, stopped or the peer went away or stalled, otherwise after the error response (431,
-// 413, 400), with conn.unread_input set.
-bool ReadRequestHeader(Connection& conn, const ServerContext& server, RequestParser& parser) {
-  parser.body_limit(server.options.max_body_bytes);
-  FdReadStream stream(&conn, &server.limits);
-  error_code ec;
-  ReadHeaderWithin(stream, conn.buffer, parser, server.options.max_header_bytes, ec);
-  conn.header_deadline.reset();  // the body has its own (per-read) timeout
-  if (ec) {
-    if (conn.idle_phase || IsPeerGone(ec) || ec == boost::asio::error::timed_out ||
-        ec == boost::asio::error::operation_aborted) {
-      return false;  // idle close, stop, or the peer went away / stalled mid-header
-    }
-    WriteErrorResponse(conn.fd, HeaderErrorStatus(ec), server.limits.io_timeout_ms);
-    conn.unread_input = true;
-    return false;
-  }
-  conn.idle_phase = false;
-  conn.fresh = false;
-  return true;
-}
 
 // Checks what the handler relies on in a parsed header (HTTP/1.0 or 1.1; a length it can trust).
 // False after answering 505 or 400 (conn.unread_input set): the connection is to close.
@@ -175,15 +106,6 @@ bool FinishExchange(Connection& conn, const ServerContext& server, ResponseWrite
 }
 
 }  // namespace
-
-bool ServeOneRequest(Connection& conn, const ServerContext& server) {
-  BeginRequest(conn, server.limits);
-  RequestParser parser;
-  if (!ReadRequestHeader(conn, server, parser)) {
-    return false;
-  }
-  return ServeParsedRequest(conn, server, parser);
-}
 
 bool ServeParsedRequest(Connection& conn, const ServerContext& server, RequestParser& parser) {
   if (!CheckParsedHeader(conn, server, parser)) {

@@ -89,7 +89,6 @@ using internal::ConnSlot;
 using internal::Limits;
 using internal::MillisOrInfinite;
 using internal::RequestParser;
-using internal::ServeOneRequest;
 using internal::ServeParsedRequest;
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -285,19 +284,7 @@ class HttpServerImpl final : public HttpServer {
     if (acceptor_.joinable()) {
       return Status::FailedPrecondition("server already started");
     }
-    for (auto& ls : loops_) {
-      LoopState* state = ls.get();
-      state->thread = std::thread([state] {
-        InstallAlternateSignalStack();
-        state->loop.Run();
-      });
-      state->loop.Post([this, state] { ArmSweep(state); });
-    }
-    {
-      // One worker from the start: the pool must never depend on creating a thread under load.
-      MutexLock pool_lock(pool_mu_);
-      StartWorkerLocked();
-    }
+    StartLoopsLocked();
     acceptor_ = std::thread([this] { AcceptLoop(); });
     return Status::Ok();
   }
@@ -321,7 +308,7 @@ class HttpServerImpl final : public HttpServer {
       acceptor_.join();
     }
     ::close(listen_fd_);
-    const bool loops_running = !loops_.empty() && loops_.front()->thread.joinable();
+    const bool loops_running = loops_started_;
     if (loops_running) {
       for (auto& ls : loops_) {
         LoopState* state = ls.get();
@@ -390,38 +377,29 @@ class HttpServerImpl final : public HttpServer {
     return s;
   }
 
-  // See ServeConnectionForTest (http_server_testing.h): the blocking exchange on the calling
-  // thread, as a worker runs it, for the whole connection.
-  void ServeForTest(int fd) EXCLUDES(mu_) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      addr.ss_family = AF_UNSPEC;
+  // See ServeConnectionForTest (http_server_testing.h): `fd` is registered and served by loop 0
+  // exactly as an accepted connection; returns once it is closed.
+  void ServeForTest(int fd) EXCLUDES(stop_mu_, mu_, pool_mu_) {
+    {
+      MutexLock lock(stop_mu_);
+      StartLoopsLocked();
     }
-    ConnSlot* slot = nullptr;
+    Pending p{fd, {}, nullptr};
+    socklen_t len = sizeof(p.addr);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&p.addr), &len) != 0) {
+      p.addr.ss_family = AF_UNSPEC;
+    }
+    uint64_t id = 0;
     {
       MutexLock lock(mu_);
-      slot = RegisterLocked(fd, AddressKey(addr));
+      p.slot = RegisterLocked(fd, AddressKey(p.addr));
+      id = p.slot->id;
     }
-    Connection conn(BufferLimit());
-    conn.fd = fd;
-    conn.slot = slot;
-    conn.remote_address = FormatAddress(addr);
-    try {
-      while (ServeOneRequest(conn, context_)) {
-      }
-    } catch (const std::exception& e) {
-      KLOG(error, "http connection failed", {{"remote", conn.remote_address}, {"error", e.what()}});
-      conn.unread_input = true;
-    } catch (...) {
-      conn.unread_input = true;
+    SubmitTo(loops_.front().get(), p);
+    MutexLock lock(mu_);
+    while (conns_.contains(id)) {
+      active_cv_.Wait(mu_);
     }
-    Linger(conn);
-    {
-      MutexLock lock(mu_);
-      UnregisterLocked(slot, /*close_fd=*/true);
-    }
-    active_cv_.NotifyAll();
   }
 
   // For LoopConnection.
@@ -494,6 +472,25 @@ class HttpServerImpl final : public HttpServer {
   static constexpr int kAcceptBackoffMs = 100;
   // Shedding and accept failures are logged at most this often (they come in floods).
   static constexpr int64_t kShedLogIntervalMs = 10000;
+
+  // Starts the loop threads and the first worker (once).
+  void StartLoopsLocked() REQUIRES(stop_mu_) EXCLUDES(pool_mu_) {
+    if (loops_started_) {
+      return;
+    }
+    loops_started_ = true;
+    for (auto& ls : loops_) {
+      LoopState* state = ls.get();
+      state->thread = std::thread([state] {
+        InstallAlternateSignalStack();
+        state->loop.Run();
+      });
+      state->loop.Post([this, state] { ArmSweep(state); });
+    }
+    // One worker from the start: the pool must never depend on creating a thread under load.
+    MutexLock pool_lock(pool_mu_);
+    StartWorkerLocked();
+  }
 
   void ArmSweep(LoopState* state) {
     state->sweep.expires_after(std::chrono::milliseconds(kSweepMillis));
@@ -730,8 +727,9 @@ class HttpServerImpl final : public HttpServer {
   }
 
   // Hands an admitted connection to the next loop (round robin).
-  void Submit(const Pending& p) {
-    LoopState* state = loops_[next_loop_++ % loops_.size()].get();
+  void Submit(const Pending& p) { SubmitTo(loops_[next_loop_++ % loops_.size()].get(), p); }
+
+  void SubmitTo(LoopState* state, const Pending& p) {
     state->loop.Post([this, state, p] {
       auto conn = std::make_shared<LoopConnection>(this, state, p.fd, p.slot, FormatAddress(p.addr), BufferLimit());
       state->conns.emplace(conn.get(), conn);
@@ -785,6 +783,7 @@ class HttpServerImpl final : public HttpServer {
   // Serializes Start/Stop. Taken before mu_ and pool_mu_ (Stop holds it throughout).
   Mutex stop_mu_;
   bool stopped_ GUARDED_BY(stop_mu_) = false;
+  bool loops_started_ GUARDED_BY(stop_mu_) = false;
   std::thread acceptor_ GUARDED_BY(stop_mu_);
 
   // The connection registry. Every accepted connection has a slot from accept until its fd is
@@ -941,9 +940,6 @@ bool LoopConnection::AsyncEligible() const {
 }
 
 void LoopConnection::OnHeaderDone() {
-  conn_.fresh = false;
-  conn_.idle_phase = false;
-  conn_.header_deadline.reset();
   deadline_ms_ = 0;
   if (server_->async() != nullptr && AsyncEligible()) {
     internal::FillRequest(conn_, parser_->get());

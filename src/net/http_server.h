@@ -1,11 +1,13 @@
 #pragma once
 // HTTP/1.1 server (Boost.Beast/Asio underneath; nothing here exposes Beast).
 //
-// Model: one acceptor thread; each accepted connection is served by a thread from a pool
-// (threads are reused; at most `max_connections` connections are open at once). A connection
-// serves requests one after another (keep-alive). For each request the server reads and bounds
-// the header, then calls the Handler with an HttpRequest whose body is a ByteSource pulling from
-// the socket: bodies stream through, never buffered whole.
+// Model: one acceptor thread hands each connection to one of a fixed set of event loops
+// (`event_loops`, one per core by default; Boost.Asio underneath), which owns it until it closes:
+// idle keep-alive connections cost memory only. A loop reads and bounds each request header, then
+// either serves the request itself through the AsyncService, when one is given and claims it
+// (never blocking: the invoke path), or hands the connection to a worker thread (at most
+// `worker_threads`) that calls the Handler with an HttpRequest whose body is a ByteSource
+// pulling from the socket: bodies stream through, never buffered whole. See src/net/README.md.
 //
 // Connection limits (what an unauthenticated client can hold):
 //   - A new connection must send its first byte within `first_byte_timeout_seconds`, and each
@@ -21,7 +23,8 @@
 //   - When accept() fails for lack of descriptors (EMFILE/ENFILE) or memory, an idle connection is
 //     closed to free one; with none to close, the acceptor backs off 100 ms at a time (no spin).
 //
-// Thread-safety: the Handler is called concurrently from many threads.
+// Thread-safety: the Handler is called concurrently from the worker threads; the AsyncService
+// from every loop's thread.
 //
 //   auto server = HttpServer::Create(options, [](HttpRequest& req, ResponseWriter& out) {
 //     out.Send(200, {{"Content-Type", "text/plain"}}, "hello");
@@ -129,15 +132,17 @@ struct HttpServerOptions {
   // Upper bound for any request body; larger declared bodies → 413 before the handler runs, and
   // streamed bodies fail with ResourceExhausted once past it. Handlers apply tighter limits.
   uint64_t max_body_bytes = 5ull * 1024 * 1024 * 1024 + 64 * 1024 * 1024;
-  // Connections open at once, in all (each holds one thread while open). At the cap an idle
-  // connection is closed for a new one; see the class comment.
-  size_t max_connections = 512;
+  // Connections open at once, in all. An idle one costs memory only (no thread, no buffer: about
+  // a kilobyte here plus the kernel's socket), so the bound is descriptors and memory: the server
+  // process needs an RLIMIT_NOFILE above it (kiln raises its soft limit to the hard one). At the
+  // cap an idle connection is closed for a new one; see the class comment.
+  size_t max_connections = 16384;
   // Connections open at once from one IP address (IPv4-mapped IPv6 counts as the IPv4 address).
   // Loopback is not exempt: every local client, including jobs and endpoint containers calling
   // back, shares 127.0.0.1. Behind a proxy or NAT that funnels all clients through one address,
   // raise it up to max_connections. Lowering it below a client's concurrency makes that client see
   // 503s.
-  size_t max_connections_per_address = 128;
+  size_t max_connections_per_address = 4096;
   // A new connection that sends no byte within this long is closed (a client that connects ahead
   // of time, as connection pools may, must send its request within it). 0 or less: no limit.
   int first_byte_timeout_seconds = 10;

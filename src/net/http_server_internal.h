@@ -88,17 +88,8 @@ struct Connection {
   ConnSlot* slot = nullptr;  // the registry's entry; valid until Close()
   std::string remote_address;
   beast::flat_buffer buffer;
-  // True until the first request header has been read: the first-byte timeout applies instead
-  // of the idle timeout.
-  bool fresh = true;
-  // True while waiting for the first byte of a request: the first-byte or idle timeout applies,
-  // Stop() may interrupt the wait, and the acceptor may close the connection for room.
-  bool idle_phase = false;
   // Set when the request stream may hold bytes we did not read (error paths, unread body).
   bool unread_input = false;
-  // While a request header is being read: when the whole header must have arrived. A client
-  // trickling one byte at a time cannot hold a worker past it (slowloris).
-  std::optional<std::chrono::steady_clock::time_point> header_deadline;
   HttpRequest request;
   std::string head;  // response header scratch
 
@@ -139,22 +130,7 @@ class FdReadStream {
       if (b.size() == 0) {
         continue;
       }
-      const bool idle = conn_->idle_phase;
-      int timeout_ms = !idle          ? limits_->io_timeout_ms
-                       : conn_->fresh ? limits_->first_byte_timeout_ms
-                                      : limits_->idle_timeout_ms;
-      if (!idle && conn_->header_deadline) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*conn_->header_deadline -
-                                                                          std::chrono::steady_clock::now())
-                        .count();
-        if (left <= 0) {
-          ec = boost::asio::error::timed_out;
-          return 0;
-        }
-        timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min<int>(timeout_ms, static_cast<int>(left));
-      }
-      Result<size_t> r = internal::RecvSome(conn_->fd, static_cast<char*>(b.data()), b.size(), timeout_ms,
-                                            idle ? limits_->wake_fd : -1);
+      Result<size_t> r = internal::RecvSome(conn_->fd, static_cast<char*>(b.data()), b.size(), limits_->io_timeout_ms);
       if (!r.ok()) {
         switch (r.status().code()) {
           case StatusCode::kDeadlineExceeded: ec = boost::asio::error::timed_out; break;
@@ -167,20 +143,6 @@ class FdReadStream {
         ec = boost::asio::error::eof;
         return 0;
       }
-      if (idle) {
-        if (!conn_->slot->TryClaim()) {
-          // The acceptor closed this idle connection for room just as the bytes came: drop them,
-          // as if they had come a moment later (the client sees the close, as for any keep-alive
-          // connection the server closes while idle).
-          ec = boost::asio::error::operation_aborted;
-          return 0;
-        }
-        if (limits_->header_timeout_ms > 0) {
-          conn_->header_deadline =
-              std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_->header_timeout_ms);
-        }
-      }
-      conn_->idle_phase = false;
       return *r;
     }
     return 0;
@@ -323,15 +285,11 @@ class ResponseWriterImpl final : public ResponseWriter {
 // Minimal response for errors the server answers itself (before or instead of the handler).
 void WriteErrorResponse(int fd, int status, int timeout_ms);
 
-// Serves one request on `conn` (http_exchange.cc): reads its header (first-byte/idle, header and
-// I/O timeouts; 400/413/431/505 answered here), fills conn.request, runs the handler, completes
-// the response and drains what the handler left unread. Returns true to keep the connection for
-// another request; on false the caller closes it (lingering when conn.unread_input is set).
-bool ServeOneRequest(Connection& conn, const ServerContext& server);
-
-// ServeOneRequest's second half, for a header already read into `parser` (on an event loop):
-// checks it (505, 400), fills conn.request, runs the handler, completes the response and drains
-// the unread body. Blocking; runs on a worker thread. Same return as ServeOneRequest.
+// The blocking exchange, for a request header already read into `parser` by an event loop
+// (http_exchange.cc): checks it (505, 400), fills conn.request, runs the handler, completes the
+// response and drains what the handler left unread. Runs on a worker thread. Returns true to keep
+// the connection for another request; on false the caller closes it (lingering when
+// conn.unread_input is set).
 bool ServeParsedRequest(Connection& conn, const ServerContext& server, RequestParser& parser);
 
 // Fills conn.request from a parsed header (body left null).
