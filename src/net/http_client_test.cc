@@ -6,9 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <set>
 #include <string>
@@ -1050,6 +1053,56 @@ TEST(HttpClientTest, DISABLED_SequentialPostLatency) {
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   std::printf("sequential POST 100 B -> 10 B: %.1f us/request over %d requests\n", us / kN, kN);
   server->Stop(1);
+}
+
+// Not a test: the CPU cost of reading one response (ReadResponseForTest over a kept socketpair:
+// the send that feeds it, poll, recv and the parse), best of 5 rounds, in this thread's CPU time
+// so other load on the machine matters less than in the wall-clock measurements here.
+//   build/src/net/net_test --gtest_also_run_disabled_tests --gtest_filter='*ResponseReadCost'
+TEST(HttpClientTest, DISABLED_ResponseReadCost) {
+  auto cpu_us = [] {
+    timespec t;
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+  };
+  std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 10; ++i) {
+    chunked += "3e8\r\n" + std::string(1000, 'c') + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  struct Case {
+    const char* name;
+    std::string wire;
+    int n;
+  };
+  const Case cases[] = {
+      {"4 fields, 10 B body",
+       "HTTP/1.1 200 OK\r\nServer: x\r\nDate: Wed, 02 Dec 2026 01:00:00 GMT\r\nContent-Type: "
+       "application/json\r\nContent-Length: 10\r\n\r\nrrrrrrrrrr",
+       100000},
+      {"60 KB body", "HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n" + std::string(60000, 'b'), 10000},
+      {"chunked 10 x 1000 B", chunked, 25000},
+  };
+  for (const Case& c : cases) {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    int size = 1 << 20;
+    ::setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    ::setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    double best = 1e18;
+    for (int round = 0; round < 5; ++round) {
+      double start = cpu_us();
+      for (int i = 0; i < c.n; ++i) {
+        ASSERT_EQ(::send(fds[0], c.wire.data(), c.wire.size(), 0), static_cast<ssize_t>(c.wire.size()));
+        ParsedResponseForTest parsed = ReadResponseForTest(fds[1], false, HttpClientOptions{}, 1000);
+        ASSERT_TRUE(parsed.status.ok() && parsed.keep_alive) << parsed.status.ToString();
+      }
+      best = std::min(best, (cpu_us() - start) / c.n);
+    }
+    std::printf("%-20s %.2f us CPU per response\n", c.name, best);
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
 }
 
 // What a CancelSignal costs a call (one acquire load and a second fd in each poll; the eventfd's
