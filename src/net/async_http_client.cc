@@ -12,8 +12,9 @@
 //   passes with async_read_some bounded by the budget left (Beast 1.74's header_limit counts per
 //   pass; see ReadHeaderWithin in http_exchange.cc), 1xx interim responses skipped, then the body
 //   with async_read_some passes until the parser is done. TCP_QUICKACK is re-armed after the
-//   write and after every read completion (Linux clears it), so a container that writes its
-//   answer in two segments with Nagle on gets its ACK at once instead of after 40 ms.
+//   write and after every read completion that leaves the answer incomplete (Linux clears it),
+//   so a container that writes its answer in two segments with Nagle on gets its ACK at once
+//   instead of after 40 ms.
 // - Deadlines and cancellation: one steady_timer per client, armed only while calls are in
 //   flight, fires every kSweepMillis and fails the calls whose connect/response deadline passed or
 //   whose CancelSignal is set; failing closes the call's socket, which completes its pending
@@ -162,9 +163,11 @@ Status FormatHead(const ClientRequest& request, const std::string& host_value, s
 }
 
 // Linux clears TCP_QUICKACK after a while (sending turns delayed ACKs back on): re-armed after
-// the request is written and after every read, so the next segment of the answer is ACKed at
-// once. Without it, a peer with Nagle on that writes its answer in two pieces waits for our
-// delayed ACK (40 ms) before sending the second.
+// the request is written and after every read that leaves the answer incomplete, so the next
+// segment of the answer is ACKed at once (setting it also sends an ACK the kernel was holding).
+// Without it, a peer with Nagle on that writes its answer in two pieces waits for our delayed ACK
+// (40 ms) before sending the second. After the last read of an answer it would be wasted: our
+// next request turns delayed ACKs back on anyway.
 void ArmQuickAck(tcp::socket& socket) {
   if (socket.is_open()) {
     int one = 1;
@@ -494,7 +497,9 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
 
   void OnHeaderRead(const CallPtr& call, const error_code& ec, size_t n) {
     Conn& conn = *call->conn;
-    ArmQuickAck(conn.socket);
+    if (!call->parser->is_done()) {
+      ArmQuickAck(conn.socket);  // more of the answer to come
+    }
     if (n > 0 || conn.buffer.size() > 0) {
       call->got_any_byte = true;
     }
@@ -577,7 +582,9 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
   }
 
   void OnBodyRead(const CallPtr& call, const error_code& ec) {
-    ArmQuickAck(call->conn->socket);
+    if (!call->parser->is_done()) {
+      ArmQuickAck(call->conn->socket);  // more of the answer to come
+    }
     if (ec) {
       ReadFailed(call, ec, Part::kBody);
       return;
