@@ -16,6 +16,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "objects/hash_pipeline.h"
 #include "objects/validation.h"
 
 namespace kiln::objects {
@@ -28,6 +29,12 @@ constexpr uint32_t kMaxPartNumber = 10000;
 // Retries of "read the row, open its file" when a concurrent overwrite unlinks the file between
 // the two steps. Each retry sees a newer commit, so a handful always suffices in practice.
 constexpr int kOpenRetries = 32;
+// Buffers of options.buffer_size in flight per upload between receiving and hashing (Stage):
+// enough to absorb jitter between the two threads, few enough to keep memory per upload small.
+constexpr size_t kHashBuffers = 4;
+// Bytes written between hints to the kernel to start writing back (sync_file_range) while an
+// upload streams in, when the store fsyncs.
+constexpr uint64_t kWritebackBytes = 8ull << 20;
 
 std::string ToJson(const std::map<std::string, std::string>& m) {
   json j = json::object();
@@ -275,13 +282,19 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
 
   StagedFile staged;
   Digest md5(Digest::Algorithm::kMd5);
-  std::string buffer(options_.buffer_size, '\0');
-  for (;;) {
+  // Declared before `pipeline`, whose thread runs this until Finish() or its destruction.
+  auto hash = [&md5, &hashers](std::string_view chunk) {
+    md5.Update(chunk);
+    for (auto& [name, hasher] : hashers) hasher.Update(chunk);
+  };
+  HashPipeline pipeline(kHashBuffers, options_.buffer_size, hash);
+  uint64_t writeback_from = 0;  // start of the bytes written but not yet handed to writeback
+  for (bool eof = false; !eof;) {
     // Fill the buffer before writing so that small reads from the source become large writes.
+    char* buffer = pipeline.NextBuffer();
     size_t filled = 0;
-    bool eof = false;
-    while (filled < buffer.size()) {
-      Result<size_t> n = data.Read(buffer.data() + filled, buffer.size() - filled);
+    while (filled < pipeline.buffer_size()) {
+      Result<size_t> n = data.Read(buffer + filled, pipeline.buffer_size() - filled);
       if (!n.ok()) return fail(n.status());
       if (*n == 0) {
         eof = true;
@@ -289,20 +302,27 @@ Result<FsObjectStore::StagedFile> FsObjectStore::Stage(ByteSource& data, const S
       }
       filled += *n;
     }
-    if (filled > 0) {
-      std::string_view chunk(buffer.data(), filled);
-      staged.size += filled;
-      if (staged.size > options_.max_object_size) {
-        return fail(Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size")
-                        .WithReason(ErrorReason::kEntityTooLarge));
-      }
-      md5.Update(chunk);
-      for (auto& [name, hasher] : hashers) hasher.Update(chunk);
-      Status w = WriteAll(fd.get(), chunk);
-      if (!w.ok()) return fail(w);
+    if (filled == 0) continue;
+    std::string_view chunk(buffer, filled);
+    staged.size += filled;
+    if (staged.size > options_.max_object_size) {
+      return fail(Status::ResourceExhausted("EntityTooLarge: your proposed upload exceeds the maximum allowed size")
+                      .WithReason(ErrorReason::kEntityTooLarge));
     }
-    if (eof) break;
+    // Hashed on the pipeline's thread while this one writes the chunk and receives the next.
+    pipeline.Submit(filled, eof);
+    Status w = WriteAll(fd.get(), chunk);
+    if (!w.ok()) return fail(w);
+    if (options_.sync && staged.size - writeback_from >= kWritebackBytes) {
+      // Start writing back what is in the page cache now, so that the fsync before the commit
+      // waits for the last few MiB rather than the whole object. Only a hint: durability still
+      // comes from that fsync, which also reports any write error.
+      ::sync_file_range(fd.get(), static_cast<off_t>(writeback_from), static_cast<off_t>(staged.size - writeback_from),
+                        SYNC_FILE_RANGE_WRITE);
+      writeback_from = staged.size;
+    }
   }
+  pipeline.Finish();
   staged.md5 = md5.Final();
   for (auto& [name, hasher] : hashers) staged.checksums[name] = hasher.FinalBase64();
 
