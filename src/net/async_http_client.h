@@ -54,7 +54,9 @@ class AsyncHttpClient {
   void Forget(const std::string& host, uint16_t port);
 
   // Fails every call in flight with Aborted ("the server is shutting down") and closes every
-  // connection. Later Sends fail at once (asynchronously) with Unavailable.
+  // connection. Those calls' callbacks run here, before Shutdown returns (EventLoop::Run calls it
+  // after its loop has stopped, when nothing would run a posted one). Later Sends fail at once
+  // (asynchronously) with Unavailable. Idempotent.
   void Shutdown();
 
   // Idle pooled connections (any thread; a relaxed snapshot for /metrics and tests).

@@ -832,6 +832,99 @@ TEST(AsyncHttpClientTest, ShutdownFailsCallsInFlight) {
   done = true;
 }
 
+TEST(AsyncHttpClientTest, CallsChainedFromCallbacks) {
+  RawServer server(Echo);
+  Loop loop;
+  int left = 50;
+  int failed = 0;
+  std::function<void(Result<ClientResponse>)> next = [&](Result<ClientResponse> r) {
+    if (!r.ok() || r->body != "chain") {
+      ++failed;
+    }
+    if (--left > 0) {
+      loop.client.Send("127.0.0.1", server.port(), Post("chain"), Budget(), next);
+    }
+  };
+  loop.client.Send("127.0.0.1", server.port(), Post("chain"), Budget(), next);
+  loop.RunUntil([&] { return left == 0; });
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(loop.client.idle_connections(), 1u);
+}
+
+TEST(AsyncHttpClientTest, ForgetDuringACallClosesItsConnectionAfterwards) {
+  RawServer server([](int fd, int) {
+    while (!ReadRequest(fd).empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      SendRaw(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    }
+  });
+  Loop loop;
+  std::optional<Result<ClientResponse>> out;
+  loop.client.Send("127.0.0.1", server.port(), Post("x"), Budget(),
+                   [&](Result<ClientResponse> r) { out.emplace(std::move(r)); });
+  loop.io.run_for(std::chrono::milliseconds(10));
+  loop.client.Forget("127.0.0.1", server.port());
+  loop.RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  EXPECT_EQ(loop.client.idle_connections(), 0u);  // it went with the forgotten target
+  ASSERT_TRUE(loop.Call(server.port(), Post("x")).ok());
+  EXPECT_EQ(server.accepted(), 2);
+  EXPECT_EQ(loop.client.idle_connections(), 1u);
+}
+
+// The sweep fails two calls at once; the first one's callback shuts the client down (as a
+// server's stop may): every callback still runs exactly once.
+TEST(AsyncHttpClientTest, ShutdownFromACallbackDuringTheSweep) {
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    ReadRequest(fd);
+    Hold(done);
+  });
+  Loop loop;
+  std::vector<Status> results;
+  for (int i = 0; i < 3; ++i) {
+    loop.client.Send("127.0.0.1", server.port(), Post("x"), Budget(100 + 5000 * (i / 2)),
+                     [&](Result<ClientResponse> r) {
+                       results.push_back(r.status());
+                       if (results.size() == 1) {
+                         loop.client.Shutdown();
+                       }
+                     });
+  }
+  loop.RunUntil([&] { return results.size() == 3; });
+  loop.io.restart();
+  loop.io.run_for(std::chrono::milliseconds(100));  // nothing more may arrive
+  done = true;
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].code(), StatusCode::kDeadlineExceeded) << results[0].ToString();
+  for (const Status& st : results) {
+    EXPECT_FALSE(st.ok());
+  }
+  EXPECT_EQ(loop.client.idle_connections(), 0u);
+}
+
+TEST(AsyncHttpClientTest, DestroyingTheClientFailsItsCalls) {
+  std::atomic<bool> done{false};
+  RawServer server([&](int fd, int) {
+    ReadRequest(fd);
+    Hold(done);
+  });
+  boost::asio::io_context io{1};
+  std::optional<Result<ClientResponse>> out;
+  {
+    AsyncHttpClient client(io, {});
+    client.Send("127.0.0.1", server.port(), Post("x"), Budget(20000),
+                [&](Result<ClientResponse> r) { out.emplace(std::move(r)); });
+    io.run_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status().code(), StatusCode::kAborted) << out->status().ToString();
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));  // the cancelled operations complete harmlessly
+  done = true;
+}
+
 TEST(AsyncHttpClientTest, Ipv6Literal) {
   int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in6 addr{};
