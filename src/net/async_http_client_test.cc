@@ -500,6 +500,74 @@ TEST(AsyncHttpClientTest, ConnectionRefusedIsUnavailable) {
               HasSubstr("connection refused by 127.0.0.1:" + std::to_string(ntohs(addr.sin_port))));
 }
 
+// A listener whose accept queue is full: Linux drops further SYNs, so a connect hangs. Returns
+// the listener's port; `fds` gets every socket to close.
+uint16_t FullBacklogListener(std::vector<int>& fds) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  fds.push_back(lfd);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::listen(lfd, 0), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  for (int i = 0; i < 4; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return ntohs(addr.sin_port);
+}
+
+TEST(AsyncHttpClientTest, ConnectTimeoutIsUnavailable) {
+  std::vector<int> fds;
+  const uint16_t port = FullBacklogListener(fds);
+  Loop loop;
+  ClientTimeouts t = Budget(1000);
+  t.connect_ms = 200;
+  auto start = Clock::now();
+  auto r = loop.Call(port, Post("x"), t);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  for (int fd : fds) {
+    ::close(fd);
+  }
+  if (r.ok() || r.status().code() == StatusCode::kDeadlineExceeded) {
+    GTEST_SKIP() << "this kernel completed the connection despite the full backlog";
+  }
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("did not accept a connection within 200 ms"));
+  EXPECT_GE(ms, 195);
+  EXPECT_LT(ms, 2000);
+}
+
+TEST(AsyncHttpClientTest, CancelWhileConnectingSendsNothing) {
+  std::vector<int> fds;
+  const uint16_t port = FullBacklogListener(fds);
+  Loop loop;
+  CancelSignal cancel;
+  ClientRequest request = Post("x");
+  request.cancel = &cancel;
+  ClientTimeouts t = Budget(1000);
+  t.connect_ms = 5000;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel.Cancel("instance failed");
+  });
+  auto r = loop.Call(port, request, t);
+  canceller.join();
+  for (int fd : fds) {
+    ::close(fd);
+  }
+  if (r.ok() || r.status().code() == StatusCode::kDeadlineExceeded || r.status().code() == StatusCode::kAborted) {
+    GTEST_SKIP() << "this kernel completed the connection despite the full backlog";
+  }
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("nothing was sent"));
+  EXPECT_THAT(r.status().message(), HasSubstr("instance failed"));
+}
+
 TEST(AsyncHttpClientTest, SilentPeerIsDeadlineExceeded) {
   std::atomic<bool> done{false};
   RawServer server([&](int fd, int) {
