@@ -357,6 +357,8 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
 
 void FrontDoor::LogRequest(const net::HttpRequest& request, const aws::RequestContext& context, aws::Protocol protocol,
                            std::string_view route_operation, int status, uint64_t bytes) {
+  // KLOG formats its line even when the level is off; with the access log filtered, skip it all.
+  if (!spdlog::default_logger_raw()->should_log(spdlog::level::info)) return;
   std::string status_text = std::to_string(status);
   std::string millis = std::to_string(NowMillis() - context.start_millis);
   std::string bytes_text = std::to_string(bytes);

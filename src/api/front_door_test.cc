@@ -1,6 +1,8 @@
 #include "api/front_door.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -740,6 +742,80 @@ TEST(AuthErrorForTest, S3PresignedForms) {
   // The header form keeps AuthorizationHeaderMalformed.
   EXPECT_EQ(AuthErrorFor(aws::Protocol::kRestXml, {aws::AuthFailure::kMalformed, "m", "", ""}).code,
             "AuthorizationHeaderMalformed");
+}
+
+// The event-loop invoke path's cost (not run by default):
+//   api_test --gtest_also_run_disabled_tests --gtest_filter='*AsyncInvokeCost*' 2>/dev/null
+// One pre-signed request served again and again on the loop, each answer starting the next one on
+// the same loop (no thread hop in the measurement): wall time and the loop thread's CPU time per
+// request (FrontDoor::Serve: SigV4 + body hash, path checks, Router::InvokeAsync, the upstream
+// call over the loop's pooled connection, access log). The fake container's threads are not in
+// the CPU column; the wall column includes them.
+TEST_F(FrontDoorAsyncTest, DISABLED_AsyncInvokeCost) {
+  InitLogging("info");
+  door_->SetRuntime(&router_);
+  const std::string payload = "69,0,153.7,109,3";
+  const net::HttpRequest head =
+      Head("POST", "/endpoints/churn-ep/invocations", {{"Content-Type", "text/csv"}}, payload, secret_);
+  // An exchange that serves itself `left` times.
+  struct Chain final : public net::AsyncExchange {
+    const net::HttpRequest* head = nullptr;
+    std::string_view payload;
+    net::EventLoop* event_loop = nullptr;
+    FrontDoor* door = nullptr;
+    int left = 0;
+    int failures = 0;
+    std::promise<void> done;
+    const net::HttpRequest& request() const override { return *head; }
+    std::string_view body() const override { return payload; }
+    net::EventLoop& loop() override { return *event_loop; }
+    int64_t start_steady_ns() const override {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    }
+    void Respond(int status, const HeaderMap&, std::string) override {
+      if (status != 200) ++failures;
+      if (--left == 0) {
+        done.set_value();
+      } else {
+        event_loop->Post([this] { door->Serve(*this); });
+      }
+    }
+    void CloseAfterResponse() override {}
+  };
+  clockid_t loop_clock;
+  ASSERT_EQ(pthread_getcpuclockid(thread_.native_handle(), &loop_clock), 0);
+  auto cpu_micros = [&] {
+    timespec t{};
+    clock_gettime(loop_clock, &t);
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+  };
+  auto run = [&](int requests) {
+    Chain chain;
+    chain.head = &head;
+    chain.payload = payload;
+    chain.event_loop = &loop_;
+    chain.door = door_.get();
+    chain.left = requests;
+    std::future<void> finished = chain.done.get_future();
+    double cpu_start = cpu_micros();
+    auto wall_start = std::chrono::steady_clock::now();
+    loop_.Post([&] { door_->Serve(chain); });
+    finished.wait();
+    double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall_start).count();
+    double cpu = cpu_micros() - cpu_start;
+    EXPECT_EQ(chain.failures, 0);
+    return std::pair{wall / requests, cpu / requests};
+  };
+  run(500);  // warm: the pooled connection, the signing key, the allocator
+  auto [wall_log, cpu_log] = run(5000);
+  spdlog::set_level(spdlog::level::warn);
+  auto [wall_quiet, cpu_quiet] = run(5000);
+  spdlog::set_level(spdlog::level::info);
+  std::printf(
+      "async invoke cost (us/request, c=1): with access log: wall %.1f, loop CPU %.1f | log filtered: wall %.1f, "
+      "loop CPU %.1f\n",
+      wall_log, cpu_log, wall_quiet, cpu_quiet);
 }
 
 }  // namespace
