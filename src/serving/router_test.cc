@@ -668,7 +668,7 @@ TEST_F(AsyncRouterTest, CallsInFlightOnTheLoopSpreadByOutstandingAndACutIsAnswer
   FakeContainer hung, healthy;
   hung.SetMode(FakeContainer::Mode::kHang);
   healthy.Respond(200, "ok");
-  healthy.SetDelay(std::chrono::milliseconds(300));
+  healthy.SetDelay(std::chrono::milliseconds(1500));  // still busy when the last call is picked
   auto instances = PublishEndpoint({hung.port(), healthy.port()});
   constexpr int kCalls = 8;
   HeaderMap headers;
