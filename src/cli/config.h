@@ -27,7 +27,7 @@
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
 //                   "health_interval_seconds": 5, "port_range": [20000, 30000],
 //                   "provision_timeout_seconds": 3600},  // variants without a provision timeout
-//     "http": {"max_connections": 512, "max_connections_per_address": 128,
+//     "http": {"max_connections": 16384, "max_connections_per_address": 4096,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
 //              "idle_timeout_seconds": 75, "io_timeout_seconds": 120,
 //              "event_loops": 0,          // 0: one per core
@@ -79,8 +79,8 @@ struct EndpointsConfig {
 
 // The front door's connection limits (net::HttpServerOptions says what each costs).
 struct HttpConfig {
-  int max_connections = 512;              // open at once, in all
-  int max_connections_per_address = 128;  // open at once from one client IP
+  int max_connections = 16384;             // open at once, in all
+  int max_connections_per_address = 4096;  // open at once from one client IP
   int first_byte_timeout_seconds = 10;    // accept → first request byte
   int header_timeout_seconds = 30;        // first byte → end of the request header
   int idle_timeout_seconds = 75;          // keep-alive wait between requests

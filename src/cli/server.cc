@@ -266,6 +266,10 @@ void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_c
   // uses it; the controller drops a stopped instance's idle connections from it).
   invoke_client_ = std::make_unique<net::HttpClient>(InvokeClientOptions(c));
   endpoint_deps.invoke_client = invoke_client_.get();
+  // And from the event loops' pools (the server is bound later, before anything is served).
+  endpoint_deps.forget_upstream = [this](const std::string& host, uint16_t port) {
+    if (http_) http_->ForgetUpstream(host, port);
+  };
   endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
 }
 
@@ -316,6 +320,7 @@ void Server::BuildInvokePath() {
                                               invocation_metrics_.get());
   prometheus_ =
       std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(), invoke_client_.get());
+  prometheus_->SetExtraIdleConnections([this] { return http_ ? http_->stats().upstream_idle_connections : 0; });
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
 }

@@ -58,6 +58,7 @@
 
 #include <chrono>
 #include <map>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -122,6 +123,8 @@ struct EndpointControllerDeps {
   // The invoke path's pooled client (may be null): a stopped instance's idle connections are
   // dropped from it, so its pool holds sockets only to live instances.
   net::HttpClient* invoke_client = nullptr;
+  // The same for the event loops' upstream pools (HttpServer::ForgetUpstream; may be empty).
+  std::function<void(const std::string& host, uint16_t port)> forget_upstream;
   // Samples the instances' CPU/memory/disk/GPU metrics (may be null: none).
   InstanceMetrics* instance_metrics = nullptr;
   // Time for the controller's own decisions: the wall-clock stamps it writes and the deadlines

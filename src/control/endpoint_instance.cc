@@ -442,6 +442,7 @@ void EndpointInstance::Finish() {
   }
   env_.ping_client->Forget(target_->host, target_->port);
   if (deps().invoke_client != nullptr) deps().invoke_client->Forget(target_->host, target_->port);
+  if (deps().forget_upstream) deps().forget_upstream(target_->host, target_->port);
   if (reserved_) deps().scheduler->Release(spec_.runtime_id);
   (void)RemoveAll(spec_.dir);
   env_.release_ports(spec_.port_base);

@@ -10,6 +10,8 @@ namespace kiln::net {
 
 EventLoop::EventLoop(size_t index, HttpClientOptions upstream) : index_(index), impl_(std::make_unique<Impl>()) {
   impl_->upstream = upstream;
+  // Created here, not on first use, so that idle_connections() may be read from any thread.
+  impl_->client = std::make_unique<AsyncHttpClient>(impl_->io, impl_->upstream);
 }
 
 EventLoop::~EventLoop() {
@@ -23,12 +25,7 @@ bool EventLoop::InLoopThread() const {
   return impl_->thread_id.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
-AsyncHttpClient& EventLoop::client() {
-  if (!impl_->client) {
-    impl_->client = std::make_unique<AsyncHttpClient>(impl_->io, impl_->upstream);
-  }
-  return *impl_->client;
-}
+AsyncHttpClient& EventLoop::client() { return *impl_->client; }
 
 void EventLoop::Run() {
   impl_->thread_id.store(std::this_thread::get_id(), std::memory_order_relaxed);

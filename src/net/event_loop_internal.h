@@ -18,7 +18,7 @@ struct EventLoop::Impl {
   boost::asio::io_context io{1};
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
   std::atomic<std::thread::id> thread_id{};
-  std::unique_ptr<AsyncHttpClient> client;  // created on first use, on the loop thread
+  std::unique_ptr<AsyncHttpClient> client;  // created with the loop; used on its thread
   HttpClientOptions upstream;
 };
 

@@ -374,7 +374,17 @@ class HttpServerImpl final : public HttpServer {
     for (const auto& [id, slot] : conns_) {
       s.idle_connections += slot->idle() ? 1 : 0;
     }
+    for (const auto& ls : loops_) {
+      s.upstream_idle_connections += ls->loop.impl().client->idle_connections();
+    }
     return s;
+  }
+
+  void ForgetUpstream(const std::string& host, uint16_t port) override {
+    for (auto& ls : loops_) {
+      LoopState* state = ls.get();
+      state->loop.Post([state, host, port] { state->loop.client().Forget(host, port); });
+    }
   }
 
   // See ServeConnectionForTest (http_server_testing.h): `fd` is registered and served by loop 0
@@ -974,6 +984,10 @@ void LoopConnection::ToWorker(int error_status) {
     }
     if (!keep) {
       self->server_->Linger(conn);
+    } else if (conn.buffer.size() == 0) {
+      // Idle from now, not from when the loop gets the connection back: a new client may take
+      // its place at once (an eviction now shuts the socket down; the loop then sees EOF).
+      conn.slot->MarkIdle();
     }
     if (conn.buffer.capacity() > 256 * 1024) {
       conn.buffer.shrink_to_fit();  // one huge header must not pin memory for good

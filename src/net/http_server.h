@@ -167,12 +167,13 @@ struct HttpServerOptions {
 
 // Counters for logs, /metrics and tests. Every field is a snapshot; cumulative ones never reset.
 struct HttpServerStats {
-  size_t open_connections = 0;  // accepted and not yet closed (queued or served)
-  size_t idle_connections = 0;  // of those, waiting for a first byte or between requests
-  uint64_t accepted = 0;        // connections admitted since Start
-  uint64_t evicted = 0;         // idle connections closed to make room for a new one
-  uint64_t refused = 0;         // new connections answered 503 (limits reached, nothing idle)
-  uint64_t accept_errors = 0;   // accept() failures for lack of descriptors or memory
+  size_t open_connections = 0;           // accepted and not yet closed (queued or served)
+  size_t idle_connections = 0;           // of those, waiting for a first byte or between requests
+  uint64_t accepted = 0;                 // connections admitted since Start
+  uint64_t evicted = 0;                  // idle connections closed to make room for a new one
+  uint64_t refused = 0;                  // new connections answered 503 (limits reached, nothing idle)
+  uint64_t accept_errors = 0;            // accept() failures for lack of descriptors or memory
+  size_t upstream_idle_connections = 0;  // pooled by the loops' upstream clients, all loops
 };
 
 class HttpServer {
@@ -192,6 +193,9 @@ class HttpServer {
   virtual void Stop(int grace_seconds = 10) = 0;
   // Thread-safe; cheap (one mutex, a scan of the open connections).
   virtual HttpServerStats stats() const = 0;
+  // Closes every loop's idle upstream connections to host:port (an instance going away), as
+  // HttpClient::Forget does for one client. Thread-safe; takes effect on each loop shortly after.
+  virtual void ForgetUpstream(const std::string& host, uint16_t port) = 0;
 };
 
 // Splits "host:port" / "[v6]:port" into parts. InvalidArgument when malformed.

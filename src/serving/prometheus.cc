@@ -134,7 +134,8 @@ void PrometheusExporter::Render(std::string* out) const {
   if (client_ != nullptr) {
     out->append("# HELP kiln_http_client_idle_connections Idle keep-alive connections to serving containers.\n");
     out->append("# TYPE kiln_http_client_idle_connections gauge\n");
-    out->append("kiln_http_client_idle_connections ").append(std::to_string(client_->idle_connections())).append("\n");
+    const size_t idle = client_->idle_connections() + (extra_idle_ ? extra_idle_() : 0);
+    out->append("kiln_http_client_idle_connections ").append(std::to_string(idle)).append("\n");
   }
 }
 

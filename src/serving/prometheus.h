@@ -15,6 +15,7 @@
 //
 // Thread-safety: Render may be called from any thread (it reads snapshots and totals).
 
+#include <functional>
 #include <string>
 
 #include "net/http_client.h"
@@ -29,6 +30,10 @@ class PrometheusExporter {
   PrometheusExporter(const InvocationMetrics* metrics, const RoutingTable* routes, const net::HttpClient* client)
       : metrics_(metrics), routes_(routes), client_(client) {}
 
+  // Idle pooled connections held elsewhere (the event loops' upstream clients), added to the
+  // client's in kiln_http_client_idle_connections. Call before rendering.
+  void SetExtraIdleConnections(std::function<size_t()> count) { extra_idle_ = std::move(count); }
+
   // Appends the exposition to `out`.
   void Render(std::string* out) const;
 
@@ -38,6 +43,7 @@ class PrometheusExporter {
   const InvocationMetrics* metrics_;
   const RoutingTable* routes_;
   const net::HttpClient* client_;
+  std::function<size_t()> extra_idle_;
 };
 
 // A label value escaped for the text format (\\, \", \n).
