@@ -17,10 +17,11 @@
 //   instead of after 40 ms.
 // - Deadlines and cancellation: one steady_timer per client, armed only while calls are in
 //   flight, fires every kSweepMillis and fails the calls whose connect/response deadline passed or
-//   whose CancelSignal is set; failing closes the call's socket, which completes its pending
-//   operation with operation_aborted. Each handler first looks at Call::finished, so `done` runs
-//   exactly once whatever completes first; the handlers' shared_ptr keeps the Call (its socket,
-//   buffer and parser, which a pending operation references) alive until the last one has run.
+//   whose CancelSignal is set (a call already sent gets one more sweep period, so an answer the
+//   loop has read or queued meanwhile wins, as in HttpClient); failing closes the call's socket, which completes its
+//   pending operation with operation_aborted. Each handler first looks at Call::finished, so `done` runs exactly once
+//   whatever completes first; the handlers' shared_ptr keeps the Call (its socket, buffer and parser, which a pending
+//   operation references) alive until the last one has run.
 // - Ownership: the client owns Impl through a shared_ptr; each Call in flight holds Impl too (its
 //   handlers reach Impl through it), and Impl holds the Calls in flight (for the sweep) until
 //   they finish, which breaks that cycle. The sweep timer's handler holds only a weak_ptr.
@@ -212,6 +213,7 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     bool send_failed = false;
     std::string send_error;
     bool keep_alive = false;
+    bool cancel_noticed = false;  // a sweep saw the CancelSignal set; the next one cuts the call
     bool finished = false;
     size_t slot = 0;  // index in Impl::in_flight
     ClientResponse response;
@@ -328,6 +330,12 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     for (const CallPtr& call : in_flight) {
       const CancelSignal* cancel = call->request.cancel;
       if (cancel != nullptr && cancel->cancelled()) {
+        if (call->phase != Phase::kConnecting && !call->cancel_noticed) {
+          // As HttpClient, an answer that is there at the same moment wins: what the loop has
+          // already read or queued runs before the next sweep, which then cuts the call.
+          call->cancel_noticed = true;
+          continue;
+        }
         expired.emplace_back(call, call->phase == Phase::kConnecting ? NothingSent(*call) : CancelledError(*call));
       } else if (call->phase == Phase::kConnecting && now >= call->connect_deadline) {
         expired.emplace_back(call, Status::Unavailable(call->target->name + " did not accept a connection within " +

@@ -812,6 +812,24 @@ TEST(AsyncHttpClientTest, CancelWakesACallStuckSendingItsBody) {
   EXPECT_THAT(r.status().message(), HasSubstr("was cancelled: gone"));
 }
 
+TEST(AsyncHttpClientTest, AnAnswerAlreadyThereBeatsACancel) {
+  RawServer server(Canned("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nanswer"));
+  Loop loop;
+  ASSERT_TRUE(loop.Call(server.port(), Post("warm")).ok());  // a pooled connection: sent inline
+  CancelSignal cancel;
+  ClientRequest request = Post("x");
+  request.cancel = &cancel;
+  std::optional<Result<ClientResponse>> out;
+  loop.client.Send("127.0.0.1", server.port(), request, Budget(),
+                   [&](Result<ClientResponse> r) { out.emplace(std::move(r)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the answer arrives meanwhile
+  cancel.Cancel("too late");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * AsyncHttpClient::kSweepMillis));  // the sweep is due
+  loop.RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  EXPECT_EQ((*out)->body, "answer");
+}
+
 // ---- The loop.
 
 // A container with Nagle on (Python's http.server) writes the head, then the body: the body
