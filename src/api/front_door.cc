@@ -397,7 +397,7 @@ std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& re
   std::variant<aws::VerifiedRequest, aws::AuthError> outcome =
       sigv2 ? aws::VerifySigV2(signable, *credentials_, context.region, NowMillis())
       : s3  ? aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), std::nullopt)
-            : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), Sha256Hex(*body));
+            : aws::VerifyRequest(signable, *credentials_, verify, NowMillis(), aws::PayloadSha256Hex(*body));
   if (auto* error = std::get_if<aws::AuthError>(&outcome)) {
     KLOG(debug, "signature rejected",
          {{"request_id", context.request_id},

@@ -444,6 +444,8 @@ std::string SignatureMismatchMessage(bool s3) {
 
 }  // namespace
 
+std::string PayloadSha256Hex(std::string_view payload) { return HexOf(Sha256Of(payload)); }
+
 std::string DeriveSigningKey(std::string_view secret, std::string_view yyyymmdd, std::string_view region,
                              std::string_view service) {
   std::string k_date = HmacSha256("AWS4" + std::string(secret), yyyymmdd);

@@ -48,6 +48,11 @@ struct OwnedSignable {
   operator SignableRequest() const { return view(); }  // NOLINT(google-explicit-constructor)
 };
 
+// The hex SHA-256 of a payload, as VerifyRequest's `body_sha256_hex` wants it: the same value as
+// base's Sha256Hex, computed with the verifier's once-fetched algorithm and per-thread context
+// (no OpenSSL 3 provider lookup, and so no process-wide lock, per call).
+std::string PayloadSha256Hex(std::string_view payload);
+
 // kSigning = HMAC chain over date, region, service, "aws4_request" (raw 32 bytes).
 std::string DeriveSigningKey(std::string_view secret, std::string_view yyyymmdd, std::string_view region,
                              std::string_view service);
