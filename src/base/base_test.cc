@@ -1,7 +1,15 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "base/encoding.h"
 #include "base/hash.h"
+#include "base/ids.h"
 #include "base/io.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -136,6 +144,51 @@ TEST(StringsTest, SplitTrimParse) {
   EXPECT_EQ(ParseUint64("18446744073709551615").value(), UINT64_MAX);
   EXPECT_FALSE(ParseUint64("18446744073709551616").has_value());
   EXPECT_FALSE(ParseUint64("12a").has_value());
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(IdsTest, UuidsAndRequestIdsAreWellFormedAndDistinct) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 5000; ++i) {
+    std::string id = NewUuid();
+    ASSERT_EQ(id.size(), 36u);
+    EXPECT_EQ(id[14], '4');
+    EXPECT_TRUE(id[19] == '8' || id[19] == '9' || id[19] == 'a' || id[19] == 'b') << id;
+    EXPECT_TRUE(seen.insert(id).second) << id;
+    std::string s3 = NewS3RequestId();
+    ASSERT_EQ(s3.size(), 16u);
+    EXPECT_EQ(s3.find_first_not_of("0123456789ABCDEF"), std::string::npos) << s3;
+    EXPECT_TRUE(seen.insert(s3).second) << s3;
+  }
+}
+
+TEST(IdsTest, ThreadsAndForkedChildrenNeverShareIdBytes) {
+  (void)NewUuid();  // this thread's pool holds bytes now
+  std::string other;
+  std::thread([&] { other = NewUuid(); }).join();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string id = NewUuid();
+    (void)!::write(pipe_fds[1], id.data(), id.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  char buf[36];
+  ASSERT_EQ(::read(pipe_fds[0], buf, sizeof(buf)), 36);
+  ::close(pipe_fds[0]);
+  ::waitpid(child, nullptr, 0);
+  std::string in_child(buf, 36);
+  std::string mine = NewUuid();  // the bytes the child would have taken without the fork guard
+  EXPECT_NE(in_child, mine);
+  EXPECT_NE(other, mine);
 }
 
 }  // namespace

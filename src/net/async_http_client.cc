@@ -11,8 +11,8 @@
 //   from the caller's string_view, no copy), then read with Beast's response parser: header
 //   passes with async_read_some bounded by the budget left (Beast 1.74's header_limit counts per
 //   pass; see ReadHeaderWithin in http_exchange.cc), 1xx interim responses skipped, then the body
-//   with async_read_some passes until the parser is done. TCP_QUICKACK is re-armed after the
-//   write and after every read completion that leaves the answer incomplete (Linux clears it),
+//   with async_read_some passes until the parser is done. TCP_QUICKACK is re-armed after
+//   every read completion that leaves the answer incomplete (Linux clears it),
 //   so a container that writes its answer in two segments with Nagle on gets its ACK at once
 //   instead of after 40 ms.
 // - Deadlines and cancellation: one steady_timer per client, armed only while calls are in
@@ -164,7 +164,7 @@ Status FormatHead(const ClientRequest& request, const std::string& host_value, s
 }
 
 // Linux clears TCP_QUICKACK after a while (sending turns delayed ACKs back on): re-armed after
-// the request is written and after every read that leaves the answer incomplete, so the next
+// every read that leaves the answer incomplete, so the next
 // segment of the answer is ACKed at once (setting it also sends an ACK the kernel was holding).
 // Without it, a peer with Nagle on that writes its answer in two pieces waits for our delayed ACK
 // (40 ms) before sending the second. After the last read of an answer it would be wasted: our
@@ -468,7 +468,10 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
       call->send_failed = true;
       call->send_error = ec.message();
     }
-    ArmQuickAck(call->conn->socket);
+    // No QUICKACK here: an answer that comes whole needs none, and arming it now would make the
+    // kernel send a bare ACK for it instead of riding on the next request (one more packet per
+    // request). A read that leaves the answer incomplete arms it (OnHeaderRead, OnBodyRead): that
+    // sends the held ACK at once, which is what a two-segment Nagle peer waits for.
     call->phase = Phase::kReading;
     NewParser(*call);
     ReadHeader(call);
@@ -476,6 +479,9 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
 
   void NewParser(Call& call) {
     Parser& parser = call.parser.emplace();
+    // Eager: a pass that completes the head also parses the body bytes that came with it, so a
+    // small answer in one segment completes in one read (no second pass, no posted completion).
+    parser.eager(true);
     parser.body_limit(options.max_response_body_bytes);
     if (call.request.method == "HEAD") {
       parser.skip(true);  // the answer to HEAD has no body whatever its header says
@@ -515,12 +521,14 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
       ReadFailed(call, ec, Part::kHeader);
       return;
     }
-    call->header_consumed += n;
-    if (call->header_consumed > HeaderLimit()) {
-      Finish(call, HeaderTooLarge(*call));
-      return;
-    }
     if (!call->parser->is_header_done()) {
+      // Beast's header_limit bounds one pass; the budget spans them all. (A pass that completes
+      // the head was itself bounded by the budget left, and its count may include body bytes.)
+      call->header_consumed += n;
+      if (call->header_consumed > HeaderLimit()) {
+        Finish(call, HeaderTooLarge(*call));
+        return;
+      }
       ReadHeader(call);
       return;
     }
