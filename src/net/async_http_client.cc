@@ -478,10 +478,9 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
   }
 
   void NewParser(Call& call) {
+    // Not eager while reading the head: a pass stops at its end, so the head's byte count stays
+    // apart from the body's and trailer fields cannot join the fields copied from it.
     Parser& parser = call.parser.emplace();
-    // Eager: a pass that completes the head also parses the body bytes that came with it, so a
-    // small answer in one segment completes in one read (no second pass, no posted completion).
-    parser.eager(true);
     parser.body_limit(options.max_response_body_bytes);
     if (call.request.method == "HEAD") {
       parser.skip(true);  // the answer to HEAD has no body whatever its header says
@@ -521,14 +520,13 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
       ReadFailed(call, ec, Part::kHeader);
       return;
     }
+    // Beast's header_limit bounds one put() and a pass may make several: the budget spans them.
+    call->header_consumed += n;
+    if (call->header_consumed > HeaderLimit()) {
+      Finish(call, HeaderTooLarge(*call));
+      return;
+    }
     if (!call->parser->is_header_done()) {
-      // Beast's header_limit bounds one pass; the budget spans them all. (A pass that completes
-      // the head was itself bounded by the budget left, and its count may include body bytes.)
-      call->header_consumed += n;
-      if (call->header_consumed > HeaderLimit()) {
-        Finish(call, HeaderTooLarge(*call));
-        return;
-      }
       ReadHeader(call);
       return;
     }
@@ -584,6 +582,23 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     if (parser.is_done()) {
       Complete(call);
       return;
+    }
+    // The body bytes that came with the head are parsed here, eagerly (every chunk at once), so a
+    // small answer read in one segment completes without another pass (which would complete
+    // through a posted handler even with nothing to read).
+    parser.eager(true);
+    boost::beast::flat_buffer& buffer = call->conn->buffer;
+    if (buffer.size() > 0) {
+      error_code ec;
+      buffer.consume(parser.put(buffer.data(), ec));
+      if (ec && ec != http::error::need_more) {
+        ReadFailed(call, ec, Part::kBody);
+        return;
+      }
+      if (parser.is_done()) {
+        Complete(call);
+        return;
+      }
     }
     ReadBody(call);
   }
