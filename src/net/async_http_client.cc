@@ -75,6 +75,12 @@ using Parser = http::response_parser<http::string_body>;
 // HttpClient does: fresher ones skip the syscall and the retry rule covers the rare race.
 constexpr auto kProbeAfterIdle = std::chrono::milliseconds(1000);
 
+// A connection's read buffer: Beast reads at most the buffer's free capacity at once (512 bytes
+// when empty), so each connection starts with this much, enough for a head and a small answer in
+// one recv; a larger body gets the whole buffer limit (64 KiB by default) while it is read, and
+// the connection goes back to the pool with this size again.
+constexpr size_t kReadBufferBytes = 16 * 1024;
+
 // One upstream connection. Its read buffer and head buffer are reused by every request it serves.
 struct Conn {
   explicit Conn(asio::io_context& io) : socket(io) {}
@@ -290,6 +296,10 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     if (t.forgotten || shut_down || t.idle.size() >= options.max_idle_per_target) {
       return;  // closed with c
     }
+    if (c->buffer.capacity() > kReadBufferBytes) {
+      c->buffer.shrink_to_fit();  // empty: frees it all
+      c->buffer.reserve(std::min(kReadBufferBytes, c->buffer.max_size()));
+    }
     c->idle_since = SteadyClock::now();
     t.idle.push_back(std::move(c));
     total_idle.fetch_add(1, std::memory_order_relaxed);
@@ -412,6 +422,7 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     // Bytes held unparsed at once: a head in progress (also bounded by the header budget), a
     // chunk-size line or the trailer. Body bytes pass through and are consumed every read.
     conn->buffer.max_size(std::max<size_t>(options.max_response_header_bytes, 1));
+    conn->buffer.reserve(std::min(kReadBufferBytes, conn->buffer.max_size()));
     return conn;
   }
 
@@ -588,6 +599,10 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     // through a posted handler even with nothing to read).
     parser.eager(true);
     boost::beast::flat_buffer& buffer = call->conn->buffer;
+    const boost::optional<uint64_t> length = parser.content_length();
+    if (!length || *length > buffer.capacity() - buffer.size()) {
+      buffer.reserve(buffer.max_size());  // a large or unknown body: read it in large pieces
+    }
     if (buffer.size() > 0) {
       error_code ec;
       buffer.consume(parser.put(buffer.data(), ec));
