@@ -484,6 +484,31 @@ TEST(AsyncHttpClientTest, MalformedResponsesAreDataLoss) {
   }
 }
 
+TEST(AsyncHttpClientTest, EarlyAnswerToALargeBodyIsReturned) {
+  // The server answers after the head and closes without reading the body: sending fails, but
+  // the answer that arrived first is the result.
+  RawServer server([](int fd, int) {
+    std::string data;
+    char buf[4096];
+    while (data.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        return;
+      }
+      data.append(buf, static_cast<size_t>(n));
+    }
+    SendRaw(fd, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  Loop loop;
+  std::string body(32 * 1024 * 1024, 'x');
+  auto r = loop.Call(server.port(), Post(body));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(r->body, "big");
+  EXPECT_EQ(loop.client.idle_connections(), 0u);
+}
+
 TEST(AsyncHttpClientTest, ConnectionRefusedIsUnavailable) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
