@@ -11,10 +11,10 @@
 //   from the caller's string_view, no copy), then read with Beast's response parser: header
 //   passes with async_read_some bounded by the budget left (Beast 1.74's header_limit counts per
 //   pass; see ReadHeaderWithin in http_exchange.cc), 1xx interim responses skipped, then the body
-//   with async_read_some passes until the parser is done. TCP_QUICKACK is re-armed after
-//   every read completion that leaves the answer incomplete (Linux clears it),
-//   so a container that writes its answer in two segments with Nagle on gets its ACK at once
-//   instead of after 40 ms.
+//   (the bytes that came with the head parsed at once, eagerly) with async_read_some passes
+//   until the parser is done. TCP_QUICKACK is armed after every read completion that leaves the
+//   answer incomplete (Linux clears it), so a container that writes its answer in two segments
+//   with Nagle on gets its ACK at once instead of after 40 ms.
 // - Deadlines and cancellation: one steady_timer per client, armed only while calls are in
 //   flight, fires every kSweepMillis and fails the calls whose connect/response deadline passed or
 //   whose CancelSignal is set (a call already sent gets one more sweep period, so an answer the
@@ -169,9 +169,9 @@ Status FormatHead(const ClientRequest& request, const std::string& host_value, s
   return Status::Ok();
 }
 
-// Linux clears TCP_QUICKACK after a while (sending turns delayed ACKs back on): re-armed after
-// every read that leaves the answer incomplete, so the next
-// segment of the answer is ACKed at once (setting it also sends an ACK the kernel was holding).
+// Linux clears TCP_QUICKACK after a while (sending turns delayed ACKs back on): armed after every
+// read that leaves the answer incomplete, so the next segment of the answer is ACKed at once
+// (setting it also sends an ACK the kernel was holding).
 // Without it, a peer with Nagle on that writes its answer in two pieces waits for our delayed ACK
 // (40 ms) before sending the second. After the last read of an answer it would be wasted: our
 // next request turns delayed ACKs back on anyway.
