@@ -31,6 +31,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <array>
@@ -463,8 +464,47 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     }
     call->phase = Phase::kSending;
     Conn& conn = *call->conn;
-    std::array<asio::const_buffer, 2> buffers{asio::buffer(conn.head),
-                                              asio::buffer(call->request.body.data(), call->request.body.size())};
+    const std::string_view body = call->request.body;
+    // Fast path: the whole request in one non-blocking sendmsg here, and the wait for the answer
+    // registered before this loop can poll again. Waiting instead of reading saves the recv that
+    // would find nothing (the answer cannot be there yet). The reactor is edge-triggered and
+    // async_wait does not read first, so this is safe only because no epoll_wait can run between
+    // the send and the registration: an answer that comes meanwhile is an edge the wait sees.
+    iovec iov[2] = {{conn.head.data(), conn.head.size()}, {const_cast<char*>(body.data()), body.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = body.empty() ? 1 : 2;
+    ssize_t sent;
+    do {
+      sent = ::sendmsg(conn.socket.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (sent < 0 && errno == EINTR);
+    const size_t total = conn.head.size() + body.size();
+    if (sent == static_cast<ssize_t>(total)) {
+      call->phase = Phase::kReading;  // sent: a deadline now means the peer did not answer
+      conn.socket.async_wait(tcp::socket::wait_read, [call](const error_code&) {
+        // An error here (the socket was closed) shows again in the read that follows.
+        if (!call->finished) {
+          call->impl->OnSent(call, error_code());
+        }
+      });
+      return;
+    }
+    if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      // Failed at once (e.g. a pooled connection the peer closed): reported as async_write would.
+      const error_code ec(errno, boost::system::system_category());
+      asio::post(io, [call, ec] {
+        if (!call->finished) {
+          call->impl->OnSent(call, ec);
+        }
+      });
+      return;
+    }
+    // A full socket buffer (a large body): the rest through async_write.
+    const size_t done = sent > 0 ? static_cast<size_t>(sent) : 0;
+    const size_t head_done = std::min(done, conn.head.size());
+    const size_t body_done = done - head_done;
+    std::array<asio::const_buffer, 2> buffers{asio::buffer(conn.head.data() + head_done, conn.head.size() - head_done),
+                                              asio::buffer(body.data() + body_done, body.size() - body_done)};
     asio::async_write(conn.socket, buffers, [call](const error_code& ec, size_t) {
       if (!call->finished) {
         call->impl->OnSent(call, ec);
