@@ -16,18 +16,28 @@ server with a raw-socket client, two ways:
   quickack  setsockopt(IPPROTO_TCP, TCP_QUICKACK, 1) after each recv that leaves the response
             incomplete (Linux clears the flag again by itself, so it is re-armed every time; it also
             sends the ACK being delayed), as net/http_response_reader.cc does before each wait
-Rows give mean, p50 and p99 per request in ms and the ratio plain/quickack. The path through Kiln
-(router -> container) is to be added here by the invoke-path work (issue 12).
+Rows give mean, p50 and p99 per request in ms and the ratio plain/quickack.
 
-Loopback only; the server runs in a thread of this process (ThreadingHTTPServer, HTTP/1.1).
+With --kiln, a third row: the same server as an endpoint's container (image `local:` this file,
+which serves as the container when run as `nagle_bench.py serve` on $SAGEMAKER_BIND_TO_PORT),
+reached through a `kiln server` with auth off: POST /endpoints/<name>/invocations, so the router's
+upstream client is the one that must not stall (its TCP_QUICKACK, net/async_http_client.cc).
+$KILN_BIN selects the binary (default build/src/cli/kiln).
+
+Loopback only; the direct server runs in a thread of this process (ThreadingHTTPServer, HTTP/1.1).
 """
 
 import argparse
 import http.server
+import os
 import socket
 import statistics
+import sys
+import tempfile
 import threading
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", 12)  # Linux
 
@@ -45,7 +55,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._answer()
 
     def do_GET(self):
-        if self.path != "/ping":
+        if self.path != "/ping" and not self.path.startswith("/ping?"):
             self.send_error(404)
             return
         self._answer()
@@ -86,6 +96,34 @@ def read_response(sock, quickack):
         data += chunk
 
 
+def serve_as_container():
+    """`nagle_bench.py serve`: the endpoint's container (Nagle on, two sends per answer)."""
+    port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", "8080"))
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def start_kiln_endpoint(work):
+    """A kiln server (auth off) with this file as an endpoint's container; returns (server, path)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+    import kiln_harness as kh
+    config = {"auth": "off", "scheduler": {"policy": "shrink", "allow_cpu_fallback": True}}
+    server = kh.KilnServer(os.path.join(work, "data"), config=config, log_path=os.path.join(work, "server.log"))
+    server.start()
+    sm = server.client("sagemaker")
+    name = "nagle"
+    sm.create_model(ModelName=name, ExecutionRoleArn="arn:aws:iam::000000000000:role/bench",
+                    PrimaryContainer={"Image": "local:" + os.path.abspath(__file__)})
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.m5.large", "InitialInstanceCount": 1}])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    deadline = time.time() + 120
+    while sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "InService":
+        if time.time() > deadline:
+            raise RuntimeError("endpoint not InService; server log:\n" + server.log_tail())
+        time.sleep(0.3)
+    return server, "/endpoints/%s/invocations" % name
+
+
 def run(port, method, path, body, requests, quickack):
     """Per-request latencies (seconds) of `requests` sequential requests on one connection."""
     sock = socket.create_connection(("127.0.0.1", port))
@@ -112,6 +150,7 @@ def main():
     parser.add_argument("--requests", type=int, default=200, help="sequential requests per measurement")
     parser.add_argument("--body-bytes", type=int, default=100, help="response body size")
     parser.add_argument("--runs", type=int, default=3, help="alternating rounds of plain and quickack")
+    parser.add_argument("--kiln", action="store_true", help="also measure the path through a kiln endpoint")
     args = parser.parse_args()
     Handler.body = b"x" * args.body_bytes
 
@@ -139,9 +178,26 @@ def main():
                 print(f"{method + ' ' + path:<20} {name:<9} {means[quickack] * 1e3:8.3f} {p50 * 1e3:8.3f} "
                       f"{p99 * 1e3:8.3f}")
             print(f"{'':<20} plain/quickack mean: {means[False] / means[True]:.1f}x")
+        if args.kiln:
+            with tempfile.TemporaryDirectory(prefix="nagle-bench-") as work:
+                kiln, path = start_kiln_endpoint(work)
+                try:
+                    port = int(kiln.endpoint.rsplit(":", 1)[1])
+                    run(port, "POST", path, payload, 5, False)  # warm-up
+                    t = sorted(sum((run(port, "POST", path, payload, args.requests, False)
+                                    for _ in range(args.runs)), []))
+                    p50 = t[len(t) // 2]
+                    p99 = t[min(len(t) - 1, int(len(t) * 0.99))]
+                    print(f"{'POST via kiln':<20} {'plain':<9} {statistics.mean(t) * 1e3:8.3f} {p50 * 1e3:8.3f} "
+                          f"{p99 * 1e3:8.3f}   (client -> kiln -> the same Nagle-on server)")
+                finally:
+                    kiln.stop()
     finally:
         server.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve_as_container()
+    else:
+        main()
