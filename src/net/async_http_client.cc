@@ -60,9 +60,15 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "base/strings.h"
+#include "net/http_client_internal.h"
 
 namespace kiln::net {
 namespace {
+
+using internal::TargetKey;
+using internal::TargetKeyEq;
+using internal::TargetKeyHash;
+using internal::TargetKeyView;
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -98,77 +104,6 @@ struct Target {
   std::vector<std::unique_ptr<Conn>> idle;  // oldest first, so the back is the warmest
   bool forgotten = false;                   // Forget()/Shutdown() dropped it: connections given back close
 };
-
-struct TargetKeyView {
-  std::string_view host;
-  uint16_t port;
-};
-
-struct TargetKey {
-  std::string host;
-  uint16_t port;
-};
-
-struct TargetKeyHash {
-  using is_transparent = void;
-  size_t operator()(const TargetKeyView& k) const {
-    return std::hash<std::string_view>()(k.host) ^ (static_cast<size_t>(k.port) * 0x9E3779B97F4A7C15ull);
-  }
-  size_t operator()(const TargetKey& k) const { return (*this)(TargetKeyView{k.host, k.port}); }
-};
-
-struct TargetKeyEq {
-  using is_transparent = void;
-  static TargetKeyView View(const TargetKey& k) { return {k.host, k.port}; }
-  static TargetKeyView View(const TargetKeyView& k) { return k; }
-  template <class A, class B>
-  bool operator()(const A& a, const B& b) const {
-    TargetKeyView x = View(a), y = View(b);
-    return x.port == y.port && x.host == y.host;
-  }
-};
-
-bool HasCrLf(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
-
-void AppendNumber(std::string& out, uint64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, end);
-}
-
-// Formats the request head into `head` (cleared first) with HttpClient's rules: Host and
-// Content-Length are the client's (Content-Length unless a GET/HEAD without body), and so is
-// connection management; CR/LF in any piece would let a caller inject requests.
-Status FormatHead(const ClientRequest& request, const std::string& host_value, std::string& head) {
-  if (request.method.empty() || request.target.empty() ||
-      request.method.find_first_of(" \r\n") != std::string_view::npos ||
-      request.target.find_first_of(" \r\n") != std::string_view::npos) {
-    return Status::InvalidArgument("bad request line for " + host_value);
-  }
-  head.clear();
-  head.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\nHost: ");
-  head.append(host_value).append("\r\n");
-  if (!request.body.empty() || !(request.method == "GET" || request.method == "HEAD")) {
-    head.append("Content-Length: ");
-    AppendNumber(head, request.body.size());
-    head.append("\r\n");
-  }
-  if (request.headers != nullptr) {
-    for (const auto& [name, value] : *request.headers) {
-      if (EqualsIgnoreCase(name, "Host") || EqualsIgnoreCase(name, "Content-Length") ||
-          EqualsIgnoreCase(name, "Connection") || EqualsIgnoreCase(name, "Transfer-Encoding") ||
-          EqualsIgnoreCase(name, "Keep-Alive")) {
-        continue;
-      }
-      if (name.empty() || HasCrLf(name) || HasCrLf(value) || name.find(':') != std::string::npos) {
-        return Status::InvalidArgument("request header '" + name + "' holds characters not allowed");
-      }
-      head.append(name).append(": ").append(value).append("\r\n");
-    }
-  }
-  head.append("\r\n");
-  return Status::Ok();
-}
 
 // Linux clears TCP_QUICKACK after a while (sending turns delayed ACKs back on): armed after every
 // read that leaves the answer incomplete, so the next segment of the answer is ACKed at once
@@ -784,7 +719,7 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
       Post(std::move(done), target.status());
       return;
     }
-    Status head = FormatHead(request, (*target)->name, head_scratch);
+    Status head = internal::FormatRequestHead(request, (*target)->name, head_scratch);
     if (!head.ok()) {
       Post(std::move(done), std::move(head));
       return;

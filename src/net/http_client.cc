@@ -79,18 +79,58 @@ ThreadScratch& Scratch() {
   return scratch;
 }
 
+Status FormatRequestHead(const ClientRequest& request, std::string_view host_value, std::string& head) {
+  if (request.method.empty() || request.target.empty() ||
+      request.method.find_first_of(" \r\n") != std::string_view::npos ||
+      request.target.find_first_of(" \r\n") != std::string_view::npos) {
+    return Status::InvalidArgument("bad request line for " + std::string(host_value));
+  }
+  head.clear();
+  head.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\nHost: ");
+  head.append(host_value).append("\r\n");
+  if (!request.body.empty() || !(request.method == "GET" || request.method == "HEAD")) {
+    head.append("Content-Length: ");
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), request.body.size());
+    head.append(digits, end);
+    head.append("\r\n");
+  }
+  if (request.headers != nullptr) {
+    for (const auto& [name, value] : *request.headers) {
+      // Framing and connection management belong to the client.
+      if (EqualsIgnoreCase(name, "Host") || EqualsIgnoreCase(name, "Content-Length") ||
+          EqualsIgnoreCase(name, "Connection") || EqualsIgnoreCase(name, "Transfer-Encoding") ||
+          EqualsIgnoreCase(name, "Keep-Alive")) {
+        continue;
+      }
+      if (name.empty() || name.find_first_of("\r\n") != std::string::npos ||
+          value.find_first_of("\r\n") != std::string::npos || name.find(':') != std::string::npos) {
+        return Status::InvalidArgument("request header '" + name + "' holds characters not allowed");
+      }
+      head.append(name).append(": ").append(value).append("\r\n");
+    }
+  }
+  head.append("\r\n");
+  return Status::Ok();
+}
+
 }  // namespace internal
 
 namespace {
 
 using internal::CancelledError;
 using internal::Exchange;
+using internal::FormatRequestHead;
 using internal::kPollCancelled;
 using internal::PollOrCancel;
 using internal::ReadResponse;
 using internal::RemainingMs;
 using internal::Scratch;
 using internal::SteadyClock;
+using internal::TargetKey;
+using internal::TargetKeyEq;
+using internal::TargetKeyHash;
+using internal::TargetKeyView;
 using internal::ThreadScratch;
 using internal::TimePoint;
 
@@ -98,43 +138,6 @@ using internal::TimePoint;
 // notice a peer that closed it meanwhile without paying a failed attempt. Connections used more
 // recently skip the probe (one syscall less on the hot path); the retry rule covers the rare race.
 constexpr auto kProbeAfterIdle = std::chrono::milliseconds(1000);
-
-void AppendNumber(std::string& out, uint64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, end);
-}
-
-bool HasCrLf(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
-
-struct TargetKeyView {
-  std::string_view host;
-  uint16_t port;
-};
-
-struct TargetKey {
-  std::string host;
-  uint16_t port;
-};
-
-struct TargetKeyHash {
-  using is_transparent = void;
-  size_t operator()(const TargetKeyView& k) const {
-    return std::hash<std::string_view>()(k.host) ^ (static_cast<size_t>(k.port) * 0x9E3779B97F4A7C15ull);
-  }
-  size_t operator()(const TargetKey& k) const { return (*this)(TargetKeyView{k.host, k.port}); }
-};
-
-struct TargetKeyEq {
-  using is_transparent = void;
-  static TargetKeyView View(const TargetKey& k) { return {k.host, k.port}; }
-  static TargetKeyView View(const TargetKeyView& k) { return k; }
-  template <class A, class B>
-  bool operator()(const A& a, const B& b) const {
-    TargetKeyView x = View(a), y = View(b);
-    return x.port == y.port && x.host == y.host;
-  }
-};
 
 struct Idle {
   int fd;
@@ -378,37 +381,9 @@ Result<ClientResponse> HttpClient::Send(const std::string& host, uint16_t port, 
   ASSIGN_OR_RETURN(std::shared_ptr<Target> target, pool_->Find(host, port));
   const HttpClientOptions& options = pool_->options;
 
-  // The request head, validated: CR/LF in any piece would let a caller inject requests.
   ThreadScratch& scratch = Scratch();
   std::string& head = scratch.head;
-  if (request.method.empty() || request.target.empty() ||
-      request.method.find_first_of(" \r\n") != std::string_view::npos ||
-      request.target.find_first_of(" \r\n") != std::string_view::npos) {
-    return Status::InvalidArgument("bad request line for " + target->name);
-  }
-  head.clear();
-  head.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\nHost: ");
-  head.append(target->name).append("\r\n");
-  if (!request.body.empty() || !(request.method == "GET" || request.method == "HEAD")) {
-    head.append("Content-Length: ");
-    AppendNumber(head, request.body.size());
-    head.append("\r\n");
-  }
-  if (request.headers != nullptr) {
-    for (const auto& [name, value] : *request.headers) {
-      // Framing and connection management belong to the client.
-      if (EqualsIgnoreCase(name, "Host") || EqualsIgnoreCase(name, "Content-Length") ||
-          EqualsIgnoreCase(name, "Connection") || EqualsIgnoreCase(name, "Transfer-Encoding") ||
-          EqualsIgnoreCase(name, "Keep-Alive")) {
-        continue;
-      }
-      if (name.empty() || HasCrLf(name) || HasCrLf(value) || name.find(':') != std::string::npos) {
-        return Status::InvalidArgument("request header '" + name + "' holds characters not allowed");
-      }
-      head.append(name).append(": ").append(value).append("\r\n");
-    }
-  }
-  head.append("\r\n");
+  RETURN_IF_ERROR(FormatRequestHead(request, target->name, head));
 
   const bool is_head = request.method == "HEAD";
   const TimePoint start = SteadyClock::now();

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -79,5 +81,42 @@ struct Exchange {
 Exchange ReadResponse(int fd, const std::string& peer, const HttpClientOptions& options, TimePoint deadline,
                       int response_ms, bool head_request, const CancelSignal* cancel, ThreadScratch& scratch,
                       ClientResponse* out);
+
+// The request head of both clients (HttpClient, AsyncHttpClient), formatted into `head` (cleared
+// first): the request line, Host (`host_value`), Content-Length unless a GET/HEAD without body,
+// and the caller's headers minus the framing and connection-management ones the client owns.
+// InvalidArgument for a bad request line or CR/LF (or ':' in a name) in any piece: they would let
+// a caller inject requests.
+Status FormatRequestHead(const ClientRequest& request, std::string_view host_value, std::string& head);
+
+// The pools' key, "host" + port, found by a string_view (no allocation per lookup).
+struct TargetKeyView {
+  std::string_view host;
+  uint16_t port;
+};
+
+struct TargetKey {
+  std::string host;
+  uint16_t port;
+};
+
+struct TargetKeyHash {
+  using is_transparent = void;
+  size_t operator()(const TargetKeyView& k) const {
+    return std::hash<std::string_view>()(k.host) ^ (static_cast<size_t>(k.port) * 0x9E3779B97F4A7C15ull);
+  }
+  size_t operator()(const TargetKey& k) const { return (*this)(TargetKeyView{k.host, k.port}); }
+};
+
+struct TargetKeyEq {
+  using is_transparent = void;
+  static TargetKeyView View(const TargetKey& k) { return {k.host, k.port}; }
+  static TargetKeyView View(const TargetKeyView& k) { return k; }
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    TargetKeyView x = View(a), y = View(b);
+    return x.port == y.port && x.host == y.host;
+  }
+};
 
 }  // namespace kiln::net::internal
