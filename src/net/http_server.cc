@@ -230,10 +230,6 @@ class LoopConnection final : public AsyncExchange, public std::enable_shared_fro
   int64_t deadline_ms_ = 0;  // steady ms; 0: none (a worker or the AsyncService has it)
   int64_t header_deadline_ms_ = 0;
   std::optional<RequestParser> parser_;
-  bool read_wait_pending_ = false;  // a read async_wait is registered (WaitReadable)
-  // The socket may hold bytes no pending wait will report: the last recv filled its buffer, or a
-  // wait fired while the exchange was served, or a worker had the socket.
-  bool maybe_unread_ = true;
   size_t header_consumed_ = 0;
   int64_t start_ns_ = 0;
   // The AsyncService's exchange.
@@ -837,21 +833,13 @@ void LoopConnection::Start() {
   ReadHeader();
 }
 
-// At most one read wait is pending; its completion does what the state calls for. While an
-// exchange is being served (or a worker has the socket) it only notes that bytes came.
 void LoopConnection::WaitReadable() {
-  if (read_wait_pending_) {
-    return;
-  }
-  read_wait_pending_ = true;
   socket_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](const error_code& ec) {
-    self->read_wait_pending_ = false;
     if (ec || self->state_ == State::kClosed) return;
-    switch (self->state_) {
-      case State::kAsyncBody: self->ReadAsyncBody(); break;
-      case State::kWaiting:
-      case State::kHeader: self->ReadHeader(); break;
-      default: self->maybe_unread_ = true;  // looked at when the exchange ends (NextRequest)
+    if (self->state_ == State::kAsyncBody) {
+      self->ReadAsyncBody();
+    } else {
+      self->ReadHeader();
     }
   });
 }
@@ -898,9 +886,6 @@ void LoopConnection::ReadHeader() {
     }
     thread_local char scratch[kReadChunk];
     const ssize_t n = ::recv(conn_.fd, scratch, sizeof(scratch), 0);
-    // A short read took everything that had arrived: what comes later is a new edge for the
-    // reactor. A full one may have left bytes behind.
-    maybe_unread_ = n == static_cast<ssize_t>(sizeof(scratch));
     if (n > 0) {
       if (state_ == State::kWaiting) {
         if (!conn_.slot->TryClaim()) {
@@ -1013,7 +998,6 @@ void LoopConnection::ToWorker(int error_status) {
 }
 
 void LoopConnection::AfterWorker(bool keep) {
-  maybe_unread_ = true;  // the worker's reads do not say whether the socket was left empty
   if (!keep || server_->stopping() || server_->forced()) {
     Close();
     return;
@@ -1026,16 +1010,6 @@ void LoopConnection::NextRequest() {
   parser_.reset();
   header_consumed_ = 0;
   conn_.unread_input = false;
-  if (conn_.buffer.size() == 0 && !maybe_unread_ && read_wait_pending_) {
-    // Nothing buffered, nothing left in the socket when it was last read, and the read wait
-    // registered since then has not fired: nothing came. Wait without the recv that would find
-    // nothing (one syscall per request at low concurrency).
-    state_ = State::kWaiting;
-    conn_.slot->MarkIdle();
-    SetDeadlineIn(server_->limits().idle_timeout_ms);
-    conn_.buffer.shrink_to_fit();
-    return;
-  }
   if (conn_.buffer.size() > 0) {
     // Bytes of the next request came with this one (pipelining): busy at once, and the header
     // clock runs from now.
@@ -1077,7 +1051,6 @@ void LoopConnection::ReadAsyncBody() {
     async_body_.resize(async_body_expected_);
     const ssize_t n = ::recv(conn_.fd, async_body_.data() + have, async_body_expected_ - have, 0);
     async_body_.resize(have + (n > 0 ? static_cast<size_t>(n) : 0));
-    maybe_unread_ = n == static_cast<ssize_t>(async_body_expected_ - have);
     if (n > 0) {
       SetDeadlineIn(server_->limits().io_timeout_ms);
       continue;
@@ -1098,11 +1071,6 @@ void LoopConnection::ReadAsyncBody() {
 void LoopConnection::ServeAsync() {
   state_ = State::kAsyncServing;
   deadline_ms_ = 0;
-  if (!maybe_unread_) {
-    // The socket was read empty: any byte from now on (the next request, or the client's close)
-    // is an edge this wait sees, so NextRequest need not look (see NextRequest).
-    WaitReadable();
-  }
   responded_ = false;
   close_after_ = false;
   serving_self_ = shared_from_this();
