@@ -81,12 +81,12 @@ struct EndpointsConfig {
 struct HttpConfig {
   int max_connections = 16384;             // open at once, in all
   int max_connections_per_address = 4096;  // open at once from one client IP
-  int first_byte_timeout_seconds = 10;    // accept → first request byte
-  int header_timeout_seconds = 30;        // first byte → end of the request header
-  int idle_timeout_seconds = 75;          // keep-alive wait between requests
-  int io_timeout_seconds = 120;           // a read or write that makes no progress
-  int event_loops = 0;                    // event-loop threads serving connections; 0: one per core
-  int worker_threads = 256;               // threads running blocking requests (API, S3), at most
+  int first_byte_timeout_seconds = 10;     // accept → first request byte
+  int header_timeout_seconds = 30;         // first byte → end of the request header
+  int idle_timeout_seconds = 75;           // keep-alive wait between requests
+  int io_timeout_seconds = 120;            // a read or write that makes no progress
+  int event_loops = 0;                     // event-loop threads serving connections; 0: one per core
+  int worker_threads = 256;                // threads running blocking requests (API, S3), at most
 };
 
 // Caps on unpacked model.tar.gz and sourcedir.tar.gz (control/archive_caps.h).

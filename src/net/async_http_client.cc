@@ -400,11 +400,11 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     call->phase = Phase::kSending;
     Conn& conn = *call->conn;
     const std::string_view body = call->request.body;
-    // Fast path: the whole request in one non-blocking sendmsg here, and the wait for the answer
-    // registered before this loop can poll again. Waiting instead of reading saves the recv that
-    // would find nothing (the answer cannot be there yet). The reactor is edge-triggered and
-    // async_wait does not read first, so this is safe only because no epoll_wait can run between
-    // the send and the registration: an answer that comes meanwhile is an edge the wait sees.
+    // Fast path: the whole request in one non-blocking sendmsg here rather than through
+    // async_write (which would post its completion before the read could start). The read then
+    // starts at once: Asio's async_read_some skips its speculative recv when the last read on the
+    // socket took everything there was, so waiting for the answer costs no syscall. (An
+    // async_wait would cost one: Asio re-arms the descriptor with EPOLL_CTL_MOD for every wait.)
     iovec iov[2] = {{conn.head.data(), conn.head.size()}, {const_cast<char*>(body.data()), body.size()}};
     msghdr msg{};
     msg.msg_iov = iov;
@@ -415,13 +415,7 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
     } while (sent < 0 && errno == EINTR);
     const size_t total = conn.head.size() + body.size();
     if (sent == static_cast<ssize_t>(total)) {
-      call->phase = Phase::kReading;  // sent: a deadline now means the peer did not answer
-      conn.socket.async_wait(tcp::socket::wait_read, [call](const error_code&) {
-        // An error here (the socket was closed) shows again in the read that follows.
-        if (!call->finished) {
-          call->impl->OnSent(call, error_code());
-        }
-      });
+      OnSent(call, error_code());
       return;
     }
     if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -496,8 +490,8 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
 
   void OnHeaderRead(const CallPtr& call, const error_code& ec, size_t n) {
     Conn& conn = *call->conn;
-    if (!call->parser->is_done()) {
-      ArmQuickAck(conn.socket);  // more of the answer to come
+    if (!call->parser->is_header_done()) {
+      ArmQuickAck(conn.socket);  // more of the head to come
     }
     if (n > 0 || conn.buffer.size() > 0) {
       call->got_any_byte = true;
@@ -590,6 +584,9 @@ struct AsyncHttpClient::Impl : std::enable_shared_from_this<AsyncHttpClient::Imp
         return;
       }
     }
+    // Only now, with the body bytes that came with the head parsed, is it known that more is to
+    // come (arming it after every head would cost a syscall and a bare ACK per answer).
+    ArmQuickAck(call->conn->socket);
     ReadBody(call);
   }
 
