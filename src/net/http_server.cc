@@ -6,17 +6,17 @@
 //
 // - Event loops (event_loop.h): a fixed set of threads, each running one io_context. The acceptor
 //   hands each connection to a loop (round robin), which owns it until it closes. A connection
-//   that waits for a request costs its LoopConnection object and its socket: no thread, no buffer
-//   (the read buffer is released whenever a connection goes idle with nothing buffered).
+//   that waits for a request costs its LoopConnection object (with a 1 KiB inline buffer for its
+//   first bytes) and its socket: no thread; the read buffer is released whenever a connection
+//   goes idle with nothing buffered.
 // - Callbacks, not C++20 coroutines: clang 14 with Boost 1.74 does not enable asio::awaitable
 //   (CI's sanitizer build is clang), and a per-connection object driven by completion handlers
 //   allocates nothing per request.
-// - Readiness, not Asio reads: sockets are registered with the loop's reactor through a
-//   posix::stream_descriptor, but bytes are moved with plain recv/sendmsg, tried first and waited
-//   for (async_wait) only on EAGAIN. Trying first matters twice: it saves an epoll round per
-//   request, and the reactor is edge-triggered, so bytes that arrived while no wait was pending
-//   (while a worker owned the socket, or while the loop served the previous request) would
-//   otherwise never wake the loop.
+// - Reads: a waiting connection reads through Asio (async_read_some into its inline buffer):
+//   Asio skips the speculative read when the last one took everything there was and queues the
+//   read without a syscall, where each async_wait costs an EPOLL_CTL_MOD. The rest of a header
+//   and bodies are read with plain recv, tried first and waited for (async_wait) only on EAGAIN;
+//   answers are written with sendmsg, tried first likewise.
 // - The request header is read and parsed on the loop (Beast's parser fed with put(), the whole
 //   header bounded by max_header_bytes across passes). Then either the AsyncService claims the
 //   request (the invoke path: body read on the loop, served on the loop, answer written on the
