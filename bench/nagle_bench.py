@@ -191,6 +191,17 @@ def main():
                     print(f"{'POST via kiln':<20} {'plain':<9} {statistics.mean(t) * 1e3:8.3f} {p50 * 1e3:8.3f} "
                           f"{p99 * 1e3:8.3f}   (client -> kiln -> the same Nagle-on server)")
                 finally:
+                    # Endpoint instances outlive a server stop (they are adopted on restart):
+                    # delete it first, or its container keeps running.
+                    sm = kiln.client("sagemaker")
+                    sm.delete_endpoint(EndpointName="nagle")
+                    deadline = time.time() + 60
+                    while time.time() < deadline:
+                        try:
+                            sm.describe_endpoint(EndpointName="nagle")
+                        except Exception:  # noqa: BLE001 (gone: ValidationException)
+                            break
+                        time.sleep(0.3)
                     kiln.stop()
     finally:
         server.shutdown()
