@@ -59,6 +59,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <list>
 #include <memory>
 #include <optional>
 #include <unordered_set>
@@ -360,14 +361,19 @@ class HttpServerImpl final : public HttpServer {
     for (auto& ls : loops_) {
       if (ls->thread.joinable()) ls->thread.join();
     }
-    std::vector<std::thread> workers;
+    std::list<std::thread> workers;
+    std::vector<std::thread> finished;
     {
       MutexLock lock(pool_mu_);
       pool_shutdown_ = true;
       workers.swap(workers_);
+      finished.swap(finished_workers_);
     }
     pool_cv_.NotifyAll();
     for (std::thread& t : workers) {
+      t.join();
+    }
+    for (std::thread& t : finished) {
       t.join();
     }
   }
@@ -439,14 +445,20 @@ class HttpServerImpl final : public HttpServer {
 
   // Runs `task` on a worker thread (queued when all worker_threads are busy).
   void SubmitWork(std::function<void()> task) EXCLUDES(pool_mu_) {
-    MutexLock lock(pool_mu_);
-    work_.push_back(std::move(task));
-    if (idle_workers_ >= work_.size()) {
-      pool_cv_.NotifyOne();
-      return;
+    std::vector<std::thread> finished;
+    {
+      MutexLock lock(pool_mu_);
+      work_.push_back(std::move(task));
+      finished.swap(finished_workers_);
+      if (idle_workers_ >= work_.size()) {
+        pool_cv_.NotifyOne();
+      } else if (workers_.size() < std::max<size_t>(1, options_.worker_threads)) {
+        StartWorkerLocked();
+      }
     }
-    if (workers_.size() < std::max<size_t>(1, options_.worker_threads)) {
-      StartWorkerLocked();
+    // Workers that retired for idleness (WorkerLoop): they have let go of pool_mu_ for good.
+    for (std::thread& t : finished) {
+      t.join();
     }
   }
 
@@ -754,26 +766,41 @@ class HttpServerImpl final : public HttpServer {
 
   void StartWorkerLocked() REQUIRES(pool_mu_) {
     try {
-      workers_.emplace_back([this] { WorkerLoop(); });
+      workers_.emplace_back();
+      auto self = std::prev(workers_.end());
+      *self = std::thread([this, self] { WorkerLoop(self); });
     } catch (const std::system_error& e) {
+      workers_.pop_back();
       // Out of threads: the task stays queued for the workers there are.
       KLOG(error, "http worker thread creation failed", {{"error", e.what()}});
     }
   }
 
-  void WorkerLoop() EXCLUDES(pool_mu_) {
+  // `self` is this thread's entry in workers_. A worker idle for worker_idle_seconds retires
+  // (all but the last): it moves its std::thread to finished_workers_, to be joined by the next
+  // SubmitWork or by Stop, so a burst's threads do not stay for good.
+  void WorkerLoop(std::list<std::thread>::iterator self) EXCLUDES(pool_mu_) {
     // A handler that overflows this thread's stack still gets its crash reported (base/crash_handler.h).
     InstallAlternateSignalStack();
+    const auto idle_limit = std::chrono::seconds(std::max(1, options_.worker_idle_seconds));
     for (;;) {
       std::function<void()> task;
       {
         MutexLock lock(pool_mu_);
         ++idle_workers_;
-        while (work_.empty() && !pool_shutdown_) {
-          pool_cv_.Wait(pool_mu_);
+        const auto retire_at = std::chrono::steady_clock::now() + idle_limit;
+        bool idle_too_long = false;
+        while (work_.empty() && !pool_shutdown_ && !idle_too_long) {
+          idle_too_long = pool_cv_.WaitUntil(pool_mu_, retire_at) == std::cv_status::timeout;
         }
         --idle_workers_;
+        if (work_.empty() && idle_too_long && !pool_shutdown_ && workers_.size() > 1) {
+          finished_workers_.push_back(std::move(*self));
+          workers_.erase(self);
+          return;
+        }
         if (work_.empty()) {
+          if (!pool_shutdown_) continue;  // the last worker stays
           return;
         }
         task = std::move(work_.front());
@@ -823,7 +850,8 @@ class HttpServerImpl final : public HttpServer {
   std::deque<std::function<void()>> work_ GUARDED_BY(pool_mu_);
   size_t idle_workers_ GUARDED_BY(pool_mu_) = 0;
   bool pool_shutdown_ GUARDED_BY(pool_mu_) = false;
-  std::vector<std::thread> workers_ GUARDED_BY(pool_mu_);
+  std::list<std::thread> workers_ GUARDED_BY(pool_mu_);             // running (list: stable entries)
+  std::vector<std::thread> finished_workers_ GUARDED_BY(pool_mu_);  // retired, not yet joined
 };
 
 // ---- LoopConnection ----

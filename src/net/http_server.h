@@ -161,6 +161,8 @@ struct HttpServerOptions {
   // Threads running the blocking Handler (requests in flight to it; idle connections hold none).
   // Requests beyond it wait in a queue. Started on demand, kept until Stop.
   size_t worker_threads = 256;
+  // A worker idle this long exits (all but one), so a burst's threads do not stay for good.
+  int worker_idle_seconds = 60;
   // The loops' upstream clients (AsyncExchange::loop().client()).
   HttpClientOptions upstream;
 };

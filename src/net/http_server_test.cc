@@ -1350,6 +1350,37 @@ TEST_F(HttpServerTest, IdleConnectionsHoldNoThreadAndStayOpen) {
   EXPECT_EQ(idle.front()->ReadResponse().status, 200);
 }
 
+TEST_F(HttpServerTest, WorkersStartedForABurstRetireWhenIdle) {
+  Gate gate;
+  HttpServerOptions options;
+  options.worker_idle_seconds = 1;
+  StartServer([&](HttpRequest& req, ResponseWriter& out) { gate.Handle(req, out); }, options);
+  const int before = ProcessThreads();
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 12; ++i) {
+    clients.push_back(std::make_unique<RawClient>(port()));
+    ASSERT_TRUE(clients.back()->Send(Get("/block")));
+  }
+  ASSERT_TRUE(gate.WaitHeld(12));  // twelve blocking requests at once: twelve workers
+  EXPECT_GE(ProcessThreads() - before, 11);
+  gate.Release();
+  for (auto& c : clients) EXPECT_EQ(c->ReadResponse().status, 200);
+  // Idle for over a second, all but one retire (and are joined by the next request).
+  // (A request wakes one worker and restarts its idle clock, so ticks are spaced beyond it.)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  int now = ProcessThreads();
+  while (now - before > 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ASSERT_TRUE(clients.front()->Send(Get("/tick")));
+    EXPECT_EQ(clients.front()->ReadResponse().status, 200);
+    now = ProcessThreads();
+  }
+  EXPECT_LE(now - before, 2);
+  // And the pool still serves, growing again when needed.
+  ASSERT_TRUE(clients.back()->Send(Get("/after")));
+  EXPECT_EQ(clients.back()->ReadResponse().body, "/after");
+}
+
 TEST_F(HttpServerTest, ConnectionsSpreadOverTheLoops) {
   EchoAsyncService async;
   HttpServerOptions options;
