@@ -43,9 +43,13 @@ class EndpointControllerTest : public testing::ControllerTest {
     EndpointControllerOptions options;
     options.work_dir = work_dir();
     options.endpoint_url = "http://127.0.0.1:1";
-    // Below 32768 (Linux's ephemeral ports); processes running these tests at once start at
-    // different blocks (the controller skips a block it cannot bind anyway).
-    options.port_range_begin = 20000 + static_cast<int>(::getpid() % 50) * 100;
+    // Below 32768 (Linux's ephemeral ports). Processes running these tests at once (ctest -j) have
+    // nearby pids: the first block is scattered by a multiplicative hash of the pid, so that a
+    // test using several blocks does not run into its neighbour's first one, as adjacent blocks
+    // did (both saw the block free, one failed to bind: "exited with code 1 before it passed the
+    // ping health check"). The controller skips a block it cannot bind anyway.
+    const uint32_t scatter = static_cast<uint32_t>(::getpid()) * 2654435761u;
+    options.port_range_begin = 20000 + static_cast<int>((scatter >> 16) % 90) * 100;
     options.port_range_end = 30000;
     options.stop_grace = kStopGrace;
     options.health_interval = std::chrono::milliseconds(20);
