@@ -121,6 +121,7 @@ Status LoadEndpoints(const json& doc, Config* config, const std::string& path) {
   RETURN_IF_ERROR(Field(e, "stop_grace_seconds", &config->endpoints.stop_grace_seconds, path));
   RETURN_IF_ERROR(Field(e, "health_interval_seconds", &config->endpoints.health_interval_seconds, path));
   RETURN_IF_ERROR(Field(e, "provision_timeout_seconds", &config->endpoints.provision_timeout_seconds, path));
+  RETURN_IF_ERROR(Field(e, "model_server", &config->endpoints.model_server, path));
   if (e.contains("port_range")) {
     const json& r = e["port_range"];
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {

@@ -26,7 +26,8 @@
 //                  "staging_parallelism": 8, "toolkit_dir": "/usr/lib/kiln/python"},
 //     "endpoints": {"invocation_timeout_seconds": 60, "stop_grace_seconds": 30,
 //                   "health_interval_seconds": 5, "port_range": [20000, 30000],
-//                   "provision_timeout_seconds": 3600},  // variants without a provision timeout
+//                   "provision_timeout_seconds": 3600,   // variants without a provision timeout
+//                   "model_server": "/usr/local/lib/kiln/kiln-model-server"},  // default: found
 //     "http": {"max_connections": 16384, "max_connections_per_address": 4096,
 //              "first_byte_timeout_seconds": 10, "header_timeout_seconds": 30,
 //              "idle_timeout_seconds": 75, "io_timeout_seconds": 120,
@@ -75,6 +76,9 @@ struct EndpointsConfig {
   // How long an instance waits for capacity under `strict` when its variant sets no
   // VariantInstanceProvisionTimeoutInSeconds; shorter fails endpoints sooner on a busy host.
   int provision_timeout_seconds = 3600;
+  // The kiln-model-server program that serves framework images; empty: beside the kiln binary,
+  // <prefix>/lib/kiln/, or the build tree this binary came from.
+  std::string model_server;
 };
 
 // The front door's connection limits (net::HttpServerOptions says what each costs).

@@ -43,6 +43,21 @@ std::string ToolkitScript(const Config& config) {
   return candidates.back() + "/kiln_toolkit/train.py";
 }
 
+// kiln-model-server, the `serve` of framework images: configured, else beside the binary (an
+// install), <prefix>/lib/kiln/ (install-service.sh), or the build tree this binary was built in
+// (a copied test binary). Empty when none exists: framework endpoints then fail saying so.
+std::string ModelServerProgram(const Config& config) {
+  namespace fs = std::filesystem;
+  if (!config.endpoints.model_server.empty()) return config.endpoints.model_server;
+  fs::path exe = SelfExecutable();
+  for (const fs::path& candidate :
+       {exe.parent_path() / "kiln-model-server", exe.parent_path().parent_path() / "lib/kiln/kiln-model-server",
+        fs::path(KILN_BINARY_DIR "/src/modelserver/kiln-model-server")}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
 // The option structs the steps below fill from the config (no side effects).
 
 control::ArchiveCapOptions ArchiveCaps(const Config& c, const control::InstanceCatalog* catalog) {
@@ -73,6 +88,8 @@ control::EndpointControllerOptions EndpointOptions(const Config& c, const contro
   endpoints.region = c.regions.front();
   endpoints.account_id = c.account_id;
   endpoints.endpoint_url = ClientEndpoint(c);
+  endpoints.model_server = ModelServerProgram(c);
+  endpoints.serve_worker = std::filesystem::path(ToolkitScript(c)).replace_filename("serve_worker.py").string();
   endpoints.port_range_begin = c.endpoints.port_range_begin;
   endpoints.port_range_end = c.endpoints.port_range_end;
   endpoints.stop_grace = std::chrono::seconds(c.endpoints.stop_grace_seconds);

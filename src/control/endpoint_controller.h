@@ -91,6 +91,10 @@ struct EndpointControllerOptions {
   std::string region = "us-east-1";
   std::string account_id = "000000000000";
   std::string endpoint_url;  // Kiln as instances reach it (AWS_ENDPOINT_URL)
+  // Framework images are served by Kiln's model server (src/modelserver): the kiln-model-server
+  // program and its Python worker (python/kiln_toolkit/serve_worker.py).
+  std::string model_server;
+  std::string serve_worker;
   // Instance ports: blocks of 100 inside [port_range_begin, port_range_end). Below Linux's
   // ephemeral range (32768+), so that an outgoing connection cannot take a port between its
   // reservation and the container binding it.

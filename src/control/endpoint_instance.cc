@@ -1,11 +1,14 @@
 #include "control/endpoint_instance.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "control/endpoint_status.h"
+#include "control/serving_launch.h"
 #include "control/training_launch.h"
 
 namespace kiln::control {
@@ -120,10 +123,15 @@ void EndpointInstance::Provision() {
     return;
   }
   if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
-    Fail("ClientError: Image " + image + " resolves to the Python environment '" + resolved->environment_name +
-         "', but this Kiln version has no model server for framework images on the process runtime. "
-         "Use a `local:/abs/path` image whose program answers `serve` (GET /ping, POST /invocations).");
-    return;
+    // A framework image: Kiln's model server plays the image's `serve` (src/modelserver).
+    if (access(options().model_server.c_str(), X_OK) != 0) {
+      Fail("ClientError: Image " + image + " is a framework image, served by Kiln's model server, but " +
+           (options().model_server.empty() ? std::string("no kiln-model-server program was found")
+                                           : options().model_server + " is missing or not executable") +
+           ". Build the kiln-model-server target (scripts/build.sh) or set endpoints.model_server in the Kiln "
+           "config file.");
+      return;
+    }
   }
   if (!Reserve()) return;
 
@@ -165,36 +173,24 @@ void EndpointInstance::Provision() {
   }
   (void)MakeDirs(opt_ml + "/model", 0755);
 
-  // The command: `<image entrypoint> serve`.
+  // The command: `<image entrypoint> serve`, or the model server for framework images.
+  ServingLaunchContext launch;
+  launch.region = options().region;
+  launch.endpoint_url = options().endpoint_url;
+  launch.credential = spec_.credential;
+  launch.port = spec_.port_base;
+  launch.port_block = kInstancePortBlock;
+  launch.model_server = options().model_server;
+  launch.serve_worker = options().serve_worker;
+  ServingLaunchPlan plan = PlanServingLaunch(spec_.container, *resolved, launch);
   runtime::InstanceSpec spec;
   spec.instance_id = spec_.runtime_id;
   spec.opt_ml_dir = opt_ml;
   spec.hostname = spec_.instance_id;
-  spec.argv = {resolved->executable, "serve"};
+  spec.argv = std::move(plan.argv);
+  spec.extra_mounts = std::move(plan.binds);
   auto& env = spec.env;
-  env = {
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
-  for (const auto& [k, v] : resolved->env) env[k] = v;
-  env["AWS_REGION"] = options().region;
-  env["AWS_DEFAULT_REGION"] = options().region;
-  env["SAGEMAKER_REGION"] = options().region;
-  env["AWS_ENDPOINT_URL"] = options().endpoint_url;
-  env["AWS_ENDPOINT_URL_S3"] = options().endpoint_url;
-  env["S3_ENDPOINT_URL"] = options().endpoint_url;
-  if (spec_.container.contains("Environment") && spec_.container["Environment"].is_object()) {
-    for (const auto& [k, v] : spec_.container["Environment"].items()) {
-      if (v.is_string()) env[k] = v.get<std::string>();
-    }
-  }
-  if (!spec_.credential.access_key_id.empty()) {
-    env["AWS_ACCESS_KEY_ID"] = spec_.credential.access_key_id;
-    env["AWS_SECRET_ACCESS_KEY"] = spec_.credential.secret_access_key;
-    env["AWS_SESSION_TOKEN"] = spec_.credential.session_token;
-  }
-  // Instances share the host network on the process runtime: each listens on its own port.
-  env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(spec_.port_base);
-  env["SAGEMAKER_SAFE_PORT_RANGE"] =
-      std::to_string(spec_.port_base + 1) + "-" + std::to_string(spec_.port_base + kInstancePortBlock - 1);
+  env = std::move(plan.env);
   if (allocation_) {
     AddGpuEnvironment(*allocation_, env);
     spec.cpus = allocation_->cpus;
@@ -205,9 +201,6 @@ void EndpointInstance::Provision() {
   }
   env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
   spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
-  if (StartsWith(resolved->executable, "/tmp/")) {
-    spec.extra_mounts.push_back({resolved->executable, resolved->executable, true});
-  }
   Status launched = deps().runtime->Launch(spec);
   if (!launched.ok()) {
     Fail("ClientError: The container of production variant " + spec_.variant +

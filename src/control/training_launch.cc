@@ -17,9 +17,8 @@ std::vector<std::string> StringList(const json& algorithm, const char* member) {
   return out;
 }
 
-// The sandbox has a private /tmp: a host path under /tmp the program needs (a `local:`
-// executable, the toolkit, an interpreter in a temporary venv) is bound in read-only, by its
-// first directory under /tmp (so that files beside it come along).
+}  // namespace
+
 void BindIfInTmp(const std::string& path, std::vector<runtime::BindMount>& binds) {
   if (!StartsWith(path, "/tmp/")) return;
   size_t end = path.find('/', 5);
@@ -29,8 +28,6 @@ void BindIfInTmp(const std::string& path, std::vector<runtime::BindMount>& binds
   }
   binds.push_back({top, top, /*read_only=*/true});
 }
-
-}  // namespace
 
 TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageResolution& image,
                                       const TrainingLaunchContext& context) {

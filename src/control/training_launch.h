@@ -47,6 +47,12 @@ struct TrainingLaunchPlan {
 TrainingLaunchPlan PlanTrainingLaunch(const nlohmann::json& request, const runtime::ImageResolution& image,
                                       const TrainingLaunchContext& context);
 
+// The sandbox has a private /tmp: a host path under /tmp the program needs (a `local:`
+// executable, the toolkit, the model server, an interpreter in a temporary venv) is bound in
+// read-only, by its first directory under /tmp (so that files beside it come along). Other paths
+// add nothing; a directory already bound is not bound twice.
+void BindIfInTmp(const std::string& path, std::vector<runtime::BindMount>& binds);
+
 // GPU variables of one host (§13, process runtime): CUDA_VISIBLE_DEVICES with the indices and
 // NVIDIA_VISIBLE_DEVICES with the UUIDs (indices when unknown); "void" when it has none.
 void AddGpuEnvironment(const Allocation& allocation, std::map<std::string, std::string>& env);

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <set>
+#include <utility>
 
 #include "base/log.h"
 #include "base/strings.h"
@@ -120,6 +122,20 @@ Result<Environment> ParseEnvironment(const nlohmann::json& entry, size_t positio
 }
 
 }  // namespace
+
+std::string FrameworkOfImage(std::string_view image_uri) {
+  std::string repo = RepositoryName(image_uri);
+  for (char& c : repo) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Hugging Face images name their framework too (huggingface-pytorch-inference): first.
+  static constexpr std::pair<std::string_view, std::string_view> kFrameworks[] = {
+      {"huggingface", "huggingface"}, {"pytorch", "pytorch"}, {"tensorflow", "tensorflow"}, {"scikit-learn", "sklearn"},
+      {"sklearn", "sklearn"},         {"xgboost", "xgboost"}, {"mxnet", "mxnet"},
+  };
+  for (const auto& [needle, framework] : kFrameworks) {
+    if (repo.find(needle) != std::string::npos) return std::string(framework);
+  }
+  return "";
+}
 
 EnvironmentTable EnvironmentTable::Default() {
   EnvironmentTable table;

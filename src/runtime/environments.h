@@ -51,6 +51,12 @@ struct ImageResolution {
   std::map<std::string, std::string> env;
 };
 
+// The framework of a SageMaker framework image, from its repository name: "huggingface",
+// "pytorch", "tensorflow", "sklearn", "xgboost", "mxnet", or "" for any other image. The model
+// server's Python worker uses it for the framework's default model_fn/predict_fn and codecs, as the
+// framework's own serving toolkit would (KILN_MODEL_SERVER_FRAMEWORK).
+std::string FrameworkOfImage(std::string_view image_uri);
+
 class EnvironmentTable {
  public:
   // The built-in table: one "system" environment whose patterns cover the SageMaker framework

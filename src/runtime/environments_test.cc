@@ -172,5 +172,22 @@ TEST(EnvironmentTableTest, MissingInterpreterIsAClearError) {
   EXPECT_THAT(how.status().message(), HasSubstr("/opt/venvs/none/bin/python does not exist"));
 }
 
+TEST(FrameworkOfImageTest, NamesTheFrameworkOfSageMakerImages) {
+  EXPECT_EQ(FrameworkOfImage("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.1.0-cpu-py310"),
+            "pytorch");
+  EXPECT_EQ(FrameworkOfImage("763104351884.dkr.ecr.us-east-1.amazonaws.com/"
+                             "huggingface-pytorch-inference:2.1.0-transformers4.37.0-cpu-py310-ubuntu22.04"),
+            "huggingface");
+  EXPECT_EQ(FrameworkOfImage("763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-inference:2.13-cpu"),
+            "tensorflow");
+  EXPECT_EQ(FrameworkOfImage("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"),
+            "sklearn");
+  EXPECT_EQ(FrameworkOfImage("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"), "xgboost");
+  EXPECT_EQ(FrameworkOfImage("763104351884.dkr.ecr.us-east-1.amazonaws.com/mxnet-inference:1.9.0-cpu-py38"), "mxnet");
+  // Only the repository counts: a registry host or tag that names a framework does not.
+  EXPECT_EQ(FrameworkOfImage("pytorch.example.com/my-algo:xgboost"), "");
+  EXPECT_EQ(FrameworkOfImage("acct.dkr.ecr.us-east-1.amazonaws.com/my-algo@sha256:abc"), "");
+}
+
 }  // namespace
 }  // namespace kiln::runtime

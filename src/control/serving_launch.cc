@@ -1,0 +1,60 @@
+#include "control/serving_launch.h"
+
+#include "base/strings.h"
+#include "control/training_launch.h"
+
+namespace kiln::control {
+
+using json = nlohmann::json;
+
+ServingLaunchPlan PlanServingLaunch(const json& container, const runtime::ImageResolution& image,
+                                    const ServingLaunchContext& context) {
+  ServingLaunchPlan plan;
+  const bool local = image.kind == runtime::ImageResolution::Kind::kLocalExecutable;
+  plan.argv = {local ? image.executable : context.model_server, "serve"};
+
+  auto& env = plan.env;
+  env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
+  for (const auto& [k, v] : image.env) env[k] = v;
+  if (!local) {
+    env["KILN_MODEL_SERVER_PYTHON"] = image.interpreter;
+    env["KILN_MODEL_SERVER_WORKER"] = context.serve_worker;
+    env["KILN_MODEL_SERVER_FRAMEWORK"] = runtime::FrameworkOfImage(container.value("Image", ""));
+    if (StartsWith(image.interpreter, "/usr/")) {
+      // As for training (training_launch.cc): a distribution's interpreter refuses `pip install`
+      // (PEP 668), so code/requirements.txt goes into the instance's volume, on the workers' path.
+      env["KILN_PIP_TARGET"] = "/opt/ml/.kiln/site-packages";
+    }
+  }
+  env["AWS_REGION"] = context.region;
+  env["AWS_DEFAULT_REGION"] = context.region;
+  env["SAGEMAKER_REGION"] = context.region;
+  env["AWS_ENDPOINT_URL"] = context.endpoint_url;
+  env["AWS_ENDPOINT_URL_S3"] = context.endpoint_url;
+  env["S3_ENDPOINT_URL"] = context.endpoint_url;
+  if (auto it = container.find("Environment"); it != container.end() && it->is_object()) {
+    for (const auto& [k, v] : it->items()) {
+      if (v.is_string()) env[k] = v.get<std::string>();
+    }
+  }
+  if (!context.credential.access_key_id.empty()) {
+    env["AWS_ACCESS_KEY_ID"] = context.credential.access_key_id;
+    env["AWS_SECRET_ACCESS_KEY"] = context.credential.secret_access_key;
+    env["AWS_SESSION_TOKEN"] = context.credential.session_token;
+  }
+  env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(context.port);
+  env["SAGEMAKER_SAFE_PORT_RANGE"] =
+      std::to_string(context.port + 1) + "-" + std::to_string(context.port + context.port_block - 1);
+
+  if (local) {
+    BindIfInTmp(image.executable, plan.binds);
+  } else {
+    for (const std::string* path : {&image.interpreter, &context.model_server, &context.serve_worker}) {
+      BindIfInTmp(*path, plan.binds);
+    }
+  }
+  return plan;
+}
+
+}  // namespace kiln::control

@@ -1,0 +1,52 @@
+#pragma once
+// How an endpoint instance's container is started on the process runtime: the command line, the
+// environment and the extra binds (serving-contract.md §2, §4.1). A pure function of the model's
+// container definition, the image's resolution and what Kiln issued, so every rule is
+// unit-tested without running anything.
+//
+//   command     `local:` images: `<executable> serve` (as `docker run IMAGE serve`). Framework
+//               images (script mode): Kiln's model server, `<model_server> serve`, whose Python
+//               workers run the user's inference.py with the environment's interpreter
+//               (src/modelserver/README.md).
+//   environment nothing inherited from the server: a base PATH/HOME/LANG, the environment table's
+//               variables, the model server's KILN_MODEL_SERVER_* (framework images), Kiln's region
+//               and endpoint variables, the container's Environment, then (winning over it) the
+//               instance credentials and the bind port and safe port range. GPU variables are
+//               added per instance by the caller (AddGpuEnvironment).
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aws/credentials.h"
+#include "runtime/environments.h"
+#include "runtime/runtime.h"
+
+namespace kiln::control {
+
+struct ServingLaunchContext {
+  std::string region;
+  std::string endpoint_url;  // Kiln as the instances reach it
+  aws::Credential credential;
+  // Instances share the host network on the process runtime: each listens on its own port and may
+  // use the rest of its block (SAGEMAKER_SAFE_PORT_RANGE).
+  int port = 8080;
+  int port_block = 100;
+  std::string model_server;  // the kiln-model-server binary
+  std::string serve_worker;  // python/kiln_toolkit/serve_worker.py
+};
+
+struct ServingLaunchPlan {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  // Read-only binds of host paths under /tmp the program needs (the sandbox's /tmp is private).
+  std::vector<runtime::BindMount> binds;
+};
+
+// `container` is the model's ContainerDefinition (Image, Environment, ...); `image` its resolution.
+ServingLaunchPlan PlanServingLaunch(const nlohmann::json& container, const runtime::ImageResolution& image,
+                                    const ServingLaunchContext& context);
+
+}  // namespace kiln::control
