@@ -28,6 +28,7 @@ build_pkgs=(
   libpcre2-dev                             # model patterns and MetricDefinitions regexes (Perl syntax)
   libarchive-dev                           # model.tar.gz / sourcedir.tar.gz (tar + gzip), streamed
   python3                                  # the default training environment (script mode)
+  libtorch-dev                             # kiln-model-server's native TorchScript backend (optional: built when present)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_pkgs=(
@@ -36,6 +37,7 @@ test_pkgs=(
   python3-torch python3-numpy              # the real PyTorch training jobs of the integration tests
   nginx-light wrk                          # bench/serving_bench.py: the reference proxy and the load generator
   python3-sklearn                          # tests/integration/test_sdk.py: the SKLearn estimator's job
+  python3-flask gunicorn                   # bench/model_server_bench.py: the gunicorn + Flask reference server
   python3-cbor2                            # CloudWatch RPC v2 CBOR tests (raw CBOR requests)
   clang                                    # scripts/test.sh: the sanitizer build, with -Wthread-safety
   clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Kiln as a systemd service (as root):
 #   scripts/install-service.sh [--prefix /usr/local] [--no-start]
-# Builds if needed, installs the binary to <prefix>/bin/kiln, the training toolkit to
+# Builds if needed, installs the binary to <prefix>/bin/kiln, the model server that serves framework
+# images to <prefix>/lib/kiln/kiln-model-server, the training toolkit and model server workers to
 # <prefix>/lib/kiln/python (where the binary looks for it), the unit to
 # /etc/systemd/system/kiln.service, a default /etc/kiln/config.json (kept when present), then
 # enables and starts the unit. The data dir is /var/lib/kiln. Re-running upgrades in place: the
@@ -24,6 +25,7 @@ if [ ! -x build/src/cli/kiln ]; then
   scripts/build.sh
 fi
 install -D -m 0755 build/src/cli/kiln "$prefix/bin/kiln"
+install -D -m 0755 build/src/modelserver/kiln-model-server "$prefix/lib/kiln/kiln-model-server"
 rm -rf "$prefix/lib/kiln/python"
 mkdir -p "$prefix/lib/kiln"
 cp -r python "$prefix/lib/kiln/python"
