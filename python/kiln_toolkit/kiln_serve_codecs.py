@@ -133,15 +133,18 @@ def _json_to_numpy(data, dtype=None):
 
 
 def _csv_to_numpy(data, dtype=None):
-    """Rows of the CSV as an array squeezed as the toolkit does (one row → 1-D); numeric when every
-    cell is a number, else the strings."""
+    """The rows of the CSV as a 2-D array (the toolkit squeezes: one row or one column became 1-D,
+    which models given samples as rows reject, and batching needs the row dimension); float64
+    when every cell is a number, else the strings, as the toolkit keeps them."""
     try:
-        rows = list(csv.reader(io.StringIO(data), delimiter=",", quotechar='"',
-                               doublequote=True, strict=True))
+        rows = [r for r in csv.reader(io.StringIO(data), delimiter=",", quotechar='"',
+                                      doublequote=True, strict=True) if r]
+        if not rows or any(len(r) != len(rows[0]) for r in rows):
+            raise BadRequestError("The CSV request body must have the same number of cells in "
+                                  "every row (and at least one row)")
         array = np.array(rows)
     except (csv.Error, ValueError) as e:
         raise BadRequestError("Could not parse the request body as CSV: %s" % e)
-    array = array.squeeze()
     try:
         return array.astype(dtype if dtype is not None else np.float64)
     except ValueError:

@@ -184,16 +184,20 @@ def work(args, environ):
     except BaseException as e:  # noqa: BLE001 - SystemExit from the user module included
         traceback.print_exc()
         msg = str(e) or type(e).__name__
-        sock.sendall(frames.encode_frame(frames.LOAD_FAILED, {
-            "status": _load_failure_status(e), "message": msg, "type": type(e).__name__}))
+        worker.busy = True  # a SIGTERM now must not cut the answer short
+        try:
+            sock.sendall(frames.encode_frame(frames.LOAD_FAILED, {
+                "status": _load_failure_status(e), "message": msg, "type": type(e).__name__}))
+        except OSError:
+            pass  # the server is gone; the exit status still says it
         return 1
     load_ms = int((time.monotonic() - start) * 1000)
     log.info("Model %s loaded in %d ms (pid %d)", name, load_ms, os.getpid())
-    sock.sendall(frames.encode_frame(frames.READY, {"pid": os.getpid(), "load_ms": load_ms}))
     reader = frames.FrameReader(sock)
     invoke = handlers.invoke
     sendall = sock.sendall
     try:
+        sendall(frames.encode_frame(frames.READY, {"pid": os.getpid(), "load_ms": load_ms}))
         while not worker.stopping:
             worker.busy = False
             if worker.stopping:
