@@ -285,7 +285,9 @@ void InstanceMetrics::Evaluate(const Sample& s, const std::map<int, runtime::Gpu
     outcome.baselines[s.id] = {u.cpu_usec, u.source, s.sampled_at};
   }
   const uint64_t limit = u.memory_limit_bytes != 0 ? u.memory_limit_bytes : host_memory_bytes_;
-  if (limit != 0) {
+  // A running program always holds memory: a reading of zero caught it starting or exiting (a
+  // zombie's RSS, an emptied cgroup) and is no sample, or Minimum would read 0 % at a job's edge.
+  if (limit != 0 && u.memory_bytes != 0) {
     values.emplace_back(
         "MemoryUtilization",
         std::clamp(static_cast<double>(u.memory_bytes) / static_cast<double>(limit) * 100.0, 0.0, 100.0));

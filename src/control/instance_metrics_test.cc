@@ -240,6 +240,19 @@ TEST_F(InstanceMetricsTest, CpuGoingBackwardsGivesNoPointAndKeepsTheBaseline) {
   EXPECT_EQ(Points(kTrainingNs, "CPUUtilization", {{"Host", "j/algo-1"}}).size(), 1u);
 }
 
+TEST_F(InstanceMetricsTest, AZeroMemoryReadingAtAnInstancesEdgeIsNoPoint) {
+  runtime_.Set("x", {.memory_bytes = 0, .memory_limit_bytes = 1024 * kMiB});
+  auto metrics = Make();
+  ASSERT_TRUE(metrics->Track(TrainingHostMetricsTarget("x", "j", "algo-1", "")).ok());
+  metrics->TEST_SampleOnce();
+  EXPECT_TRUE(Points(kTrainingNs, "MemoryUtilization", {{"Host", "j/algo-1"}}).empty());
+  runtime_.Edit("x", [](auto& in) { in.memory_bytes = 512 * kMiB; });
+  metrics->TEST_SampleOnce();
+  std::vector<SeriesPoint> memory = Points(kTrainingNs, "MemoryUtilization", {{"Host", "j/algo-1"}});
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_DOUBLE_EQ(memory[0].value, 50.0);
+}
+
 TEST_F(InstanceMetricsTest, InstancesThatEndAreDroppedAndTrackingIsBounded) {
   options_.max_instances = 2;
   runtime_.Set("a", {.memory_bytes = kMiB});
