@@ -71,6 +71,15 @@ def code_dir(environ, model_dir, model_name):
         return _staged_code_dir(environ, model_name)
     if submit.startswith("file://"):
         submit = submit[len("file://"):]
+    if not os.path.isdir(submit):
+        # The SDK writes the container's paths (PyTorchModel: /opt/ml/model/code); Kiln's model
+        # directory may live elsewhere (SAGEMAKER_BASE_DIR, multi-model directories).
+        norm = os.path.normpath(submit)
+        if norm == "/opt/ml/model" or norm.startswith("/opt/ml/model/"):
+            return os.path.join(model_dir, norm[len("/opt/ml/model/"):])
+        base = environ.get("SAGEMAKER_BASE_DIR")
+        if base and norm.startswith("/opt/ml/"):
+            return os.path.join(base, norm[len("/opt/ml/"):])
     return submit
 
 

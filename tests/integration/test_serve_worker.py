@@ -547,6 +547,14 @@ def test_submit_directory_as_a_local_directory(start, tmp_path):
     assert w.one(b"", **JSONH)[1] == b"local"
 
 
+def test_submit_directory_in_the_containers_model_path_means_this_model(start):
+    # PyTorchModel repacks the code into model.tar.gz and sets /opt/ml/model/code.
+    w = start({"inference.py": "def model_fn(d): return 'repacked'\n"
+                               "def transform_fn(m, d, c, a): return m\n"},
+              env={"SAGEMAKER_SUBMIT_DIRECTORY": "/opt/ml/model/code"})
+    assert w.one(b"", **JSONH)[1] == b"repacked"
+
+
 def _wheel(path, module, source):
     """A minimal pure-Python wheel (pip installs it offline)."""
     dist = "%s-1.0.dist-info" % module
