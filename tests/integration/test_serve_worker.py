@@ -529,6 +529,63 @@ def test_submit_directory_tarball_is_staged_by_prepare(start, tmp_path):
     assert w.one(b"x", **JSONH)[1] == b"41"
 
 
+def test_submit_directory_s3_uri_is_fetched_from_the_configured_endpoint(start, tmp_path):
+    """prepare downloads sourcedir.tar.gz with boto3 from AWS_ENDPOINT_URL_S3 (Debian's boto3 1.26
+    does not read it itself); a stdlib HTTP server stands in for S3."""
+    pytest.importorskip("boto3")
+    import http.server
+    import threading
+    tar = str(tmp_path / "sourcedir.tar.gz")
+    _tarball(tar, {"inference.py": b"def model_fn(d): return 'from s3'\n"
+                                   b"def transform_fn(m, data, ct, acc): return m\n"})
+    with open(tar, "rb") as f:
+        blob = f.read()
+    paths = []
+
+    class S3(http.server.BaseHTTPRequestHandler):
+        def _head(self):
+            paths.append((self.command, self.path))
+            ok = self.path.split("?")[0] == "/bucket/jobs/sourcedir.tar.gz"
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Length", str(len(blob) if ok else 0))
+            self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+            self.send_header("Last-Modified", "Wed, 02 Dec 2026 00:00:00 GMT")
+            self.end_headers()
+            return ok
+
+        def do_HEAD(self):
+            self._head()
+
+        def do_GET(self):
+            if self._head():
+                self.wfile.write(blob)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), S3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"SAGEMAKER_SUBMIT_DIRECTORY": "s3://bucket/jobs/sourcedir.tar.gz",
+               "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:%d" % server.server_address[1],
+               "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret",
+               "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+               "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+        os.makedirs(tmp_path / "model", exist_ok=True)
+        r = _prepare(tmp_path, env)
+        assert r.returncode == 0, r.stderr
+        assert ("GET", "/bucket/jobs/sourcedir.tar.gz") in paths
+        w = start(env=env)
+        assert w.one(b"", **JSONH)[1] == b"from s3"
+        # A missing object: exit 1 with the reason.
+        env["SAGEMAKER_SUBMIT_DIRECTORY"] = "s3://bucket/missing.tar.gz"
+        r = _prepare(tmp_path, env, name="other")
+        assert r.returncode == 1 and "s3://bucket/missing.tar.gz" in r.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_prepare_refuses_a_tarball_escaping_its_directory(tmp_path):
     tar = str(tmp_path / "evil.tar.gz")
     _tarball(tar, {"../../escaped.py": b"x = 1\n"})
