@@ -15,6 +15,30 @@
 // (SAGEMAKER_MULTI_MODEL) no model exists at start; POST /models creates, starts and waits for
 // one, DELETE /models/{name} stops it. Each model has its own backend (its own workers).
 //
+// Answers (every error body is ErrorResponse's {"code", "type", "message"}, application/json):
+//   GET /ping                 200 {"status": "Healthy"}; 503 {"status": "Unhealthy", "message": why}
+//                             while the single model loads, after it failed, or while stopping
+//   POST /invocations         the backend's status, Content-Type, X-Amzn-SageMaker-Custom-Attributes
+//                             and body; 503 before the model exists; 404 in multi-model mode
+//   GET /execution-parameters {"MaxConcurrentTransforms": workers, "BatchStrategy": "MULTI_RECORD",
+//                             "MaxPayloadInMB": payload limit in whole MiB}
+//   POST /models              200 {"status": "Model \"n\" loaded"}; 400 bad JSON, missing fields, a bad
+//                             name or a url that is not a directory; 409 loaded or being loaded; 507
+//                             memory (90 % of the limit in use before, the limit passed after, or
+//                             the backend's ResourceExhausted); 500 other load errors; 504 load timeout
+//   GET /models               {"models": [{"modelName", "modelUrl"}...], "nextPageToken"}: loaded
+//                             models in name order (byte-wise), `limit` 1..1000 (default 100); the
+//                             token (absent on the last page) is the hex of the page's last name, so
+//                             it stays valid while models come and go
+//   GET /models/{name}        {"modelName", "modelUrl", "workers", "memoryBytes"}; 404 not loaded
+//                             (a model still loading counts as not loaded here and in the list)
+//   DELETE /models/{name}     200 {"status": "Model \"n\" unloaded"} after Stop; 404; 409 while loading
+//   POST /models/{name}/invoke as /invocations; 404 not loaded, 503 still loading
+//   anything else             404; a known path with another method 405 with Allow; bodies over the
+//                             payload limit 413 (and the connection closes)
+// The multi-model paths answer 404 in single-model mode. {name} is one percent-decoded path
+// segment (DecodeModelName); a bad one answers 400.
+//
 // Shutdown: Stop() makes /ping 503, stops every backend with the grace given (requests in flight
 // finish, queued ones answer 503: their answers still go out, the loops run), then stops the HTTP
 // server. Backends are always stopped before the loops go, so no callback can post to a loop that
