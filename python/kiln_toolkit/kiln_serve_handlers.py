@@ -206,6 +206,8 @@ class PytorchDefaults(GenericDefaults):
             except (TypeError, ValueError) as e:
                 raise BadRequestError("Could not convert the request to a float32 tensor: %s" % e)
         else:
+            if not arr.flags.writeable:
+                arr = arr.copy()  # np.load over bytes is read-only; torch must own its memory
             t = torch.from_numpy(arr)
         return t.to(self.device)
 

@@ -200,6 +200,30 @@ def test_csv_accept_and_npy_round_trip(start):
     assert out.dtype == np.int16 and out.tolist() == [[0, 2, 4], [6, 8, 10]]
 
 
+def test_npz_decodes_sparse_matrices_and_dense_archives(start):
+    import numpy as np
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    w = start({"inference.py": """
+        def model_fn(model_dir): return None
+        def predict_fn(data, model):
+            if isinstance(data, dict):
+                return {k: v.tolist() for k, v in data.items()}
+            return {"type": type(data).__name__, "dense": data.toarray().tolist()}
+    """})
+    buf = io.BytesIO()
+    scipy_sparse.save_npz(buf, scipy_sparse.csr_matrix(np.array([[0, 2], [3, 0]])))
+    meta, body = w.one(buf.getvalue(), content_type="application/x-npz")
+    assert meta["status"] == 200, body
+    out = json.loads(body)
+    assert out["type"].endswith("_matrix") or out["type"].endswith("_array")
+    assert out["dense"] == [[0, 2], [3, 0]]
+    buf = io.BytesIO()
+    np.savez(buf, a=np.arange(3))
+    assert json.loads(w.one(buf.getvalue(), content_type="application/x-npz")[1]) == {
+        "a": [0, 1, 2]}
+    assert err(w.one(b"junk", content_type="application/x-npz"))[0] == 400
+
+
 def test_accept_default_env_and_lists(start):
     w = start({"inference.py": NUMPY_MODEL},
               env={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"})
