@@ -384,7 +384,7 @@ class Handlers:
                        or os.path.isfile(os.path.join(d, self.module_name, "__init__.py")))
         if not found:
             return None
-        return importlib.import_module(self.module_name)
+        return importlib.import_module(self.module_name.replace("/", "."))
 
     def load(self):
         module = self._user_module()

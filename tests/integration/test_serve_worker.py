@@ -374,6 +374,43 @@ def test_default_output_fn_cannot_encode_a_prediction(start):
     assert status == 500 and "output_fn" in msg and "object" in msg
 
 
+def test_only_the_standard_library_is_imported_without_defaults(start):
+    w = start({"inference.py": """
+        import sys
+        def model_fn(model_dir): return None
+        def transform_fn(model, data, content_type, accept):
+            return ",".join(m for m in ("numpy", "torch", "scipy", "sklearn", "xgboost")
+                            if m in sys.modules) or "none"
+    """})
+    assert w.one(b"[1]", **JSONH)[1] == b"none"
+
+
+def test_a_batched_predict_fn_gets_a_context_over_all_items(start):
+    w = start({"inference.py": """
+        import json
+        import numpy as np
+        def model_fn(model_dir): return None
+        def predict_fn(data, model, context):
+            ids = [context.get_request_id(i) for i in range(len(context.request_processor))]
+            return np.array([[len(ids)]] * data.shape[0])
+        def output_fn(prediction, accept, context):
+            return json.dumps([prediction.tolist(), context.get_request_id(0)])
+    """})
+    out = w.invoke((b"[[1]]", dict(JSONH, inference_id="a")), (b"[[2]]", JSONH))
+    assert json.loads(out[0][1]) == [[[2]], "a"]
+    assert json.loads(out[1][1])[0] == [[2]]
+
+
+def test_unknown_framework_and_failing_pre_model_fn(start, tmp_path):
+    w = start({"inference.py": NUMPY_MODEL}, framework="caffe", expect_ready=False)
+    assert w.first[0] == LOAD_FAILED and "caffe" in w.first[1]["message"]
+    w = start({"inference.py": textwrap.dedent(NUMPY_MODEL) + "def pre_model_fn(model_dir):\n"
+                                                             "    raise RuntimeError('no licence')\n"},
+              expect_ready=False, model_dir=str(tmp_path / "m2"))
+    assert w.first[0] == LOAD_FAILED and w.first[1]["message"] == "no licence"
+    assert w.first[1]["type"] == "RuntimeError"
+
+
 # --------------------------------------------------------------------------------------------
 # Load failures.
 
@@ -693,6 +730,13 @@ def test_sigterm_while_idle_exits_0(start):
     w = start({"inference.py": NUMPY_MODEL})
     w.proc.send_signal(signal.SIGTERM)
     assert w.proc.wait(timeout=20) == 0
+
+
+def test_a_protocol_error_ends_the_worker_with_1(start):
+    w = start({"inference.py": NUMPY_MODEL})
+    w.sock.sendall(frame(9, {}))  # no such frame type
+    assert w.proc.wait(timeout=20) == 1
+    assert "protocol error" in w.proc.stderr.read().decode()
 
 
 def test_result_frame_bytes_are_exact(start):
