@@ -19,6 +19,11 @@ user's code is imported, so it shadows nothing.
 import os
 import sys
 
+# The helpers sit beside this file (not on sys.path under -I / PYTHONSAFEPATH, hence the insert).
+# No bytecode is written beside them (the folder may be read-only or shared, as for train.py);
+# the setting is restored for the user's code. work() takes the folder off sys.path again.
+_DONT_WRITE_BYTECODE = sys.dont_write_bytecode
+sys.dont_write_bytecode = True
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
@@ -32,6 +37,8 @@ import traceback  # noqa: E402
 
 import kiln_serve_frames as frames  # noqa: E402
 from kiln_serve_handlers import Handlers, LoadError  # noqa: E402
+
+sys.dont_write_bytecode = _DONT_WRITE_BYTECODE
 
 log = logging.getLogger("kiln.serve_worker")
 
@@ -89,6 +96,7 @@ def code_dir(environ, model_dir, model_name):
 def prepare(args, environ):
     import shutil
     import subprocess
+    sys.dont_write_bytecode = True
     import kiln_code  # the training toolkit's staging (s3 with an explicit endpoint, safe tar)
     from kiln_errors import ClientError
 
