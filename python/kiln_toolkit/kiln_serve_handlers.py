@@ -19,7 +19,7 @@ import traceback
 
 import kiln_serve_codecs as codecs
 from kiln_serve_codecs import (
-    BadRequestError, InferenceError, UnsupportedFormatError, message_of, status_of)
+    BadRequestError, InferenceError, message_of, status_of)
 from kiln_serve_frames import RESULT, ProtocolError, encode_frame
 
 log = logging.getLogger("kiln.serve_worker")
@@ -404,9 +404,10 @@ class Handlers:
                             "predict_fn, and/or output_fn implementation")
         if model_fn is None and not defaults.has_model_fn:
             raise LoadError(_PROVIDE_MODEL_FN % where if module is not None else
-                            "No %s found and the %s framework has no default model_fn: provide "
-                            "it with model_fn(model_dir) (SAGEMAKER_PROGRAM names the file, "
-                            "SAGEMAKER_SUBMIT_DIRECTORY the code location)"
+                            "No %s found, and the %s framework has no default model_fn: provide "
+                            "that file with model_fn(model_dir) and predict_fn (or transform_fn) "
+                            "(SAGEMAKER_PROGRAM names the file, SAGEMAKER_SUBMIT_DIRECTORY the "
+                            "code location)"
                             % (where, defaults.name))
         if not transform_fn and predict_fn is None and not defaults.has_predict_fn:
             raise LoadError("The %s framework has no default predict_fn: define predict_fn(data, "

@@ -11,7 +11,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tarfile
 import textwrap
 import time
