@@ -706,6 +706,18 @@ def test_prepare_installs_requirements_into_kiln_pip_target(start, tmp_path):
     assert w.one(b"", **JSONH)[1] == b"from requirements"
 
 
+def test_prepare_without_pip_logs_the_skip(tmp_path):
+    code = tmp_path / "model" / "code"
+    code.mkdir(parents=True)
+    (code / "requirements.txt").write_text("some-package==1.0\n")
+    # -S: no site-packages, so Debian's pip is not importable.
+    r = subprocess.run([PYTHON, "-S", WORKER, "prepare", "--model-dir", str(tmp_path / "model")],
+                       env=dict(os.environ, SAGEMAKER_BASE_DIR=str(tmp_path / "base")),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "pip is not importable" in r.stderr and "requirements.txt was not installed" in r.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # Process lifecycle.
 
