@@ -33,6 +33,7 @@ struct FakeConfig {
   bool answer_inline = false;
   uint64_t memory = 0;
   int workers = 2;
+  std::chrono::milliseconds invoke_delay{0};  // the worker thread waits this long per answer
 };
 
 // The state a test keeps after the server owns the backend.
@@ -45,7 +46,7 @@ struct FakeCore {
   BackendState state = BackendState::kLoading;
   std::deque<std::pair<InferenceRequest, InferenceCallback>> queue;
   bool stop_worker = false;
-  int invocations = 0;
+  std::atomic<int> invocations{0};
   std::atomic<int> stops{0};
 
   void Release() {
@@ -149,6 +150,11 @@ class FakeBackend final : public InferenceBackend {
       if (core_->queue.empty()) return;
       auto [request, done] = std::move(core_->queue.front());
       core_->queue.pop_front();
+      if (core_->config.invoke_delay.count() > 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(core_->config.invoke_delay);
+        lock.lock();
+      }
       InferenceResponse response = Echo(*core_, request);
       lock.unlock();
       done(std::move(response));
@@ -377,7 +383,7 @@ TEST_F(ModelServerTest, InvocationsForwardHeadersAndAnswerWithTheBackendsStatus)
   EXPECT_EQ(teapot.status, 418);
   EXPECT_EQ(teapot.header("X-Amzn-SageMaker-Custom-Attributes"), "");
   EXPECT_EQ(teapot.json()["content_type"], "");
-  EXPECT_EQ(factory_.Core(0)->invocations, 2);
+  EXPECT_EQ(factory_.Core(0)->invocations.load(), 2);
 }
 
 TEST_F(ModelServerTest, BackendsThatAnswerInlineAreServedToo) {
@@ -438,7 +444,7 @@ TEST_F(ModelServerTest, BodiesOverThePayloadLimitAnswer413) {
       "POST /invocations HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n" +
       chunk + "\r\n258\r\n" + chunk + "\r\n0\r\n\r\n");
   EXPECT_EQ(raw.substr(0, 12), "HTTP/1.1 413") << raw;
-  EXPECT_EQ(factory_.Core(0)->invocations, 1);
+  EXPECT_EQ(factory_.Core(0)->invocations.load(), 1);
   // The server still serves.
   EXPECT_EQ(Send("GET", "/ping").status, 200);
 }
@@ -500,6 +506,20 @@ TEST_F(ModelServerTest, StopStopsTheBackendOnce) {
   EXPECT_EQ(factory_.Core(0)->stops.load(), 1);
   server_->Stop(1s);  // idempotent
   EXPECT_EQ(factory_.Core(0)->stops.load(), 1);
+}
+
+TEST_F(ModelServerTest, StopLetsRequestsInFlightFinishAndTheirAnswersGoOut) {
+  factory_.configs["model"].invoke_delay = 300ms;
+  StartServer(Options(false));
+  Answer slow;
+  std::thread client([&] { slow = Send("POST", "/invocations", "late"); });
+  std::shared_ptr<FakeCore> core = factory_.Core(0);
+  ASSERT_NE(core, nullptr);
+  for (int i = 0; i < 500 && core->invocations.load() == 0; ++i) std::this_thread::sleep_for(5ms);
+  server_->Stop(5s);
+  client.join();
+  EXPECT_EQ(slow.status, 200);
+  EXPECT_EQ(slow.json()["body"], "late");
 }
 
 // ---- multi-model mode ----
