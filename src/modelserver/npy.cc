@@ -463,12 +463,36 @@ Result<NdArray> ParseCsv(std::string_view text) {
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     ++line_no;
-    line = Trim(line);
-    if (line.empty() || line.front() == '#') continue;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;  // csv.reader yields no cells for an empty line
     int64_t n = 0;
+    size_t i = 0;
     while (true) {
-      size_t comma = line.find(',');
-      std::string_view field = Trim(line.substr(0, comma));
+      // One cell as Python's csv.reader splits it: a cell that starts with '"' is quoted ("" for a
+      // quote); the cell is then read as float() reads it (surrounding blanks allowed).
+      std::string cell;
+      if (i < line.size() && line[i] == '"') {
+        ++i;
+        while (i < line.size()) {
+          if (line[i] == '"') {
+            if (i + 1 < line.size() && line[i + 1] == '"') {
+              cell += '"';
+              i += 2;
+              continue;
+            }
+            ++i;
+            break;
+          }
+          cell += line[i++];
+        }
+        while (i < line.size() && line[i] != ',') cell += line[i++];
+      } else {
+        size_t comma = line.find(',', i);
+        size_t stop = comma == std::string_view::npos ? line.size() : comma;
+        cell.assign(line.substr(i, stop - i));
+        i = stop;
+      }
+      std::string_view field = Trim(cell);
       if (!field.empty() && field.front() == '+') field.remove_prefix(1);
       double v = 0;
       auto r = std::from_chars(field.data(), field.data() + field.size(), v);
@@ -477,27 +501,26 @@ Result<NdArray> ParseCsv(std::string_view text) {
         // 1e999 or 1e-999: Python's float() gives inf or 0 (or a subnormal); so does strtod.
         v = std::strtod(std::string(field).c_str(), nullptr);
       } else if (!whole || r.ec != std::errc()) {
-        return Status::InvalidArgument("text/csv line " + std::to_string(line_no) + ": field " +
+        return Status::InvalidArgument("text/csv line " + std::to_string(line_no) + ": cell " +
                                        std::to_string(n + 1) + " ('" + std::string(field.substr(0, 40)) +
                                        "') is not a number");
       }
       float f = static_cast<float>(v);
       out.data.append(reinterpret_cast<const char*>(&f), sizeof(f));
       ++n;
-      if (comma == std::string_view::npos) break;
-      line = line.substr(comma + 1);
+      if (i >= line.size()) break;
+      ++i;  // the comma
     }
     if (cols >= 0 && n != cols) {
       return Status::InvalidArgument("text/csv line " + std::to_string(line_no) + " has " + std::to_string(n) +
-                                     " values where the lines before have " + std::to_string(cols));
+                                     " cells where the lines before have " + std::to_string(cols) +
+                                     "; every row needs the same number");
     }
     cols = n;
     ++rows;
   }
-  if (rows == 0) return Status::InvalidArgument("the text/csv body holds no values");
-  // np.genfromtxt squeezes dimensions of size 1.
-  if (rows != 1) out.shape.push_back(rows);
-  if (cols != 1) out.shape.push_back(cols);
+  if (rows == 0) return Status::InvalidArgument("the text/csv body holds no rows");
+  out.shape = {rows, cols};
   return out;
 }
 

@@ -6,8 +6,9 @@
 // Semantics follow the toolkit so both backends answer the same bytes for the same model:
 // - JSON and CSV decode to float32 (the PyTorch toolkit's torch.FloatTensor for UTF-8 types);
 //   `.npy` keeps its dtype.
-// - CSV decodes like np.genfromtxt(delimiter=","): rows x columns, with dimensions of size 1
-//   squeezed away (one row → 1-D, one value → 0-d).
+// - CSV decodes to a 2-D array, rows x columns, even for one row or one column, as Kiln's Python
+//   path does (python/kiln_toolkit/kiln_serve_codecs.py: the toolkit's genfromtxt squeezed such
+//   input to 1-D, which models given samples as rows reject).
 // - JSON encodes like json.dumps(array.tolist()) (Python float repr of each value widened to
 //   double, ", " separators, NaN/Infinity as Python writes them); CSV like
 //   np.savetxt(delimiter=",", fmt="%s") (each value's numpy str, one row per line, 1-D arrays one
@@ -56,9 +57,10 @@ std::string WriteNpy(const NdArray& array);
 // and nesting deeper than 32 levels.
 Result<NdArray> ParseJsonArray(std::string_view text);
 
-// Parses comma-separated numbers, one row per line, into a float32 array (genfromtxt's squeeze:
-// see above). Blank lines and lines starting with '#' are skipped. InvalidArgument for empty or
-// non-numeric fields, rows of different lengths, and text without any value.
+// Parses comma-separated numbers, one row per line, into a 2-D float32 array. Cells split as
+// Python's csv.reader splits them (double-quoted cells, empty lines skipped) and read as float()
+// reads them (blanks around, nan, inf). InvalidArgument for empty or non-numeric cells, rows of
+// different lengths, and text without any row.
 Result<NdArray> ParseCsv(std::string_view text);
 
 // json.dumps(array.tolist()).

@@ -279,18 +279,19 @@ TEST(NpyTest, RejectsJsonThatIsNotARectangularNumberArray) {
   EXPECT_NE(d.status().message().find("deeper"), std::string::npos) << d.status().message();
 }
 
-TEST(NpyTest, ParsesCsvLikeGenfromtxt) {
+TEST(NpyTest, ParsesCsvAsRowsOfNumbers) {
   struct Case {
     const char* text;
     std::vector<int64_t> shape;
     std::vector<float> values;
   } cases[] = {
       {"1,2\n3,4\n", {2, 2}, {1, 2, 3, 4}},
-      {"1,2,3", {3}, {1, 2, 3}},
-      {"1\n2\n3\n", {3}, {1, 2, 3}},
-      {"5", {}, {5}},
-      {" 1.5 , -2e3 ,+4\r\n\n# comment\n0.1,nan,inf\r\n", {2, 3}, {1.5f, -2000, 4, 0.1f, NAN, INFINITY}},
-      {"1e999,-1e999,1e-999", {3}, {INFINITY, -INFINITY, 0}},
+      {"1,2,3", {1, 3}, {1, 2, 3}},
+      {"1\n2\n3\n", {3, 1}, {1, 2, 3}},
+      {"5", {1, 1}, {5}},
+      {" 1.5 , -2e3 ,+4\r\n\n0.1,nan,inf\r\n", {2, 3}, {1.5f, -2000, 4, 0.1f, NAN, INFINITY}},
+      {"\"1\", 2,\" 3 \"", {1, 3}, {1, 2, 3}},
+      {"1e999,-1e999,1e-999", {1, 3}, {INFINITY, -INFINITY, 0}},
   };
   for (const Case& c : cases) {
     auto a = ParseCsv(c.text);
@@ -314,12 +315,14 @@ TEST(NpyTest, RejectsBadCsv) {
     const char* text;
     const char* needle;
   } cases[] = {
-      {"1,2\n3\n", "line 2 has 1 values where the lines before have 2"},
-      {"1,,3", "field 2 ('') is not a number"},
-      {"1,abc", "field 2 ('abc') is not a number"},
+      {"1,2\n3\n", "line 2 has 1 cells where the lines before have 2"},
+      {"1,,3", "cell 2 ('') is not a number"},
+      {"1,abc", "cell 2 ('abc') is not a number"},
       {"0x10", "is not a number"},
-      {"\n\n# only comments\n", "holds no values"},
-      {"", "holds no values"},
+      {"# comment\n1", "cell 1 ('# comment') is not a number"},
+      {"1,\"2\"x\"", "cell 2 ('2x\"') is not a number"},
+      {"\n\r\n\n", "holds no rows"},
+      {"", "holds no rows"},
   };
   for (const Case& c : cases) {
     auto a = ParseCsv(c.text);

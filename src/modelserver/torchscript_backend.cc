@@ -41,24 +41,25 @@ std::string MediaType(std::string_view header) {
   return out;
 }
 
-// The toolkit's UnsupportedFormatError message, so both backends read the same.
+// The toolkit's UnsupportedFormatError, word for word, so both backends answer the same.
 InferenceResponse Unsupported(std::string_view what) {
   return ErrorResponse(415, "UnsupportedFormatError",
                        "Content type " + std::string(what) +
-                           " is not supported by this framework. The TorchScript backend decodes application/json, "
-                           "text/csv and application/x-npy and encodes the same types; serve the model with an "
-                           "inference.py (the Python backend) for others.");
+                           " is not supported by this framework. Please implement input_fn to deserialize the "
+                           "request data or an output_fn to serialize the response. For more information, see the "
+                           "SageMaker Python SDK README.");
 }
 
-// The first supported type of an Accept list ("a, b;q=0.5"), `default_accept` for none, */* or
-// application/*-style wildcards; empty when nothing listed is supported.
+// The type to answer in, as Kiln's Python worker picks it: `default_accept` for a missing Accept
+// or exactly */*; else the first listed type that has an encoder (parameters such as q-values
+// ignored, the client's order kept), */* in a list meaning application/json; empty for none.
 std::string Negotiate(std::string_view accept, const std::string& default_accept) {
-  if (MediaType(accept).empty()) return default_accept;
+  if (accept.empty() || accept == "*/*") return default_accept;
   while (true) {
     size_t comma = accept.find(',');
     std::string t = MediaType(accept.substr(0, comma));
     if (t == kJson || t == kCsv || t == kNpy) return t;
-    if (t == "*/*") return default_accept;
+    if (t == "*/*") return std::string(kJson);
     if (comma == std::string_view::npos) return "";
     accept.remove_prefix(comma + 1);
   }
@@ -365,7 +366,7 @@ class TorchScriptBackend final : public InferenceBackend {
     } else if (content_type == kNpy) {
       input = ParseNpy(request.body);
     } else {
-      return Unsupported(content_type.empty() ? "(none: the request has no Content-Type)" : content_type);
+      return Unsupported(content_type.empty() ? "(none: the request has no Content-Type)" : request.content_type);
     }
     if (!input.ok()) return ErrorResponse(400, "BadRequestError", input.status().message());
     // Negotiate before running the model: an answer nobody can take is not worth computing.

@@ -11,7 +11,8 @@
 // - Codecs follow the SageMaker PyTorch inference toolkit's defaults (npy.h): Content-Type
 //   application/json and text/csv decode to a float32 tensor, application/x-npy keeps its dtype;
 //   the answer is encoded for the first type of Accept among application/json, text/csv and
-//   application/x-npy (missing or */*: `default_accept`). Errors: an undecodable body 400, an
+//   application/x-npy (Accept missing or */*: `default_accept`; */* within a list:
+//   application/json, as the Python worker does). Errors: an undecodable body 400, an
 //   unsupported Content-Type or Accept 415, forward() failing 500 with libtorch's message, a
 //   forward() that returns anything but one tensor 500.
 //

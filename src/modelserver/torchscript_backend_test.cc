@@ -217,6 +217,7 @@ TEST_F(TorchScriptTest, NegotiatesAcceptLikeTheToolkit) {
       {"*/*", 200, "application/x-npy"},
       {"text/html, text/csv;q=0.9, application/json", 200, "text/csv"},
       {"Application/JSON", 200, "application/json"},
+      {"text/html, */*", 200, "application/json"},
       {"text/html", 415, "application/json"},
       {"image/png, text/plain", 415, "application/json"},
   };
