@@ -9,6 +9,7 @@ Speaks the frame protocol of src/modelserver/README.md ("Worker protocol") like 
 Loading is steered by the environment:
   FAKE_PREPARE_FAIL=<msg>    prepare prints some lines and <msg> to stderr, exits 1
   FAKE_PREPARE_MARK=<path>   prepare writes its argv there
+  FAKE_PREPARE_SLEEP=<secs>  prepare sleeps first
   FAKE_LOAD_DELAY=<seconds>  sleep before `ready`
   FAKE_LOAD_FAIL=<msg>       send load_failed {"status": FAKE_LOAD_STATUS or 500, "message": msg,
                              "type": "ValueError"} and exit 1
@@ -87,6 +88,7 @@ def fd_target(fd):
 
 
 def prepare():
+    time.sleep(float(os.environ.get("FAKE_PREPARE_SLEEP", "0")))
     mark = os.environ.get("FAKE_PREPARE_MARK")
     if mark:
         with open(mark, "w") as f:
