@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <future>
 #include <mutex>
 #include <sstream>
@@ -203,6 +204,98 @@ TEST_F(TorchScriptTest, NpyInKeepsItsDtypeAndNpyOutIsWhatNumpyWrites) {
   // JSON decodes to float32, as torch.FloatTensor does.
   r = Call(*dbl, Req("application/json", "[1, 2]"));
   EXPECT_EQ(r.body, "[2.0, 4.0]");
+  // A bare number is a 0-d tensor.
+  r = Call(*dbl, Req("application/json", "5"));
+  EXPECT_EQ(r.body, "10.0");
+}
+
+// The same model, the same requests: Kiln's Python path (python/kiln_toolkit, the PyTorch defaults
+// a worker runs without inference.py) and this backend answer the same status and bytes. Where they
+// differ on purpose, not compared here: a bare JSON number (the toolkit's torch.FloatTensor(5) is an
+// uninitialised tensor of five elements; here a 0-d tensor) and tuple outputs (the Python path
+// JSON-encodes them as nested lists; here 500, NonTensorOutputIs500).
+constexpr const char* kParityScript = R"(
+import io, json, os, sys
+import numpy as np
+D, TOOLKIT = sys.argv[1], sys.argv[2]
+sys.path.insert(0, TOOLKIT)
+import kiln_serve_codecs as codecs
+from kiln_serve_handlers import PytorchDefaults
+
+def npy(a):
+    b = io.BytesIO(); np.save(b, a); return b.getvalue()
+
+cases = [
+    ('linear', 'application/json', b'[[1, 2, 3], [4, -5.5, 0.25]]', 'application/json'),
+    ('linear', 'text/csv', b'1,2,3\n4,-5.5,0.25\n', 'text/csv'),
+    ('linear', 'text/csv', b'1,2,3', 'application/json'),
+    ('linear', 'text/csv; charset=utf-8', b'0.5,"2",3\r\n', 'application/x-npy'),
+    ('linear', 'application/x-npy', npy(np.array([[0.1, 0.2, 0.3]], dtype=np.float32)), 'application/x-npy'),
+    ('linear', 'application/x-npy', npy(np.ones((2, 3), dtype=np.float64)), 'application/json'),
+    ('double', 'application/x-npy', npy(np.arange(-3, 3, dtype=np.int64).reshape(2, 3)), 'application/json'),
+    ('double', 'application/x-npy', npy(np.array([[1, 2]], dtype=np.int8)), 'text/csv'),
+    ('double', 'application/x-npy', npy(np.array([0.1, 1e300, -2.5e-7])), 'text/csv'),
+    ('double', 'application/json', b'[true, false, 2]', 'text/csv'),
+    ('double', 'application/json', b'[0.1, 1e20, 3, 1e-05, 123456789]', 'application/json'),
+    ('double', 'application/json', b'[[0.1, 1e20], [3, 1e-05]]', 'text/csv'),
+    ('double', 'application/json', b'[]', 'application/x-npy'),
+    ('linear', 'application/json', b'[[1, 2], [3]]', 'application/json'),
+    ('linear', 'application/json', b'[1, null]', 'application/json'),
+    ('linear', 'text/csv', b'1,x,3', 'application/json'),
+    ('linear', 'text/plain', b'1,2,3', 'application/json'),
+    ('linear', 'application/json', b'[[1, 2, 3]]', 'text/html'),
+    ('linear', 'application/json', b'[[1, 2, 3]]', 'text/html, application/x-npy'),
+    ('linear', 'application/json', b'[[1, 2, 3, 4]]', 'application/json'),
+]
+handlers = {}
+for i, (model, ct, body, accept) in enumerate(cases):
+    if model not in handlers:
+        d = PytorchDefaults(os.path.join(D, model))
+        d.setup(True)
+        handlers[model] = (d, d.model_fn(os.path.join(D, model)))
+    d, m = handlers[model]
+    try:
+        data = body.decode() if codecs.media_type(ct) in codecs.UTF8_TYPES else body
+        out, out_ct = d.output_fn(d.predict_fn(d.input_fn(data, ct), m), accept)
+        status = 200
+    except Exception as e:
+        status, out, out_ct = codecs.status_of(e), b'', ''
+    open(os.path.join(D, 'parity_%d.in' % i), 'wb').write(body)
+    open(os.path.join(D, 'parity_%d.out' % i), 'wb').write(out)
+    json.dump({'model': model, 'content_type': ct, 'accept': accept, 'status': status, 'out_type': out_ct},
+              open(os.path.join(D, 'parity_%d.json' % i), 'w'))
+open(os.path.join(D, 'parity_count'), 'w').write(str(len(cases)))
+)";
+
+TEST_F(TorchScriptTest, AnswersWhatKilnsPythonPathAnswers) {
+  fs::path toolkit = fs::path(__FILE__).parent_path() / ".." / ".." / "python" / "kiln_toolkit";
+  if (!fs::exists(toolkit / "kiln_serve_handlers.py")) GTEST_SKIP() << "no python/kiln_toolkit beside the sources";
+  std::ofstream(*dir_ / "parity.py") << kParityScript;
+  std::string cmd = "/usr/bin/python3 '" + (*dir_ / "parity.py").string() + "' '" + dir_->string() + "' '" +
+                    toolkit.string() + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string output;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) output.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << output;
+
+  std::map<std::string, std::unique_ptr<InferenceBackend>> backends;
+  int count = std::stoi(Fixture("parity_count"));
+  ASSERT_EQ(count, 20);
+  for (int i = 0; i < count; ++i) {
+    std::string prefix = "parity_" + std::to_string(i);
+    auto meta = nlohmann::json::parse(Fixture(prefix + ".json"));
+    SCOPED_TRACE(prefix + ": " + meta.dump());
+    std::string model = meta["model"];
+    if (!backends.count(model)) backends[model] = Load(model);
+    ASSERT_NE(backends[model], nullptr);
+    InferenceResponse r = Call(*backends[model], Req(meta["content_type"], Fixture(prefix + ".in"), meta["accept"]));
+    EXPECT_EQ(r.status, meta["status"].get<int>()) << r.body;
+    if (r.status == 200) {
+      EXPECT_EQ(r.content_type, meta["out_type"].get<std::string>());
+      EXPECT_EQ(r.body, Fixture(prefix + ".out"));
+    }
+  }
 }
 
 TEST_F(TorchScriptTest, NegotiatesAcceptLikeTheToolkit) {
