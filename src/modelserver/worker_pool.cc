@@ -259,7 +259,7 @@ struct WorkerPool::Impl {
       Status loaded = StartWorker(slot);
       if (ShuttingDown()) break;
       if (!loaded.ok()) {
-        EndWorker(slot, /*graceful=*/false);
+        EndWorker(slot, Ending::kLetExit);
         // The first load failing fails the pool; once a worker has been ready, replacements retry.
         if (FailLoad(loaded)) break;
         KLOG(warn, "worker failed to load; retrying",
@@ -291,17 +291,23 @@ struct WorkerPool::Impl {
         ready_pids[slot.index] = -1;
         if (outcome == Outcome::kReplace && !stopping) ++restarts;
       }
-      EndWorker(slot, /*graceful=*/outcome == Outcome::kStop);
+      EndWorker(slot, outcome == Outcome::kStop ? Ending::kTerm : Ending::kKill);
     }
-    if (slot.process) EndWorker(slot, /*graceful=*/true);
+    if (slot.process) EndWorker(slot, Ending::kTerm);
   }
 
-  // Ends the slot's worker: SIGTERM (graceful) or SIGKILL to its group, then reaps it.
-  void EndWorker(Slot& slot, bool graceful) {
+  enum class Ending {
+    kLetExit,  // it is exiting by itself (load_failed): let it finish writing its traceback
+    kTerm,     // the pool is stopping: SIGTERM
+    kKill,     // hung, broken or already dead: SIGKILL
+  };
+  // Ends the slot's worker: a signal to its group (none for kLetExit), up to kExitWaitMs for it
+  // to exit (not for kKill), SIGKILL, and reaps it.
+  void EndWorker(Slot& slot, Ending how) {
     if (!slot.process) return;
-    slot.process->Kill(graceful ? SIGTERM : SIGKILL);
+    if (how != Ending::kLetExit) slot.process->Kill(how == Ending::kTerm ? SIGTERM : SIGKILL);
     slot.process->CloseSocket();
-    slot.process->WaitOrKill(graceful ? kExitWaitMs : 0);
+    slot.process->WaitOrKill(how == Ending::kKill ? 0 : kExitWaitMs);
     slot.process.reset();
     slot.decoder = FrameDecoder();
   }
