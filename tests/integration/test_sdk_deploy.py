@@ -159,6 +159,14 @@ def runner(module_kiln, sm, sdk_lib, inputs):
                                                         "%.1f s" % seconds if seconds else "(no result)"))
 
 
+def assert_close(got, expected, rtol=1e-5, atol=1e-5):
+    """Nested lists equal in shape and within float32 rounding."""
+    import numpy as np
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert got.shape == expected.shape, (got.tolist(), expected.tolist())
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
 def container(result):
     return result["model"]["PrimaryContainer"]
 
@@ -174,7 +182,7 @@ def test_estimator_fit_then_deploy_with_inference_py(runner, s3):
     files = th.untar(th.get_s3(s3, r["model_data"]))
     assert "model.pth" in files, sorted(files)
     expected = predict_with_state(files["model.pth"], ROWS)
-    assert r["predictions"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    assert_close(r["predictions"], expected)
     # The job learned the data's line, so this is the trained model, not a fresh one.
     assert [p[0] for p in r["predictions"]] == pytest.approx(
         [TRUE_W[0] * a + TRUE_W[1] * b + TRUE_B for a, b in ROWS], abs=0.3)
@@ -189,7 +197,7 @@ def test_pytorch_model_deploy(runner, s3):
     names = {n.lstrip("/") for n in th.untar(th.get_s3(s3, c["ModelDataUrl"]))}
     assert {"model.pth", "code/inference.py"} <= names, names
     expected = [[MODEL_W[0][0] * a + MODEL_W[0][1] * b + MODEL_B[0]] for a, b in ROWS]
-    assert r["predictions"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    assert_close(r["predictions"], expected)
 
 
 def test_sklearn_model_deploy(runner, inputs):
@@ -201,7 +209,7 @@ def test_sklearn_model_deploy(runner, inputs):
     assert env["SAGEMAKER_SUBMIT_DIRECTORY"].startswith("s3://") and \
         env["SAGEMAKER_SUBMIT_DIRECTORY"].endswith("/sourcedir.tar.gz"), env
     expected = inputs["ridge"].predict(ROWS).tolist()
-    assert r["predictions"] == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert_close(r["predictions"], expected)
 
 
 def test_a_raising_handler_is_a_model_error(runner, module_kiln):
@@ -215,5 +223,4 @@ def test_a_raising_handler_is_a_model_error(runner, module_kiln):
     assert ERROR_TEXT in resp["Error"]["Message"] or ERROR_TEXT in resp.get("OriginalMessage", ""), resp
     # The endpoint keeps serving.
     answer, _ = eh.invoke(rt, r["endpoint_name"], body=json.dumps(ROWS).encode(), Accept="application/json")
-    assert answer == pytest.approx([[MODEL_W[0][0] * a + MODEL_W[0][1] * b + MODEL_B[0]] for a, b in ROWS],
-                                   rel=1e-5, abs=1e-5)
+    assert_close(answer, [[MODEL_W[0][0] * a + MODEL_W[0][1] * b + MODEL_B[0]] for a, b in ROWS])
