@@ -13,6 +13,16 @@
 // - A request past `timeout` since it arrived answers 504; a worker busy past it is killed and
 //   replaced. A worker that dies answers its requests 500 ("the worker serving this request exited
 //   ..."), and is replaced (backoff from 100 ms up to 5 s while replacements keep failing).
+//   A batch is bounded by its earliest deadline: when that passes, all its requests answer 504.
+//   A worker that dies while idle is replaced without failing a request (noticed within a second,
+//   or when the next invoke cannot be written; that invoke then goes back to the queue).
+// - Stop(grace): queued requests answer 503 at once; requests in flight get until the grace (or
+//   their own deadline) and then answer 503; the workers get SIGTERM, SIGKILL 2 s later.
+//
+// Threads (worker_pool.cc): one dispatch thread per worker (it owns that process: spawn, I/O,
+// kill, reap), a starter (prepare, then the workers) and a sweeper (504 for queued requests whose
+// deadline passes while every worker is busy). Callbacks run on those threads or inline in Invoke
+// and Stop, never under the pool's lock.
 //
 // Thread-safety: as InferenceBackend.
 
