@@ -261,7 +261,7 @@ struct WorkerPool::Impl {
       if (!loaded.ok()) {
         EndWorker(slot, Ending::kLetExit);
         // The first load failing fails the pool; once a worker has been ready, replacements retry.
-        if (FailLoad(loaded)) break;
+        if (FailLoad(loaded) || ShuttingDown()) break;
         KLOG(warn, "worker failed to load; retrying",
              {{"model", options.model_name},
               {"error", loaded.ToString()},
