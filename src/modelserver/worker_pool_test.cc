@@ -119,6 +119,27 @@ TEST(WorkerPoolTest, EchoesBodyContentTypeAndCustomAttributes) {
   EXPECT_EQ(teapot.content_type, "application/json");
 }
 
+TEST(WorkerPoolTest, LargeBodiesGoBothWaysWhole) {
+  // Far beyond a socket buffer: the write waits for room and the answer comes in many reads.
+  WorkerPoolOptions options = FakeOptions();
+  options.batch_size = 3;
+  options.batch_delay = 200ms;
+  StartedPool p(options);
+  std::vector<std::string> bodies;
+  std::vector<std::future<InferenceResponse>> futures;
+  for (int i = 0; i < 3; ++i) {
+    std::string body(6'000'000 + i, '\0');
+    for (size_t j = 0; j < body.size(); j += 997) body[j] = static_cast<char>('a' + (j / 997 + i) % 26);
+    bodies.push_back(body);
+    futures.push_back(InvokeAsync(p.pool, Request(std::move(body), "application/octet-stream")));
+  }
+  for (int i = 0; i < 3; ++i) {
+    InferenceResponse r = Await(futures[i]);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(r.body == bodies[i]) << "item " << i << ": " << r.body.size() << " bytes";
+  }
+}
+
 TEST(WorkerPoolTest, WorkerGetsItsCommandLineHeadersEnvironmentAndOnlyFd3) {
   std::vector<int> expected_fds = {0, 1, 2, 3};
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
