@@ -531,6 +531,57 @@ def test_a_full_queue_answers_503_at_once(servers):
     assert srv.healthy()
 
 
+def test_a_model_that_cannot_load_exits_1_with_the_traceback(servers):
+    t0 = time.monotonic()
+    srv = servers("broken", {"SAGEMAKER_MODEL_SERVER_WORKERS": 1}, setup_code("broken"), expect_start=False)
+    try:
+        rc = srv.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("kiln-model-server still runs 30 s after model_fn raised; log:\n%s" % srv.log_tail())
+    took = time.monotonic() - t0
+    log = srv.log_tail(200)
+    assert rc == 1, (rc, log)
+    assert "kiln-test: the weights in" in log and "Traceback" in log, log
+    assert took < 20, "exited %.1f s after start" % took
+
+
+def test_sigterm_finishes_the_request_in_flight(servers, tmp_path):
+    srv = servers("sigterm", {"SAGEMAKER_MODEL_SERVER_WORKERS": 1}, setup_code("handlers"))
+    mark = str(tmp_path / "busy.pid")
+    result = {}
+
+    def slow():
+        result["answer"] = srv.invoke({"op": "sleep", "seconds": 1.0, "mark": mark}, timeout=30)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.path.exists(mark), "the sleeping handler never started"
+    srv.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    status, _, body = result["answer"]
+    assert status == 200 and json.loads(body)["slept"] == 1.0, (status, body[:300])
+    rc = srv.proc.wait(30)
+    assert rc == 0, (rc, srv.log_tail())
+    assert python_workers(srv) == [] and not os.path.exists("/proc/%s" % open(mark).read()), \
+        "the worker outlived the server"
+
+
+def test_default_invocations_accept(servers):
+    srv = servers("accept", {"KILN_MODEL_SERVER_FRAMEWORK": "pytorch", "SAGEMAKER_MODEL_SERVER_WORKERS": 1,
+                             "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"}, setup_torch)
+    for accept in (None, "*/*"):
+        status, headers, body = srv.invoke(INPUT, accept=accept)
+        assert status == 200, (accept, status, body[:300])
+        assert headers["content-type"].startswith("text/csv"), (accept, headers)
+        rows = [[float(v) for v in line.split(",")] for line in body.decode().strip().splitlines()]
+        assert_close(rows, expected_output(INPUT))
+    status, headers, body = srv.invoke(INPUT, accept="application/json")
+    assert status == 200 and headers["content-type"].startswith("application/json"), (status, headers)
+
+
 # ---------------------------------------------------------------------------------------------
 # Dynamic batching
 
