@@ -569,10 +569,13 @@ struct WorkerPool::Impl {
     for (Pending& p : slot.batch) std::string().swap(p.request.body);
 
     // Read the result.
+    bool eof = false;
     while (true) {
       Result<std::optional<Frame>> next = slot.decoder.Next();
       if (!next.ok()) return Malformed(slot, next.status().message());
+      // A result that came just before the worker exited still counts (its death is noticed next).
       if (next->has_value()) return Deliver(slot, id, **next);
+      if (eof) return on_death("");
       struct pollfd fds[2] = {{fd, POLLIN, 0}, {shutdown_event.get(), POLLIN, 0}};
       int rc = poll(fds, stop_seen ? 1 : 2, MillisUntil(effective_deadline()));
       if (rc < 0 && errno == EINTR) continue;
@@ -589,7 +592,10 @@ struct WorkerPool::Impl {
         ssize_t n = read(fd, slot.read_buffer.get(), kReadChunk);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) break;
-        if (n <= 0) return on_death("");
+        if (n <= 0) {
+          eof = true;
+          break;
+        }
         slot.decoder.Append(std::string_view(slot.read_buffer.get(), static_cast<size_t>(n)));
         if (static_cast<size_t>(n) < kReadChunk) break;
       }

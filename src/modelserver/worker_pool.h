@@ -15,7 +15,8 @@
 //   ..."), and is replaced (backoff from 100 ms up to 5 s while replacements keep failing).
 //   A batch is bounded by its earliest deadline: when that passes, all its requests answer 504.
 //   A worker that dies while idle is replaced without failing a request (noticed within a second,
-//   or when the next invoke cannot be written; that invoke then goes back to the queue).
+//   or when the next invoke cannot be written; that invoke then goes back to the queue). One that
+//   exits in the instant after an answer can still take the next invoke with it (that one: 500).
 // - Stop(grace): queued requests answer 503 at once; requests in flight get until the grace (or
 //   their own deadline) and then answer 503; the workers get SIGTERM, SIGKILL 2 s later.
 //

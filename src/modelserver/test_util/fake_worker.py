@@ -23,6 +23,7 @@ Each request item is steered by its body:
   status:<n>       answer status n with a JSON error body
   garbage          answer with a result whose id is wrong
   badsizes         answer with item sizes that do not add up to the payload
+  answer-then-exit echo, then exit 5 at once
   pid              answer this process's pid
   info             answer JSON {"pid", "batch", "index", "accept", "inference_id", "target_model",
                    "argv", "fds"}
@@ -183,6 +184,8 @@ def work(fd):
         if b"badsizes" in bodies:
             result_items[0]["size"] += 1
         write_frame(fd, RESULT, {"id": result_id, "items": result_items}, out)
+        if b"answer-then-exit" in bodies:
+            os._exit(5)
 
 
 def main():
