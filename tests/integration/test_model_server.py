@@ -582,6 +582,33 @@ def test_default_invocations_accept(servers):
     assert status == 200 and headers["content-type"].startswith("application/json"), (status, headers)
 
 
+def test_submit_directory_tarball_transform_fn_and_custom_attributes(servers, tmp_path):
+    """SAGEMAKER_SUBMIT_DIRECTORY naming a sourcedir.tar.gz (staged by `prepare`) with
+    SAGEMAKER_PROGRAM; transform_fn with a context; custom attributes both ways."""
+    import tarfile
+    tarball = str(tmp_path / "sourcedir.tar.gz")
+    with tarfile.open(tarball, "w:gz") as tf:
+        for name in ("my_handler.py", "helper_module.py"):
+            tf.add(os.path.join(FIXTURES, "transform", name), arcname=name)
+    srv = servers("submit", {"SAGEMAKER_MODEL_SERVER_WORKERS": 1, "SAGEMAKER_SUBMIT_DIRECTORY": tarball,
+                             "SAGEMAKER_PROGRAM": "my_handler.py"},
+                  lambda base: os.makedirs(os.path.join(base, "model")))
+    status, headers, body = srv.request(
+        "POST", "/invocations", body=b'{"a": 1}',
+        headers={"Content-Type": "application/json", "Accept": "application/json",
+                 "X-Amzn-SageMaker-Custom-Attributes": "trace=abc,k=v"})
+    assert status == 200, (status, body[:500])
+    answer = json.loads(body)
+    assert answer == {"model": "transform-model", "type": "str", "body": '{"a": 1}',
+                      "content_type": "application/json", "accept": "application/json",
+                      "attrs": "trace=abc,k=v"}, answer
+    assert headers.get("x-amzn-sagemaker-custom-attributes") == "seen=trace=abc,k=v", headers
+    status, _, body = srv.invoke(b"\x00\xff", content_type="application/octet-stream", accept="application/json")
+    assert status == 200, (status, body[:500])
+    answer = json.loads(body)
+    assert (answer["type"], answer["body"]) == ("bytes", "00ff"), answer
+
+
 # ---------------------------------------------------------------------------------------------
 # Dynamic batching
 

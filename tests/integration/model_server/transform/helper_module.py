@@ -1,0 +1,2 @@
+"""Imported by my_handler.py: shows the unpacked code directory is importable."""
+MODEL = "transform-model"
