@@ -24,7 +24,6 @@ import time
 import uuid
 
 import pytest
-from botocore.exceptions import ClientError
 
 import endpoint_helpers as eh
 import sdk_helpers
