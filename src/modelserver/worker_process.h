@@ -14,8 +14,10 @@
 // of ours (every fd Kiln opens is close-on-exec); the server's environment plus `env`; default
 // signal dispositions and an empty signal mask.
 //
-// Thread-safety: one owner thread, except Kill(), pid() and RssBytes(), which any thread may call
-// while the object lives. The destructor SIGKILLs the group (if not yet reaped) and reaps it.
+// Thread-safety: one owner thread (WorkerPool: the worker's dispatch thread), except pid() and
+// RssBytes(), which any thread may call while the object lives. Only the owner signals and reaps,
+// so a signal never reaches a recycled pid. The destructor SIGKILLs the group (if not yet reaped)
+// and reaps it: no zombie outlives the object.
 
 #include <sys/types.h>
 
