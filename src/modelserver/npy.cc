@@ -222,8 +222,9 @@ Result<DType> DTypeFromDescr(std::string_view descr) {
   for (const Known& k : kKnown) {
     if (kind != k.kind) continue;
     if (order == '>' && DTypeSize(k.dtype) > 1) {
-      return Status::InvalidArgument("the .npy dtype '" + std::string(descr) +
-                                     "' is big-endian; send little-endian data (array.astype(array.dtype.newbyteorder('<')))");
+      return Status::InvalidArgument(
+          "the .npy dtype '" + std::string(descr) +
+          "' is big-endian; send little-endian data (array.astype(array.dtype.newbyteorder('<')))");
     }
     return k.dtype;
   }
@@ -396,10 +397,10 @@ Result<NdArray> ParseNpy(std::string_view bytes) {
   uint64_t need = static_cast<uint64_t>(numel) * DTypeSize(out.dtype);
   std::string_view data = bytes.substr(prefix + header_len);
   if (data.size() != need) {
-    return Status::InvalidArgument(std::string("the .npy data ") + (data.size() < need ? "is truncated" : "is too long") +
-                                   ": shape " + ShapeString(out.shape) + " of " + std::string(DTypeName(out.dtype)) +
-                                   " needs " + std::to_string(need) + " bytes, the file holds " +
-                                   std::to_string(data.size()));
+    return Status::InvalidArgument(std::string("the .npy data ") +
+                                   (data.size() < need ? "is truncated" : "is too long") + ": shape " +
+                                   ShapeString(out.shape) + " of " + std::string(DTypeName(out.dtype)) + " needs " +
+                                   std::to_string(need) + " bytes, the file holds " + std::to_string(data.size()));
   }
   out.data.assign(data);
   return out;
@@ -501,9 +502,8 @@ Result<NdArray> ParseCsv(std::string_view text) {
         // 1e999 or 1e-999: Python's float() gives inf or 0 (or a subnormal); so does strtod.
         v = std::strtod(std::string(field).c_str(), nullptr);
       } else if (!whole || r.ec != std::errc()) {
-        return Status::InvalidArgument("text/csv line " + std::to_string(line_no) + ": cell " +
-                                       std::to_string(n + 1) + " ('" + std::string(field.substr(0, 40)) +
-                                       "') is not a number");
+        return Status::InvalidArgument("text/csv line " + std::to_string(line_no) + ": cell " + std::to_string(n + 1) +
+                                       " ('" + std::string(field.substr(0, 40)) + "') is not a number");
       }
       float f = static_cast<float>(v);
       out.data.append(reinterpret_cast<const char*>(&f), sizeof(f));

@@ -174,8 +174,8 @@ save('structured.npy', np.zeros(2, dtype=[('a', '<i4'), ('b', '<f4')]))
   struct Case {
     const char* file;
     const char* needle;
-  } cases[] = {{"fortran.npy", "Fortran order"},   {"big_endian.npy", "big-endian"},
-               {"object.npy", "object array"},     {"half.npy", "'<f2' is not supported"},
+  } cases[] = {{"fortran.npy", "Fortran order"},    {"big_endian.npy", "big-endian"},
+               {"object.npy", "object array"},      {"half.npy", "'<f2' is not supported"},
                {"complex.npy", "is not supported"}, {"structured.npy", "structured"}};
   for (const Case& c : cases) {
     auto a = ParseNpy(ReadFile(dir_ / c.file));
@@ -189,8 +189,9 @@ TEST(NpyTest, RejectsTruncatedLongAndAbsurdInput) {
   std::string golden = GoldenArange6();
   auto truncated = ParseNpy(golden.substr(0, golden.size() - 1));
   ASSERT_FALSE(truncated.ok());
-  EXPECT_NE(truncated.status().message().find("is truncated: shape (2, 3) of float32 needs 24 bytes, the file holds 23"),
-            std::string::npos)
+  EXPECT_NE(
+      truncated.status().message().find("is truncated: shape (2, 3) of float32 needs 24 bytes, the file holds 23"),
+      std::string::npos)
       << truncated.status().message();
   EXPECT_NE(ParseNpy(golden + "x").status().message().find("too long"), std::string::npos);
   EXPECT_NE(ParseNpy(golden.substr(0, 60)).status().message().find("header says 118 bytes"), std::string::npos);
@@ -202,10 +203,12 @@ TEST(NpyTest, RejectsTruncatedLongAndAbsurdInput) {
     return std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(h.size()) + std::string(1, '\0') + h;
   };
   // 2^40 x 2^40 elements: the product overflows the bound, no allocation happens.
-  auto absurd = ParseNpy(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }"));
+  auto absurd =
+      ParseNpy(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }"));
   ASSERT_FALSE(absurd.ok());
   EXPECT_NE(absurd.status().message().find("too many elements"), std::string::npos) << absurd.status().message();
-  auto huge_dim = ParseNpy(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,), }"));
+  auto huge_dim =
+      ParseNpy(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,), }"));
   EXPECT_NE(huge_dim.status().message().find("too large"), std::string::npos) << huge_dim.status().message();
   // A plausible shape whose data is absent is truncated, not allocated.
   auto empty_data = ParseNpy(with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }"));

@@ -16,8 +16,10 @@
 //   unsupported Content-Type or Accept 415, forward() failing 500 with libtorch's message, a
 //   forward() that returns anything but one tensor 500.
 //
-// Built with libtorch only: without it (KILN_HAVE_LIBTORCH unset) CreateTorchScriptBackend answers
-// Unimplemented with the advice to install libtorch-dev.
+// The libtorch half is a plugin, libkiln_torchscript.so, loaded on the first CreateTorchScriptBackend
+// (torchscript/torchscript_plugin.h): the program itself never links libtorch. Built without
+// libtorch (KILN_HAVE_LIBTORCH 0), or where the plugin cannot be loaded, CreateTorchScriptBackend
+// answers Unimplemented with the advice to install libtorch-dev.
 //
 // Thread-safety: as InferenceBackend.
 
@@ -30,10 +32,10 @@
 namespace kiln::modelserver {
 
 struct TorchScriptOptions {
-  std::string model_dir{};               // /opt/ml/model, or /opt/ml/models/<name>/model
-  std::string model_file = "model.pt";   // relative to model_dir
-  int workers = 1;                       // threads running forward()
-  size_t queue_size = 100;               // requests waiting beyond those running
+  std::string model_dir{};              // /opt/ml/model, or /opt/ml/models/<name>/model
+  std::string model_file = "model.pt";  // relative to model_dir
+  int workers = 1;                      // threads running forward()
+  size_t queue_size = 100;              // requests waiting beyond those running
   std::chrono::milliseconds timeout{60'000};
   std::string default_accept = "application/json";  // SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT
   // libtorch's intra-op threads (at::set_num_threads, process-wide): 1 lets `workers` requests run
@@ -41,10 +43,12 @@ struct TorchScriptOptions {
   int intra_op_threads = 1;
 };
 
-// True when this build has the TorchScript backend.
+// True when this build has the TorchScript backend (its plugin may still fail to load where libtorch
+// is absent: CreateTorchScriptBackend says so).
 bool TorchScriptAvailable();
 
-// Errors: Unimplemented when built without libtorch; InvalidArgument for bad options (workers < 1,
+// Errors: Unimplemented when built without libtorch or when the plugin does not load (the reason
+// for each place tried); InvalidArgument for bad options (workers < 1,
 // queue_size 0, timeout not positive); NotFound when the model file does not exist. The model loads
 // in Start().
 Result<std::unique_ptr<InferenceBackend>> CreateTorchScriptBackend(TorchScriptOptions options);

@@ -145,7 +145,7 @@ class TorchScriptTest : public ::testing::Test {
   }
 
   static InferenceResponse Call(InferenceBackend& b, InferenceRequest r) {
-    auto promise = std::make_shared<std::promise<InferenceResponse>>();
+    auto promise = std::make_shared<std::promise<InferenceResponse> >();
     auto future = promise->get_future();
     b.Invoke(std::move(r), [promise](InferenceResponse resp) { promise->set_value(std::move(resp)); });
     if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
@@ -279,7 +279,7 @@ TEST_F(TorchScriptTest, AnswersWhatKilnsPythonPathAnswers) {
   while (size_t n = fread(buf, 1, sizeof(buf), p)) output.append(buf, n);
   ASSERT_EQ(pclose(p), 0) << output;
 
-  std::map<std::string, std::unique_ptr<InferenceBackend>> backends;
+  std::map<std::string, std::unique_ptr<InferenceBackend> > backends;
   int count = std::stoi(Fixture("parity_count"));
   ASSERT_EQ(count, 20);
   for (int i = 0; i < count; ++i) {
@@ -410,7 +410,7 @@ TEST_F(TorchScriptTest, RequestsPastTheTimeoutAnswer504Once) {
   };
   auto start = std::chrono::steady_clock::now();
   b->Invoke(Req("application/json", "[300]"), done);  // runs for 0.2 s or more
-  b->Invoke(Req("application/json", "[1]"), done);     // waits behind it
+  b->Invoke(Req("application/json", "[1]"), done);    // waits behind it
   for (int i = 0; i < 300; ++i) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -494,12 +494,32 @@ TEST_F(TorchScriptTest, FactoryChecksItsOptions) {
   ASSERT_FALSE(missing.ok());
   EXPECT_TRUE(missing.status().IsNotFound());
   EXPECT_NE(missing.status().message().find("model.pt"), std::string::npos);
-  EXPECT_TRUE(CreateTorchScriptBackend({.model_dir = (*dir_ / "linear").string(), .workers = 0})
-                  .status()
-                  .IsInvalidArgument());
+  EXPECT_TRUE(
+      CreateTorchScriptBackend({.model_dir = (*dir_ / "linear").string(), .workers = 0}).status().IsInvalidArgument());
   EXPECT_TRUE(CreateTorchScriptBackend({.model_dir = (*dir_ / "linear").string(), .default_accept = "text/html"})
                   .status()
                   .IsInvalidArgument());
+}
+
+// Where libtorch or the plugin is missing, the factory says what to install. In a fresh process:
+// the plugin is loaded once per process.
+TEST(TorchScriptPluginTest, AMissingPluginSaysWhatToInstall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        fs::path dir = fs::temp_directory_path() / ("kiln_torchscript_plugin_test_" + std::to_string(getpid()));
+        fs::create_directories(dir);
+        std::ofstream(dir / "model.pt") << "x";
+        setenv("KILN_MODEL_SERVER_TORCHSCRIPT_PLUGIN", "/nonexistent/libkiln_torchscript.so", 1);
+        auto b = CreateTorchScriptBackend({.model_dir = dir.string()});
+        fs::remove_all(dir);
+        bool ok = !b.ok() && b.status().code() == StatusCode::kUnimplemented &&
+                  b.status().message().find("/nonexistent/libkiln_torchscript.so: no such file") != std::string::npos &&
+                  b.status().message().find("install libtorch-dev") != std::string::npos;
+        if (!b.ok()) std::fprintf(stderr, "%s\n", b.status().message().c_str());
+        std::_Exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "install libtorch-dev");
 }
 
 #endif  // KILN_HAVE_LIBTORCH
