@@ -21,7 +21,8 @@
 // libtorch (KILN_HAVE_LIBTORCH 0), or where the plugin cannot be loaded, CreateTorchScriptBackend
 // answers Unimplemented with the advice to install libtorch-dev.
 //
-// Thread-safety: as InferenceBackend.
+// Thread-safety: as InferenceBackend. Stop() may be called from an InferenceCallback; the backend
+// must not be destroyed from one.
 
 #include <chrono>
 #include <memory>

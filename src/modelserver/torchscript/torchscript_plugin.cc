@@ -238,7 +238,15 @@ class TorchScriptBackend final : public InferenceBackend {
       if (reaper_.joinable()) threads.push_back(std::move(reaper_));
     }
     for (auto& t : threads) {
-      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+      if (!t.joinable()) continue;
+      // Stop called from a callback on one of our own threads: that thread ends by itself once
+      // the callback returns (stopping_ is set); it must not touch the backend after its owner
+      // destroys it, so owners do not destroy a backend from its own callback.
+      if (t.get_id() == std::this_thread::get_id()) {
+        t.detach();
+      } else {
+        t.join();
+      }
     }
     MutexLock lock(mu_);
     if (state_ != BackendState::kFailed) state_ = BackendState::kStopped;
