@@ -26,6 +26,10 @@ if [ ! -x build/src/cli/kiln ]; then
 fi
 install -D -m 0755 build/src/cli/kiln "$prefix/bin/kiln"
 install -D -m 0755 build/src/modelserver/kiln-model-server "$prefix/lib/kiln/kiln-model-server"
+# The TorchScript backend's plugin (built when libtorch-dev is installed) goes beside the program.
+if [ -e build/src/modelserver/libkiln_torchscript.so ]; then
+  install -D -m 0644 build/src/modelserver/libkiln_torchscript.so "$prefix/lib/kiln/libkiln_torchscript.so"
+fi
 rm -rf "$prefix/lib/kiln/python"
 mkdir -p "$prefix/lib/kiln"
 cp -r python "$prefix/lib/kiln/python"
