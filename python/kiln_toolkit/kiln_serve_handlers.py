@@ -132,8 +132,9 @@ class GenericDefaults:
     has_model_fn = False
     has_predict_fn = False
 
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, gpu_id=None):
         self.model_dir = model_dir
+        self.gpu_id = gpu_id
 
     def setup(self, need_codecs):
         if need_codecs:
@@ -157,6 +158,24 @@ class GenericDefaults:
         return codecs.encode(prediction, accept, "the default output_fn")
 
 
+def worker_gpu(environ):
+    """The GPU this worker uses, as TorchServe assigns them: worker i of a model gets GPU
+    i mod (GPUs visible), so N workers spread over the instance's GPUs instead of all sharing the
+    first. The pool numbers its workers in KILN_MODEL_SERVER_WORKER_INDEX; the instance's GPUs are
+    the entries of NVIDIA_VISIBLE_DEVICES (serving contract §2: indices or UUIDs, "void"/"none"
+    for none; the sandbox shows only those, numbered from 0). None without GPUs."""
+    visible = (environ.get("NVIDIA_VISIBLE_DEVICES") or "").strip()
+    if visible in ("", "void", "none", "all"):
+        # "all" names no count: the default PyTorch model_fn then asks torch, and uses the first.
+        return None
+    count = len([d for d in visible.split(",") if d.strip()])
+    try:
+        index = int(environ.get("KILN_MODEL_SERVER_WORKER_INDEX") or 0)
+    except ValueError:
+        index = 0
+    return index % count if count else None
+
+
 class PytorchDefaults(GenericDefaults):
     """DefaultPytorchInferenceHandler: TorchScript model.pt (or the only .pt/.pth file), inputs as
     tensors on the device, predict under no_grad, tensors encoded through numpy."""
@@ -168,7 +187,10 @@ class PytorchDefaults(GenericDefaults):
         super().setup(need_codecs)
         import torch
         self.torch = torch
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            self.device = torch.device("cpu")
+        else:
+            self.device = torch.device("cuda:%d" % ((self.gpu_id or 0) % torch.cuda.device_count()))
 
     def model_fn(self, model_dir):
         path = os.path.join(model_dir, "model.pt")
@@ -370,8 +392,9 @@ class Handlers:
         program = environ.get("SAGEMAKER_PROGRAM") or "inference.py"
         self.program = program
         self.module_name = program[:-3] if program.endswith(".py") else program
+        self.gpu_id = worker_gpu(environ)
         self.shared = _Shared(model_name, model_dir, {
-            "model_dir": model_dir, "gpu_id": None, "batch_size": 1,
+            "model_dir": model_dir, "gpu_id": self.gpu_id, "batch_size": 1,
             "server_name": "kiln-model-server", "server_version": "1"})
         self.model = None
 
@@ -388,7 +411,7 @@ class Handlers:
 
     def load(self):
         module = self._user_module()
-        defaults = DEFAULTS.get(self.framework, GenericDefaults)(self.model_dir)
+        defaults = DEFAULTS.get(self.framework, GenericDefaults)(self.model_dir, self.gpu_id)
         where = os.path.join(self.code_dir or os.path.join(self.model_dir, "code"), self.program)
         if module is None:
             log.info("No %s: serving with the %s defaults", where, defaults.name)

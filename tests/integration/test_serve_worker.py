@@ -763,3 +763,19 @@ def test_result_frame_bytes_are_exact(start):
     assert ftype == RESULT and rest == 5 + meta_len + 3 and rest_bytes[meta_len:] == b"A,B"
     assert json.loads(rest_bytes[:meta_len]) == {
         "id": 9, "items": [{"status": 200, "content_type": "text/x", "size": 3}]}
+
+
+@pytest.mark.parametrize("visible,index,gpu", [("void", "3", None), ("0,1", "3", 1), ("GPU-a,GPU-b,GPU-c", "4", 1),
+                                                ("2", "0", 0), ("all", "1", None)])
+def test_workers_spread_over_the_instances_gpus(start, visible, index, gpu):
+    # Worker i of a model gets GPU i mod (GPUs in NVIDIA_VISIBLE_DEVICES), as TorchServe's workers do;
+    # the handler sees it as context.system_properties["gpu_id"].
+    w = start({"inference.py": """
+        import json
+        def model_fn(model_dir):
+            return None
+        def transform_fn(model, data, content_type, accept, context):
+            return json.dumps(context.system_properties["gpu_id"])
+    """}, env={"NVIDIA_VISIBLE_DEVICES": visible, "KILN_MODEL_SERVER_WORKER_INDEX": index})
+    meta, body = w.one(b"{}", content_type="application/json", accept="application/json")
+    assert meta["status"] == 200 and json.loads(body) == gpu
