@@ -13,6 +13,7 @@
 #include <climits>
 #include <deque>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "base/fs.h"
@@ -33,6 +34,19 @@
 //
 // The request path takes the mutex twice: Invoke pushes and wakes one dispatch thread; the thread
 // pops. Everything else (encoding, I/O, decoding, the callbacks) runs outside the mutex.
+//
+// Direct hand-off (batch_size 1, the common case): an idle slot's thread waits in poll on its
+// worker's socket, its own `wake` eventfd and the shutdown event, listed in `idle_slots`. Invoke,
+// finding the queue empty and an idle slot, takes the slot out of the list and, under the mutex,
+// encodes the invoke frame and writes it to the worker's socket non-blocking (Handoff): whole, the
+// slot's thread next wakes when the answer (or EOF) arrives, which saves a thread wake-up per
+// request; partly or not at all (full socket, frame over kMaxInlineFrame, dead worker), it wakes
+// the slot, whose Exchange writes the rest with today's loop (EPIPE with nothing written: requeue).
+// The frame is never written twice nor interleaved: only one of Invoke (while the slot is listed
+// idle, under the mutex) and the slot's thread (after it took the hand-off) writes to the socket.
+// While the slot is idle its thread does not touch the process, so the fd stays valid for Invoke.
+// Deadlines: the idle poll times out every min(kIdleCheck, timeout); Invoke wakes the slot when
+// the request's deadline comes before that, so Exchange times every request as before.
 //
 // Shutdown: Stop sets `stopping_`, answers the queue 503 and writes `shutdown_event_` (an eventfd
 // never read, so it stays readable): every poll in the slots and the starter includes it. A slot
@@ -56,6 +70,9 @@ constexpr size_t kReadChunk = 256 * 1024;
 constexpr auto kIdleCheck = std::chrono::milliseconds(1000);
 // The captured stderr of `prepare` kept for the error message.
 constexpr size_t kPrepareTailBytes = 2048;
+// Invoke writes a request to an idle worker's socket itself only when its frame is at most this
+// big (a memcpy into the socket under the pool's lock); larger ones are written by the slot.
+constexpr size_t kMaxInlineFrame = 256 * 1024;
 
 int MillisUntil(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -109,6 +126,20 @@ struct WorkerPool::Impl {
     uint64_t next_id = 1;
     std::vector<Pending> batch;     // reused between invokes
     std::vector<struct iovec> iov;  // reused between invokes
+    // Direct hand-off (batch_size 1): written by the slot's thread in WaitIdle. Readable when
+    // Invoke has a request for this slot that only the slot thread can finish sending.
+    UniqueFd wake;
+    // Guarded by the pool's mu. `idle`: the slot is in idle_slots, its thread waiting in poll
+    // with no request; while it is, Invoke may write an invoke frame to its socket and leave it
+    // in `handoff` (the slot thread does not touch the socket, the process or next_id then).
+    bool idle = false;
+    Clock::time_point idle_until;  // when its idle poll times out by itself
+    std::optional<Pending> handoff;
+    std::string handoff_head;  // the invoke frame's head, as (partly) written
+    uint64_t handoff_id = 0;
+    size_t handoff_sent = 0;  // bytes of the frame already on the socket
+    // Slot-thread-only: slot.batch[0] came from `handoff`.
+    bool handed = false;
   };
 
   const WorkerPoolOptions options;
@@ -128,6 +159,8 @@ struct WorkerPool::Impl {
   uint64_t restarts GUARDED_BY(mu) = 0;
   uint64_t batches GUARDED_BY(mu) = 0;
   std::vector<pid_t> ready_pids GUARDED_BY(mu);  // by slot index; -1: none ready
+  // With batch_size 1: the slots whose thread waits in WaitIdle with no request (Slot::idle).
+  std::vector<Slot*> idle_slots GUARDED_BY(mu);
 
   // Written once (Stop, or the pool failing to load) and never read: stays readable.
   UniqueFd shutdown_event;
@@ -185,6 +218,86 @@ struct WorkerPool::Impl {
     return true;
   }
 
+  // Batching off: Invoke hands a request to an idle worker itself (Handoff), idle slots wait in
+  // WaitIdle instead of on work_cv.
+  bool DirectHandoff() const { return options.batch_size <= 1; }
+
+  // Takes `slot` out of idle_slots (it must be there).
+  void LeaveIdle(Slot& slot) REQUIRES(mu) {
+    slot.idle = false;
+    auto it = std::find(idle_slots.begin(), idle_slots.end(), &slot);
+    if (it != idle_slots.end()) idle_slots.erase(it);
+  }
+
+  static void Wake(Slot& slot) {
+    uint64_t one = 1;
+    ssize_t n = write(slot.wake.get(), &one, sizeof one);
+    (void)n;  // EAGAIN only at a counter of 2^64-2: it is readable then anyway
+  }
+
+  // With direct hand-off: wakes an idle slot (if any) for a request just queued.
+  void WakeOneIdle() REQUIRES(mu) {
+    if (!DirectHandoff() || idle_slots.empty()) return;
+    Slot& slot = *idle_slots.back();
+    LeaveIdle(slot);
+    Wake(slot);
+  }
+
+  // Called by Invoke under mu with the queue empty and an idle slot: gives `pending` to that
+  // slot and writes its invoke frame to the worker's socket without blocking (all of it, or as
+  // much as fits; the slot's thread, woken, writes the rest). The idle slot's thread then wakes
+  // only when the worker answers. Callbacks are not run here.
+  void Handoff(Pending pending) REQUIRES(mu) {
+    Slot& slot = *idle_slots.back();
+    LeaveIdle(slot);
+    slot.handoff_id = slot.next_id++;
+    slot.handoff_head = InvokeHead(slot.handoff_id, std::span<const Pending>(&pending, 1));
+    slot.handoff_sent = 0;
+    const std::string& body = pending.request.body;
+    const size_t total = slot.handoff_head.size() + body.size();
+    if (total <= kMaxInlineFrame) {
+      struct iovec iov[2] = {{slot.handoff_head.data(), slot.handoff_head.size()},
+                             {const_cast<char*>(body.data()), body.size()}};
+      struct msghdr message = {};
+      message.msg_iov = iov;
+      message.msg_iovlen = body.empty() ? 1 : 2;
+      ssize_t n;
+      do {
+        n = sendmsg(slot.process->socket_fd(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+      } while (n < 0 && errno == EINTR);
+      // An error (a dead worker) is left to the slot: it retries the write and sees it.
+      if (n > 0) slot.handoff_sent = static_cast<size_t>(n);
+    }
+    const bool complete = slot.handoff_sent == total;
+    if (complete) std::string().swap(pending.request.body);  // sent: bounded memory
+    // Fully sent: the slot wakes on the answer (or the worker's death) on its socket, or when its
+    // idle poll times out; woken now when the request's deadline comes before that, so a hung
+    // worker still answers 504 at the deadline.
+    const bool wake = !complete || pending.deadline < slot.idle_until;
+    slot.handoff = std::move(pending);
+    if (wake) Wake(slot);
+  }
+
+  // The invoke frame's head for `items` (request i's body is the i-th part of the payload).
+  static std::string InvokeHead(uint64_t id, std::span<const Pending> batch) {
+    nlohmann::json items = nlohmann::json::array();
+    size_t payload_size = 0;
+    for (const Pending& p : batch) {
+      const InferenceRequest& r = p.request;
+      nlohmann::json item = nlohmann::json::object();
+      if (!r.content_type.empty()) item["content_type"] = r.content_type;
+      if (!r.accept.empty()) item["accept"] = r.accept;
+      if (!r.custom_attributes.empty()) item["custom_attributes"] = r.custom_attributes;
+      if (!r.inference_id.empty()) item["inference_id"] = r.inference_id;
+      if (!r.target_model.empty()) item["target_model"] = r.target_model;
+      item["size"] = r.body.size();
+      items.push_back(std::move(item));
+      payload_size += r.body.size();
+    }
+    nlohmann::json meta = {{"id", id}, {"items", std::move(items)}};
+    return EncodeFrameHead(FrameType::kInvoke, meta, payload_size);
+  }
+
   bool ShuttingDown() EXCLUDES(mu) {
     MutexLock lock(mu);
     return stopping || state == BackendState::kFailed;
@@ -205,6 +318,13 @@ struct WorkerPool::Impl {
     for (int i = 0; i < std::max(1, options.workers); ++i) {
       auto slot = std::make_unique<Slot>();
       slot->index = i;
+      if (DirectHandoff()) {
+        slot->wake = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        if (!slot->wake.valid()) {
+          (void)FailLoad(ErrnoStatus("eventfd", errno));
+          return;
+        }
+      }
       slots.push_back(std::move(slot));
     }
     for (auto& slot : slots) {
@@ -382,6 +502,12 @@ struct WorkerPool::Impl {
     };
     while (true) {
       while (queue.empty() && !stopping) {
+        if (DirectHandoff()) {
+          Outcome waited = WaitIdle(slot, lock);
+          if (waited == Outcome::kReplace) return waited;
+          if (slot.handed) return Outcome::kAnswered;
+          continue;
+        }
         // An idle worker that dies is noticed within kIdleCheck, not by the next request.
         if (work_cv.WaitFor(mu, kIdleCheck) == std::cv_status::timeout && queue.empty() && !stopping &&
             IdleWorkerGone(slot)) {
@@ -402,6 +528,41 @@ struct WorkerPool::Impl {
       }
     }
     if (slot.batch.size() > 1) ++batches;
+    return Outcome::kAnswered;
+  }
+
+  // Direct hand-off: waits (outside mu) in poll on the worker's socket, the slot's wake event and
+  // the shutdown event, as an idle slot Invoke may hand a request to. Returns with mu held and
+  // the slot out of idle_slots: slot.handed with slot.batch = the request Invoke gave it (kAnswered);
+  // kReplace when the idle worker's socket became readable with nothing given (it exited);
+  // otherwise kAnswered with nothing taken (the caller looks at the queue and `stopping` again).
+  Outcome WaitIdle(Slot& slot, MutexLock& lock) REQUIRES(mu) {
+    // Bounded so that a request handed over (whose deadline is at least this far) is timed by
+    // Exchange in time; the idle worker's death wakes the poll anyway (its socket: EOF).
+    // (At least 10 ms: with a tinier timeout, Handoff wakes the slot for each request instead.)
+    using std::chrono::milliseconds;
+    const milliseconds period = std::max(std::min<milliseconds>(kIdleCheck, options.timeout), milliseconds(10));
+    slot.idle = true;
+    slot.idle_until = Clock::now() + period;
+    idle_slots.push_back(&slot);
+    lock.Unlock();
+    struct pollfd fds[3] = {
+        {slot.process->socket_fd(), POLLIN, 0}, {slot.wake.get(), POLLIN, 0}, {shutdown_event.get(), POLLIN, 0}};
+    int rc = poll(fds, 3, static_cast<int>(period.count()));
+    if (rc > 0 && fds[1].revents != 0) {
+      uint64_t count;
+      ssize_t n = read(slot.wake.get(), &count, sizeof count);
+      (void)n;
+    }
+    lock.Lock();
+    if (slot.idle) LeaveIdle(slot);
+    if (slot.handoff) {
+      slot.batch.push_back(std::move(*slot.handoff));
+      slot.handoff.reset();
+      slot.handed = true;
+      return Outcome::kAnswered;
+    }
+    if (rc > 0 && fds[0].revents != 0 && queue.empty() && !stopping) return Outcome::kReplace;
     return Outcome::kAnswered;
   }
 
@@ -426,6 +587,7 @@ struct WorkerPool::Impl {
         for (auto it = slot.batch.rbegin(); it != slot.batch.rend(); ++it) queue.push_front(std::move(*it));
         slot.batch.clear();
         work_cv.NotifyAll();
+        WakeOneIdle();
         sweep_cv.NotifyOne();
         return;
       }
@@ -464,26 +626,22 @@ struct WorkerPool::Impl {
   }
 
   // Sends slot.batch as one invoke and answers every request in it.
+  // With slot.handed, the frame is Invoke's (Handoff): its head and the bytes it already wrote.
   Outcome Exchange(Slot& slot) {
-    const uint64_t id = slot.next_id++;
-    Clock::time_point deadline = Clock::time_point::max();
-    nlohmann::json items = nlohmann::json::array();
-    size_t payload_size = 0;
-    for (const Pending& p : slot.batch) {
-      deadline = std::min(deadline, p.deadline);
-      const InferenceRequest& r = p.request;
-      nlohmann::json item = nlohmann::json::object();
-      if (!r.content_type.empty()) item["content_type"] = r.content_type;
-      if (!r.accept.empty()) item["accept"] = r.accept;
-      if (!r.custom_attributes.empty()) item["custom_attributes"] = r.custom_attributes;
-      if (!r.inference_id.empty()) item["inference_id"] = r.inference_id;
-      if (!r.target_model.empty()) item["target_model"] = r.target_model;
-      item["size"] = r.body.size();
-      items.push_back(std::move(item));
-      payload_size += r.body.size();
+    uint64_t id;
+    std::string head;
+    size_t already_sent = 0;
+    if (slot.handed) {
+      slot.handed = false;
+      id = slot.handoff_id;
+      head = std::move(slot.handoff_head);
+      already_sent = slot.handoff_sent;
+    } else {
+      id = slot.next_id++;
+      head = InvokeHead(id, slot.batch);
     }
-    nlohmann::json meta = {{"id", id}, {"items", std::move(items)}};
-    std::string head = EncodeFrameHead(FrameType::kInvoke, meta, payload_size);
+    Clock::time_point deadline = Clock::time_point::max();
+    for (const Pending& p : slot.batch) deadline = std::min(deadline, p.deadline);
 
     slot.iov.clear();
     slot.iov.push_back({head.data(), head.size()});
@@ -523,7 +681,22 @@ struct WorkerPool::Impl {
     // Write: head and bodies straight from the requests (one gather write), waiting for room up to the deadline.
     const int fd = slot.process->socket_fd();
     size_t iov_index = 0;
-    bool any_written = false;
+    bool any_written = already_sent > 0;
+    auto advance = [&](size_t written) {
+      while (written > 0 && iov_index < slot.iov.size()) {
+        struct iovec& v = slot.iov[iov_index];
+        if (written >= v.iov_len) {
+          written -= v.iov_len;
+          ++iov_index;
+        } else {
+          v.iov_base = static_cast<char*>(v.iov_base) + written;
+          v.iov_len -= written;
+          written = 0;
+        }
+      }
+    };
+    // A fully handed-off frame had its body released: only the head is left, and skipped whole.
+    advance(already_sent);
     while (iov_index < slot.iov.size()) {
       // sendmsg for MSG_NOSIGNAL: a dead worker is an EPIPE to handle, not a SIGPIPE.
       struct msghdr message = {};
@@ -551,19 +724,8 @@ struct WorkerPool::Impl {
         if (rc == 0 && Clock::now() >= effective_deadline()) return on_deadline();
         continue;
       }
-      size_t written = static_cast<size_t>(n);
       any_written = any_written || n > 0;
-      while (written > 0 && iov_index < slot.iov.size()) {
-        struct iovec& v = slot.iov[iov_index];
-        if (written >= v.iov_len) {
-          written -= v.iov_len;
-          ++iov_index;
-        } else {
-          v.iov_base = static_cast<char*>(v.iov_base) + written;
-          v.iov_len -= written;
-          written = 0;
-        }
-      }
+      advance(static_cast<size_t>(n));
     }
     // Sent: the bodies are not needed any more (bounded memory while the model runs).
     for (Pending& p : slot.batch) std::string().swap(p.request.body);
@@ -755,8 +917,15 @@ void WorkerPool::Invoke(InferenceRequest request, InferenceCallback done) {
     } else {
       Clock::time_point deadline = request.arrived + d.options.timeout;
       const bool was_empty = d.queue.empty();
+      if (was_empty && !d.idle_slots.empty() && deadline > Clock::now()) {
+        // An idle worker and nobody waiting before this request: straight to it (Handoff).
+        // (One already past its deadline goes through the queue: 504 from a slot, never sent.)
+        d.Handoff(Pending{std::move(request), std::move(done), deadline});
+        return;
+      }
       d.queue.push_back(Pending{std::move(request), std::move(done), deadline});
       d.work_cv.NotifyOne();
+      d.WakeOneIdle();
       if (was_empty) d.sweep_cv.NotifyOne();
       return;
     }

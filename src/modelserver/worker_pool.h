@@ -9,7 +9,9 @@
 // - Invoke() queues the request (at most `queue_size` waiting; beyond that it answers 503 at once).
 //   A free worker takes the oldest request; with batching on (batch_size > 1) it also takes those
 //   already queued and waits up to batch_delay for more, up to batch_size, and sends them as one
-//   invoke frame.
+//   invoke frame. With batching off, a request that finds the queue empty and a worker idle is
+//   given to that worker inside Invoke (its frame written to the worker's socket without blocking;
+//   what does not fit is written by the worker's thread), so no thread wakes to pass it on.
 // - A request past `timeout` since it arrived answers 504; a worker busy past it is killed and
 //   replaced. A worker that dies answers its requests 500 ("the worker serving this request exited
 //   ..."), and is replaced (backoff from 100 ms up to 5 s while replacements keep failing).
@@ -21,8 +23,9 @@
 //   their own deadline) and then answer 503; the workers get SIGTERM, SIGKILL 2 s later.
 //
 // Threads (worker_pool.cc): one dispatch thread per worker (it owns that process: spawn, I/O,
-// kill, reap), a starter (prepare, then the workers) and a sweeper (504 for queued requests whose
-// deadline passes while every worker is busy). Callbacks run on those threads or inline in Invoke
+// kill, reap; Invoke writes to an idle one's socket only under the pool's lock), a starter
+// (prepare, then the workers) and a sweeper (504 for queued requests whose deadline passes while
+// every worker is busy). Callbacks run on those threads or inline in Invoke
 // and Stop, never under the pool's lock.
 //
 // Thread-safety: as InferenceBackend.

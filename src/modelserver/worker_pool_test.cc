@@ -296,6 +296,52 @@ TEST(WorkerPoolTest, AnIdleWorkerThatDiesIsReplacedWithoutFailingTheNextRequest)
   EXPECT_EQ(p.pool.stats().restarts, 2u);
 }
 
+// Batching off, an idle worker: Invoke writes the invoke frame to the worker's socket itself, so
+// the request never enters the queue; frames too big for one non-blocking write (partly written,
+// or beyond the inline limit) are finished by the worker's thread.
+TEST(WorkerPoolTest, InvokeHandsARequestToAnIdleWorkerDirectly) {
+  StartedPool p(FakeOptions());
+  ASSERT_GT(Pid(p.pool), 0);
+  std::this_thread::sleep_for(100ms);  // its thread is back to waiting
+  std::future<InferenceResponse> slow = InvokeAsync(p.pool, Request("sleep:0.3"));
+  EXPECT_EQ(p.pool.stats().queued, 0u);  // handed over inside Invoke, not queued
+  // The worker is busy now: the next one waits in the queue behind it.
+  std::future<InferenceResponse> next = InvokeAsync(p.pool, Request("behind"));
+  EXPECT_EQ(p.pool.stats().queued, 1u);
+  EXPECT_EQ(Await(slow).body, "sleep:0.3");
+  EXPECT_EQ(Await(next).body, "behind");
+  for (size_t size : {size_t{1}, size_t{100'000}, size_t{200'000}, size_t{250'000}, size_t{2'000'000}}) {
+    std::this_thread::sleep_for(20ms);
+    std::string body(size, '\0');
+    for (size_t j = 0; j < body.size(); j += 89) body[j] = static_cast<char>('a' + (j / 89) % 26);
+    InferenceResponse r = Call(p.pool, Request(body, "application/octet-stream"));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(r.body == body) << size << " bytes sent, " << r.body.size() << " back";
+  }
+  EXPECT_EQ(p.pool.stats().restarts, 0u);
+}
+
+TEST(WorkerPoolTest, AWorkerKilledDuringAHandedOverRequestFailsOnlyThatRequest) {
+  StartedPool p(FakeOptions());
+  int old_pid = Pid(p.pool);
+  std::this_thread::sleep_for(100ms);
+  std::future<InferenceResponse> slow = InvokeAsync(p.pool, Request("sleep:5"));
+  ASSERT_EQ(p.pool.stats().queued, 0u);
+  std::future<InferenceResponse> queued = InvokeAsync(p.pool, Request("queued"));
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  InferenceResponse r = Await(slow);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(ErrorType(r), "WorkerDied");
+  EXPECT_NE(r.body.find("killed by signal 9"), std::string::npos) << r.body;
+  // The request behind it is served by the replacement.
+  InferenceResponse after = Await(queued);
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(after.body, "queued");
+  EXPECT_NE(Pid(p.pool), old_pid);
+  EXPECT_EQ(p.pool.stats().restarts, 1u);
+}
+
 TEST(WorkerPoolTest, ARequestPastTheTimeoutAnswers504AndTheWorkerIsReplaced) {
   WorkerPoolOptions options = FakeOptions();
   options.timeout = 700ms;
