@@ -436,6 +436,9 @@ struct WorkerPool::Impl {
   // process left for EndWorker.
   Status StartWorker(Slot& slot) {
     WorkerSpawnOptions spawn{.argv = Command("work"), .env = options.env, .socket = true, .capture_stderr = false};
+    // The worker's number (its slot; a replacement keeps it): the worker uses GPU index mod the
+    // instance's GPUs, as TorchServe spreads a model's workers (python/kiln_toolkit).
+    spawn.env["KILN_MODEL_SERVER_WORKER_INDEX"] = std::to_string(slot.index);
     Result<std::unique_ptr<WorkerProcess>> process = WorkerProcess::Spawn(spawn);
     if (!process.ok()) return Status::FailedPrecondition(process.status().message());
     slot.process = std::move(*process);

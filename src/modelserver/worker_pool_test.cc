@@ -173,6 +173,12 @@ TEST(WorkerPoolTest, WorkerGetsItsCommandLineHeadersEnvironmentAndOnlyFd3) {
   EXPECT_EQ(p.pool.workers(), 1);
 }
 
+TEST(WorkerPoolTest, EachWorkerKnowsItsIndex) {
+  // The Python worker spreads a model's workers over the GPUs by this number.
+  StartedPool p(FakeOptions({{"FAKE_ENV_PROBE", "KILN_MODEL_SERVER_WORKER_INDEX"}}));
+  EXPECT_EQ(Call(p.pool, Request("env")).body, "0");
+}
+
 TEST(WorkerPoolTest, ManyThreadsAtOnce) {
   WorkerPoolOptions options = FakeOptions();
   options.workers = 3;
