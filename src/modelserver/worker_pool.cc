@@ -126,7 +126,7 @@ struct WorkerPool::Impl {
     uint64_t next_id = 1;
     std::vector<Pending> batch;     // reused between invokes
     std::vector<struct iovec> iov;  // reused between invokes
-    // Direct hand-off (batch_size 1): written by the slot's thread in WaitIdle. Readable when
+    // Direct hand-off (batch_size 1): written by the slot's thread in LeaveIdleWait. Readable when
     // Invoke has a request for this slot that only the slot thread can finish sending.
     UniqueFd wake;
     // Guarded by the pool's mu. `idle`: the slot is in idle_slots, its thread waiting in poll
@@ -159,7 +159,7 @@ struct WorkerPool::Impl {
   uint64_t restarts GUARDED_BY(mu) = 0;
   uint64_t batches GUARDED_BY(mu) = 0;
   std::vector<pid_t> ready_pids GUARDED_BY(mu);  // by slot index; -1: none ready
-  // With batch_size 1: the slots whose thread waits in WaitIdle with no request (Slot::idle).
+  // With batch_size 1: the slots whose thread waits in PollIdle with no request (Slot::idle).
   std::vector<Slot*> idle_slots GUARDED_BY(mu);
 
   // Written once (Stop, or the pool failing to load) and never read: stays readable.
@@ -219,7 +219,7 @@ struct WorkerPool::Impl {
   }
 
   // Batching off: Invoke hands a request to an idle worker itself (Handoff), idle slots wait in
-  // WaitIdle instead of on work_cv.
+  // PollIdle instead of on work_cv.
   bool DirectHandoff() const { return options.batch_size <= 1; }
 
   // Takes `slot` out of idle_slots (it must be there).
@@ -506,7 +506,11 @@ struct WorkerPool::Impl {
     while (true) {
       while (queue.empty() && !stopping) {
         if (DirectHandoff()) {
-          Outcome waited = WaitIdle(slot, lock);
+          const std::chrono::milliseconds period = EnterIdle(slot);
+          lock.Unlock();
+          const IdlePoll polled = PollIdle(slot, period);
+          lock.Lock();
+          Outcome waited = LeaveIdleWait(slot, polled);
           if (waited == Outcome::kReplace) return waited;
           if (slot.handed) return Outcome::kAnswered;
           continue;
@@ -534,12 +538,14 @@ struct WorkerPool::Impl {
     return Outcome::kAnswered;
   }
 
-  // Direct hand-off: waits (outside mu) in poll on the worker's socket, the slot's wake event and
-  // the shutdown event, as an idle slot Invoke may hand a request to. Returns with mu held and
-  // the slot out of idle_slots: slot.handed with slot.batch = the request Invoke gave it (kAnswered);
-  // kReplace when the idle worker's socket became readable with nothing given (it exited);
-  // otherwise kAnswered with nothing taken (the caller looks at the queue and `stopping` again).
-  Outcome WaitIdle(Slot& slot, MutexLock& lock) REQUIRES(mu) {
+  // Direct hand-off, in three steps around the caller's unlock (so the lock analysis sees the
+  // release and the retake in one scope): EnterIdle lists the slot as idle, one Invoke may hand a
+  // request to; PollIdle waits outside mu in poll on the worker's socket, the slot's wake event
+  // and the shutdown event; LeaveIdleWait takes the slot out of idle_slots and says what happened:
+  // slot.handed with slot.batch = the request Invoke gave it (kAnswered); kReplace when the idle
+  // worker's socket became readable with nothing given (it exited); otherwise kAnswered with
+  // nothing taken (the caller looks at the queue and `stopping` again).
+  std::chrono::milliseconds EnterIdle(Slot& slot) REQUIRES(mu) {
     // Bounded so that a request handed over (whose deadline is at least this far) is timed by
     // Exchange in time; the idle worker's death wakes the poll anyway (its socket: EOF).
     // (At least 10 ms: with a tinier timeout, Handoff wakes the slot for each request instead.)
@@ -548,7 +554,14 @@ struct WorkerPool::Impl {
     slot.idle = true;
     slot.idle_until = Clock::now() + period;
     idle_slots.push_back(&slot);
-    lock.Unlock();
+    return period;
+  }
+
+  struct IdlePoll {
+    bool socket_readable = false;
+  };
+
+  IdlePoll PollIdle(Slot& slot, std::chrono::milliseconds period) EXCLUDES(mu) {
     struct pollfd fds[3] = {
         {slot.process->socket_fd(), POLLIN, 0}, {slot.wake.get(), POLLIN, 0}, {shutdown_event.get(), POLLIN, 0}};
     int rc = poll(fds, 3, static_cast<int>(period.count()));
@@ -557,7 +570,10 @@ struct WorkerPool::Impl {
       ssize_t n = read(slot.wake.get(), &count, sizeof count);
       (void)n;
     }
-    lock.Lock();
+    return IdlePoll{.socket_readable = rc > 0 && fds[0].revents != 0};
+  }
+
+  Outcome LeaveIdleWait(Slot& slot, const IdlePoll& polled) REQUIRES(mu) {
     if (slot.idle) LeaveIdle(slot);
     if (slot.handoff) {
       slot.batch.push_back(std::move(*slot.handoff));
@@ -565,7 +581,7 @@ struct WorkerPool::Impl {
       slot.handed = true;
       return Outcome::kAnswered;
     }
-    if (rc > 0 && fds[0].revents != 0 && queue.empty() && !stopping) return Outcome::kReplace;
+    if (polled.socket_readable && queue.empty() && !stopping) return Outcome::kReplace;
     return Outcome::kAnswered;
   }
 
