@@ -869,7 +869,10 @@ struct WorkerPool::Impl {
         lock.Lock();
         continue;
       }
-      sweep_cv.WaitUntil(mu, queue.front().deadline);
+      // A copy: the wait releases mu, a dispatch thread may pop (and free) the front meanwhile, and
+      // the condition variable reads the time point again when it wakes.
+      const Clock::time_point next_deadline = queue.front().deadline;
+      sweep_cv.WaitUntil(mu, next_deadline);
     }
   }
 };
