@@ -1,5 +1,7 @@
 #include "control/training_launch.h"
 
+#include <optional>
+
 #include "base/strings.h"
 
 namespace kiln::control {
@@ -104,6 +106,40 @@ std::vector<std::string> HostsFileLines(const std::vector<std::string>& hosts) {
   for (const auto& h : hosts) line += " " + h;
   lines.push_back(line);
   return lines;
+}
+
+std::vector<std::string> NamespacedHostsFileLines(
+    const std::vector<std::pair<std::string, std::string>>& names_and_addresses) {
+  std::vector<std::string> lines = {"127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"};
+  for (const auto& [name, address] : names_and_addresses) lines.push_back(address + " " + name);
+  return lines;
+}
+
+std::vector<int> LoopbackForwards(const std::string& endpoint_url) {
+  // scheme://host[:port][/...]; IPv6 hosts are bracketed.
+  std::string rest = endpoint_url;
+  const size_t scheme = rest.find("://");
+  const bool https = StartsWith(rest, "https://");
+  if (scheme != std::string::npos) rest = rest.substr(scheme + 3);
+  rest = rest.substr(0, rest.find('/'));
+  std::string host = rest, port_text;
+  if (StartsWith(rest, "[")) {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) return {};
+    host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port_text = rest.substr(close + 2);
+  } else if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+    host = rest.substr(0, colon);
+    port_text = rest.substr(colon + 1);
+  }
+  if (host != "127.0.0.1" && host != "localhost" && host != "::1") return {};
+  int port = https ? 443 : 80;
+  if (!port_text.empty()) {
+    std::optional<int64_t> parsed = ParseInt64(port_text);
+    if (!parsed || *parsed < 1 || *parsed > 65535) return {};
+    port = static_cast<int>(*parsed);
+  }
+  return {port};
 }
 
 }  // namespace kiln::control

@@ -16,6 +16,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,5 +61,16 @@ void AddGpuEnvironment(const Allocation& allocation, std::map<std::string, std::
 // /etc/hosts of a job's sandboxes on the process runtime: the hosts share the node's network, so
 // every algo-N is 127.0.0.1.
 std::vector<std::string> HostsFileLines(const std::vector<std::string>& hosts);
+
+// /etc/hosts of namespaced instances (each has its own network and address): localhost, then one
+// line "<address> <name>" per (name, address), e.g. {"algo-2", "10.213.12.3"}.
+std::vector<std::string> NamespacedHostsFileLines(
+    const std::vector<std::pair<std::string, std::string>>& names_and_addresses);
+
+// The ports a namespaced instance must reach on the node's loopback: Kiln's own endpoint
+// (`endpoint_url`, as the instances are told it) when it names 127.0.0.1, ::1 or localhost, so
+// that AWS_ENDPOINT_URL works unchanged inside the namespace. Empty otherwise (an endpoint on a
+// routable address is reached through the gateway).
+std::vector<int> LoopbackForwards(const std::string& endpoint_url);
 
 }  // namespace kiln::control

@@ -120,5 +120,22 @@ TEST(TrainingLaunchTest, GpuEnvironmentAndHostsFile) {
   EXPECT_EQ(lines.back(), "127.0.0.1 algo-1 algo-2");
 }
 
+TEST(TrainingLaunchTest, LoopbackForwardsNameKilnsLoopbackPort) {
+  EXPECT_EQ(LoopbackForwards("http://127.0.0.1:5456"), std::vector<int>({5456}));
+  EXPECT_EQ(LoopbackForwards("http://localhost:7000/"), std::vector<int>({7000}));
+  EXPECT_EQ(LoopbackForwards("http://[::1]:9000"), std::vector<int>({9000}));
+  EXPECT_EQ(LoopbackForwards("http://127.0.0.1"), std::vector<int>({80}));
+  EXPECT_TRUE(LoopbackForwards("http://10.0.0.5:5456").empty());
+  EXPECT_TRUE(LoopbackForwards("http://127.0.0.1:99999").empty());
+}
+
+TEST(TrainingLaunchTest, NamespacedHostsFileMapsEachHostToItsAddress) {
+  auto lines = NamespacedHostsFileLines({{"algo-1", "10.213.1.2"}, {"algo-2", "10.213.1.3"}});
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "127.0.0.1 localhost");
+  EXPECT_EQ(lines[2], "10.213.1.2 algo-1");
+  EXPECT_EQ(lines[3], "10.213.1.3 algo-2");
+}
+
 }  // namespace
 }  // namespace kiln::control

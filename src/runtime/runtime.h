@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,24 @@ struct BindMount {
   std::string host_path;
   std::string sandbox_path;
   bool read_only = false;
+};
+
+// One instance's place on a network (DESIGN.md §6): its own network namespace, joined to a
+// per-job (per-endpoint) bridge by a veth pair. Produced by InstanceNetworks::Attach; the process
+// runtime's shim builds it (runtime/process/netlink.h).
+struct NetworkAttachment {
+  std::string network;                  // the InstanceNetworks name (a job's, an endpoint's)
+  std::string bridge;                   // host bridge the veth's host end joins, e.g. "kb-12"
+  std::string host_veth;                // the veth's host-side name, e.g. "kv12-2" (unique per address)
+  std::string address;                  // the instance's IPv4 address, e.g. "10.213.12.2"
+  int prefix_length = 24;               // of the network's subnet
+  std::string gateway;                  // the bridge's address: the default route unless isolated
+  bool isolated = false;                // EnableNetworkIsolation: no default route, the node refuses it
+  std::string interface_name = "eth0";  // resourceconfig.json's network_interface_name
+  // TCP ports on 127.0.0.1 inside the namespace that the shim forwards to the same port on the
+  // node's 127.0.0.1 (Kiln's endpoint, so that AWS_ENDPOINT_URL=http://127.0.0.1:<port> works
+  // unchanged inside). Empty for isolated instances.
+  std::vector<int> loopback_forwards;
 };
 
 struct InstanceSpec {
@@ -62,6 +81,10 @@ struct InstanceSpec {
   // GPU indices assigned exclusively to this instance. The other /dev/nvidia<N> nodes are hidden
   // in the sandbox where possible. (Environment variables are the caller's job.)
   std::vector<int> gpus;
+  // Empty: the instance shares the node's network (and hosts_file_lines should map its names to
+  // 127.0.0.1). Set: a network namespace of its own, built as NetworkAttachment says before the
+  // program starts; it (and the veth) disappears with the instance's last process.
+  std::optional<NetworkAttachment> network;
 };
 
 enum class InstanceState {

@@ -1,0 +1,42 @@
+#pragma once
+// BridgeNetworks: InstanceNetworks (runtime/networks.h) on Linux bridges, for the process runtime.
+//
+//   bridge      "kb-<subnet index>", e.g. kb-12 holding 10.213.12.1/24 (the gateway)
+//   host veth   "kv<subnet index>-<last octet>", e.g. kv12-2 for 10.213.12.2 (unique per lease)
+//   rules       one nftables table, `inet kiln` (libnftables), rewritten whole on every change:
+//               forward: drop between a Kiln bridge and any other Kiln bridge; drop anything
+//                        forwarded from or to an isolated bridge;
+//               input:   drop new connections from an isolated bridge;
+//               postrouting (nat): masquerade non-isolated subnets leaving through a non-Kiln
+//                        interface.
+//               Nothing outside table `inet kiln` is touched, and it is deleted with the last
+//               network.
+//   state       <state_dir>/<name>.json per network: {name, index, isolated, leases:{id: octet}},
+//               written by rename; the kernel's bridges are checked against it by Sweep.
+//
+// Subnets are the /subnet_prefix blocks of `cidr` (default 10.213.0.0/16 in /24s: 256 networks
+// of 253 instances), the first block skipped; the operator chooses a range unused on the node.
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "runtime/networks.h"
+
+namespace kiln::runtime {
+
+struct BridgeNetworksOptions {
+  std::string state_dir;               // created if missing
+  std::string cidr = "10.213.0.0/16";  // the private range networks are carved from
+  int subnet_prefix = 24;              // each network's block, 16..28 and ≥ cidr's prefix
+  // When false no nftables rules are written (a node without nf_tables): networks still work,
+  // but jobs are separated only by having no routes to each other. Logged once.
+  bool firewall = true;
+};
+
+// Checks that the process may change the node's links (CAP_NET_ADMIN: root), that the range is
+// valid, and loads the state. FailedPrecondition with what to change when networks cannot work
+// here (the server then keeps instances on the node's network and says so).
+Result<std::unique_ptr<InstanceNetworks>> OpenBridgeNetworks(BridgeNetworksOptions options);
+
+}  // namespace kiln::runtime
