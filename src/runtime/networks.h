@@ -64,8 +64,8 @@ class InstanceNetworks {
   virtual Status Remove(const std::string& name) = 0;
 
   // After a restart: removes every network none of whose leases belongs to an instance id in
-  // `live_instance_ids` (running instances), drops the other dead leases, deletes Kiln bridges
-  // and veths that no state describes, and rewrites the rules. Returns the names removed.
+  // `live_instance_ids` (running instances), drops the other dead leases, deletes orphaned Kiln
+  // bridges (see the implementation for which), and rewrites the rules. Returns the names removed.
   virtual Result<std::set<std::string>> Sweep(const std::set<std::string>& live_instance_ids) = 0;
 };
 

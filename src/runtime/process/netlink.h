@@ -16,9 +16,14 @@
 
 namespace kiln::runtime::netlink {
 
-// Creates bridge `name` (≤ 15 bytes) with `address`/`prefix_length` on it and brings it up.
-// AlreadyExists when a link of that name exists (callers treat an existing Kiln bridge as theirs).
-Status CreateBridge(const std::string& name, const std::string& address, int prefix_length);
+// Creates bridge `name` (≤ 15 bytes) with `address`/`prefix_length` on it and `alias` as its
+// ifalias (who owns it: BridgeNetworks writes "kiln <state_dir> <network name>"), and brings it
+// up. AlreadyExists when a link of that name exists: the kernel's link names are the node-wide
+// lock through which several Kiln servers on one node claim subnets.
+Status CreateBridge(const std::string& name, const std::string& address, int prefix_length, const std::string& alias);
+
+// The ifalias of link `name` ("" when it has none). NotFound if absent.
+Result<std::string> LinkAlias(const std::string& name);
 
 // Deletes link `name` (a bridge, a veth's host end: its peer goes with it). Ok when absent.
 Status DeleteLink(const std::string& name);
