@@ -76,6 +76,7 @@
 #include "objects/object_store.h"
 #include "observe/log_store.h"
 #include "runtime/environments.h"
+#include "runtime/networks.h"
 #include "runtime/runtime.h"
 #include "serving/routing.h"
 #include "store/database.h"
@@ -138,6 +139,10 @@ struct EndpointControllerDeps {
   // advancing it, call EndpointController::Wake(). Startup, drain and stop budgets stay in real
   // time: they bound real processes and pings.
   const Clock* clock = nullptr;
+  // Per-endpoint networks (runtime/networks.h; DESIGN.md §6). Set: each instance gets a network
+  // namespace of its own on network `endpoint-<EndpointName>` and listens on 8080 at its address.
+  // nullptr: host mode, every instance on the node's network with a port block of its own.
+  runtime::InstanceNetworks* networks = nullptr;
 };
 
 class EndpointController final : public EndpointNotifier {
