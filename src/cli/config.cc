@@ -1,5 +1,7 @@
 #include "cli/config.h"
 
+#include <arpa/inet.h>
+
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -199,6 +201,47 @@ Status LoadInstanceMetrics(const json& doc, Config* config, const std::string& p
   return Status::Ok();
 }
 
+// "a.b.c.d/n": an IPv4 address and a prefix length 8..30 (the range must hold at least one subnet
+// besides the first, which BridgeNetworks skips).
+bool ParseIpv4Cidr(const std::string& cidr, int* prefix) {
+  const size_t slash = cidr.find('/');
+  if (slash == std::string::npos || slash + 1 >= cidr.size() || cidr.size() - slash > 3) return false;
+  in_addr address{};
+  if (::inet_pton(AF_INET, cidr.substr(0, slash).c_str(), &address) != 1) return false;
+  const std::string digits = cidr.substr(slash + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *prefix = std::stoi(digits);
+  return *prefix >= 8 && *prefix <= 30;
+}
+
+Status LoadNetwork(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("network")) return Status::Ok();
+  const json& n = doc["network"];
+  if (!n.is_object()) return Status::InvalidArgument(path + ": \"network\" must be an object");
+  NetworkConfig& nc = config->network;
+  const std::string where = path + ": network";
+  RETURN_IF_ERROR(Field(n, "mode", &nc.mode, where));
+  RETURN_IF_ERROR(Field(n, "cidr", &nc.cidr, where));
+  RETURN_IF_ERROR(Field(n, "subnet_prefix", &nc.subnet_prefix, where));
+  RETURN_IF_ERROR(Field(n, "firewall", &nc.firewall, where));
+  if (nc.mode != "auto" && nc.mode != "namespaces" && nc.mode != "host") {
+    return Status::InvalidArgument(path + ": network.mode must be \"auto\", \"namespaces\" or \"host\", got \"" +
+                                   nc.mode + "\"");
+  }
+  int cidr_prefix = 0;
+  if (!ParseIpv4Cidr(nc.cidr, &cidr_prefix)) {
+    return Status::InvalidArgument(path + ": network.cidr must be an IPv4 range a.b.c.d/n with n from 8 to 30, got \"" +
+                                   nc.cidr + "\"");
+  }
+  if (nc.subnet_prefix < 16 || nc.subnet_prefix > 28 || nc.subnet_prefix <= cidr_prefix) {
+    return Status::InvalidArgument(path +
+                                   ": network.subnet_prefix must be from 16 to 28 and longer than the prefix of "
+                                   "network.cidr (" +
+                                   nc.cidr + "), got " + std::to_string(nc.subnet_prefix));
+  }
+  return Status::Ok();
+}
+
 Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("object_store")) return Status::Ok();
   const json& os = doc["object_store"];
@@ -249,6 +292,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadArchives(doc, config, path));
   RETURN_IF_ERROR(LoadInstanceMetrics(doc, config, path));
   RETURN_IF_ERROR(LoadObjectStore(doc, config, path));
+  RETURN_IF_ERROR(LoadNetwork(doc, config, path));
   return Status::Ok();
 }
 

@@ -35,6 +35,10 @@
 //              "worker_threads": 256},    // threads for the blocking (non-invoke) requests
 //     "archives": {"max_unpacked_mib": 0,      // 0: each archive's cap comes from the volume
 //                  "max_entries": 1000000},    // members per model.tar.gz / sourcedir.tar.gz
+//     "network": {"mode": "auto",          // "namespaces" | "host": per-instance network namespaces
+//                 "cidr": "10.213.0.0/16", // the private range job/endpoint subnets come from
+//                 "subnet_prefix": 24,     // each network's block (16..28)
+//                 "firewall": true},       // nftables rules between networks (isolation)
 //     "instance_metrics": {"interval_seconds": 10,  // CPU/Memory/Disk/GPU utilization samples
 //                          "gpu_command": ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
 //                                          "--format=csv,noheader,nounits"]}  // the default; same columns if replaced
@@ -105,6 +109,18 @@ struct InstanceMetricsConfig {
   std::vector<std::string> gpu_command;  // empty: nvidia-smi's usage query (runtime/gpus.h)
 };
 
+// Per-instance networks (runtime/networks.h, runtime/process/bridge_networks.h). "auto": each
+// training host and endpoint instance gets its own network namespace when the server may create
+// them (root with CAP_NET_ADMIN), else instances share the node's network (logged at start);
+// "namespaces": the same, but the server refuses to start when it cannot; "host": instances
+// always share the node's network (every algo-N is 127.0.0.1).
+struct NetworkConfig {
+  std::string mode = "auto";           // "auto" | "namespaces" | "host"
+  std::string cidr = "10.213.0.0/16";  // IPv4 range the per-job/per-endpoint subnets are carved from
+  int subnet_prefix = 24;              // each network's block: 16..28 and >= the cidr's prefix
+  bool firewall = true;                // nftables rules (jobs cannot reach each other, isolation)
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -128,6 +144,7 @@ struct Config {
   HttpConfig http;
   ArchivesConfig archives;
   InstanceMetricsConfig instance_metrics;
+  NetworkConfig network;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -158,5 +158,57 @@ TEST(ConfigTest, EndpointsProvisionTimeoutDefaultsToTheModelMaximum) {
   }
 }
 
+TEST(ConfigTest, NetworkSectionDefaultsAndParses) {
+  Config defaults;
+  EXPECT_EQ(defaults.network.mode, "auto");
+  EXPECT_EQ(defaults.network.cidr, "10.213.0.0/16");
+  EXPECT_EQ(defaults.network.subnet_prefix, 24);
+  EXPECT_TRUE(defaults.network.firewall);
+  std::string path = WriteTemp(
+      R"({"network": {"mode": "namespaces", "cidr": "172.31.0.0/20", "subnet_prefix": 26, "firewall": false}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.network.mode, "namespaces");
+  EXPECT_EQ(c.network.cidr, "172.31.0.0/20");
+  EXPECT_EQ(c.network.subnet_prefix, 26);
+  EXPECT_FALSE(c.network.firewall);
+  std::filesystem::remove(path);
+  // A partial section keeps the other defaults.
+  path = WriteTemp(R"({"network": {"mode": "host"}})");
+  Config h;
+  ASSERT_TRUE(LoadConfigFile(path, &h).ok());
+  EXPECT_EQ(h.network.mode, "host");
+  EXPECT_EQ(h.network.cidr, "10.213.0.0/16");
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, BadNetworkFieldsNameTheSetting) {
+  struct Case {
+    const char* doc;
+    const char* names;
+  };
+  const Case cases[] = {
+      {R"({"network": "auto"})", "\"network\" must be an object"},
+      {R"({"network": {"mode": "bridge"}})", "network.mode must be \"auto\", \"namespaces\" or \"host\""},
+      {R"({"network": {"mode": 1}})", "\"mode\" must be a string"},
+      {R"({"network": {"cidr": "10.213.0.0"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"cidr": "10.213.0.300/16"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"cidr": "fd00::/64"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"cidr": "10.0.0.0/31"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"cidr": "10.0.0.0/x"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"subnet_prefix": 29}})", "network.subnet_prefix must be from 16 to 28"},
+      {R"({"network": {"cidr": "10.213.0.0/24", "subnet_prefix": 24}})", "longer than the prefix of network.cidr"},
+      {R"({"network": {"firewall": "yes"}})", "\"firewall\" must be true or false"},
+  };
+  for (const Case& bad : cases) {
+    std::string bad_path = WriteTemp(bad.doc);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad.doc;
+    EXPECT_NE(s.message().find(bad.names), std::string::npos) << bad.doc << ": " << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli
