@@ -12,7 +12,10 @@
 // grace 0, ExpireGrace() (the SIGKILL the real runtime sends when the grace ends) or Kill().
 //
 // Endpoint instances: when the launched environment has SAGEMAKER_BIND_TO_PORT, the instance
-// answers GET /ping on 127.0.0.1:<port> (a raw listener; every answer closes its connection)
+// answers GET /ping on 127.0.0.1:<port> — on spec.network->address:<port> when the spec has a
+// network, as a namespaced container reached on its own address (FakeNetworks hands out 127.0.k.n
+// addresses, all loopback, so several instances can listen on one port) — (a raw listener; every
+// answer closes its connection)
 // with Behavior::ping_status, changeable while it runs (SetPingStatus); Behavior::serve_ping
 // false leaves the port unanswered (a container that never becomes healthy). The listener closes
 // when the instance stops running.
@@ -262,12 +265,13 @@ class FakeRuntime final : public Runtime {
     for (const auto& [stream, line] : behavior.output) (void)AppendOutputLocked(spec.instance_id, stream, line);
     auto port = spec.env.find("SAGEMAKER_BIND_TO_PORT");
     if (behavior.serve_ping && port != spec.env.end() && behavior.on_launch == Behavior::OnLaunch::kRun) {
-      auto server = PingServer::Open(std::atoi(port->second.c_str()), instance->ping_status);
+      const std::string address = spec.network ? spec.network->address : "127.0.0.1";
+      auto server = PingServer::Open(address, std::atoi(port->second.c_str()), instance->ping_status);
       if (server) {
         instance->ping = std::move(server);
       } else {
         // As a real server that cannot bind: it says why and exits.
-        (void)AppendOutputLocked(spec.instance_id, 'e', "fake: cannot bind port " + port->second);
+        (void)AppendOutputLocked(spec.instance_id, 'e', "fake: cannot bind " + address + ":" + port->second);
         EndLocked(*instance, 1, 0, InstanceState::kExited);
       }
     }
@@ -390,17 +394,20 @@ class FakeRuntime final : public Runtime {
   }
 
  private:
-  // Answers GET /ping on 127.0.0.1:port with the current status, one request per connection.
+  // Answers GET /ping on address:port (IPv4) with the current status, one request per connection.
   class PingServer {
    public:
-    static std::unique_ptr<PingServer> Open(int port, std::shared_ptr<std::atomic<int>> status) {
+    static std::unique_ptr<PingServer> Open(const std::string& address, int port,
+                                            std::shared_ptr<std::atomic<int>> status) {
+      in_addr ip{};
+      if (::inet_pton(AF_INET, address.c_str(), &ip) != 1) return nullptr;
       int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd < 0) return nullptr;
       int one = 1;
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_addr = ip;
       addr.sin_port = htons(static_cast<uint16_t>(port));
       if (port <= 0 || port > 65535 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
           ::listen(fd, 16) != 0) {

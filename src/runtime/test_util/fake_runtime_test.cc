@@ -176,5 +176,42 @@ TEST_F(FakeRuntimeTest, ServesPingOnTheBindPortWhileItRuns) {
   EXPECT_FALSE(client.Send("127.0.0.1", port, ping, {}).ok());  // the port closed with it
 }
 
+TEST_F(FakeRuntimeTest, ServesPingOnTheNetworkAddressWhenTheSpecHasANetwork) {
+  // A port free on 127.0.9.2 (any 127/8 address is loopback); both instances listen on it, each
+  // on its own address, as two namespaced containers on 8080 do.
+  int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ASSERT_EQ(::inet_pton(AF_INET, "127.0.9.2", &addr.sin_addr), 1);
+  ASSERT_EQ(::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
+  const uint16_t port = ntohs(addr.sin_port);
+  ::close(probe);
+
+  for (const char* id : {"a", "b"}) {
+    InstanceSpec spec = Spec(id);
+    spec.env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(port);
+    spec.network = NetworkAttachment{};
+    spec.network->address = std::string("127.0.9.") + (id[0] == 'a' ? "2" : "3");
+    ASSERT_TRUE(runtime_.Launch(spec).ok());
+    ASSERT_TRUE(runtime_.running(id)) << "the fake could not bind " << spec.network->address;
+  }
+  ASSERT_TRUE(runtime_.SetPingStatus("b", 503).ok());
+  net::HttpClient client{net::HttpClientOptions{}};
+  net::ClientRequest ping;
+  ping.method = "GET";
+  ping.target = "/ping";
+  auto a = client.Send("127.0.9.2", port, ping, {});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->status, 200);
+  auto b = client.Send("127.0.9.3", port, ping, {});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->status, 503);
+  ASSERT_TRUE(runtime_.Exit("a", 0).ok());
+  EXPECT_FALSE(client.Send("127.0.9.2", port, ping, {}).ok());  // a's listener closed with it
+  EXPECT_TRUE(client.Send("127.0.9.3", port, ping, {}).ok());   // b's did not
+}
+
 }  // namespace
 }  // namespace kiln::runtime::testing
