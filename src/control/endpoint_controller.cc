@@ -156,15 +156,23 @@ class EndpointController::EndpointRun {
       deps().credentials->Register(credential_);
       credential_dirty_ = true;
     }
-    int port_base = controller_->ReservePorts();
-    if (port_base == 0) {
-      KLOG(error, "no free port block for an endpoint instance", {{"endpoint", name_}});
-      return nullptr;
-    }
     EndpointInstance::Spec spec;
     spec.endpoint_name = record.name;
     spec.instance_id = NewInstanceId();
     spec.runtime_id = std::string(kRuntimePrefix) + record.name + "-" + spec.instance_id;
+    int port_base = 0;
+    if (deps().networks != nullptr) {
+      // Namespaced: no port block; a lease on the endpoint's network (a failure fails the
+      // instance with the reason, as any other provisioning failure does).
+      auto isolated = model.find("EnableNetworkIsolation");
+      AttachNetwork(record.name, isolated != model.end() && isolated->is_boolean() && isolated->get<bool>(), spec);
+    } else {
+      port_base = controller_->ReservePorts();
+      if (port_base == 0) {
+        KLOG(error, "no free port block for an endpoint instance", {{"endpoint", name_}});
+        return nullptr;
+      }
+    }
     spec.variant = variant;
     spec.model_name = model_name;
     spec.instance_type = config_variant->value("InstanceType", "");
@@ -189,6 +197,51 @@ class EndpointController::EndpointRun {
 
   void StopAll() {
     for (auto& instance : instances_) instance->RequestStop();
+  }
+
+  // Namespaced mode: the endpoint's network exists with the model's isolation (Ensure, once per
+  // run and setting) and the instance has a lease on it (the runtime id is the lease id: Sweep
+  // keeps the leases of running instances). Sets spec.network, or spec.network_error.
+  void AttachNetwork(const std::string& endpoint, bool isolated, EndpointInstance::Spec& spec) {
+    const std::string network = EndpointNetworkName(endpoint);
+    if (network_ != NetworkState::kEnsured || network_isolated_ != isolated) {
+      auto ensured = deps().networks->Ensure(network, isolated);
+      if (!ensured.ok()) {
+        network_ = NetworkState::kUnknown;
+        if (ensured.status().code() == StatusCode::kFailedPrecondition) {
+          // An UpdateEndpoint whose model changes EnableNetworkIsolation: the instances of both
+          // deployments share the endpoint's one network while the update runs.
+          spec.network_error = "ClientError: Kiln cannot change EnableNetworkIsolation (to " +
+                               std::string(isolated ? "true" : "false") + ") of endpoint " + endpoint +
+                               " while it has instances: they share network " + network +
+                               ". Delete the endpoint and create it again with the new model.";
+        } else {
+          spec.network_error = "InternalServerError: The network of endpoint " + endpoint +
+                               " could not be created: " + ensured.status().message();
+        }
+        return;
+      }
+      network_ = NetworkState::kEnsured;
+      network_isolated_ = isolated;
+    }
+    auto attached = deps().networks->Attach(network, spec.runtime_id, LoopbackForwards(options().endpoint_url));
+    if (!attached.ok()) {
+      spec.network_error = "InternalServerError: No address for an instance of endpoint " + endpoint + " on network " +
+                           network + ": " + attached.status().message();
+      return;
+    }
+    spec.network = std::move(*attached);
+  }
+
+  // Namespaced mode: removes the endpoint's network once no instance of the run is left (it is
+  // deleted, gone, or Failed). Once per run until a launch ensures it again.
+  void RemoveNetwork(const std::string& endpoint) {
+    if (deps().networks == nullptr || !instances_.empty() || network_ == NetworkState::kRemoved) return;
+    if (Status s = deps().networks->Remove(EndpointNetworkName(endpoint)); !s.ok()) {
+      KLOG(warn, "endpoint network not removed", {{"endpoint", endpoint}, {"error", s.ToString()}});
+      return;
+    }
+    network_ = NetworkState::kRemoved;
   }
 
   // Joins and drops stopped instances. True when any was dropped. A failed instance stays until
@@ -234,6 +287,7 @@ class EndpointController::EndpointRun {
         Retry();
         return false;
       }
+      RemoveNetwork(route_name_.empty() ? name_ : route_name_);
       finished_ = true;
       return true;
     }
@@ -250,6 +304,7 @@ class EndpointController::EndpointRun {
       ForgetFailures();
       Publish(record, Deployment{}, 0);
       WriteObserved(record, Deployment{});
+      RemoveNetwork(record.name);  // its subnet is free until an update launches again
       return false;
     }
 
@@ -537,6 +592,7 @@ class EndpointController::EndpointRun {
       return false;
     }
     deps().routes->Remove(record.name);
+    RemoveNetwork(record.name);
     if (!credential_.access_key_id.empty()) deps().credentials->Revoke(credential_.access_key_id);
     (void)RemoveAll(options().work_dir + "/" + record.name);
     KLOG(info, "endpoint deleted", {{"endpoint", record.name}});
@@ -557,6 +613,9 @@ class EndpointController::EndpointRun {
 
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
+  // What this run knows of the endpoint's network (namespaced mode).
+  enum class NetworkState { kUnknown, kEnsured, kRemoved };
+
   EndpointController* controller_;
   const std::string name_;
   std::string route_name_;
@@ -568,6 +627,8 @@ class EndpointController::EndpointRun {
   std::string published_signature_;
   std::optional<store::EndpointObservedState> last_observed_;  // as last written
   bool finished_ = false;
+  NetworkState network_ = NetworkState::kUnknown;  // run thread only
+  bool network_isolated_ = false;                  // kEnsured: with this setting
 
   Mutex mu_;
   CondVar cv_;
@@ -635,9 +696,32 @@ Status EndpointController::Start() {
       spec.launched_millis = r.launched_millis;
       spec.dir = options_.work_dir + "/" + record.name + "/" + spec.instance_id;
       auto status = deps_.runtime->Inspect(spec.runtime_id);
-      if (!status.ok() || status->state != runtime::InstanceState::kRunning) {
+      const bool running = status.ok() && status->state == runtime::InstanceState::kRunning;
+      if (running && spec.port_base == 0) {
+        // Namespaced: the same lease id gets the same address again (InstanceNetworks::Attach).
+        if (deps_.networks == nullptr) {
+          KLOG(warn, "endpoint instance runs in a network namespace but networks are off; replacing it",
+               {{"endpoint", record.name}, {"instance", spec.instance_id}});
+        } else if (auto attached = deps_.networks->Attach(EndpointNetworkName(record.name), spec.runtime_id,
+                                                          LoopbackForwards(options_.endpoint_url));
+                   attached.ok()) {
+          spec.network = std::move(*attached);
+        } else {
+          KLOG(warn, "endpoint instance's network address not found; replacing it",
+               {{"endpoint", record.name}, {"instance", spec.instance_id}, {"error", attached.status().ToString()}});
+        }
+      }
+      if (!running || (spec.port_base == 0 && !spec.network)) {
+        if (running) {
+          // Unreachable (no address): it cannot be routed, so it goes and is replaced.
+          (void)deps_.runtime->Stop(spec.runtime_id, std::chrono::seconds(0));
+          (void)deps_.runtime->Wait(spec.runtime_id, std::chrono::seconds(5));
+        }
         (void)deps_.runtime->Remove(spec.runtime_id);
         (void)RemoveAll(spec.dir);
+        if (spec.port_base == 0 && deps_.networks != nullptr) {
+          (void)deps_.networks->Detach(EndpointNetworkName(record.name), spec.runtime_id);
+        }
         continue;  // replaced by the run's reconcile
       }
       std::optional<Allocation> allocation;
@@ -651,7 +735,7 @@ Status EndpointController::Start() {
           KLOG(warn, "unreadable endpoint instance allocation", {{"endpoint", record.name}, {"error", e.what()}});
         }
       }
-      MarkPortsUsed(spec.port_base);
+      if (spec.port_base != 0) MarkPortsUsed(spec.port_base);
       adopted_ids.insert(spec.runtime_id);
       std::weak_ptr<EndpointRun> weak = run;
       run->Adopt(std::make_shared<EndpointInstance>(*instance_env_, std::move(spec), true, allocation, [weak] {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "control/test_util/controller_fixture.h"
+#include "net/http_client.h"
+#include "runtime/test_util/fake_networks.h"
 
 // The endpoint controller over a fake runtime (control/test_util/controller_fixture.h): each
 // fake instance answers GET /ping on the port the controller gives it, so creation, health
@@ -68,6 +70,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     deps.log_store = log_store_.get();
     deps.routes = routes_.get();
     deps.clock = &clock_;
+    deps.networks = networks_.get();  // null (host mode) unless a test set UseNetworks()
     controller_ = std::make_unique<EndpointController>(options, deps);
     ASSERT_TRUE(controller_->Start().ok());
   }
@@ -95,9 +98,40 @@ class EndpointControllerTest : public testing::ControllerTest {
   }
   static store::DesiredVariants Desired(int count) { return {{"main", {.weight = 1.0, .instance_count = count}}}; }
 
-  // CreateEndpoint as the API does it.
+  // Namespaced mode: the controller gets FakeNetworks (kept across RestartController, as the
+  // networks' state on disk is). Their addresses are 127.0.k.n by creation order k: networks
+  // made first, a number of them scattered by the pid, move this process's endpoint networks
+  // away from another test process's at once (ctest -j), since every instance listens on 8080.
+  void UseNetworks() {
+    networks_ = std::make_unique<runtime::FakeNetworks>();
+    const uint32_t scatter = static_cast<uint32_t>(::getpid()) * 2654435761u;
+    const int padding = static_cast<int>((scatter >> 8) % 200);
+    for (int i = 0; i < padding; ++i) ASSERT_TRUE(networks_->Ensure("padding-" + std::to_string(i), false).ok());
+  }
+
+  // The calls of networks_ (UseNetworks) that name `network`, without the padding.
+  std::vector<std::string> NetworkCalls(const std::string& network) const {
+    std::vector<std::string> calls;
+    for (const std::string& call : networks_->calls()) {
+      if (call.find(" " + network) != std::string::npos) calls.push_back(call);
+    }
+    return calls;
+  }
+
+  // The routed instances' targets.
+  std::vector<std::shared_ptr<const serving::InstanceTarget>> Targets(const std::string& name) const {
+    std::vector<std::shared_ptr<const serving::InstanceTarget>> targets;
+    auto route = routes_->Find(name);
+    if (!route) return targets;
+    for (const auto& v : route->variants) {
+      for (const auto& i : v.instances) targets.push_back(i);
+    }
+    return targets;
+  }
+
+  // CreateEndpoint as the API does it; `model_members` are merged into the model.
   void Create(const std::string& name, const std::string& image = "local:/bin/true", int count = 1,
-              const json& variant_members = json::object()) {
+              const json& variant_members = json::object(), const json& model_members = json::object()) {
     store::EndpointRecord record;
     record.name = name;
     record.arn = "arn:aws:sagemaker:us-east-1:000000000000:endpoint/" + name;
@@ -107,6 +141,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     record.last_modified_millis = record.creation_millis;
     record.request = {{"EndpointName", name}, {"EndpointConfigName", "cfg1"}};
     record.deployment = Deployment("cfg1", image, count, 1000, variant_members);
+    record.deployment.models["model-cfg1"].merge_patch(model_members);
     record.desired = Desired(count);
     store::EndpointRepository endpoints(db_.get());
     ASSERT_TRUE(endpoints.Insert(record).ok());
@@ -186,6 +221,7 @@ class EndpointControllerTest : public testing::ControllerTest {
   }
 
   std::chrono::milliseconds replacement_backoff_{20};
+  std::unique_ptr<runtime::FakeNetworks> networks_;  // UseNetworks()
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<EndpointController> controller_;
 };
@@ -533,6 +569,188 @@ TEST_F(EndpointControllerTest, OrphanedEndpointInstancesAreStoppedAtStart) {
   StartController();
   EXPECT_FALSE(runtime_->Inspect(orphan.instance_id).ok());
   EXPECT_TRUE(runtime_->running(training.instance_id));
+}
+
+// ---- Namespaced mode (EndpointControllerDeps::networks) --------------------------------------
+
+TEST_F(EndpointControllerTest, NamespacedInstancesListenOn8080AtTheirOwnAddressesAndAreRouted) {
+  UseNetworks();
+  StartController();
+  Create("ep", "local:/bin/true", 2);
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
+  ASSERT_EQ(runtime_->launches().size(), 2u);
+  std::set<std::string> addresses;
+  for (const std::string& id : runtime_->launches()) {
+    auto spec = runtime_->spec(id);
+    ASSERT_TRUE(spec.has_value() && spec->network.has_value()) << id;
+    EXPECT_EQ(spec->network->network, "endpoint-ep");
+    EXPECT_FALSE(spec->network->isolated);
+    EXPECT_EQ(spec->network->loopback_forwards, std::vector<int>{1});  // Kiln at http://127.0.0.1:1
+    EXPECT_EQ(spec->env.at("SAGEMAKER_BIND_TO_PORT"), "8080");
+    EXPECT_EQ(spec->env.at("SAGEMAKER_SAFE_PORT_RANGE"), "8081-8179");
+    EXPECT_EQ(spec->env.at("AWS_ENDPOINT_URL"), "http://127.0.0.1:1");
+    EXPECT_THAT(spec->hosts_file_lines, ::testing::Contains(spec->network->address + " " + spec->hostname));
+    addresses.insert(spec->network->address);
+  }
+  EXPECT_EQ(addresses.size(), 2u);
+  // The router goes to <address>:8080 of each, and each really answers there.
+  net::HttpClient client{net::HttpClientOptions{}};
+  net::ClientRequest ping;
+  ping.method = "GET";
+  ping.target = "/ping";
+  std::set<std::string> routed_addresses;
+  for (const auto& target : Targets("ep")) {
+    EXPECT_EQ(target->port, 8080);
+    routed_addresses.insert(target->host);
+    auto answer = client.Send(target->host, target->port, ping, {});
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    EXPECT_EQ(answer->status, 200);
+  }
+  EXPECT_EQ(routed_addresses, addresses);
+  // The network was ensured once, then each instance leased an address (by its runtime id; the
+  // instances' threads launch in either order).
+  auto calls = NetworkCalls("endpoint-ep");
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0], "ensure endpoint-ep");
+  EXPECT_THAT(std::vector<std::string>(calls.begin() + 1, calls.end()),
+              ::testing::UnorderedElementsAre("attach endpoint-ep " + runtime_->launches()[0],
+                                              "attach endpoint-ep " + runtime_->launches()[1]));
+  // No port block of the node's range is recorded.
+  for (const auto& instance : Endpoint("ep")->state.instances) EXPECT_EQ(instance.port_base, 0);
+}
+
+TEST_F(EndpointControllerTest, NamespacedScaleInDetachesTheInstanceAndDeleteRemovesTheNetwork) {
+  UseNetworks();
+  StartController();
+  Create("ep", "local:/bin/true", 2);
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_EQ(networks_->Leases("endpoint-ep").size(), 2u);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = EndpointStatus::kUpdating;
+    r.desired = Desired(1);
+  });
+  const std::string newest = runtime_->launches().at(1);
+  const std::string kept = runtime_->launches().at(0);
+  ASSERT_TRUE(WaitFor([&] { return networks_->Leases("endpoint-ep").size() == 1; }));
+  EXPECT_EQ(networks_->Leases("endpoint-ep").count(kept), 1u);
+  EXPECT_FALSE(runtime_->running(newest));
+  EXPECT_THAT(NetworkCalls("endpoint-ep"), ::testing::Contains("detach endpoint-ep " + newest));
+  WaitForStatus("ep", EndpointStatus::kInService);
+  EXPECT_TRUE(networks_->Exists("endpoint-ep"));
+
+  Change("ep", [](store::EndpointRecord& r) { r.status = EndpointStatus::kDeleting; });
+  ASSERT_TRUE(WaitFor([&] { return Endpoint("ep").status().IsNotFound(); }));
+  EXPECT_FALSE(networks_->Exists("endpoint-ep"));
+  auto calls = NetworkCalls("endpoint-ep");
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls[calls.size() - 2], "detach endpoint-ep " + kept);  // the last instance went first
+  EXPECT_EQ(calls.back(), "remove endpoint-ep");
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "ensure endpoint-ep"), 1);
+}
+
+TEST_F(EndpointControllerTest, AnIsolatedModelGetsAnIsolatedNetworkWithoutForwards) {
+  UseNetworks();
+  StartController();
+  Create("ep", "local:/bin/true", 1, json::object(), {{"EnableNetworkIsolation", true}});
+  WaitForStatus("ep", EndpointStatus::kInService);
+  auto spec = runtime_->spec(runtime_->launches().at(0));
+  ASSERT_TRUE(spec.has_value() && spec->network.has_value());
+  EXPECT_TRUE(spec->network->isolated);
+  EXPECT_TRUE(spec->network->loopback_forwards.empty());
+  // Ensure(isolated=true): the network exists with that setting (the other one is refused).
+  EXPECT_FALSE(networks_->Ensure("endpoint-ep", false).ok());
+  EXPECT_TRUE(networks_->Ensure("endpoint-ep", true).ok());
+  ASSERT_EQ(Routed("ep").size(), 1u);
+}
+
+TEST_F(EndpointControllerTest, AnUpdateThatChangesNetworkIsolationRollsBackSayingWhy) {
+  UseNetworks();
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", EndpointStatus::kInService);
+  const std::string old_id = runtime_->launches().at(0);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = EndpointStatus::kUpdating;
+    r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
+    r.pending->models["model-cfg2"]["EnableNetworkIsolation"] = true;
+  });
+  store::EndpointRecord rolled_back;
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    if (r.ok()) rolled_back = *r;
+    return r.ok() && r->status == EndpointStatus::kInService && !r->failure_reason.empty();
+  }));
+  EXPECT_THAT(rolled_back.failure_reason,
+              ::testing::HasSubstr("Kiln cannot change EnableNetworkIsolation (to true) of endpoint ep while it has "
+                                   "instances"));
+  EXPECT_TRUE(runtime_->running(old_id));
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+}
+
+TEST_F(EndpointControllerTest, ARestartedControllerFindsANamespacedInstanceAtItsAddressAgain) {
+  UseNetworks();
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_EQ(Targets("ep").size(), 1u);
+  const std::string address = Targets("ep")[0]->host;
+  const std::string id = runtime_->launches().at(0);
+
+  controller_.reset();  // the instance keeps running, its lease stays
+  RestartController();
+  ASSERT_TRUE(WaitFor([&] { return Targets("ep").size() == 1; }));
+  EXPECT_EQ(Targets("ep")[0]->host, address);
+  EXPECT_EQ(Targets("ep")[0]->port, 8080);
+  EXPECT_EQ(runtime_->launches().size(), 1u);  // adopted, not relaunched
+  EXPECT_TRUE(runtime_->stops().empty());
+  EXPECT_EQ(networks_->Leases("endpoint-ep").size(), 1u);
+  EXPECT_EQ(networks_->Leases("endpoint-ep").count(id), 1u);
+}
+
+TEST_F(EndpointControllerTest, ANamespacedInstanceThatNeverAnswersSaysWhichPortItMustServe) {
+  UseNetworks();
+  FakeRuntime::Behavior silent;
+  silent.serve_ping = false;
+  runtime_->SetDefaultBehavior(silent);
+  StartController();
+  Create("ep", "local:/bin/true", 1, {{"ContainerStartupHealthCheckTimeoutInSeconds", 1}});
+  auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
+  EXPECT_THAT(failed.failure_reason, ::testing::HasSubstr("must answer GET /ping on port 8080"));
+  EXPECT_THAT(failed.failure_reason, ::testing::Not(::testing::HasSubstr("its own port")));
+  // Its lease went with it, and the Failed endpoint's network too.
+  EXPECT_TRUE(WaitFor([&] { return !networks_->Exists("endpoint-ep"); }));
+}
+
+TEST_F(EndpointControllerTest, ANetworkThatCannotBeCreatedFailsTheEndpointWithTheReason) {
+  UseNetworks();
+  networks_->FailNext(Status::ResourceExhausted("no free subnet in 10.213.0.0/16; widen network.cidr"));
+  StartController();
+  Create("ep");
+  auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
+  EXPECT_EQ(failed.failure_reason,
+            "InternalServerError: The network of endpoint ep could not be created: no free subnet in 10.213.0.0/16; "
+            "widen network.cidr");
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
+}
+
+TEST_F(EndpointControllerTest, InHostModeEachInstanceHasItsOwnPortOnTheNodesLoopback) {
+  StartController();
+  Create("ep", "local:/bin/true", 2);
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 2; }));
+  std::set<uint16_t> ports;
+  for (const auto& target : Targets("ep")) {
+    EXPECT_EQ(target->host, "127.0.0.1");
+    ports.insert(target->port);
+  }
+  EXPECT_EQ(ports.size(), 2u);
+  for (const std::string& id : runtime_->launches()) {
+    auto spec = runtime_->spec(id);
+    ASSERT_TRUE(spec.has_value());
+    EXPECT_FALSE(spec->network.has_value());
+    EXPECT_TRUE(ports.count(static_cast<uint16_t>(std::stoi(spec->env.at("SAGEMAKER_BIND_TO_PORT")))));
+  }
 }
 
 }  // namespace

@@ -37,8 +37,10 @@ EndpointInstance::EndpointInstance(const EndpointInstanceEnv& env, Spec spec, bo
       on_change_(std::move(on_change)) {
   auto target = std::make_shared<serving::InstanceTarget>();
   target->instance_id = spec_.instance_id;
-  target->host = "127.0.0.1";
-  target->port = static_cast<uint16_t>(spec_.port_base);
+  // Host mode: the node's loopback at the instance's own port; namespaced: its address, where
+  // it listens on 8080 like every other instance (the node reaches isolated networks too).
+  target->host = spec_.network ? spec_.network->address : "127.0.0.1";
+  target->port = static_cast<uint16_t>(spec_.network ? kNamespacedServingPort : spec_.port_base);
   target->container_hostname = "primary";
   target->log_stream = spec_.variant + "/" + spec_.instance_id;
   target_ = std::move(target);
@@ -133,6 +135,13 @@ void EndpointInstance::Provision() {
       return;
     }
   }
+  if (spec_.port_base == 0 && !spec_.network) {
+    // Namespaced mode without a lease: the endpoint run could not ensure the network or lease an
+    // address (spec_.network_error says which, and what to change).
+    Fail(spec_.network_error.empty() ? "InternalServerError: no network address for the instance"
+                                     : spec_.network_error);
+    return;
+  }
   if (!Reserve()) return;
 
   std::string opt_ml = spec_.dir + "/opt_ml";
@@ -178,7 +187,7 @@ void EndpointInstance::Provision() {
   launch.region = options().region;
   launch.endpoint_url = options().endpoint_url;
   launch.credential = spec_.credential;
-  launch.port = spec_.port_base;
+  launch.port = spec_.network ? kNamespacedServingPort : spec_.port_base;
   launch.port_block = kInstancePortBlock;
   launch.model_server = options().model_server;
   launch.serve_worker = options().serve_worker;
@@ -200,7 +209,13 @@ void EndpointInstance::Provision() {
     env["NVIDIA_VISIBLE_DEVICES"] = "void";
   }
   env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
-  spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
+  if (spec_.network) {
+    // Its own namespace: its hostname resolves to its address (serving-contract.md §2).
+    spec.network = spec_.network;
+    spec.hosts_file_lines = NamespacedHostsFileLines({{spec_.instance_id, spec_.network->address}});
+  } else {
+    spec.hosts_file_lines = HostsFileLines({spec_.instance_id});
+  }
   Status launched = deps().runtime->Launch(spec);
   if (!launched.ok()) {
     Fail("ClientError: The container of production variant " + spec_.variant +
@@ -214,7 +229,7 @@ void EndpointInstance::Provision() {
        {{"endpoint", spec_.endpoint_name},
         {"instance", spec_.instance_id},
         {"variant", spec_.variant},
-        {"port", std::to_string(spec_.port_base)},
+        {"address", target_->host + ":" + std::to_string(target_->port)},
         {"note", shared_note_}});
   if (!shared_note_.empty()) {
     KLOG(warn, "endpoint instance runs unreserved",
@@ -351,10 +366,15 @@ bool EndpointInstance::HealthGate() {
       return true;
     }
     if (SteadyClock::now() >= deadline) {
+      const std::string where =
+          spec_.network ? "Kiln runs every instance in a network namespace of its own (here at " + target_->host +
+                              "); the container must answer GET /ping on port " +
+                              std::to_string(kNamespacedServingPort) + " (SAGEMAKER_BIND_TO_PORT)"
+                        : "Kiln runs the instances on the node's network and gives each its own port in "
+                          "SAGEMAKER_BIND_TO_PORT (here " +
+                              std::to_string(spec_.port_base) + "); the container must answer GET /ping there";
       Fail("ClientError: The primary container for production variant " + spec_.variant +
-           " did not pass the ping health check. Kiln gives every instance its own port in "
-           "SAGEMAKER_BIND_TO_PORT (here " +
-           std::to_string(spec_.port_base) + "); the container must answer GET /ping there within " +
+           " did not pass the ping health check. " + where + " within " +
            std::to_string(spec_.startup_timeout.count()) + " s. Last attempt: " + last_ping_error_ + "." +
            LastOutputLine());
       return false;
@@ -394,6 +414,7 @@ void EndpointInstance::Finish() {
     if (!launched_) {
       (void)RemoveAll(spec_.dir);
       if (reserved_) deps().scheduler->Release(spec_.runtime_id);
+      ReleaseNetwork();  // never launched: no next server adopts it
     }
     stopped_ = true;
     return;
@@ -438,11 +459,21 @@ void EndpointInstance::Finish() {
   if (deps().forget_upstream) deps().forget_upstream(target_->host, target_->port);
   if (reserved_) deps().scheduler->Release(spec_.runtime_id);
   (void)RemoveAll(spec_.dir);
-  env_.release_ports(spec_.port_base);
+  if (spec_.port_base != 0) env_.release_ports(spec_.port_base);
+  ReleaseNetwork();
   SetPhase(InstancePhase::kStopped);
   stopped_ = true;
   KLOG(info, "endpoint instance stopped", {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}});
   on_change_();
+}
+
+void EndpointInstance::ReleaseNetwork() {
+  if (!spec_.network || deps().networks == nullptr) return;
+  if (Status s = deps().networks->Detach(spec_.network->network, spec_.runtime_id); !s.ok()) {
+    // The lease stays until the network is removed (endpoint deleted) or swept at a restart.
+    KLOG(warn, "endpoint instance network lease not released",
+         {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}, {"error", s.ToString()}});
+  }
 }
 
 }  // namespace kiln::control

@@ -8,12 +8,16 @@
 // waiting_for(), at most VariantInstanceProvisionTimeoutInSeconds, then fails with AWS's
 // capacity reason; a type that can never fit fails at once), model data into
 // <dir>/opt_ml/model (ModelDataDownloadTimeout), `<image> serve` under the runtime with its own
-// port block → starting — GET /ping (2 s per attempt) until 200 within the startup budget →
-// in-service — routable, pinged every health_interval; `unhealthy_threshold` failures in a row
-// or the process exiting fail it (requests in flight to it are cut at once) → draining — out of
-// the snapshot; once no request holds its InstanceTarget (or the drain time ends and they are
-// cut) SIGTERM, SIGKILL after stop_grace → stopped (resources, ports and directory released).
+// port block (or on 8080 at its own address, namespaced) → starting — GET /ping (2 s per
+// attempt) until 200 within the startup budget → in-service — routable, pinged every
+// health_interval; `unhealthy_threshold` failures in a row or the process exiting fail it
+// (requests in flight to it are cut at once) → draining — out of the snapshot; once no request
+// holds its InstanceTarget (or the drain time ends and they are cut) SIGTERM, SIGKILL after
+// stop_grace → stopped (resources, ports or network lease, and directory released).
 // Detach (server shutdown) leaves a launched process running for the next server to adopt.
+//
+// Where it listens: host mode, 127.0.0.1:<its port block's first port>; namespaced mode
+// (EndpointControllerDeps::networks), <its address on the endpoint's network>:8080 (Spec::network).
 //
 // Thread-safety: the public methods may be called from any thread; Spec and target() are
 // immutable after construction; `failure_handled` belongs to the endpoint run's thread.
@@ -41,9 +45,15 @@
 
 namespace kiln::control {
 
-// Each instance gets a block of this many ports (the process runtime shares the host network):
-// the first is SAGEMAKER_BIND_TO_PORT, the rest SAGEMAKER_SAFE_PORT_RANGE.
+// Host mode (no EndpointControllerDeps::networks): each instance gets a block of this many ports
+// on the node's network: the first is SAGEMAKER_BIND_TO_PORT, the rest SAGEMAKER_SAFE_PORT_RANGE.
+// Namespaced mode: the same shape inside the instance's own namespace, from 8080 (the port
+// serving-contract.md §2 names), so every instance listens on 8080 at its own address.
 inline constexpr int kInstancePortBlock = 100;
+inline constexpr int kNamespacedServingPort = 8080;
+
+// The InstanceNetworks name of an endpoint's network (DESIGN.md §6): "endpoint-<EndpointName>".
+inline std::string EndpointNetworkName(const std::string& endpoint_name) { return "endpoint-" + endpoint_name; }
 
 // What an instance uses of its controller. Pointers outlive every instance.
 struct EndpointInstanceEnv {
@@ -72,8 +82,15 @@ class EndpointInstance {
     agent::UnpackCap unpack_cap;                   // bounds the model archive (archive_caps.h)
     aws::Credential credential;
     std::string dir;  // <work>/<endpoint>/<instance-id>
+    // Host mode: the first port of its block (> 0). 0: namespaced, on `network`.
     int port_base = 0;
     int64_t launched_millis = 0;
+    // Namespaced mode: its lease on the endpoint's network (InstanceNetworks::Attach with the
+    // runtime id as lease id), taken by the endpoint run before the instance exists — an adopted
+    // instance gets the same address again; released (Detach) when it stops. Unset with
+    // `network_error` set: the network could not be had; the instance fails with that reason.
+    std::optional<runtime::NetworkAttachment> network;
+    std::string network_error;
   };
 
   // `adopted`: the instance was launched by an earlier server (Start pings it, never launches
@@ -189,6 +206,9 @@ class EndpointInstance {
   }
 
   void Finish();
+
+  // Namespaced mode: gives the instance's address back (InstanceNetworks::Detach) once it ended.
+  void ReleaseNetwork();
 
   const EndpointInstanceEnv env_;
   Spec spec_;

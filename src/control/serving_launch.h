@@ -30,8 +30,9 @@ struct ServingLaunchContext {
   std::string region;
   std::string endpoint_url;  // Kiln as the instances reach it
   aws::Credential credential;
-  // Instances share the host network on the process runtime: each listens on its own port and may
-  // use the rest of its block (SAGEMAKER_SAFE_PORT_RANGE).
+  // SAGEMAKER_BIND_TO_PORT; the rest of the block is SAGEMAKER_SAFE_PORT_RANGE. Host mode: the
+  // instances share the node's network, so each gets a block of its own. Namespaced (a network
+  // namespace per instance): 8080 for every instance, the range 8081-8179 inside its namespace.
   int port = 8080;
   int port_block = 100;
   std::string model_server;  // the kiln-model-server binary

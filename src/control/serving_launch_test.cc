@@ -62,6 +62,17 @@ TEST(ServingLaunchTest, LocalImagesRunTheirExecutableWithServe) {
   EXPECT_EQ(plan.binds[0].host_path, "/tmp/algo");
 }
 
+TEST(ServingLaunchTest, ANamespacedInstanceListensOn8080AndReachesKilnAtTheSameUrl) {
+  // Namespaced mode: every instance on 8080 in its own namespace, its safe range above it;
+  // AWS_ENDPOINT_URL unchanged (the shim forwards 127.0.0.1:<port> inside to the node's).
+  ServingLaunchContext context = Context();
+  context.port = 8080;
+  ServingLaunchPlan plan = PlanServingLaunch({{"Image", "x/sagemaker-scikit-learn:1.2-1"}}, Framework(), context);
+  EXPECT_EQ(plan.env["SAGEMAKER_BIND_TO_PORT"], "8080");
+  EXPECT_EQ(plan.env["SAGEMAKER_SAFE_PORT_RANGE"], "8081-8179");
+  EXPECT_EQ(plan.env["AWS_ENDPOINT_URL"], "http://127.0.0.1:5456");
+}
+
 TEST(ServingLaunchTest, TheContainerEnvironmentCannotReplaceCredentialsOrPorts) {
   json container = {{"Image", "x/sagemaker-scikit-learn:1.2-1"},
                     {"Environment",
