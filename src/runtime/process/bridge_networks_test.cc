@@ -1,0 +1,371 @@
+// BridgeNetworks on real bridges and a real nftables table: needs root (skips otherwise). Each
+// test has a cidr of its own in 10.251.0.0-10.254.255.255 and a fresh state dir, and TearDown
+// removes every network and bridge it made (Sweep with no live instances, then any bridge left
+// whose alias names the test's dirs). Other Kiln servers on the node may hold kb-* bridges
+// meanwhile: the tests never assume which subnet index they get, only that it is in the range.
+#include "runtime/process/bridge_networks.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/fs.h"
+#include "base/hash.h"
+#include "runtime/process/netlink.h"
+
+namespace kiln::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string Shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+uint32_t Ip(const std::string& text) {
+  in_addr a{};
+  inet_pton(AF_INET, text.c_str(), &a);
+  return ntohl(a.s_addr);
+}
+
+// True when "a.b.c.d/len" lies in `cidr` and is not its first block of that size.
+bool InRangeNotFirst(const std::string& subnet, const std::string& cidr) {
+  auto slash = cidr.find('/');
+  uint32_t base = Ip(cidr.substr(0, slash));
+  int prefix = std::stoi(cidr.substr(slash + 1));
+  uint32_t mask = prefix == 0 ? 0 : ~uint32_t{0} << (32 - prefix);
+  uint32_t s = Ip(subnet.substr(0, subnet.find('/')));
+  int sub_prefix = std::stoi(subnet.substr(subnet.find('/') + 1));
+  uint32_t first_end = base + (uint32_t{1} << (32 - sub_prefix));
+  return (s & mask) == base && s >= first_end;
+}
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/kiln-bn-XXXXXX";
+  char* dir = mkdtemp(tmpl);
+  return dir != nullptr ? std::filesystem::weakly_canonical(dir).string() : "";
+}
+
+std::string TableOf(const std::string& state_dir) { return "kiln_" + Sha256Hex(state_dir).substr(0, 8); }
+
+class BridgeNetworksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (CAP_NET_ADMIN)";
+  }
+  void TearDown() override {
+    for (auto& n : opened_) (void)n->Sweep({});
+    opened_.clear();
+    // Anything still named after one of our dirs (a failed test's leftovers, hand-made orphans).
+    for (const std::string& bridge : netlink::ListLinks("kb-").value_or({})) {
+      std::string alias = netlink::LinkAlias(bridge).value_or("");
+      for (const std::string& dir : dirs_) {
+        if (alias.rfind("kiln " + dir, 0) == 0) (void)netlink::DeleteLink(bridge);
+      }
+    }
+    for (const std::string& dir : dirs_) {
+      Shell("nft delete table inet " + TableOf(dir));
+      (void)RemoveAll(dir);
+    }
+  }
+
+  std::string Dir() {
+    dirs_.push_back(MakeTempDir());
+    return dirs_.back();
+  }
+
+  // Opens networks on `cidr`; the object is kept for TearDown, the pointer returned.
+  InstanceNetworks* Open(const std::string& state_dir, const std::string& cidr, int prefix = 24, bool firewall = true) {
+    BridgeNetworksOptions options;
+    options.state_dir = state_dir;
+    options.cidr = cidr;
+    options.subnet_prefix = prefix;
+    options.firewall = firewall;
+    auto n = OpenBridgeNetworks(options);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    if (!n.ok()) return nullptr;
+    opened_.push_back(std::move(n).value());
+    return opened_.back().get();
+  }
+
+  std::vector<std::string> dirs_;
+  std::vector<std::unique_ptr<InstanceNetworks>> opened_;
+};
+
+TEST_F(BridgeNetworksTest, OpenRejectsBadRanges) {
+  std::string dir = Dir();
+  for (auto [cidr, prefix] : std::vector<std::pair<std::string, int>>{{"10.251.0.0", 24},
+                                                                      {"10.251.0.1/16", 24},
+                                                                      {"300.0.0.0/8", 24},
+                                                                      {"10.251.0.0/16", 30},
+                                                                      {"10.251.0.0/16", 12},
+                                                                      {"10.251.0.0/24", 24}}) {
+    BridgeNetworksOptions options;
+    options.state_dir = dir;
+    options.cidr = cidr;
+    options.subnet_prefix = prefix;
+    auto n = OpenBridgeNetworks(options);
+    ASSERT_FALSE(n.ok()) << cidr << " " << prefix;
+    EXPECT_EQ(n.status().code(), StatusCode::kFailedPrecondition) << n.status().ToString();
+    EXPECT_THAT(n.status().message(), HasSubstr("network.")) << n.status().ToString();
+  }
+}
+
+TEST_F(BridgeNetworksTest, EnsureIsIdempotentAndChecksIsolation) {
+  std::string dir = Dir();
+  InstanceNetworks* nets = Open(dir, "10.251.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto a = nets->Ensure("training-a", false);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_THAT(a->bridge, StartsWith("kb-"));
+  EXPECT_TRUE(InRangeNotFirst(a->subnet, "10.251.0.0/16")) << a->subnet;
+  EXPECT_EQ(a->prefix_length, 24);
+  EXPECT_FALSE(a->isolated);
+  EXPECT_EQ(a->gateway, a->subnet.substr(0, a->subnet.rfind('.')) + ".1");
+  EXPECT_EQ(netlink::LinkAlias(a->bridge).value_or(""), "kiln " + dir + " training-a");
+  EXPECT_EQ(netlink::LinkAddresses(a->bridge).value_or({}), std::vector<std::string>{a->gateway + "/24"});
+  EXPECT_TRUE(PathExists(dir + "/training-a.json"));
+
+  auto again = nets->Ensure("training-a", false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->bridge, a->bridge);
+  EXPECT_EQ(again->subnet, a->subnet);
+
+  auto mismatch = nets->Ensure("training-a", true);
+  EXPECT_EQ(mismatch.status().code(), StatusCode::kFailedPrecondition) << mismatch.status().ToString();
+
+  auto b = nets->Ensure("training-b", true);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->isolated);
+  EXPECT_NE(b->subnet, a->subnet);
+  EXPECT_NE(b->bridge, a->bridge);
+
+  EXPECT_TRUE(nets->Ensure("bad name", false).status().IsInvalidArgument());
+  EXPECT_TRUE(nets->Ensure("", false).status().IsInvalidArgument());
+
+  // A deleted bridge is made again on Ensure.
+  ASSERT_TRUE(netlink::DeleteLink(a->bridge).ok());
+  auto remade = nets->Ensure("training-a", false);
+  ASSERT_TRUE(remade.ok()) << remade.status().ToString();
+  EXPECT_TRUE(netlink::LinkAlias(remade->bridge).ok());
+}
+
+TEST_F(BridgeNetworksTest, ExhaustedRangeSaysWhatToWiden) {
+  InstanceNetworks* nets = Open(Dir(), "10.252.0.0/22");  // 4 blocks, the first never used
+  ASSERT_NE(nets, nullptr);
+  int made = 0;
+  Status last;
+  for (int i = 0; i < 4 && last.ok(); ++i) {
+    auto r = nets->Ensure("n" + std::to_string(i), false);
+    if (r.ok()) ++made;
+    last = r.status();
+  }
+  EXPECT_LE(made, 3);
+  EXPECT_EQ(last.code(), StatusCode::kResourceExhausted) << last.ToString();
+  EXPECT_THAT(last.message(), HasSubstr("network.cidr"));
+}
+
+TEST_F(BridgeNetworksTest, AttachLeasesLowestFreeAddressAndIsIdempotent) {
+  InstanceNetworks* nets = Open(Dir(), "10.253.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto info = nets->Ensure("training-att", false);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  std::string stem = info->subnet.substr(0, info->subnet.rfind('.') + 1);
+  std::string index = info->bridge.substr(3);
+
+  auto one = nets->Attach("training-att", "job-algo-1", {8080, 9000});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->address, stem + "2");
+  EXPECT_EQ(one->network, "training-att");
+  EXPECT_EQ(one->bridge, info->bridge);
+  EXPECT_EQ(one->host_veth, "kv" + index + "-2");
+  EXPECT_EQ(one->gateway, info->gateway);
+  EXPECT_EQ(one->prefix_length, 24);
+  EXPECT_FALSE(one->isolated);
+  EXPECT_EQ(one->interface_name, "eth0");
+  EXPECT_EQ(one->loopback_forwards, (std::vector<int>{8080, 9000}));
+
+  auto two = nets->Attach("training-att", "job-algo-2", {});
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->address, stem + "3");
+  EXPECT_EQ(nets->Attach("training-att", "job-algo-1", {})->address, stem + "2");
+
+  ASSERT_TRUE(nets->Detach("training-att", "job-algo-1").ok());
+  EXPECT_TRUE(nets->Detach("training-att", "job-algo-1").ok());  // no lease: Ok
+  EXPECT_TRUE(nets->Detach("no-such-network", "x").ok());
+  EXPECT_EQ(nets->Attach("training-att", "job-algo-3", {})->address, stem + "2");  // lowest free
+  EXPECT_EQ(nets->Attach("training-att", "job-algo-4", {})->address, stem + "4");
+
+  EXPECT_TRUE(nets->Attach("no-such-network", "x", {}).status().IsNotFound());
+
+  // Isolated networks carry no loopback forwards.
+  ASSERT_TRUE(nets->Ensure("training-iso", true).ok());
+  auto iso = nets->Attach("training-iso", "iso-1", {8080});
+  ASSERT_TRUE(iso.ok());
+  EXPECT_TRUE(iso->isolated);
+  EXPECT_TRUE(iso->loopback_forwards.empty());
+}
+
+TEST_F(BridgeNetworksTest, FullSubnetIsResourceExhausted) {
+  InstanceNetworks* nets = Open(Dir(), "10.254.0.0/20", 28);  // .2 .. .14: 13 leases
+  ASSERT_NE(nets, nullptr);
+  ASSERT_TRUE(nets->Ensure("small", false).ok());
+  for (int i = 0; i < 13; ++i) ASSERT_TRUE(nets->Attach("small", "i" + std::to_string(i), {}).ok()) << i;
+  auto full = nets->Attach("small", "i13", {});
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted) << full.status().ToString();
+  EXPECT_THAT(full.status().message(), HasSubstr("network.subnet_prefix"));
+}
+
+TEST_F(BridgeNetworksTest, LeasesSurviveAReopen) {
+  std::string dir = Dir();
+  InstanceNetworks* first = Open(dir, "10.251.0.0/16");
+  ASSERT_NE(first, nullptr);
+  auto info = first->Ensure("endpoint-e", false);
+  ASSERT_TRUE(info.ok());
+  auto a = first->Attach("endpoint-e", "e-1", {});
+  auto b = first->Attach("endpoint-e", "e-2", {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(first->Detach("endpoint-e", "e-1").ok());
+  opened_.clear();  // the server goes away; its bridge stays
+
+  InstanceNetworks* second = Open(dir, "10.251.0.0/16");
+  ASSERT_NE(second, nullptr);
+  auto again = second->Ensure("endpoint-e", false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->bridge, info->bridge);
+  EXPECT_EQ(second->Attach("endpoint-e", "e-2", {})->address, b->address);
+  EXPECT_EQ(second->Attach("endpoint-e", "e-3", {})->address, a->address);
+}
+
+TEST_F(BridgeNetworksTest, RemoveDeletesBridgeStateAndRules) {
+  std::string dir = Dir();
+  InstanceNetworks* nets = Open(dir, "10.252.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto keep = nets->Ensure("keep", false);
+  auto gone = nets->Ensure("gone", true);
+  ASSERT_TRUE(keep.ok() && gone.ok());
+  std::string table = TableOf(dir);
+  EXPECT_THAT(Shell("nft list table inet " + table), HasSubstr("\"" + gone->bridge + "\""));
+
+  ASSERT_TRUE(nets->Remove("gone").ok());
+  EXPECT_TRUE(netlink::LinkAlias(gone->bridge).status().IsNotFound() ||
+              netlink::LinkAlias(gone->bridge).value_or("").rfind("kiln " + dir + " ", 0) != 0);
+  EXPECT_FALSE(PathExists(dir + "/gone.json"));
+  std::string rules = Shell("nft list table inet " + table);
+  EXPECT_THAT(rules, Not(HasSubstr("\"" + gone->bridge + "\"")));
+  EXPECT_THAT(rules, HasSubstr("\"" + keep->bridge + "\""));
+  EXPECT_TRUE(nets->Remove("gone").ok());  // absent: Ok
+
+  // The last network takes the table with it.
+  ASSERT_TRUE(nets->Remove("keep").ok());
+  EXPECT_THAT(Shell("nft list tables"), Not(HasSubstr(table)));
+}
+
+TEST_F(BridgeNetworksTest, FirewallTableHoldsTheIsolationRules) {
+  std::string dir = Dir();
+  InstanceNetworks* nets = Open(dir, "10.253.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto open = nets->Ensure("open", false);
+  auto iso = nets->Ensure("iso", true);
+  ASSERT_TRUE(open.ok() && iso.ok());
+  std::string rules = Shell("nft list table inet " + TableOf(dir));
+  std::string o = "\"" + open->bridge + "\"";
+  std::string i = "\"" + iso->bridge + "\"";
+  // Between Kiln bridges: dropped.
+  EXPECT_THAT(rules, HasSubstr("iifname " + o + " oifname \"kb-*\" oifname != " + o + " drop")) << rules;
+  EXPECT_THAT(rules, HasSubstr("oifname " + o + " iifname \"kb-*\" iifname != " + o + " drop")) << rules;
+  // Isolated: nothing routed in or out, no new connections to the node.
+  EXPECT_THAT(rules, HasSubstr("iifname " + i + " oifname != " + i + " drop")) << rules;
+  EXPECT_THAT(rules, HasSubstr("oifname " + i + " iifname != " + i + " drop")) << rules;
+  EXPECT_THAT(rules, HasSubstr("iifname " + i + " ct state established,related accept")) << rules;
+  EXPECT_THAT(rules, HasSubstr("hook input"));
+  // Masquerading for the open subnet only.
+  EXPECT_THAT(rules, HasSubstr("ip saddr " + open->subnet + " oifname != \"kb-*\" masquerade")) << rules;
+  EXPECT_THAT(rules, Not(HasSubstr("ip saddr " + iso->subnet))) << rules;
+}
+
+TEST_F(BridgeNetworksTest, WithoutFirewallNoTable) {
+  std::string dir = Dir();
+  InstanceNetworks* nets = Open(dir, "10.254.0.0/16", 24, /*firewall=*/false);
+  ASSERT_NE(nets, nullptr);
+  ASSERT_TRUE(nets->Ensure("plain", true).ok());
+  EXPECT_THAT(Shell("nft list tables"), Not(HasSubstr(TableOf(dir))));
+}
+
+TEST_F(BridgeNetworksTest, TwoServersOnOneRangeGetDifferentSubnets) {
+  InstanceNetworks* x = Open(Dir(), "10.254.0.0/16");
+  InstanceNetworks* y = Open(Dir(), "10.254.0.0/16");
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  auto a = x->Ensure("same-name", false);
+  auto b = y->Ensure("same-name", false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->subnet, b->subnet);
+  EXPECT_NE(a->bridge, b->bridge);
+  // Each Sweeps only its own.
+  auto swept = y->Sweep({});
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, std::set<std::string>{"same-name"});
+  EXPECT_TRUE(netlink::LinkAlias(a->bridge).ok());
+}
+
+TEST_F(BridgeNetworksTest, SweepRemovesDeadNetworksAndOrphans) {
+  std::string dir = Dir();
+  std::string other_live = Dir();
+  InstanceNetworks* nets = Open(dir, "10.252.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto live = nets->Ensure("live", false);
+  auto dead = nets->Ensure("dead", false);
+  auto empty = nets->Ensure("empty", true);
+  ASSERT_TRUE(live.ok() && dead.ok() && empty.ok());
+  ASSERT_TRUE(nets->Attach("live", "alive-1", {}).ok());
+  auto stale = nets->Attach("live", "dead-1", {});
+  ASSERT_TRUE(stale.ok());
+  ASSERT_TRUE(nets->Attach("dead", "dead-2", {}).ok());
+
+  // Orphans by hand, on indexes nobody uses: one of ours that no network holds, one of a server
+  // whose dir is gone, one of a live other server (kept).
+  std::string suffix = std::to_string(getpid() % 100000);
+  std::string ours = "kb-7" + suffix, gone = "kb-8" + suffix, theirs = "kb-9" + suffix;
+  ASSERT_TRUE(netlink::CreateBridge(ours, "", 0, "kiln " + dir + " lost").ok());
+  ASSERT_TRUE(netlink::CreateBridge(gone, "", 0, "kiln " + dir + "-deleted-dir x").ok());
+  ASSERT_TRUE(netlink::CreateBridge(theirs, "", 0, "kiln " + other_live + " y").ok());
+
+  auto swept = nets->Sweep({"alive-1", "unrelated"});
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(*swept, (std::set<std::string>{"dead", "empty"}));
+  EXPECT_TRUE(netlink::LinkAlias(live->bridge).ok());
+  EXPECT_FALSE(netlink::LinkAlias(dead->bridge).value_or("").rfind("kiln " + dir + " ", 0) == 0);
+  EXPECT_FALSE(PathExists(dir + "/dead.json"));
+  EXPECT_FALSE(PathExists(dir + "/empty.json"));
+  EXPECT_TRUE(netlink::LinkAlias(ours).status().IsNotFound());
+  EXPECT_TRUE(netlink::LinkAlias(gone).status().IsNotFound());
+  EXPECT_TRUE(netlink::LinkAlias(theirs).ok());
+  (void)netlink::DeleteLink(theirs);
+
+  // The dead lease is dropped: its address is the lowest free again; the live one is kept.
+  EXPECT_EQ(nets->Attach("live", "alive-1", {})->address.substr(live->gateway.rfind('.')), ".2");
+  EXPECT_EQ(nets->Attach("live", "new-1", {})->address, stale->address);
+  EXPECT_THAT(Shell("nft list table inet " + TableOf(dir)), Not(HasSubstr("\"" + dead->bridge + "\"")));
+}
+
+}  // namespace
+}  // namespace kiln::runtime
