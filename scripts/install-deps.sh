@@ -27,6 +27,8 @@ build_pkgs=(
   libpugixml-dev                           # XML parsing for S3 request bodies
   libpcre2-dev                             # model patterns and MetricDefinitions regexes (Perl syntax)
   libarchive-dev                           # model.tar.gz / sourcedir.tar.gz (tar + gzip), streamed
+  libnl-3-dev libnl-route-3-dev            # per-instance networks: bridges, veths, addresses, routes (rtnetlink)
+  libnftables-dev                          # per-instance networks: each server's nftables table (isolation, NAT)
   python3                                  # the default training environment (script mode)
   libtorch-dev                             # kiln-model-server's native TorchScript backend (optional: built when present)
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -41,6 +43,7 @@ test_pkgs=(
   python3-cbor2                            # CloudWatch RPC v2 CBOR tests (raw CBOR requests)
   clang                                    # scripts/test.sh: the sanitizer build, with -Wthread-safety
   clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)
+  nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
 )
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.
