@@ -18,15 +18,17 @@
 // the variant's VariantStatus, for at most VariantInstanceProvisionTimeoutInSeconds, then fails
 // with AWS's capacity reason; a type that can never fit here fails at once) → model data into <instance>/opt_ml/model
 // (agent/model_data.h; ModelDataDownloadTimeout) →
-// `<image> serve` under the runtime with its own port in SAGEMAKER_BIND_TO_PORT (the process
-// runtime shares the host network, so each instance gets a block of 100 ports: the bind port and
-// SAGEMAKER_SAFE_PORT_RANGE) → GET /ping (2 s per attempt) until 200 within
-// ContainerStartupHealthCheckTimeoutInSeconds (default 240 s) → routable → pinged every 5 s;
-// 3 failures in a row, or the process exiting, remove it from routing and it is replaced; the
-// requests in flight to a failed instance are cut at once (InstanceTarget::failure → ModelError).
-// Stopping: removed from the snapshot, drained (no request holds it any more: the snapshot's
-// InstanceTarget is referenced only by its InstanceRun; requests still in flight when the drain
-// time ends are cut), SIGTERM, SIGKILL after 30 s.
+// `<image> serve` under the runtime: with deps.networks, in a network namespace of its own on the
+// endpoint's network `endpoint-<name>`, listening on 8080 at its own address; in host mode
+// (no networks) on the node's network with its own port in SAGEMAKER_BIND_TO_PORT (each instance
+// gets a block of 100 ports: the bind port and SAGEMAKER_SAFE_PORT_RANGE) → GET /ping (2 s per
+// attempt) until 200 within ContainerStartupHealthCheckTimeoutInSeconds (default 240 s) →
+// routable → pinged every 5 s; 3 failures in a row, or the process exiting, remove it from
+// routing and it is replaced; the requests in flight to a failed instance are cut at once
+// (InstanceTarget::failure → ModelError). Stopping: removed from the snapshot, drained (no
+// request holds it any more: the snapshot's InstanceTarget is referenced only by its
+// InstanceRun; requests still in flight when the drain time ends are cut), SIGTERM, SIGKILL
+// after 30 s.
 //
 // Endpoint statuses: Creating → InService when every variant has its desired instances
 // routable; a Creating endpoint whose instance fails → Failed with the reason (instances
