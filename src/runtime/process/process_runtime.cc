@@ -107,6 +107,28 @@ Status ProcessRuntime::ValidateSpec(const InstanceSpec& spec) const {
   if (!spec.working_dir.empty() && spec.working_dir[0] != '/') {
     return Status::InvalidArgument("working_dir must be absolute: " + spec.working_dir);
   }
+  if (spec.network) {
+    // The shim checks the rest (the bridge exists, the names are free) when it builds the network.
+    const NetworkAttachment& n = *spec.network;
+    auto link_name_ok = [](const std::string& name) { return !name.empty() && name.size() <= 15; };
+    if (!link_name_ok(n.bridge) || !link_name_ok(n.host_veth) || !link_name_ok(n.interface_name)) {
+      return Status::InvalidArgument("network " + n.network +
+                                     ": bridge, host veth and interface names must be 1-15 bytes (" + n.bridge + ", " +
+                                     n.host_veth + ", " + n.interface_name + ")");
+    }
+    if (n.address.empty() || n.prefix_length < 1 || n.prefix_length > 32) {
+      return Status::InvalidArgument("network " + n.network + ": an address and a prefix length 1-32 are required");
+    }
+    if (!n.isolated && n.gateway.empty()) {
+      return Status::InvalidArgument("network " + n.network + ": a gateway is required unless isolated");
+    }
+    for (int port : n.loopback_forwards) {
+      if (port < 1 || port > 65535) {
+        return Status::InvalidArgument("network " + n.network +
+                                       ": loopback forward port out of range: " + std::to_string(port));
+      }
+    }
+  }
   return Status::Ok();
 }
 

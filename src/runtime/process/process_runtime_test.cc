@@ -2,8 +2,11 @@
 // the one test that drops to nobody) and run the shim binary built beside them (KILN_TEST_SHIM).
 #include "runtime/process/process_runtime.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -23,6 +26,7 @@
 #include "base/fs.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "runtime/process/netlink.h"
 #include "runtime/process/state.h"
 
 namespace kiln::runtime {
@@ -513,6 +517,274 @@ TEST_F(ProcessRuntimeTest, RunsUnprivilegedInAUserNamespace) {
   EXPECT_THAT(Lines(ReadRecords(state + "/userns/output"), 'o'),
               ::testing::ElementsAre("0", "algo-1", "pid=1", "visible", "/opt/ml"));
   EXPECT_FALSE(PathExists("/opt/kiln-userns-test"));  // only inside the sandbox
+}
+
+// The spec file carries the network attachment; spec files written before it existed still decode.
+TEST(ProcessStateTest, SpecJsonCarriesTheNetworkAndOldSpecsDecode) {
+  InstanceSpec spec;
+  spec.instance_id = "algo-1";
+  spec.opt_ml_dir = "/x";
+  spec.argv = {"true"};
+  NetworkAttachment net;
+  net.network = "training-job";
+  net.bridge = "kb-12";
+  net.host_veth = "kv12-2";
+  net.address = "10.213.12.2";
+  net.prefix_length = 23;
+  net.gateway = "10.213.12.1";
+  net.isolated = true;
+  net.interface_name = "ens5";
+  net.loopback_forwards = {8080, 9000};
+  spec.network = net;
+  Result<InstanceSpec> back = process_state::DecodeSpec(process_state::EncodeSpec(spec));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->network.has_value());
+  EXPECT_EQ(back->network->network, "training-job");
+  EXPECT_EQ(back->network->bridge, "kb-12");
+  EXPECT_EQ(back->network->host_veth, "kv12-2");
+  EXPECT_EQ(back->network->address, "10.213.12.2");
+  EXPECT_EQ(back->network->prefix_length, 23);
+  EXPECT_EQ(back->network->gateway, "10.213.12.1");
+  EXPECT_TRUE(back->network->isolated);
+  EXPECT_EQ(back->network->interface_name, "ens5");
+  EXPECT_EQ(back->network->loopback_forwards, (std::vector<int>{8080, 9000}));
+
+  spec.network.reset();
+  std::string plain = process_state::EncodeSpec(spec);
+  EXPECT_EQ(plain.find("network"), std::string::npos);
+  back = process_state::DecodeSpec(plain);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->network.has_value());
+  // As written by a Kiln before per-instance networks.
+  back = process_state::DecodeSpec(
+      R"({"instance_id":"a","opt_ml_dir":"/x","extra_mounts":[],"hostname":"algo-1","hosts_file_lines":[],)"
+      R"("argv":["true"],"env":{},"working_dir":"","cpus":[],"memory_limit_bytes":0,"gpus":[]})");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->network.has_value());
+  // A torn attachment is a bad spec, not "no network".
+  back = process_state::DecodeSpec(
+      R"({"instance_id":"a","opt_ml_dir":"/x","extra_mounts":[],"hostname":"algo-1","hosts_file_lines":[],)"
+      R"("argv":["true"],"env":{},"working_dir":"","cpus":[],"memory_limit_bytes":0,"gpus":[],)"
+      R"("network":{"bridge":"kb-1"}})");
+  EXPECT_EQ(back.status().code(), StatusCode::kDataLoss);
+}
+
+// Instances with a network namespace of their own, on a bridge this fixture creates (a name and a
+// subnet no other test or server uses) and deletes in TearDown, also when a test fails.
+class NamespacedNetworkTest : public ProcessRuntimeTest {
+ protected:
+  static constexpr char kBridge[] = "kh2br7";
+  static constexpr char kVethPrefix[] = "kh2v7-";
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespaced networks need root";
+    ProcessRuntimeTest::SetUp();
+    CleanLinks();
+    Status s = netlink::CreateBridge(kBridge, "10.247.7.1", 24, "kiln runtime_process_test");
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    bridge_created_ = true;
+  }
+  void TearDown() override {
+    if (geteuid() != 0) return;
+    ProcessRuntimeTest::TearDown();
+    if (bridge_created_) CleanLinks();
+  }
+  void CleanLinks() {
+    for (const std::string& veth : netlink::ListLinks(kVethPrefix).value_or({})) netlink::DeleteLink(veth).ok();
+    netlink::DeleteLink(kBridge).ok();
+  }
+  // The attachment of host .<octet> of 10.247.7.0/24.
+  NetworkAttachment Attachment(int octet, bool isolated = false, std::vector<int> forwards = {}) {
+    NetworkAttachment a;
+    a.network = "test-net";
+    a.bridge = kBridge;
+    a.host_veth = kVethPrefix + std::to_string(octet);
+    a.address = "10.247.7." + std::to_string(octet);
+    a.prefix_length = 24;
+    a.gateway = "10.247.7.1";
+    a.isolated = isolated;
+    a.loopback_forwards = std::move(forwards);
+    return a;
+  }
+  InstanceSpec NetSpec(const std::string& id, const std::string& hostname, const NetworkAttachment& net,
+                       const std::string& script) {
+    InstanceSpec spec = Spec(id, script);
+    spec.hostname = hostname;
+    spec.hosts_file_lines = {"127.0.0.1 localhost", "10.247.7.2 algo-1", "10.247.7.3 algo-2"};
+    spec.env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin";
+    spec.network = net;
+    return spec;
+  }
+  std::vector<std::string> Veths() { return netlink::ListLinks(kVethPrefix).value_or({"<ListLinks failed>"}); }
+  std::string Diagnostics(const std::string& id) {
+    return "output:\n" + ReadFile(runtime_->OutputPath(id)).value_or("") + "shim.log:\n" +
+           ReadFile(state_dir_ + "/" + id + "/shim.log").value_or("");
+  }
+
+  bool bridge_created_ = false;
+};
+
+// Two instances on one bridge: each sees lo and eth0 with its own address, its hostname and a
+// default route via the bridge; one reaches the other's TCP server by name (/etc/hosts). When an
+// instance ends, its host veth is gone by the time its exit is visible.
+TEST_F(NamespacedNetworkTest, InstancesHaveEth0AndReachEachOtherOverTheBridge) {
+  InstanceSpec server = NetSpec("srv", "algo-1", Attachment(2), "");
+  server.argv = {"/usr/bin/python3", "-c",
+                 "import socket\n"
+                 "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                 "s.bind(('10.247.7.2', 7000)); s.listen(4); print('listening', flush=True)\n"
+                 "c, peer = s.accept(); line = c.makefile().readline().strip()\n"
+                 "c.sendall(('hello %s from %s, peer %s\\n' % (line, socket.gethostname(), peer[0])).encode())\n"
+                 "c.close()\n"};
+  Status s = runtime_->Launch(server);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(WaitForOutput("srv", "listening")) << Diagnostics("srv");
+  EXPECT_THAT(Veths(), ::testing::ElementsAre("kh2v7-2"));
+
+  InstanceSpec client = NetSpec("cli", "algo-2", Attachment(3),
+                                "hostname; ip -o link | wc -l; ip -4 -br addr show dev eth0 | awk '{print $3}'; "
+                                "echo $(ip route show default); exec /usr/bin/python3 -c \"$CLIENT\"");
+  client.env["CLIENT"] =
+      "import socket\n"
+      "c = socket.create_connection(('algo-1', 7000), timeout=5); c.sendall(b'algo-2\\n')\n"
+      "print(c.makefile().readline().strip())\n";
+  InstanceStatus st = RunToEnd(client);
+  EXPECT_EQ(st.exit_code, 0) << Diagnostics("cli");
+  EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("cli")), 'o'),
+              ::testing::ElementsAre("algo-2", "2", "10.247.7.3/24", "default via 10.247.7.1 dev eth0",
+                                     "hello algo-2 from algo-1, peer 10.247.7.3"))
+      << Diagnostics("cli");
+  EXPECT_THAT(ReadFile(state_dir_ + "/cli/shim.log").value_or(""), HasSubstr("network test-net: eth0 10.247.7.3/24"));
+
+  Result<InstanceStatus> done = runtime_->Wait("srv", std::chrono::seconds(5));
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->exit_code, 0) << Diagnostics("srv");
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+  EXPECT_FALSE(netlink::LinkAlias("kh2v7-2").ok());
+}
+
+// The loopback forward: 127.0.0.1:<port> inside the namespace reaches the node's 127.0.0.1:<port>
+// (where Kiln's endpoint listens), both directions, half-close included, several connections.
+TEST_F(NamespacedNetworkTest, LoopbackForwardReachesTheNodesLoopback) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 8), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  // Answers each connection once the client's EOF came through: the relay must propagate it.
+  std::thread node_server([listener] {
+    for (int i = 0; i < 3; ++i) {
+      int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      timeval tv{10, 0};
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      size_t total = 0;
+      char buf[65536];
+      ssize_t n;
+      while ((n = recv(c, buf, sizeof(buf), 0)) > 0) total += static_cast<size_t>(n);
+      std::string reply = "node got " + std::to_string(total) + (n == 0 ? " then EOF\n" : " then an error\n");
+      send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      close(c);
+    }
+  });
+  InstanceSpec spec = NetSpec("fwd", "algo-1", Attachment(2, false, {port}), "");
+  spec.argv = {"/usr/bin/python3", "-c",
+               "import socket, sys\n"
+               "port = int(sys.argv[1])\n"
+               "for size in (5, 3000000, 0):\n"
+               "    c = socket.create_connection(('127.0.0.1', port), timeout=10)\n"
+               "    c.sendall(b'x' * size); c.shutdown(socket.SHUT_WR)\n"
+               "    print(c.makefile().read().strip(), flush=True)\n",
+               std::to_string(port)};
+  InstanceStatus st = RunToEnd(spec);
+  shutdown(listener, SHUT_RDWR);
+  node_server.join();
+  close(listener);
+  EXPECT_EQ(st.exit_code, 0) << Diagnostics("fwd");
+  EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("fwd")), 'o'),
+              ::testing::ElementsAre("node got 5 then EOF", "node got 3000000 then EOF", "node got 0 then EOF"))
+      << Diagnostics("fwd");
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+}
+
+// EnableNetworkIsolation: no default route, so anything off the subnet is unreachable; no forwards.
+TEST_F(NamespacedNetworkTest, IsolatedInstanceHasNoDefaultRoute) {
+  InstanceSpec spec = NetSpec("iso", "algo-1", Attachment(4, /*isolated=*/true), "");
+  spec.argv = {"/bin/sh", "-c",
+               "ip route show default | wc -l; ip -4 route | awk '{print $1}'; "
+               "exec /usr/bin/python3 -c \"$PROBE\""};
+  spec.env["PROBE"] =
+      "import errno, socket\n"
+      "try:\n"
+      "    socket.create_connection(('10.247.8.9', 80), timeout=5); print('connected')\n"
+      "except OSError as e:\n"
+      "    print(errno.errorcode.get(e.errno, e))\n";
+  InstanceStatus st = RunToEnd(spec);
+  EXPECT_EQ(st.exit_code, 0) << Diagnostics("iso");
+  EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("iso")), 'o'),
+              ::testing::ElementsAre("0", "10.247.7.0/24", "ENETUNREACH"))
+      << Diagnostics("iso");
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+}
+
+// Stop of a namespaced instance: the relay's listener and the veth go with it.
+TEST_F(NamespacedNetworkTest, StoppedInstanceLeavesNoVeth) {
+  InstanceSpec spec = NetSpec("stopped", "algo-1", Attachment(5, false, {1}), "echo ready; sleep 600");
+  ASSERT_TRUE(runtime_->Launch(spec).ok());
+  ASSERT_TRUE(WaitForOutput("stopped", "ready"));
+  EXPECT_THAT(Veths(), ::testing::ElementsAre("kh2v7-5"));
+  ASSERT_TRUE(runtime_->Stop("stopped", std::chrono::seconds(0)).ok());
+  Result<InstanceStatus> st = runtime_->Wait("stopped", std::chrono::seconds(5));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, InstanceState::kExited);
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+}
+
+// A bridge that does not exist: Launch fails naming it, the program never runs, and nothing is
+// left (no veth, no process, no state directory). The same after the veth exists: a loopback
+// forward that cannot listen (the port twice) kills the waiting child and deletes the veth.
+TEST_F(NamespacedNetworkTest, NetworkFailuresFailLaunchAndLeaveNothing) {
+  InstanceSpec spec = NetSpec("nobridge", "algo-1", Attachment(6), "touch /opt/ml/ran; sleep 600");
+  spec.network->bridge = "kh2nobridge";
+  Status s = runtime_->Launch(spec);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("bridge kh2nobridge"));
+  EXPECT_FALSE(PathExists(opt_ml_ + "/ran"));
+  EXPECT_FALSE(PathExists(state_dir_ + "/nobridge"));
+  EXPECT_FALSE(ProcessWithCmdline(state_dir_ + "/nobridge"));
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+
+  spec = NetSpec("badforward", "algo-1", Attachment(7, false, {4567, 4567}), "touch /opt/ml/ran; sleep 600");
+  s = runtime_->Launch(spec);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("cannot listen on 127.0.0.1:4567 inside the instance's network namespace"));
+  EXPECT_FALSE(PathExists(opt_ml_ + "/ran"));
+  EXPECT_FALSE(PathExists(state_dir_ + "/badforward"));
+  EXPECT_FALSE(ProcessWithCmdline(state_dir_ + "/badforward"));
+  EXPECT_THAT(Veths(), ::testing::IsEmpty());
+  EXPECT_THAT(runtime_->List().value(), ::testing::IsEmpty());
+}
+
+TEST_F(ProcessRuntimeTest, RejectsBadNetworkAttachments) {
+  InstanceSpec spec = Spec("badnet", "true");
+  NetworkAttachment net;
+  net.network = "n";
+  net.bridge = "kb-1";
+  net.host_veth = "kv1-2";
+  net.address = "10.213.1.2";
+  net.gateway = "10.213.1.1";
+  net.loopback_forwards = {0};
+  spec.network = net;
+  EXPECT_EQ(runtime_->Launch(spec).code(), StatusCode::kInvalidArgument);
+  spec.network->loopback_forwards = {};
+  spec.network->host_veth = "a-veth-name-too-long";
+  EXPECT_EQ(runtime_->Launch(spec).code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(runtime_->List().value(), ::testing::IsEmpty());
 }
 
 }  // namespace

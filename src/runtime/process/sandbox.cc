@@ -260,6 +260,10 @@ void SetupSandboxAndExec(const SandboxPlan& plan) {
     const BindMount& m = spec.extra_mounts[i];
     if (std::string e = Bind(extra[i], m.sandbox_path, m.read_only); !e.empty()) Fail(plan, "invalid", e);
   }
+  // Networking needs nothing here: the shim forked this process inside the instance's network
+  // namespace (when the spec has one) and builds it before sending the go byte. /etc/resolv.conf
+  // stays the node's: a resolver on the node's loopback (systemd-resolved's 127.0.0.53) is not
+  // reachable from a namespace, which the shim logs; Kiln does not invent a DNS server.
   if (hosts.fd >= 0) {
     if (std::string e = Bind(hosts, "/etc/hosts", false); !e.empty()) Fail(plan, "internal", e);
   }

@@ -3,7 +3,17 @@
 // it detaches (fork + setsid), builds the sandbox's child (sandbox.cc), tells the launcher on the
 // report pipe whether the program was exec'd ("ok" / "error <class> <message>"), then captures the
 // program's output, answers the control socket and records the exit status. Single-threaded: one
-// poll loop over the output pipes, a pidfd for the program, the listening socket and its clients.
+// poll loop over the output pipes, a pidfd for the program, the listening socket and its clients,
+// and, for an instance with a network of its own, the loopback relay (loopback_relay.h).
+//
+// Network (spec.network set; the shim must be root in the node's namespaces): before the fork the
+// shim creates the instance's network namespace (unshare(CLONE_NEWNET), keeping descriptors of the
+// node's and the new namespace), forks the program's process inside it (it inherits the new one),
+// switches itself back to the node's, joins the new namespace to the bridge
+// (netlink::ConnectNamespace: veth, eth0, address, routes), opens the loopback forwards' listening
+// sockets inside it and only then lets the program start (the go pipe). The namespace lives as
+// long as something in it does (the sandbox's processes, the relay's sockets); the shim closes its
+// sockets and deletes the host veth when the program has exited, before exit.json is written.
 //
 // Control protocol (one request line, one reply line, then the shim closes the connection):
 //   signal N      -> ok | error <message>
@@ -11,7 +21,9 @@
 //   status        -> {"state":"running"|"exited","pid":...,"started_millis":...,"stop_requested":...}
 //   wait          -> exited      sent once exit.json is on disk (EOF means the same)
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/file.h>
@@ -38,6 +50,8 @@
 #include "base/fs.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "runtime/process/loopback_relay.h"
+#include "runtime/process/netlink.h"
 #include "runtime/process/process_runtime.h"
 #include "runtime/process/sandbox.h"
 #include "runtime/process/state.h"
@@ -115,8 +129,14 @@ class Shim {
   // Start-up; each returns an error for the launcher ("<class> <message>") or "".
   std::string Prepare();
   std::string EnterUserNamespace();
+  void WarnAboutLoopbackResolver();
   void SetUpCgroup();
   std::string StartProgram();
+  // The instance's network, between the fork and the go byte (see the top of the file). Returns
+  // an error for the launcher or ""; on error the caller kills the child.
+  std::string ConnectNetwork();
+  // Host veth cleanup when the network was set up (Ok when the link is already gone).
+  void DeleteHostVeth();
 
   void Report(const std::string& line);
   void Loop();
@@ -143,6 +163,14 @@ class Shim {
   Stream err_{-1, 'e', {}};
   std::vector<Client> clients_;
   std::vector<int> waiters_;
+  // The instance's network (spec_.network): descriptors of the node's and the instance's network
+  // namespaces while the shim builds it (closed once the program runs: the instance's namespace
+  // must die with the sandbox), and the loopback relay.
+  int host_netns_fd_ = -1;
+  int instance_netns_fd_ = -1;
+  double network_millis_ = 0;
+  bool veth_created_ = false;
+  LoopbackRelay relay_;
   int64_t started_millis_ = 0;
   int64_t finished_millis_ = 0;
   bool exited_ = false;
@@ -252,6 +280,25 @@ void Shim::SetUpCgroup() {
   Log("cgroup %s", leaf.c_str());
 }
 
+// The sandbox sees the node's /etc/resolv.conf (sandbox.cc leaves it). A resolver on a loopback
+// address (systemd-resolved's 127.0.0.53, a local dnsmasq) is the node's own loopback, which a
+// network namespace does not share: names other than /etc/hosts' then do not resolve inside. Kiln
+// does not invent a DNS server; it says so in shim.log.
+void Shim::WarnAboutLoopbackResolver() {
+  Result<std::string> text = ReadFile("/etc/resolv.conf");
+  if (!text.ok()) return;
+  for (std::string_view line : Split(*text, '\n')) {
+    line = Trim(line);
+    if (!StartsWith(line, "nameserver")) continue;
+    std::string_view server = Trim(line.substr(10));
+    if (StartsWith(server, "127.") || server == "::1") {
+      Log("warning: /etc/resolv.conf names the resolver %.*s on the node's loopback, which the instance's "
+          "network namespace cannot reach: only /etc/hosts names resolve inside",
+          static_cast<int>(server.size()), server.data());
+    }
+  }
+}
+
 std::string Shim::Prepare() {
   std::string dir = args_.state_dir;
   Result<std::string> text = ReadFile(ps::Join(dir, ps::kSpecFile));
@@ -260,6 +307,16 @@ std::string Shim::Prepare() {
   if (!spec.ok()) return "internal " + spec.status().message();
   spec_ = std::move(*spec);
   if (spec_.argv.empty()) return "invalid no program to run (argv is empty)";
+  if (spec_.network) {
+    // Creating a veth and moving it into the namespace takes CAP_NET_ADMIN in the node's network
+    // namespace: a user namespace of our own cannot give that.
+    if (geteuid() != 0) {
+      return "precondition an instance with a network of its own (network " + spec_.network->network +
+             ") needs the shim to run as root, and kiln runs as uid " + std::to_string(geteuid()) +
+             "; run kiln as root, or use the node's network (network mode host)";
+    }
+    WarnAboutLoopbackResolver();
+  }
   if (geteuid() != 0) {
     if (std::string e = EnterUserNamespace(); !e.empty()) return e;
   }
@@ -287,10 +344,76 @@ std::string Shim::Prepare() {
   return "";
 }
 
+std::string Shim::ConnectNetwork() {
+  const NetworkAttachment& net = *spec_.network;
+  auto t0 = std::chrono::steady_clock::now();
+  if (Status s = netlink::ConnectNamespace(instance_netns_fd_, net); !s.ok()) {
+    return "internal cannot connect the instance to bridge " + net.bridge + " of network " + net.network + " (" +
+           net.address + ", host veth " + net.host_veth + "): " + s.message();
+  }
+  veth_created_ = true;
+  double connect_millis = MillisSince(t0);
+  auto t1 = std::chrono::steady_clock::now();
+  if (!net.loopback_forwards.empty()) {
+    // Sockets belong to the namespace they were created in: these listen on the instance's
+    // 127.0.0.1 for as long as the shim keeps them, whatever namespace the shim is in later.
+    if (setns(instance_netns_fd_, CLONE_NEWNET) != 0) {
+      return std::string("internal cannot enter the instance's network namespace: ") + std::strerror(errno);
+    }
+    std::string failure;
+    for (int port : net.loopback_forwards) {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      int one = 1;
+      if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+          bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 128) != 0) {
+        failure = "internal cannot listen on 127.0.0.1:" + std::to_string(port) +
+                  " inside the instance's network namespace: " + std::strerror(errno);
+        if (fd >= 0) close(fd);
+        break;
+      }
+      // The target has the same address: the relay connects from the node's namespace.
+      relay_.AddListener(fd, addr);
+    }
+    if (setns(host_netns_fd_, CLONE_NEWNET) != 0) {
+      // The relay would connect inside the instance: refuse rather than forward to the wrong place.
+      return std::string("internal cannot return to the node's network namespace: ") + std::strerror(errno);
+    }
+    if (!failure.empty()) return failure;
+  }
+  // From here on only the sandbox's processes and the relay's sockets hold the namespace.
+  close(instance_netns_fd_);
+  close(host_netns_fd_);
+  instance_netns_fd_ = host_netns_fd_ = -1;
+  double forwards_millis = MillisSince(t1);
+  double namespace_millis = network_millis_;
+  network_millis_ += connect_millis + forwards_millis;
+  Log("network %s: %s %s/%d on bridge %s (host veth %s)%s, %zu loopback forward(s): %.2f ms (namespace %.2f, "
+      "veth + addresses + routes %.2f, forwards %.2f)",
+      net.network.c_str(), net.interface_name.c_str(), net.address.c_str(), net.prefix_length, net.bridge.c_str(),
+      net.host_veth.c_str(), net.isolated ? ", isolated (no default route)" : "", net.loopback_forwards.size(),
+      network_millis_, namespace_millis, connect_millis, forwards_millis);
+  return "";
+}
+
+void Shim::DeleteHostVeth() {
+  if (!veth_created_) return;
+  veth_created_ = false;
+  if (Status s = netlink::DeleteLink(spec_.network->host_veth); !s.ok()) {
+    Log("cannot delete host veth %s: %s", spec_.network->host_veth.c_str(), s.ToString().c_str());
+  }
+}
+
 std::string Shim::StartProgram() {
   int out[2], err[2], status[2], go[2] = {-1, -1};
+  // The child waits for the go byte when the shim has work to do between the fork and the exec:
+  // moving it into its cgroup, building its network.
+  bool hold_child = !cgroup_dir_.empty() || spec_.network.has_value();
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0 ||
-      (!cgroup_dir_.empty() && pipe2(go, O_CLOEXEC) != 0)) {
+      (hold_child && pipe2(go, O_CLOEXEC) != 0)) {
     return std::string("internal pipe: ") + std::strerror(errno);
   }
   // The next child is PID 1 of a new PID namespace. The program itself is that PID 1, not an
@@ -299,6 +422,21 @@ std::string Shim::StartProgram() {
   // without a SIGTERM handler ignores SIGTERM and dies by Stop's SIGKILL after the grace; the
   // training toolkit installs its own handlers. Killing that PID 1 kills the whole sandbox.
   fork_start_ = std::chrono::steady_clock::now();
+  if (spec_.network) {
+    auto t0 = std::chrono::steady_clock::now();
+    // The child must be forked inside the new network namespace (a process cannot be moved into
+    // one from outside), so the shim enters it first and leaves it right after the fork.
+    host_netns_fd_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (host_netns_fd_ < 0)
+      return std::string("internal cannot open the node's network namespace: ") + std::strerror(errno);
+    if (unshare(CLONE_NEWNET) != 0)
+      return std::string("internal cannot create a network namespace: ") + std::strerror(errno);
+    instance_netns_fd_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (instance_netns_fd_ < 0) {
+      return std::string("internal cannot open the instance's network namespace: ") + std::strerror(errno);
+    }
+    network_millis_ = MillisSince(t0);
+  }
   if (unshare(CLONE_NEWPID) != 0) return std::string("internal cannot create a PID namespace: ") + std::strerror(errno);
   pid_t pid = fork();
   if (pid < 0) return std::string("internal fork: ") + std::strerror(errno);
@@ -320,10 +458,33 @@ std::string Shim::StartProgram() {
   err_.fd = err[0];
   if (go[1] >= 0) {
     close(go[0]);
-    UniqueFd procs(open((cgroup_dir_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    std::string text = std::to_string(pid);
-    if (!procs.valid() || write(procs.get(), text.data(), text.size()) < 0) {
-      Log("cannot move the program into %s: %s", cgroup_dir_.c_str(), std::strerror(errno));
+    if (!cgroup_dir_.empty()) {
+      UniqueFd procs(open((cgroup_dir_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      std::string text = std::to_string(pid);
+      if (!procs.valid() || write(procs.get(), text.data(), text.size()) < 0) {
+        Log("cannot move the program into %s: %s", cgroup_dir_.c_str(), std::strerror(errno));
+      }
+    }
+    if (spec_.network) {
+      std::string failure;
+      if (setns(host_netns_fd_, CLONE_NEWNET) != 0) {
+        failure = std::string("internal cannot return to the node's network namespace: ") + std::strerror(errno);
+      } else {
+        failure = ConnectNetwork();
+      }
+      if (!failure.empty()) {
+        // The program never started: kill its process (waiting for the go byte), close what
+        // holds the namespace, and delete the host veth now rather than when the kernel gets to
+        // the namespace's teardown.
+        kill(pid, SIGKILL);
+        close(go[1]);
+        close(status[0]);
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        child_ = -1;
+        return failure;  // Run's failure path closes the relay and deletes the veth
+      }
     }
     [[maybe_unused]] ssize_t n = write(go[1], "g", 1);
     close(go[1]);
@@ -385,6 +546,11 @@ int Shim::Run() {
   if (!failure.empty()) {
     Log("cannot start: %s", failure.c_str());
     Report("error " + failure);
+    // The program's process is gone (killed or failed to exec): once the relay's sockets are
+    // closed nothing holds the network namespace; the veth is deleted now, not at the kernel's
+    // asynchronous teardown of the namespace.
+    relay_.CloseAll();
+    DeleteHostVeth();
     if (!socket_path_.empty()) unlink(socket_path_.c_str());
     if (!cgroup_dir_.empty()) rmdir(cgroup_dir_.c_str());
     return 1;
@@ -397,8 +563,9 @@ int Shim::Run() {
   }
   Report("ok");
   // Launch latency is on the job-start path: say where it goes.
-  Log("started pid %d: %s (%.2f ms after the shim's main, of which sandbox + exec %.2f ms)", child_,
-      spec_.argv[0].c_str(), MillisSince(shim_start_), MillisSince(fork_start_));
+  Log("started pid %d: %s (%.2f ms after the shim's main, of which network + sandbox + exec %.2f ms, network "
+      "%.2f ms)",
+      child_, spec_.argv[0].c_str(), MillisSince(shim_start_), MillisSince(fork_start_), network_millis_);
   Loop();
   Finish();
   return 0;
@@ -549,6 +716,10 @@ void Shim::Loop() {
     fds.push_back({exited_ ? -1 : pidfd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     for (const Client& c : clients_) fds.push_back({c.fd, POLLIN, 0});
+    const size_t polled_clients = clients_.size();  // Accept appends clients that were not polled
+    const size_t relay_first = fds.size();
+    relay_.AppendPollFds(&fds);
+    const size_t relay_count = fds.size() - relay_first;
     int timeout = -1;
     if (exited_) timeout = static_cast<int>(std::max<int64_t>(0, drain_until - now));
     if (!exited_ && kill_at_ && !killed_) timeout = static_cast<int>(std::max<int64_t>(0, *kill_at_ - now));
@@ -561,16 +732,20 @@ void Shim::Loop() {
     now = NowMillis();
     if (fds[0].revents) ReadStream(out_, now);
     if (fds[1].revents) ReadStream(err_, now);
+    if (relay_count > 0) relay_.HandleEvents(fds.data() + relay_first, relay_count);
     if (!exited_ && (pidfd_ < 0 || fds[2].revents)) {
       ReapChild();
-      if (exited_) drain_until = finished_millis_ + kDrainMillis;
+      if (exited_) {
+        drain_until = finished_millis_ + kDrainMillis;
+        // Nothing is left to relay for; the sockets are what still holds the namespace.
+        relay_.CloseAll();
+      }
     }
     if (fds[3].revents) Accept();
-    size_t before = clients_.size();  // Accept may have appended; their fds were not polled
     std::vector<Client> kept;
     for (size_t i = 0; i < clients_.size(); ++i) {
       Client& c = clients_[i];
-      bool polled = 4 + i < fds.size() && i < before;
+      bool polled = i < polled_clients;
       if (polled && fds[4 + i].revents && ServeClient(c)) {
         if (c.fd >= 0) close(c.fd);
         continue;
@@ -604,6 +779,9 @@ void Shim::Finish() {
   if (!cgroup_dir_.empty() && rmdir(cgroup_dir_.c_str()) != 0) {
     Log("cannot remove %s: %s", cgroup_dir_.c_str(), std::strerror(errno));
   }
+  // Likewise the host veth: the kernel removes it with the namespace, but asynchronously.
+  relay_.CloseAll();
+  DeleteHostVeth();
   // Durable: the exit status is what the controller acts on, also after a node crash.
   if (Status s = WriteFileAtomic(ps::Join(args_.state_dir, ps::kExitFile), ps::EncodeExit(record)); !s.ok()) {
     Log("cannot record the exit: %s", s.ToString().c_str());

@@ -75,6 +75,18 @@ std::string EncodeSpec(const InstanceSpec& spec) {
       {"memory_limit_bytes", spec.memory_limit_bytes},
       {"gpus", spec.gpus},
   };
+  if (spec.network) {
+    const NetworkAttachment& n = *spec.network;
+    j["network"] = {{"network", n.network},
+                    {"bridge", n.bridge},
+                    {"host_veth", n.host_veth},
+                    {"address", n.address},
+                    {"prefix_length", n.prefix_length},
+                    {"gateway", n.gateway},
+                    {"isolated", n.isolated},
+                    {"interface_name", n.interface_name},
+                    {"loopback_forwards", n.loopback_forwards}};
+  }
   return j.dump();
 }
 
@@ -95,6 +107,21 @@ Result<InstanceSpec> DecodeSpec(std::string_view text) {
     spec.cpus = j.at("cpus").get<std::vector<int>>();
     spec.memory_limit_bytes = j.at("memory_limit_bytes").get<uint64_t>();
     spec.gpus = j.at("gpus").get<std::vector<int>>();
+    // Absent in specs written before per-instance networks: the node's network, as then.
+    if (auto it = j.find("network"); it != j.end() && !it->is_null()) {
+      const json& n = *it;
+      NetworkAttachment a;
+      a.network = n.at("network").get<std::string>();
+      a.bridge = n.at("bridge").get<std::string>();
+      a.host_veth = n.at("host_veth").get<std::string>();
+      a.address = n.at("address").get<std::string>();
+      a.prefix_length = n.at("prefix_length").get<int>();
+      a.gateway = n.at("gateway").get<std::string>();
+      a.isolated = n.at("isolated").get<bool>();
+      a.interface_name = n.at("interface_name").get<std::string>();
+      a.loopback_forwards = n.at("loopback_forwards").get<std::vector<int>>();
+      spec.network = std::move(a);
+    }
     return spec;
   });
 }
