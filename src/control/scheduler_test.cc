@@ -155,6 +155,31 @@ TEST(SchedulerTest, AllocationsAreConcreteAndDisjoint) {
   EXPECT_THAT(next[0].allocations[0].cpus, ElementsAre(0, 1, 2, 3));
 }
 
+// Gang scheduling (issue 14): a job's hosts are granted all at once or not at all, on disjoint
+// CPUs and GPUs.
+TEST(SchedulerTest, AMultiHostJobGetsAllItsHostsAtOnceOrNone) {
+  Scheduler s(Options(Host(64, 512, 4)), Catalog());
+  ASSERT_TRUE(s.Enqueue({"single", 1, "ml.g5.xlarge", 1}).ok());
+  ASSERT_TRUE(s.Schedule().size() == 1u);
+  // Four hosts of one GPU each, with three GPUs free: nothing is granted (no half-started job).
+  ASSERT_TRUE(s.Enqueue({"gang", 2, "ml.g5.xlarge", 4}).ok());
+  EXPECT_TRUE(s.Schedule().empty());
+  EXPECT_FALSE(s.Granted("gang").has_value());
+  EXPECT_EQ(s.Snapshot().free_gpus.size(), 3u);
+  s.Release("single");
+  std::vector<Grant> grants = s.Schedule();
+  ASSERT_EQ(grants.size(), 1u);
+  ASSERT_EQ(grants[0].allocations.size(), 4u);
+  std::set<int> cpus, gpus;
+  for (const Allocation& a : grants[0].allocations) {
+    EXPECT_EQ(a.cpus.size(), 4u);
+    ASSERT_EQ(a.gpus.size(), 1u);
+    for (int cpu : a.cpus) EXPECT_TRUE(cpus.insert(cpu).second) << "CPU " << cpu << " given to two hosts";
+    EXPECT_TRUE(gpus.insert(a.gpus[0]).second) << "GPU " << a.gpus[0] << " given to two hosts";
+  }
+  EXPECT_EQ(gpus, (std::set<int>{0, 1, 2, 3}));
+}
+
 TEST(SchedulerTest, GpusAreExclusiveAndNamedByIndexAndUuid) {
   Scheduler s(Options(Host(64, 512, 4)), Catalog());
   for (int i = 0; i < 5; ++i) {

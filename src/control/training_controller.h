@@ -85,6 +85,7 @@
 #include "observe/metric_extractor.h"
 #include "observe/metric_store.h"
 #include "runtime/environments.h"
+#include "runtime/networks.h"
 #include "runtime/runtime.h"
 #include "store/database.h"
 #include "store/training_job_repository.h"
@@ -117,6 +118,11 @@ struct TrainingControllerDeps {
   InstanceCredentials* credentials = nullptr;
   const Clock* clock = nullptr;                 // nullptr: the system clock
   InstanceMetrics* instance_metrics = nullptr;  // samples the hosts' CPU/memory/disk/GPU (may be null)
+  // Per-job networks (runtime/networks.h; DESIGN.md §6). Set: each job gets network
+  // "training-<job>" (isolated under EnableNetworkIsolation), each host a namespace and an address
+  // on it, and /etc/hosts maps every algo-N to its host's address; the network is removed when
+  // the job ends (or is retried). Null: the hosts share the node's network (algo-N = 127.0.0.1).
+  runtime::InstanceNetworks* networks = nullptr;
 };
 
 class TrainingJobRun;  // control/training_job_run.h

@@ -4,11 +4,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <set>
 
 #include "base/fs.h"
 #include "control/test_util/controller_fixture.h"
+#include "control/training_launch.h"
 #include "control/training_states.h"
+#include "runtime/test_util/fake_networks.h"
 
 namespace kiln::control {
 namespace {
@@ -83,6 +88,7 @@ class TrainingControllerTest : public testing::ControllerTest {
     deps.environments = environments_.get();
     deps.credentials = credentials_.get();
     deps.clock = &clock_;
+    deps.networks = networks_decorator_ != nullptr ? networks_decorator_ : networks_.get();
     controller_ = std::make_unique<TrainingController>(options, deps);
     ASSERT_TRUE(controller_->Start().ok());
   }
@@ -156,7 +162,32 @@ class TrainingControllerTest : public testing::ControllerTest {
   bool WaitForLaunch(const std::string& job) { return runtime_->WaitForLaunch(Instance(job), kPatience); }
 
   std::unique_ptr<TrainingController> controller_;
+  // Per-job networks; null (the default): hosts share the node's network.
+  std::unique_ptr<runtime::FakeNetworks> networks_;
+  runtime::InstanceNetworks* networks_decorator_ = nullptr;  // wraps networks_ when set
   int64_t illegal_before_ = 0;
+};
+
+// Fails the first `attach_failures` Attach calls, otherwise the fake.
+class FailingAttach final : public runtime::InstanceNetworks {
+ public:
+  FailingAttach(runtime::InstanceNetworks* inner, int attach_failures)
+      : inner_(inner), attach_failures_(attach_failures) {}
+  Result<runtime::NetworkInfo> Ensure(const std::string& name, bool isolated) override {
+    return inner_->Ensure(name, isolated);
+  }
+  Result<runtime::NetworkAttachment> Attach(const std::string& name, const std::string& id,
+                                            const std::vector<int>& forwards) override {
+    if (attach_failures_.fetch_sub(1) > 0) return Status::Internal("veth pool exhausted");
+    return inner_->Attach(name, id, forwards);
+  }
+  Status Detach(const std::string& name, const std::string& id) override { return inner_->Detach(name, id); }
+  Status Remove(const std::string& name) override { return inner_->Remove(name); }
+  Result<std::set<std::string>> Sweep(const std::set<std::string>& live) override { return inner_->Sweep(live); }
+
+ private:
+  runtime::InstanceNetworks* const inner_;
+  std::atomic<int> attach_failures_;
 };
 
 TEST_F(TrainingControllerTest, ExitZeroCompletesWithTheModelUploaded) {
@@ -256,6 +287,10 @@ TEST_F(TrainingControllerTest, AFailingHostStopsItsPeersAndFailsTheJob) {
   ASSERT_TRUE(WaitForLaunch("peer"));
   ASSERT_TRUE(runtime_->WaitForLaunch("training-peer-algo-2", kPatience));
   EXPECT_EQ(runtime_->spec("training-peer-algo-2")->hostname, "algo-2");
+  // Without networks the hosts share the node's network, as before issue 14.
+  EXPECT_FALSE(runtime_->spec("training-peer-algo-2")->network.has_value());
+  EXPECT_EQ(runtime_->spec("training-peer-algo-2")->hosts_file_lines, HostsFileLines({"algo-1", "algo-2"}));
+  EXPECT_EQ(runtime_->spec(Instance("peer"))->env.at("KILN_RSH_TOKEN").size(), 64u);
   WaitForStatus("peer", "InProgress", "Training");
   ASSERT_TRUE(runtime_->WriteOutput("training-peer-algo-2", 'e', "RuntimeError: rank 1 crashed").ok());
   ASSERT_TRUE(runtime_->Exit("training-peer-algo-2", 1).ok());
@@ -267,11 +302,8 @@ TEST_F(TrainingControllerTest, AFailingHostStopsItsPeersAndFailsTheJob) {
   EXPECT_THAT(StateJson(failed).value("failure_reason", ""), ::testing::StartsWith("AlgorithmError: "));
 }
 
-// Known bug, left for the controller's owner (this test documents it; enable it with the fix):
-// FailureReasonFromHosts takes the first host in hosts order with a non-zero exit, so when
-// algo-2 fails and Kiln stops algo-1 (SIGTERM), the reason blames algo-1 ("the training program
-// exited with a non-zero status, exit code: 143") instead of algo-2's error. The fix: prefer hosts
-// that ended on their own over the ones the peer-failure stop ended (InstanceStatus::stop_requested).
+// When algo-2 fails Kiln stops algo-1 (SIGTERM): the reason is algo-2's error, not algo-1's exit
+// 143 (hosts that ended on their own come first), and it names algo-2 (issue 14).
 TEST_F(TrainingControllerTest, TheFailureReasonNamesTheHostThatFailedNotThePeerKilnStopped) {
   MakeScheduler(testing::SmallHost(4, 16));
   StartController();
@@ -281,7 +313,116 @@ TEST_F(TrainingControllerTest, TheFailureReasonNamesTheHostThatFailedNotThePeerK
   ASSERT_TRUE(runtime_->WriteOutput("training-peer-algo-2", 'e', "RuntimeError: rank 1 crashed").ok());
   ASSERT_TRUE(runtime_->Exit("training-peer-algo-2", 1).ok());
   EXPECT_EQ(StateJson(WaitForStatus("peer", "Failed")).value("failure_reason", ""),
-            "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1");
+            "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1 (host algo-2)");
+}
+
+// Issue 14: with networks, a job gets network training-<job>, each host an address on it in
+// order, /etc/hosts naming every host's address, Kiln's port forwarded; disjoint CPUs, one
+// shared rsh token. A host failing fails the job naming it, stops its peer, and removes the network.
+TEST_F(TrainingControllerTest, NamespacedHostsGetAddressesOnTheJobsNetworkWhichGoesWithTheJob) {
+  networks_ = std::make_unique<runtime::FakeNetworks>();
+  MakeScheduler(testing::SmallHost(4, 16));
+  StartController();
+  Create("dist", {{"ResourceConfig", {{"InstanceCount", 2}}}});
+  ASSERT_TRUE(runtime_->WaitForLaunch("training-dist-algo-2", kPatience));
+  WaitForStatus("dist", "InProgress", "Training");
+  EXPECT_EQ(networks_->calls(), (std::vector<std::string>{"remove training-dist", "ensure training-dist",
+                                                          "attach training-dist training-dist-algo-1",
+                                                          "attach training-dist training-dist-algo-2"}));
+  auto one = runtime_->spec("training-dist-algo-1");
+  auto two = runtime_->spec("training-dist-algo-2");
+  ASSERT_TRUE(one && two);
+  ASSERT_TRUE(one->network.has_value());
+  ASSERT_TRUE(two->network.has_value());
+  EXPECT_EQ(one->network->network, "training-dist");
+  EXPECT_EQ(one->network->address, "127.0.1.2");
+  EXPECT_EQ(two->network->address, "127.0.1.3");
+  EXPECT_EQ(one->network->interface_name, "eth0");
+  EXPECT_FALSE(one->network->isolated);
+  EXPECT_EQ(one->network->loopback_forwards, std::vector<int>{1});  // Kiln's endpoint http://127.0.0.1:1
+  const std::vector<std::string> hosts = NamespacedHostsFileLines({{"algo-1", "127.0.1.2"}, {"algo-2", "127.0.1.3"}});
+  EXPECT_EQ(one->hosts_file_lines, hosts);
+  EXPECT_EQ(two->hosts_file_lines, hosts);
+  EXPECT_THAT(hosts, ::testing::Contains("127.0.1.3 algo-2"));
+  // Gang: both hosts at once, CPU sets disjoint.
+  EXPECT_EQ(one->cpus.size(), 2u);
+  EXPECT_EQ(two->cpus.size(), 2u);
+  for (int cpu : one->cpus) EXPECT_THAT(two->cpus, ::testing::Not(::testing::Contains(cpu)));
+  // The MPI remote launch's token: the same on every host of the job.
+  EXPECT_EQ(one->env.at("KILN_RSH_TOKEN").size(), 64u);
+  EXPECT_EQ(one->env.at("KILN_RSH_TOKEN"), two->env.at("KILN_RSH_TOKEN"));
+  EXPECT_EQ(one->env.at("AWS_ENDPOINT_URL"), "http://127.0.0.1:1");  // reached through the forward
+
+  ASSERT_TRUE(runtime_->WriteOutput("training-dist-algo-2", 'e', "RuntimeError: rank 1 crashed").ok());
+  ASSERT_TRUE(runtime_->Exit("training-dist-algo-2", 1).ok());
+  auto failed = WaitForStatus("dist", "Failed");
+  EXPECT_THAT(StateJson(failed).value("failure_reason", ""), ::testing::HasSubstr("algo-2"));
+  auto stops = runtime_->stops();
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].instance_id, "training-dist-algo-1");
+  EXPECT_TRUE(WaitFor([&] { return !networks_->Exists("training-dist"); }));
+  EXPECT_EQ(networks_->calls().back(), "remove training-dist");
+}
+
+TEST_F(TrainingControllerTest, AnIsolatedJobsNetworkIsIsolatedAndForwardsNothing) {
+  networks_ = std::make_unique<runtime::FakeNetworks>();
+  StartController();
+  Create("iso", {{"EnableNetworkIsolation", true}});
+  ASSERT_TRUE(WaitForLaunch("iso"));
+  auto spec = runtime_->spec(Instance("iso"));
+  ASSERT_TRUE(spec && spec->network.has_value());
+  EXPECT_TRUE(spec->network->isolated);
+  EXPECT_TRUE(spec->network->loopback_forwards.empty());
+  ASSERT_TRUE(runtime_->Exit(Instance("iso"), 0).ok());
+  WaitForStatus("iso", "Completed");
+  EXPECT_TRUE(WaitFor([&] { return !networks_->Exists("training-iso"); }));
+}
+
+TEST_F(TrainingControllerTest, ANetworkThatCannotBeCreatedFailsTheJobSayingWhatToWiden) {
+  networks_ = std::make_unique<runtime::FakeNetworks>();
+  networks_->FailNext(Status::ResourceExhausted("no free /24 subnet left in network.cidr 10.213.0.0/16"));
+  StartController();
+  Create("full");
+  auto failed = WaitForStatus("full", "Failed", "Failed");
+  const std::string reason = StateJson(failed).value("failure_reason", "");
+  EXPECT_THAT(reason, ::testing::StartsWith("InternalServerError: the job's network training-full could not be "
+                                            "created: no free /24 subnet"));
+  EXPECT_THAT(reason, ::testing::HasSubstr("Widen network.cidr"));
+  EXPECT_TRUE(runtime_->launches().empty());
+  EXPECT_TRUE(WaitFor([&] { return networks_->calls().back() == "remove training-full"; }));
+}
+
+TEST_F(TrainingControllerTest, AHostThatCannotJoinTheNetworkIsRetriedOnAFreshNetwork) {
+  networks_ = std::make_unique<runtime::FakeNetworks>();
+  FailingAttach failing(networks_.get(), 1);
+  networks_decorator_ = &failing;
+  StartController();
+  // The first Attach fails: Kiln's failure, retried under RetryStrategy on a fresh network.
+  Create("flaky", {{"RetryStrategy", {{"MaximumRetryAttempts", 1}}}});
+  ASSERT_TRUE(WaitForLaunch("flaky"));
+  std::vector<std::string> calls = networks_->calls();
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "ensure training-flaky"), 2);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "remove training-flaky"), 3);  // prepare, cleanup, prepare
+  EXPECT_THAT(Job("flaky").state.last_failure.value_or(""),
+              ::testing::HasSubstr("algo-1 could not join the job's network training-flaky: veth pool exhausted."));
+  ASSERT_TRUE(runtime_->Exit(Instance("flaky"), 0).ok());
+  WaitForStatus("flaky", "Completed");
+  controller_.reset();  // before `failing` goes
+}
+
+TEST_F(TrainingControllerTest, AnAdoptedJobsNetworkIsRemovedWhenItEnds) {
+  networks_ = std::make_unique<runtime::FakeNetworks>();
+  StartController();
+  Create("kept");
+  ASSERT_TRUE(WaitForLaunch("kept"));
+  WaitForStatus("kept", "InProgress", "Training");
+  RestartController();  // the networks outlive the server (state on disk)
+  EXPECT_TRUE(networks_->Exists("training-kept"));
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("kept").has_value(); }));
+  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
+  WaitForStatus("kept", "Completed");
+  EXPECT_TRUE(WaitFor([&] { return !networks_->Exists("training-kept"); }));
+  EXPECT_EQ(networks_->Leases("training-kept").size(), 0u);
 }
 
 TEST_F(TrainingControllerTest, TwoJobsOnAHostThatFitsOneRunOneAfterTheOther) {

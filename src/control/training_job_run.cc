@@ -31,14 +31,27 @@ using Phase = store::TrainingPhase;
 using namespace training;  // messages and deadline arithmetic
 namespace fs = std::filesystem;
 
-// The hyperparameter as the SDK sends it (JSON-encoded) decoded to a plain string: "\"x\"" → x.
-std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
-  const json& hps = request.value("HyperParameters", json::object());
-  if (!hps.contains(key) || !hps[key].is_string()) return std::nullopt;
-  std::string raw = hps[key].get<std::string>();
-  json decoded = json::parse(raw, nullptr, false);
-  if (!decoded.is_discarded() && decoded.is_string()) return decoded.get<std::string>();
-  return raw;
+// The job's network (DESIGN.md §6): one per job, named after it.
+std::string NetworkName(const std::string& job) { return "training-" + job; }
+
+// EnableNetworkIsolation as a bool (the service model checked its type; older rows may hold anything).
+bool NetworkIsolation(const json& request) {
+  return request.contains("EnableNetworkIsolation") && request["EnableNetworkIsolation"].is_boolean() &&
+         request["EnableNetworkIsolation"].get<bool>();
+}
+
+// A network that cannot be created or joined is Kiln's failure (retried under RetryStrategy);
+// the reason says what the operator can change.
+Status NetworkFailure(const std::string& what, const Status& status) {
+  std::string advice =
+      status.code() == StatusCode::kResourceExhausted
+          ? " Widen network.cidr (or lengthen network.subnet_prefix) in the Kiln config, or wait for other jobs "
+            "and endpoints to end."
+          : " Check the node's networking, or set network.mode to \"host\" in the Kiln config to run instances on "
+            "the node's network.";
+  std::string message = status.message();
+  if (!message.empty() && message.back() != '.') message += '.';
+  return agent::InternalServerError(what + ": " + message + advice);
 }
 
 }  // namespace
@@ -200,6 +213,18 @@ Status TrainingJobRun::Prepare(store::TrainingJobRecord& record) {
   allocation_note_ = AllocationNote(allocations_);
   RETURN_IF_ERROR(grant_written_);
 
+  if (deps().networks != nullptr) {
+    // A previous attempt's (or server's) network goes first: its leases belong to instances that
+    // are gone, and a fresh network gives algo-1..N the first addresses in order.
+    const std::string network = NetworkName(record.name);
+    if (Status removed = deps().networks->Remove(network); !removed.ok()) {
+      KLOG(warn, "stale job network not removed", {{"job", name_}, {"error", removed.ToString()}});
+    }
+    if (auto ensured = deps().networks->Ensure(network, NetworkIsolation(request_)); !ensured.ok()) {
+      return NetworkFailure("the job's network " + network + " could not be created", ensured.status());
+    }
+  }
+
   std::error_code ec;
   fs::remove_all(job_dir_, ec);
   std::vector<agent::HostLayout> layouts = agent::HostLayoutsForRequest(request_);
@@ -294,9 +319,30 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
   launch.toolkit_script = options().toolkit_script;
   launch.credential = credential;
   const TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
-  std::vector<std::string> host_names;
-  for (const auto& h : hosts_) host_names.push_back(h->host);
-  const std::vector<std::string> hosts_lines = HostsFileLines(host_names);
+  // Namespaced hosts: an address each on the job's network (algo-1, algo-2, ... in order), and
+  // /etc/hosts naming them all; otherwise they share the node's network and every name is 127.0.0.1.
+  std::vector<std::optional<runtime::NetworkAttachment>> attachments(hosts_.size());
+  std::vector<std::string> hosts_lines;
+  if (deps().networks != nullptr) {
+    const std::string network = NetworkName(record.name);
+    const std::vector<int> forwards = LoopbackForwards(options().endpoint_url);
+    std::vector<std::pair<std::string, std::string>> names_and_addresses;
+    for (size_t i = 0; i < hosts_.size(); ++i) {
+      auto attached = deps().networks->Attach(network, hosts_[i]->instance_id, forwards);
+      if (!attached.ok()) {
+        return NetworkFailure(hosts_[i]->host + " could not join the job's network " + network, attached.status());
+      }
+      names_and_addresses.emplace_back(hosts_[i]->host, attached->address);
+      attachments[i] = std::move(attached).value();
+    }
+    hosts_lines = NamespacedHostsFileLines(names_and_addresses);
+  } else {
+    std::vector<std::string> host_names;
+    for (const auto& h : hosts_) host_names.push_back(h->host);
+    hosts_lines = HostsFileLines(host_names);
+  }
+  // More MPI processes per host than its GPUs: accepted, said in the Training message.
+  if (!allocations_.empty()) allocation_note_ += ProcessesPerHostNote(request_, allocations_.front().gpus.size());
 
   std::vector<store::TrainingHostState> hosts_state;
   int64_t last_stream_epoch = 0;
@@ -316,6 +362,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     spec.cpus = allocation.cpus;
     spec.memory_limit_bytes = allocation.memory_bytes;
     spec.gpus = allocation.gpus;
+    spec.network = attachments[i];
     Status launched = deps().runtime->Launch(spec);
     if (!launched.ok()) {
       // Nothing of this job may keep running.
@@ -570,6 +617,12 @@ void TrainingJobRun::Cleanup() {
   }
   for (auto& host : hosts_) {
     if (!host->instance_id.empty()) (void)deps().runtime->Remove(host->instance_id);
+  }
+  // The job's network (also an adopted job's, and before a retry, which makes a fresh one).
+  if (deps().networks != nullptr) {
+    if (Status removed = deps().networks->Remove(NetworkName(name_)); !removed.ok()) {
+      KLOG(warn, "job network not removed", {{"job", name_}, {"error", removed.ToString()}});
+    }
   }
   if (!options().keep_host_dirs && !job_dir_.empty()) {
     std::error_code ec;

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "base/encoding.h"
+#include "base/hash.h"
 #include "base/strings.h"
 
 namespace kiln::control {
@@ -81,11 +83,16 @@ TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageR
   env["AWS_SESSION_TOKEN"] = context.credential.session_token;
   env["TRAINING_JOB_NAME"] = context.job_name;
   env["TRAINING_JOB_ARN"] = context.job_arn;
+  env["KILN_RSH_TOKEN"] = RshToken(context.credential);
 
   BindIfInTmp(image.executable, plan.binds);
   BindIfInTmp(image.interpreter, plan.binds);
   for (size_t i = 0; i < plan.argv.size() && i < 2; ++i) BindIfInTmp(plan.argv[i], plan.binds);
   return plan;
+}
+
+std::string RshToken(const aws::Credential& credential) {
+  return HexEncode(HmacSha256(credential.secret_access_key, "kiln-rsh"));
 }
 
 void AddGpuEnvironment(const Allocation& allocation, std::map<std::string, std::string>& env) {

@@ -12,7 +12,8 @@
 //   environment nothing inherited from the server: a base PATH/HOME/LANG, the environment
 //               table's variables, Kiln's region and endpoint variables, the request's
 //               Environment, then (winning over it) the credentials and TRAINING_JOB_*; GPU
-//               variables per host (AddGpuEnvironment).
+//               variables per host (AddGpuEnvironment). KILN_RSH_TOKEN (RshToken) for the MPI
+//               remote launch (python/kiln_toolkit/kiln_rsh.py) between the job's hosts.
 
 #include <map>
 #include <string>
@@ -47,6 +48,12 @@ struct TrainingLaunchPlan {
 
 TrainingLaunchPlan PlanTrainingLaunch(const nlohmann::json& request, const runtime::ImageResolution& image,
                                       const TrainingLaunchContext& context);
+
+// The secret the hosts of one job share to authenticate the MPI remote launch (kiln_rsh.py on
+// port 7022; DESIGN.md §6): 64 lower-case hex characters, HMAC-SHA256 of "kiln-rsh" under the
+// job's credential secret, so it is the same on every host and after a restart (the credential is
+// kept in the job's state), differs between jobs, and does not reveal the secret.
+std::string RshToken(const aws::Credential& credential);
 
 // The sandbox has a private /tmp: a host path under /tmp the program needs (a `local:`
 // executable, the toolkit, the model server, an interpreter in a temporary venv) is bound in

@@ -96,6 +96,20 @@ TEST(PlanTrainingLaunchTest, EnvironmentPrecedence) {
             "/opt/ml/.kiln/site-packages");
 }
 
+TEST(PlanTrainingLaunchTest, EveryHostGetsTheJobsRshTokenWhichTheRequestCannotSet) {
+  json request = Request();
+  request["Environment"] = {{"KILN_RSH_TOKEN", "guessable"}};
+  auto env = PlanTrainingLaunch(request, Local("/opt/prog"), Context()).env;
+  // HMAC-SHA256(key "secret", "kiln-rsh"), as Python's hmac computes it.
+  EXPECT_EQ(env["KILN_RSH_TOKEN"], "51cd779b81e348cdaac9307482eb29838e2e4ce392af9e2b744437a30fbf43ff");
+  EXPECT_EQ(PlanTrainingLaunch(Request(), Script("/usr/bin/python3"), Context()).env["KILN_RSH_TOKEN"],
+            env["KILN_RSH_TOKEN"]);
+  TrainingLaunchContext other = Context();
+  other.credential.secret_access_key = "another job's secret";
+  EXPECT_NE(RshToken(other.credential), env["KILN_RSH_TOKEN"]);
+  EXPECT_EQ(RshToken(other.credential).size(), 64u);
+}
+
 TEST(PlanTrainingLaunchTest, HostPathsUnderTmpAreBoundReadOnly) {
   auto plan = PlanTrainingLaunch(Request(), Local("/tmp/work/bin/prog"), Context());
   ASSERT_EQ(plan.binds.size(), 1u);

@@ -1,5 +1,7 @@
 #include "control/training_plan.h"
 
+#include <cctype>
+
 #include <signal.h>
 
 #include <cmath>
@@ -15,6 +17,34 @@ std::string AllocationNote(const std::vector<Allocation>& allocations) {
     if (!a.note.empty()) return "; " + a.note;
   }
   return "";
+}
+
+std::optional<std::string> DecodedHyperparameter(const json& request, const std::string& key) {
+  if (!request.is_object() || !request.contains("HyperParameters")) return std::nullopt;
+  const json& hps = request["HyperParameters"];
+  if (!hps.is_object() || !hps.contains(key) || !hps[key].is_string()) return std::nullopt;
+  std::string raw = hps[key].get<std::string>();
+  json decoded = json::parse(raw, nullptr, false);
+  if (!decoded.is_discarded() && decoded.is_string()) return decoded.get<std::string>();
+  return raw;
+}
+
+std::optional<int64_t> MpiProcessesPerHost(const json& request) {
+  const std::optional<std::string> text = DecodedHyperparameter(request, kMpiProcessesPerHost);
+  if (!text || text->empty() || text->size() > 7 || text->find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int64_t value = std::stoll(*text);
+  if (value < 1 || value > 1'000'000) return std::nullopt;
+  return value;
+}
+
+std::string ProcessesPerHostNote(const json& request, size_t gpus) {
+  const std::optional<int64_t> processes = MpiProcessesPerHost(request);
+  if (!processes || gpus == 0 || static_cast<size_t>(*processes) <= gpus) return "";
+  return "; warning: " + std::string(kMpiProcessesPerHost) + " is " + std::to_string(*processes) +
+         " but each host has " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+         ", so processes share GPUs (set it to at most " + std::to_string(gpus) + ")";
 }
 
 // `seconds` (a request member: validated as a Java int, but rows written before that check, or
@@ -88,9 +118,18 @@ JobFailure FailureReason(const std::vector<HostExit>& hosts) {
   for (const HostExit& host : hosts) {
     if (host.stopped_by_kiln) order.push_back(&host);
   }
+  // A job of several hosts says which one failed (the lost and out-of-memory texts always do).
+  const auto host_note = [&](const HostExit& host) {
+    return hosts.size() > 1 ? " (host " + host.host + ")" : std::string();
+  };
   for (const HostExit* host : order) {
     if (host->exit_code != 0 && !host->failure_file.empty()) {
-      return {FailureKind::kAlgorithmError, TruncateUtf8(host->failure_file, kFailureReasonMax)};
+      const std::string note = host_note(*host);
+      std::string text = host->failure_file;
+      if (!note.empty()) {
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+      }
+      return {FailureKind::kAlgorithmError, TruncateUtf8(std::move(text), kFailureReasonMax - note.size()) + note};
     }
   }
   for (const HostExit* host : order) {
@@ -108,7 +147,7 @@ JobFailure FailureReason(const std::vector<HostExit>& hosts) {
     }
     std::string summary = host->last_stderr_line;
     int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;
-    std::string tail = ", exit code: " + std::to_string(code);
+    std::string tail = ", exit code: " + std::to_string(code) + host_note(*host);
     if (summary.empty()) summary = "the training program exited with a non-zero status";
     return {FailureKind::kAlgorithmError,
             "AlgorithmError: " + TruncateUtf8(summary, kFailureReasonMax - 16 - tail.size()) + tail};

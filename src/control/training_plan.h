@@ -31,6 +31,20 @@ inline constexpr char kMsgWaiting[] = "Waiting for compute capacity";
 // "; <what the scheduler gave instead of the full shape>" (the first note), or "".
 std::string AllocationNote(const std::vector<Allocation>& allocations);
 
+// A hyperparameter as the SDK sends it (json.dumps of the value) decoded to plain text:
+// "\"x\"" → x, "4" → 4 (the raw text when it is not a JSON string). nullopt when absent or not
+// a string.
+std::optional<std::string> DecodedHyperparameter(const nlohmann::json& request, const std::string& key);
+
+// The MPI launch's processes per host (training-contract.md §12.2).
+inline constexpr char kMpiProcessesPerHost[] = "sagemaker_mpi_num_of_processes_per_host";
+// sagemaker_mpi_num_of_processes_per_host as a positive integer (at most 1,000,000); nullopt when
+// absent or not one (CreateTrainingJob refuses the latter).
+std::optional<int64_t> MpiProcessesPerHost(const nlohmann::json& request);
+// "; <warning>" when the MPI launch asks for more processes per host than a host's `gpus` (> 0):
+// accepted (spec §12.2, the SDK validates nothing) but shown in the Training status message.
+std::string ProcessesPerHostNote(const nlohmann::json& request, size_t gpus);
+
 // `seconds` as milliseconds, saturating instead of overflowing.
 int64_t SecondsToMillisSaturating(int64_t seconds);
 // `at + millis` without overflow (a deadline far in the future stays in the far future).
@@ -146,7 +160,9 @@ JobFailure FailureFromStatus(const Status& status, const std::string& context = 
 // consequence); within each group, host order. The first failed host's failure file wins
 // (AlgorithmError, its text verbatim); otherwise the first failed host says: lost →
 // InternalServerError, SIGKILL / 137 → OutOfMemory, else AlgorithmError with its last stderr line
-// and exit code (128 + signal when signalled). At most kFailureReasonMax.
+// and exit code (128 + signal when signalled). A job of several hosts names the failed host:
+// " (host algo-2)" ends the AlgorithmError texts (after the failure file's text, trailing
+// whitespace dropped); the lost and OutOfMemory texts always name it. At most kFailureReasonMax.
 JobFailure FailureReason(const std::vector<HostExit>& hosts);
 
 // RetryStrategy (training-contract.md §10): a failure for Kiln's own reasons

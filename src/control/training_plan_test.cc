@@ -11,6 +11,7 @@
 namespace kiln::control::training {
 namespace {
 
+using nlohmann::json;
 using store::SecondaryStatus;
 using store::StopRequest;
 using store::TrainingJobStatus;
@@ -186,6 +187,27 @@ TEST(StoppingSecondsTest, TakesIntegersTruncatesFractionsAndSaturates) {
   EXPECT_EQ(AddSaturating(1000, 60000), 61000);
 }
 
+TEST(DistributionHyperparametersTest, ProcessesPerHostIsAPositiveIntegerAsTheSdkEncodesIt) {
+  auto request = [](const json& value) {
+    return json{{"HyperParameters", {{"sagemaker_mpi_num_of_processes_per_host", value}}}};
+  };
+  EXPECT_EQ(MpiProcessesPerHost(request("2")), 2);      // json.dumps(2)
+  EXPECT_EQ(MpiProcessesPerHost(request("\"4\"")), 4);  // json.dumps("4")
+  EXPECT_EQ(MpiProcessesPerHost(json::object()), std::nullopt);
+  for (const json& bad : {json("0"), json("-1"), json("1.5"), json("\"two\""), json(""), json("99999999"), json(2)}) {
+    EXPECT_EQ(MpiProcessesPerHost(request(bad)), std::nullopt) << bad.dump();
+  }
+  EXPECT_EQ(DecodedHyperparameter(json{{"HyperParameters", {{"p", "\"train.py\""}}}}, "p"), "train.py");
+  EXPECT_EQ(DecodedHyperparameter(json{{"HyperParameters", {{"p", "not json"}}}}, "p"), "not json");
+
+  EXPECT_EQ(ProcessesPerHostNote(request("8"), 4),
+            "; warning: sagemaker_mpi_num_of_processes_per_host is 8 but each host has 4 GPUs, so processes share "
+            "GPUs (set it to at most 4)");
+  EXPECT_EQ(ProcessesPerHostNote(request("4"), 4), "");
+  EXPECT_EQ(ProcessesPerHostNote(request("8"), 0), "");  // CPU hosts: CreateTrainingJob checked the vCPUs
+  EXPECT_EQ(ProcessesPerHostNote(json::object(), 1), "");
+}
+
 TEST(FailureReasonTest, Table) {
   const HostExit ok{.host = "algo-1", .exit_code = 0};
   const HostExit crashed{.host = "algo-2", .exit_code = 1, .last_stderr_line = "RuntimeError: rank 1 crashed"};
@@ -205,10 +227,12 @@ TEST(FailureReasonTest, Table) {
       {"nobody failed", {ok, ok}, ""},
       {"no hosts", {}, ""},
       {"last stderr line and exit code", {crashed}, "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1"},
-      {"the host that failed on its own, not the peer Kiln stopped",
+      {"the host that failed on its own, not the peer Kiln stopped, named when there are several",
        {stopped, crashed},
-       "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1"},
-      {"a failure file wins over any summary", {crashed, with_file}, "my own reason"},
+       "AlgorithmError: RuntimeError: rank 1 crashed, exit code: 1 (host algo-2)"},
+      {"a failure file wins over any summary", {with_file}, "my own reason"},
+      {"a failure file of one of several hosts names it", {crashed, with_file}, "my own reason (host algo-2)"},
+      {"a signal on one of several hosts", {ok, stopped}, "AlgorithmError: Terminated, exit code: 143 (host algo-1)"},
       {"lost",
        {lost},
        "InternalServerError: the instance algo-1 was lost (its supervisor exited without recording an exit status)."},
@@ -243,6 +267,18 @@ TEST(FailureReasonTest, LongReasonsAreCutToTheLimitOnACharacterBoundary) {
   const std::string reason = FailureReason({chatty}).reason;
   EXPECT_LE(reason.size(), kFailureReasonMax);
   EXPECT_TRUE(reason.ends_with("y, exit code: 1"));
+  // The host's name survives the cut.
+  HostExit second = chatty;
+  second.host = "algo-2";
+  const std::string named = FailureReason({{.host = "algo-1", .exit_code = 0}, second}).reason;
+  EXPECT_LE(named.size(), kFailureReasonMax);
+  EXPECT_TRUE(named.ends_with("y, exit code: 1 (host algo-2)")) << named;
+  HostExit file_on_second = file;
+  file_on_second.host = "algo-2";
+  file_on_second.failure_file = std::string(2000, 'z') + "\n";
+  const std::string from_file = FailureReason({{.host = "algo-1", .exit_code = 0}, file_on_second}).reason;
+  EXPECT_LE(from_file.size(), kFailureReasonMax);
+  EXPECT_TRUE(from_file.ends_with("z (host algo-2)")) << from_file;
 }
 
 }  // namespace
