@@ -6,6 +6,11 @@
 #include "runtime/process/bridge_networks.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +18,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -62,6 +68,80 @@ std::string MakeTempDir() {
   char tmpl[] = "/tmp/kiln-bn-XXXXXX";
   char* dir = mkdtemp(tmpl);
   return dir != nullptr ? std::filesystem::weakly_canonical(dir).string() : "";
+}
+
+// A new, empty network namespace held only by the returned fd (-1 on failure).
+int NewNamespace() {
+  int fd = -1;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) == 0) fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  });
+  t.join();
+  return fd;
+}
+
+// Runs `fn` on a thread inside namespace `ns` (-1: the node's own).
+template <typename Fn>
+void InNamespace(int ns, Fn fn) {
+  std::thread t([&] {
+    if (ns >= 0 && setns(ns, CLONE_NEWNET) != 0) {
+      ADD_FAILURE() << "setns: " << strerror(errno);
+      return;
+    }
+    fn();
+  });
+  t.join();
+}
+
+sockaddr_in SockAddr(const std::string& ip, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+// A TCP listener on `ip` (port chosen by the kernel) inside namespace `ns`; the socket stays in
+// that namespace. Returns {fd, port}.
+std::pair<int, int> Listen(int ns, const std::string& ip) {
+  int fd = -1, port = 0;
+  InNamespace(ns, [&] {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = SockAddr(ip, 0);
+    socklen_t len = sizeof(a);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "listen on " << ip << ": " << strerror(errno);
+      return;
+    }
+    port = ntohs(a.sin_port);
+  });
+  return {fd, port};
+}
+
+// Whether a TCP connection from namespace `ns` to ip:port is established within `wait_ms`. A
+// dropped SYN is never answered, so a refused path takes the whole wait; an allowed one takes
+// a round trip on the node.
+bool Connects(int ns, const std::string& ip, int port, int wait_ms) {
+  bool ok = false;
+  InNamespace(ns, [&] {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in a = SockAddr(ip, port);
+    int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    if (rc == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, wait_ms) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+      }
+    }
+    close(fd);
+  });
+  return ok;
 }
 
 std::string TableOf(const std::string& state_dir) { return "kiln_" + Sha256Hex(state_dir).substr(0, 8); }
@@ -365,6 +445,49 @@ TEST_F(BridgeNetworksTest, SweepRemovesDeadNetworksAndOrphans) {
   EXPECT_EQ(nets->Attach("live", "alive-1", {})->address.substr(live->gateway.rfind('.')), ".2");
   EXPECT_EQ(nets->Attach("live", "new-1", {})->address, stale->address);
   EXPECT_THAT(Shell("nft list table inet " + TableOf(dir)), Not(HasSubstr("\"" + dead->bridge + "\"")));
+}
+
+// The rules on real traffic between namespaces joined by ConnectNamespace (what the shim does).
+TEST_F(BridgeNetworksTest, RulesHoldOnRealTraffic) {
+  InstanceNetworks* nets = Open(Dir(), "10.251.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto open = nets->Ensure("traffic-open", false);
+  auto iso = nets->Ensure("traffic-iso", true);
+  ASSERT_TRUE(open.ok() && iso.ok());
+
+  std::vector<int> fds;
+  auto join = [&](const std::string& network, const std::string& id) -> std::pair<int, std::string> {
+    int ns = NewNamespace();
+    EXPECT_GE(ns, 0);
+    fds.push_back(ns);
+    auto a = nets->Attach(network, id, {});
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    if (!a.ok() || ns < 0) return {-1, ""};
+    Status st = netlink::ConnectNamespace(ns, *a);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return {ns, a->address};
+  };
+  auto [a1, a1_ip] = join("traffic-open", "a1");
+  auto [a2, a2_ip] = join("traffic-open", "a2");
+  auto [i1, i1_ip] = join("traffic-iso", "i1");
+  auto [i2, i2_ip] = join("traffic-iso", "i2");
+  ASSERT_FALSE(a1_ip.empty() || a2_ip.empty() || i1_ip.empty() || i2_ip.empty());
+
+  auto [l_a2, p_a2] = Listen(a2, a2_ip);
+  auto [l_i1, p_i1] = Listen(i1, i1_ip);
+  auto [l_i2, p_i2] = Listen(i2, i2_ip);
+  auto [l_gw_open, p_gw_open] = Listen(-1, open->gateway);
+  auto [l_gw_iso, p_gw_iso] = Listen(-1, iso->gateway);
+  fds.insert(fds.end(), {l_a2, l_i1, l_i2, l_gw_open, l_gw_iso});
+
+  constexpr int kAllowedMs = 5000, kRefusedMs = 500;
+  EXPECT_TRUE(Connects(a1, a2_ip, p_a2, kAllowedMs)) << "hosts of one network";
+  EXPECT_TRUE(Connects(i1, i2_ip, p_i2, kAllowedMs)) << "hosts of one isolated network";
+  EXPECT_TRUE(Connects(a1, open->gateway, p_gw_open, kAllowedMs)) << "the node, from a non-isolated network";
+  EXPECT_TRUE(Connects(-1, i1_ip, p_i1, kAllowedMs)) << "the node to an isolated instance";
+  EXPECT_FALSE(Connects(i1, iso->gateway, p_gw_iso, kRefusedMs)) << "an isolated instance to the node";
+  EXPECT_FALSE(Connects(a1, i1_ip, p_i1, kRefusedMs)) << "across networks";
+  for (int fd : fds) close(fd);
 }
 
 }  // namespace
