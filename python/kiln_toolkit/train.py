@@ -12,8 +12,9 @@ from the real toolkit (and why).
 
 Modules, beside this file: kiln_errors (log, errors, failure file), kiln_environment (paths,
 hyperparameters, SM_* variables), kiln_process (children, stderr capture), kiln_code (staging
-and installing the user's code), kiln_launch (host resolution and the runners' commands). This
-file is the main flow.
+and installing the user's code), kiln_launch (host resolution and the runners' commands),
+kiln_rsh (MPI's remote launch: mpirun's agent, and the server MPI workers run). This file is
+the main flow.
 
 Exit codes (contract 7.2): 0 success; 1 for client errors (user script failed, bad module, pip
 failure, bad code archive); otherwise the errno of an unexpected error, else 1; 128+15 when
@@ -44,7 +45,7 @@ from kiln_environment import MPI_PROCESSES_PER_HOST, Paths, TrainingEnv  # noqa:
 from kiln_process import Supervisor, check_error  # noqa: E402
 from kiln_code import download_and_extract, install  # noqa: E402
 from kiln_launch import (  # noqa: E402
-    MASTER_PORT, SMDDP_SERVER_PORT, mpi_command, mpi_worker_wait, process_command,
+    MASTER_PORT, SMDDP_SERVER_PORT, mpi_command, mpi_worker_serve, process_command,
     torchrun_command, wait_hostname_resolution)
 if _ADDED:
     sys.path.remove(_HERE)
@@ -98,12 +99,12 @@ def run_user_code(sup, tenv, paths):
     shown = None
     if distributed and params.get("sagemaker_mpi_enabled"):
         if not tenv.is_master:
-            return mpi_worker_wait(sup, tenv)
+            return mpi_worker_serve(sup, tenv, env, paths.code_dir)
         cmd, shown = mpi_command(tenv, kind, name, args, processes_per_host, env, smddp=False)
     elif distributed and (params.get("sagemaker_pytorch_ddp_enabled")
                           or params.get("sagemaker_distributed_dataparallel_enabled")):
         if not tenv.is_master:
-            return mpi_worker_wait(sup, tenv)
+            return mpi_worker_serve(sup, tenv, env, paths.code_dir)
         if len(tenv.distribution_hosts) > 1:
             env.update({"SMDATAPARALLEL_USE_HOMOGENEOUS": "1",
                         "SMDATAPARALLEL_SERVER_ADDR": tenv.master_hostname,
