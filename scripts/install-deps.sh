@@ -37,6 +37,7 @@ test_pkgs=(
   python3 python3-boto3 python3-botocore python3-pytest python3-requests awscli
   curl procps
   python3-torch python3-numpy              # the real PyTorch training jobs of the integration tests
+  openmpi-bin python3-mpi4py               # MPI training jobs (mpirun through Kiln's kiln_rsh.py agent): test_toolkit_mpi.py, test_distributed_training.py
   nginx-light wrk                          # bench/serving_bench.py: the reference proxy and the load generator
   python3-sklearn                          # tests/integration/test_sdk.py: the SKLearn estimator's job
   python3-flask gunicorn                   # bench/model_server_bench.py: the gunicorn + Flask reference server
