@@ -544,7 +544,9 @@ Result<std::unique_ptr<InstanceNetworks>> OpenBridgeNetworks(BridgeNetworksOptio
   }
   ASSIGN_OR_RETURN(auto networks, LoadState(options.state_dir));
   if (!options.firewall) {
-    KLOG(warn, "network.firewall is off: no nftables rules; jobs are separated only by having no routes to each other",
+    KLOG(warn,
+         "network.firewall is off: no nftables rules; jobs are kept apart only while the node does not forward "
+         "IPv4 (net.ipv4.ip_forward=0), and isolated instances can reach the node",
          ({{"state_dir", options.state_dir}}));
   }
   bool firewall = options.firewall;

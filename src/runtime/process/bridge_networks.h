@@ -37,7 +37,8 @@ struct BridgeNetworksOptions {
   std::string cidr = "10.213.0.0/16";  // the private range networks are carved from
   int subnet_prefix = 24;              // each network's block, 16..28 and ≥ cidr's prefix
   // When false no nftables rules are written (a node without nf_tables): networks still work,
-  // but jobs are separated only by having no routes to each other. Logged once.
+  // but jobs are kept apart only while the node does not forward IPv4 (net.ipv4.ip_forward=0),
+  // isolated instances can reach the node, and nothing is masqueraded. Logged once.
   bool firewall = true;
 };
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -488,6 +489,76 @@ TEST_F(BridgeNetworksTest, RulesHoldOnRealTraffic) {
   EXPECT_FALSE(Connects(i1, iso->gateway, p_gw_iso, kRefusedMs)) << "an isolated instance to the node";
   EXPECT_FALSE(Connects(a1, i1_ip, p_i1, kRefusedMs)) << "across networks";
   for (int fd : fds) close(fd);
+}
+
+// Forwarding on (which Kiln never turns on by itself) in a private "node" namespace, so that the
+// forward and nat rules are what decides, and nothing of the real node is touched: the same two
+// networks and an "uplink" network outside Kiln, first without the firewall (to show the paths
+// exist), then with it.
+TEST_F(BridgeNetworksTest, ForwardingNodeKeepsNetworksApartAndMasquerades) {
+  std::string dirs[2] = {Dir(), Dir()};
+  std::thread node([&] {
+    ASSERT_EQ(unshare(CLONE_NEWNET), 0) << strerror(errno);
+    {
+      std::ofstream forward("/proc/sys/net/ipv4/ip_forward");  // this thread's namespace
+      forward << "1\n";
+      ASSERT_TRUE(forward.good());
+    }
+    // The uplink: a bridge with 192.168.77.1 and an "outside" host 192.168.77.2 that has no route
+    // back to Kiln's range (it only answers masqueraded traffic).
+    int outside = NewNamespace();
+    ASSERT_GE(outside, 0);
+    ASSERT_TRUE(netlink::CreateBridge("up0", "192.168.77.1", 24, "").ok());
+    NetworkAttachment up;
+    up.bridge = "up0";
+    up.host_veth = "upv0";
+    up.address = "192.168.77.2";
+    up.gateway = "192.168.77.1";
+    up.isolated = true;
+    ASSERT_TRUE(netlink::ConnectNamespace(outside, up).ok());
+    auto [l_out, p_out] = Listen(outside, "192.168.77.2");
+
+    for (bool firewall : {false, true}) {
+      SCOPED_TRACE(firewall ? "firewall" : "no firewall");
+      BridgeNetworksOptions options;
+      options.state_dir = dirs[firewall ? 1 : 0];
+      options.cidr = "10.251.0.0/16";
+      options.firewall = firewall;
+      auto nets = OpenBridgeNetworks(options);
+      ASSERT_TRUE(nets.ok()) << nets.status().ToString();
+      ASSERT_TRUE((*nets)->Ensure("fwd-a", false).ok());
+      ASSERT_TRUE((*nets)->Ensure("fwd-b", false).ok());
+      int a1 = NewNamespace(), b1 = NewNamespace();
+      ASSERT_GE(a1, 0);
+      ASSERT_GE(b1, 0);
+      auto at_a = (*nets)->Attach("fwd-a", "a1", {});
+      auto at_b = (*nets)->Attach("fwd-b", "b1", {});
+      ASSERT_TRUE(at_a.ok() && at_b.ok());
+      ASSERT_TRUE(netlink::ConnectNamespace(a1, *at_a).ok());
+      ASSERT_TRUE(netlink::ConnectNamespace(b1, *at_b).ok());
+      auto [l_b1, p_b1] = Listen(b1, at_b->address);
+
+      bool across = Connects(a1, at_b->address, p_b1, firewall ? 500 : 5000);
+      EXPECT_EQ(across, !firewall) << "a1 -> b1 across two networks";
+      bool out = Connects(a1, "192.168.77.2", p_out, firewall ? 5000 : 500);
+      EXPECT_EQ(out, firewall) << "a1 -> the uplink (needs masquerading)";
+      if (out) {
+        sockaddr_in peer{};
+        socklen_t len = sizeof(peer);
+        int conn = accept4(l_out, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
+        ASSERT_GE(conn, 0);
+        char text[INET_ADDRSTRLEN] = {};
+        inet_ntop(AF_INET, &peer.sin_addr, text, sizeof(text));
+        EXPECT_STREQ(text, "192.168.77.1");  // masqueraded to the uplink's address
+        close(conn);
+      }
+      EXPECT_TRUE((*nets)->Sweep({}).ok());
+      for (int fd : {l_b1, a1, b1}) close(fd);
+    }
+    close(l_out);
+    close(outside);
+  });
+  node.join();  // the private namespace, and all in it, goes with the thread
 }
 
 }  // namespace
