@@ -14,6 +14,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "observe/metric_extractor.h"
+#include "control/training_plan.h"
 #include "control/training_states.h"
 #include "store/endpoint_repository.h"
 
@@ -163,9 +164,80 @@ std::optional<aws::AwsError> CheckChannels(const json& in, const std::string& de
   return std::nullopt;
 }
 
+// The distribution switches the SageMaker Python SDK sets (training-contract.md §4.1, §12.2;
+// estimator.py, pytorch/estimator.py), and the Training Compiler's, which is no distribution but
+// has the same form.
+constexpr const char* kKnownEnabledSwitches[] = {
+    "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_mpi_enabled",
+    "sagemaker_multi_worker_mirrored_strategy_enabled",
+    "sagemaker_parameter_server_enabled",
+    "sagemaker_pytorch_ddp_enabled",
+    "sagemaker_pytorch_xla_multi_worker_enabled",
+    "sagemaker_torch_distributed_enabled",
+    "sagemaker_training_compiler_enabled",
+};
+
+}  // namespace
+
+std::optional<aws::AwsError> CheckDistributionHyperParameters(const json& in, const control::InstanceCatalog& catalog) {
+  const json hps = in.value("HyperParameters", json::object());
+  if (!hps.is_object()) return std::nullopt;
+  for (auto it = hps.begin(); it != hps.end(); ++it) {
+    const std::string& key = it.key();
+    if (!key.starts_with("sagemaker_") || !key.ends_with("_enabled")) continue;
+    if (std::find_if(std::begin(kKnownEnabledSwitches), std::end(kKnownEnabledSwitches),
+                     [&](const char* known) { return key == known; }) != std::end(kKnownEnabledSwitches)) {
+      continue;
+    }
+    std::vector<std::string> known(std::begin(kKnownEnabledSwitches), std::end(kKnownEnabledSwitches));
+    return Validation("HyperParameters." + key +
+                      " is not a distribution Kiln knows, so it would be ignored. Remove it, or use one of: " +
+                      Join(known, ", ") + " (set by the SageMaker Python SDK's distribution argument).");
+  }
+  const std::string ppn_key = control::training::kMpiProcessesPerHost;
+  if (!hps.contains(ppn_key)) return std::nullopt;
+  const std::optional<int64_t> processes = control::training::MpiProcessesPerHost(in);
+  if (!processes) {
+    return Validation("HyperParameters." + ppn_key + " must be a positive integer (processes per host of the MPI " +
+                      "launch), got " + hps[ppn_key].dump() + ".");
+  }
+  const std::string type = in.value("ResourceConfig", json::object()).value("InstanceType", "");
+  const control::InstanceShape* shape = catalog.Find(type);
+  if (shape != nullptr && shape->gpus == 0 && shape->vcpus > 0 && *processes > shape->vcpus) {
+    return Validation("HyperParameters." + ppn_key + " is " + std::to_string(*processes) + " but " + type + " has " +
+                      std::to_string(shape->vcpus) + " vCPUs: set it to at most " + std::to_string(shape->vcpus) +
+                      ", or choose a larger ResourceConfig.InstanceType.");
+  }
+  return std::nullopt;
+}
+
+std::optional<aws::AwsError> CheckCapacity(const std::string& instance_type, int instance_count,
+                                           const std::function<Status(const std::string&, int)>& feasible) {
+  Status status = feasible(instance_type, instance_count);
+  if (status.ok()) return std::nullopt;
+  std::string message = status.message();
+  if (instance_count > 1 && status.code() == StatusCode::kResourceExhausted) {
+    // The largest count that fits (feasibility is monotonic in the count): bisect [0, count).
+    int low = 0, high = instance_count;  // low fits (0 trivially), high does not
+    while (high - low > 1) {
+      const int mid = low + (high - low) / 2;
+      (feasible(instance_type, mid).ok() ? low : high) = mid;
+    }
+    message += low > 0 ? "; or lower ResourceConfig.InstanceCount to at most " + std::to_string(low) + " (" +
+                             std::to_string(low) + " x " + instance_type + " fit on this node)"
+                       : "; ResourceConfig.InstanceCount " + std::to_string(instance_count) +
+                             " cannot run here: not even one " + instance_type + " fits on this node";
+  }
+  return aws::AwsError("ResourceLimitExceeded", message);
+}
+
+namespace {
+
 // The checks of CreateTrainingJob the service model cannot express, in AWS's order; the first
 // problem found is the answer.
-std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller) {
+std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::TrainingController* controller,
+                                                const control::InstanceCatalog& catalog) {
   for (const char* member : kUnsupportedMembers) {
     if (in.contains(member) && !in[member].is_null())
       return Validation(std::string(member) + " is not supported by Kiln.");
@@ -181,9 +253,10 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
         observe::MetricExtractor::Create(control::MetricDefinitionsFromJson(algorithm["MetricDefinitions"]));
     if (!extractor.ok()) return Validation(extractor.status().message());
   }
-  Status feasible = controller->CheckFeasible(rc["InstanceType"].get<std::string>(), rc["InstanceCount"].get<int>());
-  if (!feasible.ok()) return aws::AwsError("ResourceLimitExceeded", feasible.message());
-  return std::nullopt;
+  if (auto error = CheckDistributionHyperParameters(in, catalog)) return error;
+  return CheckCapacity(
+      rc["InstanceType"].get<std::string>(), rc["InstanceCount"].get<int>(),
+      [controller](const std::string& type, int count) { return controller->CheckFeasible(type, count); });
 }
 
 // AWS fills these defaults into what Describe returns.
@@ -323,7 +396,10 @@ store::TrainingJobRecord NewJobRecord(const Operations& ops, const json& in, int
 }
 
 JsonOutcome CreateTrainingJob(Operations& ops, const json& in) {
-  if (auto error = CheckCreateRequest(in, ops.ctx.controller)) return *error;
+  if (auto error = CheckCreateRequest(in, ops.ctx.controller,
+                                      ops.ctx.catalog ? *ops.ctx.catalog : control::InstanceCatalog::BuiltIn())) {
+    return *error;
+  }
   store::TrainingJobRecord record = NewJobRecord(ops, in, NowOf(ops.ctx));
   Status inserted = ops.jobs.Insert(record);
   if (inserted.IsAlreadyExists()) {

@@ -1,6 +1,9 @@
 #include "api/training_jobs.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "control/scheduler.h"
 
 namespace kiln::api {
 namespace {
@@ -119,6 +122,89 @@ TEST(RenderTrainingJobTest, FailureReasonOnlyWhenFailed) {
   r.status = store::TrainingJobStatus::kFailed;
   r.state.failure_reason = "AlgorithmError: boom, exit code: 1";
   EXPECT_EQ(RenderTrainingJob(r)["FailureReason"], "AlgorithmError: boom, exit code: 1");
+}
+
+// ---- CreateTrainingJob's distribution checks (issue 14) ----
+
+json DistributedRequest(const std::string& type, const json& hyperparameters) {
+  return {{"ResourceConfig", {{"InstanceType", type}, {"InstanceCount", 2}, {"VolumeSizeInGB", 1}}},
+          {"HyperParameters", hyperparameters}};
+}
+
+TEST(CheckDistributionTest, EverySwitchTheSdkSetsIsAccepted) {
+  const auto& catalog = control::InstanceCatalog::BuiltIn();
+  for (const char* key :
+       {"sagemaker_mpi_enabled", "sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled",
+        "sagemaker_torch_distributed_enabled", "sagemaker_pytorch_xla_multi_worker_enabled",
+        "sagemaker_multi_worker_mirrored_strategy_enabled", "sagemaker_parameter_server_enabled",
+        "sagemaker_training_compiler_enabled"}) {
+    EXPECT_FALSE(CheckDistributionHyperParameters(DistributedRequest("ml.m5.xlarge", {{key, "true"}}), catalog)) << key;
+  }
+  // Other reserved keys and user hyperparameters are none of this check's business.
+  EXPECT_FALSE(CheckDistributionHyperParameters(
+      DistributedRequest("ml.m5.xlarge", {{"sagemaker_program", "\"train.py\""},
+                                          {"sagemaker_instance_type", "\"ml.m5.xlarge\""},
+                                          {"use_enabled", "true"},
+                                          {"sagemaker_mpi_custom_mpi_options", "\"-x A\""}}),
+      catalog));
+  EXPECT_FALSE(CheckDistributionHyperParameters(json::object(), catalog));
+}
+
+TEST(CheckDistributionTest, AnUnknownSwitchIsRefusedNamingItAndTheKnownOnes) {
+  auto error = CheckDistributionHyperParameters(
+      DistributedRequest("ml.m5.xlarge", {{"sagemaker_horovod_enabled", "true"}}), control::InstanceCatalog::BuiltIn());
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "ValidationException");
+  EXPECT_THAT(error->message, ::testing::StartsWith("HyperParameters.sagemaker_horovod_enabled is not a distribution "
+                                                    "Kiln knows"));
+  EXPECT_THAT(error->message, ::testing::HasSubstr("sagemaker_torch_distributed_enabled"));
+  EXPECT_THAT(error->message, ::testing::HasSubstr("sagemaker_mpi_enabled"));
+}
+
+TEST(CheckDistributionTest, ProcessesPerHostMustBeAPositiveIntegerWithinTheCpuTypesVcpus) {
+  const auto& catalog = control::InstanceCatalog::BuiltIn();
+  const std::string key = "sagemaker_mpi_num_of_processes_per_host";
+  for (const char* bad : {"0", "-2", "two", "1.5", "\"\""}) {
+    auto error = CheckDistributionHyperParameters(
+        DistributedRequest("ml.m5.xlarge", {{"sagemaker_mpi_enabled", "true"}, {key, bad}}), catalog);
+    ASSERT_TRUE(error) << bad;
+    EXPECT_EQ(error->code, "ValidationException");
+    EXPECT_THAT(error->message, ::testing::HasSubstr(key + " must be a positive integer")) << bad;
+  }
+  // ml.m5.xlarge has 4 vCPUs.
+  EXPECT_FALSE(CheckDistributionHyperParameters(DistributedRequest("ml.m5.xlarge", {{key, "4"}}), catalog));
+  EXPECT_FALSE(CheckDistributionHyperParameters(DistributedRequest("ml.m5.xlarge", {{key, "\"2\""}}), catalog));
+  auto too_many = CheckDistributionHyperParameters(DistributedRequest("ml.m5.xlarge", {{key, "5"}}), catalog);
+  ASSERT_TRUE(too_many);
+  EXPECT_EQ(too_many->message,
+            "HyperParameters.sagemaker_mpi_num_of_processes_per_host is 5 but ml.m5.xlarge has 4 vCPUs: set it to at "
+            "most 4, or choose a larger ResourceConfig.InstanceType.");
+  // GPU types: more processes than GPUs is accepted (§12.2; the Training status message warns).
+  EXPECT_FALSE(CheckDistributionHyperParameters(DistributedRequest("ml.g5.xlarge", {{key, "8"}}), catalog));
+}
+
+TEST(CheckCapacityTest, MoreHostsThanTheNodeHoldsIsResourceLimitExceededNamingInstanceCount) {
+  control::SchedulerOptions options;
+  for (int i = 0; i < 8; ++i) options.capacity.cpus.push_back(i);
+  options.capacity.memory_bytes = 64ull << 30;
+  control::Scheduler scheduler(options, &control::InstanceCatalog::BuiltIn());
+  auto feasible = [&](const std::string& type, int count) { return scheduler.CheckFeasible(type, count); };
+  EXPECT_FALSE(CheckCapacity("ml.m5.xlarge", 2, feasible));  // 2 x 4 vCPUs fit in 8
+  auto error = CheckCapacity("ml.m5.xlarge", 5, feasible);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "ResourceLimitExceeded");
+  EXPECT_THAT(error->message, ::testing::StartsWith("no capacity for 5 x ml.m5.xlarge on this host"));
+  EXPECT_THAT(error->message,
+              ::testing::EndsWith("; or lower ResourceConfig.InstanceCount to at most 2 (2 x ml.m5.xlarge fit on "
+                                  "this node)"));
+  auto none = CheckCapacity("ml.m5.4xlarge", 3, feasible);  // 16 vCPUs each: not even one
+  ASSERT_TRUE(none);
+  EXPECT_THAT(none->message, ::testing::HasSubstr("ResourceConfig.InstanceCount 3 cannot run here: not even one "
+                                                  "ml.m5.4xlarge fits on this node"));
+  // One instance: the scheduler's message alone.
+  auto single = CheckCapacity("ml.m5.4xlarge", 1, feasible);
+  ASSERT_TRUE(single);
+  EXPECT_EQ(single->message, scheduler.CheckFeasible("ml.m5.4xlarge", 1).message());
 }
 
 }  // namespace
