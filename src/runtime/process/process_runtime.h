@@ -12,6 +12,13 @@
 // of the sandbox. Running as non-root, the shim first enters a new user namespace in which the
 // caller is root (Launch fails with a clear message when the host forbids that).
 //
+// Network: without spec.network the sandbox shares the node's network. With it, the program runs in
+// a network namespace of its own, joined to spec.network->bridge by a veth and configured before
+// the program starts (README.md, "Networks"); 127.0.0.1:<port> of each loopback_forwards entry is
+// relayed to the node's 127.0.0.1:<port> by the shim. Needs the shim to run as root
+// (FailedPrecondition otherwise); a network step's failure fails Launch (Internal) and leaves no
+// veth. The host veth is gone once the instance's exit is visible.
+//
 // On-disk state, one directory per instance under options.state_dir (see state.h):
 //   spec.json  shim.lock  shim.log  output  started.json  stop_requested  exit.json  control.sock
 // The shim holds an exclusive flock on shim.lock for its whole life, so "no exit.json and the lock

@@ -770,6 +770,44 @@ TEST_F(NamespacedNetworkTest, NetworkFailuresFailLaunchAndLeaveNothing) {
   EXPECT_THAT(runtime_->List().value(), ::testing::IsEmpty());
 }
 
+// A network namespace joined to a bridge needs CAP_NET_ADMIN in the node's namespace: a shim that
+// is not root says so instead of trying inside a user namespace.
+TEST_F(ProcessRuntimeTest, NetworkNeedsARootShim) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to nobody";
+  std::string state = root_ + "/nonroot-state";
+  ASSERT_TRUE(MakeDirs(state).ok());
+  for (const std::string& p : {root_, state, opt_ml_}) chmod(p.c_str(), 0777);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      _exit(10);
+    if (access(ShimPath(), X_OK) != 0) _exit(77);
+    Result<std::unique_ptr<Runtime>> rt = OpenProcessRuntime({state, {ShimPath()}});
+    if (!rt.ok()) _exit(11);
+    InstanceSpec spec = Spec("nonroot", "touch /opt/ml/ran-nonroot");
+    NetworkAttachment net;
+    net.network = "training-x";
+    net.bridge = "kh2nope";
+    net.host_veth = "kh2nope-2";
+    net.address = "10.247.9.2";
+    net.gateway = "10.247.9.1";
+    spec.network = net;
+    Status s = (*rt)->Launch(spec);
+    std::fprintf(stderr, "launch: %s\n", s.ToString().c_str());
+    bool ok = s.code() == StatusCode::kFailedPrecondition &&
+              s.message().find("needs the shim to run as root") != std::string::npos &&
+              s.message().find("training-x") != std::string::npos && (*rt)->List().value_or({"?"}).empty();
+    _exit(ok ? 0 : 12);
+  }
+  int wstatus;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  if (WEXITSTATUS(wstatus) == 77) GTEST_SKIP() << ShimPath() << " is not executable by nobody";
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+  EXPECT_FALSE(PathExists(opt_ml_ + "/ran-nonroot"));
+}
+
 TEST_F(ProcessRuntimeTest, RejectsBadNetworkAttachments) {
   InstanceSpec spec = Spec("badnet", "true");
   NetworkAttachment net;

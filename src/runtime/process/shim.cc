@@ -313,7 +313,7 @@ std::string Shim::Prepare() {
     if (geteuid() != 0) {
       return "precondition an instance with a network of its own (network " + spec_.network->network +
              ") needs the shim to run as root, and kiln runs as uid " + std::to_string(geteuid()) +
-             "; run kiln as root, or use the node's network (network mode host)";
+             "; run kiln as root, or give instances the node's network (config network.mode: host)";
     }
     WarnAboutLoopbackResolver();
   }

@@ -38,7 +38,8 @@ std::string Join(const std::string& dir, std::string_view name);
 std::string SocketPath(const std::string& instance_dir);
 
 // The Decode* functions fail with DataLoss("bad <record>: ...") when the text is not JSON or lacks
-// a field (a torn or foreign file).
+// a field (a torn or foreign file). The spec's "network" member is optional (absent: no network;
+// specs written before per-instance networks have none); when present all its fields are required.
 std::string EncodeSpec(const InstanceSpec& spec);
 Result<InstanceSpec> DecodeSpec(std::string_view json);
 
