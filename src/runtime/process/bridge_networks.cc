@@ -77,9 +77,9 @@ bool ValidNetworkName(const std::string& name) {
   return name != "." && name != "..";
 }
 
-// CAP_NET_ADMIN (bit 12) in the effective set, from /proc/self/status.
+// CAP_NET_ADMIN (bit 12) in the calling thread's effective set.
 bool HasNetAdmin() {
-  std::ifstream in("/proc/self/status");
+  std::ifstream in("/proc/thread-self/status");  // capabilities are per thread
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("CapEff:", 0) != 0) continue;

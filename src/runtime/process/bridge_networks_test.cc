@@ -7,10 +7,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -208,6 +210,28 @@ TEST_F(BridgeNetworksTest, OpenRejectsBadRanges) {
     EXPECT_EQ(n.status().code(), StatusCode::kFailedPrecondition) << n.status().ToString();
     EXPECT_THAT(n.status().message(), HasSubstr("network.")) << n.status().ToString();
   }
+}
+
+TEST_F(BridgeNetworksTest, OpenWithoutNetAdminSaysWhatToChange) {
+  std::string dir = Dir();
+  Result<std::unique_ptr<InstanceNetworks>> opened = Status::Internal("not run");
+  // Capabilities are per thread: this one drops CAP_NET_ADMIN from its effective set.
+  std::thread t([&] {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    ASSERT_EQ(syscall(SYS_capget, &header, data), 0);
+    data[0].effective &= ~(1u << CAP_NET_ADMIN);
+    ASSERT_EQ(syscall(SYS_capset, &header, data), 0) << strerror(errno);
+    BridgeNetworksOptions options;
+    options.state_dir = dir;
+    options.cidr = "10.251.0.0/16";
+    opened = OpenBridgeNetworks(options);
+  });
+  t.join();
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kFailedPrecondition) << opened.status().ToString();
+  EXPECT_THAT(opened.status().message(), HasSubstr("CAP_NET_ADMIN"));
+  EXPECT_THAT(opened.status().message(), HasSubstr("network.mode: host"));
 }
 
 TEST_F(BridgeNetworksTest, EnsureIsIdempotentAndChecksIsolation) {
