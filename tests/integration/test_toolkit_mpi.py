@@ -438,3 +438,54 @@ def test_real_mpirun_over_two_hosts(make_job):
     assert master.success() and workerjob.success()
     assert "remote launch from" in werr and "orted" in werr
     assert "Orted process exited" in werr
+
+
+def test_real_mpirun_in_host_mode_with_algo_names(make_job, tmp_path):
+    """Kiln's process runtime in host network mode: each host has its own host name (algo-N,
+    UTS namespace) and an /etc/hosts where every algo-N is 127.0.0.1 (mount namespace), all on
+    the node's one network. Open MPI must still start algo-2's ranks through the agent (not
+    locally, though algo-2's address is the node's), and algo-2 serves on base port + 1."""
+    if not shutil.which("mpirun") or not shutil.which("unshare") or subprocess.run(
+            [PYTHON, "-c", "import mpi4py"], capture_output=True).returncode != 0:
+        pytest.skip("needs openmpi-bin, python3-mpi4py and unshare")
+    if subprocess.run(["unshare", "--mount", "--uts", "true"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount and UTS namespaces need root (CAP_SYS_ADMIN)")
+    hosts = ["algo-1", "algo-2"]
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("127.0.0.1 localhost\n127.0.0.1 algo-1 algo-2\n")
+    hps = mpi_hps(sagemaker_mpi_num_of_processes_per_host="2",
+                  sagemaker_mpi_custom_mpi_options="\"\"")
+    env = {"KILN_RSH_TOKEN": TOKEN, "KILN_RSH_PORT": str(free_port(2)),
+           "KILN_DNS_WAIT_SECONDS": "5"}
+    jobs = {}
+    procs = {}
+    try:
+        for host in hosts:
+            job = jobs[host] = make_job(hps=hps, resource_config=two_hosts(hosts, host))
+            no_gpus(job)
+            job.write_code("train.py", MPI_SCRIPT)
+            side = {"KILN_TEST_SIDE": "worker"} if host == "algo-2" else {}
+            sandbox = ("hostname %s && mount --bind %s /etc/hosts && cd %s && exec %s %s"
+                       % (host, hosts_file, job.path("code"), PYTHON,
+                          os.path.join(TOOLKIT, "train.py")))
+            procs[host] = subprocess.Popen(
+                ["unshare", "--mount", "--uts", "/bin/sh", "-c", sandbox],
+                env=job.env(dict(env, PATH=job.bin + ":/usr/bin:/bin", **side)),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        mout, merr = (x.decode() for x in procs["algo-1"].communicate(timeout=120))
+        wout, werr = (x.decode() for x in procs["algo-2"].communicate(timeout=60))
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert procs["algo-1"].returncode == 0, merr + "\n--- worker ---\n" + werr
+    assert procs["algo-2"].returncode == 0, werr
+    lines = sorted(l for l in mout.splitlines() if "rank " in l)
+    assert lines == ["[1,0]<stdout>:rank 0 of 4 on master sum 10",
+                     "[1,1]<stdout>:rank 1 of 4 on master sum 10",
+                     "[1,2]<stdout>:rank 2 of 4 on worker sum 10",
+                     "[1,3]<stdout>:rank 3 of 4 on worker sum 10"], mout + merr
+    assert "(port %d)" % (int(env["KILN_RSH_PORT"]) + 1) in werr
+    assert "-mca if_base_do_not_resolve 1" in merr
