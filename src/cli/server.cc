@@ -4,14 +4,17 @@
 
 #include <climits>
 #include <filesystem>
+#include <set>
 
 #include "api/endpoints.h"
 #include "api/logs.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
+#include "runtime/process/bridge_networks.h"
 #include "runtime/process/process_runtime.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "base/strings.h"
 #include "cli/version.h"
 #include "objects/fs_object_store.h"
 #include "objects/s3_object_store.h"
@@ -158,6 +161,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   const Config& c = server->config_;
   RETURN_IF_ERROR(server->OpenState());
   RETURN_IF_ERROR(server->OpenRuntimeAndCapacity());
+  RETURN_IF_ERROR(server->OpenNetworks());
   const control::ArchiveCapOptions archive_caps = ArchiveCaps(c, server->catalog_.get());
   control::TrainingControllerOptions training = TrainingOptions(c, archive_caps);
   server->BuildFrontDoor();
@@ -227,6 +231,53 @@ Status Server::OpenRuntimeAndCapacity() {
   return Status::Ok();
 }
 
+// Per-instance networks (config "network", runtime/process/bridge_networks.h): "host" keeps every
+// instance on the node's network; "namespaces" requires BridgeNetworks (the server refuses to
+// start without it); "auto" uses it when it opens (root with CAP_NET_ADMIN) and otherwise says in
+// one line why instances share the node's network. Networks whose instances are all gone (a
+// server that crashed) are swept here, before the controllers adopt the running instances.
+Status Server::OpenNetworks() {
+  const NetworkConfig& n = config_.network;
+  if (n.mode == "host") {
+    KLOG(info, "instances share the node's network", {{"reason", "network.mode is host"}});
+    return Status::Ok();
+  }
+  runtime::BridgeNetworksOptions options;
+  options.state_dir = config_.data_dir + "/networks";
+  options.cidr = n.cidr;
+  options.subnet_prefix = n.subnet_prefix;
+  options.firewall = n.firewall;
+  auto opened = runtime::OpenBridgeNetworks(options);
+  if (!opened.ok()) {
+    if (n.mode == "namespaces") {
+      return opened.status().WithPrefix("network.mode \"namespaces\": per-instance networks cannot work here");
+    }
+    KLOG(warn, "instances share the node's network",
+         {{"reason", "network.mode auto: per-instance networks unavailable: " + opened.status().message()}});
+    return Status::Ok();
+  }
+  networks_ = std::move(opened).value();
+  // Instances still running keep their networks; every other network of this server goes.
+  std::set<std::string> live;
+  ASSIGN_OR_RETURN(std::vector<std::string> ids, runtime_->List());
+  for (const std::string& id : ids) {
+    auto status = runtime_->Inspect(id);
+    if (status.ok() && status->state == runtime::InstanceState::kRunning) live.insert(id);
+  }
+  auto removed = networks_->Sweep(live);
+  if (!removed.ok()) {
+    KLOG(warn, "sweeping the instance networks failed", {{"error", removed.status().ToString()}});
+  } else {
+    KLOG(
+        info, "per-instance networks",
+        {{"cidr", n.cidr},
+         {"subnet_prefix", std::to_string(n.subnet_prefix)},
+         {"firewall", n.firewall ? "on" : "off"},
+         {"swept", removed->empty() ? "none" : Join(std::vector<std::string>(removed->begin(), removed->end()), ",")}});
+  }
+  return Status::Ok();
+}
+
 // The S3 front and the front door that every request goes through (services are added later).
 void Server::BuildFrontDoor() {
   const Config& c = config_;
@@ -259,6 +310,7 @@ Status Server::OpenLogsAndTraining(control::TrainingControllerOptions training) 
   deps.credentials = instance_credentials_.get();
   deps.instance_metrics = instance_metrics_.get();
   deps.log_store = log_store_.get();
+  deps.networks = networks_.get();
   training_ = std::make_unique<control::TrainingController>(training, deps);
   return Status::Ok();
 }
@@ -279,6 +331,7 @@ void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_c
   endpoint_deps.log_store = log_store_.get();
   endpoint_deps.routes = routes_.get();
   endpoint_deps.instance_metrics = instance_metrics_.get();
+  endpoint_deps.networks = networks_.get();
   // The invoke path's pooled connections to the instances (the router, built in BuildInvokePath,
   // uses it; the controller drops a stopped instance's idle connections from it).
   invoke_client_ = std::make_unique<net::HttpClient>(InvokeClientOptions(c));
@@ -302,6 +355,7 @@ void Server::RegisterJsonServices() {
   training_api.controller = training_.get();
   training_api.account_id = c.account_id;
   training_api.region = c.regions.front();
+  training_api.catalog = catalog_.get();
   api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
   api::EndpointsContext endpoints_api;
   endpoints_api.database = database_.get();

@@ -13,6 +13,7 @@
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
 #include "runtime/environments.h"
+#include "runtime/networks.h"
 #include "runtime/runtime.h"
 #include "net/http_client.h"
 #include "serving/invocation_metrics.h"
@@ -51,6 +52,7 @@ class Server {
   // fills members declared below; errors name the component that failed.
   Status OpenState();
   Status OpenRuntimeAndCapacity();
+  Status OpenNetworks();
   void BuildFrontDoor();
   Status OpenLogsAndTraining(control::TrainingControllerOptions training);
   void BuildEndpointController(const control::ArchiveCapOptions& archive_caps);
@@ -74,6 +76,9 @@ class Server {
   std::unique_ptr<control::InstanceCatalog> catalog_;
   std::unique_ptr<control::Scheduler> scheduler_;
   std::unique_ptr<runtime::EnvironmentTable> environments_;
+  // Per-instance networks (config "network"); null: instances share the node's network. Before
+  // the controllers, which use it until they are gone.
+  std::unique_ptr<runtime::InstanceNetworks> networks_;
   std::unique_ptr<control::TrainingController> training_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
