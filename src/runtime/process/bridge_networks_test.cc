@@ -472,6 +472,71 @@ TEST_F(BridgeNetworksTest, SweepRemovesDeadNetworksAndOrphans) {
   EXPECT_THAT(Shell("nft list table inet " + TableOf(dir)), Not(HasSubstr("\"" + dead->bridge + "\"")));
 }
 
+TEST_F(BridgeNetworksTest, ServersOnDifferentRangesShareBridgeNames) {
+  InstanceNetworks* x = Open(Dir(), "10.253.0.0/16");
+  InstanceNetworks* y = Open(Dir(), "10.254.0.0/16");
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  auto a = x->Ensure("range-x", false);
+  ASSERT_TRUE(a.ok());
+  // y's lowest free index may be a's (its subnet is free in y's range) but the name is taken:
+  // y goes on to the next, and its subnet follows its bridge's index.
+  auto b = y->Ensure("range-y", false);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(a->bridge, b->bridge);
+  for (const auto& info : {*a, *b}) {
+    std::string index = info.bridge.substr(3);
+    EXPECT_EQ(info.subnet.substr(info.subnet.find('.', 3) + 1), index + ".0/24") << info.subnet;
+  }
+}
+
+TEST_F(BridgeNetworksTest, EnsureMovesANetworkWhoseIndexWasTaken) {
+  std::string dir = Dir();
+  InstanceNetworks* nets = Open(dir, "10.252.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  auto first = nets->Ensure("moved", false);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(nets->Attach("moved", "m-1", {}).ok());
+  ASSERT_TRUE(nets->Attach("moved", "m-2", {}).ok());
+  // The bridge vanished and someone else (another range) took its name meanwhile.
+  ASSERT_TRUE(netlink::DeleteLink(first->bridge).ok());
+  std::string other = Dir();
+  ASSERT_TRUE(netlink::CreateBridge(first->bridge, "", 0, "kiln " + other + " theirs").ok());
+  auto second = nets->Ensure("moved", false);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(second->bridge, first->bridge);
+  EXPECT_NE(second->subnet, first->subnet);
+  EXPECT_EQ(netlink::LinkAlias(first->bridge).value_or(""), "kiln " + other + " theirs");  // untouched
+  // The old leases are void: the next instance gets .2 of the new subnet.
+  auto lease = nets->Attach("moved", "m-3", {});
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->address, second->gateway.substr(0, second->gateway.rfind('.')) + ".2");
+  // Removing it deletes only its own bridge.
+  ASSERT_TRUE(nets->Remove("moved").ok());
+  EXPECT_TRUE(netlink::LinkAlias(first->bridge).ok());
+  (void)netlink::DeleteLink(first->bridge);
+}
+
+TEST_F(BridgeNetworksTest, ConcurrentAttachesGetDistinctAddresses) {
+  InstanceNetworks* nets = Open(Dir(), "10.253.0.0/16");
+  ASSERT_NE(nets, nullptr);
+  ASSERT_TRUE(nets->Ensure("busy", false).ok());
+  std::vector<std::vector<std::string>> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 4; ++i) {
+        auto a = nets->Attach("busy", "t" + std::to_string(t) + "-" + std::to_string(i), {});
+        if (a.ok()) got[t].push_back(a->address);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<std::string> all;
+  for (const auto& v : got) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), 32u);
+}
+
 // The rules on real traffic between namespaces joined by ConnectNamespace (what the shim does).
 TEST_F(BridgeNetworksTest, RulesHoldOnRealTraffic) {
   InstanceNetworks* nets = Open(Dir(), "10.251.0.0/16");
