@@ -512,11 +512,18 @@ class WorkerServer:
         """Reaps every exited child; False once this process has no children at all."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                # Peek first (WNOWAIT): a zombie still has its name, for the failure message.
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return False
-            if pid == 0:
+            if info is None or info.si_pid == 0:
                 return True
+            pid = info.si_pid
+            name = _process_name(pid)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
             code = os.waitstatus_to_exitcode(status)
             code = 128 - code if code < 0 else code
             with self.lock:
@@ -530,8 +537,8 @@ class WorkerServer:
                         self.failures.append(("/bin/sh -c %s" % session.command, code))
             elif code != 0:
                 with self.lock:
-                    self.failures.append(("process %d (started by a launched command)" % pid,
-                                          code))
+                    self.failures.append(("%s (pid %d, left running by a launched command)"
+                                          % (name, pid), code))
 
     def _children(self):
         """Pids of this process's children (adopted ones included), from /proc."""
@@ -617,6 +624,14 @@ class WorkerServer:
                     raise TimeoutError()
         finally:
             self.listener.close()
+
+
+def _process_name(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip() or "process"
+    except OSError:
+        return "process"
 
 
 def become_subreaper():

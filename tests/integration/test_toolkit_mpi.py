@@ -233,7 +233,8 @@ def test_worker_waits_for_what_the_command_left_running(worker):
     result, _ = w.result()
     assert time.monotonic() - t0 > 0.5
     assert len(result) == 1 and result[0][1] == 5
-    assert "started by a launched command" in result[0][0]
+    assert result[0][0].startswith("sh (pid ")
+    assert "left running by a launched command" in result[0][0]
 
 
 def test_sigterm_stops_the_worker_and_its_commands(worker):
