@@ -201,8 +201,8 @@ Status LoadInstanceMetrics(const json& doc, Config* config, const std::string& p
   return Status::Ok();
 }
 
-// "a.b.c.d/n": an IPv4 address and a prefix length 8..30 (the range must hold at least one subnet
-// besides the first, which BridgeNetworks skips).
+// "a.b.c.d/n": an IPv4 network address (no host bits set) and a prefix length 8..30 (the range must hold at least one
+// subnet besides the first, which BridgeNetworks skips).
 bool ParseIpv4Cidr(const std::string& cidr, int* prefix) {
   const size_t slash = cidr.find('/');
   if (slash == std::string::npos || slash + 1 >= cidr.size() || cidr.size() - slash > 3) return false;
@@ -211,7 +211,10 @@ bool ParseIpv4Cidr(const std::string& cidr, int* prefix) {
   const std::string digits = cidr.substr(slash + 1);
   if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
   *prefix = std::stoi(digits);
-  return *prefix >= 8 && *prefix <= 30;
+  if (*prefix < 8 || *prefix > 30) return false;
+  // No host bits: "10.213.0.0/16", not "10.213.0.1/16" (a typo that would move the range).
+  const uint32_t host_bits = 0xffffffffu >> *prefix;
+  return (ntohl(address.s_addr) & host_bits) == 0;
 }
 
 Status LoadNetwork(const json& doc, Config* config, const std::string& path) {
@@ -230,8 +233,9 @@ Status LoadNetwork(const json& doc, Config* config, const std::string& path) {
   }
   int cidr_prefix = 0;
   if (!ParseIpv4Cidr(nc.cidr, &cidr_prefix)) {
-    return Status::InvalidArgument(path + ": network.cidr must be an IPv4 range a.b.c.d/n with n from 8 to 30, got \"" +
-                                   nc.cidr + "\"");
+    return Status::InvalidArgument(
+        path + ": network.cidr must be an IPv4 range a.b.c.d/n with n from 8 to 30 and no host bits set, got \"" +
+        nc.cidr + "\"");
   }
   if (nc.subnet_prefix < 16 || nc.subnet_prefix > 28 || nc.subnet_prefix <= cidr_prefix) {
     return Status::InvalidArgument(path +

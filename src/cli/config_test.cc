@@ -196,6 +196,7 @@ TEST(ConfigTest, BadNetworkFieldsNameTheSetting) {
       {R"({"network": {"cidr": "fd00::/64"}})", "network.cidr must be an IPv4 range"},
       {R"({"network": {"cidr": "10.0.0.0/31"}})", "network.cidr must be an IPv4 range"},
       {R"({"network": {"cidr": "10.0.0.0/x"}})", "network.cidr must be an IPv4 range"},
+      {R"({"network": {"cidr": "10.213.0.1/16"}})", "no host bits set"},
       {R"({"network": {"subnet_prefix": 29}})", "network.subnet_prefix must be from 16 to 28"},
       {R"({"network": {"cidr": "10.213.0.0/24", "subnet_prefix": 24}})", "longer than the prefix of network.cidr"},
       {R"({"network": {"firewall": "yes"}})", "\"firewall\" must be true or false"},
