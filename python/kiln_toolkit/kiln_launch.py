@@ -229,10 +229,15 @@ def mpi_command(tenv, kind, name, args, processes_per_host, env, smddp):
            "-mca", "orte_abort_on_non_zero_status", "1"]
     if shared_loopback:
         cmd += ["-mca", "if_base_retain_loopback", "1", "-mca", "if_base_do_not_resolve", "1"]
+    import shlex
+    custom = shlex.split(str(tenv.additional_framework_parameters.get(
+        SMDDP_CUSTOM_OPTIONS if smddp else MPI_CUSTOM_OPTIONS, "") or ""))
     # mpirun starts orted on the other hosts through Kiln's agent instead of ssh (workers
     # serve it: mpi_worker_serve). Isolated mode: the user's PYTHONPATH must not reach it.
-    agent = env.get("KILN_MPI_RSH_AGENT") or "%s -I %s" % (sys.executable, RSH_AGENT)
-    cmd += ["-mca", "plm_rsh_agent", agent]
+    # Custom options that name an agent themselves win (mpirun refuses a parameter twice).
+    if not any(o in ("plm_rsh_agent", "orte_rsh_agent", "pls_rsh_agent") for o in custom):
+        agent = env.get("KILN_MPI_RSH_AGENT") or "%s -I %s" % (sys.executable, RSH_AGENT)
+        cmd += ["-mca", "plm_rsh_agent", agent]
     cmd += ["-x", "NCCL_SOCKET_IFNAME=%s" % iface, "-x", "NCCL_DEBUG=%s"
             % env.get("NCCL_DEBUG", "INFO")]
     if env.get("LD_PRELOAD"):
@@ -241,10 +246,7 @@ def mpi_command(tenv, kind, name, args, processes_per_host, env, smddp):
         if key not in ("NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "LD_PRELOAD") and \
                 not key.startswith("BASH_FUNC"):
             cmd += ["-x", key]
-    import shlex
-    custom = tenv.additional_framework_parameters.get(
-        SMDDP_CUSTOM_OPTIONS if smddp else MPI_CUSTOM_OPTIONS, "")
-    cmd += shlex.split(str(custom or ""))
+    cmd += custom
     if kind == PYTHON_PACKAGE:
         prog = [sys.executable, "-m", name.replace(".py", "")]
     elif kind == PYTHON_PROGRAM:

@@ -350,6 +350,16 @@ def test_mpirun_agent_override_and_pytorchddp(make_job):
     assert argv[-4:] == ["-x", "BAR=2", PYTHON, "train.py"]
 
 
+def test_custom_options_naming_an_agent_replace_kilns(make_job):
+    hosts = ["10.213.250.2", "10.213.250.3"]
+    job = make_job(hps=mpi_hps(sagemaker_mpi_custom_mpi_options="\"--mca plm_rsh_agent ssh\""),
+                   resource_config=two_hosts(hosts, hosts[0]))
+    argv, _ = recorded_mpirun(job)
+    assert argv.count("plm_rsh_agent") == 1
+    i = argv.index("plm_rsh_agent")
+    assert argv[i - 1:i + 2] == ["--mca", "plm_rsh_agent", "ssh"]
+
+
 def test_worker_without_token_fails_clearly(make_job):
     hosts = ["127.0.0.1", "127.0.0.2"]
     job = make_job(hps=mpi_hps(), resource_config=two_hosts(hosts, hosts[1]))
