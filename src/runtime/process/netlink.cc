@@ -370,10 +370,10 @@ Status ConnectNamespace(int netns_fd, const NetworkAttachment& a) {
       inside = ConfigureInside(a);
       Status back = guard.Restore();
       if (!back.ok()) {
-        // The thread is stuck in the instance's namespace: nothing sensible can run on it any
-        // more, and deleting the host end from here would miss. Say so loudly.
+        // The thread is stuck in the instance's namespace and the caller must not go on with it.
+        // The host end still goes: `host` was opened in the node's namespace and stays there.
         close(original);
-        return back.WithPrefix(inside.ok() ? "after configuring the namespace" : inside.message());
+        return fail(back.WithPrefix(inside.ok() ? "after configuring the namespace" : inside.message()));
       }
     }
   }
