@@ -186,6 +186,8 @@ def test_mpi_two_hosts_two_processes_each(module_kiln, sm, s3, logs, jobs):
         assert key in files, sorted(files)
         ranks[r] = json.loads(files[key])
     assert all(v["size"] == 4 for v in ranks.values()), ranks
+    # custom_mpi_options ("-x KILN_TEST_MPI=1") reached every rank, on both hosts.
+    assert all(v["custom_option_env"] == "1" for v in ranks.values()), ranks
     by_host = {}
     for r, v in ranks.items():
         by_host.setdefault(v["host"], []).append(r)

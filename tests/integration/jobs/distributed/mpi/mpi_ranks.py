@@ -26,6 +26,7 @@ rank, size = comm.Get_rank(), comm.Get_size()
 # included, to every rank (as SageMaker's toolkit does).
 host = socket.gethostname()
 me = {"rank": rank, "size": size, "host": host, "env_current_host": os.environ.get("SM_CURRENT_HOST"),
+      "custom_option_env": os.environ.get("KILN_TEST_MPI"),
       "address": eth_address(os.environ.get("SM_NETWORK_INTERFACE_NAME", "eth0")), "pid": os.getpid()}
 print("mpi rank=%d size=%d host=%s address=%s" % (rank, size, host, me["address"]), flush=True)
 everyone = comm.allgather(me)
