@@ -425,6 +425,26 @@ TEST_F(TrainingControllerTest, AnAdoptedJobsNetworkIsRemovedWhenItEnds) {
   EXPECT_EQ(networks_->Leases("training-kept").size(), 0u);
 }
 
+// Spec §12.2: more MPI processes per host than its GPUs is accepted, with a warning in the
+// Training status message; each host gets GPUs of its own.
+TEST_F(TrainingControllerTest, MoreMpiProcessesThanGpusIsAcceptedWithAWarning) {
+  HostCapacity host = testing::SmallHost(16, 64);
+  for (int i = 0; i < 2; ++i)
+    host.gpus.push_back({i, "GPU-" + std::to_string(i), "NVIDIA A10G", 24 * testing::kGiB, "", i});
+  MakeScheduler(host);
+  StartController();
+  Create("ppn",
+         {{"ResourceConfig", {{"InstanceType", "ml.g5.xlarge"}, {"InstanceCount", 2}}},
+          {"HyperParameters", {{"sagemaker_mpi_enabled", "true"}, {"sagemaker_mpi_num_of_processes_per_host", "4"}}}});
+  ASSERT_TRUE(runtime_->WaitForLaunch("training-ppn-algo-2", kPatience));
+  auto training = WaitForStatus("ppn", "InProgress", "Training");
+  EXPECT_THAT(StateJson(training).value("status_message", ""),
+              ::testing::HasSubstr("warning: sagemaker_mpi_num_of_processes_per_host is 4 but each host has 1 GPU"));
+  EXPECT_EQ(runtime_->spec("training-ppn-algo-1")->gpus, std::vector<int>{0});
+  EXPECT_EQ(runtime_->spec("training-ppn-algo-2")->gpus, std::vector<int>{1});
+  EXPECT_EQ(runtime_->spec("training-ppn-algo-2")->env.at("CUDA_VISIBLE_DEVICES"), "1");
+}
+
 TEST_F(TrainingControllerTest, TwoJobsOnAHostThatFitsOneRunOneAfterTheOther) {
   StartController();
   Create("first");
