@@ -113,8 +113,9 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def tcp_sockets(pid):
-    """The TCP sockets process `pid` holds open: [(local port, remote port, state hex)]."""
+def tcp_sockets(pid, with_remote_address=False):
+    """The TCP sockets process `pid` holds open: [(local port, remote port, state hex)], with the
+    remote IPv4 address appended (dotted, "" for IPv6) when `with_remote_address`."""
     inodes = set()
     for fd in os.listdir("/proc/%d/fd" % pid):
         try:
@@ -133,14 +134,22 @@ def tcp_sockets(pid):
         for row in rows:
             fields = row.split()
             if fields[9] in inodes:
-                out.append((int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3]))
+                entry = (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3])
+                if with_remote_address:
+                    hex_address = fields[2].rsplit(":", 1)[0]
+                    address = "" if len(hex_address) != 8 else ".".join(
+                        str(b) for b in reversed(bytes.fromhex(hex_address)))
+                    entry += (address,)
+                out.append(entry)
     return out
 
 
-def sockets_to_port(pid, remote_port):
+def sockets_to_port(pid, remote_port, remote_address=None):
     """How many of the server's sockets are connected to `remote_port` (its upstream sockets to an
-    instance, or the server side of a client whose local port this is)."""
-    return sum(1 for _, remote, _ in tcp_sockets(pid) if remote == remote_port)
+    instance, or the server side of a client whose local port this is), and to `remote_address`
+    when given (instances on per-instance networks all listen on 8080, each at its own address)."""
+    return sum(1 for _, remote, _, address in tcp_sockets(pid, with_remote_address=True)
+               if remote == remote_port and (remote_address is None or address == remote_address))
 
 
 def timed(what, fn, limit=10):
@@ -447,9 +456,10 @@ def test_stalled_and_resetting_upstreams_free_their_connections(kiln_factory):
     try:
         stall = deploy_net_core_app(sm, srv, "ep-stall")
         other = deploy_net_core_app(sm, srv, "ep-other")
-        port = eh.invoke(rt, stall, body=b'{"port": true}')[0]["port"]
+        where = eh.invoke(rt, stall, body=b'{"port": true}')[0]
+        port, address = where["port"], where["address"]
         assert 'endpoint="%s"' % stall in urllib.request.urlopen(srv.endpoint + "/metrics", timeout=10).read().decode()
-        before = sockets_to_port(pid, port)
+        before = sockets_to_port(pid, port, address)
 
         # Three invocations the container never answers, at once.
         results, errors = [], []
@@ -467,7 +477,7 @@ def test_stalled_and_resetting_upstreams_free_their_connections(kiln_factory):
         threads = [threading.Thread(target=hang, daemon=True) for _ in range(3)]
         for t in threads:
             t.start()
-        held = eh.wait_until(lambda: sockets_to_port(pid, port) >= 3 or None, timeout=5,
+        held = eh.wait_until(lambda: sockets_to_port(pid, port, address) >= 3 or None, timeout=5,
                              what="three upstream connections to the stalled instance")
         assert held
         # The other endpoint serves meanwhile.
@@ -484,7 +494,7 @@ def test_stalled_and_resetting_upstreams_free_their_connections(kiln_factory):
             assert "timed out" in response["Error"]["Message"], response
             assert 2.5 < elapsed < 15, elapsed
         # The server's connections to the stalled instance are gone (at most the idle one it had).
-        eh.wait_until(lambda: sockets_to_port(pid, port) <= before or None, timeout=10,
+        eh.wait_until(lambda: sockets_to_port(pid, port, address) <= before or None, timeout=10,
                       what="the server's stalled upstream connections closed (had %d before)" % before)
         assert outstanding(srv, stall) == 0
 
@@ -492,7 +502,7 @@ def test_stalled_and_resetting_upstreams_free_their_connections(kiln_factory):
         e = eh.invoke_error(rt, stall, body=b'{"cut": 100000}')
         assert e["Error"]["Code"] == "ModelError", e
         assert e["OriginalStatusCode"] == 0, e
-        eh.wait_until(lambda: sockets_to_port(pid, port) <= before or None, timeout=10,
+        eh.wait_until(lambda: sockets_to_port(pid, port, address) <= before or None, timeout=10,
                       what="the reset upstream connection closed")
         assert outstanding(srv, stall) == 0
         # Both endpoints serve on.

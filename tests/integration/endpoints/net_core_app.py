@@ -3,7 +3,7 @@
 
 Kiln runs it as `<this file> serve` (image `local:<this file>`), like serve_app.py. Extra
 /invocations commands (a JSON object body):
-  {"port": true}   answer {"port": $SAGEMAKER_BIND_TO_PORT}: tells the test which of the server's
+  {"port": true}   answer {"port": $SAGEMAKER_BIND_TO_PORT, "address": the address it was reached at}: tells the test which of the server's
                    upstream sockets lead to this instance
   {"cut": N}       start a 200 answer that announces 2N bytes (Content-Length), write N of them,
                    then close the connection with a TCP RST (SO_LINGER 0): an upstream that resets
@@ -42,7 +42,10 @@ class NetCoreHandler(serve_app.Handler):
                 pass
         if self.path == "/invocations" and cmd.get("port"):
             port = int(os.environ.get("SAGEMAKER_BIND_TO_PORT") or 8080)
-            self.answer(200, json.dumps({"port": port}).encode())
+            # The address the server reached this instance at: its own on a per-instance network
+            # (where every instance listens on 8080), 127.0.0.1 on the node's.
+            address = self.connection.getsockname()[0]
+            self.answer(200, json.dumps({"port": port, "address": address}).encode())
             return
         if self.path == "/invocations" and "cut" in cmd:
             size = int(cmd["cut"])
