@@ -15,7 +15,9 @@ otherwise). Scheduler shrink, so N hosts share the machine's CPUs (each gets CPU
 Start: a `local:` program prints `started <time.time()>` as its first statement on every host. For
 each host count, --runs jobs one after the other (each on an idle node); per job the time from
 CreateTrainingJob's answer to the LAST host's printed time (all hosts running the user program),
-and to the first. Median/min/max over the runs.
+and to the first. Median/min/max over the runs. --pause seconds pass between a job's end and the
+next job (default 1: the previous job's network is removed by then; with 0 the next job's start
+overlaps that removal).
 
 All-reduce: a 2-host `local:` job, rendezvous at algo-1 (torch.distributed, gloo, CPU), --iters
 all_reduce(SUM) of a --mib MiB float32 tensor after 2 warm-ups; rank 0 reports the mean time and
@@ -160,10 +162,11 @@ class Server:
         self.srv.stop(timeout=60)
 
 
-def measure_start(server, program, hosts, runs):
+def measure_start(server, program, hosts, runs, pause):
     """[(seconds to the last host's first line, to the first host's)] or an error text."""
     samples = []
     for i in range(runs):
+        time.sleep(pause)  # the previous job's cleanup (its network's removal) is over
         name = "start-%s-%d-%d-%d" % (server.mode[:2], hosts, int(time.time()), i)
         try:
             server.sm.create_training_job(**job_request(name, "local:" + program, server.bucket, hosts))
@@ -259,6 +262,8 @@ def main():
     ap.add_argument("--mib", type=float, default=64)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--invokes", type=int, default=500)
+    ap.add_argument("--pause", type=float, default=1.0,
+                    help="seconds between start-latency jobs (0: back to back, the previous job's cleanup overlaps)")
     ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--skip-invoke", action="store_true")
@@ -277,7 +282,7 @@ def main():
                 r = results[mode] = {}
                 if not args.skip_start:
                     for n in [int(x) for x in args.hosts.split(",")]:
-                        r["start", n] = measure_start(server, start_prog, n, args.runs)
+                        r["start", n] = measure_start(server, start_prog, n, args.runs, args.pause)
                 if not args.skip_allreduce:
                     r["allreduce"] = measure_allreduce_job(server, ar_prog, args.mib, args.iters)
                 if not args.skip_invoke:
@@ -288,7 +293,7 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print("cpus: %d   runs per row: %d" % (os.cpu_count(), args.runs))
+    print("cpus: %d   runs per row: %d   pause between jobs: %g s" % (os.cpu_count(), args.runs, args.pause))
     for mode in ("host", "namespaces"):
         if results[mode]["addresses"]:
             print("%s: the hosts' addresses (algo-N) were %s" % (mode, ", ".join(results[mode]["addresses"][:6])))

@@ -197,6 +197,22 @@ def job_processes(job, data_dir=None):
     return sorted(pids)
 
 
+def program_hosts(job):
+    """{"algo-N": [pids]} of the job's programs still alive (TRAINING_JOB_NAME in the environment),
+    the host read from resourceconfig.json as the process sees it (/proc/<pid>/root)."""
+    want = ("TRAINING_JOB_NAME=%s" % job).encode()
+    out = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and want in _environ(pid):
+            try:
+                with open("/proc/%s/root/opt/ml/input/config/resourceconfig.json" % pid) as f:
+                    host = json.load(f)["current_host"]
+            except (OSError, ValueError, KeyError):
+                host = "?"
+            out.setdefault(host, []).append(int(pid))
+    return out
+
+
 def netns_of(pids):
     """{pid: net namespace inode} of the pids that are still alive."""
     out = {}

@@ -157,6 +157,7 @@ def test_failing_host_fails_the_job_and_cleans_up(module_kiln, sm, logs, jobs):
         assert len(footprint.bridges) == 1, footprint.describe()
         assert len(footprint.veths) == 2, footprint.describe()
         assert len(footprint.netns) >= 2, footprint.describe()
+        assert sorted(nh.program_hosts(name)) == ["algo-1", "algo-2"], nh.program_hosts(name)
     check_failed_and_gone(sm, logs, module_kiln, name, footprint)
 
 
@@ -279,10 +280,12 @@ def test_failure_cleanup_survives_kill_9_of_the_server(kiln_factory):
     nh.check_namespaced(nh.wait_netinfo(logs, name, 2, timeout=120), KILL_CIDR)
     footprint = nh.Footprint(srv.data_dir, name)
     assert len(footprint.bridges) == 1 and len(footprint.veths) == 2, footprint.describe()
+    assert sorted(nh.program_hosts(name)) == ["algo-1", "algo-2"], nh.program_hosts(name)
     srv.kill()
-    # Host 2 exits while no server runs (its program's process disappears).
-    th.wait_until(lambda: len(nh.job_processes(name)) < len(footprint.pids) or None, timeout=30,
+    # Host 2 exits while no server runs; host 1 sleeps on.
+    th.wait_until(lambda: "algo-2" not in nh.program_hosts(name) or None, timeout=30,
                   what="host 2 to exit while the server is down")
+    assert "algo-1" in nh.program_hosts(name)
     time.sleep(1)
     srv.start()
     sm, logs = srv.client("sagemaker"), srv.client("logs")
