@@ -570,17 +570,21 @@ TEST(ProcessStateTest, SpecJsonCarriesTheNetworkAndOldSpecsDecode) {
 }
 
 // Instances with a network namespace of their own, on a bridge this fixture creates (a name and a
-// subnet no other test or server uses) and deletes in TearDown, also when a test fails.
+// subnet no other test or server uses) and deletes in TearDown, also when a test fails. ctest runs
+// the tests of this fixture in parallel processes: each test has its own bridge, veth names and
+// subnet (10.247.<n>.0/24, n from the test's name).
 class NamespacedNetworkTest : public ProcessRuntimeTest {
  protected:
-  static constexpr char kBridge[] = "kh2br7";
-  static constexpr char kVethPrefix[] = "kh2v7-";
-
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "namespaced networks need root";
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const int n = 10 + static_cast<int>(std::hash<std::string>{}(test) % 200);
+    bridge_ = "kh2br" + std::to_string(n);
+    veth_prefix_ = "kh2v" + std::to_string(n) + "-";
+    net_ = "10.247." + std::to_string(n) + ".";
     ProcessRuntimeTest::SetUp();
     CleanLinks();
-    Status s = netlink::CreateBridge(kBridge, "10.247.7.1", 24, "kiln runtime_process_test");
+    Status s = netlink::CreateBridge(bridge_, net_ + "1", 24, "kiln runtime_process_test");
     ASSERT_TRUE(s.ok()) << s.ToString();
     bridge_created_ = true;
   }
@@ -590,18 +594,18 @@ class NamespacedNetworkTest : public ProcessRuntimeTest {
     if (bridge_created_) CleanLinks();
   }
   void CleanLinks() {
-    for (const std::string& veth : netlink::ListLinks(kVethPrefix).value_or({})) netlink::DeleteLink(veth).ok();
-    netlink::DeleteLink(kBridge).ok();
+    for (const std::string& veth : netlink::ListLinks(veth_prefix_).value_or({})) netlink::DeleteLink(veth).ok();
+    netlink::DeleteLink(bridge_).ok();
   }
-  // The attachment of host .<octet> of 10.247.7.0/24.
+  // The attachment of host .<octet> of the test's subnet.
   NetworkAttachment Attachment(int octet, bool isolated = false, std::vector<int> forwards = {}) {
     NetworkAttachment a;
     a.network = "test-net";
-    a.bridge = kBridge;
-    a.host_veth = kVethPrefix + std::to_string(octet);
-    a.address = "10.247.7." + std::to_string(octet);
+    a.bridge = bridge_;
+    a.host_veth = veth_prefix_ + std::to_string(octet);
+    a.address = net_ + std::to_string(octet);
     a.prefix_length = 24;
-    a.gateway = "10.247.7.1";
+    a.gateway = net_ + "1";
     a.isolated = isolated;
     a.loopback_forwards = std::move(forwards);
     return a;
@@ -610,18 +614,20 @@ class NamespacedNetworkTest : public ProcessRuntimeTest {
                        const std::string& script) {
     InstanceSpec spec = Spec(id, script);
     spec.hostname = hostname;
-    spec.hosts_file_lines = {"127.0.0.1 localhost", "10.247.7.2 algo-1", "10.247.7.3 algo-2"};
+    spec.hosts_file_lines = {"127.0.0.1 localhost", net_ + "2 algo-1", net_ + "3 algo-2"};
     spec.env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin";
     spec.network = net;
     return spec;
   }
-  std::vector<std::string> Veths() { return netlink::ListLinks(kVethPrefix).value_or({"<ListLinks failed>"}); }
+  std::vector<std::string> Veths() { return netlink::ListLinks(veth_prefix_).value_or({"<ListLinks failed>"}); }
   std::string Diagnostics(const std::string& id) {
     return "output:\n" + ReadFile(runtime_->OutputPath(id)).value_or("") + "shim.log:\n" +
            ReadFile(state_dir_ + "/" + id + "/shim.log").value_or("");
   }
 
   bool bridge_created_ = false;
+  std::string bridge_, veth_prefix_;
+  std::string net_;  // "10.247.<n>."
 };
 
 // Two instances on one bridge: each sees lo and eth0 with its own address, its hostname and a
@@ -632,14 +638,16 @@ TEST_F(NamespacedNetworkTest, InstancesHaveEth0AndReachEachOtherOverTheBridge) {
   server.argv = {"/usr/bin/python3", "-c",
                  "import socket\n"
                  "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                 "s.bind(('10.247.7.2', 7000)); s.listen(4); print('listening', flush=True)\n"
-                 "c, peer = s.accept(); line = c.makefile().readline().strip()\n"
-                 "c.sendall(('hello %s from %s, peer %s\\n' % (line, socket.gethostname(), peer[0])).encode())\n"
-                 "c.close()\n"};
+                 "s.bind(('" +
+                     net_ +
+                     "2', 7000)); s.listen(4); print('listening', flush=True)\n"
+                     "c, peer = s.accept(); line = c.makefile().readline().strip()\n"
+                     "c.sendall(('hello %s from %s, peer %s\\n' % (line, socket.gethostname(), peer[0])).encode())\n"
+                     "c.close()\n"};
   Status s = runtime_->Launch(server);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_TRUE(WaitForOutput("srv", "listening")) << Diagnostics("srv");
-  EXPECT_THAT(Veths(), ::testing::ElementsAre("kh2v7-2"));
+  EXPECT_THAT(Veths(), ::testing::ElementsAre(veth_prefix_ + "2"));
 
   InstanceSpec client = NetSpec("cli", "algo-2", Attachment(3),
                                 "hostname; ip -o link | wc -l; ip -4 -br addr show dev eth0 | awk '{print $3}'; "
@@ -651,16 +659,17 @@ TEST_F(NamespacedNetworkTest, InstancesHaveEth0AndReachEachOtherOverTheBridge) {
   InstanceStatus st = RunToEnd(client);
   EXPECT_EQ(st.exit_code, 0) << Diagnostics("cli");
   EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("cli")), 'o'),
-              ::testing::ElementsAre("algo-2", "2", "10.247.7.3/24", "default via 10.247.7.1 dev eth0",
-                                     "hello algo-2 from algo-1, peer 10.247.7.3"))
+              ::testing::ElementsAre("algo-2", "2", net_ + "3/24", "default via " + net_ + "1 dev eth0",
+                                     "hello algo-2 from algo-1, peer " + net_ + "3"))
       << Diagnostics("cli");
-  EXPECT_THAT(ReadFile(state_dir_ + "/cli/shim.log").value_or(""), HasSubstr("network test-net: eth0 10.247.7.3/24"));
+  EXPECT_THAT(ReadFile(state_dir_ + "/cli/shim.log").value_or(""),
+              HasSubstr("network test-net: eth0 " + net_ + "3/24"));
 
   Result<InstanceStatus> done = runtime_->Wait("srv", std::chrono::seconds(5));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->exit_code, 0) << Diagnostics("srv");
   EXPECT_THAT(Veths(), ::testing::IsEmpty());
-  EXPECT_FALSE(netlink::LinkAlias("kh2v7-2").ok());
+  EXPECT_FALSE(netlink::LinkAlias(veth_prefix_ + "2").ok());
 }
 
 // The loopback forward: 127.0.0.1:<port> inside the namespace reaches the node's 127.0.0.1:<port>
@@ -721,13 +730,13 @@ TEST_F(NamespacedNetworkTest, IsolatedInstanceHasNoDefaultRoute) {
   spec.env["PROBE"] =
       "import errno, socket\n"
       "try:\n"
-      "    socket.create_connection(('10.247.8.9', 80), timeout=5); print('connected')\n"
+      "    socket.create_connection(('10.246.8.9', 80), timeout=5); print('connected')\n"
       "except OSError as e:\n"
       "    print(errno.errorcode.get(e.errno, e))\n";
   InstanceStatus st = RunToEnd(spec);
   EXPECT_EQ(st.exit_code, 0) << Diagnostics("iso");
   EXPECT_THAT(Lines(ReadRecords(runtime_->OutputPath("iso")), 'o'),
-              ::testing::ElementsAre("0", "10.247.7.0/24", "ENETUNREACH"))
+              ::testing::ElementsAre("0", net_ + "0/24", "ENETUNREACH"))
       << Diagnostics("iso");
   EXPECT_THAT(Veths(), ::testing::IsEmpty());
 }
@@ -737,7 +746,7 @@ TEST_F(NamespacedNetworkTest, StoppedInstanceLeavesNoVeth) {
   InstanceSpec spec = NetSpec("stopped", "algo-1", Attachment(5, false, {1}), "echo ready; sleep 600");
   ASSERT_TRUE(runtime_->Launch(spec).ok());
   ASSERT_TRUE(WaitForOutput("stopped", "ready"));
-  EXPECT_THAT(Veths(), ::testing::ElementsAre("kh2v7-5"));
+  EXPECT_THAT(Veths(), ::testing::ElementsAre(veth_prefix_ + "5"));
   ASSERT_TRUE(runtime_->Stop("stopped", std::chrono::seconds(0)).ok());
   Result<InstanceStatus> st = runtime_->Wait("stopped", std::chrono::seconds(5));
   ASSERT_TRUE(st.ok());
