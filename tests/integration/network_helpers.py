@@ -143,14 +143,6 @@ def bridge_ports(bridge):
         return []
 
 
-def bridge_address(bridge):
-    """The bridge's IPv4 address from `ip -4 -o addr show dev <bridge>` (None without one)."""
-    import subprocess
-    p = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", bridge], capture_output=True, text=True)
-    m = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/", p.stdout)
-    return m.group(1) if m else None
-
-
 def _environ(pid):
     try:
         with open("/proc/%s/environ" % pid, "rb") as f:
