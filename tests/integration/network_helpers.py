@@ -43,6 +43,28 @@ def network_config(cidr, **scheduler):
             "network": {"mode": "auto", "cidr": cidr}}
 
 
+def stop_running_jobs(sm, timeout=60):
+    """Stops every job of the server that has not ended and waits (bounded) until they have: a job's
+    hosts outlive a stopped server by design, so a failed test would otherwise leave its sleeping
+    hosts, namespaces and bridge on the node."""
+    import time
+    names = []
+    for status in ("InProgress", "Stopping"):
+        for j in sm.list_training_jobs(StatusEquals=status, MaxResults=100)["TrainingJobSummaries"]:
+            names.append(j["TrainingJobName"])
+            if status == "InProgress":
+                try:
+                    sm.stop_training_job(TrainingJobName=j["TrainingJobName"])
+                except Exception:  # noqa: BLE001 (it may have ended meanwhile)
+                    pass
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while time.monotonic() < deadline:
+            if sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] in th.TERMINAL:
+                break
+            time.sleep(0.5)
+
+
 # ---------------------------------------------------------------------------------------------
 # What the hosts printed
 

@@ -42,6 +42,13 @@ def _root():
     nh.require_root()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _stop_jobs_at_the_end(_root, module_kiln, sm):
+    """Whatever a failed test left running is stopped before the module's server is."""
+    yield
+    nh.stop_running_jobs(sm)
+
+
 @pytest.fixture(scope="module")
 def bucket(module_kiln, s3):
     name = th.unique_name("dist")
@@ -277,17 +284,22 @@ def test_failure_cleanup_survives_kill_9_of_the_server(kiln_factory):
     sm.create_training_job(**two_hosts(th.training_request(
         name, bucket, image=nh.net_probe_image(),
         hyperparameters={"fail_host": "algo-2", "fail_after": "6", "sleep": "300"})))
-    nh.check_namespaced(nh.wait_netinfo(logs, name, 2, timeout=120), KILL_CIDR)
-    footprint = nh.Footprint(srv.data_dir, name)
-    assert len(footprint.bridges) == 1 and len(footprint.veths) == 2, footprint.describe()
-    assert sorted(nh.program_hosts(name)) == ["algo-1", "algo-2"], nh.program_hosts(name)
-    srv.kill()
-    # Host 2 exits while no server runs; host 1 sleeps on.
-    th.wait_until(lambda: "algo-2" not in nh.program_hosts(name) or None, timeout=30,
-                  what="host 2 to exit while the server is down")
-    assert "algo-1" in nh.program_hosts(name)
-    time.sleep(1)
-    srv.start()
-    sm, logs = srv.client("sagemaker"), srv.client("logs")
-    check_failed_and_gone(sm, logs, srv, name, footprint)
-    assert srv.healthy()
+    try:
+        nh.check_namespaced(nh.wait_netinfo(logs, name, 2, timeout=120), KILL_CIDR)
+        footprint = nh.Footprint(srv.data_dir, name)
+        assert len(footprint.bridges) == 1 and len(footprint.veths) == 2, footprint.describe()
+        assert sorted(nh.program_hosts(name)) == ["algo-1", "algo-2"], nh.program_hosts(name)
+        srv.kill()
+        # Host 2 exits while no server runs; host 1 sleeps on.
+        th.wait_until(lambda: "algo-2" not in nh.program_hosts(name) or None, timeout=30,
+                      what="host 2 to exit while the server is down")
+        assert "algo-1" in nh.program_hosts(name)
+        time.sleep(1)
+        srv.start()
+        sm, logs = srv.client("sagemaker"), srv.client("logs")
+        check_failed_and_gone(sm, logs, srv, name, footprint)
+        assert srv.healthy()
+    finally:
+        if not srv.alive():
+            srv.start()
+        nh.stop_running_jobs(srv.client("sagemaker"))

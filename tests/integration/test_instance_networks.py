@@ -33,6 +33,13 @@ def _root():
     nh.require_root()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _stop_jobs_at_the_end(_root, module_kiln, sm):
+    """Whatever a failed test left running is stopped before the module's server is."""
+    yield
+    nh.stop_running_jobs(sm)
+
+
 @pytest.fixture(scope="module")
 def bucket(module_kiln, s3):
     name = th.unique_name("nets")
