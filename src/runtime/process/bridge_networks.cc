@@ -244,10 +244,18 @@ class BridgeNetworks final : public InstanceNetworks {
     return st;
   }
 
+  // The kernel takes ~100 ms to delete a bridge: the links go after the lock is released, so
+  // that the next job's Ensure (often right behind this job's end) does not wait for them. Until
+  // then the bridge still holds its index (Claim skips it), and a crash in between leaves a
+  // bridge of this state_dir that no network holds, which Sweep deletes.
   Status Remove(const std::string& name) override EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    RETURN_IF_ERROR(RemoveLocked(name));
-    return WriteRules();
+    std::vector<std::string> links;
+    {
+      MutexLock lock(mu_);
+      RETURN_IF_ERROR(ForgetLocked(name, &links));
+      RETURN_IF_ERROR(WriteRules());
+    }
+    return DeleteLinks(links);
   }
 
   Result<std::set<std::string>> Sweep(const std::set<std::string>& live_instance_ids) override EXCLUDES(mu_) {
@@ -392,23 +400,39 @@ class BridgeNetworks final : public InstanceNetworks {
   }
 
   Status RemoveLocked(const std::string& name) REQUIRES(mu_) {
+    std::vector<std::string> links;
+    RETURN_IF_ERROR(ForgetLocked(name, &links));
+    return DeleteLinks(links);
+  }
+
+  // Forgets network `name` (its state file and entry) and appends the links to delete to
+  // `links`: its leases' host veths (one whose namespace outlived its instance), then its bridge
+  // when it is still ours (if it vanished and another server took the name, that one is theirs).
+  Status ForgetLocked(const std::string& name, std::vector<std::string>* links) REQUIRES(mu_) {
     auto it = networks_.find(name);
     if (it == networks_.end()) return Status::Ok();
     const Network& n = it->second;
-    for (const auto& [id, host] : n.leases) (void)netlink::DeleteLink(VethName(n.index, host));
-    // Only our own bridge: if it vanished and another server took the name, that one is theirs.
     auto alias = netlink::LinkAlias(BridgeName(n.index));
-    if (alias.ok() && alias->rfind("kiln " + options_.state_dir + " ", 0) == 0) {
-      RETURN_IF_ERROR(netlink::DeleteLink(BridgeName(n.index)));
-    } else if (!alias.ok() && !alias.status().IsNotFound()) {
-      return alias.status();
-    }
+    if (!alias.ok() && !alias.status().IsNotFound()) return alias.status();
     if (::unlink(StatePath(name).c_str()) != 0 && errno != ENOENT) {
       return ErrnoStatus("removing " + StatePath(name), errno);
     }
+    for (const auto& [id, host] : n.leases) links->push_back(VethName(n.index, host));
+    if (alias.ok() && alias->rfind("kiln " + options_.state_dir + " ", 0) == 0) links->push_back(BridgeName(n.index));
     KLOG(info, "network removed", ({{"network", name}, {"bridge", BridgeName(n.index)}}));
     networks_.erase(it);
     return Status::Ok();
+  }
+
+  // Deletes `links` in order; absent ones are fine (netlink::DeleteLink), the first other error
+  // is returned after trying them all.
+  static Status DeleteLinks(const std::vector<std::string>& links) {
+    Status first;
+    for (const std::string& link : links) {
+      Status st = netlink::DeleteLink(link);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    return first;
   }
 
   // The whole table, replaced in one transaction (the leading `table` makes the `delete` valid
