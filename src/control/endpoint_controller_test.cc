@@ -617,7 +617,9 @@ TEST_F(EndpointControllerTest, NamespacedInstancesListenOn8080AtTheirOwnAddresse
               ::testing::UnorderedElementsAre("attach endpoint-ep " + runtime_->launches()[0],
                                               "attach endpoint-ep " + runtime_->launches()[1]));
   // No port block of the node's range is recorded.
-  for (const auto& instance : Endpoint("ep")->state.instances) EXPECT_EQ(instance.port_base, 0);
+  const auto endpoint = Endpoint("ep");  // the range-for below must not iterate a temporary's member
+  ASSERT_TRUE(endpoint.ok());
+  for (const auto& instance : endpoint->state.instances) EXPECT_EQ(instance.port_base, 0);
 }
 
 TEST_F(EndpointControllerTest, NamespacedScaleInDetachesTheInstanceAndDeleteRemovesTheNetwork) {
