@@ -8,6 +8,7 @@ resolving to its host's address) on a bridge of the job.
     model.tar.gz holds both hosts' files;
   * an MPI job over two hosts x two processes (mpirun from algo-1 through Kiln's remote launch,
     no sshd): four ranks, two per host;
+  * a pytorchddp job (mpirun from algo-1, one process per CPU host, gloo at algo-1:7777);
   * ShardedByS3Key over two hosts (disjoint shares, union = the channel, object i on host i mod 2),
     and the hosts reach each other by name on any port;
   * host 2 exiting 1 fails the job naming algo-2, stops host 1, and leaves no process, namespace,
@@ -93,6 +94,19 @@ def jobs(module_kiln, sm, s3, bucket, tmp_path_factory):
             "sagemaker_mpi_enabled": "true",
             "sagemaker_mpi_num_of_processes_per_host": "2",
             "sagemaker_mpi_custom_mpi_options": json.dumps("-x KILN_TEST_MPI=1"),
+            "sagemaker_region": json.dumps("us-east-1"),
+        })))
+
+    with open(os.path.join(nh.DIST_DIR, "ddp", "pytorchddp_ranks.py"), "rb") as f:
+        s3.put_object(Bucket=bucket, Key="code/pddp/sourcedir.tar.gz",
+                      Body=th.make_tar_gz({"pytorchddp_ranks.py": f.read()}))
+    out["pytorchddp"] = th.unique_name("pddp")
+    sm.create_training_job(**two_hosts(th.training_request(
+        out["pytorchddp"], bucket, image=IMAGE, hyperparameters={
+            "sagemaker_program": json.dumps("pytorchddp_ranks.py"),
+            "sagemaker_submit_directory": json.dumps("s3://%s/code/pddp/sourcedir.tar.gz" % bucket),
+            "sagemaker_pytorch_ddp_enabled": "true",
+            "sagemaker_instance_type": json.dumps("ml.m5.large"),
             "sagemaker_region": json.dumps("us-east-1"),
         })))
 
@@ -211,6 +225,25 @@ def test_mpi_two_hosts_two_processes_each(module_kiln, sm, s3, logs, jobs):
     lines = th.job_log_lines(logs, name)
     for r, v in ranks.items():
         assert any("mpi rank=%d size=4 host=%s" % (r, v["host"]) in line for line in lines), lines[-40:]
+
+
+def test_pytorchddp_runs_one_process_per_host_through_mpirun(module_kiln, sm, s3, logs, jobs):
+    """distribution={"pytorchddp": ...} as SageMaker launches it: mpirun from algo-1 over both hosts
+    (the SMDataParallel runner; workers wait for it), one process per CPU host, the rendezvous
+    variables of the PyTorch toolkit and SMDATAPARALLEL_* for a multi-host job."""
+    name = jobs["pytorchddp"]
+    d = completed(sm, logs, module_kiln, name, timeout=300)
+    files = th.model_files(s3, d)
+    ranks = {r: json.loads(files["pddp-rank-%d.json" % r]) for r in range(2) if "pddp-rank-%d.json" % r in files}
+    assert sorted(ranks) == [0, 1], sorted(files)
+    assert {r: (v["host"], v["world"], v["sum"]) for r, v in ranks.items()} == {
+        0: ("algo-1", 2, 3.0), 1: ("algo-2", 2, 3.0)}, ranks
+    assert all(v["master"] == "algo-1:7777" for v in ranks.values()), ranks
+    assert ranks[0]["smdataparallel"] == {"SMDATAPARALLEL_USE_HOMOGENEOUS": "1", "SMDATAPARALLEL_SERVER_ADDR": "algo-1",
+                                          "SMDATAPARALLEL_SERVER_PORT": "7592"}, ranks[0]
+    lines = th.job_log_lines(logs, name)
+    for r, v in ranks.items():
+        assert any("pytorchddp rank=%d world=2 host=%s" % (r, v["host"]) in line for line in lines), lines[-40:]
 
 
 def test_torch_distributed_ddp_through_the_sdk(module_kiln, sm, s3, logs, jobs):
