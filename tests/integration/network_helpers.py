@@ -13,6 +13,9 @@ import ipaddress
 import json
 import os
 import re
+import socket
+import subprocess
+import threading
 
 import pytest
 
@@ -293,3 +296,42 @@ class Footprint:
         if mounts:
             out["namespace mounts"] = mounts
         return out
+
+
+class NodeListener:
+    """A TCP listener on 0.0.0.0:<free port> of the node that records who connected (instances on
+    per-instance networks try to reach the node through it)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.peers = []
+        self.closed = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.closed:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.peers.append(peer[0])
+            conn.close()
+
+    def close(self):
+        self.closed = True
+        self.sock.close()
+
+
+def node_address():
+    """A non-loopback IPv4 address of the node that is not on a Kiln bridge or veth."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        m = re.match(r"\d+:\s+(\S+)\s+inet (\d+\.\d+\.\d+\.\d+)/", line)
+        if m and not m.group(1).startswith(("kb-", "kv")) and not ipaddress.ip_address(m.group(2)).is_loopback:
+            return m.group(2)
+    pytest.skip("the node has no non-loopback IPv4 address to try")

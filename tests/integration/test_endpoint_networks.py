@@ -14,14 +14,11 @@ own (CIDR) so that other tests' networks never meet these.
 import ipaddress
 import json
 import os
-import re
-import socket
-import subprocess
-import threading
 
 import pytest
 
 import endpoint_helpers as eh
+import network_helpers as nh
 from training_helpers import sm  # noqa: F401 (module-scoped fixture)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,47 +93,11 @@ def test_two_instances_listen_on_8080_side_by_side(sm, rt, module_kiln):
                   what="the bridge of endpoint-%s removed" % name)
 
 
-class NodeListener:
-    """A TCP listener on 0.0.0.0:<free port> of the node that counts connections."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.peers = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, peer = self.sock.accept()
-            except OSError:
-                return
-            self.peers.append(peer[0])
-            conn.close()
-
-    def close(self):
-        self.sock.close()
-
-
 @pytest.fixture
 def node_listener():
-    listener = NodeListener()
+    listener = nh.NodeListener()
     yield listener
     listener.close()
-
-
-def node_address():
-    """A non-loopback IPv4 address of the node that is not on a Kiln bridge or veth."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
-                         text=True).stdout
-    for line in out.splitlines():
-        m = re.match(r"\d+:\s+(\S+)\s+inet (\d+\.\d+\.\d+\.\d+)/", line)
-        if m and not m.group(1).startswith(("kb-", "kv")):
-            return m.group(2)
-    pytest.skip("the node has no non-loopback IPv4 address to try")
 
 
 def gateway_of(address):
@@ -146,7 +107,7 @@ def gateway_of(address):
 
 def test_an_isolated_endpoint_cannot_reach_the_node_and_an_open_one_reaches_kiln(sm, rt, module_kiln,
                                                                                node_listener):
-    node = node_address()
+    node = nh.node_address()
     open_name = eh.unique_name("ep-open")
     closed_name = eh.unique_name("ep-isol")
     deploy(sm, module_kiln, open_name, 1)

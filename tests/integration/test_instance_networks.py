@@ -12,10 +12,6 @@ Root only. One module server on 10.232.0.0/16; ml.m5.large is declared 1 vCPU (o
 `instance_types`) so that two one-host jobs run side by side on a 2-core machine."""
 
 import ipaddress
-import re
-import socket
-import subprocess
-import threading
 import time
 
 import pytest
@@ -47,49 +43,11 @@ def bucket(module_kiln, s3):
     return name
 
 
-class NodeListener:
-    """A TCP listener on 0.0.0.0:<free port> of the node that records who connected."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.peers = []
-        self.closed = False
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while not self.closed:
-            try:
-                conn, peer = self.sock.accept()
-            except OSError:
-                return
-            self.peers.append(peer[0])
-            conn.close()
-
-    def close(self):
-        self.closed = True
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def node_listener():
-    listener = NodeListener()
+    listener = nh.NodeListener()
     yield listener
     listener.close()
-
-
-def node_address():
-    """A non-loopback IPv4 address of the node that is not on a Kiln bridge or veth."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
-                         text=True).stdout
-    for line in out.splitlines():
-        m = re.match(r"\d+:\s+(\S+)\s+inet (\d+\.\d+\.\d+\.\d+)/", line)
-        if m and not m.group(1).startswith(("kb-", "kv")) and not ipaddress.ip_address(m.group(2)).is_loopback:
-            return m.group(2)
-    pytest.skip("the node has no non-loopback IPv4 address to try")
 
 
 def connects(lines):
@@ -152,7 +110,7 @@ def test_two_jobs_cannot_reach_each_other(module_kiln, sm, logs, bucket, node_li
 
 
 def test_isolated_job_cannot_reach_the_node(module_kiln, sm, s3, logs, bucket, node_listener):
-    addr = node_address()
+    addr = nh.node_address()
     port = str(node_listener.port)
     hps = {"connect": "%s:%s" % (addr, port), "connect_gateway_port": port,
            "connect_loopback_port": str(module_kiln.port)}
