@@ -27,6 +27,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "runtime/process/test_util/shell.h"
+
 #include "base/fs.h"
 #include "base/hash.h"
 #include "runtime/process/netlink.h"
@@ -38,16 +40,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-std::string Shell(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+using kiln::runtime::test_util::Shell;
 
 uint32_t Ip(const std::string& text) {
   in_addr a{};

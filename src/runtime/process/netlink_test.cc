@@ -23,22 +23,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "runtime/process/test_util/shell.h"
+
 namespace kiln::runtime::netlink {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string Shell(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+using kiln::runtime::test_util::Shell;
 
 ino_t NetnsInode(const char* path) {
   struct stat st {};
