@@ -11,12 +11,15 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -27,11 +30,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "runtime/process/test_util/shell.h"
-
 #include "base/fs.h"
 #include "base/hash.h"
 #include "runtime/process/netlink.h"
+#include "runtime/process/test_util/shell.h"
 
 namespace kiln::runtime {
 namespace {
@@ -152,8 +154,20 @@ class BridgeNetworksTest : public ::testing::Test {
       GTEST_SKIP() << "no CAP_NET_ADMIN";
     }
     (void)netlink::DeleteLink(probe);
+    // Bridge names kb-<index> are node-wide whatever the range (that is how servers share a node),
+    // and ctest runs these tests in parallel processes: one test's claim of an index would race
+    // another's expectations (EnsureMovesANetworkWhoseIndexWasTaken recreates a bridge by name).
+    // One test at a time, across processes.
+    lock_fd_ = open("/tmp/kiln-bridge-networks-test.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(lock_fd_, 0) << std::strerror(errno);
+    ASSERT_EQ(flock(lock_fd_, LOCK_EX), 0) << std::strerror(errno);
   }
   void TearDown() override {
+    CleanUp();
+    if (lock_fd_ >= 0) close(lock_fd_);  // releases the lock
+    lock_fd_ = -1;
+  }
+  void CleanUp() {
     for (auto& n : opened_) (void)n->Sweep({});
     opened_.clear();
     // Anything still named after one of our dirs (a failed test's leftovers, hand-made orphans).
@@ -190,6 +204,7 @@ class BridgeNetworksTest : public ::testing::Test {
 
   std::vector<std::string> dirs_;
   std::vector<std::unique_ptr<InstanceNetworks>> opened_;
+  int lock_fd_ = -1;  // flock held from SetUp to TearDown (see SetUp)
 };
 
 TEST_F(BridgeNetworksTest, OpenRejectsBadRanges) {
