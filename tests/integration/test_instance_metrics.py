@@ -108,3 +108,6 @@ def test_endpoint_instance_metrics(module_kiln, sm, cloudwatch):
                     hosts.add(d["Value"])
     assert len(hosts) == 2, hosts
     sm.delete_endpoint(EndpointName=name)
+    # Deletion finishes asynchronously (instances stopped, the endpoint's network removed): the
+    # module's server must not stop before, or the network stays until a server sweeps it.
+    th.wait_until(lambda: eh.endpoint_gone(sm, name), timeout=60, what="endpoint %s deleted" % name)
