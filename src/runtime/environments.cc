@@ -224,6 +224,13 @@ Result<ImageResolution> EnvironmentTable::Resolve(std::string_view image_uri) co
   }
 
   std::string uri(image_uri);
+  for (const std::string& pattern : container_patterns_) {
+    if (fnmatch(pattern.c_str(), uri.c_str(), 0) != 0) continue;
+    how.kind = ImageResolution::Kind::kContainerImage;
+    how.environment_name = "container";
+    how.image = uri;
+    return how;
+  }
   for (const Environment& env : environments_) {
     for (const std::string& pattern : env.image_patterns) {
       if (fnmatch(pattern.c_str(), uri.c_str(), 0) != 0) continue;

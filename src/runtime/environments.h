@@ -43,11 +43,13 @@ struct ImageResolution {
   enum class Kind {
     kScriptMode,       // run Kiln's Python training toolkit with `interpreter`
     kLocalExecutable,  // `local:/abs/path` image: run `/abs/path train` (or `serve`)
+    kContainerImage,   // run the image itself through the container engine (SetContainerImages)
   };
   Kind kind = Kind::kScriptMode;
   std::string environment_name;  // the matching environment; "local" for kLocalExecutable
   std::string interpreter;       // kScriptMode only
   std::string executable;        // kLocalExecutable only: the absolute path
+  std::string image;             // kContainerImage only: the image URI as requested
   std::map<std::string, std::string> env;
 };
 
@@ -77,6 +79,7 @@ class EnvironmentTable {
   static Result<EnvironmentTable> FromJson(const nlohmann::json& section);
 
   // How to run `image_uri` (see the file comment).
+  //   (container images, see SetContainerImages, are matched after local: and before the table)
   //   local:/abs/path -> kLocalExecutable. InvalidArgument if the path is not absolute;
   //                      FailedPrecondition if it does not exist, is not a regular file or is not
   //                      executable (the message says which and how to fix it).
@@ -87,11 +90,19 @@ class EnvironmentTable {
   //                      `environments` entry to add to the Kiln config file, or `local:` use.
   Result<ImageResolution> Resolve(std::string_view image_uri) const;
 
+  // With a container engine configured (config container_engine.images): URIs matching one of
+  // these fnmatch globs ('*' also matches '/') resolve to kContainerImage ("environment_name"
+  // "container"), before the environments are tried; `local:` URIs never do. Empty (the default):
+  // no URI runs on an engine.
+  void SetContainerImages(std::vector<std::string> patterns) { container_patterns_ = std::move(patterns); }
+  const std::vector<std::string>& container_images() const { return container_patterns_; }
+
   const std::vector<Environment>& environments() const { return environments_; }
   const std::string& default_interpreter() const { return default_interpreter_; }
 
  private:
   std::vector<Environment> environments_;  // in match order
+  std::vector<std::string> container_patterns_;
   std::string default_interpreter_ = std::string(kDefaultInterpreter);
 };
 

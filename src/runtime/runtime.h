@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -55,6 +56,21 @@ struct NetworkAttachment {
   std::vector<int> loopback_forwards;
 };
 
+// An OCI image run through a container engine (runtime/docker/). Set on InstanceSpec only when the
+// image URI resolved to the engine (ImageResolution::Kind::kContainerImage); the process runtime
+// refuses specs that carry one.
+struct ContainerImage {
+  // The request's image URI (TrainingImage, a model's Image).
+  std::string requested;
+  // What the engine runs. Empty: the runtime derives it from `requested` (ECR-style URIs map to
+  // the operator's mirror, runtime/docker/images.h). Must be present in the engine (PrepareImage).
+  std::string reference;
+  // ContainerEntrypoint: replaces the image's ENTRYPOINT when set. Unset: the image's own
+  // ENTRYPOINT runs with InstanceSpec::argv as its arguments (CMD), exactly as
+  // `docker run IMAGE train`.
+  std::optional<std::vector<std::string>> entrypoint;
+};
+
 struct InstanceSpec {
   // Unique on this node; [A-Za-z0-9._-]{1,128}. Names the instance's state directory.
   std::string instance_id;
@@ -67,11 +83,15 @@ struct InstanceSpec {
   // Lines for the sandbox's /etc/hosts (bound over the host's), e.g. "127.0.0.1 algo-1".
   // Empty: the host's /etc/hosts is visible unchanged.
   std::vector<std::string> hosts_file_lines;
-  // The program: argv[0] is an absolute path, or a name looked up in env["PATH"].
+  // The program: argv[0] is an absolute path, or a name looked up in env["PATH"]. With `container`
+  // set: the container's command (CMD), e.g. {"train"}; the image's ENTRYPOINT (or
+  // container->entrypoint) runs it.
   std::vector<std::string> argv;
-  // The complete environment of the program; nothing is inherited from the server.
+  // The complete environment of the program; nothing is inherited from the server. With
+  // `container` set: added to the image's own environment (these win; PATH and HOME should then
+  // come from the image, so callers leave them out).
   std::map<std::string, std::string> env;
-  // Working directory inside the sandbox; empty means "/".
+  // Working directory inside the sandbox; empty means "/" (with `container`: the image's WORKDIR).
   std::string working_dir;
   // CPU indices for the instance's cpuset (sched_setaffinity, and a cgroup cpuset where the host
   // allows). Empty: no restriction.
@@ -85,6 +105,9 @@ struct InstanceSpec {
   // 127.0.0.1). Set: a network namespace of its own, built as NetworkAttachment says before the
   // program starts; it (and the veth) disappears with the instance's last process.
   std::optional<NetworkAttachment> network;
+  // Set: run this image through the container engine (runtime/docker/docker_runtime.h) instead of
+  // a host program. extra_mounts, hosts_file_lines, cpus, memory, GPUs and network apply as above.
+  std::optional<ContainerImage> container;
 };
 
 enum class InstanceState {
@@ -101,6 +124,13 @@ struct InstanceStatus {
   int exit_code = -1;           // kExited normally: its exit status; else -1
   int term_signal = 0;          // kExited by a signal: the signal number; else 0
   bool stop_requested = false;  // Stop() was called for this instance
+  // kExited: the kernel's OOM killer ended it (the container engine reports this; the process
+  // runtime reports a SIGKILL it did not send, and callers treat both as out of memory).
+  bool oom_killed = false;
+  // kLost: why, when the backend knows (e.g. "the container engine no longer knows container
+  // kiln-...", "the container engine at unix:///run/podman/podman.sock has been unreachable for
+  // 30 s: ..."). Empty: the supervisor vanished without a word.
+  std::string lost_reason;
 };
 
 // What a running instance uses now (Runtime::Usage), for the instance metrics of
@@ -130,6 +160,22 @@ struct InstanceUsage {
 class Runtime {
  public:
   virtual ~Runtime() = default;
+
+  // Makes `image` ready to Launch (ContainerImage::reference): present in the engine, pulled from
+  // its registry when missing. Calls `progress` with one-line texts while pulling ("pulling
+  // 123.dkr.ecr.../x:1 (mirror registry.local/x:1): 45% of 1.2 GB"), at most a few times per
+  // second, from the calling thread. Blocks until done or `cancelled` returns true (Aborted).
+  // Errors name the image and what was tried (local lookup, pull from which registry, the
+  // engine's answer): NotFound when no registry had it, Unavailable when the engine cannot be
+  // reached, PermissionDenied for rejected credentials. Backends without images answer
+  // FailedPrecondition (the default).
+  virtual Status PrepareImage(const ContainerImage& image, const std::function<void(const std::string&)>& progress,
+                              const std::function<bool()>& cancelled) {
+    (void)progress;
+    (void)cancelled;
+    return Status::FailedPrecondition("this runtime cannot run container images (" + image.requested +
+                                      "): configure container_engine in the Kiln config file");
+  }
 
   // Starts the instance and returns once its program has been exec'd inside the sandbox.
   // A program that cannot be started (missing, not executable, bad sandbox) is an error whose
