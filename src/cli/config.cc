@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -246,6 +248,146 @@ Status LoadNetwork(const json& doc, Config* config, const std::string& path) {
   return Status::Ok();
 }
 
+// An rlimit value of container_engine.ulimits: a non-negative integer or "unlimited" (-1).
+bool UlimitValue(const json& v, int64_t* out) {
+  if (v.is_string() && v.get<std::string>() == "unlimited") {
+    *out = -1;
+    return true;
+  }
+  if (!v.is_number_integer() || v.get<int64_t>() < 0) return false;
+  *out = v.get<int64_t>();
+  return true;
+}
+
+Status LoadContainerEngine(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("container_engine")) return Status::Ok();
+  const json& e = doc["container_engine"];
+  const std::string where = path + ": container_engine";
+  if (!e.is_object()) {
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"socket\": \"unix:///run/podman/podman.sock\"}");
+  }
+  // A misspelt key would otherwise be silently ignored (and the engine not used as meant).
+  static const std::set<std::string> kKeys = {"socket",     "images",       "ecr_mirror", "registries",        "gpus",
+                                              "log_driver", "shm_fraction", "ulimits",    "lost_after_seconds"};
+  for (const auto& [key, value] : e.items()) {
+    if (kKeys.count(key) == 0) {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are socket, images, ecr_mirror, registries, gpus, log_driver, "
+                                     "shm_fraction, ulimits and lost_after_seconds");
+    }
+  }
+  ContainerEngineConfig& ce = config->container_engine;
+  RETURN_IF_ERROR(Field(e, "socket", &ce.socket, where));
+  RETURN_IF_ERROR(StringList(e, "images", &ce.images, where));
+  RETURN_IF_ERROR(Field(e, "ecr_mirror", &ce.ecr_mirror, where));
+  RETURN_IF_ERROR(Field(e, "gpus", &ce.gpus, where));
+  RETURN_IF_ERROR(Field(e, "log_driver", &ce.log_driver, where));
+  RETURN_IF_ERROR(Field(e, "shm_fraction", &ce.shm_fraction, where));
+  RETURN_IF_ERROR(Field(e, "lost_after_seconds", &ce.lost_after_seconds, where));
+
+  // The engine's API socket: "unix:///path" or "/path", kept as "unix:///path".
+  if (!ce.socket.empty()) {
+    std::string socket_path = ce.socket;
+    if (socket_path.rfind("unix://", 0) == 0) {
+      socket_path = socket_path.substr(7);
+    } else if (socket_path.find("://") != std::string::npos) {
+      return Status::InvalidArgument(where + ".socket must be a Unix socket, \"unix:///path\" or \"/path\" (e.g. " +
+                                     "unix:///run/podman/podman.sock or /var/run/docker.sock), got \"" + ce.socket +
+                                     "\"");
+    }
+    if (socket_path.empty() || socket_path[0] != '/') {
+      return Status::InvalidArgument(where +
+                                     ".socket must be an absolute path, \"unix:///path\" or \"/path\" (e.g. "
+                                     "unix:///run/podman/podman.sock), got \"" +
+                                     ce.socket + "\"");
+    }
+    ce.socket = "unix://" + socket_path;
+    if (!e.contains("images")) ce.images = {"*"};
+  }
+  for (const std::string& pattern : ce.images) {
+    if (pattern.empty()) {
+      return Status::InvalidArgument(where + ".images: an empty pattern matches nothing; use \"*\" for every image");
+    }
+    if (pattern.rfind("local:", 0) == 0) {
+      return Status::InvalidArgument(where + ".images: \"" + pattern +
+                                     "\": local: images always run on the process runtime; remove the pattern");
+    }
+  }
+  if (e.contains("registries")) {
+    const json& r = e["registries"];
+    if (!r.is_object()) {
+      return Status::InvalidArgument(where +
+                                     ".registries must be an object of registry host[:port] -> {\"username\": ..., "
+                                     "\"password\": ...}");
+    }
+    ce.registries.clear();
+    for (const auto& [host, cred] : r.items()) {
+      if (host.empty() || host.find('/') != std::string::npos) {
+        return Status::InvalidArgument(where + ".registries: \"" + host +
+                                       "\" is not a registry host[:port] (e.g. \"registry.local:5000\")");
+      }
+      if (!cred.is_object() || !cred.contains("username") || !cred.contains("password") ||
+          !cred["username"].is_string() || !cred["password"].is_string() ||
+          cred["username"].get<std::string>().empty()) {
+        return Status::InvalidArgument(where + ".registries[\"" + host +
+                                       "\"] needs a non-empty string \"username\" and a string \"password\"");
+      }
+      ce.registries[host] = {cred["username"].get<std::string>(), cred["password"].get<std::string>()};
+    }
+  }
+  if (ce.gpus != "auto" && ce.gpus != "device_requests" && ce.gpus != "cdi") {
+    return Status::InvalidArgument(where + ".gpus must be \"auto\" (CDI on Podman, device requests on Docker), " +
+                                   "\"device_requests\" or \"cdi\", got \"" + ce.gpus + "\"");
+  }
+  if (!(ce.shm_fraction > 0 && ce.shm_fraction <= 1)) {
+    return Status::InvalidArgument(where +
+                                   ".shm_fraction must be above 0 and at most 1 (the share of the instance's "
+                                   "memory /dev/shm gets; SageMaker gives about 0.5), got " +
+                                   std::to_string(ce.shm_fraction));
+  }
+  if (ce.lost_after_seconds < 1) {
+    return Status::InvalidArgument(where + ".lost_after_seconds must be >= 1, got " +
+                                   std::to_string(ce.lost_after_seconds));
+  }
+  if (e.contains("ulimits")) {
+    const json& u = e["ulimits"];
+    if (!u.is_object()) {
+      return Status::InvalidArgument(where +
+                                     ".ulimits must be an object of name -> [soft, hard] or \"unlimited\", e.g. "
+                                     "{\"nofile\": [65536, 65536], \"memlock\": \"unlimited\"}");
+    }
+    ce.ulimits.clear();
+    for (const auto& [name, value] : u.items()) {
+      if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz") != std::string::npos) {
+        return Status::InvalidArgument(where + ".ulimits: \"" + name +
+                                       "\" is not a limit name (nofile, nproc, memlock, stack, core, ...)");
+      }
+      ContainerEngineConfig::Ulimit limit{name, 0, 0};
+      bool ok = false;
+      if (value.is_array()) {
+        ok = value.size() == 2 && UlimitValue(value[0], &limit.soft) && UlimitValue(value[1], &limit.hard);
+      } else if (value.is_string() && value.get<std::string>() == "unlimited") {
+        limit.soft = limit.hard = -1;
+        ok = true;
+      }
+      if (!ok) {
+        return Status::InvalidArgument(where + ".ulimits." + name +
+                                       " must be [soft, hard] (non-negative integers or \"unlimited\") or "
+                                       "\"unlimited\", got " +
+                                       value.dump());
+      }
+      // -1 is unlimited, above any number.
+      auto rank = [](int64_t v) { return v < 0 ? INT64_MAX : v; };
+      if (rank(limit.soft) > rank(limit.hard)) {
+        return Status::InvalidArgument(where + ".ulimits." + name + ": the soft limit " + value[0].dump() +
+                                       " is above the hard limit " + value[1].dump());
+      }
+      ce.ulimits.push_back(std::move(limit));
+    }
+  }
+  return Status::Ok();
+}
+
 Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("object_store")) return Status::Ok();
   const json& os = doc["object_store"];
@@ -297,6 +439,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadInstanceMetrics(doc, config, path));
   RETURN_IF_ERROR(LoadObjectStore(doc, config, path));
   RETURN_IF_ERROR(LoadNetwork(doc, config, path));
+  RETURN_IF_ERROR(LoadContainerEngine(doc, config, path));
   return Status::Ok();
 }
 

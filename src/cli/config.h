@@ -41,9 +41,20 @@
 //                 "firewall": true},       // nftables rules between networks (isolation)
 //     "instance_metrics": {"interval_seconds": 10,  // CPU/Memory/Disk/GPU utilization samples
 //                          "gpu_command": ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-//                                          "--format=csv,noheader,nounits"]}  // the default; same columns if replaced
+//                                          "--format=csv,noheader,nounits"]},  // the default; same columns if replaced
+//     "container_engine": {"socket": "unix:///run/podman/podman.sock",  // "" (default): no engine
+//                          "images": ["*"],        // which image URIs run on the engine (fnmatch)
+//                          "ecr_mirror": "registry.local:5000/ecr",
+//                          "registries": {"registry.local:5000": {"username": "u", "password": "p"}},
+//                          "gpus": "auto",         // "device_requests" | "cdi"
+//                          "log_driver": "",       // "" : the engine's default
+//                          "shm_fraction": 0.5,    // /dev/shm as a fraction of the instance's memory
+//                          "ulimits": {"nofile": [65536, 65536], "memlock": "unlimited"},
+//                          "lost_after_seconds": 60}
 //   }
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,6 +132,35 @@ struct NetworkConfig {
   bool firewall = true;                // nftables rules (jobs cannot reach each other, isolation)
 };
 
+// The container runtime (runtime/docker/docker_runtime.h): users' own images run through a
+// Docker-Engine-API engine (Docker's socket or Podman's compatible one). No socket (the default):
+// no engine, every image resolves through the environments table as before.
+struct ContainerEngineConfig {
+  // "unix:///path" after Validate ("/path" in the file is accepted); "" = no engine.
+  std::string socket;
+  // fnmatch globs of image URIs that run on the engine ('*' also matches '/'); `local:` never does.
+  // ["*"] when a socket is set and the file does not say.
+  std::vector<std::string> images;
+  std::string ecr_mirror;  // ECR-style URIs map to <mirror>/<repository>[:tag]; "" = none
+  struct Credential {
+    std::string username;
+    std::string password;
+  };
+  std::map<std::string, Credential> registries;  // by registry host[:port]
+  std::string gpus = "auto";                     // "auto" | "device_requests" | "cdi"
+  std::string log_driver;                        // "" = the engine's default
+  double shm_fraction = 0.5;                     // 0 < x <= 1
+  struct Ulimit {
+    std::string name;
+    int64_t soft = 0;  // -1: unlimited
+    int64_t hard = 0;
+  };
+  std::vector<Ulimit> ulimits;  // empty: the server's own hard limits (DefaultUlimits)
+  int lost_after_seconds = 60;  // an unreachable engine's running containers count as lost after this
+
+  bool enabled() const { return !socket.empty(); }
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -145,6 +185,7 @@ struct Config {
   ArchivesConfig archives;
   InstanceMetricsConfig instance_metrics;
   NetworkConfig network;
+  ContainerEngineConfig container_engine;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -211,5 +211,120 @@ TEST(ConfigTest, BadNetworkFieldsNameTheSetting) {
   }
 }
 
+TEST(ConfigTest, ContainerEngineIsOffByDefault) {
+  Config c;
+  ASSERT_TRUE(Validate(&c).ok());
+  EXPECT_FALSE(c.container_engine.enabled());
+  EXPECT_TRUE(c.container_engine.images.empty());
+  EXPECT_EQ(c.container_engine.gpus, "auto");
+  EXPECT_DOUBLE_EQ(c.container_engine.shm_fraction, 0.5);
+  EXPECT_EQ(c.container_engine.lost_after_seconds, 60);
+  // A section without a socket configures no engine and no images.
+  std::string path = WriteTemp(R"({"container_engine": {"socket": "", "gpus": "cdi"}})");
+  Config e;
+  ASSERT_TRUE(LoadConfigFile(path, &e).ok());
+  EXPECT_FALSE(e.container_engine.enabled());
+  EXPECT_TRUE(e.container_engine.images.empty());
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, ContainerEngineSectionParses) {
+  std::string path = WriteTemp(R"({"container_engine": {
+    "socket": "/run/podman/podman.sock", "images": ["localhost/*", "*.dkr.ecr.*"],
+    "ecr_mirror": "registry.local:5000/ecr",
+    "registries": {"registry.local:5000": {"username": "kiln", "password": "s3cret"}},
+    "gpus": "device_requests", "log_driver": "journald", "shm_fraction": 0.25,
+    "ulimits": {"nofile": [1024, 65536], "memlock": "unlimited", "stack": [8388608, "unlimited"]},
+    "lost_after_seconds": 15}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  ASSERT_TRUE(Validate(&c).ok());
+  const ContainerEngineConfig& ce = c.container_engine;
+  EXPECT_TRUE(ce.enabled());
+  EXPECT_EQ(ce.socket, "unix:///run/podman/podman.sock");  // a plain path is kept as a unix:// address
+  EXPECT_EQ(ce.images, (std::vector<std::string>{"localhost/*", "*.dkr.ecr.*"}));
+  EXPECT_EQ(ce.ecr_mirror, "registry.local:5000/ecr");
+  ASSERT_EQ(ce.registries.count("registry.local:5000"), 1u);
+  EXPECT_EQ(ce.registries.at("registry.local:5000").username, "kiln");
+  EXPECT_EQ(ce.registries.at("registry.local:5000").password, "s3cret");
+  EXPECT_EQ(ce.gpus, "device_requests");
+  EXPECT_EQ(ce.log_driver, "journald");
+  EXPECT_DOUBLE_EQ(ce.shm_fraction, 0.25);
+  EXPECT_EQ(ce.lost_after_seconds, 15);
+  ASSERT_EQ(ce.ulimits.size(), 3u);
+  // nlohmann's object keeps keys sorted: memlock, nofile, stack.
+  EXPECT_EQ(ce.ulimits[0].name, "memlock");
+  EXPECT_EQ(ce.ulimits[0].soft, -1);
+  EXPECT_EQ(ce.ulimits[0].hard, -1);
+  EXPECT_EQ(ce.ulimits[1].name, "nofile");
+  EXPECT_EQ(ce.ulimits[1].soft, 1024);
+  EXPECT_EQ(ce.ulimits[1].hard, 65536);
+  EXPECT_EQ(ce.ulimits[2].name, "stack");
+  EXPECT_EQ(ce.ulimits[2].soft, 8388608);
+  EXPECT_EQ(ce.ulimits[2].hard, -1);
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, ContainerEngineImagesDefaultToEveryImageWhenASocketIsSet) {
+  std::string path = WriteTemp(R"({"container_engine": {"socket": "unix:///var/run/docker.sock"}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.container_engine.socket, "unix:///var/run/docker.sock");
+  EXPECT_EQ(c.container_engine.images, std::vector<std::string>{"*"});
+  EXPECT_TRUE(c.container_engine.ulimits.empty());  // the server's own limits (DefaultUlimits)
+  std::filesystem::remove(path);
+  // An explicit empty list: the engine is there, but no image runs on it.
+  path = WriteTemp(R"({"container_engine": {"socket": "/var/run/docker.sock", "images": []}})");
+  Config e;
+  ASSERT_TRUE(LoadConfigFile(path, &e).ok());
+  EXPECT_TRUE(e.container_engine.images.empty());
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, BadContainerEngineFieldsNameTheSetting) {
+  struct Case {
+    const char* doc;
+    const char* names;
+  };
+  const Case cases[] = {
+      {R"({"container_engine": "podman"})", "container_engine must be an object"},
+      {R"({"container_engine": {"sockett": "/x"}})", "unknown key \"sockett\""},
+      {R"({"container_engine": {"socket": 1}})", "\"socket\" must be a string"},
+      {R"({"container_engine": {"socket": "tcp://127.0.0.1:2375"}})", "container_engine.socket must be a Unix socket"},
+      {R"({"container_engine": {"socket": "run/podman.sock"}})", "container_engine.socket must be an absolute path"},
+      {R"({"container_engine": {"socket": "unix://"}})", "container_engine.socket must be an absolute path"},
+      {R"({"container_engine": {"images": "*"}})", "\"images\" must be a list of strings"},
+      {R"({"container_engine": {"images": [""]}})", "container_engine.images: an empty pattern"},
+      {R"({"container_engine": {"images": ["local:*"]}})", "local: images always run on the process runtime"},
+      {R"({"container_engine": {"registries": []}})", "container_engine.registries must be an object"},
+      {R"({"container_engine": {"registries": {"r:5000": {"username": "u"}}}})",
+       "container_engine.registries[\"r:5000\"] needs"},
+      {R"({"container_engine": {"registries": {"r:5000/x": {"username": "u", "password": "p"}}}})",
+       "is not a registry host[:port]"},
+      {R"({"container_engine": {"gpus": "all"}})", "container_engine.gpus must be \"auto\""},
+      {R"({"container_engine": {"shm_fraction": 0}})", "container_engine.shm_fraction must be above 0"},
+      {R"({"container_engine": {"shm_fraction": 1.5}})", "container_engine.shm_fraction must be above 0"},
+      {R"({"container_engine": {"shm_fraction": "half"}})", "\"shm_fraction\" must be a number"},
+      {R"({"container_engine": {"lost_after_seconds": 0}})", "container_engine.lost_after_seconds must be >= 1"},
+      {R"({"container_engine": {"ulimits": [1]}})", "container_engine.ulimits must be an object"},
+      {R"({"container_engine": {"ulimits": {"nofile": 5}}})", "container_engine.ulimits.nofile must be [soft, hard]"},
+      {R"({"container_engine": {"ulimits": {"nofile": [1, 2, 3]}}})",
+       "container_engine.ulimits.nofile must be [soft, hard]"},
+      {R"({"container_engine": {"ulimits": {"nofile": [-2, 5]}}})",
+       "container_engine.ulimits.nofile must be [soft, hard]"},
+      {R"({"container_engine": {"ulimits": {"nofile": [10, 5]}}})", "the soft limit 10 is above the hard limit 5"},
+      {R"({"container_engine": {"ulimits": {"nofile": ["unlimited", 5]}}})", "is above the hard limit 5"},
+      {R"({"container_engine": {"ulimits": {"NOFILE": [1, 1]}}})", "is not a limit name"},
+  };
+  for (const Case& bad : cases) {
+    std::string bad_path = WriteTemp(bad.doc);
+    Config b;
+    Status s = LoadConfigFile(bad_path, &b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad.doc;
+    EXPECT_NE(s.message().find(bad.names), std::string::npos) << bad.doc << ": " << s.message();
+    std::filesystem::remove(bad_path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli
