@@ -193,6 +193,13 @@ Result<std::string> ProcessRuntime::SpawnShim(const std::string& dir, int lock_f
 }
 
 Status ProcessRuntime::Launch(const InstanceSpec& spec) {
+  if (spec.container) {
+    // Images run through the container runtime (runtime/routed_runtime.h routes them there); one
+    // reaching this backend means no engine is configured.
+    return Status::FailedPrecondition("the process runtime cannot run container image " + spec.container->requested +
+                                      ": configure container_engine (its socket) in the Kiln config file, or map "
+                                      "the image to an environment");
+  }
   RETURN_IF_ERROR(ValidateSpec(spec));
   RETURN_IF_ERROR(MakeDirs(options_.state_dir));
   std::string dir = InstanceDir(spec.instance_id);

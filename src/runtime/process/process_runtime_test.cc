@@ -324,6 +324,16 @@ TEST_F(ProcessRuntimeTest, RejectsBadSpecsAndDuplicateIds) {
   EXPECT_EQ(runtime_->Inspect("unknown").status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(ProcessRuntimeTest, RefusesContainerImagesNamingTheSetting) {
+  InstanceSpec spec = Spec("image", "true");
+  spec.container = ContainerImage{.requested = "registry.local/byo:1", .reference = "", .entrypoint = std::nullopt};
+  Status s = runtime_->Launch(spec);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("cannot run container image registry.local/byo:1"));
+  EXPECT_THAT(s.message(), HasSubstr("container_engine"));
+  EXPECT_FALSE(PathExists(state_dir_ + "/image"));
+}
+
 TEST_F(ProcessRuntimeTest, InstanceOutlivesTheProcessThatLaunchedIt) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);

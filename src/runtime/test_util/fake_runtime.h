@@ -6,7 +6,8 @@
 // is decided at Launch by the first matching rule (AddRule, newest first; else the default
 // Behavior): it runs until told otherwise, fails to launch with a message, or exits at once with
 // a code. While it runs a test makes it exit with a code (Exit), die by a signal (Kill), lose its
-// supervisor (Lose: Inspect says kLost) or vanish with its state (Vanish: Inspect says NotFound),
+// supervisor (Lose: Inspect says kLost, with a lost_reason when given), be killed by the OOM
+// killer (KillByOom: SIGKILL with oom_killed) or vanish with its state (Vanish: Inspect says NotFound),
 // and write output lines (WriteOutput). Stop() is recorded with its grace; the instance then
 // ends by SIGTERM at once, or, when its behaviour says it hangs, keeps running until a stop with
 // grace 0, ExpireGrace() (the SIGKILL the real runtime sends when the grace ends) or Kill().
@@ -19,6 +20,10 @@
 // with Behavior::ping_status, changeable while it runs (SetPingStatus); Behavior::serve_ping
 // false leaves the port unanswered (a container that never becomes healthy). The listener closes
 // when the instance stops running.
+//
+// PrepareImage succeeds at once (an engine that has every image) and is recorded
+// (prepared_images); SetPrepareImage scripts it instead (progress texts, a failure, a wait for
+// `cancelled`).
 //
 // Every event (launch, stop, exit) wakes WaitUntil(), so tests wait for "instance X launched" or
 // "N launches" without sleeping. Thread-safety: every method may be called from any thread.
@@ -102,6 +107,16 @@ class FakeRuntime final : public Runtime {
 
   // ---- Configuration -------------------------------------------------------------------------
 
+  // What PrepareImage does: called with its arguments (on the caller's thread, outside the
+  // fake's lock); null (the default) succeeds at once. Every call is recorded either way.
+  using PrepareImageHook =
+      std::function<Status(const ContainerImage& image, const std::function<void(const std::string&)>& progress,
+                           const std::function<bool()>& cancelled)>;
+  void SetPrepareImage(PrepareImageHook hook) {
+    MutexLock lock(mutex_);
+    prepare_image_ = std::move(hook);
+  }
+
   void SetDefaultBehavior(Behavior behavior) {
     MutexLock lock(mutex_);
     default_ = std::move(behavior);
@@ -124,8 +139,14 @@ class FakeRuntime final : public Runtime {
   Status Exit(const std::string& id, int code) { return End(id, code, 0, InstanceState::kExited); }
   // The program is killed by `signal` (exit_code -1, term_signal `signal`).
   Status Kill(const std::string& id, int signal = SIGKILL) { return End(id, -1, signal, InstanceState::kExited); }
-  // The supervisor disappears without recording an exit (Inspect: kLost).
-  Status Lose(const std::string& id) { return End(id, -1, 0, InstanceState::kLost); }
+  // The supervisor disappears without recording an exit (Inspect: kLost, with `reason` as its
+  // lost_reason).
+  Status Lose(const std::string& id, std::string reason = "") {
+    return End(id, -1, 0, InstanceState::kLost, false, std::move(reason));
+  }
+  // The kernel's OOM killer ends the program: SIGKILL, with oom_killed (as the container engine
+  // reports it).
+  Status KillByOom(const std::string& id) { return End(id, -1, SIGKILL, InstanceState::kExited, true); }
   // The instance and its state directory disappear (Inspect: NotFound), running or not.
   void Vanish(const std::string& id) {
     std::shared_ptr<Instance> instance;
@@ -173,6 +194,11 @@ class FakeRuntime final : public Runtime {
   int launch_attempts() const {
     MutexLock lock(mutex_);
     return launch_attempts_;
+  }
+  // The images PrepareImage was called with, in order.
+  std::vector<ContainerImage> prepared_images() const {
+    MutexLock lock(mutex_);
+    return prepared_images_;
   }
   std::vector<StopCall> stops() const {
     MutexLock lock(mutex_);
@@ -230,6 +256,19 @@ class FakeRuntime final : public Runtime {
   }
 
   // ---- Runtime -------------------------------------------------------------------------------
+
+  Status PrepareImage(const ContainerImage& image, const std::function<void(const std::string&)>& progress,
+                      const std::function<bool()>& cancelled) override {
+    PrepareImageHook hook;
+    {
+      MutexLock lock(mutex_);
+      prepared_images_.push_back(image);
+      hook = prepare_image_;
+      ++events_;
+    }
+    cv_.NotifyAll();
+    return hook ? hook(image, progress, cancelled) : Status::Ok();
+  }
 
   Status Launch(const InstanceSpec& spec) override {
     MutexLock lock(mutex_);
@@ -495,15 +534,19 @@ class FakeRuntime final : public Runtime {
     return Status::Ok();
   }
 
-  void EndLocked(Instance& instance, int code, int signal, InstanceState state) REQUIRES(mutex_) {
+  void EndLocked(Instance& instance, int code, int signal, InstanceState state, bool oom_killed = false,
+                 std::string lost_reason = "") REQUIRES(mutex_) {
     instance.status.state = state;
+    instance.status.oom_killed = oom_killed;
+    instance.status.lost_reason = std::move(lost_reason);
     instance.status.exit_code = state == InstanceState::kExited ? code : -1;
     instance.status.term_signal = state == InstanceState::kExited ? signal : 0;
     instance.status.finished_millis = state == InstanceState::kExited ? Now() : 0;
     ++events_;
   }
 
-  Status End(const std::string& id, int code, int signal, InstanceState state) {
+  Status End(const std::string& id, int code, int signal, InstanceState state, bool oom_killed = false,
+             std::string lost_reason = "") {
     std::shared_ptr<Instance> instance;
     {
       MutexLock lock(mutex_);
@@ -513,7 +556,7 @@ class FakeRuntime final : public Runtime {
         return Status::FailedPrecondition("instance " + id + " is not running");
       }
       instance = it->second;
-      EndLocked(*instance, code, signal, state);
+      EndLocked(*instance, code, signal, state, oom_killed, std::move(lost_reason));
     }
     cv_.NotifyAll();
     ClosePingIfEnded(instance);
@@ -548,6 +591,8 @@ class FakeRuntime final : public Runtime {
   std::vector<StopCall> stops_ GUARDED_BY(mutex_);
   std::vector<SignalCall> signals_ GUARDED_BY(mutex_);
   int launch_attempts_ GUARDED_BY(mutex_) = 0;
+  PrepareImageHook prepare_image_ GUARDED_BY(mutex_);
+  std::vector<ContainerImage> prepared_images_ GUARDED_BY(mutex_);
 };
 
 }  // namespace kiln::runtime::testing

@@ -36,6 +36,43 @@ class FakeRuntimeTest : public ::testing::Test {
   FakeRuntime runtime_{dir_.path() + "/instances", &clock_};
 };
 
+TEST_F(FakeRuntimeTest, PrepareImageSucceedsUnlessScriptedAndIsRecorded) {
+  ContainerImage image{.requested = "registry.local/a:1", .reference = "", .entrypoint = std::nullopt};
+  EXPECT_TRUE(runtime_
+                  .PrepareImage(
+                      image, [](const std::string&) {}, [] { return false; })
+                  .ok());
+  runtime_.SetPrepareImage([](const ContainerImage& i, const std::function<void(const std::string&)>& progress,
+                              const std::function<bool()>&) {
+    progress("pulling " + i.requested);
+    return Status::NotFound("no " + i.requested);
+  });
+  std::string seen;
+  Status s = runtime_.PrepareImage(
+      image, [&](const std::string& text) { seen = text; }, [] { return false; });
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(seen, "pulling registry.local/a:1");
+  ASSERT_EQ(runtime_.prepared_images().size(), 2u);
+  EXPECT_EQ(runtime_.prepared_images()[1].requested, "registry.local/a:1");
+}
+
+TEST_F(FakeRuntimeTest, OomKillsAndLossesCarryTheirDetail) {
+  ASSERT_TRUE(runtime_.Launch(Spec("oom")).ok());
+  ASSERT_TRUE(runtime_.Launch(Spec("lost")).ok());
+  ASSERT_TRUE(runtime_.KillByOom("oom").ok());
+  ASSERT_TRUE(runtime_.Lose("lost", "the engine forgot it").ok());
+  auto oom = runtime_.Inspect("oom");
+  ASSERT_TRUE(oom.ok());
+  EXPECT_EQ(oom->state, InstanceState::kExited);
+  EXPECT_EQ(oom->term_signal, SIGKILL);
+  EXPECT_TRUE(oom->oom_killed);
+  auto lost = runtime_.Inspect("lost");
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->state, InstanceState::kLost);
+  EXPECT_EQ(lost->lost_reason, "the engine forgot it");
+  EXPECT_FALSE(lost->oom_killed);
+}
+
 TEST_F(FakeRuntimeTest, RunsUntilItExitsAndKeepsTheRuntimesErrors) {
   ASSERT_TRUE(runtime_.Launch(Spec("a")).ok());
   EXPECT_EQ(runtime_.Launch(Spec("a")).code(), StatusCode::kAlreadyExists);
