@@ -45,6 +45,7 @@ test_pkgs=(
   clang                                    # scripts/test.sh: the sanitizer build, with -Wthread-safety
   clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)
   nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
+  podman crun netavark catatonit           # the container runtime's tests: Podman's Docker-compatible API (scripts/podman-setup.sh)
 )
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.

@@ -527,3 +527,41 @@ def make_random_file(path, size):
 
 def new_tempdir(prefix="kiln-it-"):
     return tempfile.mkdtemp(prefix=prefix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Container engine (issue 15)
+
+
+def podman_socket():
+    """(path, None) when Podman's API answers at $KILN_PODMAN_SOCKET, else (None, why).
+
+    scripts/test.sh exports KILN_PODMAN_SOCKET only after scripts/podman-setup.sh got the service
+    answering, and KILN_PODMAN_SKIP_REASON when it could not; by hand: run podman-setup.sh and
+    export KILN_PODMAN_SOCKET=/run/podman/podman.sock. Container tests skip with `why`."""
+    path = os.environ.get("KILN_PODMAN_SOCKET", "")
+    if path.startswith("unix://"):
+        path = path[len("unix://"):]
+    if not path:
+        return None, os.environ.get("KILN_PODMAN_SKIP_REASON") or (
+            "KILN_PODMAN_SOCKET is not set (scripts/podman-setup.sh starts Podman's API service; "
+            "then export KILN_PODMAN_SOCKET=/run/podman/podman.sock)")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(path)
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: d\r\n\r\n")
+            answer = s.recv(4096)
+    except OSError as e:
+        return None, "Podman's API does not answer at %s: %s (run scripts/podman-setup.sh)" % (path, e)
+    if not answer.startswith(b"HTTP/1.") or b" 200 " not in answer.split(b"\r\n", 1)[0]:
+        return None, "Podman's API at %s answered %r to /_ping" % (path, answer[:60])
+    return path, None
+
+
+def container_engine_config(socket_path, **settings):
+    """A server config section running every image on the engine at `socket_path` (plus any
+    container_engine `settings`, e.g. images=["localhost/*"]); pass as KilnServer(config=...)."""
+    section = {"socket": "unix://" + socket_path}
+    section.update(settings)
+    return {"container_engine": section}
