@@ -11,13 +11,24 @@ ServingLaunchPlan PlanServingLaunch(const json& container, const runtime::ImageR
                                     const ServingLaunchContext& context) {
   ServingLaunchPlan plan;
   const bool local = image.kind == runtime::ImageResolution::Kind::kLocalExecutable;
-  plan.argv = {local ? image.executable : context.model_server, "serve"};
+  const bool engine = image.kind == runtime::ImageResolution::Kind::kContainerImage;
+  if (engine) {
+    // `docker run IMAGE serve`: the image answers /ping and /invocations itself.
+    plan.container = runtime::ContainerImage{.requested = image.image, .reference = "", .entrypoint = std::nullopt};
+    plan.argv = {"serve"};
+  } else {
+    plan.argv = {local ? image.executable : context.model_server, "serve"};
+  }
 
   auto& env = plan.env;
-  env = {
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
+  if (!engine) {
+    // A container's PATH, HOME and LANG are its image's (InstanceSpec::env adds to them).
+    env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+           {"HOME", "/root"},
+           {"LANG", "C.UTF-8"}};
+  }
   for (const auto& [k, v] : image.env) env[k] = v;
-  if (!local) {
+  if (!local && !engine) {
     env["KILN_MODEL_SERVER_PYTHON"] = image.interpreter;
     env["KILN_MODEL_SERVER_WORKER"] = context.serve_worker;
     env["KILN_MODEL_SERVER_FRAMEWORK"] = runtime::FrameworkOfImage(container.value("Image", ""));
@@ -47,7 +58,9 @@ ServingLaunchPlan PlanServingLaunch(const json& container, const runtime::ImageR
   env["SAGEMAKER_SAFE_PORT_RANGE"] =
       std::to_string(context.port + 1) + "-" + std::to_string(context.port + context.port_block - 1);
 
-  if (local) {
+  if (engine) {
+    // Nothing of the host runs in it: no binds.
+  } else if (local) {
     BindIfInTmp(image.executable, plan.binds);
   } else {
     for (const std::string* path : {&image.interpreter, &context.model_server, &context.serve_worker}) {

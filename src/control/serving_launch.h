@@ -1,20 +1,24 @@
 #pragma once
-// How an endpoint instance's container is started on the process runtime: the command line, the
-// environment and the extra binds (serving-contract.md §2, §4.1). A pure function of the model's
+// How an endpoint instance's container is started: the command line, the environment and the
+// extra binds on the process runtime, or the image and command on the container engine
+// (serving-contract.md §2, §4.1). A pure function of the model's
 // container definition, the image's resolution and what Kiln issued, so every rule is
 // unit-tested without running anything.
 //
 //   command     `local:` images: `<executable> serve` (as `docker run IMAGE serve`). Framework
 //               images (script mode): Kiln's model server, `<model_server> serve`, whose Python
 //               workers run the user's inference.py with the environment's interpreter
-//               (src/modelserver/README.md).
+//               (src/modelserver/README.md). Container images (the engine runs the image
+//               itself): the image's ENTRYPOINT with `serve` (`docker run IMAGE serve`).
 //   environment nothing inherited from the server: a base PATH/HOME/LANG, the environment table's
 //               variables, the model server's KILN_MODEL_SERVER_* (framework images), Kiln's region
 //               and endpoint variables, the container's Environment, then (winning over it) the
 //               instance credentials and the bind port and safe port range. GPU variables are
-//               added per instance by the caller (AddGpuEnvironment).
+//               added per instance by the caller (AddGpuEnvironment). Container images: the same
+//               without the base PATH/HOME/LANG (the image's own apply), and no binds.
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,9 @@ struct ServingLaunchPlan {
   std::map<std::string, std::string> env;
   // Read-only binds of host paths under /tmp the program needs (the sandbox's /tmp is private).
   std::vector<runtime::BindMount> binds;
+  // Set for ImageResolution::Kind::kContainerImage: what InstanceSpec::container gets (the
+  // requested URI; no reference: the runtime maps it; the image's own ENTRYPOINT).
+  std::optional<runtime::ContainerImage> container;
 };
 
 // `container` is the model's ContainerDefinition (Image, Environment, ...); `image` its resolution.

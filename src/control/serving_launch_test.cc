@@ -50,6 +50,35 @@ TEST(ServingLaunchTest, FrameworkImagesRunTheModelServerWithTheEnvironmentsInter
   EXPECT_TRUE(plan.binds.empty());
 }
 
+TEST(ServingLaunchTest, ContainerImagesRunTheirEntrypointWithServeAndTheirOwnPath) {
+  runtime::ImageResolution image;
+  image.kind = Kind::kContainerImage;
+  image.environment_name = "container";
+  image.image = "registry.local/byo-serve:2";
+  json container = {{"Image", "registry.local/byo-serve:2"}, {"Environment", {{"MODEL_MODE", "fast"}}}};
+  ServingLaunchPlan plan = PlanServingLaunch(container, image, Context());
+  ASSERT_TRUE(plan.container.has_value());
+  EXPECT_EQ(plan.container->requested, "registry.local/byo-serve:2");
+  EXPECT_EQ(plan.container->reference, "");
+  EXPECT_FALSE(plan.container->entrypoint.has_value());
+  EXPECT_EQ(plan.argv, (std::vector<std::string>{"serve"}));
+  EXPECT_TRUE(plan.binds.empty());
+  EXPECT_EQ(plan.env.count("PATH"), 0u);
+  EXPECT_EQ(plan.env.count("HOME"), 0u);
+  EXPECT_EQ(plan.env.count("LANG"), 0u);
+  // Not Kiln's model server: none of its variables.
+  EXPECT_EQ(plan.env.count("KILN_MODEL_SERVER_PYTHON"), 0u);
+  EXPECT_EQ(plan.env.count("KILN_MODEL_SERVER_WORKER"), 0u);
+  EXPECT_EQ(plan.env.count("KILN_PIP_TARGET"), 0u);
+  EXPECT_EQ(plan.env["MODEL_MODE"], "fast");
+  EXPECT_EQ(plan.env["SAGEMAKER_BIND_TO_PORT"], "20100");
+  EXPECT_EQ(plan.env["SAGEMAKER_SAFE_PORT_RANGE"], "20101-20199");
+  EXPECT_EQ(plan.env["AWS_REGION"], "eu-west-1");
+  EXPECT_EQ(plan.env["AWS_ENDPOINT_URL"], "http://127.0.0.1:5456");
+  EXPECT_EQ(plan.env["AWS_ACCESS_KEY_ID"], "AKID");
+  EXPECT_FALSE(PlanServingLaunch(container, Framework(), Context()).container.has_value());
+}
+
 TEST(ServingLaunchTest, LocalImagesRunTheirExecutableWithServe) {
   runtime::ImageResolution local;
   local.kind = Kind::kLocalExecutable;

@@ -40,7 +40,20 @@ TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageR
   const std::vector<std::string> entrypoint = StringList(algorithm, "ContainerEntrypoint");
   const std::vector<std::string> arguments = StringList(algorithm, "ContainerArguments");
   const bool local = image.kind == runtime::ImageResolution::Kind::kLocalExecutable;
-  if (!entrypoint.empty()) {
+  const bool container = image.kind == runtime::ImageResolution::Kind::kContainerImage;
+  if (container) {
+    // `docker run [--entrypoint E] IMAGE [train | arguments]`: an entrypoint of the request's own
+    // runs with its arguments only (§2).
+    plan.container = runtime::ContainerImage{
+        .requested = image.image,
+        .reference = "",
+        .entrypoint = entrypoint.empty() ? std::nullopt : std::optional<std::vector<std::string>>(entrypoint)};
+    if (!arguments.empty()) {
+      plan.argv = arguments;
+    } else if (entrypoint.empty()) {
+      plan.argv = {"train"};
+    }
+  } else if (!entrypoint.empty()) {
     plan.argv = entrypoint;
     plan.argv.insert(plan.argv.end(), arguments.begin(), arguments.end());
   } else if (local) {
@@ -55,12 +68,16 @@ TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageR
   } else {
     plan.argv = {image.interpreter, context.toolkit_script};
   }
-  plan.working_dir = local ? "/" : "/opt/ml/code";
+  plan.working_dir = container ? "" : local ? "/" : "/opt/ml/code";
 
   auto& env = plan.env;
-  env = {
-      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, {"HOME", "/root"}, {"LANG", "C.UTF-8"}};
-  if (!local && StartsWith(image.interpreter, "/usr/")) {
+  if (!container) {
+    // A container's PATH, HOME and LANG are its image's (InstanceSpec::env adds to them).
+    env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+           {"HOME", "/root"},
+           {"LANG", "C.UTF-8"}};
+  }
+  if (!local && !container && StartsWith(image.interpreter, "/usr/")) {
     // A distribution's interpreter refuses `pip install` (PEP 668, EXTERNALLY-MANAGED): the
     // toolkit installs requirements.txt into the job's volume instead and puts it on PYTHONPATH.
     // An environment entry may override this (e.g. a venv that takes packages itself).
@@ -85,6 +102,7 @@ TrainingLaunchPlan PlanTrainingLaunch(const json& request, const runtime::ImageR
   env["TRAINING_JOB_ARN"] = context.job_arn;
   env["KILN_RSH_TOKEN"] = RshToken(context.credential);
 
+  if (container) return plan;  // nothing of the host runs in it: no binds
   BindIfInTmp(image.executable, plan.binds);
   BindIfInTmp(image.interpreter, plan.binds);
   for (size_t i = 0; i < plan.argv.size() && i < 2; ++i) BindIfInTmp(plan.argv[i], plan.binds);

@@ -1,6 +1,7 @@
 #pragma once
-// How a training host's program is started on the process runtime: the command line, the working
-// directory, the environment and the extra binds (training-contract.md §2, §5.1, §13). Pure
+// How a training host's program is started: the command line, the working directory, the
+// environment and the extra binds on the process runtime, or the image, entrypoint and command on
+// the container engine (training-contract.md §2, §5.1, §13). Pure
 // functions of the request, the image's resolution and what Kiln issued, so that every rule can
 // be unit-tested without running anything.
 //
@@ -8,14 +9,20 @@
 //               `docker run IMAGE train`); ContainerEntrypoint replaces the executable, and
 //               ContainerArguments replace `train`. Script-mode images (no ENTRYPOINT, `train`
 //               is the toolkit): `<interpreter> <toolkit>`; ContainerArguments alone become the
-//               command, ContainerEntrypoint (+ arguments) replaces it.
+//               command, ContainerEntrypoint (+ arguments) replaces it. Container images (the
+//               engine runs the image itself): the image's ENTRYPOINT (or ContainerEntrypoint,
+//               then with no arguments unless ContainerArguments are given, §2) with `train` or
+//               ContainerArguments as its command; the image's WORKDIR.
 //   environment nothing inherited from the server: a base PATH/HOME/LANG, the environment
 //               table's variables, Kiln's region and endpoint variables, the request's
 //               Environment, then (winning over it) the credentials and TRAINING_JOB_*; GPU
 //               variables per host (AddGpuEnvironment). KILN_RSH_TOKEN (RshToken) for the MPI
 //               remote launch (python/kiln_toolkit/kiln_rsh.py) between the job's hosts.
+//               Container images: the same without the base PATH/HOME/LANG (the image's own
+//               apply), and no binds (nothing of the host is run).
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,11 +46,15 @@ struct TrainingLaunchContext {
 };
 
 struct TrainingLaunchPlan {
+  // With `container`: the container's command (CMD), possibly empty (ContainerEntrypoint alone).
   std::vector<std::string> argv;
-  std::string working_dir;
+  std::string working_dir;  // empty with `container`: the image's WORKDIR
   std::map<std::string, std::string> env;
   // Read-only binds of host paths under /tmp the program needs (the sandbox's /tmp is private).
   std::vector<runtime::BindMount> binds;
+  // Set for ImageResolution::Kind::kContainerImage: what InstanceSpec::container gets (the
+  // requested URI, no reference: the runtime maps it, and ContainerEntrypoint when given).
+  std::optional<runtime::ContainerImage> container;
 };
 
 TrainingLaunchPlan PlanTrainingLaunch(const nlohmann::json& request, const runtime::ImageResolution& image,

@@ -15,6 +15,14 @@ runtime::ImageResolution Local(const std::string& exe) {
   return r;
 }
 
+runtime::ImageResolution Container(const std::string& uri) {
+  runtime::ImageResolution r;
+  r.kind = Kind::kContainerImage;
+  r.environment_name = "container";
+  r.image = uri;
+  return r;
+}
+
 runtime::ImageResolution Script(const std::string& interpreter) {
   runtime::ImageResolution r;
   r.kind = Kind::kScriptMode;
@@ -58,6 +66,58 @@ TEST(PlanTrainingLaunchTest, LocalImagesRunLikeDockerRunImageTrain) {
                                Local("/opt/prog"), Context())
                 .argv,
             (Argv{"python3", "a.py"}));
+}
+
+TEST(PlanTrainingLaunchTest, ContainerImagesRunTheirEntrypointWithTrain) {
+  const std::string uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/byo:1";
+  auto plan = PlanTrainingLaunch(Request(), Container(uri), Context());
+  ASSERT_TRUE(plan.container.has_value());
+  EXPECT_EQ(plan.container->requested, uri);
+  EXPECT_EQ(plan.container->reference, "");  // the runtime maps it (ECR mirror)
+  EXPECT_FALSE(plan.container->entrypoint.has_value());
+  EXPECT_EQ(plan.argv, (Argv{"train"}));
+  EXPECT_EQ(plan.working_dir, "");  // the image's WORKDIR
+  EXPECT_TRUE(plan.binds.empty());
+  // ContainerArguments replace `train` under the image's ENTRYPOINT (§2).
+  plan = PlanTrainingLaunch(Request({{"ContainerArguments", {"fit", "--fast"}}}), Container(uri), Context());
+  EXPECT_EQ(plan.argv, (Argv{"fit", "--fast"}));
+  EXPECT_FALSE(plan.container->entrypoint.has_value());
+  // ContainerEntrypoint alone: that entrypoint with no arguments.
+  plan = PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"/bin/sh", "-c", "exit 0"}}}), Container(uri), Context());
+  ASSERT_TRUE(plan.container->entrypoint.has_value());
+  EXPECT_EQ(*plan.container->entrypoint, (Argv{"/bin/sh", "-c", "exit 0"}));
+  EXPECT_TRUE(plan.argv.empty());
+  // Both: the given entrypoint with the given arguments.
+  plan = PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"python3"}}, {"ContainerArguments", {"a.py"}}}),
+                            Container(uri), Context());
+  EXPECT_EQ(*plan.container->entrypoint, (Argv{"python3"}));
+  EXPECT_EQ(plan.argv, (Argv{"a.py"}));
+  // Host programs (and paths under /tmp) are never bound into a container.
+  plan = PlanTrainingLaunch(Request({{"ContainerEntrypoint", {"/tmp/x/prog"}}}), Container(uri), Context());
+  EXPECT_TRUE(plan.binds.empty());
+  // Other kinds carry no image.
+  EXPECT_FALSE(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).container.has_value());
+  EXPECT_FALSE(PlanTrainingLaunch(Request(), Script("/usr/bin/python3"), Context()).container.has_value());
+}
+
+TEST(PlanTrainingLaunchTest, ContainerImagesKeepTheirOwnPathHomeAndLang) {
+  json request = Request();
+  request["Environment"] = {{"MY_VAR", "1"}, {"AWS_SECRET_ACCESS_KEY", "mine"}};
+  auto env = PlanTrainingLaunch(request, Container("registry.local/byo:1"), Context()).env;
+  EXPECT_EQ(env.count("PATH"), 0u);
+  EXPECT_EQ(env.count("HOME"), 0u);
+  EXPECT_EQ(env.count("LANG"), 0u);
+  EXPECT_EQ(env.count("KILN_PIP_TARGET"), 0u);
+  EXPECT_EQ(env["MY_VAR"], "1");
+  EXPECT_EQ(env["AWS_SECRET_ACCESS_KEY"], "secret");
+  EXPECT_EQ(env["AWS_ENDPOINT_URL"], "http://127.0.0.1:5456");
+  EXPECT_EQ(env["AWS_REGION"], "us-east-1");
+  EXPECT_EQ(env["TRAINING_JOB_NAME"], "job-1");
+  // The request may still set PATH itself (it wins over the image's, as `docker run -e`).
+  request["Environment"]["PATH"] = "/opt/bin:/usr/bin";
+  EXPECT_EQ(PlanTrainingLaunch(request, Container("registry.local/byo:1"), Context()).env["PATH"], "/opt/bin:/usr/bin");
+  // Processes still get the base variables.
+  EXPECT_EQ(PlanTrainingLaunch(Request(), Local("/opt/prog"), Context()).env["HOME"], "/root");
 }
 
 TEST(PlanTrainingLaunchTest, ScriptModeRunsTheToolkit) {

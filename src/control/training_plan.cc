@@ -110,6 +110,23 @@ JobFailure FailureFromStatus(const Status& status, const std::string& context) {
           TruncateUtf8("InternalServerError: " + context + status.message(), kFailureReasonMax)};
 }
 
+Status ImagePreparationError(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+    case StatusCode::kAborted: return status;
+    case StatusCode::kNotFound:
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kUnimplemented:
+      return Status(status.code(), "ClientError: " + status.message(), ErrorReason::kClientError);
+    default:
+      return Status(status.code(), "InternalServerError: " + status.message(), ErrorReason::kInternalServerError);
+  }
+}
+
 JobFailure FailureReason(const std::vector<HostExit>& hosts) {
   std::vector<const HostExit*> order;
   for (const HostExit& host : hosts) {
@@ -134,16 +151,26 @@ JobFailure FailureReason(const std::vector<HostExit>& hosts) {
   }
   for (const HostExit* host : order) {
     if (host->exit_code == 0) continue;
-    if (host->exit_code == -1 && host->term_signal == 0) {
-      return {FailureKind::kInternalServerError,
-              "InternalServerError: the instance " + host->host +
-                  " was lost (its supervisor exited without recording an exit status)."};
+    if (host->exit_code == -1 && host->term_signal == 0 && !host->oom_killed) {
+      if (host->lost_reason.empty()) {
+        return {FailureKind::kInternalServerError,
+                "InternalServerError: the instance " + host->host +
+                    " was lost (its supervisor exited without recording an exit status)."};
+      }
+      std::string why = host->lost_reason;
+      while (!why.empty() && (why.back() == '.' || std::isspace(static_cast<unsigned char>(why.back())))) {
+        why.pop_back();
+      }
+      const std::string head = "InternalServerError: the instance " + host->host + " was lost: ";
+      return {FailureKind::kInternalServerError, TruncateUtf8(head + why, kFailureReasonMax - 1) + "."};
     }
-    if (host->term_signal == SIGKILL || host->exit_code == 137) {
-      return {FailureKind::kOutOfMemory,
-              "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
-              "training program. The process on " +
-                  host->host + " was killed by SIGKILL (signal 9)."};
+    if (host->oom_killed || host->term_signal == SIGKILL || host->exit_code == 137) {
+      return {
+          FailureKind::kOutOfMemory,
+          "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the "
+          "training program. The process on " +
+              host->host +
+              (host->oom_killed ? " was killed by the kernel's OOM killer." : " was killed by SIGKILL (signal 9).")};
     }
     std::string summary = host->last_stderr_line;
     int code = host->term_signal != 0 ? 128 + host->term_signal : host->exit_code;

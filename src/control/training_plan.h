@@ -19,6 +19,8 @@ namespace kiln::control::training {
 // Secondary status messages (training-contract.md §14).
 inline constexpr char kMsgPreparing[] = "Preparing the instances for training";
 inline constexpr char kMsgDownloading[] = "Downloading input data";
+// Container images (runtime.h PrepareImage): "<this> <image URI>", then ": <the pull's progress>".
+inline constexpr char kMsgDownloadingImage[] = "Downloading the training image";
 inline constexpr char kMsgTraining[] = "Training image download completed. Training in progress.";
 inline constexpr char kMsgUploading[] = "Uploading generated training model";
 inline constexpr char kMsgCompleted[] = "Training job completed";
@@ -128,6 +130,8 @@ struct HostExit {
   std::string host;   // algo-<n>
   int exit_code = 0;  // -1: lost (no exit recorded)
   int term_signal = 0;
+  bool oom_killed = false;       // the runtime says the kernel's OOM killer ended it
+  std::string lost_reason;       // lost: why, when the runtime knows ("" otherwise)
   bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
   std::string failure_file;      // /opt/ml/output/failure, "" when none (training-contract.md §8)
   std::string last_stderr_line;  // the last line it wrote to stderr
@@ -155,11 +159,21 @@ struct JobFailure {
 // "InternalServerError: <context><message>". Cut to kFailureReasonMax.
 JobFailure FailureFromStatus(const Status& status, const std::string& context = "");
 
+// A failed Runtime::PrepareImage of the training image as the Status Stage fails with (its
+// message, the runtime's, names the image and what was tried): the user's image or registry
+// (NotFound, PermissionDenied, Unauthenticated, InvalidArgument, FailedPrecondition, OutOfRange,
+// Unimplemented) → "ClientError: <message>"; the engine unreachable (Unavailable) or any other
+// failure → "InternalServerError: <message>", which RetryStrategy retries. Aborted (the run was
+// stopped meanwhile) and OK are returned unchanged.
+Status ImagePreparationError(const Status& status);
+
 // The job's failure, kind kNone when no host failed. Hosts that failed on their own come before
 // the ones Kiln stopped (when algo-2 crashes Kiln stops algo-1, whose SIGTERM exit is a
 // consequence); within each group, host order. The first failed host's failure file wins
 // (AlgorithmError, its text verbatim); otherwise the first failed host says: lost →
-// InternalServerError, SIGKILL / 137 → OutOfMemory, else AlgorithmError with its last stderr line
+// InternalServerError (with the runtime's lost_reason when it gave one), oom_killed → OutOfMemory
+// ("killed by the kernel's OOM killer"), SIGKILL / 137 (the process runtime cannot tell who sent
+// it) → OutOfMemory, else AlgorithmError with its last stderr line
 // and exit code (128 + signal when signalled). A job of several hosts names the failed host:
 // " (host algo-2)" ends the AlgorithmError texts (after the failure file's text, trailing
 // whitespace dropped); the lost and OutOfMemory texts always name it. At most kFailureReasonMax.

@@ -218,6 +218,10 @@ TEST(FailureReasonTest, Table) {
   const HostExit with_file{
       .host = "algo-2", .exit_code = 1, .failure_file = "my own reason", .last_stderr_line = "ignored"};
   const HostExit silent{.host = "algo-1", .exit_code = 2};
+  const HostExit oom{.host = "algo-1", .exit_code = 137, .term_signal = 9, .oom_killed = true};
+  const HostExit oom_lost_code{.host = "algo-2", .exit_code = -1, .oom_killed = true};
+  const HostExit lost_why{
+      .host = "algo-1", .exit_code = -1, .lost_reason = "the container engine no longer knows container kiln-1-x."};
   struct Case {
     const char* name;
     std::vector<HostExit> hosts;
@@ -240,6 +244,17 @@ TEST(FailureReasonTest, Table) {
        {killed},
        "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the training program. "
        "The process on algo-1 was killed by SIGKILL (signal 9)."},
+      {"the OOM killer, as the runtime reports it",
+       {oom},
+       "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the training program. "
+       "The process on algo-1 was killed by the kernel's OOM killer."},
+      {"OOM killed whatever the exit code says",
+       {ok, oom_lost_code},
+       "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the training program. "
+       "The process on algo-2 was killed by the kernel's OOM killer."},
+      {"lost with the runtime's reason",
+       {lost_why},
+       "InternalServerError: the instance algo-1 was lost: the container engine no longer knows container kiln-1-x."},
       {"no stderr line", {silent}, "AlgorithmError: the training program exited with a non-zero status, exit code: 2"},
       {"a signal is 128 + signal", {stopped}, "AlgorithmError: Terminated, exit code: 143"},
   };
@@ -254,10 +269,46 @@ TEST(FailureReasonTest, KindsComeFromHowTheHostEndedNotFromTheText) {
   const HostExit sly{.host = "algo-1", .exit_code = 1, .failure_file = "InternalServerError: please retry me"};
   EXPECT_EQ(FailureReason({lost}).kind, FailureKind::kInternalServerError);
   EXPECT_EQ(FailureReason({killed}).kind, FailureKind::kOutOfMemory);
+  EXPECT_EQ(FailureReason({{.host = "algo-1", .exit_code = 137, .oom_killed = true}}).kind, FailureKind::kOutOfMemory);
+  EXPECT_EQ(FailureReason({{.host = "algo-1", .exit_code = -1, .lost_reason = "engine gone"}}).kind,
+            FailureKind::kInternalServerError);
   EXPECT_EQ(FailureReason({crashed}).kind, FailureKind::kAlgorithmError);
   EXPECT_EQ(FailureReason({sly}).kind, FailureKind::kAlgorithmError);
   EXPECT_EQ(FailureReason({sly}).reason, "InternalServerError: please retry me");
   EXPECT_FALSE(FailureReason({}).failed());
+}
+
+TEST(ImagePreparationErrorTest, TheUsersImageIsAClientErrorTheEngineIsKilns) {
+  struct Case {
+    Status in;
+    std::string message;
+    ErrorReason reason;
+  };
+  const Case cases[] = {
+      {Status::NotFound("image registry.local/x:1 not found locally and no registry had it"),
+       "ClientError: image registry.local/x:1 not found locally and no registry had it", ErrorReason::kClientError},
+      {Status::PermissionDenied("registry.local rejected the credentials"),
+       "ClientError: registry.local rejected the credentials", ErrorReason::kClientError},
+      {Status::InvalidArgument("bad reference"), "ClientError: bad reference", ErrorReason::kClientError},
+      {Status::FailedPrecondition("no engine"), "ClientError: no engine", ErrorReason::kClientError},
+      {Status::Unavailable("the container engine at unix:///x is unreachable"),
+       "InternalServerError: the container engine at unix:///x is unreachable", ErrorReason::kInternalServerError},
+      {Status::Internal("engine answered 500"), "InternalServerError: engine answered 500",
+       ErrorReason::kInternalServerError},
+  };
+  for (const Case& c : cases) {
+    const Status out = ImagePreparationError(c.in);
+    EXPECT_EQ(out.message(), c.message);
+    EXPECT_EQ(out.code(), c.in.code());
+    EXPECT_TRUE(out.Is(c.reason)) << c.message;
+  }
+  // The failure kinds follow: only Kiln's side is retried.
+  EXPECT_EQ(FailureFromStatus(ImagePreparationError(Status::NotFound("x"))).kind, FailureKind::kClientError);
+  EXPECT_EQ(FailureFromStatus(ImagePreparationError(Status::Unavailable("x"))).kind, FailureKind::kInternalServerError);
+  // A stop meanwhile stays Aborted (the run ends Stopped, not Failed).
+  EXPECT_EQ(ImagePreparationError(Status::Aborted("cancelled")).code(), StatusCode::kAborted);
+  EXPECT_FALSE(ImagePreparationError(Status::Aborted("cancelled")).Is(ErrorReason::kClientError));
+  EXPECT_TRUE(ImagePreparationError(Status::Ok()).ok());
 }
 
 TEST(FailureReasonTest, LongReasonsAreCutToTheLimitOnACharacterBoundary) {
