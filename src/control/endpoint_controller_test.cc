@@ -6,6 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "control/test_util/controller_fixture.h"
 #include "net/http_client.h"
 #include "runtime/test_util/fake_networks.h"
@@ -271,6 +274,111 @@ TEST_F(EndpointControllerTest, AContainerThatExitsBeforeItIsHealthyFailsTheEndpo
   Create("ep");
   auto failed = WaitForStatus("ep", EndpointStatus::kFailed);
   EXPECT_THAT(failed.failure_reason, ::testing::HasSubstr("exited with code 3 before it passed the ping health check"));
+}
+
+// How the runtime says an instance ended (issue 15): the OOM killer, a lost container's reason.
+TEST_F(EndpointControllerTest, AnOomKillOrALossIsNamedInTheFailureReason) {
+  FakeRuntime::Behavior silent;
+  silent.serve_ping = false;  // never healthy: the exit is seen by the health gate
+  runtime_->SetDefaultBehavior(silent);
+  StartController();
+  Create("oom");
+  auto first = runtime_->WaitForLaunchNumber(1, kPatience);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(runtime_->KillByOom(*first).ok());
+  EXPECT_THAT(WaitForStatus("oom", EndpointStatus::kFailed).failure_reason,
+              ::testing::HasSubstr("production variant main was killed for running out of memory before it passed "
+                                   "the ping health check"));
+  Create("lost");
+  auto second = runtime_->WaitForLaunchNumber(2, kPatience);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(runtime_->Lose(*second, "the container engine no longer knows container kiln-1-x.").ok());
+  EXPECT_THAT(WaitForStatus("lost", EndpointStatus::kFailed).failure_reason,
+              ::testing::HasSubstr("production variant main was lost: the container engine no longer knows container "
+                                   "kiln-1-x before it passed"));
+}
+
+// ---- Container images (issue 15): the engine runs the model's image itself ----
+
+TEST_F(EndpointControllerTest, AContainerImageIsPreparedThenServedByItsOwnEntrypoint) {
+  environments_->SetContainerImages({"registry.local/*"});
+  std::atomic<bool> release{false};
+  runtime_->SetPrepareImage([&](const runtime::ContainerImage& image,
+                                const std::function<void(const std::string&)>& progress,
+                                const std::function<bool()>& cancelled) {
+    progress("pulling " + image.requested + ": 30%");
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    while (!release.load() && !cancelled() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return Status::Ok();
+  });
+  StartController();
+  // No model server is configured (options.model_server is empty): a container image needs none.
+  Create("byo", "registry.local/byo-serve:1", 1, json::object(),
+         {{"PrimaryContainer", {{"Environment", {{"MODEL_MODE", "fast"}}}}}});
+  // While it pulls, the variant says so, and nothing is reserved yet.
+  std::string waiting;
+  EXPECT_TRUE(WaitFor([&] {
+    auto r = Endpoint("byo");
+    if (!r.ok() || r->state.production_variants.empty()) return false;
+    const auto& status = r->state.production_variants[0].variant_status;
+    waiting = status.empty() ? "" : status[0].status_message;
+    return waiting.find("30%") != std::string::npos;
+  })) << waiting;
+  EXPECT_EQ(waiting,
+            "Downloading the image registry.local/byo-serve:1 of model model-cfg1: pulling registry.local/byo-serve:1: "
+            "30%");
+  EXPECT_TRUE(scheduler_->Snapshot().granted.empty());
+  release = true;
+  WaitForStatus("byo", EndpointStatus::kInService);
+  ASSERT_EQ(runtime_->launches().size(), 1u);
+  auto spec = runtime_->spec(runtime_->launches()[0]);
+  ASSERT_TRUE(spec.has_value() && spec->container.has_value());
+  EXPECT_EQ(spec->container->requested, "registry.local/byo-serve:1");
+  EXPECT_FALSE(spec->container->entrypoint.has_value());
+  EXPECT_EQ(spec->argv, (std::vector<std::string>{"serve"}));
+  EXPECT_EQ(spec->env.count("PATH"), 0u);
+  EXPECT_EQ(spec->env.count("KILN_MODEL_SERVER_WORKER"), 0u);
+  EXPECT_EQ(spec->env.at("MODEL_MODE"), "fast");
+  EXPECT_TRUE(spec->env.count("SAGEMAKER_BIND_TO_PORT"));
+  EXPECT_TRUE(spec->extra_mounts.empty());
+  ASSERT_EQ(runtime_->prepared_images().size(), 1u);
+  // The variant no longer shows the pull.
+  auto r = Endpoint("byo");
+  ASSERT_TRUE(r.ok());
+  for (const auto& v : r->state.production_variants) {
+    for (const auto& s : v.variant_status) EXPECT_EQ(s.status_message.find("Downloading the image"), std::string::npos);
+  }
+}
+
+TEST_F(EndpointControllerTest, AMissingContainerImageFailsTheEndpointNamingImageAndModel) {
+  environments_->SetContainerImages({"registry.local/*"});
+  runtime_->SetPrepareImage([](const runtime::ContainerImage& image, const std::function<void(const std::string&)>&,
+                               const std::function<bool()>&) {
+    return Status::NotFound("image " + image.requested + " was not found locally and registry.local has no such tag");
+  });
+  StartController();
+  Create("nope", "registry.local/gone:3");
+  EXPECT_EQ(WaitForStatus("nope", EndpointStatus::kFailed).failure_reason,
+            "ClientError: Image registry.local/gone:3 of model model-cfg1: image registry.local/gone:3 was not found "
+            "locally and registry.local has no such tag");
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
+  EXPECT_TRUE(WaitFor([&] { return scheduler_->Snapshot().granted.empty(); }));
+}
+
+TEST_F(EndpointControllerTest, AnUnreachableEngineFailsTheEndpointAsKilnsSide) {
+  environments_->SetContainerImages({"registry.local/*"});
+  runtime_->SetPrepareImage(
+      [](const runtime::ContainerImage&, const std::function<void(const std::string&)>&, const std::function<bool()>&) {
+        return Status::Unavailable("the container engine at unix:///run/podman/podman.sock is unreachable");
+      });
+  StartController();
+  Create("down", "registry.local/byo-serve:1");
+  EXPECT_THAT(WaitForStatus("down", EndpointStatus::kFailed).failure_reason,
+              ::testing::StartsWith("InternalServerError: Image registry.local/byo-serve:1 of model model-cfg1: the "
+                                    "container engine at unix:///run/podman/podman.sock is unreachable"));
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
 }
 
 TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapacityReason) {

@@ -10,6 +10,7 @@
 #include "control/endpoint_status.h"
 #include "control/serving_launch.h"
 #include "control/training_launch.h"
+#include "control/training_plan.h"
 
 namespace kiln::control {
 
@@ -19,7 +20,13 @@ using json = nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;  // real-time budgets (EndpointControllerDeps::clock)
 
 std::string FormatExit(const runtime::InstanceStatus& s) {
-  if (s.state == runtime::InstanceState::kLost) return "was lost (its shim is gone)";
+  if (s.state == runtime::InstanceState::kLost) {
+    if (s.lost_reason.empty()) return "was lost (its shim is gone)";
+    std::string why = s.lost_reason;
+    while (!why.empty() && why.back() == '.') why.pop_back();  // the caller ends the sentence
+    return "was lost: " + why;
+  }
+  if (s.oom_killed) return "was killed for running out of memory";
   if (s.term_signal != 0) return "was killed by signal " + std::to_string(s.term_signal);
   return "exited with code " + std::to_string(s.exit_code);
 }
@@ -124,7 +131,8 @@ void EndpointInstance::Provision() {
     Fail("ClientError: Image " + image + " of model " + spec_.model_name + ": " + resolved.status().message());
     return;
   }
-  if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable) {
+  const bool container = resolved->kind == runtime::ImageResolution::Kind::kContainerImage;
+  if (resolved->kind != runtime::ImageResolution::Kind::kLocalExecutable && !container) {
     // A framework image: Kiln's model server plays the image's `serve` (src/modelserver).
     if (access(options().model_server.c_str(), X_OK) != 0) {
       Fail("ClientError: Image " + image + " is a framework image, served by Kiln's model server, but " +
@@ -142,6 +150,7 @@ void EndpointInstance::Provision() {
                                      : spec_.network_error);
     return;
   }
+  if (container && !PrepareImage(image)) return;
   if (!Reserve()) return;
 
   std::string opt_ml = spec_.dir + "/opt_ml";
@@ -194,6 +203,7 @@ void EndpointInstance::Provision() {
   ServingLaunchPlan plan = PlanServingLaunch(spec_.container, *resolved, launch);
   runtime::InstanceSpec spec;
   spec.instance_id = spec_.runtime_id;
+  spec.container = std::move(plan.container);
   spec.opt_ml_dir = opt_ml;
   spec.hostname = spec_.instance_id;
   spec.argv = std::move(plan.argv);
@@ -218,8 +228,9 @@ void EndpointInstance::Provision() {
   }
   Status launched = deps().runtime->Launch(spec);
   if (!launched.ok()) {
-    Fail("ClientError: The container of production variant " + spec_.variant +
-         " could not start: " + launched.message());
+    // An engine that went away is Kiln's side, anything else the model's container.
+    Fail(std::string(launched.code() == StatusCode::kUnavailable ? "InternalServerError" : "ClientError") +
+         ": The container of production variant " + spec_.variant + " could not start: " + launched.message());
     return;
   }
   spec_.launched_millis = env_.wall_millis();
@@ -236,6 +247,32 @@ void EndpointInstance::Provision() {
          {{"endpoint", spec_.endpoint_name}, {"instance", spec_.instance_id}, {"reason", shared_note_}});
   }
   on_change_();
+}
+
+bool EndpointInstance::PrepareImage(const std::string& image) {
+  const std::string message = "Downloading the image " + image + " of model " + spec_.model_name;
+  SetWaiting(message);
+  // Progress comes many times a second; VariantStatus is rewritten at once, then at most once a
+  // second.
+  std::optional<SteadyClock::time_point> last;
+  const auto progress = [&](const std::string& text) {
+    if (last && SteadyClock::now() - *last < std::chrono::seconds(1)) return;
+    last = SteadyClock::now();
+    SetWaiting(message + ": " + text);
+  };
+  const Status prepared = deps().runtime->PrepareImage(
+      runtime::ContainerImage{.requested = image, .reference = "", .entrypoint = std::nullopt}, progress,
+      [this] { return cancel_.cancelled(); });
+  SetWaiting("");
+  if (stop_requested()) return false;
+  if (!prepared.ok()) {
+    // The user's image (or registry) is a ClientError, an unreachable engine Kiln's side.
+    const Status why = training::ImagePreparationError(
+        Status(prepared.code(), "Image " + image + " of model " + spec_.model_name + ": " + prepared.message()));
+    Fail(why.message());
+    return false;
+  }
+  return true;
 }
 
 // Reserves the instance's resources (Scheduler::AllocateNow: endpoints do not queue behind

@@ -3,10 +3,11 @@
 // control/endpoint_controller.cc, owns it and reads its state; nothing else touches it).
 //
 // Life (its phase, control/endpoint_states.h): provisioning — resolve the image (one Kiln cannot
-// run fails the instance before anything else), reserve resources (Scheduler::AllocateNow; when
-// the host is full under `shrink` it runs unreserved, under `strict` it waits, saying why in
-// waiting_for(), at most VariantInstanceProvisionTimeoutInSeconds, then fails with AWS's
-// capacity reason; a type that can never fit fails at once), model data into
+// run fails the instance before anything else; a container image is then made present in the
+// engine, Runtime::PrepareImage, its pull's progress shown as waiting_for()), reserve resources
+// (Scheduler::AllocateNow; when the host is full under `shrink` it runs unreserved, under
+// `strict` it waits, saying why in waiting_for(), at most VariantInstanceProvisionTimeoutInSeconds,
+// then fails with AWS's capacity reason; a type that can never fit fails at once), model data into
 // <dir>/opt_ml/model (ModelDataDownloadTimeout), `<image> serve` under the runtime with its own
 // port block (or on 8080 at its own address, namespaced) → starting — GET /ping (2 s per
 // attempt) until 200 within the startup budget → in-service — routable, pinged every
@@ -141,7 +142,8 @@ class EndpointInstance {
     MutexLock lock(mu_);
     return failure_reason_;
   }
-  // While it waits for capacity: what for (CapacityWaitMessage); empty otherwise.
+  // While it waits for capacity (CapacityWaitMessage) or for its container image
+  // ("Downloading the image ...: <progress>"): what for; empty otherwise.
   std::string waiting_for() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return waiting_for_;
@@ -182,6 +184,11 @@ class EndpointInstance {
   // fails with AWS's capacity reason; under `shrink` it runs unreserved. False when the instance
   // failed or was stopped meanwhile.
   bool Reserve();
+
+  // Container images: Runtime::PrepareImage, its progress in waiting_for(). False when the
+  // instance failed ("ClientError: Image <uri> of model <m>: <the runtime's message>", or
+  // InternalServerError when the engine is unreachable) or was stopped meanwhile.
+  bool PrepareImage(const std::string& image);
 
   // Records what the instance waits for; the endpoint run rewrites VariantStatus when it changes.
   void SetWaiting(std::string message) EXCLUDES(mu_);

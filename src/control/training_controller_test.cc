@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "base/fs.h"
 #include "control/test_util/controller_fixture.h"
@@ -244,6 +245,162 @@ TEST_F(TrainingControllerTest, KilledBySigkillIsOutOfMemory) {
   ASSERT_TRUE(runtime_->Kill(Instance("oom"), SIGKILL).ok());
   EXPECT_THAT(StateJson(WaitForStatus("oom", "Failed")).value("failure_reason", ""),
               ::testing::StartsWith("OutOfMemory: "));
+}
+
+// A SIGKILL the runtime attributes to the kernel's OOM killer (the container engine's OOMKilled)
+// says so; a lost instance whose runtime knows why says that (issue 15).
+TEST_F(TrainingControllerTest, TheOomKillerAndALostReasonAreNamedInTheFailureReason) {
+  StartController();
+  Create("oomk");
+  ASSERT_TRUE(WaitForLaunch("oomk"));
+  ASSERT_TRUE(runtime_->KillByOom(Instance("oomk")).ok());
+  EXPECT_EQ(StateJson(WaitForStatus("oomk", "Failed")).value("failure_reason", ""),
+            "OutOfMemory: Please use an instance type with more memory, or reduce the memory used by the training "
+            "program. The process on algo-1 was killed by the kernel's OOM killer.");
+  Create("gone");
+  ASSERT_TRUE(WaitForLaunch("gone"));
+  ASSERT_TRUE(runtime_->Lose(Instance("gone"), "the container engine no longer knows container kiln-1-x").ok());
+  EXPECT_EQ(StateJson(WaitForStatus("gone", "Failed")).value("failure_reason", ""),
+            "InternalServerError: the instance algo-1 was lost: the container engine no longer knows container "
+            "kiln-1-x.");
+}
+
+// ---- Container images (issue 15): images the operator sends to the engine ----
+
+constexpr char kByoImage[] = "registry.local/byo-train:1";
+
+TEST_F(TrainingControllerTest, AContainerImageIsPreparedThenRunsItsEntrypointWithTrain) {
+  environments_->SetContainerImages({"registry.local/*"});
+  std::atomic<bool> release{false};
+  runtime_->SetPrepareImage([&](const runtime::ContainerImage& image,
+                                const std::function<void(const std::string&)>& progress,
+                                const std::function<bool()>& cancelled) {
+    progress("pulling " + image.requested + ": 10%");
+    progress("pulling " + image.requested + ": 20%");  // within the second: not written
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    while (!release.load() && !cancelled() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return Status::Ok();
+  });
+  StartController();
+  Create("byo", {{"AlgorithmSpecification", {{"TrainingImage", kByoImage}}}, {"Environment", {{"MY_VAR", "1"}}}});
+  // While it pulls, the job is Downloading with the pull's progress.
+  std::string message;
+  EXPECT_TRUE(WaitFor([&] {
+    auto job = Job("byo");
+    message = job.state.status_message;
+    return job.secondary_status == SecondaryStatus::kDownloading && message.find("10%") != std::string::npos;
+  })) << message;
+  EXPECT_EQ(message,
+            "Downloading the training image registry.local/byo-train:1: pulling registry.local/byo-train:1: 10%");
+  EXPECT_TRUE(runtime_->launches().empty());
+  release = true;
+  ASSERT_TRUE(WaitForLaunch("byo"));
+  ASSERT_EQ(runtime_->prepared_images().size(), 1u);
+  EXPECT_EQ(runtime_->prepared_images()[0].requested, kByoImage);
+  auto spec = runtime_->spec(Instance("byo"));
+  ASSERT_TRUE(spec.has_value());
+  ASSERT_TRUE(spec->container.has_value());
+  EXPECT_EQ(spec->container->requested, kByoImage);
+  EXPECT_EQ(spec->container->reference, "");
+  EXPECT_FALSE(spec->container->entrypoint.has_value());
+  EXPECT_EQ(spec->argv, (std::vector<std::string>{"train"}));
+  EXPECT_EQ(spec->working_dir, "");
+  EXPECT_EQ(spec->env.count("PATH"), 0u);
+  EXPECT_EQ(spec->env.at("MY_VAR"), "1");
+  EXPECT_EQ(spec->env.at("TRAINING_JOB_NAME"), "byo");
+  EXPECT_TRUE(spec->extra_mounts.empty());
+  EXPECT_EQ(spec->hostname, "algo-1");
+  EXPECT_EQ(spec->cpus.size(), 2u);
+  WaitForStatus("byo", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Exit(Instance("byo"), 0).ok());
+  WaitForStatus("byo", "Completed", "Completed");
+}
+
+TEST_F(TrainingControllerTest, AContainerImagesEntrypointAndArgumentsReachTheSpec) {
+  environments_->SetContainerImages({"registry.local/*"});
+  StartController();
+  Create("ep", {{"AlgorithmSpecification",
+                 {{"TrainingImage", kByoImage},
+                  {"ContainerEntrypoint", {"python3", "-m", "trainer"}},
+                  {"ContainerArguments", {"--epochs", "2"}}}}});
+  ASSERT_TRUE(WaitForLaunch("ep"));
+  auto spec = runtime_->spec(Instance("ep"));
+  ASSERT_TRUE(spec.has_value() && spec->container.has_value());
+  EXPECT_EQ(spec->container->entrypoint, (std::vector<std::string>{"python3", "-m", "trainer"}));
+  EXPECT_EQ(spec->argv, (std::vector<std::string>{"--epochs", "2"}));
+}
+
+TEST_F(TrainingControllerTest, LocalImagesNeverGoToTheEngineWhateverThePatterns) {
+  environments_->SetContainerImages({"*"});
+  StartController();
+  Create("host");
+  ASSERT_TRUE(WaitForLaunch("host"));
+  EXPECT_FALSE(runtime_->spec(Instance("host"))->container.has_value());
+  EXPECT_EQ(runtime_->spec(Instance("host"))->argv, (std::vector<std::string>{"/bin/true", "train"}));
+  EXPECT_EQ(runtime_->spec(Instance("host"))->env.count("PATH"), 1u);
+  EXPECT_TRUE(runtime_->prepared_images().empty());
+}
+
+TEST_F(TrainingControllerTest, AMissingContainerImageFailsTheJobBeforeAnythingRuns) {
+  environments_->SetContainerImages({"registry.local/*"});
+  runtime_->SetPrepareImage([](const runtime::ContainerImage& image, const std::function<void(const std::string&)>&,
+                               const std::function<bool()>&) {
+    return Status::NotFound("image " + image.requested +
+                            " is not in the container engine and registry.local has no such repository");
+  });
+  StartController();
+  Create("missing", {{"AlgorithmSpecification", {{"TrainingImage", "registry.local/nope:1"}}},
+                     {"RetryStrategy", {{"MaximumRetryAttempts", 2}}}});
+  auto failed = WaitForStatus("missing", "Failed", "Failed");
+  EXPECT_EQ(failed.state.failure_reason.value_or(""),
+            "ClientError: image registry.local/nope:1 is not in the container engine and registry.local has no such "
+            "repository");
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
+  EXPECT_EQ(runtime_->prepared_images().size(), 1u);  // the user's image: not retried
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("missing").has_value(); }));
+}
+
+TEST_F(TrainingControllerTest, AnUnreachableEngineIsKilnsFailureAndRetried) {
+  environments_->SetContainerImages({"registry.local/*"});
+  std::atomic<int> calls{0};
+  runtime_->SetPrepareImage([&](const runtime::ContainerImage&, const std::function<void(const std::string&)>&,
+                                const std::function<bool()>&) {
+    if (calls.fetch_add(1) == 0) {
+      return Status::Unavailable("the container engine at unix:///run/podman/podman.sock is unreachable");
+    }
+    return Status::Ok();
+  });
+  StartController();
+  Create("flaky", {{"AlgorithmSpecification", {{"TrainingImage", kByoImage}}},
+                   {"RetryStrategy", {{"MaximumRetryAttempts", 1}}}});
+  ASSERT_TRUE(WaitForLaunch("flaky"));
+  EXPECT_EQ(calls.load(), 2);
+  auto job = Job("flaky");
+  EXPECT_EQ(StateJson(job).value("retries", 0), 1);
+  EXPECT_THAT(StateJson(job).value("last_failure", ""),
+              ::testing::StartsWith("InternalServerError: the container engine at unix:///run/podman/podman.sock"));
+}
+
+TEST_F(TrainingControllerTest, AStopWhilePullingEndsTheJobStoppedWithNothingLaunched) {
+  environments_->SetContainerImages({"registry.local/*"});
+  std::atomic<bool> pulling{false};
+  runtime_->SetPrepareImage([&](const runtime::ContainerImage&, const std::function<void(const std::string&)>&,
+                                const std::function<bool()>& cancelled) {
+    pulling = true;
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    while (!cancelled() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return cancelled() ? Status::Aborted("the pull was cancelled") : Status::Ok();
+  });
+  StartController();
+  Create("halt", {{"AlgorithmSpecification", {{"TrainingImage", kByoImage}}}});
+  ASSERT_TRUE(WaitFor([&] { return pulling.load(); }));
+  StopJob("halt");
+  WaitForStatus("halt", "Stopped", "Stopped");
+  EXPECT_EQ(runtime_->launch_attempts(), 0);
 }
 
 TEST_F(TrainingControllerTest, LaunchFailureFailsTheJobWithTheRuntimesMessage) {

@@ -254,8 +254,12 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
   // The image first: one Kiln cannot run fails the job before its channels are downloaded, and
   // a download error cannot hide it (issue 10). Launch resolves it again for the command.
   const std::string image = request_.value("AlgorithmSpecification", json::object()).value("TrainingImage", "");
-  if (auto resolved = deps().environments->Resolve(image); !resolved.ok()) {
-    return agent::ClientError(resolved.status().message());
+  auto resolved = deps().environments->Resolve(image);
+  if (!resolved.ok()) return agent::ClientError(resolved.status().message());
+  if (resolved->kind == runtime::ImageResolution::Kind::kContainerImage) {
+    // The engine's copy of the image (pulled when missing) also before the channels: a missing
+    // image fails the job at once, and the pull's progress is the status message meanwhile.
+    RETURN_IF_ERROR(PrepareImage(resolved->image));
   }
   SetSecondary(SecondaryStatus::kDownloading, kMsgDownloading);
   const int host_count = static_cast<int>(hosts_.size());
@@ -295,6 +299,27 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
   }
   (void)record;
   return Status::Ok();
+}
+
+Status TrainingJobRun::PrepareImage(const std::string& image) {
+  const std::string message = std::string(kMsgDownloadingImage) + " " + image;
+  SetSecondary(SecondaryStatus::kDownloading, message);
+  // Progress comes many times a second: the row is written at once, then at most once a second
+  // (a real-time throttle: the run's clock may be a test's, which does not move).
+  std::optional<std::chrono::steady_clock::time_point> last_write;
+  const auto progress = [&](const std::string& text) {
+    const auto now = std::chrono::steady_clock::now();
+    if (last_write && now - *last_write < std::chrono::seconds(1)) return;
+    last_write = now;
+    SetSecondary(SecondaryStatus::kDownloading, message + ": " + text);
+  };
+  const Status prepared = deps().runtime->PrepareImage(
+      runtime::ContainerImage{.requested = image, .reference = "", .entrypoint = std::nullopt}, progress,
+      [this] { return cancel_.cancelled(); });
+  if (!prepared.ok()) {
+    KLOG(info, "training image not prepared", {{"job", name_}, {"image", image}, {"error", prepared.ToString()}});
+  }
+  return ImagePreparationError(prepared);
 }
 
 Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
@@ -363,16 +388,22 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     spec.memory_limit_bytes = allocation.memory_bytes;
     spec.gpus = allocation.gpus;
     spec.network = attachments[i];
+    spec.container = plan.container;
     Status launched = deps().runtime->Launch(spec);
     if (!launched.ok()) {
       // Nothing of this job may keep running.
       for (size_t j = 0; j < i; ++j) {
         (void)deps().runtime->Stop(hosts_[j]->instance_id, std::chrono::seconds(0));
       }
-      return agent::ClientError("the training program could not be started on " + host.host + ": " +
-                                launched.message() +
-                                ". Check AlgorithmSpecification.TrainingImage (and ContainerEntrypoint) and "
-                                "the environment it maps to.");
+      const std::string what = "the training program could not be started on " + host.host + ": " + launched.message();
+      if (launched.code() == StatusCode::kUnavailable) {
+        // The container engine went away: Kiln's side (retried under RetryStrategy).
+        return agent::InternalServerError(what);
+      }
+      return agent::ClientError(what + (plan.container ? ". Check AlgorithmSpecification.TrainingImage (and "
+                                                         "ContainerEntrypoint, ContainerArguments)."
+                                                       : ". Check AlgorithmSpecification.TrainingImage (and "
+                                                         "ContainerEntrypoint) and the environment it maps to."));
     }
     host.started_millis = Now();
     // A restarted job's container gets a new stream even when it starts within the same second.

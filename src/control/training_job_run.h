@@ -2,8 +2,8 @@
 // TrainingJobRun: one training job from its grant (or its adoption after a restart) to its
 // terminal status, on a thread of its own (training_controller.h says who creates and joins it).
 //
-//   granted:  Prepare (host directories, layout) → Stage (image check, channels, code,
-//             checkpoints restore, pipe feeders) → Launch (one instance per host, credentials,
+//   granted:  Prepare (host directories, layout) → Stage (image check, a container image's pull,
+//             channels, code, checkpoints restore, pipe feeders) → Launch (one instance per host, credentials,
 //             log pumps) → Monitor → Finish (drain logs, final syncs, model/output upload,
 //             terminal status) — or Fail / a retry (RetryStrategy) at any step.
 //   adopted:  Adopt (pumps resumed at their persisted offsets, feeders and syncs restarted) →
@@ -87,6 +87,9 @@ class TrainingJobRun {
   void RunSteps();
   Status Prepare(store::TrainingJobRecord& record);
   Status Stage(const store::TrainingJobRecord& record);
+  // Container images: Runtime::PrepareImage, its progress in the Downloading status message;
+  // errors as ImagePreparationError says (Aborted when the run is stopped meanwhile).
+  Status PrepareImage(const std::string& image);
   Status Launch(store::TrainingJobRecord& record);
   void Adopt(const store::TrainingJobRecord& record) EXCLUDES(metrics_mutex_);
   void Monitor(const store::TrainingJobRecord& record);

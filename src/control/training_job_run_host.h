@@ -25,6 +25,8 @@ struct TrainingJobRun::Host {
   bool exited = false;
   int exit_code = -1;
   int term_signal = 0;
+  bool oom_killed = false;       // the runtime says the kernel's OOM killer ended it
+  std::string lost_reason;       // lost: why, as the runtime says it ("" when it does not know)
   bool stopped_by_kiln = false;  // it ended after Kiln stopped it (a stop, MaxRuntime, a peer's failure)
   std::unique_ptr<LogPump> pump;
   std::unique_ptr<agent::PipeFeeder> feeder;

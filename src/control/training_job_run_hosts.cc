@@ -37,9 +37,11 @@ void TrainingJobRun::ObserveHosts() {
     if (status.ok() && status->state == runtime::InstanceState::kExited) {
       host->exit_code = status->exit_code;
       host->term_signal = status->term_signal;
+      host->oom_killed = status->oom_killed;
       host->stopped_by_kiln = status->stop_requested;
     } else {
-      host->exit_code = -1;  // lost: the shim vanished without recording an exit
+      host->exit_code = -1;  // lost: the shim (or container) vanished without recording an exit
+      if (status.ok()) host->lost_reason = status->lost_reason;
     }
   }
 }
@@ -194,6 +196,8 @@ training::JobFailure TrainingJobRun::FailureReasonFromHosts() {
     HostExit exit{.host = host->host,
                   .exit_code = host->exit_code,
                   .term_signal = host->term_signal,
+                  .oom_killed = host->oom_killed,
+                  .lost_reason = host->lost_reason,
                   .stopped_by_kiln = host->stopped_by_kiln,
                   .failure_file = host->exit_code != 0 ? agent::ReadFailureReason(host->opt_ml) : "",
                   .last_stderr_line = host->exit_code != 0 && host->pump ? host->pump->last_stderr_line() : ""};
