@@ -1,0 +1,575 @@
+"""Issue 15, the container runtime: a bring-your-own image (ENTRYPOINT + `train` / `serve` on 8080) run
+through Podman's Docker-compatible socket behaves as the same program does on the process runtime.
+
+One suite, parametrised over the runtime:
+  process  the BYO program (container_images.ENTRY_PROGRAM) as `local:<dir>/entry` on a server with
+           no container engine (today's behaviour)
+  podman   the same program built into localhost/kiln-test-byo:<hash> (container_images.py), on a
+           server whose `container_engine` has Podman's socket and `images` matching
+           localhost/kiln-test-*; skipped with the reason when podman or its socket is unavailable
+
+Both: the SageMaker SDK's Estimator(image_uri=...).fit() reading a channel and writing a model, then
+Model(image_uri=...).deploy() and predict(); the failure file as FailureReason; a two-variant endpoint
+updated to a new endpoint config under concurrent invoke load with no failed invoke; kill -9 of the
+server while a job trains and an endpoint serves, restart on the same data dir: the job completes
+with every log line once and the endpoint answers from the same instance (adopted, not relaunched);
+a GPU instance type refused on this GPU-less host exactly as the process runtime refuses it.
+Podman only: an image without `train`, a container that exits at once (job and endpoint), a missing
+image, a name clash with a container Kiln did not create, an engine socket that does not answer (the
+server keeps serving). After every test nothing of the server is left in the engine (containers
+labelled kiln.server=<label>) nor on the node (bridges whose ifalias names its data dir).
+
+Each runtime has one server for the module (network mode auto on a range of its own, shrink so that
+several ml.m5.large share 2 cores, ml.m5.large declared 1 vCPU, no CPU fallback for GPU types).
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+import container_images as ci
+import endpoint_helpers as eh
+import kiln_harness as kh
+import sdk_helpers
+import training_helpers as th
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SYS_NET = "/sys/class/net"
+CIDRS = {"process": "10.241.0.0/16", "podman": "10.242.0.0/16"}
+ROLE_ARN = "arn:aws:iam::000000000000:role/KilnContainerTest"
+
+
+def server_config(runtime):
+    config = {
+        "scheduler": {"policy": "shrink", "allow_cpu_fallback": False},
+        "training": {"stop_grace_seconds": 5},
+        "endpoints": {"invocation_timeout_seconds": 10, "stop_grace_seconds": 5, "health_interval_seconds": 0.5},
+        "network": {"mode": "auto", "cidr": CIDRS[runtime]},
+        # One vCPU each, so that a job runs beside an endpoint's instance on 2 cores (training waits
+        # for capacity; endpoint instances share it).
+        "instance_types": [{"type": "ml.m5.large", "vcpus": 1}],
+    }
+    if runtime == "podman":
+        config["container_engine"] = {"socket": ci.socket_uri(), "images": [ci.IMAGE_GLOB]}
+    return config
+
+
+class Env:
+    """One runtime's server, clients, bucket and images."""
+
+    def __init__(self, runtime, server, images):
+        self.runtime = runtime
+        self.server = server
+        self.images = images
+        self.image = images["byo"]
+        self.label = ci.server_label(server.data_dir)
+        self.sm = server.client("sagemaker")
+        self.s3 = server.client("s3")
+        self.logs = server.client("logs")
+        self.rt = server.client("sagemaker-runtime")
+        self.bucket = th.unique_name("ctr-" + runtime)
+        self.s3.create_bucket(Bucket=self.bucket)
+
+    @property
+    def podman(self):
+        return self.runtime == "podman"
+
+
+@pytest.fixture(scope="module", params=["process", "podman"])
+def env(request, kiln_binary, tmp_path_factory):
+    runtime = request.param
+    base = tmp_path_factory.mktemp("kiln-ctr-" + runtime)
+    if runtime == "podman":
+        ci.podman_or_skip()
+        images = ci.all_images()
+    else:
+        images = {"byo": ci.host_program(str(base / "program"))}
+    server = kh.KilnServer(str(base / "data"), config=server_config(runtime))
+    server.start()
+    e = Env(runtime, server, images)
+    yield e
+    try:
+        if server.alive():
+            cleanup(e)
+    finally:
+        if server.alive():
+            rc = server.stop(timeout=60)
+            assert rc == 0, "kiln server exited %s on SIGTERM; log tail:\n%s" % (rc, server.log_tail())
+
+
+def cleanup(e):
+    """Endpoints deleted and gone, jobs ended (instances outlive a stopped server by design)."""
+    try:
+        eh.delete_all_endpoints(e.sm, timeout=90)
+    finally:
+        stop_unfinished_jobs(e.sm)
+
+
+def stop_unfinished_jobs(sm, timeout=60):
+    names = []
+    for status in ("InProgress", "Stopping"):
+        for j in sm.list_training_jobs(StatusEquals=status, MaxResults=100)["TrainingJobSummaries"]:
+            names.append(j["TrainingJobName"])
+            if status == "InProgress":
+                try:
+                    sm.stop_training_job(TrainingJobName=j["TrainingJobName"])
+                except ClientError:
+                    pass
+    for name in names:
+        th.wait_for_status(sm, name, timeout=timeout)
+
+
+def kiln_bridges_of(data_dir):
+    """Links whose ifalias says Kiln made them for the server with `data_dir` ("kiln <state_dir> ...")."""
+    out = []
+    try:
+        names = os.listdir(SYS_NET)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            with open(os.path.join(SYS_NET, name, "ifalias")) as f:
+                alias = f.read().strip()
+        except OSError:
+            continue
+        if alias.startswith("kiln ") and (" " + data_dir) in alias:
+            out.append("%s (%s)" % (name, alias))
+    return sorted(out)
+
+
+def left_behind(e):
+    what = []
+    if e.podman:
+        what += ["container %s (%s)" % c for c in ci.containers_of(e.label)]
+    what += ["bridge " + b for b in kiln_bridges_of(e.server.data_dir)]
+    return what
+
+
+@pytest.fixture(autouse=True)
+def nothing_leaked(env):
+    """After every test: endpoints deleted, jobs ended, then nothing of the server left behind."""
+    yield
+    assert env.server.alive(), "the server died; log tail:\n%s" % env.server.log_tail()
+    assert env.server.healthy(), "the server is unhealthy; log tail:\n%s" % env.server.log_tail()
+    cleanup(env)
+    deadline = time.monotonic() + 30
+    while left_behind(env) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert left_behind(env) == [], "left behind after the test; server log tail:\n%s" % env.server.log_tail(30)
+
+
+def podman_only(env):
+    if not env.podman:
+        pytest.skip("podman-only: the process runtime runs no images")
+
+
+def put_channel(e, prefix, files):
+    for name, text in files.items():
+        e.s3.put_object(Bucket=e.bucket, Key="%s/%s" % (prefix, name), Body=text.encode())
+    return "s3://%s/%s/" % (e.bucket, prefix)
+
+
+def model_json(e, describe):
+    files = th.model_files(e.s3, describe)
+    assert "model.json" in files, sorted(files)
+    return json.loads(files["model.json"])
+
+
+def create_job(e, name, image=None, hyperparameters=None, channels=None, **extra):
+    e.sm.create_training_job(**th.training_request(name, e.bucket, image=image or e.image,
+                                                   hyperparameters=hyperparameters, channels=channels, **extra))
+
+
+# ---------------------------------------------------------------------------------------------
+# The SageMaker SDK: Estimator(image_uri=...).fit(), Model(image_uri=...).deploy(), predict()
+
+SDK_SCENARIO = r'''
+import json, os, sys, time
+sys.path.insert(0, os.environ["KILN_TESTS_DIR"])
+import sdk_helpers
+args = json.load(open(sys.argv[1]))
+sess = sdk_helpers.session(args["bucket"])
+from sagemaker.estimator import Estimator
+from sagemaker.model import Model
+from sagemaker.predictor import Predictor
+from sagemaker.serializers import JSONSerializer
+from sagemaker.deserializers import JSONDeserializer
+
+result = {}
+t0 = time.monotonic()
+data = sess.upload_data(args["data_dir"], key_prefix=args["prefix"])
+est = Estimator(image_uri=args["image"], role=args["role"], instance_count=1, instance_type="ml.m5.large",
+                hyperparameters={"channel": "train", "note": "from the sdk"}, sagemaker_session=sess,
+                output_path="s3://%s/sdk-output" % args["bucket"], base_job_name="ctr-sdk")
+est.fit({"train": data}, wait=False)        # the SDK's own wait sleeps 5 s between polls
+job = est.latest_training_job.name
+sess.wait_for_job(job, poll=1)
+result["job"] = job
+result["model_data"] = est.model_data
+result["fit_seconds"] = time.monotonic() - t0
+
+t1 = time.monotonic()
+model = Model(image_uri=args["image"], model_data=est.model_data, role=args["role"], sagemaker_session=sess,
+              env={"MODEL_TAG": "sdk"}, name=args["endpoint"] + "-m")
+model.deploy(initial_instance_count=1, instance_type="ml.m5.large", endpoint_name=args["endpoint"],
+             wait=False)                     # deploy()'s own wait polls every 30 s
+sess.wait_for_endpoint(args["endpoint"], poll=1)
+result["deploy_seconds"] = time.monotonic() - t1
+predictor = Predictor(args["endpoint"], sagemaker_session=sess, serializer=JSONSerializer(),
+                      deserializer=JSONDeserializer())
+result["prediction"] = predictor.predict({"x": [1, 2, 3]})
+predictor.delete_endpoint()
+model.delete_model()
+with open(sys.argv[2], "w") as f:
+    json.dump(result, f)
+'''
+
+
+def run_sdk(e, tmp_path, args, timeout=240):
+    lib = sdk_helpers.sdk_lib_dir()
+    if lib is None:
+        pytest.skip("the SageMaker Python SDK bundle is not there (set KILN_SAGEMAKER_SDK_LIB)")
+    script = tmp_path / "sdk_scenario.py"
+    script.write_text(SDK_SCENARIO)
+    args_path, result_path = tmp_path / "args.json", tmp_path / "result.json"
+    args_path.write_text(json.dumps(args))
+    runner = sdk_helpers.ScenarioRunner(e.server, str(tmp_path / "sdk"), lib)
+    environ = runner.env()
+    environ["KILN_TESTS_DIR"] = HERE
+    p = subprocess.run([sdk_helpers.SDK_PYTHON, str(script), str(args_path), str(result_path)], env=environ,
+                       capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
+    if p.returncode != 0 or not result_path.exists():
+        raise AssertionError("the SDK scenario exited %d; output tail:\n%s\n--- server:\n%s" % (
+            p.returncode, "\n".join((p.stdout + p.stderr).splitlines()[-60:]), sdk_helpers.server_events(e.server)))
+    return json.loads(result_path.read_text())
+
+
+def test_sdk_fit_reads_a_channel_and_writes_a_model_then_deploy_serves_it(env, tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "a.csv").write_text("1,2\n3,4\n")
+    (data_dir / "b.csv").write_text("5,6\n")
+    endpoint = th.unique_name("ctr-sdk-ep")
+    r = run_sdk(env, tmp_path, {"bucket": env.bucket, "data_dir": str(data_dir), "prefix": "sdk/train",
+                                "image": env.image, "role": ROLE_ARN, "endpoint": endpoint})
+
+    d = env.sm.describe_training_job(TrainingJobName=r["job"])
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert d["AlgorithmSpecification"]["TrainingImage"] == env.image
+    assert d["ModelArtifacts"]["S3ModelArtifacts"] == r["model_data"]
+    model = model_json(env, d)
+    assert model["files"] == {"a.csv": "1,2\n3,4\n", "b.csv": "5,6\n"}, model
+    assert model["hyperparameters"]["note"] == "from the sdk", model  # the SDK JSON-encodes them
+    assert model["hostname"] == "algo-1"
+    assert model["in_container"] is env.podman, model
+    lines = th.job_log_lines(env.logs, r["job"])
+    assert "training on 2 files of channel train" in lines and "model written" in lines, lines
+
+    pred = r["prediction"]
+    assert json.loads(pred["echo"]) == {"x": [1, 2, 3]}, pred
+    assert pred["model"]["files"] == model["files"], pred
+    assert pred["tag"] == "sdk" and pred["in_container"] is env.podman, pred
+    th.wait_until(lambda: eh.endpoint_gone(env.sm, endpoint), timeout=60, what="endpoint %s deleted" % endpoint)
+    print("%s: fit %.1f s, deploy %.1f s (SDK)" % (env.runtime, r["fit_seconds"], r["deploy_seconds"]))
+
+
+def test_failure_file_is_the_failure_reason(env):
+    name = th.unique_name("ctr-fail")
+    text = "ValueError: the channel holds no rows (%s)" % env.runtime
+    create_job(env, name, hyperparameters={"fail": "1", "failure_text": text},
+               channels=[th.s3_channel("train", put_channel(env, "fail/train", {"x.csv": "1\n"}))])
+    d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert d["FailureReason"] == text
+    assert "failing as asked" in th.job_log_lines(env.logs, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Endpoints
+
+
+class Load:
+    """`threads` clients invoking one endpoint back to back until stop(); every answer and error kept."""
+
+    def __init__(self, server, name, threads=4):
+        self.server = server
+        self.name = name
+        self.answers = []  # (monotonic time, variant, tag)
+        self.errors = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, i):
+        rt = self.server.client("sagemaker-runtime", read_timeout=30)  # retries=1: no client retry
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                r = rt.invoke_endpoint(EndpointName=self.name, Body=json.dumps({"client": i, "n": n}).encode(),
+                                       ContentType="application/json")
+                body = json.loads(r["Body"].read())
+                ok = json.loads(body["echo"]) == {"client": i, "n": n}
+                with self._lock:
+                    if ok:
+                        self.answers.append((time.monotonic(), r["InvokedProductionVariant"], body["tag"]))
+                    else:
+                        self.errors.append("wrong echo %r" % body)
+            except Exception as e:  # noqa: BLE001 (every failure counts)
+                with self._lock:
+                    self.errors.append(repr(e))
+
+    def since(self, t):
+        with self._lock:
+            return [a for a in self.answers if a[0] >= t]
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+
+def create_model(e, name, tag, model_data=None, image=None):
+    container = {"Image": image or e.image, "Environment": {"MODEL_TAG": tag}}
+    if model_data:
+        container["ModelDataUrl"] = model_data
+    e.sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=ROLE_ARN)
+
+
+def test_two_variants_then_update_endpoint_under_load_fails_no_invoke(env):
+    name = th.unique_name("ctr-2v")
+    models = {}
+    for tag in ("a", "b", "c"):
+        data = eh.put_model(env.s3, env.bucket, "models/%s/%s.tar.gz" % (name, tag),
+                            {"model.json": json.dumps({"model": tag}).encode()})
+        models[tag] = name + "-" + tag
+        create_model(env, models[tag], tag, data)
+    eh.create_config(env.sm, name + "-1", [("VA", models["a"], 1, 1.0), ("VB", models["b"], 1, 3.0)])
+    env.sm.create_endpoint(EndpointName=name, EndpointConfigName=name + "-1")
+    eh.wait_endpoint(env.sm, name, timeout=120, server=env.server)
+
+    load = Load(env.server, name)
+    try:
+        th.wait_until(lambda: len(load.answers) >= 300 or None, timeout=120, what="300 invocations")
+        first = collections.Counter((v, tag) for _, v, tag in load.since(0))
+        assert set(first) == {("VA", "a"), ("VB", "b")}, first
+        assert first[("VB", "b")] > first[("VA", "a")], first  # weights 1:3
+
+        # The new config: VA keeps model a at weight 1, VB goes, VC (model c) comes at weight 1.
+        eh.create_config(env.sm, name + "-2", [("VA", models["a"], 1, 1.0), ("VC", models["c"], 1, 1.0)])
+        env.sm.update_endpoint(EndpointName=name, EndpointConfigName=name + "-2")
+        eh.wait_endpoint(env.sm, name, statuses=("Updating",), timeout=10, poll=0.05)
+        d = eh.wait_endpoint(env.sm, name, timeout=180, server=env.server)
+        assert d["EndpointConfigName"] == name + "-2"
+        assert sorted(v["VariantName"] for v in d["ProductionVariants"]) == ["VA", "VC"], d["ProductionVariants"]
+        done = time.monotonic()
+        th.wait_until(lambda: len(load.since(done)) >= 200 or None, timeout=120, what="200 invocations after")
+    finally:
+        load.stop()
+    after = collections.Counter((v, tag) for _, v, tag in load.since(done))
+    assert set(after) == {("VA", "a"), ("VC", "c")}, after
+    assert load.errors == [], "%d of %d invocations failed: %s" % (
+        len(load.errors), len(load.errors) + len(load.answers), load.errors[:5])
+    print("%s: %d invocations across UpdateEndpoint, none failed" % (env.runtime, len(load.answers)))
+    env.sm.delete_endpoint(EndpointName=name)
+    th.wait_until(lambda: eh.endpoint_gone(env.sm, name), timeout=60, what="endpoint %s deleted" % name)
+
+
+# ---------------------------------------------------------------------------------------------
+# kill -9 of the server: instances outlive it and the next server adopts them
+
+TICKS = 10
+
+
+def test_kill_9_mid_job_and_mid_serve_then_restart_adopts_both(env):
+    endpoint = th.unique_name("ctr-adopt")
+    create_model(env, endpoint + "-m", "adopted")
+    eh.deploy(env.sm, endpoint, [("AllTraffic", endpoint + "-m", 1, 1.0)], server=env.server, timeout=120)
+    before, _ = eh.invoke(env.rt, endpoint, body=b'{"before": 1}')
+
+    job = th.unique_name("ctr-adopt-job")
+    create_job(env, job, hyperparameters={"ticks": str(TICKS)},
+               channels=[th.s3_channel("train", put_channel(env, "adopt/train", {"t.csv": "7\n"}))])
+    th.wait_until(lambda: len([l for l in th.job_log_lines(env.logs, job) if l.startswith("tick ")]) >= 2,
+                  timeout=60, what="two ticks of %s" % job)
+
+    env.server.kill()
+    killed_at = time.time()
+    if env.podman:  # the containers run on without a server
+        names = [n for n, state in ci.containers_of(env.label) if state == "running"]
+        assert len(names) >= 2, ci.containers_of(env.label)
+    time.sleep(2)
+    env.server.start()
+
+    d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), env.server.log_tail(40))
+    assert d["TrainingStartTime"].timestamp() < killed_at < d["TrainingEndTime"].timestamp()
+    run = (d["TrainingEndTime"] - d["TrainingStartTime"]).total_seconds()
+    assert TICKS - 1 <= run < TICKS + 30, run  # ran once, not again from the start
+    ticks = [l for l in th.job_log_lines(env.logs, job) if l.startswith("tick ")]
+    assert ticks == ["tick %d" % i for i in range(TICKS)], ticks  # every line once
+    assert model_json(env, d)["files"] == {"t.csv": "7\n"}
+
+    assert env.sm.describe_endpoint(EndpointName=endpoint)["EndpointStatus"] == "InService"
+    for i in range(20):
+        after, r = eh.invoke(env.rt, endpoint, body=json.dumps({"after": i}).encode())
+        assert after["tag"] == "adopted"
+        # The same process (container) answers: adopted, not relaunched.
+        assert (after["started"], after["pid"], after["hostname"]) == (
+            before["started"], before["pid"], before["hostname"]), (before, after)
+    env.sm.delete_endpoint(EndpointName=endpoint)
+    th.wait_until(lambda: eh.endpoint_gone(env.sm, endpoint), timeout=60, what="endpoint deleted")
+
+
+# ---------------------------------------------------------------------------------------------
+# A GPU shape on a host without GPUs
+
+
+def test_gpu_instance_type_is_refused_on_a_gpu_less_host(env):
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("this host has a GPU")
+    name = th.unique_name("ctr-gpu")
+    with pytest.raises(ClientError) as info:
+        create_job(env, name, instance_type="ml.p3.2xlarge")
+    err = info.value.response["Error"]
+    assert err["Code"] == "ResourceLimitExceeded", err
+    assert err["Message"] == (
+        "ml.p3.2xlarge needs 1 GPU (NVIDIA V100) per instance, but this host has no GPUs; set "
+        "\"allow_cpu_fallback\": true in the scheduler section of the Kiln config to run GPU instance types "
+        "on CPU"), err
+    assert th.describe_error(env.sm, name)[0] == "ValidationException"
+
+    # An endpoint variant of that type fails the same way.
+    endpoint = th.unique_name("ctr-gpu-ep")
+    create_model(env, endpoint + "-m", "gpu")
+    env.sm.create_endpoint_config(EndpointConfigName=endpoint + "-cfg", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": endpoint + "-m", "InitialInstanceCount": 1,
+        "InstanceType": "ml.p3.2xlarge"}])
+    try:
+        env.sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=endpoint + "-cfg")
+    except ClientError as e:
+        reason = e.response["Error"]["Message"]
+    else:
+        d = eh.wait_endpoint(env.sm, endpoint, statuses=("Failed",), timeout=60)
+        reason = d["FailureReason"]
+    assert "ml.p3.2xlarge needs 1 GPU" in reason and "no GPUs" in reason, reason
+
+
+# ---------------------------------------------------------------------------------------------
+# Podman only: bad images and a bad engine
+
+
+def test_image_without_train_fails_the_job_naming_the_problem(env):
+    podman_only(env)
+    name = th.unique_name("ctr-notrain")
+    create_job(env, name, image=env.images["notrain"])
+    d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert "train" in reason and ("not found" in reason or "no such" in reason.lower()), reason
+    print("no train:", reason)
+
+
+def test_container_that_exits_at_once(env):
+    podman_only(env)
+    job = th.unique_name("ctr-quits")
+    create_job(env, job, image=env.images["quits"])
+    d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert "3" in d["FailureReason"], d["FailureReason"]
+    assert "quitting at once (train)" in th.job_log_lines(env.logs, job)
+    print("quits (job):", d["FailureReason"])
+
+    endpoint = th.unique_name("ctr-quits-ep")
+    create_model(env, endpoint + "-m", "quits", image=env.images["quits"])
+    eh.create_config(env.sm, endpoint + "-cfg", [("AllTraffic", endpoint + "-m", 1, 1.0)])
+    env.sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=endpoint + "-cfg")
+    d = eh.wait_endpoint(env.sm, endpoint, statuses=("Failed",), timeout=120)
+    assert "exit" in d["FailureReason"].lower(), d["FailureReason"]
+    print("quits (endpoint):", d["FailureReason"])
+
+
+def test_missing_image_names_the_image_and_what_was_tried(env):
+    podman_only(env)
+    image = "localhost/kiln-test-missing:%s" % uuid.uuid4().hex[:12]
+    job = th.unique_name("ctr-missing")
+    create_job(env, job, image=image)
+    d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert image in reason and "pull" in reason.lower(), reason
+    print("missing (job):", reason)
+
+    endpoint = th.unique_name("ctr-missing-ep")
+    create_model(env, endpoint + "-m", "missing", image=image)
+    eh.create_config(env.sm, endpoint + "-cfg", [("AllTraffic", endpoint + "-m", 1, 1.0)])
+    env.sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=endpoint + "-cfg")
+    d = eh.wait_endpoint(env.sm, endpoint, statuses=("Failed",), timeout=120)
+    assert image in d["FailureReason"], d["FailureReason"]
+
+
+def test_name_clash_with_a_foreign_container(env):
+    """A container named as Kiln would name the job's instance (kiln-<server label>-training-<job>-algo-1)
+    but not created by Kiln (no kiln.* labels): the job fails saying so, and the container is left
+    alone."""
+    podman_only(env)
+    job = th.unique_name("ctr-clash")
+    foreign = "kiln-%s-training-%s-algo-1" % (env.label, job)
+    ci.podman("create", "--name", foreign, env.images["base"], "sleep", "1")
+    try:
+        create_job(env, job)
+        d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
+        assert d["TrainingJobStatus"] == "Failed", d.get("FailureReason")
+        assert foreign in d["FailureReason"], d["FailureReason"]
+        print("clash:", d["FailureReason"])
+        assert ci.podman("container", "exists", foreign, check=False).returncode == 0, "Kiln removed a foreign container"
+    finally:
+        ci.podman("rm", "-f", foreign, check=False)
+
+
+def test_unreachable_engine_socket_fails_the_job_and_the_server_keeps_serving(env, kiln_factory, tmp_path):
+    podman_only(env)
+    missing = str(tmp_path / "no-engine.sock")
+    srv = kiln_factory("no-engine", config=dict(server_config("podman"), container_engine={
+        "socket": "unix://" + missing, "images": [ci.IMAGE_GLOB]}, network={"mode": "host"}))
+    sm, s3 = srv.client("sagemaker"), srv.client("s3")
+    bucket = th.unique_name("ctr-noengine")
+    s3.create_bucket(Bucket=bucket)
+    job = th.unique_name("ctr-noengine")
+    sm.create_training_job(**th.training_request(job, bucket, image=env.image))
+    d = th.wait_for_status(sm, job, timeout=120, server=srv)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert missing in d["FailureReason"], d["FailureReason"]
+    print("no engine:", d["FailureReason"])
+    # The server keeps serving: S3, and a job of a host program (no engine needed).
+    s3.put_object(Bucket=bucket, Key="k", Body=b"still here")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"still here"
+    host = ci.host_program(str(tmp_path / "program"))
+    ok = th.unique_name("ctr-noengine-ok")
+    sm.create_training_job(**th.training_request(ok, bucket, image=host))
+    assert th.wait_for_status(sm, ok, timeout=120, server=srv)["TrainingJobStatus"] == "Completed"
+    assert srv.healthy()
+
+
+def test_container_image_without_an_engine_configured_is_refused_clearly(env):
+    """No container_engine section (the process runtime's server): an image URI that is neither
+    `local:` nor an environment fails the job with a reason naming the image, as before issue 15."""
+    if env.podman:
+        pytest.skip("the podman server has a container_engine section")
+    image = "localhost/kiln-test-byo:no-engine-configured"
+    job = th.unique_name("ctr-nosection")
+    create_job(env, job, image=image)
+    d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Failed"
+    assert image in d["FailureReason"], d["FailureReason"]
+    print("no section:", d["FailureReason"])
