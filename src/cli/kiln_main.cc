@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <string_view>
 
@@ -16,9 +17,11 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/config.h"
+#include "cli/images_command.h"
 #include "cli/logs_command.h"
 #include "cli/server.h"
 #include "cli/version.h"
+#include "runtime/docker/engine.h"
 #include "runtime/process/process_runtime.h"
 
 namespace kiln::cli {
@@ -161,6 +164,25 @@ int RunEnv(const CommonFlags& flags, const std::string& endpoint) {
   return 0;
 }
 
+int RunImages(const CommonFlags& flags, bool json) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) return Fail(config.status());
+  if (!config->container_engine.enabled()) {
+    std::cerr << "kiln images: " << NoEngineConfiguredMessage() << "\n";
+    return 1;
+  }
+  runtime::docker::HttpEngineOptions options;
+  options.socket = config->container_engine.socket;
+  options.timeout_ms = 10000;
+  std::unique_ptr<runtime::docker::Engine> engine = runtime::docker::OpenHttpEngine(options);
+  Status s = RunImagesCommand(*engine, json, ::time(nullptr), std::cout);
+  if (!s.ok()) {
+    std::cerr << "kiln images: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int RunKeysAdd(const CommonFlags& flags, const std::string& user) {
   auto config = LoadConfig(flags);
   if (!config.ok()) return Fail(config.status());
@@ -213,6 +235,12 @@ int Main(int argc, char** argv) {
   logs->add_option("--endpoint", endpoint, "Kiln URL (default: $AWS_ENDPOINT_URL, else the config's listen address)");
   logs->add_option("--listen", flags.listen, "the server's listen address, if not the default");
 
+  bool images_json = false;
+  CLI::App* images =
+      app.add_subcommand("images", "list the container engine's images (config container_engine.socket)");
+  add_common(images);
+  images->add_flag("--json", images_json, "print JSON (one object per image) instead of a table");
+
   app.add_subcommand("version", "print the version");
   // Listed for --help only; dispatched above.
   app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
@@ -231,6 +259,7 @@ int Main(int argc, char** argv) {
   if (server->parsed()) return RunServer(flags);
   if (env->parsed()) return RunEnv(flags, endpoint);
   if (logs->parsed()) return RunLogs(flags, endpoint, logs_job, logs_follow);
+  if (images->parsed()) return RunImages(flags, images_json);
   if (app.got_subcommand("version")) {
     std::cout << "kiln " << KilnVersion() << "\n";
     return 0;
