@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <set>
@@ -10,14 +11,19 @@
 #include "api/logs.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
-#include "runtime/process/bridge_networks.h"
-#include "runtime/process/process_runtime.h"
 #include "base/fs.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "cli/version.h"
 #include "objects/fs_object_store.h"
 #include "objects/s3_object_store.h"
+#include "runtime/docker/container_config.h"
+#include "runtime/docker/docker_runtime.h"
+#include "runtime/docker/engine.h"
+#include "runtime/process/bridge_networks.h"
+#include "runtime/process/process_runtime.h"
+#include "runtime/routed_runtime.h"
 
 namespace kiln::cli {
 
@@ -203,6 +209,12 @@ Status Server::OpenRuntimeAndCapacity() {
   runtime_options.state_dir = c.data_dir + "/instances";
   runtime_options.shim_command = {SelfExecutable(), "shim"};
   ASSIGN_OR_RETURN(runtime_, runtime::OpenProcessRuntime(runtime_options));
+  // With an engine, instances whose spec carries a container image go to the container runtime.
+  // Without one nothing changes: no image resolves to a container (no patterns below).
+  if (c.container_engine.enabled()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> containers, OpenContainerRuntime());
+    runtime_ = runtime::MakeRoutedRuntime(std::move(runtime_), std::move(containers));
+  }
   if (!c.instance_types.is_null()) {
     ASSIGN_OR_RETURN(auto catalog,
                      control::InstanceCatalog::FromJson(c.instance_types, &control::InstanceCatalog::BuiltIn()));
@@ -228,7 +240,103 @@ Status Server::OpenRuntimeAndCapacity() {
   } else {
     environments_ = std::make_unique<runtime::EnvironmentTable>(runtime::EnvironmentTable::Default());
   }
+  if (c.container_engine.enabled()) environments_->SetContainerImages(c.container_engine.images);
   return Status::Ok();
+}
+
+std::string ContainerServerLabel(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::path canonical = std::filesystem::canonical(data_dir, ec);
+  return Sha256Hex(ec ? data_dir : canonical.string()).substr(0, 8);
+}
+
+std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& ce) {
+  std::vector<runtime::docker::Ulimit> limits = runtime::docker::DefaultUlimits();
+  for (const ContainerEngineConfig::Ulimit& configured : ce.ulimits) {
+    auto same = std::find_if(limits.begin(), limits.end(),
+                             [&](const runtime::docker::Ulimit& u) { return u.name == configured.name; });
+    runtime::docker::Ulimit limit{configured.name, configured.soft, configured.hard};
+    if (same != limits.end()) {
+      *same = limit;
+    } else {
+      limits.push_back(limit);
+    }
+  }
+  return limits;
+}
+
+Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
+  namespace docker = runtime::docker;
+  const Config& c = config_;
+  const ContainerEngineConfig& ce = c.container_engine;
+  // Network holders: `sleep infinity` instances of a process runtime of their own, whose network
+  // namespaces the containers join.
+  runtime::ProcessRuntimeOptions holders;
+  holders.state_dir = c.data_dir + "/container-networks";
+  holders.shim_command = {SelfExecutable(), "shim"};
+  ASSIGN_OR_RETURN(network_holders_, runtime::OpenProcessRuntime(holders));
+
+  docker::HttpEngineOptions engine_options;
+  engine_options.socket = ce.socket;
+  // Asked once now, briefly: what the engine is decides the GPU request mode (auto) and goes in the
+  // log. An engine that does not answer does not stop the server: jobs on container images fail
+  // with the engine's address and how to start it until it answers.
+  docker::HttpEngineOptions probe_options = engine_options;
+  probe_options.timeout_ms = 5000;
+  Result<docker::EngineVersion> version = docker::OpenHttpEngine(probe_options)->Version();
+
+  docker::DockerRuntimeOptions options;
+  options.state_dir = c.data_dir + "/containers";
+  options.engine = docker::OpenHttpEngine(engine_options);
+  options.container.server_label = ContainerServerLabel(c.data_dir);
+  options.container.shm_fraction = ce.shm_fraction;
+  options.container.ulimits = ContainerUlimits(ce);
+  options.container.log_driver = ce.log_driver;
+  if (ce.gpus == "cdi") {
+    options.container.gpu_mode = docker::GpuRequestMode::kCdi;
+  } else if (ce.gpus == "device_requests") {
+    options.container.gpu_mode = docker::GpuRequestMode::kDeviceRequests;
+  } else {  // auto: Podman takes CDI names, Docker (with the NVIDIA runtime) device requests
+    options.container.gpu_mode =
+        version.ok() && version->podman ? docker::GpuRequestMode::kCdi : docker::GpuRequestMode::kDeviceRequests;
+  }
+  const std::string gpu_mode = options.container.gpu_mode == docker::GpuRequestMode::kCdi ? "cdi" : "device_requests";
+  options.images.ecr_mirror = ce.ecr_mirror;
+  for (const auto& [host, credential] : ce.registries) {
+    options.images.registries[host] = docker::RegistryCredential{credential.username, credential.password};
+  }
+  options.network_holders = network_holders_.get();
+  options.network_holders_state_dir = holders.state_dir;
+  options.engine_lost_after = std::chrono::seconds(ce.lost_after_seconds);
+  const std::string label = options.container.server_label;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Runtime> containers, docker::OpenDockerRuntime(std::move(options)));
+
+  if (version.ok()) {
+    KLOG(info, "container engine",
+         {{"address", ce.socket},
+          {"name", version->name},
+          {"version", version->version},
+          {"api_version", version->api_version},
+          {"images", Join(ce.images, ",")},
+          {"gpus", gpu_mode},
+          {"server_label", label}});
+    if (!version->podman && config_.network.mode != "host") {
+      KLOG(warn, "container instances with their own network need Podman",
+           {{"reason", version->name +
+                           " has no ns: network mode: a container instance fails to launch when per-instance "
+                           "networks are on; use Podman's socket, or set network.mode to host"}});
+    }
+  } else {
+    KLOG(warn, "container engine unreachable",
+         {{"address", ce.socket},
+          {"error", version.status().message()},
+          {"gpus", gpu_mode + (ce.gpus == "auto" ? " (auto: the engine's kind is unknown until it answers)" : "")},
+          {"hint",
+           "jobs and endpoints on container images fail until it answers; start it (podman system service "
+           "--time=0 " +
+               ce.socket + " &, or systemctl start docker)"}});
+  }
+  return containers;
 }
 
 // Per-instance networks (config "network", runtime/process/bridge_networks.h): "host" keeps every
@@ -263,6 +371,15 @@ Status Server::OpenNetworks() {
   for (const std::string& id : ids) {
     auto status = runtime_->Inspect(id);
     if (status.ok() && status->state == runtime::InstanceState::kRunning) live.insert(id);
+  }
+  // Containers' networks are held by their holders (same ids): a holder still running keeps its
+  // network even when the engine cannot be asked about the container now.
+  if (network_holders_ != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<std::string> holder_ids, network_holders_->List());
+    for (const std::string& id : holder_ids) {
+      auto status = network_holders_->Inspect(id);
+      if (status.ok() && status->state == runtime::InstanceState::kRunning) live.insert(id);
+    }
   }
   auto removed = networks_->Sweep(live);
   if (!removed.ok()) {

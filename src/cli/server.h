@@ -1,9 +1,12 @@
 #pragma once
 // `kiln server`: the composition root. Opens the state (SQLite), the object store backend and the
-// credentials, the process runtime and scheduler, the training and endpoint controllers, builds
-// the front door with every service and the invoke path, and serves HTTP until Stop().
+// credentials, the process runtime (and the container runtime when an engine is configured) and
+// scheduler, the training and endpoint controllers, builds the front door with every service and
+// the invoke path, and serves HTTP until Stop().
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "api/credential_store.h"
 #include "control/endpoint_controller.h"
@@ -12,6 +15,7 @@
 #include "control/scheduler.h"
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
+#include "runtime/docker/container_config.h"
 #include "runtime/environments.h"
 #include "runtime/networks.h"
 #include "runtime/runtime.h"
@@ -52,6 +56,9 @@ class Server {
   // fills members declared below; errors name the component that failed.
   Status OpenState();
   Status OpenRuntimeAndCapacity();
+  // The container runtime over the configured engine (config "container_engine"), with its network
+  // holders in network_holders_; starts whether or not the engine answers now.
+  Result<std::unique_ptr<runtime::Runtime>> OpenContainerRuntime();
   Status OpenNetworks();
   void BuildFrontDoor();
   Status OpenLogsAndTraining(control::TrainingControllerOptions training);
@@ -69,6 +76,12 @@ class Server {
   std::unique_ptr<control::InstanceCredentials> instance_credentials_;
   std::unique_ptr<control::ChainedCredentialProvider> all_credentials_;
   std::unique_ptr<observe::MetricStore> metric_store_;
+  // With a container engine configured: the process runtime running the network holders of
+  // containers (runtime/docker/docker_runtime.h), over <data_dir>/container-networks; the
+  // container runtime in runtime_ points at it, so it is declared (and outlives it) before.
+  std::unique_ptr<runtime::Runtime> network_holders_;
+  // The process runtime, or (with a container engine) the routed runtime over the process and
+  // container runtimes.
   std::unique_ptr<runtime::Runtime> runtime_;
   // Before the controllers (which untrack instances while they shut down), after the runtime and
   // the metric store it reads and writes.
@@ -91,6 +104,18 @@ class Server {
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;
 };
+
+// The label on this server's containers (kiln.server; their names kiln-<label>-<id>): the first 8
+// hex digits of the SHA-256 of the data dir's canonical path (the path as given when it does not
+// exist), so that two servers on one node never adopt or sweep each other's containers, and one
+// data dir named two ways is one server.
+std::string ContainerServerLabel(const std::string& data_dir);
+
+// The ulimits every container gets: the server's own (DefaultUlimits: nofile, nproc, memlock,
+// stack), each replaced by a configured limit of the same name, other configured ones added. The
+// engine always gets the whole list, since Podman drops its defaults for whatever list a container
+// asks for (and crun then fails to set nproc above the node's limit).
+std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& config);
 
 // Builds the configured ObjectStore backend (fs under <data-dir>/objects, or s3).
 Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& config, store::Database* database);
