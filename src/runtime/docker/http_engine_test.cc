@@ -1024,6 +1024,25 @@ TEST_F(PodmanLiveTest, FollowsLogsWhileTheContainerRuns) {
   EXPECT_EQ(texts, (std::vector<std::string>{"a", "b"}));
 }
 
+TEST_F(PodmanLiveTest, JoinsALongLineTheEngineSplit) {
+  // 300,000 bytes without a newline but the last: the engine's log stores it in parts; Kiln gives
+  // it back as one 256 KiB piece and the rest, then the next line.
+  std::string id = Create("long", "python3 -c \"import sys; sys.stdout.write('x' * 300000 + '\\nnext\\n')\"");
+  ASSERT_TRUE(engine_->StartContainer(id).ok());
+  auto state = WaitExited(id);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  ASSERT_EQ(state->exit_code, 0) << state->error;
+  std::vector<LogLine> lines;
+  Status logs = engine_->ContainerLogs(
+      id, false, 0, [&](const LogLine& line) { lines.push_back(line); }, Never());
+  ASSERT_TRUE(logs.ok()) << logs.ToString();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].text, std::string(256 * 1024, 'x'));
+  EXPECT_EQ(lines[1].text, std::string(300000 - 256 * 1024, 'x'));
+  EXPECT_EQ(lines[1].engine_millis, lines[0].engine_millis);
+  EXPECT_EQ(lines[2].text, "next");
+}
+
 TEST_F(PodmanLiveTest, APullFromAnUnreachableRegistryFailsWithTheEnginesWords) {
   // Nothing listens on port 1: Podman answers 200 and then an error message in the stream.
   Status pulled = engine_->PullImage("localhost:1/kiln-h1/none:1", "", nullptr, Never());
