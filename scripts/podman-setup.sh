@@ -64,7 +64,19 @@ elif ! grep -q '^[[:space:]]*default_ulimits' "$conf"; then
 fi
 
 # 3. The API service.
+# The service answering is not enough when Podman's storage cannot work here (e.g. overlay on
+# overlayfs): `podman info` opens it, and says why when it cannot.
+check_storage() {
+  local info
+  if ! info=$(podman info --format '{{.Store.GraphDriverName}} {{.Store.GraphRoot}}' 2>&1); then
+    echo "$info" | tail -n 3 >&2
+    fail "podman info failed: Podman's storage does not work here (see above)"
+  fi
+  echo "podman-setup: storage: $info"
+}
+
 if ping_socket; then
+  check_storage
   echo "podman-setup: Podman's API answers at unix://$socket"
   exit 0
 fi
@@ -75,6 +87,7 @@ mkdir -p "$(dirname "$socket")"
 setsid podman system service --time=0 "unix://$socket" >"$log" 2>&1 < /dev/null &
 for _ in $(seq 1 80); do
   if ping_socket; then
+    check_storage
     echo "podman-setup: started Podman's API service at unix://$socket (log: $log)"
     exit 0
   fi

@@ -4,8 +4,9 @@
 #   2. the same unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang++
 #      when installed (clang's -Wthread-safety then checks the lock annotations, as errors) or else
 #      with the default compiler,
-#   3. the integration suite (pytest + boto3 + AWS CLI against a live server), after setting Podman
-#      up for the container runtime's tests (scripts/podman-setup.sh; they skip when it cannot work);
+#   3. the integration suite (pytest + boto3 + AWS CLI against a live server);
+# Podman is set up after the build for the container runtime's tests (scripts/podman-setup.sh; they
+# skip saying why when it cannot work);
 # first, the C++ layout check (scripts/check-format.sh, .clang-format).
 # Exits non-zero when anything fails; pytest's summary line is the last thing printed.
 set -uo pipefail
@@ -18,6 +19,20 @@ scripts/check-format.sh || failed=1
 
 echo "== build"
 scripts/build.sh || exit 1
+
+echo "== container engine"
+# Podman's API service for the container runtime's tests (runtime_docker_test's live cases and
+# tests/integration/test_container_*.py): they run on KILN_PODMAN_SOCKET, exported only when it
+# answers, and otherwise skip saying why.
+if podman_out=$(scripts/podman-setup.sh 2>&1); then
+  echo "$podman_out"
+  export KILN_PODMAN_SOCKET=/run/podman/podman.sock
+else
+  echo "$podman_out"
+  KILN_PODMAN_SKIP_REASON="Podman is not usable here: $(echo "$podman_out" | tail -n 1)"
+  export KILN_PODMAN_SKIP_REASON
+  echo "test.sh: $KILN_PODMAN_SKIP_REASON (the container-runtime tests will skip)"
+fi
 
 echo "== unit tests"
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600) || failed=1
@@ -42,19 +57,6 @@ if [ "${KILN_SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ $failed -ne 0 ]; then echo "test.sh: unit tests FAILED (see above); running the integration suite anyway"; fi
-echo "== container engine"
-# Podman's API service for the container runtime's tests (tests/integration/test_container_*.py):
-# they run on KILN_PODMAN_SOCKET, exported only when it answers, and otherwise skip saying why.
-if podman_out=$(scripts/podman-setup.sh 2>&1); then
-  echo "$podman_out"
-  export KILN_PODMAN_SOCKET=/run/podman/podman.sock
-else
-  echo "$podman_out"
-  KILN_PODMAN_SKIP_REASON="Podman is not usable here: $(echo "$podman_out" | tail -n 1)"
-  export KILN_PODMAN_SKIP_REASON
-  echo "test.sh: $KILN_PODMAN_SKIP_REASON (the container-runtime tests will skip)"
-fi
-
 echo "== integration tests"
 KILN_BIN="$(pwd)/build/src/cli/kiln" KILN_BUILD_DIR="$(pwd)/build" \
   /usr/bin/python3 -m pytest tests/integration -v -rs --durations=15
