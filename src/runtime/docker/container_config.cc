@@ -95,7 +95,8 @@ nlohmann::json BuildCreateBody(const InstanceSpec& spec, const ContainerSettings
   body["Image"] = spec.container ? spec.container->reference : std::string();
   // No "Entrypoint" key at all unless overridden: the image's ENTRYPOINT then runs with Cmd as its
   // arguments (`docker run IMAGE train`). An override that is an empty list clears the image's
-  // ENTRYPOINT; both engines read [""] as "none" (an empty JSON list means "the image's").
+  // ENTRYPOINT: sent as [""], what `docker run --entrypoint ""` sends (Podman's compat API reads
+  // an empty list as "the image's").
   if (spec.container && spec.container->entrypoint) {
     const auto& entrypoint = *spec.container->entrypoint;
     body["Entrypoint"] = entrypoint.empty() ? nlohmann::json::array({""}) : nlohmann::json(entrypoint);
