@@ -213,6 +213,9 @@ class DockerRuntime final : public Runtime {
     std::optional<InstanceStatus> exit;  // exit.json, once written
     bool follower_active = false;
     std::atomic<bool> cancel{false};  // the follower stops (Remove, destruction)
+    // Inspect saw the exit: the follower leaves its follow stream (Podman closes it only ~0.5 s
+    // after the exit) for a last plain read, which takes milliseconds.
+    std::atomic<bool> exit_seen{false};
     std::thread follower;
     bool kill_sent = false;       // the stop deadline's SIGKILL reached the engine
     bool holder_stopped = false;  // the holder was asked to stop (this process)
@@ -653,6 +656,7 @@ Result<InstanceStatus> DockerRuntime::Inspect(const std::string& instance_id) {
 }
 
 InstanceStatus DockerRuntime::ObserveExit(const std::shared_ptr<Instance>& inst, const ContainerState& st) {
+  inst->exit_seen = true;
   {
     MutexLock lock(mu_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainWaitMillis);
@@ -984,18 +988,19 @@ void DockerRuntime::Follow(std::shared_ptr<Instance> inst) {
     }
   };
   auto cancelled = [&] { return inst->cancel.load(); };
+  auto leave_follow = [&] { return inst->cancel.load() || inst->exit_seen.load(); };
   auto save = [&] {
     if (extra_records == 0) SaveCursor(inst, cursor);
   };
 
   while (!inst->cancel) {
     to_skip = cursor.lines;
-    Status s = engine().ContainerLogs(container_id, /*follow=*/true, cursor.seconds, on_line, cancelled);
-    Note(s);
+    Status s = engine().ContainerLogs(container_id, /*follow=*/true, cursor.seconds, on_line, leave_follow);
+    if (s.code() != StatusCode::kAborted) Note(s);
     save();
     if (inst->cancel) break;
     if (s.IsNotFound()) break;  // the container is gone: Inspect reports it lost
-    if (!s.ok()) {
+    if (!s.ok() && !inst->exit_seen) {
       SleepUnlessCancelled(*inst, kRetryMillis);
       continue;
     }
@@ -1012,6 +1017,7 @@ void DockerRuntime::Follow(std::shared_ptr<Instance> inst) {
       break;
     }
     if (!st.ok() && st.status().IsNotFound()) break;
+    inst->exit_seen = false;
     // Still running (the stream ended early) or the engine went away: follow again.
     SleepUnlessCancelled(*inst, st.ok() ? 200 : kRetryMillis);
   }
