@@ -12,7 +12,6 @@
 
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/http.hpp>
 
 namespace kiln::runtime::docker {
