@@ -766,7 +766,7 @@ class DockerRuntimePodmanTest : public ::testing::Test {
     const char* socket = "/run/podman/podman.sock";
     if (access(socket, F_OK) != 0) GTEST_SKIP() << "no Podman socket at " << socket;
     HttpEngineOptions engine_options;
-    engine_options.socket = std::string("unix://") + socket;
+    engine_options.socket = kSocket;
     std::unique_ptr<Engine> engine = OpenHttpEngine(engine_options);
     if (!engine->Version().ok()) GTEST_SKIP() << "Podman does not answer at " << socket;
     if (!engine->InspectImage(kLiveImage).ok()) GTEST_SKIP() << "no image " << kLiveImage;
@@ -775,9 +775,15 @@ class DockerRuntimePodmanTest : public ::testing::Test {
     root_ = tmpl;
     ASSERT_TRUE(MakeDirs(root_ + "/opt_ml").ok());
     label_ = "h3t" + std::to_string(getpid());
+    Open();
+  }
+  void Open() {
+    runtime_.reset();
+    HttpEngineOptions engine_options;
+    engine_options.socket = kSocket;
     DockerRuntimeOptions options;
     options.state_dir = root_ + "/state";
-    options.engine = std::move(engine);
+    options.engine = OpenHttpEngine(engine_options);
     options.container.server_label = label_;
     // Within the Podman service's own limits (a test process may have a higher nproc than the
     // service, and crun cannot raise it).
@@ -809,6 +815,7 @@ class DockerRuntimePodmanTest : public ::testing::Test {
   }
 
   static constexpr char kLiveImage[] = "localhost/kiln-exp-base";
+  static constexpr char kSocket[] = "unix:///run/podman/podman.sock";
   std::string root_, label_;
   std::unique_ptr<Runtime> runtime_;
 };
@@ -836,6 +843,23 @@ TEST_F(DockerRuntimePodmanTest, StopKillsAShellThatIgnoresTerm) {
   EXPECT_EQ(st->term_signal, SIGKILL);
   EXPECT_TRUE(st->stop_requested);
   ASSERT_TRUE(runtime_->Remove("sleeper").ok());
+}
+
+TEST_F(DockerRuntimePodmanTest, OutputResumesAcrossAServerRestart) {
+  // 20 lines over ~2 s (several per whole-second stamp); the runtime goes away mid-way.
+  ASSERT_TRUE(
+      runtime_->Launch(Spec("count", "i=0; while [ $i -lt 20 ]; do echo line$i; i=$((i+1)); sleep 0.1; done")).ok());
+  std::this_thread::sleep_for(700ms);
+  runtime_.reset();
+  std::this_thread::sleep_for(500ms);
+  Open();
+  Result<InstanceStatus> st = runtime_->Wait("count", 30s);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->exit_code, 0);
+  std::vector<std::string> expected;
+  for (int i = 0; i < 20; ++i) expected.push_back("o:line" + std::to_string(i));
+  EXPECT_EQ(Tagged(ReadRecords(runtime_->OutputPath("count"))), expected);
+  ASSERT_TRUE(runtime_->Remove("count").ok());
 }
 
 }  // namespace
