@@ -1,11 +1,15 @@
 #include "cli/server.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "api/endpoints.h"
 #include "api/logs.h"
@@ -250,8 +254,15 @@ std::string ContainerServerLabel(const std::string& data_dir) {
   return Sha256Hex(ec ? data_dir : canonical.string()).substr(0, 8);
 }
 
-std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& ce) {
+std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& ce,
+                                                      const std::map<std::string, int64_t>& engine_hard_limits) {
   std::vector<runtime::docker::Ulimit> limits = runtime::docker::DefaultUlimits();
+  for (runtime::docker::Ulimit& limit : limits) {
+    auto engine = engine_hard_limits.find(limit.name);
+    if (engine == engine_hard_limits.end() || engine->second < 0) continue;  // unknown or unlimited
+    if (limit.hard < 0 || limit.hard > engine->second) limit.hard = engine->second;
+    if (limit.soft < 0 || limit.soft > limit.hard) limit.soft = limit.hard;
+  }
   for (const ContainerEngineConfig::Ulimit& configured : ce.ulimits) {
     auto same = std::find_if(limits.begin(), limits.end(),
                              [&](const runtime::docker::Ulimit& u) { return u.name == configured.name; });
@@ -263,6 +274,54 @@ std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfi
     }
   }
   return limits;
+}
+
+std::map<std::string, int64_t> ParseProcLimits(const std::string& text) {
+  // "Max processes             32768                32768                processes"
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"Max cpu time", "cpu"},           {"Max file size", "fsize"},     {"Max data size", "data"},
+      {"Max stack size", "stack"},       {"Max core file size", "core"}, {"Max resident set", "rss"},
+      {"Max processes", "nproc"},        {"Max open files", "nofile"},   {"Max locked memory", "memlock"},
+      {"Max address space", "as"},       {"Max file locks", "locks"},    {"Max pending signals", "sigpending"},
+      {"Max msgqueue size", "msgqueue"}, {"Max nice priority", "nice"},  {"Max realtime priority", "rtprio"},
+  };
+  std::map<std::string, int64_t> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    for (const auto& [label, name] : kNames) {
+      const std::string prefix = label;
+      if (line.rfind(prefix, 0) != 0 || line.size() <= prefix.size() || line[prefix.size()] != ' ') continue;
+      std::istringstream fields(line.substr(prefix.size()));
+      std::string soft, hard;
+      if (!(fields >> soft >> hard)) break;
+      if (hard == "unlimited") {
+        out[name] = -1;
+      } else if (!hard.empty() && hard.find_first_not_of("0123456789") == std::string::npos) {
+        out[name] = std::stoll(hard);
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> EngineHardLimits(const std::string& socket) {
+  std::string path = socket.rfind("unix://", 0) == 0 ? socket.substr(7) : socket;
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) return {};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  const bool known = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+                     ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.pid > 0;
+  ::close(fd);
+  if (!known) return {};
+  Result<std::string> limits = ReadFile("/proc/" + std::to_string(peer.pid) + "/limits");
+  if (!limits.ok()) return {};
+  return ParseProcLimits(*limits);
 }
 
 Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
@@ -290,7 +349,21 @@ Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
   options.engine = docker::OpenHttpEngine(engine_options);
   options.container.server_label = ContainerServerLabel(c.data_dir);
   options.container.shm_fraction = ce.shm_fraction;
-  options.container.ulimits = ContainerUlimits(ce);
+  // Containers cannot get more than the engine's own limits (see ContainerUlimits).
+  const std::map<std::string, int64_t> engine_limits = EngineHardLimits(ce.socket);
+  options.container.ulimits = ContainerUlimits(ce, engine_limits);
+  std::vector<std::string> lowered;
+  for (const docker::Ulimit& limit : options.container.ulimits) {
+    for (const docker::Ulimit& own : docker::DefaultUlimits()) {
+      if (own.name == limit.name && own.hard != limit.hard)
+        lowered.push_back(limit.name + "=" + std::to_string(limit.hard));
+    }
+  }
+  if (!lowered.empty()) {
+    KLOG(info, "container ulimits differ from the server's",
+         {{"hard", Join(lowered, ",")},
+          {"reason", "configured in container_engine.ulimits, or the engine's own hard limit is lower"}});
+  }
   options.container.log_driver = ce.log_driver;
   if (ce.gpus == "cdi") {
     options.container.gpu_mode = docker::GpuRequestMode::kCdi;

@@ -4,6 +4,8 @@
 // scheduler, the training and endpoint controllers, builds the front door with every service and
 // the invoke path, and serves HTTP until Stop().
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,10 +114,24 @@ class Server {
 std::string ContainerServerLabel(const std::string& data_dir);
 
 // The ulimits every container gets: the server's own (DefaultUlimits: nofile, nproc, memlock,
-// stack), each replaced by a configured limit of the same name, other configured ones added. The
-// engine always gets the whole list, since Podman drops its defaults for whatever list a container
-// asks for (and crun then fails to set nproc above the node's limit).
-std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& config);
+// stack), each lowered to the engine's hard limit of that name when `engine_hard_limits` has one
+// (-1: unlimited), then replaced by a configured limit of the same name (kept as configured), other
+// configured ones added. The engine always gets the whole list, since Podman drops its defaults for
+// whatever list a container asks for; and its runtime (crun, a child of the engine) cannot raise a
+// hard limit above its own without CAP_SYS_RESOURCE, which a containerised node lacks: a Podman
+// service started from a shell with a lower nproc than the server's failed every container with
+// "setrlimit RLIMIT_NPROC: Operation not permitted".
+std::vector<runtime::docker::Ulimit> ContainerUlimits(const ContainerEngineConfig& config,
+                                                      const std::map<std::string, int64_t>& engine_hard_limits = {});
+
+// The hard limits of the process serving the engine's Unix socket (`socket`: "unix:///path" or a
+// path): the peer of a connection (SO_PEERCRED) and its /proc/<pid>/limits, by ulimit name
+// (nofile, nproc, memlock, stack, core, ...; -1: unlimited). Empty when the socket does not answer
+// or the process cannot be read (another pid namespace, another user).
+std::map<std::string, int64_t> EngineHardLimits(const std::string& socket);
+
+// /proc/<pid>/limits text → hard limit by ulimit name (as above).
+std::map<std::string, int64_t> ParseProcLimits(const std::string& text);
 
 // Builds the configured ObjectStore backend (fs under <data-dir>/objects, or s3).
 Result<std::unique_ptr<objects::ObjectStore>> OpenObjectStore(const Config& config, store::Database* database);

@@ -160,3 +160,60 @@ def test_kiln_images_lists_the_engines_images(tmp_path):
     for image in common:
         for tag in image.get("RepoTags") or []:
             assert tag in tags, (tag, rows)
+
+
+def test_a_restart_with_the_engine_down_keeps_a_running_container_jobs_network(kiln_factory, tmp_path):
+    """kill -9 of the server mid-job, then a server whose engine does not answer: the job's network
+    (held by its holder) is not swept at start; with the engine back the job is stopped and its
+    container and network go."""
+    path = podman_or_skip()
+    import container_images as ci
+    import training_helpers as th
+    try:
+        image = ci.byo_image()
+    except ci.Unavailable as e:
+        pytest.skip(str(e))
+    cidr = "10.247.0.0/16"  # this test's own range
+    config = {"container_engine": {"socket": "unix://" + path, "images": [ci.IMAGE_GLOB]},
+              "network": {"mode": "auto", "cidr": cidr}, "training": {"stop_grace_seconds": 2},
+              "scheduler": {"policy": "shrink"}}
+    srv = kiln_factory("engine-down", config=config)
+    if log_lines(srv, "instances share the node's network"):
+        pytest.skip("per-instance networks are not available here (not root?)")
+    sm, s3 = srv.client("sagemaker"), srv.client("s3")
+    bucket = th.unique_name("h5-engine-down")
+    s3.create_bucket(Bucket=bucket)
+    job = th.unique_name("h5-engine-down")
+    sm.create_training_job(**th.training_request(job, bucket, image=image, hyperparameters={"ticks": "120"}))
+    d = None
+    try:
+        th.wait_for_secondary(sm, job, ["Training"], timeout=90)
+        created = [l for l in srv.log_text().splitlines() if 'msg="network created"' in l and job in l]
+        assert created, srv.log_tail()
+        bridge = re.search(r"bridge=(\S+)", created[0]).group(1)
+        assert os.path.exists("/sys/class/net/" + bridge)
+
+        srv.kill()
+        srv.config = dict(config, container_engine={"socket": str(tmp_path / "engine-down.sock"),
+                                                    "images": [ci.IMAGE_GLOB]})
+        srv.config_path = None  # rewritten from srv.config at start
+        srv.start()
+        start = srv.log_text().rsplit("===== start #1", 1)[1]
+        assert 'msg="container engine unreachable"' in start, start[-3000:]
+        swept = [l for l in start.splitlines() if 'msg="per-instance networks"' in l]
+        assert swept and "swept=none" in swept[0], swept or start[-3000:]
+        assert os.path.exists("/sys/class/net/" + bridge), "the running job's network was swept"
+        assert srv.healthy()
+
+        assert srv.stop() == 0
+        srv.config = config
+        srv.config_path = None
+        srv.start()
+        sm = srv.client("sagemaker")
+    finally:
+        if srv.alive():
+            srv.client("sagemaker").stop_training_job(TrainingJobName=job)
+            d = th.wait_for_status(srv.client("sagemaker"), job, timeout=90)
+    assert d is not None and d["TrainingJobStatus"] == "Stopped", d
+    th.wait_until(lambda: not os.path.exists("/sys/class/net/" + bridge), timeout=30, what="bridge removed")
+    assert not [c for c in ci.containers_of(ci.server_label(srv.data_dir)) if job in c[0]]
