@@ -232,6 +232,15 @@ struct Names {
   }
 };
 
+// The engine's words for a registry it could not talk to (Podman and Docker).
+bool RegistryUnreachable(const std::string& message) {
+  for (const char* words : {"pinging container registry", "connection refused", "no such host", "dial tcp",
+                            "i/o timeout", "network is unreachable", "TLS handshake timeout"}) {
+    if (message.find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string ImageReference::ToString() const {
@@ -455,6 +464,13 @@ Status internal::EnsureImageWithClock(Engine& engine, const ContainerImage& imag
                                         " under container_engine.registries[\"" + parsed->registry +
                                         "\"] in the Kiln config file");
       default:
+        if (RegistryUnreachable(pulled.message())) {
+          // Podman: 500 "pinging container registry ...: connection refused". Retrying the job
+          // does not make the image appear: the image's problem (NotFound -> ClientError), as
+          // SageMaker fails a job whose image cannot be pulled.
+          return Status::NotFound(head + "Build or load the image on this node (podman build -t " + names.reference +
+                                  " ..., or docker build), or make " + parsed->registry + " reachable from this node");
+        }
         return Status(pulled.code(),
                       "pulling " + names.Label() + " through " + engine_at + " failed: " + pulled.message());
     }

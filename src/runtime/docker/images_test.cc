@@ -386,6 +386,23 @@ TEST(EnsureImageTest, EngineFailingThePullOtherwise) {
                                      "writing blob: no space left on device"));
 }
 
+TEST(EnsureImageTest, UnreachableRegistryIsTheImagesProblem) {
+  FakeEngine engine;
+  FakeEngine::PullScript script;
+  script.outcome = FakeEngine::PullScript::Outcome::kInternal;
+  script.error =
+      "initializing source docker://registry.local:5000/byo:1: pinging container registry "
+      "registry.local:5000: Get \"https://registry.local:5000/v2/\": dial tcp 127.0.0.1:5000: connect: "
+      "connection refused";
+  engine.SetPullScript("registry.local:5000/byo:1", script);
+  Status s = EnsureImage(engine, ContainerImage{"registry.local:5000/byo:1", "", std::nullopt}, ImageSettings{},
+                         nullptr, Never());
+  ASSERT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("image registry.local:5000/byo:1 is not in "));
+  EXPECT_THAT(s.message(), HasSubstr("connection refused"));
+  EXPECT_THAT(s.message(), HasSubstr("or make registry.local:5000 reachable from this node"));
+}
+
 TEST(EnsureImageTest, PulledButNotListedIsAnError) {
   FakeEngine engine;
   FakeEngine::PullScript script;
