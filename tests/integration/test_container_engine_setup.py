@@ -192,6 +192,14 @@ def test_a_restart_with_the_engine_down_keeps_a_running_container_jobs_network(k
         assert created, srv.log_tail()
         bridge = re.search(r"bridge=(\S+)", created[0]).group(1)
         assert os.path.exists("/sys/class/net/" + bridge)
+        # The container runs in the job's network, not the node's.
+        names = [c[0] for c in ci.containers_of(ci.server_label(srv.data_dir)) if job in c[0]]
+        assert len(names) == 1, names
+        status, inspected = ci.engine_request("GET", "/v1.41/containers/%s/json" % names[0])
+        assert status == 200, inspected
+        pid = inspected["State"]["Pid"]
+        assert os.readlink("/proc/%d/ns/net" % pid) != os.readlink("/proc/self/ns/net"), (
+            "the container is on the node's network (NetworkMode %s)" % inspected["HostConfig"]["NetworkMode"])
 
         srv.kill()
         srv.config = dict(config, container_engine={"socket": str(tmp_path / "engine-down.sock"),
