@@ -25,8 +25,8 @@
 // Logs: lines carry the engine's timestamp, whole seconds by default (as Podman 4.3 gives them),
 // or an explicit time. ContainerLogs returns the lines with timestamp >= since_seconds (inclusive,
 // as the engines filter); with follow it blocks for more until the container is no longer running
-// (and every line was delivered), it vanishes, `cancelled` returns true, or the engine becomes
-// unreachable.
+// (and every line was delivered) or it vanishes (OK), `cancelled` returns true (Aborted, as the HTTP
+// engine), or the engine becomes unreachable (Unavailable).
 //
 // Every change bumps an event counter and wakes WaitUntil, so tests wait for "container X running"
 // or "SIGTERM delivered" without sleeping. Thread-safety: every method may be called from any
@@ -469,7 +469,7 @@ class FakeEngine final : public Engine {
       lock.Unlock();
       const bool stop = cancelled();
       lock.Lock();
-      if (stop) return Status::Ok();
+      if (stop) return Status::Aborted("reading the logs of " + container_id + " was cancelled");
       uint64_t seen = events_;
       const auto recheck = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
       while (events_ == seen && cv_.WaitUntil(mutex_, recheck) == std::cv_status::no_timeout) {
