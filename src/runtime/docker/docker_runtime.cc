@@ -446,12 +446,15 @@ Result<std::string> DockerRuntime::LaunchHolder(const InstanceSpec& spec, const 
     return text.status().WithPrefix("reading the network holder's " + started_path);
   }
   Result<ps::StartedRecord> started = ps::DecodeStarted(*text);
-  if (!started.ok() || started->shim_pid <= 0) {
+  // The holder's program (PID 1 of its sandbox), not its shim: the shim stays in the node's
+  // network namespace (it only opens the loopback relay's sockets inside), the program runs in the
+  // instance's own.
+  if (!started.ok() || started->pid <= 0) {
     RemoveHolder(spec.instance_id);
-    return Status::Internal("the network holder of instance " + spec.instance_id + " recorded no shim pid in " +
+    return Status::Internal("the network holder of instance " + spec.instance_id + " recorded no pid in " +
                             started_path);
   }
-  return "/proc/" + std::to_string(started->shim_pid) + "/ns/net";
+  return "/proc/" + std::to_string(started->pid) + "/ns/net";
 }
 
 Result<std::string> DockerRuntime::CreateContainer(const std::string& name, const nlohmann::json& body,

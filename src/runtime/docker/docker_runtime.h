@@ -32,7 +32,7 @@
 // instance of `network_holders` (a process runtime, its own state dir) running `sleep infinity`
 // with the same NetworkAttachment, so the bridge, veth, loopback relay and their cleanup are the
 // process runtime's (runtime/process/bridge_networks.h); the container gets NetworkMode
-// ns:/proc/<holder shim pid>/ns/net (Podman). The holder is stopped when the container's exit is
+// ns:/proc/<holder program pid>/ns/net (Podman). The holder is stopped when the container's exit is
 // observed and removed with the instance. Docker Engine has no ns: mode: with a Docker engine an
 // instance with spec.network fails Launch with FailedPrecondition saying to use Podman or
 // network.mode host.
@@ -71,7 +71,7 @@ struct DockerRuntimeOptions {
   // Runs the network holders (a process runtime over its own state dir); may be null when no
   // instance has a network (Launch with spec.network then fails with FailedPrecondition).
   Runtime* network_holders = nullptr;
-  // The holders' state dir (for their started.json: the shim pid whose namespace containers join).
+  // The holders' state dir (for their started.json: the pid of the program whose namespace containers join).
   std::string network_holders_state_dir;
   std::chrono::seconds engine_lost_after{60};
 };
