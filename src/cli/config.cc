@@ -335,9 +335,10 @@ Status LoadContainerEngine(const json& doc, Config* config, const std::string& p
       ce.registries[host] = {cred["username"].get<std::string>(), cred["password"].get<std::string>()};
     }
   }
-  if (ce.gpus != "auto" && ce.gpus != "device_requests" && ce.gpus != "cdi") {
-    return Status::InvalidArgument(where + ".gpus must be \"auto\" (CDI on Podman, device requests on Docker), " +
-                                   "\"device_requests\" or \"cdi\", got \"" + ce.gpus + "\"");
+  if (ce.gpus != "auto" && ce.gpus != "device_requests" && ce.gpus != "cdi" && ce.gpus != "devices") {
+    return Status::InvalidArgument(where +
+                                   ".gpus must be \"auto\" (device nodes on Podman, device requests on Docker), " +
+                                   "\"device_requests\", \"cdi\" or \"devices\", got \"" + ce.gpus + "\"");
   }
   if (!(ce.shm_fraction > 0 && ce.shm_fraction <= 1)) {
     return Status::InvalidArgument(where +

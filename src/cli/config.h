@@ -46,7 +46,7 @@
 //                          "images": ["*"],        // which image URIs run on the engine (fnmatch)
 //                          "ecr_mirror": "registry.local:5000/ecr",
 //                          "registries": {"registry.local:5000": {"username": "u", "password": "p"}},
-//                          "gpus": "auto",         // "device_requests" | "cdi"
+//                          "gpus": "auto",         // "device_requests" | "cdi" | "devices"
 //                          "log_driver": "",       // "" : the engine's default
 //                          "shm_fraction": 0.5,    // /dev/shm as a fraction of the instance's memory
 //                          "ulimits": {"nofile": [65536, 65536], "memlock": "unlimited"},
@@ -147,7 +147,7 @@ struct ContainerEngineConfig {
     std::string password;
   };
   std::map<std::string, Credential> registries;  // by registry host[:port]
-  std::string gpus = "auto";                     // "auto" | "device_requests" | "cdi"
+  std::string gpus = "auto";                     // "auto" | "device_requests" | "cdi" | "devices"
   std::string log_driver;                        // "" = the engine's default
   double shm_fraction = 0.5;                     // 0 < x <= 1
   struct Ulimit {

@@ -369,11 +369,19 @@ Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
     options.container.gpu_mode = docker::GpuRequestMode::kCdi;
   } else if (ce.gpus == "device_requests") {
     options.container.gpu_mode = docker::GpuRequestMode::kDeviceRequests;
-  } else {  // auto: Podman takes CDI names, Docker (with the NVIDIA runtime) device requests
+  } else if (ce.gpus == "devices") {
+    options.container.gpu_mode = docker::GpuRequestMode::kDevices;
+  } else {
+    // auto: Docker (with the NVIDIA runtime) takes device requests; Podman 4's compat API ignores
+    // CDI requests (measured), so on Podman the device nodes themselves, plus the NVIDIA OCI hook
+    // where installed (it reads NVIDIA_VISIBLE_DEVICES).
     options.container.gpu_mode =
-        version.ok() && version->podman ? docker::GpuRequestMode::kCdi : docker::GpuRequestMode::kDeviceRequests;
+        version.ok() && version->podman ? docker::GpuRequestMode::kDevices : docker::GpuRequestMode::kDeviceRequests;
   }
-  const std::string gpu_mode = options.container.gpu_mode == docker::GpuRequestMode::kCdi ? "cdi" : "device_requests";
+  options.container.gpu_control_devices = docker::NvidiaControlDevices();
+  const std::string gpu_mode = options.container.gpu_mode == docker::GpuRequestMode::kCdi       ? "cdi"
+                               : options.container.gpu_mode == docker::GpuRequestMode::kDevices ? "devices"
+                                                                                                : "device_requests";
   options.images.ecr_mirror = ce.ecr_mirror;
   for (const auto& [host, credential] : ce.registries) {
     options.images.registries[host] = docker::RegistryCredential{credential.username, credential.password};

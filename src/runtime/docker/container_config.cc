@@ -1,5 +1,7 @@
 #include "runtime/docker/container_config.h"
 
+#include <unistd.h>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -161,6 +163,16 @@ nlohmann::json BuildCreateBody(const InstanceSpec& spec, const ContainerSettings
         host["DeviceRequests"] = nlohmann::json::array({{{"Driver", "cdi"}, {"DeviceIDs", ids}}});
         break;
       }
+      case GpuRequestMode::kDevices: {
+        nlohmann::json devices = nlohmann::json::array();
+        const auto add = [&](const std::string& path) {
+          devices.push_back({{"PathOnHost", path}, {"PathInContainer", path}, {"CgroupPermissions", "rwm"}});
+        };
+        for (int gpu : spec.gpus) add("/dev/nvidia" + std::to_string(gpu));
+        for (const std::string& path : settings.gpu_control_devices) add(path);
+        host["Devices"] = std::move(devices);
+        break;
+      }
     }
   }
   if (!settings.log_driver.empty()) {
@@ -182,6 +194,14 @@ std::string ContainerName(const std::string& server_label, const std::string& in
     if (!ok) c = '-';
   }
   return name;
+}
+
+std::vector<std::string> NvidiaControlDevices() {
+  std::vector<std::string> present;
+  for (const char* path : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
+    if (access(path, F_OK) == 0) present.emplace_back(path);
+  }
+  return present;
 }
 
 }  // namespace kiln::runtime::docker

@@ -18,7 +18,7 @@
 //                since Podman replaces its defaults with whatever list is given), PidsLimit none.
 //   GPUs         none: no device; else DeviceRequests [{Driver:"nvidia", DeviceIDs:[indices],
 //                Capabilities:[["gpu"]]}] (Docker) or Devices [{PathOnHost:"nvidia.com/gpu=<i>"}]
-//                (CDI, Podman).
+//                (CDI), or Devices /dev/nvidia<i> + the control nodes (kDevices, Podman 4).
 //   Logging      LogConfig {Type: settings.log_driver} when set (engine default otherwise).
 //   Stop         StopSignal SIGTERM, StopTimeout as given (Kiln sends the signals itself).
 #include <cstdint>
@@ -31,7 +31,15 @@
 
 namespace kiln::runtime::docker {
 
-enum class GpuRequestMode { kDeviceRequests, kCdi };
+enum class GpuRequestMode {
+  kDeviceRequests,  // Docker with the NVIDIA runtime: DeviceRequests [{Driver:"nvidia", DeviceIDs}]
+  kCdi,             // CDI names through DeviceRequests Driver "cdi" (Docker 25+, Podman 5)
+  // The device nodes themselves (HostConfig.Devices: /dev/nvidia<i> and the control nodes), with
+  // NVIDIA_VISIBLE_DEVICES (set by the controllers) for an installed NVIDIA OCI hook to add the
+  // driver's libraries. Podman 4's compat API ignores CDI requests (measured), so "auto" picks this
+  // on Podman: only the instance's GPUs are visible either way.
+  kDevices,
+};
 
 struct Ulimit {
   std::string name;  // "nofile", "nproc", "memlock", "stack", ...
@@ -47,6 +55,9 @@ struct ContainerSettings {
   uint64_t shm_default_bytes = 1ull << 30;
   std::vector<Ulimit> ulimits;  // DefaultUlimits() unless configured
   GpuRequestMode gpu_mode = GpuRequestMode::kDeviceRequests;
+  // kDevices: the NVIDIA control nodes present on the node (/dev/nvidiactl, /dev/nvidia-uvm,
+  // /dev/nvidia-uvm-tools, /dev/nvidia-modeset), added for instances with GPUs (NvidiaControlDevices()).
+  std::vector<std::string> gpu_control_devices;
   std::string log_driver;  // "" = engine default
   int stop_timeout_seconds = 30;
 };
@@ -59,6 +70,9 @@ std::vector<Ulimit> DefaultUlimits();
 // path of the /etc/hosts to bind ("" = none).
 nlohmann::json BuildCreateBody(const InstanceSpec& spec, const ContainerSettings& settings,
                                const std::string& netns_path, const std::string& hosts_file);
+
+// The NVIDIA control device nodes that exist on this node (for ContainerSettings::gpu_control_devices).
+std::vector<std::string> NvidiaControlDevices();
 
 // "kiln-<server label>-<instance id>" (Docker names: [a-zA-Z0-9][a-zA-Z0-9_.-]+).
 std::string ContainerName(const std::string& server_label, const std::string& instance_id);

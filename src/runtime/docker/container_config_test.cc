@@ -129,6 +129,35 @@ TEST(BuildCreateBodyTest, GpusAsCdiDevices) {
   EXPECT_FALSE(body["HostConfig"].contains("Devices"));
 }
 
+TEST(BuildCreateBodyTest, GpusAsDeviceNodes) {
+  InstanceSpec spec = TrainingSpec();
+  spec.gpus = {3, 5};
+  ContainerSettings settings = Settings();
+  settings.gpu_mode = GpuRequestMode::kDevices;
+  settings.gpu_control_devices = {"/dev/nvidiactl", "/dev/nvidia-uvm"};
+  nlohmann::json body = BuildCreateBody(spec, settings, "", "");
+  const nlohmann::json& devices = body["HostConfig"]["Devices"];
+  ASSERT_EQ(devices.size(), 4u);
+  std::vector<std::string> paths;
+  for (const auto& d : devices) {
+    EXPECT_EQ(d["PathOnHost"], d["PathInContainer"]);
+    EXPECT_EQ(d["CgroupPermissions"], "rwm");
+    paths.push_back(d["PathOnHost"].get<std::string>());
+  }
+  // Only the instance's GPUs, never another /dev/nvidia<N>.
+  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/nvidia3", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"}));
+  EXPECT_FALSE(body["HostConfig"].contains("DeviceRequests"));
+}
+
+TEST(BuildCreateBodyTest, NoGpusNoDevices) {
+  ContainerSettings settings = Settings();
+  settings.gpu_mode = GpuRequestMode::kDevices;
+  settings.gpu_control_devices = {"/dev/nvidiactl"};
+  nlohmann::json body = BuildCreateBody(TrainingSpec(), settings, "", "");
+  EXPECT_FALSE(body["HostConfig"].contains("Devices"));
+  EXPECT_FALSE(body["HostConfig"].contains("DeviceRequests"));
+}
+
 TEST(BuildCreateBodyTest, LabelsNameInstanceAndServer) {
   nlohmann::json body = BuildCreateBody(TrainingSpec(), Settings(), "", "");
   EXPECT_EQ(body["Labels"], nlohmann::json({{"kiln.instance", "job-1-algo-1"}, {"kiln.server", "ab12cd34"}}));
