@@ -22,6 +22,8 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "runtime/docker/test_util/fake_engine.h"
+#include "runtime/process/netlink.h"
+#include "runtime/process/process_runtime.h"
 #include "runtime/process/state.h"
 
 namespace kiln::runtime::docker {
@@ -107,7 +109,7 @@ class ForwardingEngine final : public Engine {
 };
 
 // The network holders' runtime: records what the container runtime asks and writes the
-// started.json it reads (shim_pid: this process, whose /proc/<pid>/ns/net exists).
+// started.json it reads (pid: this process, whose /proc/<pid>/ns/net exists).
 class FakeHolders final : public Runtime {
  public:
   explicit FakeHolders(std::string state_dir) : state_dir_(std::move(state_dir)) {}
@@ -785,6 +787,8 @@ class DockerRuntimePodmanTest : public ::testing::Test {
     options.state_dir = root_ + "/state";
     options.engine = OpenHttpEngine(engine_options);
     options.container.server_label = label_;
+    options.network_holders = network_holders_;
+    options.network_holders_state_dir = root_ + "/holders";
     // Within the Podman service's own limits (a test process may have a higher nproc than the
     // service, and crun cannot raise it).
     options.container.ulimits = {Ulimit{"nproc", 4096, 4096}};
@@ -817,6 +821,7 @@ class DockerRuntimePodmanTest : public ::testing::Test {
   static constexpr char kLiveImage[] = "localhost/kiln-exp-base";
   static constexpr char kSocket[] = "unix:///run/podman/podman.sock";
   std::string root_, label_;
+  Runtime* network_holders_ = nullptr;
   std::unique_ptr<Runtime> runtime_;
 };
 
@@ -860,6 +865,86 @@ TEST_F(DockerRuntimePodmanTest, OutputResumesAcrossAServerRestart) {
   for (int i = 0; i < 20; ++i) expected.push_back("o:line" + std::to_string(i));
   EXPECT_EQ(Tagged(ReadRecords(runtime_->OutputPath("count"))), expected);
   ASSERT_TRUE(runtime_->Remove("count").ok());
+}
+
+// A networked container: the holder is a real process-runtime instance (the test shim) on a bridge
+// of this test's own (kh3br77, 10.239.77.0/24), and the container joins its namespace.
+class DockerRuntimePodmanNetworkTest : public DockerRuntimePodmanTest {
+ protected:
+  static constexpr char kBridge[] = "kh3br77";
+  static constexpr char kVethPrefix[] = "kh3v77-";
+  static constexpr char kNet[] = "10.239.77.";
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "namespaced networks need root";
+    DockerRuntimePodmanTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CleanLinks();
+    Status s = netlink::CreateBridge(kBridge, std::string(kNet) + "1", 24, "kiln docker_runtime_test");
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    bridge_created_ = true;
+    const char* shim = std::getenv("KILN_TEST_SHIM");
+    ProcessRuntimeOptions holder_options;
+    holder_options.state_dir = root_ + "/holders";
+    holder_options.shim_command = {shim != nullptr && *shim != '\0' ? shim : KILN_TEST_SHIM};
+    Result<std::unique_ptr<Runtime>> holders = OpenProcessRuntime(holder_options);
+    ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+    holders_ = std::move(*holders);
+    network_holders_ = holders_.get();
+    Open();
+  }
+  void TearDown() override {
+    DockerRuntimePodmanTest::TearDown();  // removes the instances (and their holders) first
+    holders_.reset();
+    if (bridge_created_) CleanLinks();
+  }
+  void CleanLinks() {
+    for (const std::string& veth : netlink::ListLinks(kVethPrefix).value_or({})) netlink::DeleteLink(veth).ok();
+    netlink::DeleteLink(kBridge).ok();
+  }
+  NetworkAttachment Attachment(int octet) {
+    NetworkAttachment a;
+    a.network = "h3-test-net";
+    a.bridge = kBridge;
+    a.host_veth = kVethPrefix + std::to_string(octet);
+    a.address = kNet + std::to_string(octet);
+    a.gateway = std::string(kNet) + "1";
+    return a;
+  }
+
+  std::unique_ptr<Runtime> holders_;
+  bool bridge_created_ = false;
+};
+
+TEST_F(DockerRuntimePodmanNetworkTest, AContainerRunsInItsHoldersNetworkNamespace) {
+  InstanceSpec spec = Spec("netted", "");
+  spec.container->entrypoint = std::vector<std::string>{"/usr/bin/python3", "-c"};
+  spec.argv = {
+      "import socket\n"
+      "print(socket.gethostname())\n"
+      "print(' '.join(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:])))\n"
+      "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('" +
+      std::string(kNet) +
+      "1', 9))\n"
+      "print(s.getsockname()[0])\n"
+      "print(open('/etc/hosts').read().strip())\n"};
+  spec.network = Attachment(2);
+  spec.hosts_file_lines = {"127.0.0.1 localhost", std::string(kNet) + "2 algo-1"};
+  Status launched = runtime_->Launch(spec);
+  ASSERT_TRUE(launched.ok()) << launched.ToString();
+  Result<InstanceStatus> st = runtime_->Wait("netted", 30s);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->exit_code, 0);
+  EXPECT_THAT(Tagged(ReadRecords(runtime_->OutputPath("netted"))),
+              ElementsAre("o:algo-1", "o:eth0 lo", "o:" + std::string(kNet) + "2", "o:127.0.0.1 localhost",
+                          "o:" + std::string(kNet) + "2 algo-1"));
+  // The holder was stopped with the exit, and goes with the instance (its veth with it).
+  Result<InstanceStatus> holder = holders_->Wait("netted", 10s);
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  EXPECT_NE(holder->state, InstanceState::kRunning);
+  ASSERT_TRUE(runtime_->Remove("netted").ok());
+  EXPECT_EQ(holders_->Inspect("netted").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(netlink::ListLinks(kVethPrefix).value_or({"?"}).empty());
 }
 
 }  // namespace
