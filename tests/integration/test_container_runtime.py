@@ -361,6 +361,8 @@ def test_two_variants_then_update_endpoint_under_load_fails_no_invoke(env):
     load = Load(env.server, name)
     try:
         th.wait_until(lambda: len(load.answers) >= 300 or None, timeout=120, what="300 invocations")
+        if os.geteuid() == 0:  # namespaced: the endpoint's bridge is there (the leak check is not vacuous)
+            assert kiln_bridges_of(env.server.data_dir), "no bridge of the server found on the node"
         first = collections.Counter((v, tag) for _, v, tag in load.since(0))
         assert set(first) == {("VA", "a"), ("VB", "b")}, first
         assert first[("VB", "b")] > first[("VA", "a")], first  # weights 1:3
@@ -476,7 +478,8 @@ def test_image_without_train_fails_the_job_naming_the_problem(env):
     d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
     assert d["TrainingJobStatus"] == "Failed"
     reason = d["FailureReason"]
-    assert "train" in reason and ("not found" in reason or "no such" in reason.lower()), reason
+    assert env.images["notrain"] in reason, reason
+    assert "`train` not found" in reason or "train: not found" in reason, reason
     print("no train:", reason)
 
 
@@ -486,7 +489,7 @@ def test_container_that_exits_at_once(env):
     create_job(env, job, image=env.images["quits"])
     d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
     assert d["TrainingJobStatus"] == "Failed"
-    assert "3" in d["FailureReason"], d["FailureReason"]
+    assert d["FailureReason"].startswith("AlgorithmError: ") and "exit code: 3" in d["FailureReason"], d["FailureReason"]
     assert "quitting at once (train)" in th.job_log_lines(env.logs, job)
     print("quits (job):", d["FailureReason"])
 
@@ -495,7 +498,7 @@ def test_container_that_exits_at_once(env):
     eh.create_config(env.sm, endpoint + "-cfg", [("AllTraffic", endpoint + "-m", 1, 1.0)])
     env.sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=endpoint + "-cfg")
     d = eh.wait_endpoint(env.sm, endpoint, statuses=("Failed",), timeout=120)
-    assert "exit" in d["FailureReason"].lower(), d["FailureReason"]
+    assert "exited with code 3" in d["FailureReason"], d["FailureReason"]
     print("quits (endpoint):", d["FailureReason"])
 
 
@@ -507,7 +510,7 @@ def test_missing_image_names_the_image_and_what_was_tried(env):
     d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
     assert d["TrainingJobStatus"] == "Failed"
     reason = d["FailureReason"]
-    assert image in reason and "pull" in reason.lower(), reason
+    assert reason.startswith("ClientError: ") and image in reason and "pulling" in reason, reason
     print("missing (job):", reason)
 
     endpoint = th.unique_name("ctr-missing-ep")
@@ -530,7 +533,8 @@ def test_name_clash_with_a_foreign_container(env):
         create_job(env, job)
         d = th.wait_for_status(env.sm, job, timeout=120, server=env.server)
         assert d["TrainingJobStatus"] == "Failed", d.get("FailureReason")
-        assert foreign in d["FailureReason"], d["FailureReason"]
+        assert foreign in d["FailureReason"] and "was not created by this Kiln server" in d["FailureReason"], \
+            d["FailureReason"]
         print("clash:", d["FailureReason"])
         assert ci.podman("container", "exists", foreign, check=False).returncode == 0, "Kiln removed a foreign container"
     finally:
@@ -549,7 +553,7 @@ def test_unreachable_engine_socket_fails_the_job_and_the_server_keeps_serving(en
     sm.create_training_job(**th.training_request(job, bucket, image=env.image))
     d = th.wait_for_status(sm, job, timeout=120, server=srv)
     assert d["TrainingJobStatus"] == "Failed"
-    assert missing in d["FailureReason"], d["FailureReason"]
+    assert missing in d["FailureReason"] and "unreachable" in d["FailureReason"], d["FailureReason"]
     print("no engine:", d["FailureReason"])
     # The server keeps serving: S3, and a job of a host program (no engine needed).
     s3.put_object(Bucket=bucket, Key="k", Body=b"still here")
