@@ -374,6 +374,20 @@ TEST_F(DockerRuntimeTest, OutputIsRecordedWithStreamsInOrder) {
   }
 }
 
+TEST_F(DockerRuntimeTest, TheExitIsSeenWithoutWaitingForTheFollowStreamToClose) {
+  // Podman closes a follow stream only ~0.5 s after the exit: seeing the exit, the follower leaves
+  // the stream for a last plain read, so the output is complete and no stream is left open.
+  engine_.SetLogsFollowPastExit(true);
+  LaunchRunning(Spec("linger"));
+  ASSERT_TRUE(engine_.WaitUntil([&] { return engine_.active_log_streams() == 1; }, 5000ms));
+  engine_.AppendLog(Name("linger"), false, "last words");
+  engine_.Exit(Name("linger"), 0);
+  InstanceStatus ended = WaitEnded("linger");
+  EXPECT_EQ(ended.exit_code, 0);
+  EXPECT_EQ(engine_.active_log_streams(), 0);
+  EXPECT_THAT(Tagged(ReadRecords(runtime_->OutputPath("linger"))), ElementsAre("o:last words"));
+}
+
 TEST_F(DockerRuntimeTest, OutputResumesAfterReopeningWithoutLossOrDuplicates) {
   // Podman gives whole seconds: several lines share one, across the restarts.
   const int64_t t = (NowMillis() / 1000 - 100) * 1000;

@@ -189,6 +189,17 @@ class FakeEngine final : public Engine {
     c->logs.push_back(LogLine{stderr_stream, engine_millis >= 0 ? engine_millis : EngineNowLocked(), text});
     ChangedLocked();
   }
+  // Following streams stay open after the container exits (until cancelled or it vanishes), as
+  // Podman keeps them ~0.5 s: a reader must not wait for their end to see the exit.
+  void SetLogsFollowPastExit(bool past_exit) {
+    MutexLock lock(mutex_);
+    follow_past_exit_ = past_exit;
+  }
+  // ContainerLogs calls in progress.
+  int active_log_streams() const {
+    MutexLock lock(mutex_);
+    return active_log_streams_;
+  }
   void SetWholeSecondTimestamps(bool whole) {
     MutexLock lock(mutex_);
     whole_second_timestamps_ = whole;
@@ -443,11 +454,36 @@ class FakeEngine final : public Engine {
   Status ContainerLogs(const std::string& id, bool follow, int64_t since_seconds,
                        const std::function<void(const LogLine&)>& on_line,
                        const std::function<bool()>& cancelled) override {
+    std::string container_id;
+    {
+      MutexLock lock(mutex_);
+      RETURN_IF_ERROR(CallLocked("ContainerLogs"));
+      const Container* c = FindLocked(id);
+      if (c == nullptr) return Status::NotFound("no container with name or ID \"" + id + "\" found: no such container");
+      container_id = c->id;
+      ++active_log_streams_;
+    }
+    Status result = StreamLogs(container_id, follow, since_seconds, on_line, cancelled);
     MutexLock lock(mutex_);
-    RETURN_IF_ERROR(CallLocked("ContainerLogs"));
+    --active_log_streams_;
+    ChangedLocked();
+    return result;
+  }
+
+  Result<ContainerStats> Stats(const std::string& id) override {
+    MutexLock lock(mutex_);
+    RETURN_IF_ERROR(CallLocked("Stats"));
     const Container* c = FindLocked(id);
     if (c == nullptr) return Status::NotFound("no container with name or ID \"" + id + "\" found: no such container");
-    const std::string container_id = c->id;
+    return c->stats;
+  }
+
+ private:
+  Status StreamLogs(const std::string& container_id, bool follow, int64_t since_seconds,
+                    const std::function<void(const LogLine&)>& on_line, const std::function<bool()>& cancelled)
+      EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
+    const Container* c = nullptr;
     size_t next = 0;
     while (true) {
       if (unreachable_) return UnreachableLocked();
@@ -465,7 +501,7 @@ class FakeEngine final : public Engine {
         lock.Lock();
         continue;  // more may have come meanwhile
       }
-      if (!follow || !running) return Status::Ok();
+      if (!follow || (!running && !follow_past_exit_)) return Status::Ok();
       lock.Unlock();
       const bool stop = cancelled();
       lock.Lock();
@@ -477,15 +513,6 @@ class FakeEngine final : public Engine {
     }
   }
 
-  Result<ContainerStats> Stats(const std::string& id) override {
-    MutexLock lock(mutex_);
-    RETURN_IF_ERROR(CallLocked("Stats"));
-    const Container* c = FindLocked(id);
-    if (c == nullptr) return Status::NotFound("no container with name or ID \"" + id + "\" found: no such container");
-    return c->stats;
-  }
-
- private:
   Status RunPull(const std::string& reference, const PullScript& script,
                  const std::function<void(const PullProgress&)>& on_progress, const std::function<bool()>& cancelled) {
     for (const PullProgress& p : script.progress) {
@@ -593,6 +620,8 @@ class FakeEngine final : public Engine {
   uint64_t events_ GUARDED_BY(mutex_) = 0;
   bool unreachable_ GUARDED_BY(mutex_) = false;
   bool whole_second_timestamps_ GUARDED_BY(mutex_) = true;
+  bool follow_past_exit_ GUARDED_BY(mutex_) = false;
+  int active_log_streams_ GUARDED_BY(mutex_) = 0;
   uint64_t next_number_ GUARDED_BY(mutex_) = 1;
   int next_pid_ GUARDED_BY(mutex_) = 40000;
   std::map<std::string, ImageInfo> images_ GUARDED_BY(mutex_);  // by the reference it was added as
