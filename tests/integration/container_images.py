@@ -468,6 +468,53 @@ def host_program(directory):
     return "local:" + path
 
 
+class PrivateEngine:
+    """A Podman API service of the test's own on `path` (same image store as every other), so that a
+    test can kill the engine under a server and bring it back without touching the shared one.
+    Containers started through it run on under conmon while it is down."""
+
+    def __init__(self, path):
+        self.path = path
+        self.proc = None
+        self.log_path = path + ".log"
+
+    @property
+    def uri(self):
+        return "unix://" + self.path
+
+    def start(self, timeout=30):
+        import time
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(["podman", "system", "service", "--time=0", self.uri], stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("podman system service exited %s; see %s" % (self.proc.returncode, self.log_path))
+            try:
+                conn = _UnixConnection(self.path, timeout=2)
+                conn.request("GET", "/_ping")
+                if conn.getresponse().status == 200:
+                    conn.close()
+                    return self
+                conn.close()
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError("podman system service on %s did not answer in %ss" % (self.path, timeout))
+
+    def kill(self):
+        """SIGKILL of the service (an engine that dies); its containers keep running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
 # ---------------------------------------------------------------------------------------------
 # What a server left in the engine
 

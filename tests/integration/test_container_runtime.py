@@ -577,3 +577,55 @@ def test_container_image_without_an_engine_configured_is_refused_clearly(env):
     assert d["TrainingJobStatus"] == "Failed"
     assert image in d["FailureReason"], d["FailureReason"]
     print("no section:", d["FailureReason"])
+
+
+@pytest.fixture
+def private_engine(env, tmp_path):
+    podman_only(env)
+    engine = ci.PrivateEngine(str(tmp_path / "engine.sock")).start()
+    yield engine
+    engine.kill()
+
+
+def test_an_engine_that_dies_mid_job(env, kiln_factory, private_engine):
+    """The engine (a Podman service of the test's own) killed while a job's container runs: back within
+    container_engine.lost_after_seconds, the job completes with every line once; down for longer,
+    the job fails naming the engine, the server keeps serving, and once the engine is back a
+    restarted server removes the container (nothing left)."""
+    srv = kiln_factory("engine-dies", config=dict(server_config("podman"), network={"mode": "host"}, container_engine={
+        "socket": private_engine.uri, "images": [ci.IMAGE_GLOB], "lost_after_seconds": 4}))
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    label = ci.server_label(srv.data_dir)
+    bucket = th.unique_name("ctr-engine-dies")
+    s3.create_bucket(Bucket=bucket)
+
+    def ticks(job):
+        return [l for l in th.job_log_lines(logs, job) if l.startswith("tick ")]
+
+    short = th.unique_name("ctr-engine-back")
+    sm.create_training_job(**th.training_request(short, bucket, image=env.image, hyperparameters={"ticks": "8"}))
+    th.wait_until(lambda: len(ticks(short)) >= 2, timeout=60, what="two ticks of %s" % short)
+    private_engine.kill()
+    time.sleep(2)
+    private_engine.start()
+    d = th.wait_for_status(sm, short, timeout=120, server=srv)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert ticks(short) == ["tick %d" % i for i in range(8)]
+
+    long = th.unique_name("ctr-engine-gone")
+    sm.create_training_job(**th.training_request(long, bucket, image=env.image, hyperparameters={"ticks": "300"}))
+    th.wait_until(lambda: len(ticks(long)) >= 1, timeout=60, what="a tick of %s" % long)
+    private_engine.kill()
+    d = th.wait_for_status(sm, long, timeout=60, server=srv)
+    assert d["TrainingJobStatus"] == "Failed", d
+    assert private_engine.path in d["FailureReason"], d["FailureReason"]
+    print("engine gone:", d["FailureReason"])
+    assert srv.healthy()
+    s3.put_object(Bucket=bucket, Key="k", Body=b"still serving")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"still serving"
+    assert [state for _, state in ci.containers_of(label)] == ["running"]  # it could not be removed meanwhile
+
+    private_engine.start()
+    assert srv.stop() == 0
+    srv.start()
+    th.wait_until(lambda: ci.containers_of(label) == [], timeout=60, what="the lost job's container removed")
