@@ -253,6 +253,10 @@ def main():
             else:
                 print(row(label + " (first line)", [x[0] for x in s]))
                 print(row(label + " (exit)", [x[1] for x in s]))
+        print("\nin run order, ms:")
+        for key, label in ((("job", "process"), "process runtime"), (("job", "podman"), "container runtime")):
+            if not isinstance(res[key], str):
+                print("  %-20s %s" % (label, " ".join("%.0f" % (x * 1e3) for x in res[key])))
     if not args.skip_invoke:
         print("\nInvokeEndpoint, %d sequential calls (boto3)       p50 ms   p99 ms   mean ms" % args.invokes)
         for runtime, label in (("process", "process instance (local:)"), ("podman", "container instance (Podman)")):
