@@ -58,8 +58,13 @@ train` or `<entrypoint> serve`.
 train: reads every file of channel `channel` (hyperparameter, default "train") under
   /opt/ml/input/data/<channel>, the hyperparameters from /opt/ml/input/config/hyperparameters.json,
   prints "tick i" every second for `ticks` seconds, then writes /opt/ml/model/model.json
-  {"channel", "files": {path: text}, "hyperparameters", "hostname", "in_container"}. With
-  fail=1 it writes `failure_text` to /opt/ml/output/failure and exits 1.
+  {"channel", "files": {path: text}, "hyperparameters", "hostname", "in_container", "peers"}
+  (model-<current host>.json when the job has several hosts). With fail=1 it writes
+  `failure_text` to /opt/ml/output/failure and exits 1. With sigterm=1, SIGTERM prints
+  "caught SIGTERM", writes model/stopped.json and exits 0. With rendezvous=1 the first host of
+  resourceconfig.json listens on 7777 and every other host connects to it by name (algo-1) and sends
+  its own name; "peers" holds the names the first host received (or, on the others, the address
+  they reached it at).
 serve: answers on $SAGEMAKER_BIND_TO_PORT (default 8080) GET /ping 200 and POST /invocations with
   {"echo": the request body, "model": /opt/ml/model/model.json or null, "hostname",
   "tag": $MODEL_TAG,
@@ -107,6 +112,16 @@ def train():
             with open(path, "rb") as f:
                 files[os.path.relpath(path, root)] = f.read().decode("utf-8", "replace")
     log("training on %d files of channel %s" % (len(files), channel))
+    if hp.get("sigterm") == "1":
+        def on_term(signum, frame):
+            log("caught SIGTERM")
+            with open(os.path.join(ML, "model/stopped.json"), "w") as f:
+                json.dump({"stopped": True, "hostname": hostname()}, f)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+    with open(os.path.join(ML, "input/config/resourceconfig.json")) as f:
+        rc = json.load(f)
+    peers = rendezvous(rc) if hp.get("rendezvous") == "1" else None
     for i in range(int(hp.get("ticks", "0"))):
         log("tick %d" % i)
         time.sleep(1)
@@ -116,10 +131,42 @@ def train():
         log("failing as asked")
         sys.exit(1)
     model = {"channel": channel, "files": files, "hyperparameters": hp, "hostname": hostname(),
-             "in_container": in_container()}
-    with open(os.path.join(ML, "model/model.json"), "w") as f:
+             "in_container": in_container(), "peers": peers}
+    name = "model.json" if len(rc["hosts"]) == 1 else "model-%s.json" % rc["current_host"]
+    with open(os.path.join(ML, "model", name), "w") as f:
         json.dump(model, f, sort_keys=True)
     log("model written")
+
+
+def rendezvous(rc):
+    hosts, me = rc["hosts"], rc["current_host"]
+    if me == hosts[0]:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("0.0.0.0", 7777))
+        listener.listen(8)
+        listener.settimeout(60)
+        got = []
+        while len(got) < len(hosts) - 1:
+            conn, _ = listener.accept()
+            with conn:
+                got.append(conn.makefile().readline().strip())
+                conn.sendall(b"ok\n")
+        log("rendezvous: heard from %s" % ",".join(sorted(got)))
+        return sorted(got)
+    deadline = time.time() + 60
+    while True:
+        try:
+            with socket.create_connection((hosts[0], 7777), timeout=2) as conn:
+                conn.sendall(me.encode() + b"\n")
+                conn.makefile().readline()
+                address = conn.getpeername()[0]
+                log("rendezvous: reached %s at %s" % (hosts[0], address))
+                return [address]
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def serve():

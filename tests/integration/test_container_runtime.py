@@ -24,6 +24,7 @@ several ml.m5.large share 2 cores, ml.m5.large declared 1 vCPU, no CPU fallback 
 """
 
 import collections
+import ipaddress
 import json
 import os
 import subprocess
@@ -290,6 +291,36 @@ def test_failure_file_is_the_failure_reason(env):
     assert d["TrainingJobStatus"] == "Failed"
     assert d["FailureReason"] == text
     assert "failing as asked" in th.job_log_lines(env.logs, name)
+
+
+def test_stop_training_job_delivers_sigterm_and_uploads_the_model(env):
+    name = th.unique_name("ctr-stop")
+    create_job(env, name, hyperparameters={"ticks": "300", "sigterm": "1"})
+    th.wait_until(lambda: "tick 1" in th.job_log_lines(env.logs, name), timeout=60, what="tick 1 of %s" % name)
+    env.sm.stop_training_job(TrainingJobName=name)
+    d = th.wait_for_status(env.sm, name, timeout=60, server=env.server)
+    assert d["TrainingJobStatus"] == "Stopped", (d["TrainingJobStatus"], d.get("FailureReason"))
+    assert "caught SIGTERM" in th.job_log_lines(env.logs, name)
+    files = th.model_files(env.s3, d)
+    assert json.loads(files["stopped.json"]) == {"stopped": True, "hostname": "algo-1"}, sorted(files)
+
+
+def test_two_hosts_reach_each_other_by_name(env):
+    """A two-host job: algo-2 connects to algo-1:7777 by name (the job's network; on the container
+    runtime each container in its holder's namespace), both hosts' models in one model.tar.gz."""
+    name = th.unique_name("ctr-2host")
+    req = th.training_request(name, env.bucket, image=env.image, hyperparameters={"rendezvous": "1"})
+    req["ResourceConfig"]["InstanceCount"] = 2
+    env.sm.create_training_job(**req)
+    d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    files = th.model_files(env.s3, d)
+    first, second = json.loads(files["model-algo-1.json"]), json.loads(files["model-algo-2.json"])
+    assert (first["hostname"], second["hostname"]) == ("algo-1", "algo-2")
+    assert first["in_container"] is env.podman and second["in_container"] is env.podman
+    assert first["peers"] == ["algo-2"], first
+    if os.geteuid() == 0:  # namespaced: algo-1 is reached at its own address in the server's range
+        assert ipaddress.ip_address(second["peers"][0]) in ipaddress.ip_network(CIDRS[env.runtime]), second
 
 
 # ---------------------------------------------------------------------------------------------
