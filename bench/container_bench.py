@@ -232,18 +232,21 @@ def main():
         for runtime in ("process", "podman"):
             with Server(work, runtime) as server:
                 if not args.skip_start:
-                    res["job", runtime] = measure_jobs(server, start_ref if runtime == "podman" else "local:" + start_prog,
-                                                       args.runs, args.pause)
+                    image = start_ref if runtime == "podman" else "local:" + start_prog
+                    res["job", runtime] = measure_jobs(server, image, args.runs, args.pause)
                 if not args.skip_invoke:
                     res["invoke", runtime] = measure_invoke(
                         server, images["byo"] if runtime == "podman" else serve_local, args.invokes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print("cpus: %d   runs per row: %d   images ready in %.2f s (built or found)" % (os.cpu_count(), args.runs, build_s))
+    print("cpus: %d   runs per row: %d   images ready in %.2f s (built or found)"
+          % (os.cpu_count(), args.runs, build_s))
     if not args.skip_start:
-        print("\n%-46s %8s %8s %8s" % ("start: spawn/answer -> program's first line", "median", "min", "max"))
-        print(row("bare (python3 prog)", [s[0] for s in res["bare"]] if not isinstance(res["bare"], str) else res["bare"]))
+        print("\n%-46s %8s %8s %8s" % ("start: spawn/answer -> program's first line", "median", "min",
+                                        "max"))
+        bare = res["bare"]
+        print(row("bare (python3 prog)", bare if isinstance(bare, str) else [s[0] for s in bare]))
         print(row("Kiln process runtime (local:)", res["job", "process"]))
         print(row("Kiln container runtime (Podman)", res["job", "podman"]))
         for key, label in (("run-none", "podman run --rm --network none"), ("run-default", "podman run --rm")):

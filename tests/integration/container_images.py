@@ -67,7 +67,7 @@ train: reads every file of channel `channel` (hyperparameter, default "train") u
   they reached it at).
 serve: answers on $SAGEMAKER_BIND_TO_PORT (default 8080) GET /ping 200 and POST /invocations with
   {"echo": the request body, "model": /opt/ml/model/model.json or null, "hostname",
-  "tag": $MODEL_TAG,
+  "tag": $MODEL_TAG, "address": its host name's address, "port",
   "started": when this process started, "pid", "in_container"}; exits 0 on SIGTERM.
 """
 import json
@@ -202,10 +202,14 @@ def serve():
                 self.answer(404, b"not found", "text/plain")
                 return
             out = {"echo": data.decode("utf-8", "replace"), "model": model, "hostname": hostname(),
-                   "tag": os.environ.get("MODEL_TAG"),
+                   "tag": os.environ.get("MODEL_TAG"), "address": address, "port": port,
                    "started": STARTED, "pid": os.getpid(), "in_container": in_container()}
             self.answer(200, json.dumps(out).encode())
 
+    try:
+        address = socket.gethostbyname(hostname())  # the instance's address (its /etc/hosts line)
+    except OSError:
+        address = None
     ThreadingHTTPServer.allow_reuse_address = True
     ThreadingHTTPServer.daemon_threads = True
     server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
