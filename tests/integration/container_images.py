@@ -64,7 +64,8 @@ train: reads every file of channel `channel` (hyperparameter, default "train") u
   "caught SIGTERM", writes model/stopped.json and exits 0. With rendezvous=1 the first host of
   resourceconfig.json listens on 7777 and every other host connects to it by name (algo-1) and sends
   its own name; "peers" holds the names the first host received (or, on the others, the address
-  they reached it at).
+  they reached it at). With contract=1 it writes model/contract.json (environment, /dev/shm size,
+  rlimits, uid, cwd, config files, /opt/ml entries, host name).
 serve: answers on $SAGEMAKER_BIND_TO_PORT (default 8080) GET /ping 200 and POST /invocations with
   {"echo": the request body, "model": /opt/ml/model/model.json or null, "hostname",
   "tag": $MODEL_TAG, "address": its host name's address, "port",
@@ -122,6 +123,8 @@ def train():
     with open(os.path.join(ML, "input/config/resourceconfig.json")) as f:
         rc = json.load(f)
     peers = rendezvous(rc) if hp.get("rendezvous") == "1" else None
+    if hp.get("contract") == "1":
+        write_contract()
     for i in range(int(hp.get("ticks", "0"))):
         log("tick %d" % i)
         time.sleep(1)
@@ -136,6 +139,24 @@ def train():
     with open(os.path.join(ML, "model", name), "w") as f:
         json.dump(model, f, sort_keys=True)
     log("model written")
+
+
+def write_contract():
+    import resource
+    shm = os.statvfs("/dev/shm")
+    contract = {
+        "env": dict(os.environ),
+        "shm_bytes": shm.f_blocks * shm.f_frsize,
+        "limits": {name: list(resource.getrlimit(getattr(resource, "RLIMIT_" + name.upper())))
+                   for name in ("nofile", "nproc", "memlock", "stack")},
+        "uid": os.getuid(),
+        "cwd": os.getcwd(),
+        "config_files": sorted(os.listdir(os.path.join(ML, "input/config"))),
+        "ml_dirs": sorted(d for d in os.listdir(ML)),
+        "hostname": socket.gethostname(),
+    }
+    with open(os.path.join(ML, "model/contract.json"), "w") as f:
+        json.dump(contract, f, sort_keys=True)
 
 
 def rendezvous(rc):

@@ -27,6 +27,7 @@ import collections
 import ipaddress
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -320,6 +321,60 @@ def test_two_hosts_reach_each_other_by_name(env):
     assert first["peers"] == ["algo-2"], first
     if os.geteuid() == 0:  # namespaced: algo-1 is reached at its own address in the server's range
         assert ipaddress.ip_address(second["peers"][0]) in ipaddress.ip_network(CIDRS[env.runtime]), second
+
+
+CONTRACTS = {}  # runtime -> contract.json of test_the_contract_inside_matches_the_process_runtime
+# Variables that are the image's or the engine's, not Kiln's contract (design: env without PATH/HOME/LANG).
+NOT_CONTRACT = {"PATH", "HOME", "LANG", "HOSTNAME", "TERM", "container", "PWD", "SHLVL", "_", "LC_CTYPE"}
+
+
+def test_the_contract_inside_matches_the_process_runtime(env):
+    """What the training program sees (training-contract.md): the variables Kiln sets, /dev/shm, the
+    rlimits, /opt/ml and its config files, the host name. On podman, compared with what the same
+    program saw on the process runtime earlier in this module (when that ran)."""
+    name = th.unique_name("ctr-contract")
+    create_job(env, name, hyperparameters={"contract": "1"},
+               channels=[th.s3_channel("train", put_channel(env, "contract/train", {"c.csv": "1\n"}))])
+    d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    c = json.loads(th.model_files(env.s3, d)["contract.json"])
+    CONTRACTS[env.runtime] = c
+    assert c["hostname"] == "algo-1"
+    assert c["env"].get("TRAINING_JOB_NAME") == name, sorted(c["env"])
+    assert c["env"].get("AWS_ENDPOINT_URL"), sorted(c["env"])
+    assert {"hyperparameters.json", "resourceconfig.json", "inputdataconfig.json"} <= set(c["config_files"]), c
+    assert c["shm_bytes"] > 64 << 20, c["shm_bytes"]  # not the engine's 64 MiB default
+    if not env.podman:
+        return
+    p = CONTRACTS.get("process")
+    if p is None:
+        pytest.skip("the process runtime's half did not run in this session: nothing to compare with")
+    ours = {k for k in c["env"] if k not in NOT_CONTRACT}
+    theirs = {k for k in p["env"] if k not in NOT_CONTRACT}
+    assert ours == theirs, ("only in the container: %s; only on the process runtime: %s"
+                            % (sorted(ours - theirs), sorted(theirs - ours)))
+    varying = {"TRAINING_JOB_NAME", "TRAINING_JOB_ARN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "S3_ENDPOINT_URL",
+               "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "KILN_RSH_TOKEN"}
+    differ = {k: (c["env"][k], p["env"][k]) for k in ours if k not in varying and c["env"][k] != p["env"][k]}
+    assert differ == {}, differ
+    assert (c["config_files"], c["ml_dirs"], c["uid"]) == (p["config_files"], p["ml_dirs"], p["uid"]), (c, p)
+    # Limits as on the process runtime, except those the server said it lowered to the engine's own
+    # hard limit (crun cannot raise them; logged at start as `container ulimits differ ... hard="nproc=N"`).
+    lowered = {}
+    for line in env.server.log_text().splitlines():
+        m = re.search(r'msg="container ulimits differ from the server\'s" hard="([^"]*)"', line)
+        if m:
+            lowered = {k: int(v) for k, v in (item.split("=") for item in m.group(1).split(",") if item)}
+    for limit, (soft, hard) in p["limits"].items():
+        if limit in lowered:
+            assert c["limits"][limit][1] == lowered[limit] and lowered[limit] < (hard if hard >= 0 else 1 << 62), \
+                (limit, c["limits"][limit], hard, lowered)
+        else:
+            assert c["limits"][limit] == [soft, hard], (limit, c["limits"][limit], [soft, hard])
+    # /dev/shm: container_engine.shm_fraction (0.5) of the instance's memory (ml.m5.large: 8 GiB, not
+    # shrunk on this host). (The process runtime mounts a private tmpfs of the kernel's default size,
+    # half the node's RAM, so the two differ here by design.)
+    assert c["shm_bytes"] == 4 << 30, c["shm_bytes"]
 
 
 # ---------------------------------------------------------------------------------------------
