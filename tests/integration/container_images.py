@@ -35,6 +35,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 
 DEFAULT_SOCKET = "/run/podman/podman.sock"
@@ -611,10 +612,18 @@ def urllib_quote(s):
     return urllib.parse.quote(s, safe="")
 
 
+UNIT_BASE = "localhost/kiln-unit-base:latest"
+
 if __name__ == "__main__":
     import time
     t0 = time.monotonic()
     check_podman()
+    if sys.argv[1:] == ["--unit-base"]:
+        # The C++ unit tests' live cases (runtime_docker_test) run this image: the base (sh,
+        # sleep, python3) under a fixed name, so that they need no Python to find it.
+        podman("tag", base_image(), UNIT_BASE)
+        print(UNIT_BASE)
+        sys.exit(0)
     refs = all_images()
     print(json.dumps(refs, indent=1))
     print("%.2f s" % (time.monotonic() - t0))

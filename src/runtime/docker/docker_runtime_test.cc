@@ -828,11 +828,11 @@ class DockerRuntimePodmanTest : public ::testing::Test {
     spec.opt_ml_dir = root_ + "/opt_ml";
     spec.hostname = "algo-1";
     spec.argv = {script};
-    spec.container = ContainerImage{kLiveImage, kLiveImage, std::vector<std::string>{"/usr/bin/sh", "-c"}};
+    spec.container = ContainerImage{kLiveImage, kLiveImage, std::vector<std::string>{"/bin/sh", "-c"}};
     return spec;
   }
 
-  static constexpr char kLiveImage[] = "localhost/kiln-exp-base";
+  static constexpr char kLiveImage[] = "localhost/kiln-unit-base:latest";
   static constexpr char kSocket[] = "unix:///run/podman/podman.sock";
   std::string root_, label_;
   Runtime* network_holders_ = nullptr;

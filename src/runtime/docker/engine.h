@@ -115,7 +115,8 @@ class Engine {
   // POST /containers/{id}/kill?signal=<n>. A container that is not running: FailedPrecondition.
   virtual Status KillContainer(const std::string& id, int signal) = 0;
   virtual Result<ContainerState> InspectContainer(const std::string& id_or_name) = 0;
-  // DELETE /containers/{id}?force=1&v=1 (anonymous volumes too). NotFound when absent.
+  // DELETE /containers/{id}?force=1&v=1 (anonymous volumes too), a running container SIGKILLed
+  // first (not stopped with its StopTimeout). NotFound when absent.
   virtual Status RemoveContainer(const std::string& id) = 0;
   // GET /containers/json?all=1&filters={"label":[<label_filter>]}, e.g. "kiln.server=ab12cd34".
   virtual Result<std::vector<ContainerSummary>> ListContainers(const std::string& label_filter) = 0;

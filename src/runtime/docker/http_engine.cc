@@ -579,6 +579,11 @@ class HttpEngine final : public Engine {
   }
 
   Status RemoveContainer(const std::string& id) override {
+    // SIGKILL first: a forced DELETE of a running container stops it the engine's way, SIGTERM then
+    // StopTimeout (30 s) later SIGKILL, and a PID 1 without a SIGTERM handler ignores SIGTERM, so
+    // the DELETE took the whole 30 s and ran into the call's timeout (measured on Podman 4.3). The
+    // kill's answer does not matter (a container that is not running refuses it).
+    (void)Send("POST", prefix_ + "/containers/" + EncodePath(id) + "/kill?signal=9");
     std::string target = prefix_ + "/containers/" + EncodePath(id) + "?force=1&v=1";
     ASSIGN_OR_RETURN(EngineHttpResponse response, Send("DELETE", target));
     return Check("DELETE", target, response);

@@ -897,7 +897,7 @@ TEST(HttpEngineTest, ClientCallsMayRunAtOnce) {
 // --- Live: Podman's Docker-compatible socket ----------------------------------------------------
 
 constexpr char kPodmanSocket[] = "/run/podman/podman.sock";
-constexpr char kBaseImage[] = "localhost/kiln-exp-base:latest";
+constexpr char kBaseImage[] = "localhost/kiln-unit-base:latest";
 
 class PodmanLiveTest : public ::testing::Test {
  protected:
@@ -1048,6 +1048,23 @@ TEST_F(PodmanLiveTest, APullFromAnUnreachableRegistryFailsWithTheEnginesWords) {
   Status pulled = engine_->PullImage("localhost:1/kiln-h1/none:1", "", nullptr, Never());
   EXPECT_EQ(pulled.code(), StatusCode::kInternal) << pulled.ToString();
   EXPECT_NE(pulled.message().find("localhost:1"), std::string::npos) << pulled.ToString();
+}
+
+TEST_F(PodmanLiveTest, RemovesARunningContainerThatIgnoresTermWithinTheCallTimeout) {
+  // sh as PID 1 ignores SIGTERM: the engine's own forced remove would wait its StopTimeout (30 s)
+  // before SIGKILL and outlast a 10 s call timeout; RemoveContainer kills it first.
+  std::string name = "kiln-h1-" + std::to_string(::getpid()) + "-termdeaf";
+  created_.push_back(name);
+  json body = {{"Image", kBaseImage}, {"Cmd", {"sh", "-c", "sleep 60"}}, {"StopTimeout", 30}};
+  auto id = engine_->CreateContainer(name, body);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(engine_->StartContainer(*id).ok());
+  HttpEngineOptions options;
+  options.socket = std::string("unix://") + kPodmanSocket;
+  options.timeout_ms = 10000;
+  Status removed = OpenHttpEngine(options)->RemoveContainer(*id);
+  ASSERT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_EQ(engine_->InspectContainer(*id).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(PodmanLiveTest, KillStatsAndADuplicateName) {
