@@ -382,6 +382,7 @@ Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
   const std::string gpu_mode = options.container.gpu_mode == docker::GpuRequestMode::kCdi       ? "cdi"
                                : options.container.gpu_mode == docker::GpuRequestMode::kDevices ? "devices"
                                                                                                 : "device_requests";
+  if (version.ok()) options.engine_is_podman = version->podman;
   options.images.ecr_mirror = ce.ecr_mirror;
   for (const auto& [host, credential] : ce.registries) {
     options.images.registries[host] = docker::RegistryCredential{credential.username, credential.password};

@@ -181,7 +181,8 @@ size_t PieceCount(const LogLine& line) {
 
 class DockerRuntime final : public Runtime {
  public:
-  explicit DockerRuntime(DockerRuntimeOptions options) : options_(std::move(options)) {}
+  explicit DockerRuntime(DockerRuntimeOptions options)
+      : options_(std::move(options)), podman_(options_.engine_is_podman) {}
   ~DockerRuntime() override;
   DockerRuntime(const DockerRuntime&) = delete;
   DockerRuntime& operator=(const DockerRuntime&) = delete;

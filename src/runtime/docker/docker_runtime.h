@@ -53,6 +53,7 @@
 // Thread-safety: every method may be called from any thread.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -74,6 +75,10 @@ struct DockerRuntimeOptions {
   // The holders' state dir (for their started.json: the pid of the program whose namespace containers join).
   std::string network_holders_state_dir;
   std::chrono::seconds engine_lost_after{60};
+  // Whether the engine is Podman, when the caller already asked it (Engine::Version takes ~0.45 s
+  // on Podman 4.3: the server's start-up probe answers it, so the first Launch does not ask again).
+  // Unset: asked at the first Launch that needs it.
+  std::optional<bool> engine_is_podman;
 };
 
 // InvalidArgument when an option is missing. Does not need the engine to be up.
