@@ -135,11 +135,29 @@ def train():
         log("failing as asked")
         sys.exit(1)
     model = {"channel": channel, "files": files, "hyperparameters": hp, "hostname": hostname(),
-             "in_container": in_container(), "peers": peers}
+             "in_container": in_container(), "peers": peers, "probes": probe(hp)}
     name = "model.json" if len(rc["hosts"]) == 1 else "model-%s.json" % rc["current_host"]
     with open(os.path.join(ML, "model", name), "w") as f:
         json.dump(model, f, sort_keys=True)
     log("model written")
+
+
+def probe(hp):
+    """{"host:port": connected?} for hyperparameter probes="host:port,..." and, with
+    probe_endpoint=1, Kiln's endpoint as AWS_ENDPOINT_URL names it (EnableNetworkIsolation)."""
+    targets = [t for t in hp.get("probes", "").split(",") if t]
+    if hp.get("probe_endpoint") == "1":
+        url = os.environ.get("AWS_ENDPOINT_URL", "")
+        targets.append(url.split("//", 1)[-1].split("/", 1)[0])
+    results = {}
+    for target in targets:
+        host, port = target.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=3).close()
+            results[target] = True
+        except OSError:
+            results[target] = False
+    return results
 
 
 def write_contract():

@@ -39,6 +39,7 @@ from botocore.exceptions import ClientError
 import container_images as ci
 import endpoint_helpers as eh
 import kiln_harness as kh
+import network_helpers as nh
 import sdk_helpers
 import training_helpers as th
 
@@ -321,6 +322,38 @@ def test_two_hosts_reach_each_other_by_name(env):
     assert first["peers"] == ["algo-2"], first
     if os.geteuid() == 0:  # namespaced: algo-1 is reached at its own address in the server's range
         assert ipaddress.ip_address(second["peers"][0]) in ipaddress.ip_network(CIDRS[env.runtime]), second
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-instance networks (and so isolation) need root")
+def test_network_isolation_keeps_the_node_and_kiln_out_of_reach(env):
+    """EnableNetworkIsolation: the program reaches neither the node (a listener on its address) nor
+    Kiln's endpoint; the same probes from a job without isolation connect (on the container runtime
+    the container is in its holder's isolated namespace)."""
+    listener = nh.NodeListener()
+    try:
+        target = "%s:%d" % (nh.node_address(), listener.port)
+        hps = {"probes": target, "probe_endpoint": "1"}
+        names = {}
+        for isolated in (True, False):
+            name = th.unique_name("ctr-iso" if isolated else "ctr-open")
+            req = th.training_request(name, env.bucket, image=env.image, hyperparameters=hps)
+            if isolated:
+                req["EnableNetworkIsolation"] = True
+            env.sm.create_training_job(**req)
+            names[isolated] = name
+        for isolated, name in names.items():
+            d = th.wait_for_status(env.sm, name, timeout=120, server=env.server)
+            assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+            model = json.loads(th.model_files(env.s3, d)["model.json"])
+            assert model["in_container"] is env.podman
+            probes = model["probes"]
+            assert len(probes) == 2, probes
+            if isolated:
+                assert not any(probes.values()), probes
+            else:
+                assert all(probes.values()), probes
+    finally:
+        listener.close()
 
 
 CONTRACTS = {}  # runtime -> contract.json of test_the_contract_inside_matches_the_process_runtime
