@@ -402,11 +402,17 @@ Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
           {"images", Join(ce.images, ",")},
           {"gpus", gpu_mode},
           {"server_label", label}});
-    if (!version->podman && config_.network.mode != "host") {
-      KLOG(warn, "container instances with their own network need Podman",
-           {{"reason", version->name +
-                           " has no ns: network mode: a container instance fails to launch when per-instance "
-                           "networks are on; use Podman's socket, or set network.mode to host"}});
+    if (!version->podman) {
+      // Docker Engine cannot join a container to a namespace it did not make (no ns: network
+      // mode): under network.mode auto every instance then shares the node's network
+      // (OpenNetworks); under "namespaces" container instances fail to launch, saying so.
+      container_engine_cannot_join_namespaces_ = version->name;
+      if (config_.network.mode == "namespaces") {
+        KLOG(warn, "container instances with their own network need Podman",
+             {{"reason", version->name +
+                             " has no ns: network mode: a container instance fails to launch while network.mode "
+                             "is namespaces; use Podman's socket, or set network.mode to auto or host"}});
+      }
     }
   } else {
     KLOG(warn, "container engine unreachable",
@@ -430,6 +436,13 @@ Status Server::OpenNetworks() {
   const NetworkConfig& n = config_.network;
   if (n.mode == "host") {
     KLOG(info, "instances share the node's network", {{"reason", "network.mode is host"}});
+    return Status::Ok();
+  }
+  if (n.mode == "auto" && !container_engine_cannot_join_namespaces_.empty()) {
+    KLOG(warn, "instances share the node's network",
+         {{"reason", "network.mode auto: the container engine (" + container_engine_cannot_join_namespaces_ +
+                         ") cannot join a container to a network namespace (no ns: network mode); use Podman's "
+                         "socket for per-instance networks"}});
     return Status::Ok();
   }
   runtime::BridgeNetworksOptions options;

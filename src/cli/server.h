@@ -82,6 +82,10 @@ class Server {
   // containers (runtime/docker/docker_runtime.h), over <data_dir>/container-networks; the
   // container runtime in runtime_ points at it, so it is declared (and outlives it) before.
   std::unique_ptr<runtime::Runtime> network_holders_;
+  // The container engine's name when it is not Podman (Docker Engine cannot join a container to a
+  // network namespace it did not make): network.mode auto then keeps every instance on the node's
+  // network. Empty for Podman, no engine, or an engine that did not answer at start.
+  std::string container_engine_cannot_join_namespaces_;
   // The process runtime, or (with a container engine) the routed runtime over the process and
   // container runtimes.
   std::unique_ptr<runtime::Runtime> runtime_;

@@ -532,7 +532,8 @@ Status DockerRuntime::Launch(const InstanceSpec& spec_in) {
           "instance " + id + " needs a network of its own (" + spec.network->network +
           "), and the container engine at " + engine().address() +
           " is Docker, which cannot join a container to an existing network namespace: use Podman's socket for "
-          "container_engine.socket, or set network.mode to host in the Kiln config file");
+          "container_engine.socket, or set network.mode to auto (every instance then shares the node's network) or "
+          "host in the Kiln config file");
     }
   }
 
