@@ -46,6 +46,7 @@ test_pkgs=(
   clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)
   nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
   podman crun netavark catatonit           # the container runtime's tests: Podman's Docker-compatible API (scripts/podman-setup.sh)
+  docker-registry                          # a registry on loopback for the container runtime's pull tests (test_container_registry.py)
 )
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.
