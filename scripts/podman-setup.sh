@@ -75,6 +75,18 @@ check_storage() {
   echo "podman-setup: storage: $info"
 }
 
+# A service whose working directory was deleted (started from a checkout that is gone, e.g. an
+# earlier test run's clone) answers pings but cannot start containers: conmon fails "Failed to get
+# working directory". Such a service is replaced.
+for pid in $(pgrep -f "podman system service --time=0 unix://$socket" || true); do
+  case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in
+    *" (deleted)")
+      echo "podman-setup: replacing the API service $pid (its working directory was deleted)"
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+      ;;
+  esac
+done
 if ping_socket; then
   check_storage
   echo "podman-setup: Podman's API answers at unix://$socket"
@@ -84,7 +96,8 @@ mkdir -p "$(dirname "$socket")"
 # A socket file left by a service that died would make the new one fail to bind.
 [ -S "$socket" ] && rm -f "$socket"
 # Its own session, so that it outlives this script (and the test run's process group).
-setsid podman system service --time=0 "unix://$socket" >"$log" 2>&1 < /dev/null &
+# From /: the service (and every conmon it starts) keeps its working directory for its whole life.
+(cd / && setsid podman system service --time=0 "unix://$socket" >"$log" 2>&1 < /dev/null &)
 for _ in $(seq 1 80); do
   if ping_socket; then
     check_storage
