@@ -97,7 +97,11 @@ mkdir -p "$(dirname "$socket")"
 [ -S "$socket" ] && rm -f "$socket"
 # Its own session, so that it outlives this script (and the test run's process group).
 # From /: the service (and every conmon it starts) keeps its working directory for its whole life.
-(cd / && setsid podman system service --time=0 "unix://$socket" >"$log" 2>&1 < /dev/null &)
+# The redirections cover the whole background job and `exec` leaves no shell copy behind: a copy
+# that forked setsid and waited for it kept this script's stdout open for the service's whole life,
+# so a caller reading our output (`out=$(podman-setup.sh)`, test.sh) never saw it end; that hung a
+# fresh machine's CI run, where the service was not yet running.
+(cd / && exec setsid podman system service --time=0 "unix://$socket") >"$log" 2>&1 </dev/null &
 for _ in $(seq 1 80); do
   if ping_socket; then
     check_storage

@@ -24,12 +24,17 @@ echo "== container engine"
 # Podman's API service for the container runtime's tests (runtime_docker_test's live cases and
 # tests/integration/test_container_*.py): they run on KILN_PODMAN_SOCKET, exported only when it
 # answers, and otherwise skip saying why.
-if podman_out=$(scripts/podman-setup.sh 2>&1); then
+# Output through a file, not $(...): a reader of a pipe waits for every process holding it, and
+# the script starts a long-lived service. Bounded, so that no engine state can stall the run.
+podman_log=$(mktemp)
+if timeout 300 scripts/podman-setup.sh >"$podman_log" 2>&1; then podman_ok=1; else podman_ok=0; fi
+podman_out=$(cat "$podman_log"); rm -f "$podman_log"
+if [ $podman_ok = 1 ]; then
   echo "$podman_out"
   export KILN_PODMAN_SOCKET=/run/podman/podman.sock
   # The unit tests' live cases run localhost/kiln-unit-base (tests/integration/container_images.py
   # builds it from the host's files in about a second); without it they skip.
-  /usr/bin/python3 tests/integration/container_images.py --unit-base || echo "test.sh: the unit tests' base image could not be built (their live Podman cases will skip)"
+  timeout 600 /usr/bin/python3 tests/integration/container_images.py --unit-base || echo "test.sh: the unit tests' base image could not be built (their live Podman cases will skip)"
 else
   echo "$podman_out"
   KILN_PODMAN_SKIP_REASON="Podman is not usable here: $(echo "$podman_out" | tail -n 1)"
