@@ -1,0 +1,839 @@
+#include "remote/agent_session.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
+#include <libssh/server.h>
+
+#include "base/fs.h"
+#include "remote/sftp_handler.h"
+
+namespace kiln::remote {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Deleters for libssh's handles.
+struct SessionFree {
+  void operator()(ssh_session s) const { ssh_free(s); }
+};
+struct BindFree {
+  void operator()(ssh_bind b) const { ssh_bind_free(b); }
+};
+struct EventFree {
+  void operator()(ssh_event e) const { ssh_event_free(e); }
+};
+struct KeyFree {
+  void operator()(ssh_key k) const { ssh_key_free(k); }
+};
+using KeyPtr = std::unique_ptr<ssh_key_struct, KeyFree>;
+
+std::string PublicLine(ssh_key key) {
+  char* b64 = nullptr;
+  if (ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK) return "";
+  std::string line = std::string(ssh_key_type_to_char(ssh_key_type(key))) + " " + b64;
+  ssh_string_free_char(b64);
+  return line;
+}
+
+// The signal names of RFC 4254 §6.10 ("INT", not "SIGINT").
+int SignalFromName(const std::string& name) {
+  static const std::map<std::string, int> kSignals = {
+      {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {"FPE", SIGFPE},   {"HUP", SIGHUP},   {"ILL", SIGILL},
+      {"INT", SIGINT},   {"KILL", SIGKILL}, {"PIPE", SIGPIPE}, {"QUIT", SIGQUIT}, {"SEGV", SIGSEGV},
+      {"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+  auto it = kSignals.find(name);
+  return it == kSignals.end() ? 0 : it->second;
+}
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGABRT: return "ABRT";
+    case SIGALRM: return "ALRM";
+    case SIGFPE: return "FPE";
+    case SIGHUP: return "HUP";
+    case SIGILL: return "ILL";
+    case SIGINT: return "INT";
+    case SIGKILL: return "KILL";
+    case SIGPIPE: return "PIPE";
+    case SIGQUIT: return "QUIT";
+    case SIGSEGV: return "SEGV";
+    case SIGTERM: return "TERM";
+    case SIGUSR1: return "USR1";
+    case SIGUSR2: return "USR2";
+    default: return "SIG" + std::to_string(sig);
+  }
+}
+
+void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Connects to host:port (blocking); -1 with errno on failure.
+int ConnectTcp(const std::string& host, int port) {
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* found = nullptr;
+  std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) {
+    errno = EHOSTUNREACH;
+    return -1;
+  }
+  int fd = -1;
+  for (struct addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+// Listens on address:port (port 0: any); returns the fd and sets *bound_port, or -1.
+int ListenTcp(const std::string& address, int port, int* bound_port) {
+  std::string host = address;
+  if (host.empty() || host == "localhost") host = "127.0.0.1";
+  if (host == "*" || host == "0.0.0.0") host = "0.0.0.0";
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  struct addrinfo* found = nullptr;
+  std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (struct addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 16) == 0) break;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return -1;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                         : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+class Connection;
+
+// One SSH channel and what it is connected to: a child (session channels), a TCP socket
+// (direct-tcpip / forwarded-tcpip) or the sftp handler.
+struct Channel {
+  enum class Kind { kSession, kTcp };
+  Connection* connection = nullptr;
+  ssh_channel channel = nullptr;
+  Kind kind = Kind::kSession;
+  ssh_channel_callbacks_struct callbacks;
+  // Session state set by requests before shell/exec.
+  std::vector<std::string> env;
+  bool want_pty = false;
+  std::string term;
+  struct winsize size {};
+  // The child (session) or socket (tcp); -1 when none.
+  pid_t pid = -1;
+  int out_fd = -1;  // child's stdout (or the PTY master) / the socket; read into the channel
+  int err_fd = -1;  // child's stderr (no PTY)
+  int in_fd = -1;   // child's stdin (or the PTY master again) / the socket; written from the channel
+  bool out_open = false;
+  bool err_open = false;
+  bool child_exited = false;
+  int wait_status = 0;
+  std::unique_ptr<SftpHandler> sftp;
+  bool closed_by_peer = false;  // the client sent CLOSE
+  bool finished = false;        // we closed it; the entry is freed by the loop
+};
+
+// A tcpip-forward listener.
+struct Forward {
+  Connection* connection = nullptr;
+  std::string address;
+  int port = 0;
+  int fd = -1;
+};
+
+// The state of one connection; lives on Serve()'s stack.
+class Connection {
+ public:
+  Connection(const AgentSession& agent, ssh_session session, ssh_event event)
+      : agent_(agent), options_(agent.options()), session_(session), event_(event) {}
+  ~Connection() { Shutdown(); }
+
+  bool authenticated() const { return authenticated_; }
+  std::vector<KeyPtr>& keys() { return keys_; }
+  void Run();
+
+  // libssh callbacks (userdata is the Connection or the Channel).
+  static int OnAuthPubkey(ssh_session, const char* user, ssh_key key, char state, void* self);
+  static ssh_channel OnSessionOpen(ssh_session, void* self);
+  static int OnMessage(ssh_session, ssh_message msg, void* self);
+  static int OnData(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr, void* ch);
+  static void OnEof(ssh_session, ssh_channel, void* ch);
+  static void OnClose(ssh_session, ssh_channel, void* ch);
+  static void OnSignal(ssh_session, ssh_channel, const char* name, void* ch);
+  static int OnPty(ssh_session, ssh_channel, const char* term, int w, int h, int pw, int ph, void* ch);
+  static int OnWindowChange(ssh_session, ssh_channel, int w, int h, int pw, int ph, void* ch);
+  static int OnEnv(ssh_session, ssh_channel, const char* name, const char* value, void* ch);
+  static int OnShell(ssh_session, ssh_channel, void* ch);
+  static int OnExec(ssh_session, ssh_channel, const char* command, void* ch);
+  static int OnSubsystem(ssh_session, ssh_channel, const char* name, void* ch);
+  static int OnFdReadable(socket_t fd, int revents, void* ch);
+  static int OnForwardAcceptable(socket_t fd, int revents, void* self);
+
+ private:
+  Channel* AddChannel(ssh_channel channel, Channel::Kind kind);
+  int StartChild(Channel* ch, const char* command);
+  void WatchFd(Channel* ch, int fd);
+  void UnwatchFd(Channel* ch, int* fd, bool* open);
+  // Copies what `fd` has into the channel; false at EOF/error.
+  bool CopyOut(Channel* ch, int fd, bool is_stderr);
+  void Reap();
+  void FinishChannels();
+  void Finish(Channel* ch);
+  void OpenPendingForwards();
+  void Shutdown();
+
+  const AgentSession& agent_;
+  const AgentOptions& options_;
+  ssh_session session_;
+  ssh_event event_;
+  std::vector<KeyPtr> keys_;
+  bool authenticated_ = false;
+  std::list<Channel> channels_;  // list: Channel addresses are userdata for libssh
+  std::list<Forward> forwards_;
+  // Connections accepted on a forward, waiting for their forwarded-tcpip channel to be opened
+  // outside the poll callback: (socket, forward).
+  std::vector<std::pair<int, Forward*>> pending_accepts_;
+};
+
+int Connection::OnAuthPubkey(ssh_session, const char*, ssh_key key, char state, void* self) {
+  auto* conn = static_cast<Connection*>(self);
+  bool known = false;
+  for (const KeyPtr& allowed : conn->keys_) {
+    if (ssh_key_cmp(allowed.get(), key, SSH_KEY_CMP_PUBLIC) == 0) known = true;
+  }
+  if (!known) return SSH_AUTH_DENIED;
+  // STATE_NONE is the client asking whether the key would do; only a valid signature logs in.
+  if (state == SSH_PUBLICKEY_STATE_NONE) return SSH_AUTH_SUCCESS;
+  if (state != SSH_PUBLICKEY_STATE_VALID) return SSH_AUTH_DENIED;
+  conn->authenticated_ = true;
+  return SSH_AUTH_SUCCESS;
+}
+
+Channel* Connection::AddChannel(ssh_channel channel, Channel::Kind kind) {
+  Channel& ch = channels_.emplace_back();
+  ch.connection = this;
+  ch.channel = channel;
+  ch.kind = kind;
+  memset(&ch.callbacks, 0, sizeof(ch.callbacks));
+  ch.callbacks.userdata = &ch;
+  ch.callbacks.channel_data_function = OnData;
+  ch.callbacks.channel_eof_function = OnEof;
+  ch.callbacks.channel_close_function = OnClose;
+  if (kind == Channel::Kind::kSession) {
+    ch.callbacks.channel_signal_function = OnSignal;
+    ch.callbacks.channel_pty_request_function = OnPty;
+    ch.callbacks.channel_pty_window_change_function = OnWindowChange;
+    ch.callbacks.channel_env_request_function = OnEnv;
+    ch.callbacks.channel_shell_request_function = OnShell;
+    ch.callbacks.channel_exec_request_function = OnExec;
+    ch.callbacks.channel_subsystem_request_function = OnSubsystem;
+  }
+  ssh_callbacks_init(&ch.callbacks);
+  ssh_set_channel_callbacks(channel, &ch.callbacks);
+  return &ch;
+}
+
+ssh_channel Connection::OnSessionOpen(ssh_session session, void* self) {
+  auto* conn = static_cast<Connection*>(self);
+  if (!conn->authenticated_) return nullptr;
+  ssh_channel channel = ssh_channel_new(session);
+  if (channel == nullptr) return nullptr;
+  conn->AddChannel(channel, Channel::Kind::kSession);
+  return channel;
+}
+
+int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
+  auto* conn = static_cast<Connection*>(self);
+  if (!conn->authenticated_) return 1;  // default reply: refused
+  int type = ssh_message_type(msg);
+  int subtype = ssh_message_subtype(msg);
+  if (type == SSH_REQUEST_CHANNEL_OPEN && subtype == SSH_CHANNEL_DIRECT_TCPIP) {
+    // -L: connect from here (the agent's network namespace), then accept the channel.
+    int fd = ConnectTcp(ssh_message_channel_request_open_destination(msg),
+                        ssh_message_channel_request_open_destination_port(msg));
+    if (fd < 0) return 1;
+    ssh_channel channel = ssh_message_channel_request_open_reply_accept(msg);
+    if (channel == nullptr) {
+      close(fd);
+      return 0;
+    }
+    Channel* ch = conn->AddChannel(channel, Channel::Kind::kTcp);
+    ch->in_fd = fd;
+    ch->out_fd = fd;
+    conn->WatchFd(ch, fd);
+    ch->out_open = true;
+    return 0;
+  }
+  if (type == SSH_REQUEST_GLOBAL && subtype == SSH_GLOBAL_REQUEST_TCPIP_FORWARD) {
+    // -R: listen here; each accepted connection becomes a forwarded-tcpip channel.
+    std::string address = ssh_message_global_request_address(msg) ? ssh_message_global_request_address(msg) : "";
+    int bound = 0;
+    int fd = ListenTcp(address, ssh_message_global_request_port(msg), &bound);
+    if (fd < 0) return 1;
+    Forward& fwd = conn->forwards_.emplace_back();
+    fwd.address = address;
+    fwd.port = bound;
+    fwd.fd = fd;
+    fwd.connection = conn;
+    ssh_event_add_fd(conn->event_, fd, POLLIN, OnForwardAcceptable, &fwd);
+    ssh_message_global_request_reply_success(msg, static_cast<uint16_t>(bound));
+    return 0;
+  }
+  if (type == SSH_REQUEST_GLOBAL && subtype == SSH_GLOBAL_REQUEST_CANCEL_TCPIP_FORWARD) {
+    std::string address = ssh_message_global_request_address(msg) ? ssh_message_global_request_address(msg) : "";
+    int port = ssh_message_global_request_port(msg);
+    for (auto it = conn->forwards_.begin(); it != conn->forwards_.end(); ++it) {
+      if (it->address == address && it->port == port) {
+        ssh_event_remove_fd(conn->event_, it->fd);
+        close(it->fd);
+        std::erase_if(conn->pending_accepts_, [&](const auto& p) { return p.second == &*it; });
+        conn->forwards_.erase(it);
+        ssh_message_global_request_reply_success(msg, 0);
+        return 0;
+      }
+    }
+    return 1;
+  }
+  return 1;
+}
+
+int Connection::OnForwardAcceptable(socket_t fd, int, void* fwd_ptr) {
+  auto* fwd = static_cast<Forward*>(fwd_ptr);
+  int client = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (client < 0) return 0;
+  // Opening a channel waits for the client's answer, which must not happen inside the poll
+  // callback: the loop opens it (OpenPendingForwards).
+  fwd->connection->pending_accepts_.emplace_back(client, fwd);
+  return 0;
+}
+
+void Connection::OpenPendingForwards() {
+  auto pending = std::move(pending_accepts_);
+  pending_accepts_.clear();
+  for (auto [fd, fwd] : pending) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char peer[INET6_ADDRSTRLEN] = "127.0.0.1";
+    int peer_port = 0;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      if (ss.ss_family == AF_INET) {
+        auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+        inet_ntop(AF_INET, &sin->sin_addr, peer, sizeof(peer));
+        peer_port = ntohs(sin->sin_port);
+      } else if (ss.ss_family == AF_INET6) {
+        auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+        inet_ntop(AF_INET6, &sin6->sin6_addr, peer, sizeof(peer));
+        peer_port = ntohs(sin6->sin6_port);
+      }
+    }
+    ssh_channel channel = ssh_channel_new(session_);
+    if (channel == nullptr ||
+        ssh_channel_open_reverse_forward(channel, fwd->address.c_str(), fwd->port, peer, peer_port) != SSH_OK) {
+      if (channel != nullptr) ssh_channel_free(channel);
+      close(fd);
+      continue;
+    }
+    Channel* ch = AddChannel(channel, Channel::Kind::kTcp);
+    ch->in_fd = fd;
+    ch->out_fd = fd;
+    WatchFd(ch, fd);
+    ch->out_open = true;
+  }
+}
+
+void Connection::WatchFd(Channel* ch, int fd) {
+  SetNonBlocking(fd);
+  ssh_event_add_fd(event_, fd, POLLIN, OnFdReadable, ch);
+}
+
+void Connection::UnwatchFd(Channel* ch, int* fd, bool* open) {
+  if (*fd < 0 || !*open) return;
+  ssh_event_remove_fd(event_, *fd);
+  *open = false;
+  // A socket is both in and out: shut down reading only; the write side closes with the channel.
+  if (ch->kind == Channel::Kind::kTcp) {
+    shutdown(*fd, SHUT_RD);
+    return;
+  }
+  if (*fd == ch->in_fd) return;  // the PTY master stays open for input until Finish()
+  close(*fd);
+  *fd = -1;
+}
+
+bool Connection::CopyOut(Channel* ch, int fd, bool is_stderr) {
+  char buf[32 * 1024];
+  for (int rounds = 0; rounds < 8; ++rounds) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      int rc = is_stderr ? ssh_channel_write_stderr(ch->channel, buf, static_cast<uint32_t>(n))
+                         : ssh_channel_write(ch->channel, buf, static_cast<uint32_t>(n));
+      if (rc == SSH_ERROR) return false;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+    return false;  // EOF, or EIO from a PTY master whose slave side is gone
+  }
+  return true;
+}
+
+int Connection::OnFdReadable(socket_t fd, int revents, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  Connection* conn = ch->connection;
+  if (ch->finished || ch->closed_by_peer) return 0;
+  bool is_stderr = fd == ch->err_fd;
+  bool open = (revents & (POLLIN | POLLHUP | POLLERR)) == 0 || conn->CopyOut(ch, fd, is_stderr);
+  if (open) return 0;
+  if (is_stderr) {
+    conn->UnwatchFd(ch, &ch->err_fd, &ch->err_open);
+  } else {
+    conn->UnwatchFd(ch, &ch->out_fd, &ch->out_open);
+  }
+  // A socket's EOF is the end of what it sends: pass it on. A child's channel ends when it exits.
+  if (ch->kind == Channel::Kind::kTcp) ssh_channel_send_eof(ch->channel);
+  return 0;
+}
+
+int Connection::OnData(ssh_session, ssh_channel, void* data, uint32_t len, int, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  // sftp reads its requests from the channel's buffer itself (SftpHandler::Pump).
+  if (ch->sftp != nullptr) return 0;
+  if (ch->in_fd < 0) return static_cast<int>(len);  // nobody to give it to: drop
+  const char* p = static_cast<const char*>(data);
+  uint32_t left = len;
+  while (left > 0) {
+    ssize_t n = write(ch->in_fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        // The child's stdin is full: wait for room rather than lose input (a blocked child that
+        // also writes may stall this connection; flow control is TODO(issue16)).
+        struct pollfd pfd = {ch->in_fd, POLLOUT, 0};
+        poll(&pfd, 1, 1000);
+        continue;
+      }
+      break;  // the reader is gone: drop the rest
+    }
+    p += n;
+    left -= static_cast<uint32_t>(n);
+  }
+  return static_cast<int>(len);
+}
+
+void Connection::OnEof(ssh_session, ssh_channel, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  if (ch->kind == Channel::Kind::kTcp) {
+    if (ch->in_fd >= 0) shutdown(ch->in_fd, SHUT_WR);
+    return;
+  }
+  // Close the child's stdin pipe (a PTY has no EOF of its own; the shell sees ^D if sent).
+  if (!ch->want_pty && ch->in_fd >= 0 && ch->sftp == nullptr) {
+    close(ch->in_fd);
+    ch->in_fd = -1;
+  }
+}
+
+void Connection::OnClose(ssh_session, ssh_channel, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  ch->closed_by_peer = true;
+}
+
+void Connection::OnSignal(ssh_session, ssh_channel, const char* name, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  int sig = SignalFromName(name != nullptr ? name : "");
+  if (sig != 0 && ch->pid > 0 && !ch->child_exited) kill(-ch->pid, sig);
+}
+
+int Connection::OnPty(ssh_session, ssh_channel, const char* term, int w, int h, int pw, int ph, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  if (ch->pid > 0) return -1;
+  ch->want_pty = true;
+  ch->term = term != nullptr ? term : "xterm";
+  ch->size.ws_col = static_cast<unsigned short>(w);
+  ch->size.ws_row = static_cast<unsigned short>(h);
+  ch->size.ws_xpixel = static_cast<unsigned short>(pw);
+  ch->size.ws_ypixel = static_cast<unsigned short>(ph);
+  return 0;
+}
+
+int Connection::OnWindowChange(ssh_session, ssh_channel, int w, int h, int pw, int ph, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  ch->size.ws_col = static_cast<unsigned short>(w);
+  ch->size.ws_row = static_cast<unsigned short>(h);
+  ch->size.ws_xpixel = static_cast<unsigned short>(pw);
+  ch->size.ws_ypixel = static_cast<unsigned short>(ph);
+  if (ch->want_pty && ch->in_fd >= 0) ioctl(ch->in_fd, TIOCSWINSZ, &ch->size);
+  return 0;
+}
+
+int Connection::OnEnv(ssh_session, ssh_channel, const char* name, const char* value, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  if (name == nullptr || *name == '\0' || strchr(name, '=') != nullptr) return -1;
+  ch->env.push_back(std::string(name) + "=" + (value != nullptr ? value : ""));
+  return 0;
+}
+
+int Connection::OnShell(ssh_session, ssh_channel, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  return ch->connection->StartChild(ch, nullptr);
+}
+
+int Connection::OnExec(ssh_session, ssh_channel, const char* command, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  return ch->connection->StartChild(ch, command != nullptr ? command : "");
+}
+
+int Connection::OnSubsystem(ssh_session session, ssh_channel channel, const char* name, void* ch_ptr) {
+  auto* ch = static_cast<Channel*>(ch_ptr);
+  if (name == nullptr || strcmp(name, "sftp") != 0 || ch->pid > 0 || ch->sftp != nullptr) return -1;
+  ch->sftp = std::make_unique<SftpHandler>(session, channel);
+  return 0;
+}
+
+// Forks the shell (command == nullptr) or `shell -c command` for a session channel. Everything
+// the child needs is prepared before fork(): the agent may share its process with other threads,
+// so the child only calls async-signal-safe functions before execve.
+int Connection::StartChild(Channel* ch, const char* command) {
+  if (ch->pid > 0 || ch->sftp != nullptr) return -1;
+  std::vector<std::string> env = options_.environment;
+  std::string shell = options_.shell;
+  for (const std::string& var : env) {
+    if (shell.empty() && var.rfind("SHELL=", 0) == 0) shell = var.substr(6);
+  }
+  if (shell.empty()) shell = "/bin/sh";
+  for (const std::string& var : ch->env) env.push_back(var);
+  if (ch->want_pty) env.push_back("TERM=" + ch->term);
+  std::vector<char*> envp;
+  for (std::string& var : env) envp.push_back(var.data());
+  envp.push_back(nullptr);
+  std::string arg_l = "-l", arg_c = "-c", cmd = command != nullptr ? command : "";
+  std::vector<char*> argv = {shell.data()};
+  if (command == nullptr) {
+    argv.push_back(arg_l.data());
+  } else {
+    argv.push_back(arg_c.data());
+    argv.push_back(cmd.data());
+  }
+  argv.push_back(nullptr);
+  std::string cwd = options_.working_directory.empty() ? "/" : options_.working_directory;
+  const int uid = options_.uid, gid = options_.gid;
+  // Run in the child between fork and exec.
+  auto exec_child = [&]() {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    if (chdir(cwd.c_str()) != 0 && chdir("/") != 0) _exit(126);
+    if (gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(static_cast<gid_t>(gid)) != 0)) _exit(126);
+    if (uid >= 0 && setuid(static_cast<uid_t>(uid)) != 0) _exit(126);
+    execve(shell.c_str(), argv.data(), envp.data());
+    _exit(127);
+  };
+
+  if (ch->want_pty) {
+    int master = -1;
+    pid_t pid = forkpty(&master, nullptr, nullptr, &ch->size);
+    if (pid < 0) return -1;
+    if (pid == 0) exec_child();  // forkpty made it a session leader with the PTY as its terminal
+    fcntl(master, F_SETFD, FD_CLOEXEC);
+    ch->pid = pid;
+    ch->in_fd = master;
+    ch->out_fd = master;
+    ch->out_open = true;
+    WatchFd(ch, master);
+    return 0;
+  }
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0) return -1;
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    close(in_pipe[0]);
+    close(in_pipe[1]);
+    return -1;
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]}) close(fd);
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    return -1;
+  }
+  if (pid == 0) {
+    // Its own session and process group: the agent kills the group when the connection ends.
+    setsid();
+    dup2(in_pipe[0], 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    exec_child();
+  }
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  ch->pid = pid;
+  ch->in_fd = in_pipe[1];
+  ch->out_fd = out_pipe[0];
+  ch->err_fd = err_pipe[0];
+  ch->out_open = true;
+  ch->err_open = true;
+  WatchFd(ch, ch->out_fd);
+  WatchFd(ch, ch->err_fd);
+  return 0;
+}
+
+void Connection::Reap() {
+  for (Channel& ch : channels_) {
+    if (ch.pid <= 0 || ch.child_exited) continue;
+    int status = 0;
+    pid_t got = waitpid(ch.pid, &status, WNOHANG);
+    if (got != ch.pid) continue;
+    ch.child_exited = true;
+    ch.wait_status = status;
+  }
+}
+
+// Sends a finished child's remaining output, its exit status and the close; closes channels the
+// client closed. Children whose channel closed first are killed.
+void Connection::FinishChannels() {
+  for (Channel& ch : channels_) {
+    if (ch.finished) continue;
+    if (ch.sftp != nullptr && !ch.closed_by_peer) {
+      if (!ch.sftp->Pump().ok()) Finish(&ch);
+      continue;
+    }
+    if (ch.closed_by_peer) {
+      Finish(&ch);
+      continue;
+    }
+    if (ch.kind == Channel::Kind::kTcp) {
+      // Done once both directions saw EOF.
+      if (!ch.out_open && ssh_channel_is_eof(ch.channel)) Finish(&ch);
+      continue;
+    }
+    if (ch.pid > 0 && ch.child_exited) {
+      // Whatever the child wrote before exiting is in the pipe / PTY buffer: drain it first.
+      if (ch.out_open && !CopyOut(&ch, ch.out_fd, false)) UnwatchFd(&ch, &ch.out_fd, &ch.out_open);
+      if (ch.err_open && !CopyOut(&ch, ch.err_fd, true)) UnwatchFd(&ch, &ch.err_fd, &ch.err_open);
+      if (WIFSIGNALED(ch.wait_status)) {
+        ssh_channel_request_send_exit_signal(ch.channel, SignalName(WTERMSIG(ch.wait_status)).c_str(),
+                                             WCOREDUMP(ch.wait_status) ? 1 : 0, "", "");
+      } else {
+        ssh_channel_request_send_exit_status(ch.channel, WEXITSTATUS(ch.wait_status));
+      }
+      ssh_channel_send_eof(ch.channel);
+      Finish(&ch);
+    }
+  }
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    // A child still running (client closed its channel) is killed in Finish; free once reaped.
+    if (it->finished && (it->pid <= 0 || it->child_exited)) {
+      ssh_remove_channel_callbacks(it->channel, &it->callbacks);
+      ssh_channel_free(it->channel);
+      it = channels_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Connection::Finish(Channel* ch) {
+  if (ch->finished) return;
+  ch->finished = true;
+  ch->sftp.reset();
+  if (ch->out_open) UnwatchFd(ch, &ch->out_fd, &ch->out_open);
+  if (ch->err_open) UnwatchFd(ch, &ch->err_fd, &ch->err_open);
+  for (int* fd : {&ch->in_fd, &ch->out_fd, &ch->err_fd}) {
+    if (*fd >= 0) {
+      int value = *fd;
+      for (int* other : {&ch->in_fd, &ch->out_fd, &ch->err_fd}) {
+        if (*other == value) *other = -1;
+      }
+      close(value);
+    }
+  }
+  if (ch->pid > 0 && !ch->child_exited) kill(-ch->pid, SIGKILL);
+  if (!ch->closed_by_peer) ssh_channel_close(ch->channel);
+}
+
+void Connection::Run() {
+  auto last_activity = Clock::now();
+  while (true) {
+    int rc = ssh_event_dopoll(event_, 100);
+    int status = ssh_get_status(session_);
+    if ((status & (SSH_CLOSED | SSH_CLOSED_ERROR)) != 0 || !ssh_is_connected(session_)) break;
+    if (rc == SSH_ERROR && errno != EINTR) break;
+    if (rc == SSH_OK) last_activity = Clock::now();
+    OpenPendingForwards();
+    Reap();
+    FinishChannels();
+    if (options_.keepalive_interval_s > 0 &&
+        Clock::now() - last_activity > std::chrono::seconds(options_.keepalive_interval_s)) {
+      ssh_send_keepalive(session_);
+      last_activity = Clock::now();
+    }
+  }
+}
+
+// Kills and reaps every child, closes every descriptor and listener.
+void Connection::Shutdown() {
+  for (Channel& ch : channels_) {
+    ch.closed_by_peer = true;  // the transport is gone: send nothing more
+    Finish(&ch);
+  }
+  for (Channel& ch : channels_) {
+    if (ch.pid > 0 && !ch.child_exited) {
+      int status = 0;
+      while (waitpid(ch.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      ch.child_exited = true;
+    }
+    ssh_remove_channel_callbacks(ch.channel, &ch.callbacks);
+    ssh_channel_free(ch.channel);
+  }
+  channels_.clear();
+  for (Forward& fwd : forwards_) {
+    ssh_event_remove_fd(event_, fwd.fd);
+    close(fwd.fd);
+  }
+  forwards_.clear();
+  for (auto& [fd, fwd] : pending_accepts_) close(fd);
+  pending_accepts_.clear();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options) {
+  std::unique_ptr<AgentSession> agent(new AgentSession());
+  if (options.authorized_keys.empty()) return Status::InvalidArgument("remote agent: no authorized keys");
+  for (const std::string& line : options.authorized_keys) {
+    size_t type_end = line.find(' ');
+    if (type_end == std::string::npos) return Status::InvalidArgument("remote agent: bad public key line: " + line);
+    size_t blob_end = line.find(' ', type_end + 1);
+    std::string type = line.substr(0, type_end);
+    std::string blob =
+        line.substr(type_end + 1, blob_end == std::string::npos ? std::string::npos : blob_end - type_end - 1);
+    ssh_key key = nullptr;
+    if (ssh_pki_import_pubkey_base64(blob.c_str(), ssh_key_type_from_name(type.c_str()), &key) != SSH_OK) {
+      return Status::InvalidArgument("remote agent: unparsable public key: " + line);
+    }
+    ssh_key_free(key);
+    agent->authorized_.emplace_back(type, blob);
+  }
+
+  ssh_key host_key = nullptr;
+  if (!options.host_key_path.empty() && PathExists(options.host_key_path)) {
+    Result<std::string> text = ReadFile(options.host_key_path);
+    if (!text.ok()) return text.status();
+    if (ssh_pki_import_privkey_base64(text->c_str(), nullptr, nullptr, nullptr, &host_key) != SSH_OK) {
+      return Status::InvalidArgument("remote agent: unreadable host key " + options.host_key_path);
+    }
+  } else {
+    if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &host_key) != SSH_OK) {
+      return Status::Internal("remote agent: cannot generate an Ed25519 host key");
+    }
+  }
+  KeyPtr key_owner(host_key);
+  char* b64 = nullptr;
+  if (ssh_pki_export_privkey_base64(host_key, nullptr, nullptr, nullptr, &b64) != SSH_OK) {
+    return Status::Internal("remote agent: cannot export the host key");
+  }
+  agent->host_key_base64_ = b64;
+  ssh_string_free_char(b64);
+  if (!options.host_key_path.empty() && !PathExists(options.host_key_path)) {
+    RETURN_IF_ERROR(WriteFileAtomic(options.host_key_path, agent->host_key_base64_, 0600));
+  }
+  agent->host_public_key_ = PublicLine(host_key);
+  agent->options_ = std::move(options);
+  return agent;
+}
+
+AgentSession::~AgentSession() = default;
+
+Status AgentSession::Serve(int fd) const {
+  std::unique_ptr<ssh_session_struct, SessionFree> session(ssh_new());
+  std::unique_ptr<ssh_bind_struct, BindFree> bind(ssh_bind_new());
+  if (!session || !bind) {
+    close(fd);
+    return Status::Internal("remote agent: out of memory");
+  }
+  ssh_key host_key = nullptr;
+  if (ssh_pki_import_privkey_base64(host_key_base64_.c_str(), nullptr, nullptr, nullptr, &host_key) != SSH_OK) {
+    close(fd);
+    return Status::Internal("remote agent: host key import failed");
+  }
+  // The bind takes ownership of the imported key.
+  ssh_bind_options_set(bind.get(), SSH_BIND_OPTIONS_IMPORT_KEY, host_key);
+  if (ssh_bind_accept_fd(bind.get(), session.get(), fd) != SSH_OK) {
+    close(fd);
+    return Status::Unavailable(std::string("remote agent: accept failed: ") + ssh_get_error(bind.get()));
+  }
+  // From here the session owns fd.
+  std::unique_ptr<ssh_event_struct, EventFree> event(ssh_event_new());
+  Connection conn(*this, session.get(), event.get());
+  for (const auto& [type, blob] : authorized_) {
+    ssh_key key = nullptr;
+    if (ssh_pki_import_pubkey_base64(blob.c_str(), ssh_key_type_from_name(type.c_str()), &key) == SSH_OK) {
+      conn.keys().emplace_back(key);
+    }
+  }
+  ssh_server_callbacks_struct server_callbacks;
+  memset(&server_callbacks, 0, sizeof(server_callbacks));
+  server_callbacks.userdata = &conn;
+  server_callbacks.auth_pubkey_function = Connection::OnAuthPubkey;
+  server_callbacks.channel_open_request_session_function = Connection::OnSessionOpen;
+  ssh_callbacks_init(&server_callbacks);
+  ssh_set_server_callbacks(session.get(), &server_callbacks);
+  ssh_set_message_callback(session.get(), Connection::OnMessage, &conn);
+  ssh_set_auth_methods(session.get(), SSH_AUTH_METHOD_PUBLICKEY);
+
+  if (ssh_handle_key_exchange(session.get()) != SSH_OK) {
+    return Status::Unavailable(std::string("remote agent: key exchange failed: ") + ssh_get_error(session.get()));
+  }
+  ssh_event_add_session(event.get(), session.get());
+  conn.Run();
+  ssh_event_remove_session(event.get(), session.get());
+  bool authenticated = conn.authenticated();
+  if (!authenticated) return Status::Unauthenticated("remote agent: the client left without authenticating");
+  return Status::Ok();
+}
+
+}  // namespace kiln::remote
