@@ -1,0 +1,397 @@
+// The agent against the real OpenSSH client: ssh, sftp and scp reach it through a ProxyCommand
+// that joins stdin/stdout to a Unix socket, behind which each accepted connection is served by
+// AgentSession::Serve on its own thread (the daemon will hand over a socketpair end instead).
+#include "remote/agent_session.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/fs.h"
+
+namespace kiln::remote {
+namespace {
+
+// stdin/stdout <-> the Unix socket named by argv[1]; what OpenSSH's ProxyCommand runs.
+constexpr const char* kProxyScript = R"(import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+def up():
+    while True:
+        d = os.read(0, 65536)
+        if not d:
+            s.shutdown(socket.SHUT_WR)
+            return
+        s.sendall(d)
+threading.Thread(target=up, daemon=True).start()
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    while d:
+        n = os.write(1, d)
+        d = d[n:]
+)";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs `command` with /bin/sh, stdout and stderr captured together.
+RunResult RunShell(const std::string& command) {
+  RunResult result;
+  FILE* pipe = popen(("timeout 60 " + command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+// Starts `command` with /bin/sh in the background, in its own process group; returns its pid.
+pid_t Spawn(const std::string& command) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int null_fd = open("/dev/null", O_RDWR);
+    dup2(null_fd, 0);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int ConnectLoopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Connects to 127.0.0.1:port, retrying for up to 10 s while a forward is being set up.
+int ConnectWithRetry(int port) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = ConnectLoopback(port);
+    if (fd >= 0) return fd;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
+}
+
+// Sends `message`, half-closes, and reads until EOF.
+std::string RoundTrip(int fd, const std::string& message) {
+  EXPECT_EQ(write(fd, message.data(), message.size()), static_cast<ssize_t>(message.size()));
+  shutdown(fd, SHUT_WR);
+  std::string got;
+  char buf[4096];
+  struct pollfd pfd = {fd, POLLIN, 0};
+  while (poll(&pfd, 1, 10000) > 0) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got;
+}
+
+// A TCP echo server on 127.0.0.1 for one connection at a time, until destroyed.
+class EchoServer {
+ public:
+  EchoServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 4);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        struct pollfd pfd = {fd_, POLLIN, 0};
+        if (poll(&pfd, 1, 100) <= 0) continue;
+        int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) continue;
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(client, buf, sizeof(buf))) > 0) {
+          if (write(client, buf, static_cast<size_t>(n)) != n) break;
+        }
+        close(client);
+      }
+    });
+  }
+  ~EchoServer() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class AgentSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/usr/bin/ssh", X_OK) != 0) GTEST_SKIP() << "OpenSSH's client (/usr/bin/ssh) is not installed";
+    char tmpl[] = "/tmp/kiln-remote-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    for (const char* name : {"id", "other"}) {
+      RunResult keygen = RunShell("ssh-keygen -q -t ed25519 -N '' -f " + dir_ + "/" + name);
+      ASSERT_EQ(keygen.exit_code, 0) << keygen.output;
+    }
+    std::ofstream(dir_ + "/proxy.py") << kProxyScript;
+
+    AgentOptions options;
+    options.host_key_path = dir_ + "/host_key";
+    std::string pub = Slurp(dir_ + "/id.pub");
+    options.authorized_keys = {pub.substr(0, pub.find('\n'))};
+    options.environment = {"FOO=bar-from-agent", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir_};
+    options.working_directory = dir_;
+    auto agent = AgentSession::Create(std::move(options));
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = std::move(*agent);
+
+    listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string path = dir_ + "/agent.sock";
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    ASSERT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(listen(listen_fd_, 8), 0);
+    acceptor_ = std::thread([this] {
+      while (!stop_) {
+        struct pollfd pfd = {listen_fd_, POLLIN, 0};
+        if (poll(&pfd, 1, 100) <= 0) continue;
+        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        servers_.emplace_back([this, fd] { (void)agent_->Serve(fd); });
+      }
+    });
+    ssh_opts_ = "-F /dev/null -o 'ProxyCommand=/usr/bin/python3 " + dir_ + "/proxy.py " + dir_ +
+                "/agent.sock' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR" +
+                " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " + dir_ + "/id";
+  }
+
+  void TearDown() override {
+    stop_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    for (std::thread& server : servers_) server.join();
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (!dir_.empty()) (void)RemoveAll(dir_);
+  }
+
+  std::string Ssh(const std::string& args) { return "ssh " + ssh_opts_ + " " + args; }
+
+  std::string dir_;
+  std::string ssh_opts_;
+  std::unique_ptr<AgentSession> agent_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> servers_;  // touched by the acceptor only until it is joined
+};
+
+TEST_F(AgentSessionTest, ExecGetsTheWorkloadEnvironmentAndReturnsTheExitCode) {
+  RunResult r = RunShell(Ssh("root@algo-1 'echo $FOO; pwd; exit 3'"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(r.output, "bar-from-agent\n" + dir_ + "\n");
+}
+
+TEST_F(AgentSessionTest, EnvRequestsReachTheChild) {
+  RunResult r = RunShell("env LC_KILN_TEST=sent " + Ssh("-o SendEnv=LC_KILN_TEST root@algo-1 'echo $LC_KILN_TEST'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "sent\n");
+}
+
+TEST_F(AgentSessionTest, StdinReachesAnExecAndEofEndsIt) {
+  RunResult r = RunShell("printf 'one\\ntwo\\n' | " + Ssh("root@algo-1 'wc -l'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "2\n");
+}
+
+TEST_F(AgentSessionTest, RejectsAKeyThatIsNotAuthorized) {
+  // The same options with the other key (ssh_opts_ ends with "-i <dir>/id").
+  std::string opts = ssh_opts_.substr(0, ssh_opts_.size() - 2) + "other";
+  RunResult r = RunShell("ssh " + opts + " root@algo-1 true");
+  EXPECT_EQ(r.exit_code, 255) << r.output;
+  EXPECT_NE(r.output.find("Permission denied"), std::string::npos) << r.output;
+}
+
+TEST_F(AgentSessionTest, PtyExecRunsOnAPseudoTerminal) {
+  RunResult r = RunShell(Ssh("-tt root@algo-1 'tty; stty size; echo TERM=$TERM'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("/dev/pts/", 0), 0u) << r.output;
+}
+
+TEST_F(AgentSessionTest, InteractiveShellOverAPty) {
+  RunResult r = RunShell("printf 'echo shell-$FOO\\nexit 4\\n' | " + Ssh("-tt root@algo-1"));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("shell-bar-from-agent"), std::string::npos) << r.output;
+}
+
+TEST_F(AgentSessionTest, ASignalledCommandReportsTheSignal) {
+  RunResult r = RunShell(Ssh("root@algo-1 'kill -TERM $$'"));
+  // OpenSSH's client exits 255 when the remote command died of a signal.
+  EXPECT_EQ(r.exit_code, 255) << r.output;
+}
+
+TEST_F(AgentSessionTest, SftpPutAndGetTenMegabytes) {
+  std::string data(10 * 1024 * 1024, '\0');
+  std::mt19937 rng(16);
+  for (char& c : data) c = static_cast<char>(rng());
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/up.bin", data).ok());
+  std::ofstream(dir_ + "/batch") << "put " << dir_ << "/up.bin " << dir_ << "/remote.bin\n"
+                                 << "get " << dir_ << "/remote.bin " << dir_ << "/down.bin\n"
+                                 << "mkdir " << dir_ << "/made\n"
+                                 << "rename " << dir_ << "/remote.bin " << dir_ << "/made/moved.bin\n"
+                                 << "ls -l " << dir_ << "/made\n"
+                                 << "rm " << dir_ << "/made/moved.bin\n"
+                                 << "rmdir " << dir_ << "/made\n";
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = RunShell("sftp " + ssh_opts_ + " -b " + dir_ + "/batch root@algo-1");
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Slurp(dir_ + "/down.bin") == data, true);
+  EXPECT_NE(r.output.find("moved.bin"), std::string::npos) << r.output;
+  EXPECT_FALSE(PathExists(dir_ + "/made"));
+  RecordProperty("sftp_put_get_10MiB_ms", static_cast<int>(ms.count()));
+}
+
+TEST_F(AgentSessionTest, ScpBothWays) {
+  std::string data(3 * 1024 * 1024 + 7, 'k');
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/scp_src.bin", data).ok());
+  RunResult up = RunShell("scp " + ssh_opts_ + " " + dir_ + "/scp_src.bin root@algo-1:" + dir_ + "/scp_remote.bin");
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  RunResult down = RunShell("scp " + ssh_opts_ + " root@algo-1:" + dir_ + "/scp_remote.bin " + dir_ + "/scp_back.bin");
+  ASSERT_EQ(down.exit_code, 0) << down.output;
+  EXPECT_EQ(Slurp(dir_ + "/scp_back.bin") == data, true);
+}
+
+TEST_F(AgentSessionTest, LocalForwardReachesAListenerFromTheAgent) {
+  EchoServer echo;
+  int local_port = FreePort();
+  pid_t client = Spawn(Ssh("-N -o ExitOnForwardFailure=yes -L " + std::to_string(local_port) +
+                           ":127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1"));
+  int fd = ConnectWithRetry(local_port);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(RoundTrip(fd, "through -L"), "through -L");
+  kill(-client, SIGTERM);
+  waitpid(client, nullptr, 0);
+}
+
+TEST_F(AgentSessionTest, StdioForwardIsADirectTcpipChannel) {
+  EchoServer echo;
+  RunResult r = RunShell("printf ping | " + Ssh("-W 127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "ping");
+}
+
+TEST_F(AgentSessionTest, RemoteForwardListensInTheAgent) {
+  EchoServer echo;
+  int remote_port = FreePort();
+  pid_t client = Spawn(Ssh("-N -o ExitOnForwardFailure=yes -R 127.0.0.1:" + std::to_string(remote_port) +
+                           ":127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1"));
+  int fd = ConnectWithRetry(remote_port);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(RoundTrip(fd, "through -R"), "through -R");
+  kill(-client, SIGTERM);
+  waitpid(client, nullptr, 0);
+}
+
+TEST_F(AgentSessionTest, ClosingTheClientKillsTheSessionsChildren) {
+  std::string pid_file = dir_ + "/sleep.pid";
+  pid_t client = Spawn(Ssh("root@algo-1 'sleep 1000 & echo $! > " + pid_file + "; wait'"));
+  std::string text;
+  for (int i = 0; i < 100 && text.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    text = Slurp(pid_file);
+  }
+  ASSERT_FALSE(text.empty());
+  pid_t sleeper = static_cast<pid_t>(std::stol(text));
+  ASSERT_EQ(kill(sleeper, 0), 0);
+  kill(-client, SIGKILL);  // the client and its ProxyCommand: the connection drops
+  waitpid(client, nullptr, 0);
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string stat = Slurp("/proc/" + std::to_string(sleeper) + "/stat");
+    // Gone, or a zombie waiting for whoever adopted it.
+    gone = stat.empty() || stat.find(") Z ") != std::string::npos;
+  }
+  EXPECT_TRUE(gone) << "sleep " << sleeper << " outlived the connection";
+  if (!gone) kill(sleeper, SIGKILL);
+}
+
+TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {
+  EXPECT_TRUE(AgentSession::Create(AgentOptions{}).status().IsInvalidArgument());
+  AgentOptions options;
+  options.authorized_keys = {"ssh-ed25519 not-base64!"};
+  EXPECT_TRUE(AgentSession::Create(std::move(options)).status().IsInvalidArgument());
+}
+
+TEST_F(AgentSessionTest, KeepsTheHostKeyInItsFile) {
+  AgentOptions options = agent_->options();
+  auto second = AgentSession::Create(options);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)->host_public_key(), agent_->host_public_key());
+  EXPECT_EQ(agent_->host_public_key().rfind("ssh-ed25519 ", 0), 0u);
+  EXPECT_TRUE(PathExists(dir_ + "/host_key"));
+}
+
+}  // namespace
+}  // namespace kiln::remote
