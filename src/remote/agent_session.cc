@@ -637,7 +637,13 @@ void Connection::FinishChannels() {
   for (Channel& ch : channels_) {
     if (ch.finished) continue;
     if (ch.sftp != nullptr && !ch.closed_by_peer) {
-      if (!ch.sftp->Pump().ok()) Finish(&ch);
+      Status pumped = ch.sftp->Pump();
+      if (!pumped.ok()) {
+        // Like sshd after sftp-server exits: scp (sftp mode) treats a missing status as failure.
+        ssh_channel_request_send_exit_status(ch.channel, pumped.code() == StatusCode::kOutOfRange ? 0 : 1);
+        ssh_channel_send_eof(ch.channel);
+        Finish(&ch);
+      }
       continue;
     }
     if (ch.closed_by_peer) {
