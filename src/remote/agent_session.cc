@@ -185,7 +185,7 @@ struct Forward {
 class Connection {
  public:
   Connection(const AgentSession& agent, ssh_session session, ssh_event event)
-      : agent_(agent), options_(agent.options()), session_(session), event_(event) {}
+      : options_(agent.options()), session_(session), event_(event) {}
   ~Connection() { Shutdown(); }
 
   bool authenticated() const { return authenticated_; }
@@ -222,7 +222,6 @@ class Connection {
   void OpenPendingForwards();
   void Shutdown();
 
-  const AgentSession& agent_;
   const AgentOptions& options_;
   ssh_session session_;
   ssh_event event_;

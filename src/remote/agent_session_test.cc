@@ -284,6 +284,33 @@ TEST_F(AgentSessionTest, InteractiveShellOverAPty) {
   EXPECT_NE(r.output.find("shell-bar-from-agent"), std::string::npos) << r.output;
 }
 
+// An interactive client on a real terminal (pexpect): the PTY follows the client's window
+// changes (window-change -> TIOCSWINSZ), and Ctrl-C reaches the foreground command through the PTY.
+TEST_F(AgentSessionTest, InteractiveShellFollowsWindowChangesAndCtrlC) {
+  if (RunShell("/usr/bin/python3 -c 'import pexpect'").exit_code != 0) GTEST_SKIP() << "python3-pexpect is absent";
+  std::ofstream(dir_ + "/interactive.py") << R"(import sys, pexpect
+child = pexpect.spawn(sys.argv[1], encoding="utf-8", timeout=20, dimensions=(24, 80))
+child.sendline("PS1='PROMPT> '")
+child.expect("PROMPT> ")
+child.sendline("stty size")
+child.expect("24 80")
+child.setwinsize(40, 100)
+child.sendline("stty size")
+child.expect("40 100")
+child.sendline("sleep 1000")
+import time; time.sleep(0.5)
+child.sendcontrol("c")
+child.expect("PROMPT> ")
+child.sendline("exit 5")
+child.expect(pexpect.EOF)
+child.close()
+print("exit", child.exitstatus)
+)";
+  RunResult r = RunShell("/usr/bin/python3 " + dir_ + "/interactive.py \"" + Ssh("-tt root@algo-1") + "\"");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exit 5"), std::string::npos) << r.output;
+}
+
 TEST_F(AgentSessionTest, ASignalledCommandReportsTheSignal) {
   RunResult r = RunShell(Ssh("root@algo-1 'kill -TERM $$'"));
   // OpenSSH's client exits 255 when the remote command died of a signal.
