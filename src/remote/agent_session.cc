@@ -9,6 +9,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +35,18 @@ namespace kiln::remote {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Client input held for a child (or socket) that is not reading: past this the data callback
+// leaves bytes in libssh's buffer, which stops growing the client's window (flow control).
+constexpr size_t kMaxPendingInput = 1 << 20;
+// Poll tick while some input waits for its reader (short, so a slow reader is refilled quickly)
+// and otherwise (only timers: reaping, keep-alives, the login grace).
+constexpr int kBusyTickMs = 2;
+constexpr int kIdleTickMs = 100;
+// How long a direct-tcpip connect may take before the channel open is refused.
+constexpr int kConnectTimeoutMs = 10000;
+// Failed public-key attempts (including keys merely offered) before the agent disconnects.
+constexpr int kMaxAuthFailures = 20;
 
 // Deleters for libssh's handles.
 struct SessionFree {
@@ -102,9 +115,21 @@ int ConnectTcp(const std::string& host, int port) {
   }
   int fd = -1;
   for (struct addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+    // Non-blocking with a deadline: an unreachable host must not stall the connection's loop
+    // for the kernel's SYN timeout (minutes). The loop still waits up to kConnectTimeoutMs.
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      struct pollfd pfd = {fd, POLLOUT, 0};
+      int err = ETIMEDOUT;
+      if (poll(&pfd, 1, kConnectTimeoutMs) == 1) {
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+      rc = err == 0 ? 0 : -1;
+    }
+    if (rc == 0) break;
     close(fd);
     fd = -1;
   }
@@ -164,6 +189,12 @@ struct Channel {
   int out_fd = -1;  // child's stdout (or the PTY master) / the socket; read into the channel
   int err_fd = -1;  // child's stderr (no PTY)
   int in_fd = -1;   // child's stdin (or the PTY master again) / the socket; written from the channel
+  // Client data accepted but not yet written to in_fd (at most kMaxPendingInput before the data
+  // callback stops taking more), and whether the client sent EOF (in_fd is closed / shut down
+  // once pending_in is written).
+  std::string pending_in;
+  bool input_eof = false;
+  bool input_closed = false;
   bool out_open = false;
   bool err_open = false;
   bool child_exited = false;
@@ -220,6 +251,11 @@ class Connection {
   void FinishChannels();
   void Finish(Channel* ch);
   void OpenPendingForwards();
+  // Writes pending_in to in_fd without blocking; drops it (and later input) once the reader is
+  // gone; closes or shuts down in_fd after the client's EOF.
+  void FlushInput(Channel* ch);
+  // FlushInput, then takes bytes the data callback left in libssh's buffer while pending_in was full.
+  void PumpInput(Channel* ch);
   void Shutdown();
 
   const AgentOptions& options_;
@@ -227,6 +263,7 @@ class Connection {
   ssh_event event_;
   std::vector<KeyPtr> keys_;
   bool authenticated_ = false;
+  int auth_failures_ = 0;
   std::list<Channel> channels_;  // list: Channel addresses are userdata for libssh
   std::list<Forward> forwards_;
   // Connections accepted on a forward, waiting for their forwarded-tcpip channel to be opened
@@ -240,10 +277,16 @@ int Connection::OnAuthPubkey(ssh_session, const char*, ssh_key key, char state, 
   for (const KeyPtr& allowed : conn->keys_) {
     if (ssh_key_cmp(allowed.get(), key, SSH_KEY_CMP_PUBLIC) == 0) known = true;
   }
-  if (!known) return SSH_AUTH_DENIED;
+  if (!known) {
+    ++conn->auth_failures_;
+    return SSH_AUTH_DENIED;
+  }
   // STATE_NONE is the client asking whether the key would do; only a valid signature logs in.
   if (state == SSH_PUBLICKEY_STATE_NONE) return SSH_AUTH_SUCCESS;
-  if (state != SSH_PUBLICKEY_STATE_VALID) return SSH_AUTH_DENIED;
+  if (state != SSH_PUBLICKEY_STATE_VALID) {
+    ++conn->auth_failures_;
+    return SSH_AUTH_DENIED;
+  }
   conn->authenticated_ = true;
   return SSH_AUTH_SUCCESS;
 }
@@ -436,39 +479,58 @@ int Connection::OnData(ssh_session, ssh_channel, void* data, uint32_t len, int, 
   auto* ch = static_cast<Channel*>(ch_ptr);
   // sftp reads its requests from the channel's buffer itself (SftpHandler::Pump).
   if (ch->sftp != nullptr) return 0;
-  if (ch->in_fd < 0) return static_cast<int>(len);  // nobody to give it to: drop
-  const char* p = static_cast<const char*>(data);
-  uint32_t left = len;
-  while (left > 0) {
-    ssize_t n = write(ch->in_fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        // The child's stdin is full: wait for room rather than lose input (a blocked child that
-        // also writes may stall this connection; flow control is TODO(issue16)).
-        struct pollfd pfd = {ch->in_fd, POLLOUT, 0};
-        poll(&pfd, 1, 1000);
-        continue;
-      }
-      break;  // the reader is gone: drop the rest
-    }
-    p += n;
-    left -= static_cast<uint32_t>(n);
-  }
+  if (ch->in_fd < 0 || ch->input_closed) return static_cast<int>(len);  // nobody to give it to: drop
+  // Full: leave the bytes in libssh's buffer (PumpInput takes them later); the client's window
+  // stops growing meanwhile.
+  if (ch->pending_in.size() >= kMaxPendingInput) return 0;
+  ch->pending_in.append(static_cast<const char*>(data), len);
+  ch->connection->FlushInput(ch);
   return static_cast<int>(len);
+}
+
+void Connection::FlushInput(Channel* ch) {
+  while (!ch->pending_in.empty() && ch->in_fd >= 0 && !ch->input_closed) {
+    ssize_t n = write(ch->in_fd, ch->pending_in.data(), ch->pending_in.size());
+    if (n > 0) {
+      ch->pending_in.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // EPIPE (SIGPIPE is blocked in Serve's thread), EIO, a reset socket: the reader is gone.
+    ch->pending_in.clear();
+    ch->input_closed = true;
+  }
+  if (!ch->pending_in.empty() || !ch->input_eof || ch->in_fd < 0) return;
+  if (ch->kind == Channel::Kind::kTcp) {
+    if (!ch->input_closed) shutdown(ch->in_fd, SHUT_WR);
+    ch->input_closed = true;
+  } else if (!ch->want_pty && ch->in_fd != ch->out_fd) {
+    // The child's stdin pipe; a PTY has no EOF of its own (the shell sees ^D if the client sends it).
+    close(ch->in_fd);
+    ch->in_fd = -1;
+    ch->input_closed = true;
+  }
+}
+
+void Connection::PumpInput(Channel* ch) {
+  FlushInput(ch);
+  char buf[32 * 1024];
+  while (ch->sftp == nullptr && !ch->finished && !ch->closed_by_peer && ch->pending_in.size() < kMaxPendingInput) {
+    int available = ssh_channel_poll(ch->channel, 0);
+    if (available <= 0) return;
+    int n = ssh_channel_read_nonblocking(ch->channel, buf, sizeof(buf), 0);
+    if (n <= 0) return;
+    if (ch->in_fd >= 0 && !ch->input_closed) ch->pending_in.append(buf, static_cast<size_t>(n));
+    FlushInput(ch);
+  }
 }
 
 void Connection::OnEof(ssh_session, ssh_channel, void* ch_ptr) {
   auto* ch = static_cast<Channel*>(ch_ptr);
-  if (ch->kind == Channel::Kind::kTcp) {
-    if (ch->in_fd >= 0) shutdown(ch->in_fd, SHUT_WR);
-    return;
-  }
-  // Close the child's stdin pipe (a PTY has no EOF of its own; the shell sees ^D if sent).
-  if (!ch->want_pty && ch->in_fd >= 0 && ch->sftp == nullptr) {
-    close(ch->in_fd);
-    ch->in_fd = -1;
-  }
+  if (ch->sftp != nullptr) return;
+  ch->input_eof = true;
+  ch->connection->FlushInput(ch);
 }
 
 void Connection::OnClose(ssh_session, ssh_channel, void* ch_ptr) {
@@ -610,6 +672,7 @@ int Connection::StartChild(Channel* ch, const char* command) {
   close(err_pipe[1]);
   ch->pid = pid;
   ch->in_fd = in_pipe[1];
+  SetNonBlocking(ch->in_fd);
   ch->out_fd = out_pipe[0];
   ch->err_fd = err_pipe[0];
   ch->out_open = true;
@@ -700,14 +763,28 @@ void Connection::Finish(Channel* ch) {
 }
 
 void Connection::Run() {
-  auto last_activity = Clock::now();
+  const auto started = Clock::now();
+  auto last_activity = started;
+  bool input_waiting = false;
   while (true) {
-    int rc = ssh_event_dopoll(event_, 100);
+    int rc = ssh_event_dopoll(event_, input_waiting ? kBusyTickMs : kIdleTickMs);
     int status = ssh_get_status(session_);
     if ((status & (SSH_CLOSED | SSH_CLOSED_ERROR)) != 0 || !ssh_is_connected(session_)) break;
     if (rc == SSH_ERROR && errno != EINTR) break;
     if (rc == SSH_OK) last_activity = Clock::now();
+    if (!authenticated_ &&
+        (auth_failures_ >= kMaxAuthFailures ||
+         (options_.login_grace_s > 0 && Clock::now() - started > std::chrono::seconds(options_.login_grace_s)))) {
+      ssh_disconnect(session_);
+      break;
+    }
     OpenPendingForwards();
+    input_waiting = false;
+    for (Channel& ch : channels_) {
+      if (ch.finished || ch.closed_by_peer) continue;
+      PumpInput(&ch);
+      if (!ch.pending_in.empty()) input_waiting = true;
+    }
     Reap();
     FinishChannels();
     if (options_.keepalive_interval_s > 0 &&
@@ -794,6 +871,22 @@ Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options)
 AgentSession::~AgentSession() = default;
 
 Status AgentSession::Serve(int fd) const {
+  // Writes to a child's closed stdin or a reset socket must fail with EPIPE, not kill the
+  // process (the daemon's): block SIGPIPE in this thread while serving, and before restoring
+  // the mask discard the ones this thread raised (they are thread-directed and stay pending).
+  sigset_t sigpipe, old_mask;
+  sigemptyset(&sigpipe);
+  sigaddset(&sigpipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &sigpipe, &old_mask);
+  Status served = ServeBlocked(fd);
+  struct timespec no_wait = {0, 0};
+  while (sigtimedwait(&sigpipe, nullptr, &no_wait) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  return served;
+}
+
+Status AgentSession::ServeBlocked(int fd) const {
   std::unique_ptr<ssh_session_struct, SessionFree> session(ssh_new());
   std::unique_ptr<ssh_bind_struct, BindFree> bind(ssh_bind_new());
   if (!session || !bind) {

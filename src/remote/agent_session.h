@@ -46,6 +46,9 @@ struct AgentOptions {
   // Seconds between keep-alive requests to an idle client; 0 disables them. Cheap; a dead peer
   // is also noticed when the socket closes.
   int keepalive_interval_s = 15;
+  // Seconds a client may take to authenticate before it is disconnected (sshd's LoginGraceTime);
+  // 0: no limit. A client is also disconnected after 20 refused public-key attempts.
+  int login_grace_s = 60;
 };
 
 // Serves SSH connections with fixed options. Thread-safe: immutable after Create(), and several
@@ -61,6 +64,8 @@ class AgentSession {
   ~AgentSession();
 
   // Serves one SSH connection on `fd`, which it takes over (closed on return in every case).
+  // SIGPIPE is blocked in the calling thread while it runs (the process's disposition is left
+  // alone), so a child that stops reading or a reset socket cannot kill the process.
   // Returns OK when the client disconnected after authenticating, Unauthenticated when it left
   // without a successful authentication, Unavailable when key exchange failed. All children of
   // the connection are killed and reaped, and forwarding listeners closed, before it returns.
@@ -73,6 +78,7 @@ class AgentSession {
 
  private:
   AgentSession() = default;
+  Status ServeBlocked(int fd) const;  // Serve() with SIGPIPE blocked in the calling thread
 
   AgentOptions options_;
   std::string host_key_base64_;  // the private key in OpenSSH format; imported per connection

@@ -264,6 +264,22 @@ TEST_F(AgentSessionTest, StdinReachesAnExecAndEofEndsIt) {
   EXPECT_EQ(r.output, "2\n");
 }
 
+// The child exits without reading its stdin while the client still sends: the agent's writes
+// fail with EPIPE, and must not raise SIGPIPE in the (shared) process.
+TEST_F(AgentSessionTest, InputToAnExitedChildIsDroppedWithoutSigpipe) {
+  RunResult r = RunShell("head -c 20000000 /dev/zero | " + Ssh("root@algo-1 'exit 7'"));
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  RunResult after = RunShell(Ssh("root@algo-1 'echo still-serving'"));
+  EXPECT_EQ(after.output, "still-serving\n");
+}
+
+// A child that reads its stdin slowly gets all of it, while the connection keeps serving.
+TEST_F(AgentSessionTest, LargeInputReachesASlowReader) {
+  RunResult r = RunShell("head -c 5000000 /dev/zero | " + Ssh("root@algo-1 'sleep 1; wc -c'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "5000000\n");
+}
+
 TEST_F(AgentSessionTest, RejectsAKeyThatIsNotAuthorized) {
   // The same options with the other key (ssh_opts_ ends with "-i <dir>/id").
   std::string opts = ssh_opts_.substr(0, ssh_opts_.size() - 2) + "other";
