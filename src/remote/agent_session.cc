@@ -193,6 +193,8 @@ struct Channel {
   // callback stops taking more), and whether the client sent EOF (in_fd is closed / shut down
   // once pending_in is written).
   std::string pending_in;
+  // The data callback left client bytes in libssh's channel buffer (pending_in was full).
+  bool input_in_libssh = false;
   bool input_eof = false;
   bool input_closed = false;
   bool out_open = false;
@@ -482,7 +484,11 @@ int Connection::OnData(ssh_session, ssh_channel, void* data, uint32_t len, int, 
   if (ch->in_fd < 0 || ch->input_closed) return static_cast<int>(len);  // nobody to give it to: drop
   // Full: leave the bytes in libssh's buffer (PumpInput takes them later); the client's window
   // stops growing meanwhile.
-  if (ch->pending_in.size() >= kMaxPendingInput) return 0;
+  if (ch->pending_in.size() >= kMaxPendingInput) {
+    ch->input_in_libssh = true;
+    return 0;
+  }
+  ch->input_in_libssh = false;  // the callback gets the whole buffer, older bytes first
   ch->pending_in.append(static_cast<const char*>(data), len);
   ch->connection->FlushInput(ch);
   return static_cast<int>(len);
@@ -502,6 +508,8 @@ void Connection::FlushInput(Channel* ch) {
     ch->input_closed = true;
   }
   if (!ch->pending_in.empty() || !ch->input_eof || ch->in_fd < 0) return;
+  // Bytes the data callback left in libssh's buffer (pending_in was full) come before the EOF.
+  if (!ch->input_closed && ch->input_in_libssh) return;
   if (ch->kind == Channel::Kind::kTcp) {
     if (!ch->input_closed) shutdown(ch->in_fd, SHUT_WR);
     ch->input_closed = true;
@@ -515,15 +523,22 @@ void Connection::FlushInput(Channel* ch) {
 
 void Connection::PumpInput(Channel* ch) {
   FlushInput(ch);
+  // Only when bytes are known to sit in libssh's buffer: then ssh_channel_poll just measures it.
+  // (Polling an empty buffer would handle packets here, nested in the loop: a subsystem request
+  // and its first data could arrive inside it and the data be taken for a child's stdin.)
   char buf[32 * 1024];
-  while (ch->sftp == nullptr && !ch->finished && !ch->closed_by_peer && ch->pending_in.size() < kMaxPendingInput) {
+  while (ch->input_in_libssh && ch->pending_in.size() < kMaxPendingInput) {
     int available = ssh_channel_poll(ch->channel, 0);
-    if (available <= 0) return;
+    if (available <= 0) {
+      ch->input_in_libssh = false;
+      break;
+    }
     int n = ssh_channel_read_nonblocking(ch->channel, buf, sizeof(buf), 0);
-    if (n <= 0) return;
+    if (n <= 0) break;
     if (ch->in_fd >= 0 && !ch->input_closed) ch->pending_in.append(buf, static_cast<size_t>(n));
-    FlushInput(ch);
+    if (n == available) ch->input_in_libssh = false;
   }
+  FlushInput(ch);
 }
 
 void Connection::OnEof(ssh_session, ssh_channel, void* ch_ptr) {
@@ -586,7 +601,8 @@ int Connection::OnExec(ssh_session, ssh_channel, const char* command, void* ch_p
 int Connection::OnSubsystem(ssh_session session, ssh_channel channel, const char* name, void* ch_ptr) {
   auto* ch = static_cast<Channel*>(ch_ptr);
   if (name == nullptr || strcmp(name, "sftp") != 0 || ch->pid > 0 || ch->sftp != nullptr) return -1;
-  ch->sftp = std::make_unique<SftpHandler>(session, channel);
+  const AgentOptions& options = ch->connection->options_;
+  ch->sftp = std::make_unique<SftpHandler>(session, channel, options.working_directory, options.uid, options.gid);
   return 0;
 }
 

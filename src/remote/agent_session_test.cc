@@ -363,6 +363,10 @@ TEST_F(AgentSessionTest, ScpBothWays) {
   RunResult down = RunShell("scp " + ssh_opts_ + " root@algo-1:" + dir_ + "/scp_remote.bin " + dir_ + "/scp_back.bin");
   ASSERT_EQ(down.exit_code, 0) << down.output;
   EXPECT_EQ(Slurp(dir_ + "/scp_back.bin") == data, true);
+  // A relative remote path is taken from the workload's working directory, as a shell's would be.
+  RunResult relative = RunShell("scp " + ssh_opts_ + " " + dir_ + "/scp_src.bin root@algo-1:relative.bin");
+  ASSERT_EQ(relative.exit_code, 0) << relative.output;
+  EXPECT_EQ(Slurp(dir_ + "/relative.bin") == data, true);
 }
 
 TEST_F(AgentSessionTest, LocalForwardReachesAListenerFromTheAgent) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -109,17 +110,13 @@ int ApplyAttributes(const std::string& path, int fd, sftp_attributes attr) {
   return 0;
 }
 
-// realpath(3) for paths that may not exist yet (the target of a put): the longest existing prefix
-// resolved, the rest appended lexically.
-std::string ResolvePath(const std::string& path) {
-  std::string input = path.empty() ? "." : path;
+// realpath(3) for absolute paths that may not exist yet (the target of a put): the longest
+// existing prefix resolved, the rest appended lexically.
+std::string ResolvePath(const std::string& input) {
   char buf[PATH_MAX];
   if (realpath(input.c_str(), buf) != nullptr) return buf;
   size_t slash = input.find_last_of('/');
-  if (slash == std::string::npos) {
-    if (getcwd(buf, sizeof(buf)) == nullptr) return input;
-    return std::string(buf) + "/" + input;
-  }
+  if (slash == std::string::npos) return input;
   std::string parent = slash == 0 ? "/" : ResolvePath(input.substr(0, slash));
   std::string leaf = input.substr(slash + 1);
   if (leaf.empty() || leaf == ".") return parent;
@@ -128,8 +125,18 @@ std::string ResolvePath(const std::string& path) {
 
 }  // namespace
 
-SftpHandler::SftpHandler(ssh_session session, ssh_channel channel) : channel_(channel) {
+SftpHandler::SftpHandler(ssh_session session, ssh_channel channel, std::string working_directory, int uid, int gid)
+    : channel_(channel),
+      working_directory_(working_directory.empty() ? "/" : std::move(working_directory)),
+      uid_(uid),
+      gid_(gid) {
   sftp_ = sftp_server_new(session, channel);
+}
+
+std::string SftpHandler::Absolute(const char* path) const {
+  if (path == nullptr || *path == '\0') return working_directory_;
+  if (path[0] == '/') return path;
+  return working_directory_ + "/" + path;
 }
 
 SftpHandler::~SftpHandler() {
@@ -159,13 +166,19 @@ Status SftpHandler::Pump() {
       if (ssh_channel_is_eof(channel_)) return Status::OutOfRange("sftp: the client closed the subsystem");
       return Status::Unavailable("sftp: unreadable request");
     }
+    // The workload's identity for this request's file operations; setfs[ug]id return the previous
+    // value, which is put back so the agent's thread keeps its own.
+    int old_gid = gid_ >= 0 ? setfsgid(static_cast<gid_t>(gid_)) : -1;
+    int old_uid = uid_ >= 0 ? setfsuid(static_cast<uid_t>(uid_)) : -1;
     Answer(msg);
+    if (old_uid >= 0) setfsuid(static_cast<uid_t>(old_uid));
+    if (old_gid >= 0) setfsgid(static_cast<gid_t>(old_gid));
     sftp_client_message_free(msg);
   }
 }
 
 void SftpHandler::Answer(sftp_client_message msg) {
-  const std::string filename = msg->filename != nullptr ? msg->filename : "";
+  const std::string filename = Absolute(msg->filename);
   // The Handle a request names, or null (answered with a failure) when it names none of ours.
   auto find_handle = [&]() -> Handle* {
     if (msg->handle == nullptr) return nullptr;
@@ -353,11 +366,13 @@ void SftpHandler::Answer(sftp_client_message msg) {
     case SSH_FXP_RMDIR: ReplyResult(msg, rmdir(filename.c_str())); return;
     case SSH_FXP_REMOVE: ReplyResult(msg, unlink(filename.c_str())); return;
     case SSH_FXP_RENAME: {
-      const char* target = sftp_client_message_get_data(msg);
-      if (target == nullptr) {
+      const char* data = sftp_client_message_get_data(msg);
+      if (data == nullptr) {
         sftp_reply_status(msg, SSH_FX_BAD_MESSAGE, "rename without a new path");
         return;
       }
+      const std::string target_path = Absolute(data);
+      const char* target = target_path.c_str();
       // SFTP v3 rename must not overwrite (OpenSSH's sftp-server links then unlinks); rename(2)
       // would, so refuse an existing target like OpenSSH does.
       struct stat st;
@@ -391,17 +406,21 @@ void SftpHandler::Answer(sftp_client_message msg) {
     case SSH_FXP_SYMLINK: {
       // OpenSSH's client sends (linkpath = filename, targetpath = data), reversed from the draft;
       // OpenSSH's server swaps them back, and so do we.
-      const char* target = sftp_client_message_get_data(msg);
-      if (target == nullptr) {
+      // The link's content is kept as sent (a relative link is relative to its directory); the
+      // link's own path is taken from the working directory.
+      const char* data = sftp_client_message_get_data(msg);
+      if (data == nullptr || msg->filename == nullptr) {
         sftp_reply_status(msg, SSH_FX_BAD_MESSAGE, "symlink without a target");
         return;
       }
-      ReplyResult(msg, symlink(filename.c_str(), target));
+      ReplyResult(msg, symlink(msg->filename, Absolute(data).c_str()));
       return;
     }
     case SSH_FXP_EXTENDED: {
       const char* name = sftp_client_message_get_submessage(msg);
-      const char* target = sftp_client_message_get_data(msg);
+      const char* data = sftp_client_message_get_data(msg);
+      const std::string target_path = Absolute(data);
+      const char* target = data != nullptr ? target_path.c_str() : nullptr;
       if (name != nullptr && target != nullptr && strcmp(name, "posix-rename@openssh.com") == 0) {
         ReplyResult(msg, rename(filename.c_str(), target));
       } else if (name != nullptr && target != nullptr && strcmp(name, "hardlink@openssh.com") == 0) {

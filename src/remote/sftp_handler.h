@@ -8,6 +8,7 @@
 // Not thread-safe: owned and driven by one connection's loop.
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <libssh/libssh.h>
@@ -19,8 +20,12 @@ namespace kiln::remote {
 
 class SftpHandler {
  public:
-  // `channel` must outlive the handler. Nothing is read until Pump().
-  SftpHandler(ssh_session session, ssh_channel channel);
+  // `channel` must outlive the handler. Nothing is read until Pump(). Relative paths are taken
+  // from `working_directory` (the workload's, as for shells; realpath(".") answers it). With
+  // uid/gid >= 0 every file operation runs under that file-system identity (setfsuid/setfsgid on
+  // the calling thread, restored after each request), so files are owned and permission-checked
+  // as the workload's user; supplementary groups stay the agent's.
+  SftpHandler(ssh_session session, ssh_channel channel, std::string working_directory, int uid, int gid);
   SftpHandler(const SftpHandler&) = delete;
   SftpHandler& operator=(const SftpHandler&) = delete;
   ~SftpHandler();  // closes every open file and directory handle
@@ -34,8 +39,12 @@ class SftpHandler {
  private:
   struct Handle;
   void Answer(sftp_client_message msg);
+  std::string Absolute(const char* path) const;  // `path` against working_directory_
 
   ssh_channel channel_;
+  const std::string working_directory_;
+  const int uid_;
+  const int gid_;
   sftp_session sftp_ = nullptr;
   bool initialized_ = false;
   // Open files and directories; libssh's handle table holds raw pointers to these.
