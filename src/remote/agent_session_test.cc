@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,16 +197,6 @@ class AgentSessionTest : public ::testing::Test {
     }
     std::ofstream(dir_ + "/proxy.py") << kProxyScript;
 
-    AgentOptions options;
-    options.host_key_path = dir_ + "/host_key";
-    std::string pub = Slurp(dir_ + "/id.pub");
-    options.authorized_keys = {pub.substr(0, pub.find('\n'))};
-    options.environment = {"FOO=bar-from-agent", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir_};
-    options.working_directory = dir_;
-    auto agent = AgentSession::Create(std::move(options));
-    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
-    agent_ = std::move(*agent);
-
     listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -213,6 +204,30 @@ class AgentSessionTest : public ::testing::Test {
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
     ASSERT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     ASSERT_EQ(listen(listen_fd_, 8), 0);
+    StartAgent(DefaultOptions());
+    ssh_opts_ = "-F /dev/null -o 'ProxyCommand=/usr/bin/python3 " + dir_ + "/proxy.py " + dir_ +
+                "/agent.sock' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR" +
+                " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " + dir_ + "/id";
+  }
+
+  AgentOptions DefaultOptions() {
+    AgentOptions options;
+    options.host_key_path = dir_ + "/host_key";
+    std::string pub = Slurp(dir_ + "/id.pub");
+    options.authorized_keys = {pub.substr(0, pub.find('\n'))};
+    options.environment = {"FOO=bar-from-agent", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir_};
+    options.working_directory = dir_;
+    return options;
+  }
+
+  // Serves each connection on the socket with an agent made from `options` (after the previous
+  // agent's connections have ended).
+  void StartAgent(AgentOptions options) {
+    StopAgent();
+    auto agent = AgentSession::Create(std::move(options));
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = std::move(*agent);
+    stop_ = false;
     acceptor_ = std::thread([this] {
       while (!stop_) {
         struct pollfd pfd = {listen_fd_, POLLIN, 0};
@@ -222,15 +237,17 @@ class AgentSessionTest : public ::testing::Test {
         servers_.emplace_back([this, fd] { (void)agent_->Serve(fd); });
       }
     });
-    ssh_opts_ = "-F /dev/null -o 'ProxyCommand=/usr/bin/python3 " + dir_ + "/proxy.py " + dir_ +
-                "/agent.sock' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR" +
-                " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " + dir_ + "/id";
   }
 
-  void TearDown() override {
+  void StopAgent() {
     stop_ = true;
     if (acceptor_.joinable()) acceptor_.join();
     for (std::thread& server : servers_) server.join();
+    servers_.clear();
+  }
+
+  void TearDown() override {
+    StopAgent();
     if (listen_fd_ >= 0) close(listen_fd_);
     if (!dir_.empty()) (void)RemoveAll(dir_);
   }
@@ -422,6 +439,38 @@ TEST_F(AgentSessionTest, ClosingTheClientKillsTheSessionsChildren) {
   }
   EXPECT_TRUE(gone) << "sleep " << sleeper << " outlived the connection";
   if (!gone) kill(sleeper, SIGKILL);
+}
+
+// Children and sftp run as AgentOptions::uid/gid (the workload's user), not as the agent.
+TEST_F(AgentSessionTest, ChildrenAndSftpRunAsTheWorkloadUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  std::string work = dir_ + "/work";
+  ASSERT_EQ(mkdir(work.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(work.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  AgentOptions options = DefaultOptions();
+  options.uid = 65534;
+  options.gid = 65534;
+  options.working_directory = work;
+  StartAgent(std::move(options));
+  RunResult r = RunShell(Ssh("root@algo-1 'id -u; id -g; pwd'"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "65534\n65534\n" + work + "\n");
+
+  std::ofstream(dir_ + "/small.txt") << "hello";
+  std::ofstream(dir_ + "/batch") << "put " << dir_ << "/small.txt mine.txt\n";
+  RunResult put = RunShell("sftp " + ssh_opts_ + " -b " + dir_ + "/batch root@algo-1");
+  ASSERT_EQ(put.exit_code, 0) << put.output;
+  struct stat st;
+  ASSERT_EQ(stat((work + "/mine.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  // The agent's own (root's) rights do not leak: a root-only file stays unreadable.
+  std::ofstream(dir_ + "/secret.txt") << "secret";
+  ASSERT_EQ(chmod((dir_ + "/secret.txt").c_str(), 0600), 0);
+  std::ofstream(dir_ + "/batch") << "get " << dir_ << "/secret.txt " << dir_ << "/leaked.txt\n";
+  RunResult get = RunShell("sftp " + ssh_opts_ + " -b " + dir_ + "/batch root@algo-1");
+  EXPECT_NE(get.exit_code, 0) << get.output;
+  EXPECT_FALSE(PathExists(dir_ + "/leaked.txt"));
 }
 
 TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {
