@@ -266,6 +266,7 @@ class Connection {
   std::vector<KeyPtr> keys_;
   bool authenticated_ = false;
   int auth_failures_ = 0;
+  bool transport_gone_ = false;  // set by Shutdown(): channels are freed without messages
   std::list<Channel> channels_;  // list: Channel addresses are userdata for libssh
   std::list<Forward> forwards_;
   // Connections accepted on a forward, waiting for their forwarded-tcpip channel to be opened
@@ -775,7 +776,9 @@ void Connection::Finish(Channel* ch) {
     }
   }
   if (ch->pid > 0 && !ch->child_exited) kill(-ch->pid, SIGKILL);
-  if (!ch->closed_by_peer) ssh_channel_close(ch->channel);
+  // Also after the client's CLOSE: RFC 4254 §5.3 wants one back, and OpenSSH keeps the channel
+  // (a -L connection, say) until it comes. Not once the transport is gone.
+  if (!transport_gone_) ssh_channel_close(ch->channel);
 }
 
 void Connection::Run() {
@@ -813,10 +816,8 @@ void Connection::Run() {
 
 // Kills and reaps every child, closes every descriptor and listener.
 void Connection::Shutdown() {
-  for (Channel& ch : channels_) {
-    ch.closed_by_peer = true;  // the transport is gone: send nothing more
-    Finish(&ch);
-  }
+  transport_gone_ = true;  // send nothing more
+  for (Channel& ch : channels_) Finish(&ch);
   for (Channel& ch : channels_) {
     if (ch.pid > 0 && !ch.child_exited) {
       int status = 0;
