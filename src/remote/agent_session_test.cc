@@ -473,6 +473,49 @@ TEST_F(AgentSessionTest, ChildrenAndSftpRunAsTheWorkloadUser) {
   EXPECT_FALSE(PathExists(dir_ + "/leaked.txt"));
 }
 
+// Numbers for the notes, not a check (run with --gtest_also_run_disabled_tests): the time for
+// `ssh host true` (connect, key exchange, auth, exec, exit status), a keystroke's round trip on
+// a PTY shell (pexpect), and sftp get of 256 MiB.
+TEST_F(AgentSessionTest, DISABLED_Measure) {
+  auto since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(RunShell(Ssh("root@algo-1 true")).exit_code, 0);
+  printf("ssh true: %.1f ms each (10 runs)\n", since(start) / 10);
+
+  std::ofstream(dir_ + "/rtt.py") << R"(import sys, time, pexpect
+child = pexpect.spawn(sys.argv[1], encoding="utf-8", timeout=20)
+child.delaybeforesend = None  # pexpect sleeps 50 ms before each send by default
+child.sendline("PS1='P> '; stty -echo; cat")
+time.sleep(0.5)
+child.expect("P> ")
+rtts = []
+for i in range(100):
+    t = time.perf_counter()
+    child.send("x\n")
+    child.expect("x")
+    rtts.append((time.perf_counter() - t) * 1000)
+rtts.sort()
+print("keystroke round trip: median %.2f ms, p90 %.2f ms" % (rtts[50], rtts[90]))
+)";
+  RunResult rtt = RunShell("/usr/bin/python3 " + dir_ + "/rtt.py \"" + Ssh("-tt root@algo-1") + "\"");
+  printf("%s", rtt.output.c_str());
+
+  ASSERT_EQ(RunShell("head -c 268435456 /dev/urandom > " + dir_ + "/big.bin").exit_code, 0);
+  std::ofstream(dir_ + "/batch") << "get " << dir_ << "/big.bin " << dir_ << "/big_copy.bin\n";
+  start = std::chrono::steady_clock::now();
+  RunResult get = RunShell("sftp " + ssh_opts_ + " -b " + dir_ + "/batch root@algo-1");
+  double ms = since(start);
+  ASSERT_EQ(get.exit_code, 0) << get.output;
+  printf("sftp get 256 MiB: %.0f ms (%.0f MiB/s)\n", ms, 256 / (ms / 1000));
+  start = std::chrono::steady_clock::now();
+  RunResult scp = RunShell("scp " + ssh_opts_ + " " + dir_ + "/big.bin root@algo-1:" + dir_ + "/big_up.bin");
+  ms = since(start);
+  ASSERT_EQ(scp.exit_code, 0) << scp.output;
+  printf("scp put 256 MiB: %.0f ms (%.0f MiB/s)\n", ms, 256 / (ms / 1000));
+}
+
 TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {
   EXPECT_TRUE(AgentSession::Create(AgentOptions{}).status().IsInvalidArgument());
   AgentOptions options;
