@@ -940,6 +940,12 @@ Status AgentSession::ServeBlocked(int fd) const {
   ssh_set_message_callback(session.get(), Connection::OnMessage, &conn);
   ssh_set_auth_methods(session.get(), SSH_AUTH_METHOD_PUBLICKEY);
 
+  // libssh bounds the (blocking) key exchange by SSH_OPTIONS_TIMEOUT (10 s when unset); a client
+  // that stalls before authenticating gets the login grace, here and then in Run().
+  if (options_.login_grace_s > 0) {
+    long grace = options_.login_grace_s;
+    ssh_options_set(session.get(), SSH_OPTIONS_TIMEOUT, &grace);
+  }
   if (ssh_handle_key_exchange(session.get()) != SSH_OK) {
     return Status::Unavailable(std::string("remote agent: key exchange failed: ") + ssh_get_error(session.get()));
   }

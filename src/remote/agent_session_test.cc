@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -415,6 +416,83 @@ TEST_F(AgentSessionTest, RemoteForwardListensInTheAgent) {
   EXPECT_EQ(RoundTrip(fd, "through -R"), "through -R");
   kill(-client, SIGTERM);
   waitpid(client, nullptr, 0);
+}
+
+TEST_F(AgentSessionTest, AForwardToNothingIsRefused) {
+  RunResult closed_port = RunShell("printf x | " + Ssh("-W 127.0.0.1:" + std::to_string(FreePort()) + " root@algo-1"));
+  EXPECT_EQ(closed_port.exit_code, 255) << closed_port.output;
+  EXPECT_NE(closed_port.output.find("forwarding failed"), std::string::npos) << closed_port.output;
+  RunResult no_host = RunShell("printf x | " + Ssh("-W no-such-host.invalid:80 root@algo-1"));
+  EXPECT_EQ(no_host.exit_code, 255) << no_host.output;
+  // The connection that refused them goes on serving others.
+  EXPECT_EQ(RunShell(Ssh("root@algo-1 'echo ok'")).output, "ok\n");
+}
+
+// Several channels on one connection at once (what VS Code Remote-SSH does): OpenSSH's connection
+// sharing runs each command as a new session channel on the master's connection.
+TEST_F(AgentSessionTest, ManyChannelsShareOneConnection) {
+  std::string control = "-S " + dir_ + "/control";
+  pid_t master = Spawn(Ssh("-M " + control + " -N root@algo-1"));
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    up = RunShell(Ssh(control + " -O check root@algo-1")).exit_code == 0;
+  }
+  ASSERT_TRUE(up);
+  std::ofstream(dir_ + "/both.sh") << Ssh(control + " root@algo-1 'sleep 0.5; echo one'") << " &\n"
+                                   << Ssh(control + " root@algo-1 'echo two; exit 2'") << "\n"
+                                   << "echo two-exit=$?\nwait\n";
+  RunResult r = RunShell("sh " + dir_ + "/both.sh");
+  EXPECT_NE(r.output.find("one\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("two\ntwo-exit=2\n"), std::string::npos) << r.output;
+  kill(-master, SIGTERM);
+  waitpid(master, nullptr, 0);
+}
+
+// A client that never authenticates is dropped after AgentOptions::login_grace_s.
+TEST_F(AgentSessionTest, AnUnauthenticatedClientIsDroppedAfterTheGrace) {
+  AgentOptions options = DefaultOptions();
+  options.login_grace_s = 1;
+  StartAgent(std::move(options));
+  std::ofstream(dir_ + "/idle.py") << R"(import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"SSH-2.0-idle\r\n")
+start = time.time()
+s.settimeout(10)
+while s.recv(4096):
+    pass
+print("closed after %.1f s" % (time.time() - start))
+)";
+  RunResult r = RunShell("/usr/bin/python3 " + dir_ + "/idle.py " + dir_ + "/agent.sock");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  size_t at = r.output.find("closed after ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  // The grace (1 s), not libssh's 10 s default for the key exchange.
+  EXPECT_LT(std::stod(r.output.substr(at + 13)), 5.0) << r.output;
+}
+
+// Connections leave no descriptor behind in the (shared) process.
+TEST_F(AgentSessionTest, ConnectionsLeaveNoDescriptorsBehind) {
+  auto count_fds = [] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      (void)entry;
+      ++n;
+    }
+    return n;
+  };
+  EchoServer echo;
+  ASSERT_EQ(RunShell(Ssh("root@algo-1 true")).exit_code, 0);  // warm-up: libssh's own one-time state
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int before = count_fds();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(RunShell(Ssh("-tt root@algo-1 'echo x'")).exit_code, 0);
+    ASSERT_EQ(RunShell("printf p | " + Ssh("-W 127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1")).output,
+              "p");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(count_fds(), before);
 }
 
 TEST_F(AgentSessionTest, ClosingTheClientKillsTheSessionsChildren) {
