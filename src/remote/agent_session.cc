@@ -917,6 +917,10 @@ Status AgentSession::ServeBlocked(int fd) const {
   }
   // The bind takes ownership of the imported key.
   ssh_bind_options_set(bind.get(), SSH_BIND_OPTIONS_IMPORT_KEY, host_key);
+  // No /etc/ssh/libssh_server_config: after the agent enters a workload's mount namespace that
+  // file would be the image's, and nothing in the image may change how the agent behaves.
+  bool process_config = false;
+  ssh_bind_options_set(bind.get(), SSH_BIND_OPTIONS_PROCESS_CONFIG, &process_config);
   if (ssh_bind_accept_fd(bind.get(), session.get(), fd) != SSH_OK) {
     close(fd);
     return Status::Unavailable(std::string("remote agent: accept failed: ") + ssh_get_error(bind.get()));
