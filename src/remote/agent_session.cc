@@ -199,6 +199,9 @@ struct Channel {
   bool input_closed = false;
   bool out_open = false;
   bool err_open = false;
+  // The fd reached EOF inside a poll callback; the loop unwatches it (RetireEofFds).
+  bool out_eof = false;
+  bool err_eof = false;
   bool child_exited = false;
   int wait_status = 0;
   std::unique_ptr<SftpHandler> sftp;
@@ -212,6 +215,7 @@ struct Forward {
   std::string address;
   int port = 0;
   int fd = -1;
+  bool cancelled = false;  // cancel-tcpip-forward came; RetireEofFds closes it
 };
 
 // The state of one connection; lives on Serve()'s stack.
@@ -253,6 +257,9 @@ class Connection {
   void FinishChannels();
   void Finish(Channel* ch);
   void OpenPendingForwards();
+  // Unwatches the fds that reached EOF in callbacks and closes cancelled forwards: removing a
+  // poll handle is only safe outside ssh_event_dopoll.
+  void RetireEofFds();
   // Writes pending_in to in_fd without blocking; drops it (and later input) once the reader is
   // gone; closes or shuts down in_fd after the client's EOF.
   void FlushInput(Channel* ch);
@@ -367,12 +374,9 @@ int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
   if (type == SSH_REQUEST_GLOBAL && subtype == SSH_GLOBAL_REQUEST_CANCEL_TCPIP_FORWARD) {
     std::string address = ssh_message_global_request_address(msg) ? ssh_message_global_request_address(msg) : "";
     int port = ssh_message_global_request_port(msg);
-    for (auto it = conn->forwards_.begin(); it != conn->forwards_.end(); ++it) {
-      if (it->address == address && it->port == port) {
-        ssh_event_remove_fd(conn->event_, it->fd);
-        close(it->fd);
-        std::erase_if(conn->pending_accepts_, [&](const auto& p) { return p.second == &*it; });
-        conn->forwards_.erase(it);
+    for (Forward& fwd : conn->forwards_) {
+      if (!fwd.cancelled && fwd.address == address && fwd.port == port) {
+        fwd.cancelled = true;  // closed by the loop, outside libssh's poll dispatch
         ssh_message_global_request_reply_success(msg, 0);
         return 0;
       }
@@ -384,6 +388,7 @@ int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
 
 int Connection::OnForwardAcceptable(socket_t fd, int, void* fwd_ptr) {
   auto* fwd = static_cast<Forward*>(fwd_ptr);
+  if (fwd->cancelled) return 0;
   int client = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
   if (client < 0) return 0;
   // Opening a channel waits for the client's answer, which must not happen inside the poll
@@ -396,6 +401,10 @@ void Connection::OpenPendingForwards() {
   auto pending = std::move(pending_accepts_);
   pending_accepts_.clear();
   for (auto [fd, fwd] : pending) {
+    if (fwd->cancelled) {
+      close(fd);
+      continue;
+    }
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     char peer[INET6_ADDRSTRLEN] = "127.0.0.1";
@@ -423,6 +432,22 @@ void Connection::OpenPendingForwards() {
     ch->out_fd = fd;
     WatchFd(ch, fd);
     ch->out_open = true;
+  }
+}
+
+void Connection::RetireEofFds() {
+  for (Channel& ch : channels_) {
+    if (ch.out_eof && ch.out_open) UnwatchFd(&ch, &ch.out_fd, &ch.out_open);
+    if (ch.err_eof && ch.err_open) UnwatchFd(&ch, &ch.err_fd, &ch.err_open);
+  }
+  for (auto it = forwards_.begin(); it != forwards_.end();) {
+    if (!it->cancelled) {
+      ++it;
+      continue;
+    }
+    ssh_event_remove_fd(event_, it->fd);
+    close(it->fd);
+    it = forwards_.erase(it);
   }
 }
 
@@ -466,13 +491,14 @@ int Connection::OnFdReadable(socket_t fd, int revents, void* ch_ptr) {
   Connection* conn = ch->connection;
   if (ch->finished || ch->closed_by_peer) return 0;
   bool is_stderr = fd == ch->err_fd;
-  bool open = (revents & (POLLIN | POLLHUP | POLLERR)) == 0 || conn->CopyOut(ch, fd, is_stderr);
+  bool& at_eof = is_stderr ? ch->err_eof : ch->out_eof;
+  if (at_eof) return 0;
+  bool open = (revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0 || conn->CopyOut(ch, fd, is_stderr);
   if (open) return 0;
-  if (is_stderr) {
-    conn->UnwatchFd(ch, &ch->err_fd, &ch->err_open);
-  } else {
-    conn->UnwatchFd(ch, &ch->out_fd, &ch->out_open);
-  }
+  // Not removed from the event here: libssh's dispatch loop touches this fd's poll slot after the
+  // callback returns (and a nested poll's removal would shift the outer loop's slots), so the
+  // loop removes it (RetireEofFds) once dopoll has returned.
+  at_eof = true;
   // A socket's EOF is the end of what it sends: pass it on. A child's channel ends when it exits.
   if (ch->kind == Channel::Kind::kTcp) ssh_channel_send_eof(ch->channel);
   return 0;
@@ -798,6 +824,7 @@ void Connection::Run() {
       break;
     }
     OpenPendingForwards();
+    RetireEofFds();
     input_waiting = false;
     for (Channel& ch : channels_) {
       if (ch.finished || ch.closed_by_peer) continue;
