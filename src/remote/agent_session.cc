@@ -445,6 +445,12 @@ void Connection::RetireEofFds() {
       ++it;
       continue;
     }
+    // Connections it accepted meanwhile (in a nested poll) die with it.
+    std::erase_if(pending_accepts_, [&](const std::pair<int, Forward*>& pending) {
+      if (pending.second != &*it) return false;
+      close(pending.first);
+      return true;
+    });
     ssh_event_remove_fd(event_, it->fd);
     close(it->fd);
     it = forwards_.erase(it);
