@@ -298,6 +298,14 @@ TEST_F(AgentSessionTest, LargeInputReachesASlowReader) {
   EXPECT_EQ(r.output, "5000000\n");
 }
 
+// Output larger than any window, to a client that reads it late: nothing lost, in order.
+TEST_F(AgentSessionTest, LargeOutputReachesASlowClient) {
+  RunResult r = RunShell(Ssh("root@algo-1 'seq 1 3000000'") + " | (sleep 1; md5sum)");
+  RunResult local = RunShell("seq 1 3000000 | md5sum");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, local.output);
+}
+
 TEST_F(AgentSessionTest, RejectsAKeyThatIsNotAuthorized) {
   // The same options with the other key (ssh_opts_ ends with "-i <dir>/id").
   std::string opts = ssh_opts_.substr(0, ssh_opts_.size() - 2) + "other";
