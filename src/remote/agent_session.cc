@@ -17,6 +17,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <tuple>
+#include <algorithm>
 #include <list>
 #include <map>
 #include <memory>
@@ -202,6 +204,10 @@ struct Channel {
   // The fd reached EOF inside a poll callback; the loop unwatches it (RetireEofFds).
   bool out_eof = false;
   bool err_eof = false;
+  // The client's window is closed: CopyOut asked for a pause; the loop took the output fds out of
+  // the event (output_paused) until the window reopens.
+  bool pause_requested = false;
+  bool output_paused = false;
   bool child_exited = false;
   int wait_status = 0;
   std::unique_ptr<SftpHandler> sftp;
@@ -251,8 +257,13 @@ class Connection {
   int StartChild(Channel* ch, const char* command);
   void WatchFd(Channel* ch, int fd);
   void UnwatchFd(Channel* ch, int* fd, bool* open);
-  // Copies what `fd` has into the channel; false at EOF/error.
-  bool CopyOut(Channel* ch, int fd, bool is_stderr);
+  // Copies what `fd` has into the channel, within the client's window: kDrained when the fd has
+  // no more for now, kMore when it stopped after a bounded amount (fairness), kPaused when the
+  // window is closed (pause_requested is set), kEnd at EOF or error.
+  enum class Copied { kDrained, kMore, kPaused, kEnd };
+  Copied CopyOut(Channel* ch, int fd, bool is_stderr);
+  // Takes paused channels' fds out of the event, and puts them back once the window reopens.
+  void PauseAndResumeOutput();
   void Reap();
   void FinishChannels();
   void Finish(Channel* ch);
@@ -435,6 +446,23 @@ void Connection::OpenPendingForwards() {
   }
 }
 
+void Connection::PauseAndResumeOutput() {
+  for (Channel& ch : channels_) {
+    if (ch.finished) continue;
+    if (ch.pause_requested && !ch.output_paused) {
+      if (ch.out_open) ssh_event_remove_fd(event_, ch.out_fd);
+      if (ch.err_open) ssh_event_remove_fd(event_, ch.err_fd);
+      ch.output_paused = true;
+    }
+    if (ch.output_paused && ssh_channel_window_size(ch.channel) > 0) {
+      if (ch.out_open) ssh_event_add_fd(event_, ch.out_fd, POLLIN, OnFdReadable, &ch);
+      if (ch.err_open) ssh_event_add_fd(event_, ch.err_fd, POLLIN, OnFdReadable, &ch);
+      ch.output_paused = false;
+      ch.pause_requested = false;
+    }
+  }
+}
+
 void Connection::RetireEofFds() {
   for (Channel& ch : channels_) {
     if (ch.out_eof && ch.out_open) UnwatchFd(&ch, &ch.out_fd, &ch.out_open);
@@ -476,20 +504,29 @@ void Connection::UnwatchFd(Channel* ch, int* fd, bool* open) {
   *fd = -1;
 }
 
-bool Connection::CopyOut(Channel* ch, int fd, bool is_stderr) {
+Connection::Copied Connection::CopyOut(Channel* ch, int fd, bool is_stderr) {
   char buf[32 * 1024];
   for (int rounds = 0; rounds < 8; ++rounds) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+    // Read no more than the client's window takes: ssh_channel_write would otherwise block (in a
+    // nested poll) until the client reads. At 0 the loop takes the fds out of the event until the
+    // window reopens, and the child blocks on its full pipe, as under sshd.
+    uint32_t window = ssh_channel_window_size(ch->channel);
+    if (window == 0) {
+      ch->pause_requested = true;
+      return Copied::kPaused;
+    }
+    ssize_t n = read(fd, buf, std::min<size_t>(sizeof(buf), window));
     if (n > 0) {
       int rc = is_stderr ? ssh_channel_write_stderr(ch->channel, buf, static_cast<uint32_t>(n))
                          : ssh_channel_write(ch->channel, buf, static_cast<uint32_t>(n));
-      if (rc == SSH_ERROR) return false;
+      if (rc == SSH_ERROR) return Copied::kEnd;
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
-    return false;  // EOF, or EIO from a PTY master whose slave side is gone
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return Copied::kDrained;
+    return Copied::kEnd;  // EOF, or EIO from a PTY master whose slave side is gone
   }
-  return true;
+  return Copied::kMore;
 }
 
 int Connection::OnFdReadable(socket_t fd, int revents, void* ch_ptr) {
@@ -499,8 +536,8 @@ int Connection::OnFdReadable(socket_t fd, int revents, void* ch_ptr) {
   bool is_stderr = fd == ch->err_fd;
   bool& at_eof = is_stderr ? ch->err_eof : ch->out_eof;
   if (at_eof) return 0;
-  bool open = (revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0 || conn->CopyOut(ch, fd, is_stderr);
-  if (open) return 0;
+  if ((revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0) return 0;
+  if (conn->CopyOut(ch, fd, is_stderr) != Copied::kEnd) return 0;
   // Not removed from the event here: libssh's dispatch loop touches this fd's poll slot after the
   // callback returns (and a nested poll's removal would shift the outer loop's slots), so the
   // loop removes it (RetireEofFds) once dopoll has returned.
@@ -767,9 +804,19 @@ void Connection::FinishChannels() {
       continue;
     }
     if (ch.pid > 0 && ch.child_exited) {
-      // Whatever the child wrote before exiting is in the pipe / PTY buffer: drain it first.
-      if (ch.out_open && !CopyOut(&ch, ch.out_fd, false)) UnwatchFd(&ch, &ch.out_fd, &ch.out_open);
-      if (ch.err_open && !CopyOut(&ch, ch.err_fd, true)) UnwatchFd(&ch, &ch.err_fd, &ch.err_open);
+      // Whatever the child wrote before exiting is in the pipe / PTY buffer: send all of it, as
+      // the window allows, before the exit status. (Output of grandchildren still running is
+      // not waited for, only what is already buffered.)
+      if (ch.pause_requested || ch.output_paused) continue;
+      bool more = false;
+      for (auto [fd, open, is_stderr] :
+           {std::tuple{&ch.out_fd, &ch.out_open, false}, std::tuple{&ch.err_fd, &ch.err_open, true}}) {
+        if (!*open) continue;
+        Copied copied = CopyOut(&ch, *fd, is_stderr);
+        if (copied == Copied::kEnd) UnwatchFd(&ch, fd, open);
+        if (copied == Copied::kMore || copied == Copied::kPaused) more = true;
+      }
+      if (more) continue;
       if (WIFSIGNALED(ch.wait_status)) {
         ssh_channel_request_send_exit_signal(ch.channel, SignalName(WTERMSIG(ch.wait_status)).c_str(),
                                              WCOREDUMP(ch.wait_status) ? 1 : 0, "", "");
@@ -831,6 +878,7 @@ void Connection::Run() {
     }
     OpenPendingForwards();
     RetireEofFds();
+    PauseAndResumeOutput();
     input_waiting = false;
     for (Channel& ch : channels_) {
       if (ch.finished || ch.closed_by_peer) continue;

@@ -457,6 +457,31 @@ TEST_F(AgentSessionTest, ManyChannelsShareOneConnection) {
   waitpid(master, nullptr, 0);
 }
 
+// A channel whose reader stalls (its window closed) does not hold up the connection's other
+// channels: the agent reads a child's output only as far as the client's window allows.
+TEST_F(AgentSessionTest, AStalledChannelDoesNotBlockItsNeighbours) {
+  std::string control = "-S " + dir_ + "/control";
+  pid_t master = Spawn(Ssh("-M " + control + " -N root@algo-1"));
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    up = RunShell(Ssh(control + " -O check root@algo-1")).exit_code == 0;
+  }
+  ASSERT_TRUE(up);
+  // Far more than the window, into a reader that waits 4 s.
+  pid_t flood = Spawn(Ssh(control + " root@algo-1 'seq 1 5000000'") + " | (sleep 4; wc -l > " + dir_ + "/flood)");
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  auto start = std::chrono::steady_clock::now();
+  RunResult quick = RunShell(Ssh(control + " root@algo-1 'echo quick'"));
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(quick.output, "quick\n");
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  waitpid(flood, nullptr, 0);
+  EXPECT_EQ(Slurp(dir_ + "/flood"), "5000000\n");
+  kill(-master, SIGTERM);
+  waitpid(master, nullptr, 0);
+}
+
 // A client that never authenticates is dropped after AgentOptions::login_grace_s.
 TEST_F(AgentSessionTest, AnUnauthenticatedClientIsDroppedAfterTheGrace) {
   AgentOptions options = DefaultOptions();
