@@ -586,7 +586,7 @@ TEST_F(AgentSessionTest, ChildrenAndSftpRunAsTheWorkloadUser) {
 
 // Numbers for the notes, not a check (run with --gtest_also_run_disabled_tests): the time for
 // `ssh host true` (connect, key exchange, auth, exec, exit status), a keystroke's round trip on
-// a PTY shell (pexpect), and sftp get of 256 MiB.
+// a PTY shell (pexpect), and 256 MiB through sftp get, scp put and an exec's stdout.
 TEST_F(AgentSessionTest, DISABLED_Measure) {
   auto since = [](std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -625,6 +625,11 @@ print("keystroke round trip: median %.2f ms, p90 %.2f ms" % (rtts[50], rtts[90])
   ms = since(start);
   ASSERT_EQ(scp.exit_code, 0) << scp.output;
   printf("scp put 256 MiB: %.0f ms (%.0f MiB/s)\n", ms, 256 / (ms / 1000));
+  start = std::chrono::steady_clock::now();
+  RunResult cat = RunShell(Ssh("root@algo-1 'cat " + dir_ + "/big.bin'") + " | wc -c");
+  ms = since(start);
+  ASSERT_EQ(cat.output, "268435456\n");
+  printf("exec output (cat) 256 MiB: %.0f ms (%.0f MiB/s)\n", ms, 256 / (ms / 1000));
 }
 
 TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {
