@@ -139,11 +139,12 @@ int ConnectTcp(const std::string& host, int port) {
   return fd;
 }
 
-// Listens on address:port (port 0: any); returns the fd and sets *bound_port, or -1.
+// Listens on loopback:port for a tcpip-forward to `address` (port 0: any); returns the fd and
+// sets *bound_port, or -1.
 int ListenTcp(const std::string& address, int port, int* bound_port) {
-  std::string host = address;
-  if (host.empty() || host == "localhost") host = "127.0.0.1";
-  if (host == "*" || host == "0.0.0.0") host = "0.0.0.0";
+  // Loopback only, whatever the client asks (sshd's default GatewayPorts=no): a -R forward must
+  // not open a port to the instance's network (R-9's spirit: nothing listens beyond the instance).
+  std::string host = address == "::1" ? "::1" : "127.0.0.1";
   struct addrinfo hints;
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;

@@ -10,9 +10,9 @@
 // `session` channels with pty-req (forkpty; window-change resizes the PTY), env, shell (a login
 // shell), exec (exit-status / exit-signal sent back), signal, and the `sftp` subsystem (libssh's
 // sftp server messages, enough for OpenSSH's sftp and scp); `direct-tcpip` channels (connected from
-// the agent's network namespace) and `tcpip-forward` (listening inside the namespace, with
-// `forwarded-tcpip` channels back); keep-alives. Everything runs in the calling thread on one
-// poll loop; children are forked, reaped, and killed (their whole process group, SIGKILL) when the
+// the agent's network namespace) and `tcpip-forward` (listening on the namespace's loopback
+// only, like sshd's GatewayPorts=no, with `forwarded-tcpip` channels back); keep-alives. Everything runs in the calling
+// thread on one poll loop; children are forked, reaped, and killed (their whole process group, SIGKILL) when the
 // connection ends, so no process outlives the connection unless it left its process group.
 
 #include <memory>
@@ -29,7 +29,8 @@ struct AgentOptions {
   // key in memory per AgentSession (clients then see a new host key each time).
   std::string host_key_path;
   // OpenSSH public-key lines ("ssh-ed25519 AAAA... comment"); the only keys accepted. Must not be
-  // empty: an agent that accepts nobody is a configuration error.
+  // empty: an agent that accepts nobody is a configuration error. The user name a client logs in
+  // with is ignored: every session runs as the workload (uid/gid below).
   std::vector<std::string> authorized_keys;
   // The children's whole environment ("NAME=value"), e.g. the workload's PID 1 environ. The agent
   // adds what the client sends with `env` requests, TERM for PTYs, and SSH_CONNECTION-like
