@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
 
 #include "base/fs.h"
 
@@ -630,6 +633,48 @@ print("keystroke round trip: median %.2f ms, p90 %.2f ms" % (rtts[50], rtts[90])
   ms = since(start);
   ASSERT_EQ(cat.output, "268435456\n");
   printf("exec output (cat) 256 MiB: %.0f ms (%.0f MiB/s)\n", ms, 256 / (ms / 1000));
+}
+
+// The daemon's contract, driven with libssh's client over a socketpair: a `signal` request
+// (which OpenSSH's client never sends) reaches the command, whose death comes back as exit-signal.
+TEST_F(AgentSessionTest, SignalRequestsOverASocketpair) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  std::thread server([&] { (void)agent_->Serve(fds[0]); });
+  ssh_session session = ssh_new();
+  socket_t client_fd = fds[1];
+  ssh_options_set(session, SSH_OPTIONS_FD, &client_fd);
+  ssh_options_set(session, SSH_OPTIONS_HOST, "algo-1");
+  ASSERT_EQ(ssh_connect(session), SSH_OK) << ssh_get_error(session);
+  ssh_key key = nullptr;
+  ASSERT_EQ(ssh_pki_import_privkey_file((dir_ + "/id").c_str(), nullptr, nullptr, nullptr, &key), SSH_OK);
+  EXPECT_EQ(ssh_userauth_publickey(session, "root", key), SSH_AUTH_SUCCESS) << ssh_get_error(session);
+  ssh_key_free(key);
+  ssh_channel channel = ssh_channel_new(session);
+  ASSERT_EQ(ssh_channel_open_session(channel), SSH_OK);
+  std::string signal_name;
+  ssh_channel_callbacks_struct callbacks;
+  memset(&callbacks, 0, sizeof(callbacks));
+  callbacks.userdata = &signal_name;
+  callbacks.channel_exit_signal_function = [](ssh_session, ssh_channel, const char* name, int, const char*, const char*,
+                                              void* out) { *static_cast<std::string*>(out) = name; };
+  ssh_callbacks_init(&callbacks);
+  ssh_set_channel_callbacks(channel, &callbacks);
+  ASSERT_EQ(ssh_channel_request_exec(channel, "echo started; exec sleep 1000"), SSH_OK);
+  char buf[64];
+  int n = ssh_channel_read_timeout(channel, buf, sizeof(buf), 0, 10000);
+  EXPECT_EQ(std::string(buf, n > 0 ? n : 0), "started\n");
+  ASSERT_EQ(ssh_channel_request_send_signal(channel, "USR1"), SSH_OK);
+  while (ssh_channel_read_timeout(channel, buf, sizeof(buf), 0, 10000) > 0) {
+  }
+  for (int i = 0; i < 100 && signal_name.empty(); ++i) ssh_channel_read_timeout(channel, buf, sizeof(buf), 0, 100);
+  EXPECT_EQ(signal_name, "USR1");
+  ssh_channel_close(channel);
+  ssh_channel_free(channel);
+  ssh_disconnect(session);
+  ssh_free(session);
+  close(fds[1]);  // libssh leaves a descriptor given with SSH_OPTIONS_FD to its owner
+  server.join();
 }
 
 TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {
