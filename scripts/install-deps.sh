@@ -31,7 +31,7 @@ build_pkgs=(
   libnftables-dev                          # per-instance networks: each server's nftables table (isolation, NAT)
   python3                                  # the default training environment (script mode)
   libtorch-dev                             # kiln-model-server's native TorchScript backend (optional: built when present)
-  libssh-dev                               # the remote-access agent's SSH-2 server (src/remote/): key exchange, channels, sftp messages
+  libssh-dev                               # the remote-access agent's SSH-2 server (src/access/): key exchange, channels, sftp messages
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 test_pkgs=(
@@ -48,7 +48,7 @@ test_pkgs=(
   nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
   podman crun netavark catatonit           # the container runtime's tests: Podman's Docker-compatible API (scripts/podman-setup.sh)
   docker-registry                          # a registry on loopback for the container runtime's pull tests (test_container_registry.py)
-  openssh-client python3-pexpect           # remote_test: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
+  openssh-client python3-pexpect           # access_test: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
 )
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.

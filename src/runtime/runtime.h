@@ -157,6 +157,18 @@ struct InstanceUsage {
   int process_count = 0;  // processes counted ("proc"; 0 for "cgroup")
 };
 
+// Where remote access (src/access/, spec remote-access.md R-7..R-11) enters a running instance:
+// the host pid of its program (PID 1 of the sandbox or container) whose namespaces
+// (/proc/<pid>/ns/{mnt,uts,ipc,net,pid,cgroup}), cgroups (/proc/<pid>/cgroup), environment and
+// user the agent takes on. The pid is checked against the instance when read (its parent is the
+// instance's supervisor, or the engine reports it), so a reused pid is never returned; it can
+// still end at any moment after, which the agent notices as a failed setns or open.
+struct AccessPoint {
+  int host_pid = 0;
+  // The instance's hostname (algo-N, or the endpoint instance's), for messages and prompts.
+  std::string hostname;
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -213,6 +225,13 @@ class Runtime {
   // measure answer Unimplemented (the default), and callers then publish nothing.
   virtual Result<InstanceUsage> Usage(const std::string& instance_id) {
     return Status::Unimplemented("this runtime does not report the usage of instance " + instance_id);
+  }
+
+  // Where remote access enters the instance now (AccessPoint). NotFound if the id is unknown;
+  // FailedPrecondition when it is not running (exited, lost, or not yet exec'd). Backends that
+  // cannot be entered answer Unimplemented (the default).
+  virtual Result<AccessPoint> Access(const std::string& instance_id) {
+    return Status::Unimplemented("this runtime cannot give remote access to instance " + instance_id);
   }
 };
 

@@ -21,7 +21,7 @@
 
 #include "base/status.h"
 
-namespace kiln::remote {
+namespace kiln::access {
 
 struct AgentOptions {
   // Where the Ed25519 host key lives (OpenSSH private-key format, mode 0600). Created on Create()
@@ -89,4 +89,4 @@ class AgentSession {
   std::vector<std::pair<std::string, std::string>> authorized_;
 };
 
-}  // namespace kiln::remote
+}  // namespace kiln::access

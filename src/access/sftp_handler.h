@@ -16,7 +16,7 @@
 
 #include "base/status.h"
 
-namespace kiln::remote {
+namespace kiln::access {
 
 class SftpHandler {
  public:
@@ -51,4 +51,4 @@ class SftpHandler {
   std::vector<std::unique_ptr<Handle>> handles_;
 };
 
-}  // namespace kiln::remote
+}  // namespace kiln::access

@@ -1,7 +1,7 @@
 // The agent against the real OpenSSH client: ssh, sftp and scp reach it through a ProxyCommand
 // that joins stdin/stdout to a Unix socket, behind which each accepted connection is served by
 // AgentSession::Serve on its own thread (the daemon will hand over a socketpair end instead).
-#include "remote/agent_session.h"
+#include "access/agent_session.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -33,7 +33,7 @@
 
 #include "base/fs.h"
 
-namespace kiln::remote {
+namespace kiln::access {
 namespace {
 
 // stdin/stdout <-> the Unix socket named by argv[1]; what OpenSSH's ProxyCommand runs.
@@ -694,4 +694,4 @@ TEST_F(AgentSessionTest, KeepsTheHostKeyInItsFile) {
 }
 
 }  // namespace
-}  // namespace kiln::remote
+}  // namespace kiln::access

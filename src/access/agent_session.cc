@@ -1,4 +1,4 @@
-#include "remote/agent_session.h"
+#include "access/agent_session.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -31,9 +31,9 @@
 #include <libssh/server.h>
 
 #include "base/fs.h"
-#include "remote/sftp_handler.h"
+#include "access/sftp_handler.h"
 
-namespace kiln::remote {
+namespace kiln::access {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -1043,4 +1043,4 @@ Status AgentSession::ServeBlocked(int fd) const {
   return Status::Ok();
 }
 
-}  // namespace kiln::remote
+}  // namespace kiln::access

@@ -1,4 +1,4 @@
-#include "remote/sftp_handler.h"
+#include "access/sftp_handler.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <ctime>
 #include <string>
 
-namespace kiln::remote {
+namespace kiln::access {
 
 struct SftpHandler::Handle {
   int fd = -1;
@@ -434,4 +434,4 @@ void SftpHandler::Answer(sftp_client_message msg) {
   }
 }
 
-}  // namespace kiln::remote
+}  // namespace kiln::access
