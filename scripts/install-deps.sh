@@ -48,8 +48,11 @@ test_pkgs=(
   nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
   podman crun netavark catatonit           # the container runtime's tests: Podman's Docker-compatible API (scripts/podman-setup.sh)
   docker-registry                          # a registry on loopback for the container runtime's pull tests (test_container_registry.py)
-  openssh-client python3-pexpect           # access_test: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
+  openssh-client python3-pexpect           # access_test, test_remote_access.py: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
+  python3-debugpy                          # test_remote_access.py: the training script's debugpy attached through an ssh -L forward
 )
+# bench/remote_access_bench.py also compares scp against a local sshd (Debian openssh-server); it is
+# not installed here (its package starts a system sshd): `apt-get install openssh-server` by hand.
 # The SageMaker Python SDK bundle (tests/integration/test_sdk.py) lists the Debian packages it
 # imports beside its sources: ../shared/clients/sagemaker-python-sdk/ next to the repository.
 sdk_pkgs_file="$(cd "$(dirname "$0")/.." && pwd)/../shared/clients/sagemaker-python-sdk/debian-packages.txt"
