@@ -94,6 +94,7 @@ class RoutedRuntime final : public Runtime {
   }
 
   Result<InstanceUsage> Usage(const std::string& instance_id) override { return Owner(instance_id).Usage(instance_id); }
+  Result<AccessPoint> Access(const std::string& instance_id) override { return Owner(instance_id).Access(instance_id); }
 
  private:
   // The backend that has the instance: the container runtime when it knows the id (remembered

@@ -4,7 +4,7 @@
 // ContainerImage, to the process runtime otherwise; every other call goes to the backend that has
 // the instance id (the container runtime is asked first: its Inspect of an unknown id is a stat of
 // its state directory, no engine call), and List is the union. PrepareImage goes to the container
-// runtime. Usage likewise.
+// runtime. Usage and Access likewise.
 //
 // Thread-safety: as the backends (every method from any thread).
 #include <memory>

@@ -92,6 +92,32 @@ TEST_F(RoutedRuntimeTest, EveryOtherCallReachesTheBackendThatHasTheInstance) {
   EXPECT_EQ(routed_->Remove("nobody").code(), StatusCode::kNotFound);
 }
 
+TEST_F(RoutedRuntimeTest, AccessReachesTheBackendThatHasTheInstance) {
+  FakeRuntime::Behavior in_container;
+  in_container.access_pid = 4242;
+  containers_->SetDefaultBehavior(in_container);
+  FakeRuntime::Behavior in_process;
+  in_process.access_pid = 1717;
+  processes_->SetDefaultBehavior(in_process);
+  InstanceSpec p = ProcessSpec("p");
+  p.hostname = "algo-1";
+  InstanceSpec c = ContainerSpec("c");
+  c.hostname = "algo-2";
+  ASSERT_TRUE(routed_->Launch(p).ok());
+  ASSERT_TRUE(routed_->Launch(c).ok());
+  Result<AccessPoint> to_c = routed_->Access("c");
+  ASSERT_TRUE(to_c.ok()) << to_c.status().ToString();
+  EXPECT_EQ(to_c->host_pid, 4242);
+  EXPECT_EQ(to_c->hostname, "algo-2");
+  Result<AccessPoint> to_p = routed_->Access("p");
+  ASSERT_TRUE(to_p.ok()) << to_p.status().ToString();
+  EXPECT_EQ(to_p->host_pid, 1717);
+  EXPECT_EQ(to_p->hostname, "algo-1");
+  EXPECT_EQ(routed_->Access("nobody").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(routed_->Stop("c", std::chrono::seconds(0)).ok());
+  EXPECT_EQ(routed_->Access("c").status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(RoutedRuntimeTest, FindsInstancesItDidNotLaunchItselfAsAfterARestart) {
   // A previous server launched them: nothing was remembered here.
   ASSERT_TRUE(containers_->Launch(ContainerSpec("old-c")).ok());

@@ -73,6 +73,7 @@ struct ContainerRecord {
   LogCursor log_cursor;
   std::vector<int> gpus;  // for Usage
   uint64_t memory_limit_bytes = 0;
+  std::string hostname;  // for Access; "" in records written before it was kept
 };
 
 std::string EncodeRecord(const ContainerRecord& r) {
@@ -89,6 +90,7 @@ std::string EncodeRecord(const ContainerRecord& r) {
        {{"seconds", r.log_cursor.seconds}, {"lines", r.log_cursor.lines}, {"output_bytes", r.log_cursor.output_bytes}}},
       {"gpus", r.gpus},
       {"memory_limit_bytes", r.memory_limit_bytes},
+      {"hostname", r.hostname},
   };
   return j.dump();
 }
@@ -113,6 +115,7 @@ Result<ContainerRecord> DecodeRecord(std::string_view text) {
     }
     r.gpus = j.value("gpus", std::vector<int>{});
     r.memory_limit_bytes = j.value("memory_limit_bytes", uint64_t{0});
+    r.hostname = j.value("hostname", "");
     if (r.container_id.empty()) return Status::DataLoss("bad container record: no container_id");
     return r;
   } catch (const nlohmann::json::exception& e) {
@@ -202,6 +205,7 @@ class DockerRuntime final : public Runtime {
   Result<std::vector<std::string>> List() override;
   Status Remove(const std::string& instance_id) override;
   Result<InstanceUsage> Usage(const std::string& instance_id) override;
+  Result<AccessPoint> Access(const std::string& instance_id) override;
 
  private:
   // One instance with a container.json. `record`, `exit` and the flags are guarded by mu_ (the
@@ -602,6 +606,7 @@ Status DockerRuntime::Launch(const InstanceSpec& spec_in) {
   inst->record.launched_millis = NowMillis();
   inst->record.gpus = spec.gpus;
   inst->record.memory_limit_bytes = spec.memory_limit_bytes;
+  inst->record.hostname = spec.hostname;
   MutexLock lock(mu_);
   if (Status s = SaveRecordLocked(*inst); !s.ok()) {
     lock.Unlock();
@@ -875,6 +880,34 @@ Result<InstanceUsage> DockerRuntime::Usage(const std::string& instance_id) {
   usage.gpus = record.gpus;
   usage.source = "cgroup";
   return usage;
+}
+
+// The engine's State.Pid of the container (its PID 1 as the node sees it). The engine reports it
+// for this container only while it runs, so a reused pid is never returned.
+Result<AccessPoint> DockerRuntime::Access(const std::string& instance_id) {
+  std::shared_ptr<Instance> inst = Find(instance_id);
+  if (inst == nullptr) return Status::NotFound("instance " + instance_id + " not found");
+  ContainerRecord record;
+  {
+    MutexLock lock(mu_);
+    if (inst->exit) return Status::FailedPrecondition("instance " + instance_id + " is not running");
+    record = inst->record;
+  }
+  Result<ContainerState> st = engine().InspectContainer(record.container_id);
+  Note(st.status());
+  if (!st.ok()) {
+    if (st.status().IsNotFound()) return Status::FailedPrecondition("instance " + instance_id + " is not running");
+    if (EngineUnreachable(st.status())) return Unreachable(st.status());
+    return st.status().WithPrefix("inspecting container " + record.name);
+  }
+  if (!st->running || st->pid <= 0) {
+    return Status::FailedPrecondition("instance " + instance_id + " is not running (container " + record.name + " is " +
+                                      (st->status.empty() ? "stopped" : st->status) + ")");
+  }
+  AccessPoint point;
+  point.host_pid = st->pid;
+  point.hostname = record.hostname;
+  return point;
 }
 
 void DockerRuntime::StartFollowerLocked(const std::shared_ptr<Instance>& inst) {

@@ -48,7 +48,8 @@
 // instance directory is gone, so a container whose Remove failed while the engine was down does
 // not leak.
 //
-// Usage: the engine's stats (source "cgroup").
+// Usage: the engine's stats (source "cgroup"). Access: the engine's State.Pid of the running
+// container and the spec's hostname.
 //
 // Thread-safety: every method may be called from any thread.
 #include <chrono>

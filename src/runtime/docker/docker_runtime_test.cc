@@ -676,6 +676,26 @@ TEST_F(DockerRuntimeTest, UsageComesFromTheEngineStats) {
   EXPECT_EQ(runtime_->Usage("nobody").status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(DockerRuntimeTest, AccessGivesTheEnginesPidAndTheSpecsHostname) {
+  LaunchRunning(Spec("access"));
+  Result<AccessPoint> point = runtime_->Access("access");
+  ASSERT_TRUE(point.ok()) << point.status().ToString();
+  ASSERT_TRUE(engine_.container(Name("access")).has_value());
+  EXPECT_EQ(point->host_pid, engine_.container(Name("access"))->state.pid);
+  EXPECT_GT(point->host_pid, 0);
+  EXPECT_EQ(point->hostname, "algo-1");
+  // Reopened (a server restart): the record still has the hostname.
+  Open();
+  point = runtime_->Access("access");
+  ASSERT_TRUE(point.ok()) << point.status().ToString();
+  EXPECT_EQ(point->hostname, "algo-1");
+
+  engine_.Exit(Name("access"), 0);
+  WaitEnded("access");
+  EXPECT_EQ(runtime_->Access("access").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runtime_->Access("nobody").status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(DockerRuntimeTest, PrepareImageUsesThePresentImage) {
   ContainerImage image{kImage, "", std::nullopt};
   Result<std::string> reference = EngineReference(kImage, ImageSettings{});

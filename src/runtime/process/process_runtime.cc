@@ -71,6 +71,7 @@ class ProcessRuntime final : public Runtime {
   Result<std::vector<std::string>> List() override;
   Status Remove(const std::string& instance_id) override;
   Result<InstanceUsage> Usage(const std::string& instance_id) override;
+  Result<AccessPoint> Access(const std::string& instance_id) override;
 
  private:
   std::string InstanceDir(const std::string& id) const { return ps::Join(options_.state_dir, id); }
@@ -412,6 +413,33 @@ Result<InstanceUsage> ProcessRuntime::Usage(const std::string& instance_id) {
   usage.memory_bytes = tree->memory_bytes;
   usage.process_count = tree->process_count;
   return usage;
+}
+
+// started.json's program pid, accepted only while /proc says its parent is the shim that wrote
+// the record (a pid reused after the program ended has another parent).
+Result<AccessPoint> ProcessRuntime::Access(const std::string& instance_id) {
+  ASSIGN_OR_RETURN(InstanceStatus status, Inspect(instance_id));
+  if (status.state != InstanceState::kRunning) {
+    return Status::FailedPrecondition("instance " + instance_id + " is not running");
+  }
+  const std::string dir = InstanceDir(instance_id);
+  Result<std::string> started_text = ReadFile(ps::Join(dir, ps::kStartedFile));
+  if (!started_text.ok())
+    return Status::FailedPrecondition("instance " + instance_id + " has not started its program yet");
+  ASSIGN_OR_RETURN(ps::StartedRecord started, ps::DecodeStarted(*started_text));
+  if (started.pid <= 0) return Status::FailedPrecondition("instance " + instance_id + " has no program pid");
+  Result<std::string> stat_text = ReadFile("/proc/" + std::to_string(started.pid) + "/stat");
+  std::optional<process_usage::ProcStat> stat;
+  if (stat_text.ok()) stat = process_usage::ParseProcStat(*stat_text);
+  if (!stat || (started.shim_pid > 0 && stat->ppid != started.shim_pid) || stat->state == 'Z') {
+    return Status::FailedPrecondition("instance " + instance_id + " is not running (its program has ended)");
+  }
+  AccessPoint point;
+  point.host_pid = started.pid;
+  ASSIGN_OR_RETURN(std::string spec_text, ReadFile(ps::Join(dir, ps::kSpecFile)));
+  ASSIGN_OR_RETURN(InstanceSpec spec, ps::DecodeSpec(spec_text));
+  point.hostname = spec.hostname;
+  return point;
 }
 
 }  // namespace

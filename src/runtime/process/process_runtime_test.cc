@@ -465,6 +465,32 @@ TEST_F(ProcessRuntimeTest, UsageMeasuresTheSandboxsProcesses) {
   EXPECT_EQ(runtime_->Usage("nope").status().code(), StatusCode::kNotFound);
 }
 
+// Access: the program's host pid (PID 1 of the sandbox: its pid namespace differs from ours, and
+// it sees itself as pid 1) and the spec's hostname; FailedPrecondition once it ended, NotFound for
+// no instance.
+TEST_F(ProcessRuntimeTest, AccessGivesTheProgramsHostPidAndHostname) {
+  ASSERT_TRUE(runtime_->Launch(Spec("access", "echo ready; exec sleep 60")).ok());
+  Result<AccessPoint> point = runtime_->Access("access");
+  ASSERT_TRUE(point.ok()) << point.status().ToString();
+  EXPECT_EQ(point->hostname, "algo-1");
+  ASSERT_GT(point->host_pid, 0);
+  std::string pid_dir = "/proc/" + std::to_string(point->host_pid);
+  ASSERT_TRUE(WaitForOutput("access", "ready"));
+  EXPECT_THAT(ReadFile(pid_dir + "/cmdline").value_or(""), HasSubstr("sleep"));
+  char ours[64] = {}, theirs[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/pid", ours, sizeof(ours) - 1), 0);
+  ASSERT_GT(readlink((pid_dir + "/ns/pid").c_str(), theirs, sizeof(theirs) - 1), 0);
+  EXPECT_STRNE(ours, theirs);
+  // NSpid: the host's pid, then the sandbox's (1).
+  std::string status = ReadFile(pid_dir + "/status").value_or("");
+  EXPECT_THAT(status, HasSubstr("NSpid:\t" + std::to_string(point->host_pid) + "\t1\n"));
+
+  ASSERT_TRUE(runtime_->Stop("access", std::chrono::seconds(0)).ok());
+  ASSERT_EQ(runtime_->Wait("access", std::chrono::seconds(10))->state, InstanceState::kExited);
+  EXPECT_EQ(runtime_->Access("access").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(runtime_->Access("nope").status().code(), StatusCode::kNotFound);
+}
+
 // /dev/nvidia<N> of GPUs not assigned are /dev/null inside (needs a host with NVIDIA devices).
 TEST_F(ProcessRuntimeTest, HidesUnassignedGpus) {
   struct stat st;

@@ -77,6 +77,9 @@ class FakeRuntime final : public Runtime {
     int ping_status = 200;
     // What Usage() answers while it runs (source "fake" unless set).
     InstanceUsage usage;
+    // The pid Access() answers while it runs (0: this test process's pid, whose namespaces an
+    // agent can "enter" harmlessly); the hostname is the spec's.
+    int access_pid = 0;
   };
 
   struct StopCall {
@@ -420,6 +423,20 @@ class FakeRuntime final : public Runtime {
     auto spec = specs_.find(id);
     if (usage.gpus.empty() && spec != specs_.end()) usage.gpus = spec->second.gpus;
     return usage;
+  }
+
+  Result<AccessPoint> Access(const std::string& id) override {
+    MutexLock lock(mutex_);
+    auto it = instances_.find(id);
+    if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
+    if (it->second->status.state != InstanceState::kRunning) {
+      return Status::FailedPrecondition("instance " + id + " is not running");
+    }
+    AccessPoint point;
+    point.host_pid = it->second->behavior.access_pid != 0 ? it->second->behavior.access_pid : getpid();
+    auto spec = specs_.find(id);
+    if (spec != specs_.end()) point.hostname = spec->second.hostname;
+    return point;
   }
 
   // Ids Remove()d, in order.
