@@ -21,6 +21,10 @@ Status ResponseWriter::Send(int status, const HeaderMap& headers, std::string_vi
   return Finish();
 }
 
+Result<UpgradedConnection> ResponseWriter::Upgrade(const HeaderMap& /*headers*/) {
+  return Status::Unimplemented("this response writer cannot upgrade the connection");
+}
+
 namespace internal {
 namespace {
 

@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/fs.h"
 #include "base/io.h"
 #include "base/status.h"
 #include "net/http_client.h"
@@ -65,6 +66,17 @@ struct HttpRequest {
   }
 };
 
+// A connection the server handed over with ResponseWriter::Upgrade (HTTP/1.1 Upgrade, RFC 9110
+// §7.8): from then on it is the caller's alone.
+struct UpgradedConnection {
+  // The client's socket, in blocking mode, TCP_NODELAY set. The caller closes it (UniqueFd does).
+  UniqueFd fd;
+  // Bytes the client sent after the request head that the server had already read: they come
+  // before anything read from `fd` (a client may send its first protocol bytes right after the
+  // head, without waiting for the 101).
+  std::string buffered;
+};
+
 // Writes one response. Start() once, then Write() zero or more times, then Finish(). The server
 // adds `Date`, `Server`, `Connection` and (for a known length) `Content-Length`, or uses chunked
 // encoding when the length is unknown. For HEAD requests, pass the length the GET would have and
@@ -80,6 +92,20 @@ class ResponseWriter {
   Status Send(int status, const HeaderMap& headers, std::string_view body);
   // Asks the server to close the connection after this response (e.g. unread body on error).
   virtual void CloseAfterResponse() = 0;
+  // Instead of a response: answers `101 Switching Protocols` with `headers` (they must name the
+  // protocol in `Upgrade`; `Connection: Upgrade` is added when absent; Date and Server as for any
+  // response; Content-Length and Transfer-Encoding are dropped) and hands the connection to the
+  // caller. From then on the server neither reads, writes, times out nor closes that socket, and
+  // Stop() leaves it alone; it stops counting in HttpServerStats::open_connections at once (not
+  // when the handler returns). The handler then returns normally, typically after passing the
+  // connection to a thread of its own; Start/Write/Finish/Upgrade fail from then on.
+  // Errors: FailedPrecondition — a response was started, the request has a body (chunked, or a
+  // Content-Length above 0), is HTTP/1.0 or HEAD, or the connection was already upgraded;
+  // InvalidArgument — no `Upgrade` header in `headers`, or CR/LF in one; Unavailable — the server
+  // is stopping, or the 101 could not be sent (the client is gone; the connection stays the
+  // server's, which closes it); Unimplemented — this writer cannot upgrade (the default, e.g.
+  // writers that only record). Only the server's blocking Handler path can upgrade.
+  virtual Result<UpgradedConnection> Upgrade(const HeaderMap& headers);
 };
 
 using Handler = std::function<void(HttpRequest& request, ResponseWriter& response)>;
