@@ -220,6 +220,27 @@ CREATE INDEX endpoints_by_modified ON endpoints(last_modified_millis);
       {9, "log streams by last event time", R"sql(
 CREATE INDEX log_streams_by_last_event ON log_streams(group_name, coalesce(last_event_millis, 0), name);
 )sql"},
+      // Remote-access audit (spec remote-access.md R-26; store/remote_connection_repository.h): one
+      // row per tunnel, written when it opens and completed when it closes (end_millis NULL while
+      // open). Forwards and exec exit statuses are JSON lists. Listed newest first, per resource.
+      {10, "remote access connections", R"sql(
+CREATE TABLE remote_connections (
+  id TEXT PRIMARY KEY NOT NULL,
+  resource_arn TEXT NOT NULL COLLATE NOCASE,
+  target TEXT NOT NULL,
+  principal TEXT NOT NULL,
+  source_address TEXT NOT NULL,
+  start_millis INTEGER NOT NULL,
+  end_millis INTEGER,
+  bytes_in INTEGER NOT NULL DEFAULT 0,
+  bytes_out INTEGER NOT NULL DEFAULT 0,
+  forwards_json TEXT NOT NULL DEFAULT '[]',
+  exit_statuses_json TEXT NOT NULL DEFAULT '[]',
+  close_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX remote_connections_by_start ON remote_connections(start_millis, id);
+CREATE INDEX remote_connections_by_resource ON remote_connections(resource_arn, start_millis, id);
+)sql"},
   };
   return kMigrations;
 }
