@@ -291,7 +291,8 @@ def raw_connect(remote, target, creds=None, upgrade=True, public_key=True):
 
 def assert_refused(remote, target, status, code, message_re, creds=None, **kwargs):
     got_status, headers, doc = raw_connect(remote, target, creds=creds, **kwargs)
-    assert got_status == status and isinstance(doc, dict) and (doc.get("__type") or "").split("#")[-1] == code, (got_status, headers, doc)
+    got_code = (doc.get("__type") or "").split("#")[-1] if isinstance(doc, dict) else None
+    assert (got_status, got_code) == (status, code), (got_status, headers, doc)
     assert headers.get("x-amzn-errortype", "").split(":")[0] == code, headers
     assert re.search(message_re, doc.get("message") or doc.get("Message") or ""), doc
     return doc.get("message") or doc.get("Message")
