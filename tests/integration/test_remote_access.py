@@ -195,31 +195,37 @@ def remote(module_kiln, tmp_path_factory):
     r.s3.put_object(Bucket=r.bucket, Key="data/train/" + CHANNEL_FILE, Body=CHANNEL_TEXT.encode())
     r.s3.put_object(Bucket=r.bucket, Key="code/sourcedir.tar.gz", Body=th.make_tar_gz({"train.py": TRAIN_PY}))
     r.job = th.unique_name("remote")
+    r.finished_job = th.unique_name("remote-done")
     hps = {"sagemaker_program": json.dumps("train.py"),
            "sagemaker_submit_directory": json.dumps("s3://%s/code/sourcedir.tar.gz" % r.bucket),
            "sagemaker_region": json.dumps("us-east-1")}
-    r.sm.create_training_job(**th.training_request(
-        r.job, r.bucket, image=th.PYTORCH_IMAGE, hyperparameters=hps, max_runtime=3600,
-        channels=[th.s3_channel("train", "s3://%s/data/train/" % r.bucket)]))
-    # A job that has finished, with remote access enabled: the probe program exits at once.
-    r.finished_job = th.unique_name("remote-done")
-    # (Raw JSON: Debian's botocore 1.26 knows RemoteDebugConfig on UpdateTrainingJob only.)
-    status, _, body = kh.json_request(module_kiln, "SageMaker.CreateTrainingJob", th.training_request(
-        r.finished_job, r.bucket, RemoteDebugConfig={"EnableRemoteDebug": True}))
-    assert status == 200, body
     try:
+        r.sm.create_training_job(**th.training_request(
+            r.job, r.bucket, image=th.PYTORCH_IMAGE, hyperparameters=hps, max_runtime=3600,
+            channels=[th.s3_channel("train", "s3://%s/data/train/" % r.bucket)]))
+        # A job that has finished, with remote access enabled: the probe program exits at once.
+        # (Raw JSON: Debian's botocore 1.26 knows RemoteDebugConfig on UpdateTrainingJob only.)
+        status, _, body = kh.json_request(module_kiln, "SageMaker.CreateTrainingJob", th.training_request(
+            r.finished_job, r.bucket, RemoteDebugConfig={"EnableRemoteDebug": True}))
+        assert status == 200, body
         lines = th.wait_for_log_line(r.logs, r.job, READY.search, timeout=180)
         m = READY.search(lines[0])
         r.ready = {"pid": m.group(1), "start": m.group(2), "pid1_start": m.group(3), "file": m.group(4),
                    "debugpy": m.group(5)}
         yield r
     finally:
+        # Instances outlive a stopped server by design: every job is stopped and waited for here.
         for name in (r.job, r.finished_job):
             try:
                 r.sm.stop_training_job(TrainingJobName=name)
             except Exception:
                 pass
-        th.wait_for_status(r.sm, r.job, timeout=60, server=module_kiln)
+        for name in (r.job, r.finished_job):
+            try:
+                th.wait_for_status(r.sm, name, timeout=60, server=module_kiln)
+            except Exception as e:
+                if "ResourceNotFound" not in repr(e) and "not found" not in repr(e):
+                    raise
 
 
 @pytest.fixture
