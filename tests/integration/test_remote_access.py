@@ -252,7 +252,11 @@ def ssh_config(remote, tmp_path_factory):
 
 def ssh_base(config_path):
     # BatchMode: never prompt (a prompt would mean the key or host key was not taken from the block).
-    return ["-F", config_path, "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]
+    # The known-hosts file is the test's own (the block's ~/.ssh/kiln_known_hosts is the passwd
+    # entry's home, which OpenSSH uses whatever $HOME says; an earlier server on the same port would
+    # have left another host key there under the same HostKeyAlias).
+    known = os.path.join(os.path.dirname(config_path), "known_hosts")
+    return ["-F", config_path, "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "UserKnownHostsFile=" + known]
 
 
 def run_ssh(remote, config, *args, timeout=60, prog="ssh"):
@@ -388,7 +392,7 @@ def test_refused_until_enabled_then_reachable_unrestarted_then_disabled_closes_t
     assert d["RemoteDebugConfig"]["EnableRemoteDebug"] is True and d["TrainingJobStatus"] == "InProgress", d
 
     script = "hostname; PID=%s; %s" % (remote.ready["pid"], start_time_script())
-    p = remote.connect(remote.target, command=["sh", "-c", script])
+    p = remote.connect(remote.target, command=[script])
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert p.stdout.split() == ["algo-1", remote.ready["pid1_start"], remote.ready["start"]], (p.stdout, remote.ready)
     # Not restarted: the script printed its ready line once.
@@ -515,7 +519,7 @@ def test_interactive_connect(enabled):
     assert child.exitstatus == 3, (child.exitstatus, child.signalstatus)
 
     # The same status without a terminal.
-    p = enabled.connect(enabled.target, command=["sh", "-c", "exit 3"])
+    p = enabled.connect(enabled.target, command=["exit 3"])
     assert p.returncode == 3, (p.stdout, p.stderr)
     p = enabled.connect(enabled.target, command=["true"])
     assert p.returncode == 0, (p.stdout, p.stderr)
@@ -686,7 +690,7 @@ def test_debugpy_breakpoint_through_ssh_forward(enabled, ssh_config):
     # The job runs on after the debugger left, still answering through a forward.
     d = enabled.sm.describe_training_job(TrainingJobName=enabled.job)
     assert d["TrainingJobStatus"] == "InProgress", d
-    p = enabled.connect(enabled.target, command=["sh", "-c", "kill -0 %s && echo alive" % enabled.ready["pid"]])
+    p = enabled.connect(enabled.target, command=["kill -0 %s && echo alive" % enabled.ready["pid"]])
     assert (p.returncode, p.stdout.strip()) == (0, "alive"), (p.stdout, p.stderr)
 
 
@@ -759,7 +763,7 @@ def test_connections_audit_and_log_lines(enabled):
     arn = enabled.server.client("sts").get_caller_identity()["Arn"]
     before = {c["ConnectionId"] for c in connection_list(enabled, enabled.job)}
     # Three connections of its own: exit 3, exit 0, and a local forward to the job's port.
-    assert enabled.connect(enabled.target, command=["sh", "-c", "echo to-stdout; exit 3"]).returncode == 3
+    assert enabled.connect(enabled.target, command=["echo to-stdout; exit 3"]).returncode == 3
     assert enabled.connect(enabled.target, command=["true"]).returncode == 0
     port = kh.free_port()
     fwd = Background([kh.kiln_bin(), "connect", "--endpoint-url", enabled.server.endpoint,
