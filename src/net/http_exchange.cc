@@ -85,6 +85,9 @@ void RunHandler(const Handler& handler, HttpRequest& req, ResponseWriterImpl& wr
 // body it left unread (up to max_drain_bytes). True when the connection can serve another
 // request; otherwise sets conn.unread_input where bytes may be left in the stream.
 bool FinishExchange(Connection& conn, const ServerContext& server, ResponseWriterImpl& writer, RequestBody& body) {
+  if (conn.upgraded) {
+    return false;  // the socket is the handler's: nothing more to send, read or drain
+  }
   if (!writer.started()) {
     (void)writer.Send(500, {{"Content-Type", "text/plain"}}, "handler produced no response\n");
   }
@@ -132,7 +135,8 @@ bool ServeParsedRequest(Connection& conn, const ServerContext& server, RequestPa
   info.http10 = msg.version() == 10;
   info.keep_alive = parser.keep_alive();
   RequestBody body(&conn, &server.limits, &parser, mode, length, expect_continue);
-  ResponseWriterImpl writer(&conn, &server.limits, &server.options, &server.stopping, &body, info);
+  ResponseWriterImpl writer(&conn, &server.limits, &server.options, &server.stopping, &body, info,
+                            &server.release_slot);
   body.set_writer(&writer);
   req.body = &body;
   RunHandler(server.handler, req, writer);

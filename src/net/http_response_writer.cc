@@ -3,6 +3,9 @@
 // sendmsg). Unknown length → chunked (HTTP/1.1) or close-delimited (HTTP/1.0). Also the minimal
 // responses the server sends itself (WriteErrorResponse).
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <charconv>
 
 #include <boost/beast/http/status.hpp>
@@ -107,6 +110,9 @@ void AppendResponseHead(std::string& h, int status, const HeaderMap& headers, st
 }
 
 Status ResponseWriterImpl::Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) {
+  if (conn_->upgraded) {
+    return Status::FailedPrecondition("the connection was upgraded");
+  }
   if (started_) {
     return Status::FailedPrecondition("response already started");
   }
@@ -157,6 +163,9 @@ Status ResponseWriterImpl::Start(int status, const HeaderMap& headers, std::opti
 }
 
 Status ResponseWriterImpl::Write(std::string_view data) {
+  if (conn_->upgraded) {
+    return Status::FailedPrecondition("the connection was upgraded");
+  }
   if (!started_) {
     return Status::FailedPrecondition("Write before Start");
   }
@@ -196,6 +205,9 @@ Status ResponseWriterImpl::Write(std::string_view data) {
 }
 
 Status ResponseWriterImpl::Finish() {
+  if (conn_->upgraded) {
+    return Status::FailedPrecondition("the connection was upgraded");
+  }
   if (!started_) {
     return Status::FailedPrecondition("Finish before Start");
   }
@@ -223,6 +235,81 @@ Status ResponseWriterImpl::Finish() {
   }
   head_pending_ = false;
   return Status::Ok();
+}
+
+Result<UpgradedConnection> ResponseWriterImpl::Upgrade(const HeaderMap& headers) {
+  if (release_slot_ == nullptr) {
+    return ResponseWriter::Upgrade(headers);
+  }
+  if (conn_->upgraded) {
+    return Status::FailedPrecondition("the connection was already upgraded");
+  }
+  if (started_) {
+    return Status::FailedPrecondition("cannot upgrade: a response was already started");
+  }
+  if (info_.http10 || info_.head) {
+    return Status::FailedPrecondition("cannot upgrade an HTTP/1.0 or HEAD request");
+  }
+  if (body_->size_hint() != std::optional<uint64_t>(0)) {
+    // The body's bytes would sit between the head and the new protocol's.
+    return Status::FailedPrecondition("cannot upgrade a request that has a body");
+  }
+  if (FindHeader(headers, "Upgrade") == nullptr) {
+    return Status::InvalidArgument("a 101 response must name its protocol in an Upgrade header");
+  }
+  for (const auto& [name, value] : headers) {
+    if (!SafeHeaderText(name) || !SafeHeaderText(value)) {
+      return Status::InvalidArgument("CR or LF in response header " + name);
+    }
+  }
+  // Forgotten first (under the registry's lock, which Stop() takes to begin), so that neither
+  // Stop() nor an eviction can shut this socket down once the 101 has gone out.
+  if (!(*release_slot_)(conn_->slot)) {
+    return Status::Unavailable("the server is stopping");
+  }
+  conn_->slot = nullptr;
+  conn_->upgraded = true;
+  conn_->unread_input = false;
+
+  HeaderMap out;
+  for (const auto& [name, value] : headers) {
+    if (!EqualsIgnoreCase(name, "Content-Length") && !EqualsIgnoreCase(name, "Transfer-Encoding") &&
+        !EqualsIgnoreCase(name, "Connection") && !name.empty()) {
+      out.emplace(name, value);
+    }
+  }
+  std::string& h = conn_->head;
+  h.clear();
+  AppendResponseHead(h, 101, out, std::nullopt, /*close=*/false, /*http10=*/false);
+  // AppendResponseHead leaves Connection to the server; a 101 must list "Upgrade" in it.
+  const std::string* connection = FindHeader(headers, "Connection");
+  h.resize(h.size() - 2);
+  h.append("Connection: ");
+  h.append(connection != nullptr ? *connection : std::string("Upgrade"));
+  h.append("\r\n\r\n");
+  iovec iov{h.data(), h.size()};
+  RETURN_IF_ERROR(SendIov(&iov, 1));
+
+  // A dup, because the descriptor itself belongs to the connection's loop (registered with its
+  // reactor), which closes it once the handler has returned; the socket lives on through the
+  // dup. O_NONBLOCK is per open file, so clearing it here clears it for the loop's descriptor
+  // too, which does no more I/O on it.
+  UpgradedConnection up;
+  up.fd.Reset(::fcntl(conn_->fd, F_DUPFD_CLOEXEC, 0));
+  if (!up.fd.valid()) {
+    return ErrnoStatus("dup of the upgraded connection", errno);
+  }
+  const int flags = ::fcntl(up.fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(up.fd.get(), F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    return ErrnoStatus("blocking mode for the upgraded connection", errno);
+  }
+  const size_t buffered = conn_->buffer.size();
+  if (buffered > 0) {
+    up.buffered.assign(static_cast<const char*>(conn_->buffer.data().data()), buffered);
+    conn_->buffer.consume(buffered);
+  }
+  started_ = finished_ = true;
+  return up;
 }
 
 bool ResponseWriterImpl::Complete() {

@@ -432,15 +432,31 @@ class HttpServerImpl final : public HttpServer {
   bool forced() const { return force_.load(); }
   size_t BufferLimit() const { return options_.max_header_bytes + 64 * 1024; }
 
-  // Removes the slot and closes the socket, in one critical section (see the design notes).
+  // Removes the slot and closes the socket, in one critical section (see the design notes). A
+  // null slot: an upgraded connection, already unregistered (ReleaseSlot).
   void CloseConnection(ConnSlot* slot, asio::posix::stream_descriptor& socket) EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
-      UnregisterLocked(slot, /*close_fd=*/false);
+      if (slot != nullptr) UnregisterLocked(slot, /*close_fd=*/false);
       error_code ignored;
       socket.close(ignored);
     }
     active_cv_.NotifyAll();
+  }
+
+  // For ResponseWriter::Upgrade (a worker thread): the connection is no longer the server's to
+  // count, evict or shut down. Under mu_, where Stop() sets stopping_: either Stop() never sees
+  // the slot, or the upgrade is refused.
+  bool ReleaseSlot(ConnSlot* slot) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_.load()) {
+        return false;
+      }
+      UnregisterLocked(slot, /*close_fd=*/false);
+    }
+    active_cv_.NotifyAll();
+    return true;
   }
 
   // Runs `task` on a worker thread (queued when all worker_threads are busy).
@@ -818,7 +834,9 @@ class HttpServerImpl final : public HttpServer {
   const uint16_t port_;
   Limits limits_;
   std::atomic<bool> stopping_{false};
-  const internal::ServerContext context_{options_, limits_, handler_, stopping_};  // for the exchanges
+  // ResponseWriter::Upgrade: the connection leaves the registry (limits, stats, Stop) at once.
+  const std::function<bool(ConnSlot*)> release_slot_ = [this](ConnSlot* slot) { return ReleaseSlot(slot); };
+  const internal::ServerContext context_{options_, limits_, handler_, stopping_, release_slot_};  // for the exchanges
   std::vector<std::unique_ptr<LoopState>> loops_;
   size_t next_loop_ = 0;  // acceptor thread only
 
@@ -1063,7 +1081,10 @@ void LoopConnection::ToWorker(int error_status) {
         conn.unread_input = true;
       }
     }
-    if (!keep) {
+    if (conn.upgraded) {
+      // The handler has the socket (through its dup): no lingering read, no shutdown(); the loop
+      // closes only its own descriptor.
+    } else if (!keep) {
       self->server_->Linger(conn);
     } else if (conn.buffer.size() == 0) {
       // Idle from now, not from when the loop gets the connection back: a new client may take

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,6 +91,9 @@ struct Connection {
   beast::flat_buffer buffer;
   // Set when the request stream may hold bytes we did not read (error paths, unread body).
   bool unread_input = false;
+  // ResponseWriter::Upgrade released the slot (slot is then null): the socket is the handler's
+  // (through a dup); the server only closes its own descriptor, without lingering or shutdown().
+  bool upgraded = false;
   HttpRequest request;
   std::string head;  // response header scratch
 
@@ -113,6 +117,9 @@ struct ServerContext {
   const Limits& limits;
   const Handler& handler;
   const std::atomic<bool>& stopping;  // Stop() began: answer with `Connection: close`
+  // ResponseWriter::Upgrade: removes the connection's slot from the registry (its fd is not
+  // closed) unless Stop() began; false then. Thread-safe.
+  const std::function<bool(ConnSlot*)>& release_slot;
 };
 
 // A Beast SyncReadStream over a Connection's fd, with the deadlines of socket_io.h.
@@ -241,8 +248,15 @@ class ResponseWriterImpl final : public ResponseWriter {
   };
 
   ResponseWriterImpl(Connection* conn, const Limits* limits, const HttpServerOptions* options,
-                     const std::atomic<bool>* stopping, RequestBody* body, RequestInfo info)
-      : conn_(conn), limits_(limits), options_(options), stopping_(stopping), body_(body), info_(info) {}
+                     const std::atomic<bool>* stopping, RequestBody* body, RequestInfo info,
+                     const std::function<bool(ConnSlot*)>* release_slot = nullptr)
+      : conn_(conn),
+        limits_(limits),
+        options_(options),
+        stopping_(stopping),
+        body_(body),
+        info_(info),
+        release_slot_(release_slot) {}
 
   // ResponseWriter
   Status Start(int status, const HeaderMap& headers, std::optional<uint64_t> content_length) override;
@@ -251,6 +265,9 @@ class ResponseWriterImpl final : public ResponseWriter {
 
   bool started() const override { return started_; }
   void CloseAfterResponse() override { close_requested_ = close_after_ = true; }
+  // Releases the slot (release_slot), sends the 101, and hands over a blocking dup of the fd
+  // with the bytes buffered past the head; sets conn->upgraded once the slot is released.
+  Result<UpgradedConnection> Upgrade(const HeaderMap& headers) override;
 
   // For the connection loop.
   bool finished() const { return finished_; }
@@ -271,6 +288,7 @@ class ResponseWriterImpl final : public ResponseWriter {
   const std::atomic<bool>* stopping_;
   RequestBody* body_;
   RequestInfo info_;
+  const std::function<bool(ConnSlot*)>* release_slot_;  // null: cannot upgrade
   bool started_ = false;
   bool finished_ = false;
   bool head_pending_ = false;  // conn_->head holds a header not yet sent (coalesced with data)

@@ -58,8 +58,9 @@ struct UpgradeResult {
 // Opens the upgrade. Any HTTP status is a successful result (check `status`).
 // Errors: InvalidArgument — a URL that is not http://host[:port][/...], no host/port, or CR/LF in
 // a header or the target; Unavailable — the host cannot be resolved or connected to (the message
-// names host:port and the reason), or the server closed the connection before a whole answer;
-// DeadlineExceeded — connect or answer not within its timeout; DataLoss — the answer is not
+// names host:port and the reason; also a connect not accepted within connect_timeout_ms), or the
+// server closed the connection before a whole answer; DeadlineExceeded — no whole answer within
+// response_timeout_ms; DataLoss — the answer is not
 // HTTP/1.1; ResourceExhausted — head over kMaxUpgradeHeadBytes or body over kMaxUpgradeBodyBytes.
 Result<UpgradeResult> OpenUpgrade(const UpgradeRequest& request);
 
