@@ -31,8 +31,10 @@ struct UpgradeRequest {
   uint16_t port = 0;
   // The request-target, origin-form: "/_kiln/remote/connect?target=training-job%2Fj".
   std::string target = "/";
-  // Sent as given, in order: the caller supplies Connection, Upgrade and any signing headers.
-  // `Host` is added (host[:port] as connected to) when absent. CR/LF in any → InvalidArgument.
+  // Sent as given (in HeaderMap's order): the caller supplies Connection, Upgrade and any
+  // signing headers. `Host` is added when absent: the URL's authority as written
+  // ("127.0.0.1:5456", "[::1]:5456", "example.com" without a port), or host:port (IPv6
+  // bracketed); sign that value. CR/LF in a name or value → InvalidArgument.
   HeaderMap headers;
   // For the TCP connect (each address).
   int connect_timeout_ms = 10000;
