@@ -27,6 +27,8 @@ namespace kiln::api {
 namespace {
 
 constexpr std::string_view kHealthPath = "/_kiln/health";
+// Remote access (issue 16): no S3 bucket name starts with '_', so these paths are never S3's.
+constexpr std::string_view kRemotePrefix = "/_kiln/remote/";
 constexpr std::string_view kMetricsPath = "/metrics";
 constexpr std::string_view kEndpointsPrefix = "/endpoints/";
 // The per-thread invoke body buffer keeps its capacity between requests up to this size; a
@@ -88,6 +90,11 @@ class RecordingWriter final : public net::ResponseWriter {
     return inner_.Write(data);
   }
   Status Finish() override { return inner_.Finish(); }
+  Result<net::UpgradedConnection> Upgrade(const HeaderMap& headers) override {
+    Result<net::UpgradedConnection> upgraded = inner_.Upgrade(headers);
+    if (upgraded.ok()) status_ = 101;
+    return upgraded;
+  }
   bool started() const override { return inner_.started(); }
   void CloseAfterResponse() override { inner_.CloseAfterResponse(); }
   int status() const { return status_; }
@@ -125,7 +132,7 @@ std::string_view ProtocolName(aws::Protocol p) {
 }  // namespace
 
 struct FrontDoor::Route {
-  enum class Kind { kHealth, kMetrics, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
+  enum class Kind { kHealth, kMetrics, kRemote, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
   const JsonService* json = nullptr;  // kJson with a known prefix
   std::string target_prefix;          // kJson
   std::string operation;              // kJson: from X-Amz-Target
@@ -233,6 +240,12 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
     route.kind = Route::Kind::kMetrics;
     return route;
   }
+  if (StartsWith(request.raw_path, kRemotePrefix)) {
+    route.kind = Route::Kind::kRemote;
+    route.signing_name = "sagemaker";
+    route.protocol = aws::Protocol::kJson11;
+    return route;
+  }
   const std::string scope = aws::ScopeServiceOf(Signable(request));
   if (const std::string* target = request.Header("X-Amz-Target")) {
     route.kind = Route::Kind::kJson;
@@ -326,6 +339,7 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
         break;
       }
       case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
+      case Route::Kind::kRemote: ServeRemote(request, response, context, verified); break;
       case Route::Kind::kRuntime:
         if (runtime_ != nullptr) {
           ServeRuntime(request, response, context, verified, start_steady_ns);
@@ -421,6 +435,131 @@ void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response
     return;
   }
   s3_->Handle(context, request, response);
+}
+
+namespace {
+
+// A TunnelService error as the JSON 1.1 error of the remote routes (issue16-design.md).
+aws::AwsError RemoteError(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument: return aws::AwsError("ValidationException", status.message(), 400);
+    case StatusCode::kNotFound: return aws::AwsError("ResourceNotFound", status.message(), 404);
+    case StatusCode::kPermissionDenied: return aws::AwsError("AccessDeniedException", status.message(), 403);
+    case StatusCode::kFailedPrecondition: return aws::AwsError("ConflictException", status.message(), 409);
+    case StatusCode::kUnavailable: return aws::AwsError("ServiceUnavailable", status.message(), 503);
+    default: return aws::AwsError("InternalFailure", status.message(), 500);
+  }
+}
+
+// True when the comma-separated header `value` holds `token` (case-insensitive), as Connection's.
+bool HasToken(const std::string* value, std::string_view token) {
+  if (value == nullptr) return false;
+  for (std::string_view part : Split(*value, ',')) {
+    if (EqualsIgnoreCase(Trim(part), token)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                            std::optional<aws::VerifiedRequest>& verified) {
+  const std::string_view route = std::string_view(request.raw_path).substr(kRemotePrefix.size());
+  auto send_error = [&](const aws::AwsError& error) {
+    SendWire(response, aws::SerializeError(aws::Protocol::kJson11, error, context.request_id));
+  };
+  context.operation = route == "connect"       ? "RemoteConnect"
+                      : route == "targets"     ? "RemoteTargets"
+                      : route == "connections" ? "RemoteConnections"
+                                               : "";
+  if (context.operation.empty() || request.method != "GET") {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "Kiln does not serve " + request.method + " " + request.raw_path.substr(0, 256) +
+                                 " (remote access serves GET /_kiln/remote/connect, /targets and /connections).",
+                             404));
+    return;
+  }
+  // The signature covers an empty body (the client sends none).
+  if (auto error = Authenticate(request, "sagemaker", std::string_view(), context, verified)) {
+    send_error(AuthErrorFor(aws::Protocol::kJson11, *error));
+    return;
+  }
+  if (remote_access_ == nullptr) {
+    send_error(aws::AwsError("UnknownOperationException", "Remote access is not served by this Kiln server.", 404));
+    return;
+  }
+  Result<std::vector<QueryParam>> parsed = ParseQueryString(request.raw_query);
+  if (!parsed.ok()) {
+    send_error(aws::AwsError("ValidationException", "The query string is malformed: " + parsed.status().message()));
+    return;
+  }
+  const std::map<std::string, std::string> query = QueryParamMap(std::move(*parsed));
+  auto param = [&](const std::string& name) {
+    auto it = query.find(name);
+    return it == query.end() ? std::string() : it->second;
+  };
+  auto send_json = [&](const Result<nlohmann::json>& answer) {
+    if (!answer.ok()) {
+      send_error(RemoteError(answer.status()));
+      return;
+    }
+    (void)response.Send(200, {{"Content-Type", "application/x-amz-json-1.1"}, {"x-amzn-RequestId", context.request_id}},
+                        answer->dump());
+  };
+  if (route == "targets") {
+    if (param("resource").empty()) {
+      send_error(aws::AwsError("ValidationException",
+                               "resource is required: a training job or endpoint name, or its ARN (?resource=<R>)."));
+      return;
+    }
+    send_json(remote_access_->Targets(param("resource")));
+    return;
+  }
+  if (route == "connections") {
+    int max_results = 100;
+    if (!param("max-results").empty()) {
+      std::optional<int64_t> n = ParseInt64(param("max-results"));
+      max_results = n && *n >= 0 && *n <= 100000 ? static_cast<int>(*n) : -1;
+    }
+    send_json(remote_access_->Connections(param("resource"), max_results));
+    return;
+  }
+
+  // connect: an HTTP/1.1 upgrade to the SSH stream.
+  if (!HasToken(request.Header("Upgrade"), "kiln-ssh") || !HasToken(request.Header("Connection"), "upgrade")) {
+    send_error(aws::AwsError("ValidationException",
+                             "GET /_kiln/remote/connect is an HTTP/1.1 upgrade: send Connection: Upgrade and "
+                             "Upgrade: kiln-ssh (kiln ssh-proxy and kiln connect do)."));
+    return;
+  }
+  access::ConnectRequest connect;
+  connect.target = param("target");
+  connect.public_key = request.HeaderOr("X-Kiln-Ssh-Public-Key", "");
+  connect.principal_arn = context.auth != nullptr ? context.auth->credential.principal_arn : "";
+  connect.source_address = request.remote_address;
+  Result<access::PreparedTunnel> prepared = remote_access_->Prepare(connect);
+  if (!prepared.ok()) {
+    send_error(RemoteError(prepared.status()));
+    return;
+  }
+  Result<net::UpgradedConnection> upgraded = response.Upgrade({{"Connection", "Upgrade"},
+                                                               {"Upgrade", "kiln-ssh"},
+                                                               {"X-Kiln-Target", prepared->canonical_target()},
+                                                               {"X-Kiln-Connection-Id", prepared->connection_id()},
+                                                               {"x-amzn-RequestId", context.request_id}});
+  if (!upgraded.ok()) {
+    // The prepared agent ends with `prepared`. A request the server cannot upgrade still gets an
+    // answer while the connection is the server's.
+    KLOG(info, "remote connection not upgraded",
+         {{"request_id", context.request_id}, {"error", upgraded.status().ToString()}});
+    if (!response.started() && upgraded.status().code() != StatusCode::kUnavailable) {
+      send_error(
+          aws::AwsError("ValidationException", "The connection cannot be upgraded: " + upgraded.status().message() +
+                                                   " (send GET over HTTP/1.1 without a body)."));
+    }
+    return;
+  }
+  remote_access_->Run(std::move(prepared).value(), std::move(upgraded->fd), std::move(upgraded->buffered));
 }
 
 namespace {

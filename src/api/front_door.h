@@ -6,6 +6,10 @@
 //
 // Dispatch, in order:
 //   GET /_kiln/health                            → health (no auth)
+//   GET /_kiln/remote/{connect,targets,connections} signed for "sagemaker" → remote access
+//                                                  (the TunnelService given to SetRemoteAccess;
+//                                                  errors in JSON 1.1's shape; connect upgrades
+//                                                  the connection to the SSH stream)
 //   X-Amz-Target: <prefix>.<Op>                  → the JsonService registered for <prefix>
 //   POST /service/GraniteServiceVersion20100801/operation/<Op> signed for "monitoring" (or
 //   unsigned with a smithy-protocol header)      → CloudWatch, Smithy RPC v2 CBOR
@@ -39,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "access/tunnel_service.h"
 #include "api/cloudwatch.h"
 #include "api/json_service.h"
 #include "aws/credentials.h"
@@ -92,6 +97,9 @@ class FrontDoor final : public net::AsyncService {
   // GET /metrics (no auth) renders `exporter` (not owned). Null (the default): no /metrics route.
   // Call before serving.
   void SetMetricsExporter(const serving::PrometheusExporter* exporter) { metrics_exporter_ = exporter; }
+  // The /_kiln/remote/* routes go to `tunnels` (not owned; must outlive the FrontDoor). Null (the
+  // default): they answer UnknownOperationException. Call before serving.
+  void SetRemoteAccess(access::TunnelService* tunnels) { remote_access_ = tunnels; }
 
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
@@ -134,6 +142,10 @@ class FrontDoor final : public net::AsyncService {
   static aws::WireResponse RpcError(const Route& route, const aws::AwsError& error, const std::string& request_id);
   void ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                std::optional<aws::VerifiedRequest>& verified);
+  // GET /_kiln/remote/{connect,targets,connections}: SigV4 for "sagemaker" over an empty body,
+  // then the TunnelService; connect ends with the connection upgraded and handed to it.
+  void ServeRemote(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                   std::optional<aws::VerifiedRequest>& verified);
   // InvokeEndpoint and friends: 413 from Content-Length, body read into a per-thread buffer,
   // SigV4 over its hash, path validation, then the Router.
   void ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
@@ -155,6 +167,7 @@ class FrontDoor final : public net::AsyncService {
   serving::Router* runtime_ = nullptr;
   const CloudWatch* cloudwatch_ = nullptr;
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
+  access::TunnelService* remote_access_ = nullptr;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.
   Mutex large_rpc_mutex_;

@@ -389,6 +389,44 @@ Status LoadContainerEngine(const json& doc, Config* config, const std::string& p
   return Status::Ok();
 }
 
+Status LoadRemoteAccess(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("remote_access")) return Status::Ok();
+  const json& r = doc["remote_access"];
+  const std::string where = path + ": remote_access";
+  if (!r.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"enabled\": true}");
+  static const std::set<std::string> kKeys = {"enabled", "allowed_principals", "allow_network_isolated",
+                                              "idle_timeout_seconds", "max_connection_seconds"};
+  for (const auto& [key, value] : r.items()) {
+    if (kKeys.count(key) == 0) {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are enabled, allowed_principals, allow_network_isolated, "
+                                     "idle_timeout_seconds and max_connection_seconds");
+    }
+  }
+  RemoteAccessConfig& ra = config->remote_access;
+  RETURN_IF_ERROR(Field(r, "enabled", &ra.enabled, where));
+  RETURN_IF_ERROR(StringList(r, "allowed_principals", &ra.allowed_principals, where));
+  RETURN_IF_ERROR(Field(r, "allow_network_isolated", &ra.allow_network_isolated, where));
+  RETURN_IF_ERROR(Field(r, "idle_timeout_seconds", &ra.idle_timeout_seconds, where));
+  RETURN_IF_ERROR(Field(r, "max_connection_seconds", &ra.max_connection_seconds, where));
+  for (const std::string& pattern : ra.allowed_principals) {
+    if (pattern.empty()) {
+      return Status::InvalidArgument(where +
+                                     ".allowed_principals: an empty pattern matches nobody; use \"*\" for "
+                                     "every principal or an ARN glob such as arn:aws:iam::*:user/alice");
+    }
+  }
+  if (ra.idle_timeout_seconds < 1) {
+    return Status::InvalidArgument(where + ".idle_timeout_seconds must be >= 1, got " +
+                                   std::to_string(ra.idle_timeout_seconds));
+  }
+  if (ra.max_connection_seconds < 0) {
+    return Status::InvalidArgument(where + ".max_connection_seconds must be >= 0 (0: no limit), got " +
+                                   std::to_string(ra.max_connection_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("object_store")) return Status::Ok();
   const json& os = doc["object_store"];
@@ -441,6 +479,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadObjectStore(doc, config, path));
   RETURN_IF_ERROR(LoadNetwork(doc, config, path));
   RETURN_IF_ERROR(LoadContainerEngine(doc, config, path));
+  RETURN_IF_ERROR(LoadRemoteAccess(doc, config, path));
   return Status::Ok();
 }
 

@@ -50,7 +50,12 @@
 //                          "log_driver": "",       // "" : the engine's default
 //                          "shm_fraction": 0.5,    // /dev/shm as a fraction of the instance's memory
 //                          "ulimits": {"nofile": [65536, 65536], "memlock": "unlimited"},
-//                          "lost_after_seconds": 60}
+//                          "lost_after_seconds": 60},
+//     "remote_access": {"enabled": true,                 // the operator's switch
+//                       "allowed_principals": ["*"],     // fnmatch globs over the caller's ARN
+//                       "allow_network_isolated": true,  // EnableNetworkIsolation jobs too
+//                       "idle_timeout_seconds": 3600,    // no bytes either way
+//                       "max_connection_seconds": 0}     // 0: no limit
 //   }
 
 #include <cstdint>
@@ -161,6 +166,16 @@ struct ContainerEngineConfig {
   bool enabled() const { return !socket.empty(); }
 };
 
+// Remote access to running instances (access/tunnel_service.h; spec remote-access.md,
+//
+struct RemoteAccessConfig {
+  bool enabled = true;                                  // off: every connect is refused, open ones close
+  std::vector<std::string> allowed_principals = {"*"};  // principal ARN globs allowed kiln:RemoteConnect
+  bool allow_network_isolated = true;                   // false: EnableNetworkIsolation jobs are refused
+  int idle_timeout_seconds = 3600;                      // a tunnel without traffic this long closes
+  int max_connection_seconds = 0;                       // a tunnel open this long closes; 0: no limit
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -186,6 +201,7 @@ struct Config {
   InstanceMetricsConfig instance_metrics;
   NetworkConfig network;
   ContainerEngineConfig container_engine;
+  RemoteAccessConfig remote_access;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

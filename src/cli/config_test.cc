@@ -326,5 +326,46 @@ TEST(ConfigTest, BadContainerEngineFieldsNameTheSetting) {
   }
 }
 
+TEST(ConfigTest, RemoteAccessDefaultsAndParses) {
+  Config defaults;
+  EXPECT_TRUE(defaults.remote_access.enabled);
+  EXPECT_EQ(defaults.remote_access.allowed_principals, std::vector<std::string>{"*"});
+  EXPECT_TRUE(defaults.remote_access.allow_network_isolated);
+  EXPECT_EQ(defaults.remote_access.idle_timeout_seconds, 3600);
+  EXPECT_EQ(defaults.remote_access.max_connection_seconds, 0);
+
+  std::string path = WriteTemp(R"({"remote_access": {"enabled": false,
+    "allowed_principals": ["arn:aws:iam::*:user/alice", "arn:aws:iam::*:role/dev-*"],
+    "allow_network_isolated": false, "idle_timeout_seconds": 60, "max_connection_seconds": 7200}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_FALSE(c.remote_access.enabled);
+  EXPECT_EQ(c.remote_access.allowed_principals,
+            (std::vector<std::string>{"arn:aws:iam::*:user/alice", "arn:aws:iam::*:role/dev-*"}));
+  EXPECT_FALSE(c.remote_access.allow_network_isolated);
+  EXPECT_EQ(c.remote_access.idle_timeout_seconds, 60);
+  EXPECT_EQ(c.remote_access.max_connection_seconds, 7200);
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, BadRemoteAccessFieldsNameTheSetting) {
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"remote_access": true})", "remote_access must be an object"},
+           {R"({"remote_access": {"enable": true}})", "unknown key \"enable\""},
+           {R"({"remote_access": {"enabled": "yes"}})", "\"enabled\" must be true or false"},
+           {R"({"remote_access": {"allowed_principals": "*"}})", "allowed_principals"},
+           {R"({"remote_access": {"allowed_principals": [""]}})", "an empty pattern"},
+           {R"({"remote_access": {"idle_timeout_seconds": 0}})", "idle_timeout_seconds must be >= 1"},
+           {R"({"remote_access": {"max_connection_seconds": -1}})", "max_connection_seconds must be >= 0"},
+       }) {
+    std::string path = WriteTemp(text);
+    Config c;
+    Status s = LoadConfigFile(path, &c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << text << " -> " << s.message();
+    std::filesystem::remove(path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli

@@ -179,6 +179,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   server->BuildEndpointController(archive_caps);
   server->RegisterJsonServices();
   server->BuildInvokePath();
+  RETURN_IF_ERROR(server->BuildRemoteAccess());
   RETURN_IF_ERROR(server->BindHttp());
   return server;
 }
@@ -608,6 +609,30 @@ void Server::BuildInvokePath() {
   front_door_->SetMetricsExporter(prometheus_.get());
 }
 
+// Remote access (issue 16): the tunnel service spawns `<this binary> agent` per connection (as the
+// process runtime spawns `<this binary> shim`), with the server's SSH host key under the data dir.
+Status Server::BuildRemoteAccess() {
+  const Config& c = config_;
+  access::TunnelServiceOptions options;
+  options.enabled = c.remote_access.enabled;
+  options.allowed_principals = c.remote_access.allowed_principals;
+  options.allow_network_isolated = c.remote_access.allow_network_isolated;
+  options.idle_timeout = std::chrono::seconds(c.remote_access.idle_timeout_seconds);
+  options.max_connection = std::chrono::seconds(c.remote_access.max_connection_seconds);
+  options.agent_command = {SelfExecutable(), "agent"};
+  options.host_key_path = c.data_dir + "/access/ssh_host_ed25519_key";
+  options.training_log_group = control::kTrainingLogGroup;
+  options.region = c.regions.front();
+  options.account_id = c.account_id;
+  access::TunnelServiceDeps deps;
+  deps.database = database_.get();
+  deps.runtime = runtime_.get();
+  deps.log_store = log_store_.get();
+  ASSIGN_OR_RETURN(tunnels_, access::TunnelService::Create(std::move(options), deps));
+  front_door_->SetRemoteAccess(tunnels_.get());
+  return Status::Ok();
+}
+
 // Binds the listen address (serving starts in Start()); every request goes to the front door:
 // invocations it claims on the event loops (FrontDoor as the AsyncService), the rest to Handle.
 Status Server::BindHttp() {
@@ -628,10 +653,14 @@ Status Server::Start() {
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
   invocation_metrics_->Start();
   instance_metrics_->Start();
+  tunnels_->Start();
   return http_->Start();
 }
 
 void Server::Stop(int grace_seconds) {
+  // Open tunnels close first ("server stopping"; their agents end with them); connects still in
+  // flight are refused.
+  if (tunnels_) tunnels_->Stop();
   if (http_) http_->Stop(grace_seconds);
   // Instances keep running; the next server adopts them.
   if (training_) training_->Shutdown();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "access/tunnel_service.h"
 #include "api/credential_store.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
@@ -67,6 +68,8 @@ class Server {
   void BuildEndpointController(const control::ArchiveCapOptions& archive_caps);
   void RegisterJsonServices();
   void BuildInvokePath();
+  // Remote access (config "remote_access"): the tunnel service behind /_kiln/remote/*.
+  Status BuildRemoteAccess();
   Status BindHttp();
 
   Config config_;
@@ -105,6 +108,8 @@ class Server {
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
   std::unique_ptr<serving::Router> router_;
   std::unique_ptr<serving::PrometheusExporter> prometheus_;
+  // Open tunnels use the database, runtime and log store; the front door points at it.
+  std::unique_ptr<access::TunnelService> tunnels_;
   std::unique_ptr<objects::S3Api> s3_;
   std::unique_ptr<api::CloudWatch> cloudwatch_;  // the front door points at it
   std::unique_ptr<api::FrontDoor> front_door_;
