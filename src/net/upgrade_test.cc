@@ -85,7 +85,17 @@ class UpgradeTest : public ::testing::Test {
     auto server = HttpServer::Create(options, [this](HttpRequest& req, ResponseWriter& out) { Handle(req, out); });
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
+    port_ = server_->port();
     ASSERT_TRUE(server_->Start().ok());
+  }
+
+  static bool ListenerOpen(uint16_t port) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   }
 
   void TearDown() override {
@@ -109,6 +119,13 @@ class UpgradeTest : public ::testing::Test {
       last_error_code_ = up.ok() ? StatusCode::kOk : up.status().code();
       (void)out.Finish();
       return;
+    }
+    if (req.raw_path == "/after-stop") {
+      // Stop() has begun once the listening socket is closed (it sets stopping first).
+      handler_entered_ = true;
+      for (int i = 0; i < 500 && ListenerOpen(port_); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
     HeaderMap headers = {{"Upgrade", "test-echo"}, {"X-Kiln-Connection-Id", "c-1"}};
     if (req.raw_path == "/no-upgrade-header") headers.erase("Upgrade");
@@ -156,6 +173,8 @@ class UpgradeTest : public ::testing::Test {
   std::vector<std::thread> echoes_ GUARDED_BY(mu_);
   std::vector<UpgradedConnection> held_ GUARDED_BY(mu_);
   std::atomic<int> upgrades_{0};
+  std::atomic<bool> handler_entered_{false};
+  uint16_t port_ = 0;
   std::atomic<size_t> handler_saw_open_{99};
   std::atomic<StatusCode> last_error_code_{StatusCode::kOk};
 };
@@ -265,6 +284,20 @@ TEST_F(UpgradeTest, RequestsThatCannotBeUpgraded) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(last_error_code_.load(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(upgrades_.load(), 0);
+}
+
+TEST_F(UpgradeTest, UpgradeOnceStopHasBegunIsRefused) {
+  std::thread client([&] {
+    Result<UpgradeResult> r = Open("/after-stop");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 503);
+    EXPECT_THAT(r->body, HasSubstr("stopping"));
+  });
+  ASSERT_TRUE(WaitUntil([&] { return handler_entered_.load(); }));
+  server_->Stop(5);  // waits for the handler, which answers 503
+  client.join();
+  EXPECT_EQ(last_error_code_.load(), StatusCode::kUnavailable);
   EXPECT_EQ(upgrades_.load(), 0);
 }
 
