@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -19,6 +22,7 @@
 #include "cli/config.h"
 #include "cli/images_command.h"
 #include "cli/logs_command.h"
+#include "cli/remote_command.h"
 #include "cli/server.h"
 #include "cli/version.h"
 #include "runtime/docker/engine.h"
@@ -203,6 +207,54 @@ int RunKeysList(const CommonFlags& flags) {
   return 0;
 }
 
+// The remote-access commands' client: credentials and region as `kiln logs` (AWS_* variables
+// first, else the config's key), the endpoint from --endpoint-url, $AWS_ENDPOINT_URL, the config.
+std::optional<RemoteClient> ResolveRemoteClient(const CommonFlags& flags, const std::string& endpoint) {
+  auto config = LoadConfig(flags);
+  if (!config.ok()) {
+    Fail(config.status());
+    return std::nullopt;
+  }
+  RemoteClient client;
+  const char* env_key = std::getenv("AWS_ACCESS_KEY_ID");
+  const char* env_secret = std::getenv("AWS_SECRET_ACCESS_KEY");
+  if (env_key != nullptr && env_secret != nullptr) {
+    client.credential.access_key_id = env_key;
+    client.credential.secret_access_key = env_secret;
+    if (const char* token = std::getenv("AWS_SESSION_TOKEN")) client.credential.session_token = token;
+  } else {
+    auto key = ClientKey(*config);
+    if (!key) return std::nullopt;
+    client.credential = *key;
+  }
+  const char* env_endpoint = std::getenv("AWS_ENDPOINT_URL");
+  auto parsed = ParseEndpoint(!endpoint.empty()         ? endpoint
+                              : env_endpoint != nullptr ? env_endpoint
+                                                        : ClientEndpoint(*config));
+  if (!parsed.ok()) {
+    Fail(parsed.status());
+    return std::nullopt;
+  }
+  client.endpoint = *parsed;
+  client.region = config->regions.front();
+  return client;
+}
+
+// `path` made absolute against the working directory (ssh-config's lines are used from anywhere).
+std::string AbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? std::string(cwd) + "/" + path : path;
+}
+
+// --config/--data-dir as given to this command, absolute, for the ssh-proxy that ssh starts.
+std::vector<std::string> ProxyFlags(const CommonFlags& flags) {
+  std::vector<std::string> out;
+  if (!flags.config_path.empty()) out.insert(out.end(), {"--config", AbsolutePath(flags.config_path)});
+  if (!flags.data_dir.empty()) out.insert(out.end(), {"--data-dir", AbsolutePath(flags.data_dir)});
+  return out;
+}
+
 int Main(int argc, char** argv) {
   // `kiln shim` is started by the process runtime, not by people: RunShim parses its own
   // arguments, and building the CLI is skipped on the job-start path.
@@ -254,6 +306,72 @@ int Main(int argc, char** argv) {
   CLI::App* keys_list = keys->add_subcommand("list", "list access key ids");
   add_common(keys_list);
 
+  // Remote access (spec/remote-access.md §3.5).
+  std::string remote_endpoint;
+  ConnectOptions connect_options;
+  connect_options.key_path = DefaultKeyPath();
+  auto add_remote_common = [&](CLI::App* cmd) {
+    add_common(cmd);
+    cmd->add_option("--endpoint-url", remote_endpoint,
+                    "Kiln URL (default: $AWS_ENDPOINT_URL, else the config's listen address)");
+  };
+  auto add_key = [&](CLI::App* cmd) {
+    cmd->add_option("--key", connect_options.key_path,
+                    "SSH private key (default ~/.ssh/sagemaker-ssh-gw; an Ed25519 pair is created when absent)");
+  };
+  CLI::App* ssh_proxy =
+      app.add_subcommand("ssh-proxy", "tunnel stdin/stdout to a target's SSH server (an ssh ProxyCommand)");
+  add_remote_common(ssh_proxy);
+  add_key(ssh_proxy);
+  ssh_proxy->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
+
+  CLI::App* connect = app.add_subcommand("connect", "open a shell (or run a command) in a job's container");
+  add_remote_common(connect);
+  add_key(connect);
+  connect
+      ->add_option("--local-port", connect_options.local_port,
+                   "serve the tunnel on localhost:<port> for any SSH client instead (default 11022)")
+      ->expected(0, 1)
+      ->default_str("11022");
+  connect->add_option("-L", connect_options.local_forwards, "local forward, as ssh -L")->allow_extra_args(false);
+  connect->add_option("-R", connect_options.remote_forwards, "remote forward, as ssh -R")->allow_extra_args(false);
+  connect->add_flag("--wait", connect_options.wait, "wait until the target is Ready (polls every 5 s)");
+  connect->add_option("--wait-timeout", connect_options.wait_timeout_seconds, "seconds --wait waits (default 900)");
+  connect->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
+  connect->add_option("command", connect_options.command, "command to run instead of a shell (after --)");
+
+  int remote_port = 0;
+  int local_port = 0;
+  CLI::App* port_forward =
+      app.add_subcommand("port-forward", "forward localhost:<local-port> to a port inside a job's container");
+  add_remote_common(port_forward);
+  add_key(port_forward);
+  port_forward->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
+  port_forward->add_option("remote-port", remote_port, "port inside the container")->required();
+  port_forward->add_option("local-port", local_port, "local port (default: the remote port)");
+
+  std::string alias;
+  CLI::App* ssh_config = app.add_subcommand("ssh-config", "print an ~/.ssh/config block for a target");
+  add_remote_common(ssh_config);
+  add_key(ssh_config);
+  ssh_config->add_option("--alias", alias, "Host name of the block (default: derived from the target)");
+  ssh_config->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
+
+  bool remote_json = false;
+  std::string remote_resource;
+  CLI::App* targets = app.add_subcommand("targets", "list a job's or endpoint's remote-access targets");
+  add_remote_common(targets);
+  targets->add_flag("--json", remote_json, "print the JSON answer");
+  targets->add_option("resource", remote_resource, "training job or endpoint (name, training-job/<job>, ARN)")
+      ->required();
+
+  int max_results = 0;
+  CLI::App* connections = app.add_subcommand("connections", "list remote-access connections (audit), newest first");
+  add_remote_common(connections);
+  connections->add_flag("--json", remote_json, "print the JSON answer");
+  connections->add_option("--max-results", max_results, "at most this many");
+  connections->add_option("resource", remote_resource, "only this training job or endpoint");
+
   CLI11_PARSE(app, argc, argv);
 
   if (server->parsed()) return RunServer(flags);
@@ -266,6 +384,22 @@ int Main(int argc, char** argv) {
   }
   if (keys_add->parsed()) return RunKeysAdd(flags, user);
   if (keys_list->parsed()) return RunKeysList(flags);
+  for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections}) {
+    if (!cmd->parsed()) continue;
+    std::optional<RemoteClient> client = ResolveRemoteClient(flags, remote_endpoint);
+    if (!client) return cmd == ssh_proxy ? 255 : 1;
+    connect_options.proxy_flags = ProxyFlags(flags);
+    connect_options.key_path = AbsolutePath(ExpandHome(connect_options.key_path));
+    if (cmd == ssh_proxy) return RunSshProxy(*client, connect_options.key_path, connect_options.target);
+    if (cmd == connect) return RunConnect(*client, connect_options);
+    if (cmd == port_forward) return RunPortForward(*client, connect_options, remote_port, local_port);
+    if (cmd == ssh_config) {
+      return RunSshConfig(*client, connect_options.key_path, connect_options.proxy_flags, connect_options.target,
+                          alias);
+    }
+    if (cmd == targets) return RunTargets(*client, remote_resource, remote_json);
+    return RunConnections(*client, remote_resource, max_results, remote_json);
+  }
   return 2;
 }
 
