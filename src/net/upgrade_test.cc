@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
@@ -372,6 +374,35 @@ TEST_F(UpgradeTest, OpenConnectionCountIsRightAfterTheHandlerReturns) {
   Result<UpgradeResult> r = Open("/refuse");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 403);
+}
+
+// Not a test: numbers for the report (loopback, this machine).
+//   build/src/net/net_test --gtest_also_run_disabled_tests --gtest_filter='*UpgradeLatency'
+TEST_F(UpgradeTest, DISABLED_UpgradeLatency) {
+  constexpr int kOpens = 500;
+  std::vector<double> opens;
+  for (int i = 0; i < kOpens; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    Result<UpgradeResult> r = Open("/echo");
+    opens.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    ASSERT_TRUE(r.ok() && r->status == 101);
+  }  // each closed at once: its echo thread ends
+  Result<UpgradeResult> r = Open("/echo");
+  ASSERT_TRUE(r.ok() && r->status == 101);
+  constexpr int kPings = 20000;
+  std::vector<double> pings;
+  for (int i = 0; i < kPings; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(WriteAll(r->fd.get(), "p"));
+    ASSERT_EQ(ReadExactly(r->fd.get(), 1), "p");
+    pings.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(opens.begin(), opens.end());
+  std::sort(pings.begin(), pings.end());
+  std::printf("OpenUpgrade (connect + GET + 101 + dup): median %.1f us, p99 %.1f us over %d\n", opens[kOpens / 2],
+              opens[kOpens * 99 / 100], kOpens);
+  std::printf("1-byte echo round trip on the upgraded socket: median %.1f us, p99 %.1f us over %d\n", pings[kPings / 2],
+              pings[kPings * 99 / 100], kPings);
 }
 
 // --- The client against raw peers ---
