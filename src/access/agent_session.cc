@@ -212,6 +212,9 @@ struct Channel {
   bool child_exited = false;
   int wait_status = 0;
   std::unique_ptr<SftpHandler> sftp;
+  // What the child runs, for events: the exec request's command; is_shell for a shell request.
+  std::string command;
+  bool is_shell = false;
   bool closed_by_peer = false;  // the client sent CLOSE
   bool finished = false;        // we closed it; the entry is freed by the loop
 };
@@ -278,6 +281,11 @@ class Connection {
   // FlushInput, then takes bytes the data callback left in libssh's buffer while pending_in was full.
   void PumpInput(Channel* ch);
   void Shutdown();
+  void Emit(const AgentEvent& event) const {
+    if (options_.on_event) options_.on_event(event);
+  }
+  // The *Ended event of a session channel's child that was reaped with `wait_status`.
+  void EmitChildEnded(const Channel& ch, int wait_status) const;
 
   const AgentOptions& options_;
   ssh_session session_;
@@ -291,9 +299,12 @@ class Connection {
   // Connections accepted on a forward, waiting for their forwarded-tcpip channel to be opened
   // outside the poll callback: (socket, forward).
   std::vector<std::pair<int, Forward*>> pending_accepts_;
+  // The process group of every child started (each is its group's leader), killed when the
+  // connection ends: also the groups whose leader already exited but left background jobs.
+  std::vector<pid_t> groups_;
 };
 
-int Connection::OnAuthPubkey(ssh_session, const char*, ssh_key key, char state, void* self) {
+int Connection::OnAuthPubkey(ssh_session, const char* user, ssh_key key, char state, void* self) {
   auto* conn = static_cast<Connection*>(self);
   bool known = false;
   for (const KeyPtr& allowed : conn->keys_) {
@@ -310,6 +321,10 @@ int Connection::OnAuthPubkey(ssh_session, const char*, ssh_key key, char state, 
     return SSH_AUTH_DENIED;
   }
   conn->authenticated_ = true;
+  AgentEvent event;
+  event.kind = AgentEvent::Kind::kAuthenticated;
+  event.user = user != nullptr ? user : "";
+  conn->Emit(event);
   return SSH_AUTH_SUCCESS;
 }
 
@@ -353,8 +368,9 @@ int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
   int subtype = ssh_message_subtype(msg);
   if (type == SSH_REQUEST_CHANNEL_OPEN && subtype == SSH_CHANNEL_DIRECT_TCPIP) {
     // -L: connect from here (the agent's network namespace), then accept the channel.
-    int fd = ConnectTcp(ssh_message_channel_request_open_destination(msg),
-                        ssh_message_channel_request_open_destination_port(msg));
+    std::string host = ssh_message_channel_request_open_destination(msg);
+    int port = ssh_message_channel_request_open_destination_port(msg);
+    int fd = ConnectTcp(host, port);
     if (fd < 0) return 1;
     ssh_channel channel = ssh_message_channel_request_open_reply_accept(msg);
     if (channel == nullptr) {
@@ -366,6 +382,11 @@ int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
     ch->out_fd = fd;
     conn->WatchFd(ch, fd);
     ch->out_open = true;
+    AgentEvent event;
+    event.kind = AgentEvent::Kind::kDirectTcpip;
+    event.host = host;
+    event.port = port;
+    conn->Emit(event);
     return 0;
   }
   if (type == SSH_REQUEST_GLOBAL && subtype == SSH_GLOBAL_REQUEST_TCPIP_FORWARD) {
@@ -381,6 +402,11 @@ int Connection::OnMessage(ssh_session, ssh_message msg, void* self) {
     fwd.connection = conn;
     ssh_event_add_fd(conn->event_, fd, POLLIN, OnForwardAcceptable, &fwd);
     ssh_message_global_request_reply_success(msg, static_cast<uint16_t>(bound));
+    AgentEvent event;
+    event.kind = AgentEvent::Kind::kTcpipForward;
+    event.host = address;
+    event.port = bound;
+    conn->Emit(event);
     return 0;
   }
   if (type == SSH_REQUEST_GLOBAL && subtype == SSH_GLOBAL_REQUEST_CANCEL_TCPIP_FORWARD) {
@@ -661,12 +687,23 @@ int Connection::OnEnv(ssh_session, ssh_channel, const char* name, const char* va
 
 int Connection::OnShell(ssh_session, ssh_channel, void* ch_ptr) {
   auto* ch = static_cast<Channel*>(ch_ptr);
-  return ch->connection->StartChild(ch, nullptr);
+  if (ch->connection->StartChild(ch, nullptr) != 0) return -1;
+  ch->is_shell = true;
+  AgentEvent event;
+  event.kind = AgentEvent::Kind::kShellStarted;
+  ch->connection->Emit(event);
+  return 0;
 }
 
 int Connection::OnExec(ssh_session, ssh_channel, const char* command, void* ch_ptr) {
   auto* ch = static_cast<Channel*>(ch_ptr);
-  return ch->connection->StartChild(ch, command != nullptr ? command : "");
+  if (ch->connection->StartChild(ch, command != nullptr ? command : "") != 0) return -1;
+  ch->command = command != nullptr ? command : "";
+  AgentEvent event;
+  event.kind = AgentEvent::Kind::kExecStarted;
+  event.command = ch->command;
+  ch->connection->Emit(event);
+  return 0;
 }
 
 int Connection::OnSubsystem(ssh_session session, ssh_channel channel, const char* name, void* ch_ptr) {
@@ -724,6 +761,7 @@ int Connection::StartChild(Channel* ch, const char* command) {
     if (pid == 0) exec_child();  // forkpty made it a session leader with the PTY as its terminal
     fcntl(master, F_SETFD, FD_CLOEXEC);
     ch->pid = pid;
+    groups_.push_back(pid);
     ch->in_fd = master;
     ch->out_fd = master;
     ch->out_open = true;
@@ -758,6 +796,7 @@ int Connection::StartChild(Channel* ch, const char* command) {
   close(out_pipe[1]);
   close(err_pipe[1]);
   ch->pid = pid;
+  groups_.push_back(pid);
   ch->in_fd = in_pipe[1];
   SetNonBlocking(ch->in_fd);
   ch->out_fd = out_pipe[0];
@@ -777,7 +816,20 @@ void Connection::Reap() {
     if (got != ch.pid) continue;
     ch.child_exited = true;
     ch.wait_status = status;
+    EmitChildEnded(ch, status);
   }
+}
+
+void Connection::EmitChildEnded(const Channel& ch, int wait_status) const {
+  AgentEvent event;
+  event.kind = ch.is_shell ? AgentEvent::Kind::kShellEnded : AgentEvent::Kind::kExecEnded;
+  event.command = ch.command;
+  if (WIFSIGNALED(wait_status)) {
+    event.signal = SignalName(WTERMSIG(wait_status));
+  } else {
+    event.exit_status = WEXITSTATUS(wait_status);
+  }
+  Emit(event);
 }
 
 // Sends a finished child's remaining output, its exit status and the close; closes channels the
@@ -906,6 +958,7 @@ void Connection::Shutdown() {
       while (waitpid(ch.pid, &status, 0) < 0 && errno == EINTR) {
       }
       ch.child_exited = true;
+      EmitChildEnded(ch, status);
     }
     ssh_remove_channel_callbacks(ch.channel, &ch.callbacks);
     ssh_channel_free(ch.channel);
@@ -918,9 +971,27 @@ void Connection::Shutdown() {
   forwards_.clear();
   for (auto& [fd, fwd] : pending_accepts_) close(fd);
   pending_accepts_.clear();
+  // What the children left running in their groups (`cmd &` after the shell exited). A group
+  // id stays reserved while any member (even a zombie) is in it; an emptied one could only name
+  // a stranger's group if the pid space wrapped around during the connection.
+  for (pid_t group : groups_) kill(-group, SIGKILL);
+  groups_.clear();
 }
 
 }  // namespace
+
+const char* AgentEventName(AgentEvent::Kind kind) {
+  switch (kind) {
+    case AgentEvent::Kind::kAuthenticated: return "authenticated";
+    case AgentEvent::Kind::kShellStarted: return "shell-started";
+    case AgentEvent::Kind::kShellEnded: return "shell";
+    case AgentEvent::Kind::kExecStarted: return "exec-started";
+    case AgentEvent::Kind::kExecEnded: return "exec";
+    case AgentEvent::Kind::kDirectTcpip: return "direct-tcpip";
+    case AgentEvent::Kind::kTcpipForward: return "tcpip-forward";
+  }
+  return "unknown";
+}
 
 Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options) {
   std::unique_ptr<AgentSession> agent(new AgentSession());

@@ -15,6 +15,7 @@
 // thread on one poll loop; children are forked, reaped, and killed (their whole process group, SIGKILL) when the
 // connection ends, so no process outlives the connection unless it left its process group.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,29 @@
 #include "base/status.h"
 
 namespace kiln::access {
+
+// Something a client did on a connection, for the daemon's audit.
+struct AgentEvent {
+  enum class Kind {
+    kAuthenticated,  // user: the name the client logged in with (ignored otherwise)
+    kShellStarted,   // a login shell began (with or without a PTY)
+    kShellEnded,     // exit_status, or signal when it was killed (also when the connection ended)
+    kExecStarted,    // command
+    kExecEnded,      // command; exit_status, or signal
+    kDirectTcpip,    // host, port: a -L / -W channel connected from the agent's network namespace
+    kTcpipForward,   // address, port (the bound one): a -R listener opened
+  };
+  Kind kind = Kind::kAuthenticated;
+  std::string user;
+  std::string command;
+  int exit_status = -1;  // -1 when the child died of a signal
+  std::string signal;    // "KILL", "TERM", ... (RFC 4254 names); empty unless it died of one
+  std::string host;      // direct-tcpip's destination, tcpip-forward's bind address
+  int port = 0;
+};
+
+// "authenticated", "shell-started", "shell", "exec-started", "exec", "direct-tcpip", "tcpip-forward".
+const char* AgentEventName(AgentEvent::Kind kind);
 
 struct AgentOptions {
   // Where the Ed25519 host key lives (OpenSSH private-key format, mode 0600). Created on Create()
@@ -50,6 +74,10 @@ struct AgentOptions {
   // Seconds a client may take to authenticate before it is disconnected (sshd's LoginGraceTime);
   // 0: no limit. A client is also disconnected after 20 refused public-key attempts.
   int login_grace_s = 60;
+  // Called for every AgentEvent, on the thread running Serve(), in the order they happen. Must
+  // not block for long (the connection waits) and must not call back into the session. Empty:
+  // no events.
+  std::function<void(const AgentEvent&)> on_event;
 };
 
 // Serves SSH connections with fixed options. Thread-safe: immutable after Create(), and several

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -191,7 +192,7 @@ std::string Slurp(const std::string& path) {
 class AgentSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/usr/bin/ssh", X_OK) != 0) GTEST_SKIP() << "OpenSSH's client (/usr/bin/ssh) is not installed";
+    if (::access("/usr/bin/ssh", X_OK) != 0) GTEST_SKIP() << "OpenSSH's client (/usr/bin/ssh) is not installed";
     char tmpl[] = "/tmp/kiln-remote-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -675,6 +676,62 @@ TEST_F(AgentSessionTest, SignalRequestsOverASocketpair) {
   ssh_free(session);
   close(fds[1]);  // libssh leaves a descriptor given with SSH_OPTIONS_FD to its owner
   server.join();
+}
+
+// AgentOptions::on_event: what each connection did, in order, from the serving thread.
+TEST_F(AgentSessionTest, EventsReportLoginsCommandsShellsAndForwards) {
+  std::mutex mu;
+  std::vector<AgentEvent> events;
+  AgentOptions options = DefaultOptions();
+  options.on_event = [&](const AgentEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(e);
+  };
+  StartAgent(std::move(options));
+  EXPECT_EQ(RunShell(Ssh("alice@algo-1 'exit 3'")).exit_code, 3);
+  EXPECT_EQ(RunShell(Ssh("root@algo-1 'kill -TERM $$'")).exit_code, 255);
+  EXPECT_EQ(RunShell("echo 'exit 4' | " + Ssh("root@algo-1")).exit_code, 4);
+  EchoServer echo;
+  RunResult tcp = RunShell("printf ping | " + Ssh("-W 127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1"));
+  EXPECT_EQ(tcp.output, "ping");
+  int remote_port = FreePort();
+  RunResult forward = RunShell(Ssh("-o ExitOnForwardFailure=yes -R 127.0.0.1:" + std::to_string(remote_port) +
+                                   ":127.0.0.1:" + std::to_string(echo.port()) + " root@algo-1 true"));
+  EXPECT_EQ(forward.exit_code, 0) << forward.output;
+  StopAgent();  // every Serve has returned: no more events
+
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<std::string> seen;
+  for (const AgentEvent& e : events) {
+    std::string line = AgentEventName(e.kind);
+    if (!e.user.empty()) line += " user=" + e.user;
+    if (!e.command.empty()) line += " command=" + e.command;
+    if (e.kind == AgentEvent::Kind::kExecEnded || e.kind == AgentEvent::Kind::kShellEnded) {
+      line += e.signal.empty() ? " status=" + std::to_string(e.exit_status) : " signal=" + e.signal;
+    }
+    if (!e.host.empty()) line += " host=" + e.host;
+    if (e.port != 0) line += " port=" + std::to_string(e.port);
+    seen.push_back(line);
+  }
+  const std::string echo_port = std::to_string(echo.port());
+  std::vector<std::string> expected = {
+      "authenticated user=alice",
+      "exec-started command=exit 3",
+      "exec command=exit 3 status=3",
+      "authenticated user=root",
+      "exec-started command=kill -TERM $$",
+      "exec command=kill -TERM $$ signal=TERM",
+      "authenticated user=root",
+      "shell-started",
+      "shell status=4",
+      "authenticated user=root",
+      "direct-tcpip host=127.0.0.1 port=" + echo_port,
+      "authenticated user=root",
+      "tcpip-forward host=127.0.0.1 port=" + std::to_string(remote_port),
+      "exec-started command=true",
+      "exec command=true status=0",
+  };
+  EXPECT_EQ(seen, expected);
 }
 
 TEST(AgentSessionCreateTest, RefusesNoKeysAndBadKeys) {

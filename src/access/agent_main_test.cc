@@ -1,0 +1,291 @@
+// `kiln agent` end to end: a real process-runtime instance (hostname algo-1, /opt/ml bound, its
+// own pid/mount/uts namespaces), the agent binary (KILN_TEST_AGENT: RunAgentMain without the rest
+// of the CLI) started per connection by a ProxyCommand that plays the daemon (a socketpair end as
+// --socket-fd, a file as --events-fd), and OpenSSH's ssh as the client. Needs root (setns).
+#include "access/agent_main.h"
+#include "access/instance_entry.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/fs.h"
+#include "base/strings.h"
+#include "runtime/process/process_runtime.h"
+
+namespace kiln::access {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char* AgentPath() {
+  const char* env = std::getenv("KILN_TEST_AGENT");
+  return env != nullptr && *env != '\0' ? env : KILN_TEST_AGENT;
+}
+const char* ShimPath() {
+  const char* env = std::getenv("KILN_TEST_SHIM");
+  return env != nullptr && *env != '\0' ? env : KILN_TEST_SHIM;
+}
+
+// The daemon's part: a socketpair, the agent with one end as its --socket-fd ({sock} in its
+// arguments) and the events file as --events-fd ({events}); the other end joined to stdin/stdout
+// (what ssh talks to). {key} is replaced by the first line of the file argv[3] names. Writes the
+// agent's exit code to argv[1] and its stderr to argv[1].err once it exited.
+constexpr const char* kDaemonScript = R"(import os, signal, socket, subprocess, sys, threading
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+rc_file, events_file, key_file = sys.argv[1], sys.argv[2], sys.argv[3]
+key = open(key_file).read().splitlines()[0]
+a, b = socket.socketpair()
+ev = open(events_file, 'ab')
+args = [x.replace('{sock}', str(b.fileno())).replace('{events}', str(ev.fileno())).replace('{key}', key)
+        for x in sys.argv[4:]]
+p = subprocess.Popen(args, pass_fds=(b.fileno(), ev.fileno()), stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=open(rc_file + '.err', 'wb'))
+b.close()
+ev.close()
+def up():
+    while True:
+        d = os.read(0, 65536)
+        if not d:
+            a.shutdown(socket.SHUT_WR)
+            return
+        a.sendall(d)
+threading.Thread(target=up, daemon=True).start()
+try:
+    while True:
+        d = a.recv(65536)
+        if not d:
+            break
+        while d:
+            n = os.write(1, d)
+            d = d[n:]
+except OSError:
+    pass
+rc = p.wait()
+with open(rc_file + '.tmp', 'w') as f:
+    f.write(str(rc))
+os.rename(rc_file + '.tmp', rc_file)
+)";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+RunResult RunShell(const std::string& command) {
+  RunResult result;
+  FILE* pipe = popen(("timeout 60 " + command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string Readlink(const std::string& path) {
+  char buf[256] = {};
+  ssize_t n = readlink(path.c_str(), buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// The pids whose command line (NULs read as spaces) starts with `prefix`.
+std::vector<int> ProcessesStartingWith(const std::string& prefix) {
+  std::vector<int> pids;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmd = ReadFile(std::string("/proc/") + e->d_name + "/cmdline").value_or("");
+    for (char& c : cmd) {
+      if (c == '\0') c = ' ';
+    }
+    if (cmd.rfind(prefix, 0) == 0) pids.push_back(std::atoi(e->d_name));
+  }
+  closedir(d);
+  return pids;
+}
+
+class AgentMainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "entering an instance's namespaces needs root";
+    if (::access("/usr/bin/ssh", X_OK) != 0) GTEST_SKIP() << "OpenSSH's client (/usr/bin/ssh) is not installed";
+    char tmpl[] = "/tmp/kiln-h2-agent-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    RunResult keygen = RunShell("ssh-keygen -q -t ed25519 -N '' -f " + dir_ + "/id");
+    ASSERT_EQ(keygen.exit_code, 0) << keygen.output;
+    ASSERT_TRUE(WriteFileAtomic(dir_ + "/daemon.py", kDaemonScript).ok());
+    opt_ml_ = dir_ + "/optml";
+    ASSERT_TRUE(MakeDirs(opt_ml_ + "/input/data").ok());
+    ASSERT_TRUE(WriteFileAtomic(opt_ml_ + "/input/data/hello.txt", "hello\n").ok());
+    Result<std::unique_ptr<runtime::Runtime>> rt = runtime::OpenProcessRuntime({dir_ + "/state", {ShimPath()}});
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    runtime_ = std::move(*rt);
+    id_ = "h2-agent-" + std::to_string(getpid());
+    runtime::InstanceSpec spec;
+    spec.instance_id = id_;
+    spec.opt_ml_dir = opt_ml_;
+    spec.hostname = "algo-1";
+    // PID 1 is `sh` (like a `train` entry point); its child plays the toolkit's user process.
+    spec.argv = {"sh", "-c", "SM_TRAINING_ENV=from-toolkit SOME_VAR=from-script sleep 600 & wait"};
+    spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/root"}, {"SOME_VAR", "from-pid1"}, {"PID1_ONLY", "yes"}};
+    Status launched = runtime_->Launch(spec);
+    ASSERT_TRUE(launched.ok()) << launched.ToString();
+    Result<runtime::AccessPoint> point = runtime_->Access(id_);
+    ASSERT_TRUE(point.ok()) << point.status().ToString();
+    pid_ = point->host_pid;
+    // Wait for the user process to exist (sh forks it right away).
+    for (int i = 0; i < 200 && ReadInstanceIdentity(pid_).value_or(InstanceIdentity{}).user_process_pid == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  void TearDown() override {
+    if (runtime_ != nullptr) {
+      runtime_->Stop(id_, std::chrono::seconds(0)).ok();
+      runtime_->Wait(id_, std::chrono::seconds(10)).ok();
+      runtime_->Remove(id_).ok();
+    }
+    if (!dir_.empty()) (void)RemoveAll(dir_);
+  }
+
+  // ssh to the instance through a fresh agent; `agent_args` after the standard ones.
+  RunResult Ssh(const std::string& remote_command, const std::string& agent_args = "") {
+    std::string proxy = "/usr/bin/python3 " + dir_ + "/daemon.py " + dir_ + "/rc " + dir_ + "/events " + dir_ +
+                        "/id.pub " + AgentPath() + " --pid " + std::to_string(pid_) +
+                        " --socket-fd {sock} --events-fd {events} --authorized-key {key} --host-key " + dir_ +
+                        "/host_key --working-directory /opt/ml/code --working-directory /opt/ml " + agent_args;
+    unlink((dir_ + "/rc").c_str());
+    std::string command = "ssh -F /dev/null -o 'ProxyCommand=" + proxy +
+                          "' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+                          " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " +
+                          dir_ + "/id root@algo-1 '" + remote_command + "'";
+    return RunShell(command);
+  }
+
+  // The agent's exit code once it exited (-1 if it did not within 10 s), and its stderr.
+  int AgentExitCode() {
+    for (int i = 0; i < 1000; ++i) {
+      Result<std::string> rc = ReadFile(dir_ + "/rc");
+      if (rc.ok()) return std::atoi(rc->c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  std::string AgentStderr() { return ReadFile(dir_ + "/rc.err").value_or(""); }
+
+  std::string dir_, opt_ml_, id_;
+  int pid_ = 0;
+  std::unique_ptr<runtime::Runtime> runtime_;
+};
+
+TEST_F(AgentMainTest, AShellRunsInsideTheInstance) {
+  RunResult r =
+      Ssh("hostname; pwd; echo $SOME_VAR $SM_TRAINING_ENV $PID1_ONLY; ls /opt/ml/input/data; "
+          "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/uts; tr \"\\0\" \" \" < /proc/1/cmdline; echo; "
+          "id -u; exit 7");
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  std::vector<std::string> lines;
+  for (std::string_view line : Split(r.output, '\n')) lines.emplace_back(line);
+  ASSERT_GE(lines.size(), 9u) << r.output << AgentStderr();
+  EXPECT_EQ(lines[0], "algo-1");
+  EXPECT_EQ(lines[1], "/opt/ml");  // /opt/ml/code does not exist
+  EXPECT_EQ(lines[2], "from-script from-toolkit yes");
+  EXPECT_EQ(lines[3], "hello.txt");
+  const std::string proc = "/proc/" + std::to_string(pid_);
+  EXPECT_EQ(lines[4], Readlink(proc + "/ns/pid"));
+  EXPECT_NE(lines[4], Readlink("/proc/self/ns/pid"));
+  EXPECT_EQ(lines[5], Readlink(proc + "/ns/mnt"));
+  EXPECT_EQ(lines[6], Readlink(proc + "/ns/uts"));
+  EXPECT_THAT(lines[7], HasSubstr("sleep 600 & wait"));  // PID 1 of the instance's pid namespace
+  EXPECT_EQ(lines[8], "0");
+  EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
+
+  std::string events = ReadFile(dir_ + "/events").value_or("");
+  EXPECT_THAT(events, HasSubstr(R"({"event":"authenticated","user":"root"})"));
+  EXPECT_THAT(events, HasSubstr(R"("event":"exec","exit_status":7})"));
+}
+
+TEST_F(AgentMainTest, NothingIsLeftAfterTheConnectionCloses) {
+  // A background job that outlives its shell, and one the shell waits for.
+  RunResult r = Ssh("sleep 4321 </dev/null >/dev/null 2>&1 & echo started");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "started\n");
+  EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ProcessesStartingWith("sleep 4321").empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "a background job outlived the connection";
+  // The agent exited (its rc is written); so did the proxy that wrote it, soon after.
+  bool agent_gone = false;
+  for (int i = 0; i < 100 && !agent_gone; ++i) {
+    agent_gone = ProcessesStartingWith(std::string(AgentPath()) + " --pid").empty();
+    if (!agent_gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(agent_gone);
+  // The instance itself runs on.
+  EXPECT_EQ(runtime_->Inspect(id_)->state, runtime::InstanceState::kRunning);
+}
+
+TEST_F(AgentMainTest, SigtermEndsTheConnectionAndKillsTheChildren) {
+  // ssh runs in the background; the agent gets SIGTERM while `sleep 4322` runs in the session.
+  pid_t client = fork();
+  ASSERT_GE(client, 0);
+  if (client == 0) {
+    RunResult r = Ssh("sleep 4322; echo not-reached");
+    _exit(r.output.find("not-reached") == std::string::npos ? 0 : 1);
+  }
+  bool running = false;
+  for (int i = 0; i < 500 && !running; ++i) {
+    running = !ProcessesStartingWith("sleep 4322").empty();
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(running);
+  std::vector<int> agents = ProcessesStartingWith(std::string(AgentPath()) + " --pid " + std::to_string(pid_) + " ");
+  ASSERT_EQ(agents.size(), 1u);
+  ASSERT_EQ(kill(agents[0], SIGTERM), 0);
+  int status = 0;
+  waitpid(client, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
+  EXPECT_TRUE(ProcessesStartingWith("sleep 4322").empty());
+}
+
+TEST(AgentMainArgumentsTest, BadArgumentsExit2AndAGonePidExits3WithOneLine) {
+  RunResult none = RunShell(std::string(AgentPath()));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.output, "kiln agent: --pid <host pid of the instance> is required\n");
+  RunResult bad_fd = RunShell(std::string(AgentPath()) + " --pid 1 --socket-fd 99 --authorized-key x");
+  EXPECT_EQ(bad_fd.exit_code, 2);
+  EXPECT_THAT(bad_fd.output, HasSubstr("--socket-fd 99 is not an open descriptor"));
+  RunResult unknown = RunShell(std::string(AgentPath()) + " --pid 1 --socket-fd 0 --frobnicate 1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("unknown argument --frobnicate"));
+  // A pid that does not exist (pid_max is at most 2^22).
+  RunResult gone = RunShell(std::string(AgentPath()) +
+                            " --pid 99999999 --socket-fd 0 --authorized-key 'ssh-ed25519 "
+                            "AAAAC3NzaC1lZDI1NTE5AAAAIKzQ6hOwc5mmdRMS1KqmCbmXHWd4/Kas3FVZmDpBpnjX t' </dev/null");
+  EXPECT_EQ(gone.exit_code, 3);
+  EXPECT_THAT(gone.output, HasSubstr("does not exist"));
+  EXPECT_EQ(std::count(gone.output.begin(), gone.output.end(), '\n'), 1) << gone.output;
+}
+
+}  // namespace
+}  // namespace kiln::access
