@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "access/agent_main.h"
 #include "api/credential_store.h"
 #include "base/crash_handler.h"
 #include "base/fs.h"
@@ -259,6 +260,8 @@ int Main(int argc, char** argv) {
   // `kiln shim` is started by the process runtime, not by people: RunShim parses its own
   // arguments, and building the CLI is skipped on the job-start path.
   if (argc >= 2 && std::string_view(argv[1]) == "shim") return runtime::RunShim(argc - 1, argv + 1);
+  // `kiln agent` likewise: started by the daemon per remote-access connection (access/agent_main.h).
+  if (argc >= 2 && std::string_view(argv[1]) == "agent") return access::RunAgentMain(argc - 1, argv + 1);
   CLI::App app{"kiln: a self-hosted, SageMaker-compatible platform"};
   app.require_subcommand(1);
   CommonFlags flags;
@@ -296,6 +299,7 @@ int Main(int argc, char** argv) {
   app.add_subcommand("version", "print the version");
   // Listed for --help only; dispatched above.
   app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
+  app.add_subcommand("agent", "internal: the remote-access agent started by the server per connection")->allow_extras();
 
   CLI::App* keys = app.add_subcommand("keys", "manage access keys");
   keys->require_subcommand(1);
