@@ -125,8 +125,10 @@ Result<ResourceRef> ParseResource(std::string_view text) {
 Result<Target> ParseTarget(std::string_view text) {
   Target target;
   if (text.empty()) return Invalid(text, "is empty");
-  if (auto arn = SplitArn(text)) {
-    ASSIGN_OR_RETURN(target.resource, ParseResource(text));
+  if (SplitArn(text)) {
+    Result<ResourceRef> resource = ParseResource(text);
+    if (!resource.ok()) return Invalid(text, "is not the ARN of a training job or an endpoint");
+    target.resource = std::move(resource).value();
     return target;
   }
   // sagemaker-training-job:<job>_algo-<n>

@@ -64,7 +64,7 @@ TEST(TargetTest, EndpointForms) {
 }
 
 TEST(TargetTest, BadTargetsAreRefusedWithTheFormsInTheMessage) {
-  for (std::string_view bad : {
+  for (std::string_view bad : std::vector<std::string_view>{
            "",
            "training-job/",
            "training-job/j/algo-0",

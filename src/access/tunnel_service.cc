@@ -577,6 +577,7 @@ void TunnelService::Splice(const std::shared_ptr<Tunnel>& tunnel) {
   const int64_t idle_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.idle_timeout).count();
   const int64_t max_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.max_connection).count();
   tunnel->bytes_out += to_client.size();
+  tunnel->bytes_in += to_agent.size();  // sent by the client with its request head
   char buffer[kBufferBytes];
 
   auto handle_event = [&](std::string_view line) {
