@@ -872,6 +872,22 @@ TEST_F(DockerRuntimePodmanTest, RunsAContainerAndCapturesItsOutputAndExitCode) {
   EXPECT_TRUE(runtime_->List().value_or(std::vector<std::string>{"x"}).empty());
 }
 
+// Access: the engine's pid is the container's PID 1 (in its own pid and uts namespaces).
+TEST_F(DockerRuntimePodmanTest, AccessGivesTheContainersPid1) {
+  Status launched = runtime_->Launch(Spec("access", "exec sleep 600"));
+  ASSERT_TRUE(launched.ok()) << launched.ToString();
+  Result<AccessPoint> point = runtime_->Access("access");
+  ASSERT_TRUE(point.ok()) << point.status().ToString();
+  EXPECT_EQ(point->hostname, "algo-1");
+  std::string proc = "/proc/" + std::to_string(point->host_pid);
+  EXPECT_THAT(ReadFile(proc + "/cmdline").value_or(""), HasSubstr("sleep"));
+  EXPECT_THAT(ReadFile(proc + "/status").value_or(""),
+              HasSubstr("NSpid:\t" + std::to_string(point->host_pid) + "\t1\n"));
+  ASSERT_TRUE(runtime_->Stop("access", 0s).ok());
+  ASSERT_TRUE(runtime_->Wait("access", 20s).ok());
+  EXPECT_EQ(runtime_->Access("access").status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(DockerRuntimePodmanTest, StopKillsAShellThatIgnoresTerm) {
   Status launched = runtime_->Launch(Spec("sleeper", "sleep 30"));
   ASSERT_TRUE(launched.ok()) << launched.ToString();
