@@ -210,7 +210,9 @@ int RunKeysList(const CommonFlags& flags) {
 
 // The remote-access commands' client: credentials and region as `kiln logs` (AWS_* variables
 // first, else the config's key), the endpoint from --endpoint-url, $AWS_ENDPOINT_URL, the config.
-std::optional<RemoteClient> ResolveRemoteClient(const CommonFlags& flags, const std::string& endpoint) {
+// Without `need_credentials` (ssh-config only prints) no key is looked up.
+std::optional<RemoteClient> ResolveRemoteClient(const CommonFlags& flags, const std::string& endpoint,
+                                                bool need_credentials) {
   auto config = LoadConfig(flags);
   if (!config.ok()) {
     Fail(config.status());
@@ -223,7 +225,7 @@ std::optional<RemoteClient> ResolveRemoteClient(const CommonFlags& flags, const 
     client.credential.access_key_id = env_key;
     client.credential.secret_access_key = env_secret;
     if (const char* token = std::getenv("AWS_SESSION_TOKEN")) client.credential.session_token = token;
-  } else {
+  } else if (need_credentials) {
     auto key = ClientKey(*config);
     if (!key) return std::nullopt;
     client.credential = *key;
@@ -390,7 +392,7 @@ int Main(int argc, char** argv) {
   if (keys_list->parsed()) return RunKeysList(flags);
   for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections}) {
     if (!cmd->parsed()) continue;
-    std::optional<RemoteClient> client = ResolveRemoteClient(flags, remote_endpoint);
+    std::optional<RemoteClient> client = ResolveRemoteClient(flags, remote_endpoint, cmd != ssh_config);
     if (!client) return cmd == ssh_proxy ? 255 : 1;
     connect_options.proxy_flags = ProxyFlags(flags);
     connect_options.key_path = AbsolutePath(ExpandHome(connect_options.key_path));

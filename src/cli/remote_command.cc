@@ -885,6 +885,12 @@ int RunPortForward(const RemoteClient& client, const ConnectOptions& options, in
 
 int RunSshConfig(const RemoteClient& client, const std::string& key_path, const std::vector<std::string>& proxy_flags,
                  const std::string& target, const std::string& alias) {
+  // The block names the key as IdentityFile: it exists before the block is used.
+  auto key = EnsureKeyPair(key_path, std::cerr);
+  if (!key.ok()) {
+    std::cerr << "kiln ssh-config: " << key.status().message() << "\n";
+    return 1;
+  }
   std::cout << SshConfigBlock(SettingsFor(client, key_path, proxy_flags), target,
                               alias.empty() ? DefaultAlias(target) : alias);
   return 0;
