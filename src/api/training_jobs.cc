@@ -14,6 +14,7 @@
 #include "base/strings.h"
 #include "base/time.h"
 #include "observe/metric_extractor.h"
+#include "control/training_hold.h"
 #include "control/training_plan.h"
 #include "control/training_states.h"
 #include "store/endpoint_repository.h"
@@ -399,6 +400,12 @@ JsonOutcome CreateTrainingJob(Operations& ops, const json& in) {
   if (auto error = CheckCreateRequest(in, ops.ctx.controller,
                                       ops.ctx.catalog ? *ops.ctx.catalog : control::InstanceCatalog::BuiltIn())) {
     return *error;
+  }
+  if (in.contains("Tags") && in["Tags"].is_array()) {
+    // Kiln's own tags are checked here, so that a bad value fails the create, not the job.
+    std::vector<store::Tag> tags;
+    for (const json& t : in["Tags"]) tags.push_back({t.value("Key", ""), t.value("Value", "")});
+    if (auto hold = control::HoldStartSeconds(tags); !hold.ok()) return Validation(hold.status().message());
   }
   store::TrainingJobRecord record = NewJobRecord(ops, in, NowOf(ops.ctx));
   Status inserted = ops.jobs.Insert(record);

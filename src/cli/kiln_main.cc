@@ -21,6 +21,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "cli/config.h"
+#include "cli/hold_start_command.h"
 #include "cli/images_command.h"
 #include "cli/logs_command.h"
 #include "cli/remote_command.h"
@@ -264,6 +265,9 @@ int Main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "shim") return runtime::RunShim(argc - 1, argv + 1);
   // `kiln agent` likewise: started by the daemon per remote-access connection (access/agent_main.h).
   if (argc >= 2 && std::string_view(argv[1]) == "agent") return access::RunAgentMain(argc - 1, argv + 1);
+  // `kiln hold-start` likewise: a training host's program while it is held before start
+  // (control/training_hold.h); it exec()s the real program.
+  if (argc >= 2 && std::string_view(argv[1]) == "hold-start") return RunHoldStart(argc - 1, argv + 1);
   CLI::App app{"kiln: a self-hosted, SageMaker-compatible platform"};
   app.require_subcommand(1);
   CommonFlags flags;
@@ -302,6 +306,8 @@ int Main(int argc, char** argv) {
   // Listed for --help only; dispatched above.
   app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
   app.add_subcommand("agent", "internal: the remote-access agent started by the server per connection")->allow_extras();
+  app.add_subcommand("hold-start", "internal: a training program held before start for a remote connection")
+      ->allow_extras();
 
   CLI::App* keys = app.add_subcommand("keys", "manage access keys");
   keys->require_subcommand(1);

@@ -87,6 +87,7 @@ control::TrainingControllerOptions TrainingOptions(const Config& c, const contro
   training.region = c.regions.front();
   training.endpoint_url = ClientEndpoint(c);
   training.toolkit_script = ToolkitScript(c);
+  training.kiln_binary = SelfExecutable();
   training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
   training.staging_parallelism = c.training.staging_parallelism;
   training.keep_host_dirs = c.training.keep_host_dirs;

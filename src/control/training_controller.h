@@ -95,10 +95,12 @@ namespace kiln::control {
 inline constexpr char kTrainingLogGroup[] = "/aws/sagemaker/TrainingJobs";
 
 struct TrainingControllerOptions {
-  std::string work_dir;                  // host directories: <work_dir>/<job>/algo-<n>/opt_ml
-  std::string region;                    // AWS_REGION inside instances
-  std::string endpoint_url;              // how instances reach Kiln (AWS_ENDPOINT_URL, S3_ENDPOINT_URL)
-  std::string toolkit_script;            // python/kiln_toolkit/train.py: the `train` of script-mode images
+  std::string work_dir;        // host directories: <work_dir>/<job>/algo-<n>/opt_ml
+  std::string region;          // AWS_REGION inside instances
+  std::string endpoint_url;    // how instances reach Kiln (AWS_ENDPOINT_URL, S3_ENDPOINT_URL)
+  std::string toolkit_script;  // python/kiln_toolkit/train.py: the `train` of script-mode images
+  // The kiln binary, for the hold before start (training_hold.h); empty: holds are refused.
+  std::string kiln_binary;
   std::chrono::seconds stop_grace{120};  // SIGTERM → SIGKILL (training-contract.md §11)
   std::chrono::milliseconds checkpoint_scan_interval{10000};
   std::chrono::milliseconds checkpoint_quiet_period{2000};

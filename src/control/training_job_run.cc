@@ -1,5 +1,6 @@
 #include "control/training_job_run.h"
 
+#include "control/training_hold.h"
 #include "control/training_job_run_host.h"
 
 #include <algorithm>
@@ -343,7 +344,29 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
   launch.endpoint_url = options().endpoint_url;
   launch.toolkit_script = options().toolkit_script;
   launch.credential = credential;
-  const TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
+  TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
+  // The hold before start (training_hold.h): only where remote access is enabled, since nobody
+  // could otherwise connect to release it, and on the process runtime.
+  if (deps().database != nullptr) {
+    auto tags = store::TagRepository(deps().database).List(record.arn);
+    if (!tags.ok()) return tags.status();
+    auto hold = HoldStartSeconds(*tags);
+    if (!hold.ok()) return agent::ClientError(hold.status().message());
+    const bool remote_access =
+        request_.value("RemoteDebugConfig", json::object()).value("EnableRemoteDebug", false) == true;
+    if (hold->has_value() && **hold > 0 && remote_access) {
+      if (plan.container) {
+        return agent::ClientError("The tag " + std::string(kHoldStartTag) +
+                                  " holds programs started by Kiln's process runtime; the container image " +
+                                  plan.container->requested + " starts its own entrypoint. Remove the tag.");
+      }
+      if (options().kiln_binary.empty())
+        return agent::ClientError("this Kiln server cannot hold a program before start");
+      plan.argv = HoldStartArgv(options().kiln_binary, **hold, plan.argv);
+      BindIfInTmp(options().kiln_binary, plan.binds);
+      holding_ = true;
+    }
+  }
   // Namespaced hosts: an address each on the job's network (algo-1, algo-2, ... in order), and
   // /etc/hosts naming them all; otherwise they share the node's network and every name is 127.0.0.1.
   std::vector<std::optional<runtime::NetworkAttachment>> attachments(hosts_.size());
@@ -428,7 +451,9 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     rec.state.credentials = credential_state;
     rec.state.training_start_millis = training_start_millis_;
     if (rec.status != JobStatus::kStopping) {
-      RecordSecondaryStatus(rec, SecondaryStatus::kTraining, kMsgTraining + allocation_note_, now);
+      RecordSecondaryStatus(rec, SecondaryStatus::kTraining,
+                            holding_ ? std::string(kMsgWaitingForRemoteConnection) : kMsgTraining + allocation_note_,
+                            now);
     }
   });
   if (!r.ok()) return r.status();
@@ -444,6 +469,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
 
 void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
   training_start_millis_ = record.state.training_start_millis.value_or(0);
+  holding_ = record.state.status_message == kMsgWaitingForRemoteConnection;
   if (!record.state.credentials.is_null()) {
     deps().credentials->Register(CredentialFromJson(record.state.credentials));
   }
@@ -524,6 +550,7 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
       last_metrics_flush = Now();
       FlushMetrics();
     }
+    if (holding_) ObserveHold();
     // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
     for (auto& host : hosts_) {
       if (!host->exited) {
@@ -533,6 +560,24 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
     }
   }
   (void)record;
+}
+
+// While any host still runs the hold before start, the message stays "Waiting for remote
+// connection"; once every host has exec()ed its program (released, or the hold passed), it becomes
+// the usual Training message. Read from /proc each monitor pass (cheap: one small file per host).
+void TrainingJobRun::ObserveHold() {
+  for (const auto& host : hosts_) {
+    if (host->exited) continue;
+    auto access = deps().runtime->Access(host->instance_id);
+    if (access.ok() && IsHoldingBeforeStart(access->host_pid)) return;
+  }
+  holding_ = false;
+  const int64_t now = Now();
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    if (rec.status == JobStatus::kInProgress && rec.secondary_status == SecondaryStatus::kTraining) {
+      RecordSecondaryStatus(rec, SecondaryStatus::kTraining, kMsgTraining + allocation_note_, now);
+    }
+  });
 }
 
 void TrainingJobRun::Finish(bool ran) {

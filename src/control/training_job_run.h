@@ -93,6 +93,7 @@ class TrainingJobRun {
   Status Launch(store::TrainingJobRecord& record);
   void Adopt(const store::TrainingJobRecord& record) EXCLUDES(metrics_mutex_);
   void Monitor(const store::TrainingJobRecord& record);
+  void ObserveHold();
   // Inspects the hosts not known to have exited and records their exits.
   void ObserveHosts();
   // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
@@ -130,6 +131,9 @@ class TrainingJobRun {
   bool retrying_ = false;        // set by RetryIfAllowed: Run() queues the job again
   std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;
+  // Hosts were started behind the hold before start (training_hold.h) and not every one has
+  // started its program yet (ObserveHold).
+  bool holding_ = false;
 
   // Written by the log pumps' threads (RecordMetrics), read by the run's.
   Mutex metrics_mutex_;

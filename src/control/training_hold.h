@@ -1,0 +1,41 @@
+#pragma once
+// Holding a training host before its program starts (spec remote-access.md R-15): with the
+// resource tag `kiln:remote-hold-start-seconds = N` (0..3600) on a job whose remote access is
+// enabled (RemoteDebugConfig.EnableRemoteDebug), each host's program is started as
+//
+//   <kiln> hold-start --seconds N -- <the program's argv...>
+//
+// (src/cli/hold_start_command.h): it waits until `kiln release <target>` (the daemon sends it
+// SIGUSR1; `kill -USR1 1` inside does the same) or N seconds, then exec()s the real program, which
+// therefore keeps PID 1 and receives signals exactly as training-contract.md says. The secondary
+// status stays Training with the message "Waiting for remote connection" while any host holds;
+// the hold counts towards MaxRuntimeInSeconds. Process runtime only: a container image's PID 1 is
+// the image's entrypoint, and Kiln's binary is not inside the image (the tag is refused there).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "store/training_job_repository.h"
+
+namespace kiln::control {
+
+inline constexpr char kHoldStartTag[] = "kiln:remote-hold-start-seconds";
+inline constexpr int kMaxHoldStartSeconds = 3600;
+inline constexpr char kHoldStartCommand[] = "hold-start";
+inline constexpr char kMsgWaitingForRemoteConnection[] = "Waiting for remote connection";
+
+// The tag's value: nullopt when the tag is absent; InvalidArgument (message for a
+// ValidationException) when it is not a whole number of seconds in 0..3600.
+Result<std::optional<int>> HoldStartSeconds(const std::vector<store::Tag>& tags);
+
+// `argv` wrapped in the hold: {kiln_binary, "hold-start", "--seconds", N, "--", argv...}.
+std::vector<std::string> HoldStartArgv(const std::string& kiln_binary, int seconds,
+                                       const std::vector<std::string>& argv);
+
+// True while the process `host_pid` is still the hold (its command line is `<x> hold-start ...`),
+// false once it has exec()ed the program or is gone.
+bool IsHoldingBeforeStart(int host_pid);
+
+}  // namespace kiln::control
