@@ -4,9 +4,7 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <libssh/libssh.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -38,8 +36,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxHead = 64 * 1024;
-constexpr size_t kMaxErrorBody = 1024 * 1024;
 constexpr int kHandshakeTimeoutSeconds = 30;
 
 std::string ParentDir(const std::string& path) {
@@ -61,53 +57,6 @@ std::string DoublePercent(std::string_view s) {
   return out;
 }
 
-void SetTimeouts(int fd, int seconds) {
-  timeval tv{seconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-Result<UniqueFd> ConnectTcp(const RemoteEndpoint& endpoint) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  std::string port = std::to_string(endpoint.port);
-  int rc = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) {
-    return Status::Unavailable("cannot resolve " + endpoint.host + ": " + gai_strerror(rc));
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(found, freeaddrinfo);
-  int last_errno = 0;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) {
-      last_errno = errno;
-      continue;
-    }
-    if (connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
-      int one = 1;
-      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // keystrokes
-      return fd;
-    }
-    last_errno = errno;
-  }
-  return Status::Unavailable("cannot reach Kiln at " + endpoint.url + ": " + std::strerror(last_errno) +
-                             " (is `kiln server` running?)");
-}
-
-Status SendAllBytes(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("send", errno);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return Status::Ok();
-}
-
 // Writes all of `data` to a socket or pipe; false when the reader is gone (EPIPE, ECONNRESET).
 Result<bool> WriteOut(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -121,36 +70,6 @@ Result<bool> WriteOut(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
-}
-
-// Reads more bytes into `buf`; 0 at EOF.
-Result<size_t> ReadMore(int fd, std::string& buf) {
-  char chunk[16384];
-  while (true) {
-    ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return Status::Unavailable("Kiln did not answer within " + std::to_string(kHandshakeTimeoutSeconds) + " s");
-    }
-    if (n < 0) return ErrnoStatus("recv", errno);
-    buf.append(chunk, static_cast<size_t>(n));
-    return static_cast<size_t>(n);
-  }
-}
-
-// Decodes a chunked body that is complete in `raw`; nullopt when more bytes are needed.
-std::optional<std::string> Dechunk(std::string_view raw) {
-  std::string out;
-  while (true) {
-    size_t eol = raw.find("\r\n");
-    if (eol == std::string_view::npos) return std::nullopt;
-    size_t size = std::strtoul(std::string(raw.substr(0, eol)).c_str(), nullptr, 16);
-    raw.remove_prefix(eol + 2);
-    if (size == 0) return out;
-    if (raw.size() < size + 2) return std::nullopt;
-    out.append(raw.substr(0, size));
-    raw.remove_prefix(size + 2);
-  }
 }
 
 std::string FormatTime(double epoch_seconds) {
@@ -351,54 +270,16 @@ std::string SerializeRequest(const aws::OwnedSignable& request) {
 }
 
 Result<UpgradeAnswer> OpenUpgrade(const RemoteEndpoint& endpoint, const aws::OwnedSignable& request) {
-  ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(endpoint));
-  SetTimeouts(fd.get(), kHandshakeTimeoutSeconds);
-  RETURN_IF_ERROR(SendAllBytes(fd.get(), SerializeRequest(request)));
-  std::string buf;
-  size_t head_end = std::string::npos;
-  while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
-    if (buf.size() > kMaxHead) return Status::Internal("Kiln's answer head exceeds 64 KiB");
-    ASSIGN_OR_RETURN(size_t n, ReadMore(fd.get(), buf));
-    if (n == 0) return Status::Unavailable("Kiln closed the connection before answering");
-  }
-  UpgradeAnswer answer;
-  std::string_view head(buf.data(), head_end);
-  std::vector<std::string_view> lines;
-  for (std::string_view rest = head; !rest.empty();) {
-    size_t eol = rest.find("\r\n");
-    lines.push_back(rest.substr(0, eol));
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-  }
-  if (lines.empty() || !StartsWith(lines[0], "HTTP/1.") || lines[0].size() < 12) {
-    return Status::Internal("malformed answer from Kiln: " + std::string(head.substr(0, 100)));
-  }
-  answer.status = std::atoi(std::string(lines[0].substr(9, 3)).c_str());
-  for (size_t i = 1; i < lines.size(); ++i) {
-    size_t colon = lines[i].find(':');
-    if (colon == std::string_view::npos) continue;
-    answer.headers.emplace(std::string(Trim(lines[i].substr(0, colon))), std::string(Trim(lines[i].substr(colon + 1))));
-  }
-  std::string rest = buf.substr(head_end + 4);
-  if (answer.status == 101) {
-    SetTimeouts(fd.get(), 0);
-    answer.buffered = std::move(rest);
-    answer.socket = std::move(fd);
-    return answer;
-  }
-  const std::string* length = FindHeader(answer.headers, "Content-Length");
-  const std::string* encoding = FindHeader(answer.headers, "Transfer-Encoding");
-  bool chunked = encoding != nullptr && encoding->find("chunked") != std::string::npos;
-  size_t want = length != nullptr ? std::strtoull(length->c_str(), nullptr, 10) : 0;
-  while (rest.size() < kMaxErrorBody) {
-    if (length != nullptr && rest.size() >= want) break;
-    if (chunked && Dechunk(rest).has_value()) break;
-    auto n = ReadMore(fd.get(), rest);
-    if (!n.ok() || *n == 0) break;  // to EOF without a length; a short body is still shown
-  }
-  if (chunked) {
-    answer.body = Dechunk(rest).value_or(rest);
-  } else {
-    answer.body = length != nullptr ? rest.substr(0, want) : rest;
+  net::UpgradeRequest upgrade;
+  upgrade.host = endpoint.host;
+  upgrade.port = static_cast<uint16_t>(endpoint.port);
+  upgrade.target = request.raw_path + (request.raw_query.empty() ? "" : "?" + request.raw_query);
+  upgrade.headers = request.headers;  // Host as signed (the URL's authority)
+  upgrade.response_timeout_ms = kHandshakeTimeoutSeconds * 1000;
+  auto answer = net::OpenUpgrade(upgrade);
+  if (!answer.ok() && answer.status().code() == StatusCode::kUnavailable) {
+    return Status::Unavailable("cannot reach Kiln at " + endpoint.url + ": " + answer.status().message() +
+                               " (is `kiln server` running?)");
   }
   return answer;
 }
@@ -750,7 +631,7 @@ int RunSshProxy(const RemoteClient& client, const std::string& key_path, const s
     std::cerr << "kiln: " << DescribeErrorAnswer(*answer) << "\n";
     return 255;
   }
-  Status s = SpliceStreams(STDIN_FILENO, STDOUT_FILENO, answer->socket.get(), answer->buffered);
+  Status s = SpliceStreams(STDIN_FILENO, STDOUT_FILENO, answer->fd.get(), answer->buffered);
   if (!s.ok()) {
     std::cerr << "kiln: " << s.message() << "\n";
     return 255;
@@ -816,7 +697,7 @@ int ServeLocalPort(const RemoteClient& client, const ConnectOptions& options, co
       if (!tunnel.ok()) {
         std::cerr << "kiln connect: " << tunnel.status().message() << "\n";
       } else {
-        Status s = SpliceStreams(conn, conn, tunnel->socket.get(), tunnel->buffered);
+        Status s = SpliceStreams(conn, conn, tunnel->fd.get(), tunnel->buffered);
         if (!s.ok()) std::cerr << "kiln connect: " << s.message() << "\n";
       }
       std::lock_guard<std::mutex> lock(active->mu);

@@ -27,6 +27,7 @@
 #include "base/fs.h"
 #include "base/io.h"
 #include "base/status.h"
+#include "net/upgrade_client.h"
 
 namespace kiln::cli {
 
@@ -63,17 +64,13 @@ aws::OwnedSignable ConnectRequest(const RemoteClient& client, std::string_view t
 // HTTP/1.1 wire text of a bodiless request.
 std::string SerializeRequest(const aws::OwnedSignable& request);
 
-// A parsed answer to the upgrade request. On 101 `socket` is the tunnel and `buffered` holds the
-// stream bytes that arrived with the headers (they come before anything read from `socket`).
-struct UpgradeAnswer {
-  int status = 0;
-  HeaderMap headers;
-  std::string body;
-  UniqueFd socket;
-  std::string buffered;
-};
-// Connects, sends `request`, reads the answer's head (and for non-101 its body).
-// Errors: Unavailable (cannot connect, connection closed early), Internal (malformed answer).
+// The answer to the upgrade request (net/upgrade_client.h). On 101 `fd` is the tunnel and
+// `buffered` holds the stream bytes that arrived with the head (they come before anything read
+// from `fd`); otherwise `body` is the refusal.
+using UpgradeAnswer = net::UpgradeResult;
+// Sends `request` on a new connection with net::OpenUpgrade; any HTTP status is a result.
+// Errors: Unavailable (cannot connect, connection closed early; the message names the URL),
+// DeadlineExceeded (no answer within 30 s), DataLoss/ResourceExhausted (a malformed answer).
 Result<UpgradeAnswer> OpenUpgrade(const RemoteEndpoint& endpoint, const aws::OwnedSignable& request);
 // "<Code>: <message>" of a non-101 answer (AWS JSON error, else the status and body).
 std::string DescribeErrorAnswer(const UpgradeAnswer& answer);

@@ -423,11 +423,11 @@ TEST(RemoteCommandTest, OpenUpgradeKeepsBytesThatCameWithTheHead) {
   EXPECT_EQ(answer->status, 101);
   EXPECT_EQ(*FindHeader(answer->headers, "x-kiln-connection-id"), "c-1");
   EXPECT_EQ(answer->buffered, "SSH-2.0-libssh\r\n");
-  ASSERT_TRUE(WriteAll(answer->socket.get(), "ping").ok());
+  ASSERT_TRUE(WriteAll(answer->fd.get(), "ping").ok());
   char buf[4];
-  ASSERT_EQ(read(answer->socket.get(), buf, 4), 4);
+  ASSERT_EQ(read(answer->fd.get(), buf, 4), 4);
   EXPECT_EQ(std::string(buf, 4), "ping");
-  shutdown(answer->socket.get(), SHUT_WR);
+  shutdown(answer->fd.get(), SHUT_WR);
   EXPECT_NE(server.request_.find("X-Kiln-Ssh-Public-Key: ssh-ed25519 AAAA\r\n"), std::string::npos);
 }
 
