@@ -143,6 +143,7 @@ class AgentMainTest : public ::testing::Test {
     spec.hostname = "algo-1";
     // PID 1 is `sh` (like a `train` entry point); its child plays the toolkit's user process.
     spec.argv = {"sh", "-c", "SM_TRAINING_ENV=from-toolkit SOME_VAR=from-script sleep 600 & wait"};
+    spec.memory_limit_bytes = 512ull << 20;  // its own cgroup v2 leaf where the host allows
     spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/root"}, {"SOME_VAR", "from-pid1"}, {"PID1_ONLY", "yes"}};
     Status launched = runtime_->Launch(spec);
     ASSERT_TRUE(launched.ok()) << launched.ToString();
@@ -215,6 +216,14 @@ TEST_F(AgentMainTest, AShellRunsInsideTheInstance) {
   EXPECT_THAT(lines[7], HasSubstr("sleep 600 & wait"));  // PID 1 of the instance's pid namespace
   EXPECT_EQ(lines[8], "0");
   EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
+
+  // The shell is in the instance's cgroups (its own leaf where the shim made one), not ours.
+  std::string theirs = ReadFile(proc + "/cgroup").value_or("");
+  RunResult cgroup = Ssh("cat /proc/self/cgroup");
+  EXPECT_EQ(cgroup.output, theirs);
+  if (theirs.find("/kiln/" + id_) != std::string::npos) {
+    EXPECT_NE(ReadFile("/proc/self/cgroup").value_or(""), theirs);
+  }
 
   std::string events = ReadFile(dir_ + "/events").value_or("");
   EXPECT_THAT(events, HasSubstr(R"({"event":"authenticated","user":"root"})"));
