@@ -140,41 +140,6 @@ std::string LastLine(std::string_view text) {
 
 }  // namespace
 
-// ---- PreparedTunnel ---------------------------------------------------------------------------
-
-struct PreparedTunnel::State {
-  std::string id;
-  Target target;
-  std::string canonical;
-  std::string resource_arn;
-  std::string instance_id;
-  std::string log_stream;
-  std::string principal;
-  std::string source_address;
-  int host_pid = 0;  // the instance's pid the agent entered
-  pid_t agent_pid = -1;
-  UniqueFd agent_fd;   // the daemon's end of the socketpair
-  UniqueFd events_fd;  // read end of the agent's events pipe
-  UniqueFd stderr_fd;  // read end of the agent's stdout/stderr
-  std::string banner;  // what the agent sent before the client was attached
-  std::string stderr_text;
-
-  ~State() {
-    if (agent_pid > 0) {
-      agent_fd.Reset();
-      (void)::kill(agent_pid, SIGKILL);
-      while (::waitpid(agent_pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
-};
-
-PreparedTunnel::PreparedTunnel(std::unique_ptr<State> state) : state_(std::move(state)) {}
-PreparedTunnel::PreparedTunnel(PreparedTunnel&&) noexcept = default;
-PreparedTunnel::~PreparedTunnel() = default;
-const std::string& PreparedTunnel::canonical_target() const { return state_->canonical; }
-const std::string& PreparedTunnel::connection_id() const { return state_->id; }
-
 // ---- Tunnel -------------------------------------------------------------------------------------
 
 struct TunnelService::Resolution {
@@ -186,24 +151,65 @@ struct TunnelService::Resolution {
   runtime::AccessPoint access;
 };
 
+// Why an agent gave no banner (Prepare turns it into the answer).
+struct TunnelService::StartFailure {
+  Status error;            // spawn failed (then nothing else is set)
+  bool timed_out = false;  // no banner within banner_timeout
+  int wait_status = 0;
+  std::string reason;  // the agent's last stderr line
+};
+
+// One connection, from Prepare to its end. Its thread (`thread`) spawns the agent and lives until
+// the agent is reaped: the agent's PR_SET_PDEATHSIG fires when the thread that forked it exits, so
+// it must not be a server worker that may retire while the connection lasts.
 struct TunnelService::Tunnel {
-  std::unique_ptr<PreparedTunnel::State> state;
-  UniqueFd client_fd;
-  std::string to_agent;  // the client's bytes read ahead of the upgrade, then each read
+  enum class Phase {
+    kStarting,   // the thread spawns the agent and waits for its banner
+    kFailed,     // no banner: `start` says why; the agent is reaped, the thread ends
+    kReady,      // the banner came; waiting for Run (kAttached) or the PreparedTunnel's end
+    kAttached,   // Run gave it the client: splicing
+    kAbandoned,  // the PreparedTunnel ended without Run: the agent is killed, the thread ends
+  };
+
+  // Set before the thread starts; read-only after.
+  std::string id;
+  Target target;
+  std::string canonical;
+  std::string resource_arn;
+  std::string instance_id;
+  std::string log_stream;
+  std::string principal;
+  std::string source_address;
+  int host_pid = 0;  // the instance's pid the agent entered
+  std::vector<std::string> agent_args;
   UniqueFd wake_read;
   UniqueFd wake_write;
+
+  // The thread's alone (Run sets the client's before kAttached, under `mutex`).
+  pid_t agent_pid = -1;
+  UniqueFd agent_fd;   // the daemon's end of the socketpair
+  UniqueFd events_fd;  // read end of the agent's events pipe
+  UniqueFd stderr_fd;  // read end of the agent's stdout/stderr
+  std::string banner;  // what the agent sent before the client was attached
+  std::string stderr_text;
+  UniqueFd client_fd;
+  std::string to_agent;  // the client's bytes read ahead of the upgrade, then each read
   int64_t start_millis = 0;
+  std::vector<std::string> forwards;  // from the agent's events
+  std::vector<int> exit_statuses;
+
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
   std::atomic<bool> done{false};
   std::thread thread;
-  // From the agent's events; the splice thread's alone.
-  std::vector<std::string> forwards;
-  std::vector<int> exit_statuses;
+
   Mutex mutex;
+  CondVar changed;
+  Phase phase GUARDED_BY(mutex) = Phase::kStarting;
+  StartFailure failure GUARDED_BY(mutex);      // kFailed
   std::string close_reason GUARDED_BY(mutex);  // set by whoever closes it first
 
-  // Asks the splice thread to end the tunnel with `reason` (the first reason given wins).
+  // Asks the splice loop to end the tunnel with `reason` (the first reason given wins).
   void RequestClose(const std::string& reason) {
     {
       MutexLock lock(mutex);
@@ -218,6 +224,163 @@ struct TunnelService::Tunnel {
     return close_reason;
   }
 };
+
+// ---- PreparedTunnel ---------------------------------------------------------------------------
+
+struct PreparedTunnel::State {
+  std::shared_ptr<TunnelService::Tunnel> tunnel;
+
+  // Not handed to Run: the agent goes (its thread kills and reaps it).
+  ~State() {
+    if (!tunnel) return;
+    {
+      MutexLock lock(tunnel->mutex);
+      if (tunnel->phase == TunnelService::Tunnel::Phase::kReady) {
+        tunnel->phase = TunnelService::Tunnel::Phase::kAbandoned;
+        tunnel->changed.NotifyAll();
+      }
+    }
+    if (tunnel->thread.joinable()) tunnel->thread.join();
+  }
+};
+
+PreparedTunnel::PreparedTunnel(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PreparedTunnel::PreparedTunnel(PreparedTunnel&&) noexcept = default;
+PreparedTunnel::~PreparedTunnel() = default;
+const std::string& PreparedTunnel::canonical_target() const { return state_->tunnel->canonical; }
+const std::string& PreparedTunnel::connection_id() const { return state_->tunnel->id; }
+
+// Spawns the agent of `t` (its fds 3, 4 and 1/2 as the file comment of tunnel_service.h says) and
+// waits for its banner. On failure the agent is reaped and the failure says why.
+std::optional<TunnelService::StartFailure> TunnelService::StartAgent(Tunnel& t) {
+  const TunnelServiceOptions& options = options_;
+  auto spawn_error = [](Status error) {
+    StartFailure failure;
+    failure.error = std::move(error);
+    return failure;
+  };
+  // The agent's fds: the socketpair end (3), the events pipe's write end (4), stdout/stderr to a
+  // pipe; nothing else crosses (every fd the server opens is O_CLOEXEC, and closefrom(5) makes sure).
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    return spawn_error(ErrnoStatus("socketpair", errno));
+  }
+  t.agent_fd = UniqueFd(pair[0]);
+  UniqueFd agent_end(pair[1]);
+  int events[2], errors[2];
+  if (::pipe2(events, O_CLOEXEC) != 0) return spawn_error(ErrnoStatus("pipe", errno));
+  t.events_fd = UniqueFd(events[0]);
+  UniqueFd events_write(events[1]);
+  if (::pipe2(errors, O_CLOEXEC) != 0) return spawn_error(ErrnoStatus("pipe", errno));
+  t.stderr_fd = UniqueFd(errors[0]);
+  UniqueFd errors_write(errors[1]);
+  // Sources move to fds >= 10 so that no dup2 in the child overwrites one a later dup2 needs.
+  UniqueFd socket_hi(fcntl(agent_end.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd events_hi(fcntl(events_write.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd errors_hi(fcntl(errors_write.get(), F_DUPFD_CLOEXEC, 10));
+  if (!socket_hi.valid() || !events_hi.valid() || !errors_hi.valid()) {
+    return spawn_error(ErrnoStatus("fcntl", errno));
+  }
+  agent_end.Reset();
+  events_write.Reset();
+  errors_write.Reset();
+
+  std::vector<std::string> args = t.agent_args;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, errors_hi.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, errors_hi.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, socket_hi.get(), 3);
+  posix_spawn_file_actions_adddup2(&actions, events_hi.get(), 4);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 5);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  socket_hi.Reset();
+  events_hi.Reset();
+  errors_hi.Reset();
+  if (rc != 0) return spawn_error(ErrnoStatus("cannot start the remote-access agent " + args[0], rc));
+  t.agent_pid = pid;
+  SetNonBlocking(t.agent_fd.get());
+  SetNonBlocking(t.events_fd.get());
+  SetNonBlocking(t.stderr_fd.get());
+
+  // The agent enters the instance, then sends its SSH banner: wait for that (or its end).
+  const int64_t deadline = SteadyMillis() + options.banner_timeout.count();
+  bool agent_eof = false;
+  while (t.banner.empty() && !agent_eof) {
+    const int64_t left = deadline - SteadyMillis();
+    if (left <= 0) break;
+    pollfd fds[2] = {{t.agent_fd.get(), POLLIN, 0}, {t.stderr_fd.get(), POLLIN, 0}};
+    int n = ::poll(fds, t.stderr_fd.valid() ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    if (t.stderr_fd.valid() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      if (!ReadAvailable(t.stderr_fd.get(), &t.stderr_text, kMaxStderrBytes)) t.stderr_fd.Reset();
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buffer[kBufferBytes];
+      ssize_t got = ::read(t.agent_fd.get(), buffer, sizeof buffer);
+      if (got > 0) {
+        t.banner.assign(buffer, static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        agent_eof = true;
+      }
+    }
+  }
+  if (!t.banner.empty()) return std::nullopt;
+
+  // No banner: the agent failed (or hangs). Its exit code and last stderr line say why.
+  StartFailure failure;
+  failure.timed_out = !agent_eof;
+  t.agent_fd.Reset();
+  if (failure.timed_out) (void)::kill(pid, SIGKILL);
+  failure.wait_status = ReapAgent(pid, options.kill_grace);
+  t.agent_pid = -1;
+  if (t.stderr_fd.valid()) (void)ReadAvailable(t.stderr_fd.get(), &t.stderr_text, kMaxStderrBytes);
+  failure.reason = LastLine(t.stderr_text);
+  return failure;
+}
+
+void TunnelService::Lifecycle(const std::shared_ptr<Tunnel>& tunnel) {
+  std::optional<StartFailure> failure = StartAgent(*tunnel);
+  bool abandoned = false;
+  {
+    MutexLock lock(tunnel->mutex);
+    if (failure) {
+      tunnel->failure = std::move(*failure);
+      tunnel->phase = Tunnel::Phase::kFailed;
+      tunnel->changed.NotifyAll();
+      return;
+    }
+    tunnel->phase = Tunnel::Phase::kReady;
+    tunnel->changed.NotifyAll();
+    while (tunnel->phase == Tunnel::Phase::kReady) tunnel->changed.Wait(tunnel->mutex);
+    abandoned = tunnel->phase == Tunnel::Phase::kAbandoned;
+  }
+  if (abandoned) {
+    tunnel->agent_fd.Reset();
+    (void)::kill(tunnel->agent_pid, SIGKILL);
+    (void)ReapAgent(tunnel->agent_pid, options_.kill_grace);
+    tunnel->agent_pid = -1;
+    return;
+  }
+  Splice(tunnel);
+  Finish(tunnel);
+  tunnel->done = true;
+}
 
 // ---- TunnelService ------------------------------------------------------------------------------
 
@@ -388,40 +551,18 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
   ASSIGN_OR_RETURN(Resolution resolution, Resolve(target));
   RETURN_IF_ERROR(Authorize(request, resolution));
 
-  auto state = std::make_unique<PreparedTunnel::State>();
-  state->id = "rc-" + RandomHex(8);
-  state->target = resolution.target;
-  state->canonical = resolution.target.Canonical();
-  state->resource_arn = resolution.resource_arn;
-  state->instance_id = resolution.instance_id;
-  state->log_stream = resolution.log_stream;
-  state->principal = principal;
-  state->source_address = request.source_address;
-  state->host_pid = resolution.access.host_pid;
-
-  // The agent's fds: the socketpair end (3), the events pipe's write end (4), stdout/stderr to a
-  // pipe; nothing else crosses (every fd the server opens is O_CLOEXEC, and closefrom(5) makes sure).
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return ErrnoStatus("socketpair", errno);
-  state->agent_fd = UniqueFd(pair[0]);
-  UniqueFd agent_end(pair[1]);
-  int events[2], errors[2];
-  if (::pipe2(events, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
-  state->events_fd = UniqueFd(events[0]);
-  UniqueFd events_write(events[1]);
-  if (::pipe2(errors, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
-  state->stderr_fd = UniqueFd(errors[0]);
-  UniqueFd errors_write(errors[1]);
-  // Sources move to fds >= 10 so that no dup2 in the child overwrites one a later dup2 needs.
-  UniqueFd socket_hi(fcntl(agent_end.get(), F_DUPFD_CLOEXEC, 10));
-  UniqueFd events_hi(fcntl(events_write.get(), F_DUPFD_CLOEXEC, 10));
-  UniqueFd errors_hi(fcntl(errors_write.get(), F_DUPFD_CLOEXEC, 10));
-  if (!socket_hi.valid() || !events_hi.valid() || !errors_hi.valid()) return ErrnoStatus("fcntl", errno);
-  agent_end.Reset();
-  events_write.Reset();
-  errors_write.Reset();
-
-  std::vector<std::string> args = options_.agent_command;
+  auto tunnel = std::make_shared<Tunnel>();
+  tunnel->id = "rc-" + RandomHex(8);
+  tunnel->target = resolution.target;
+  tunnel->canonical = resolution.target.Canonical();
+  tunnel->resource_arn = resolution.resource_arn;
+  tunnel->instance_id = resolution.instance_id;
+  tunnel->log_stream = resolution.log_stream;
+  tunnel->principal = principal;
+  tunnel->source_address = request.source_address;
+  tunnel->host_pid = resolution.access.host_pid;
+  std::vector<std::string>& args = tunnel->agent_args;
+  args = options_.agent_command;
   for (std::string a :
        {std::string("--pid"), std::to_string(resolution.access.host_pid), std::string("--socket-fd"), std::string("3"),
         std::string("--events-fd"), std::string("4"), std::string("--authorized-key")}) {
@@ -436,79 +577,38 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
     args.push_back("--working-directory");
     args.push_back(dir);
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  int wake[2];
+  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus("pipe", errno);
+  tunnel->wake_read = UniqueFd(wake[0]);
+  tunnel->wake_write = UniqueFd(wake[1]);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, errors_hi.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, errors_hi.get(), 2);
-  posix_spawn_file_actions_adddup2(&actions, socket_hi.get(), 3);
-  posix_spawn_file_actions_adddup2(&actions, events_hi.get(), 4);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 5);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  socket_hi.Reset();
-  events_hi.Reset();
-  errors_hi.Reset();
-  if (rc != 0) return ErrnoStatus("cannot start the remote-access agent " + args[0], rc);
-  state->agent_pid = pid;
-  SetNonBlocking(state->agent_fd.get());
-  SetNonBlocking(state->events_fd.get());
-  SetNonBlocking(state->stderr_fd.get());
-
-  // The agent enters the instance, then sends its SSH banner: wait for that (or its end).
-  const int64_t deadline = SteadyMillis() + options_.banner_timeout.count();
-  bool agent_eof = false;
-  while (state->banner.empty() && !agent_eof) {
-    const int64_t left = deadline - SteadyMillis();
-    if (left <= 0) break;
-    pollfd fds[2] = {{state->agent_fd.get(), POLLIN, 0}, {state->stderr_fd.get(), POLLIN, 0}};
-    int n = ::poll(fds, state->stderr_fd.valid() ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (n < 0 && errno != EINTR) break;
-    if (state->stderr_fd.valid() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      if (!ReadAvailable(state->stderr_fd.get(), &state->stderr_text, kMaxStderrBytes)) state->stderr_fd.Reset();
-    }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      char buffer[kBufferBytes];
-      ssize_t got = ::read(state->agent_fd.get(), buffer, sizeof buffer);
-      if (got > 0) {
-        state->banner.assign(buffer, static_cast<size_t>(got));
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        agent_eof = true;
-      }
-    }
+  // The tunnel's own thread spawns the agent (see Tunnel) and says when its banner came.
+  tunnel->thread = std::thread([this, tunnel] { Lifecycle(tunnel); });
+  StartFailure failure;
+  bool ready = false;
+  {
+    MutexLock lock(tunnel->mutex);
+    while (tunnel->phase == Tunnel::Phase::kStarting) tunnel->changed.Wait(tunnel->mutex);
+    ready = tunnel->phase == Tunnel::Phase::kReady;
+    if (!ready) failure = tunnel->failure;
   }
-  if (!state->banner.empty()) return PreparedTunnel(std::move(state));
-
-  // No banner: the agent failed (or hangs). Its exit code and last stderr line say why.
-  const bool timed_out = !agent_eof;
-  state->agent_fd.Reset();
-  if (timed_out) (void)::kill(pid, SIGKILL);
-  int wait_status = ReapAgent(pid, options_.kill_grace);
-  state->agent_pid = -1;
-  if (state->stderr_fd.valid()) (void)ReadAvailable(state->stderr_fd.get(), &state->stderr_text, kMaxStderrBytes);
-  const std::string reason = LastLine(state->stderr_text);
+  if (ready) {
+    auto state = std::make_unique<PreparedTunnel::State>();
+    state->tunnel = std::move(tunnel);
+    return PreparedTunnel(std::move(state));
+  }
+  tunnel->thread.join();
+  if (!failure.error.ok()) return failure.error;
+  const std::string& reason = failure.reason;
+  const int wait_status = failure.wait_status;
   const std::string where =
-      "the remote-access agent for " + state->canonical + " (instance " + state->instance_id + ")";
+      "the remote-access agent for " + tunnel->canonical + " (instance " + tunnel->instance_id + ")";
   KLOG(warn, "remote-access agent failed",
-       {{"target", state->canonical},
-        {"instance", state->instance_id},
+       {{"target", tunnel->canonical},
+        {"instance", tunnel->instance_id},
         {"status", std::to_string(wait_status)},
         {"stderr", reason}});
-  if (timed_out) {
+  if (failure.timed_out) {
     return Status::Internal(where + " did not answer within " + std::to_string(options_.banner_timeout.count() / 1000) +
                             " s" + (reason.empty() ? "" : ": " + reason));
   }
@@ -526,47 +626,40 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
 }
 
 void TunnelService::Run(PreparedTunnel prepared, UniqueFd client_fd, std::string buffered) {
-  auto tunnel = std::make_shared<Tunnel>();
-  tunnel->state = std::move(prepared.state_);
+  std::shared_ptr<Tunnel> tunnel = std::move(prepared.state_->tunnel);
   tunnel->client_fd = std::move(client_fd);
   tunnel->to_agent = std::move(buffered);
   tunnel->start_millis = NowMillis();
-  int wake[2];
-  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    KLOG(error, "remote connection refused", {{"error", ErrnoStatus("pipe", errno).ToString()}});
-    return;  // the state's destructor ends the agent; the client's socket closes
-  }
-  tunnel->wake_read = UniqueFd(wake[0]);
-  tunnel->wake_write = UniqueFd(wake[1]);
   SetNonBlocking(tunnel->client_fd.get());
-  const PreparedTunnel::State& s = *tunnel->state;
 
   store::RemoteConnectionRecord row;
-  row.id = s.id;
-  row.resource_arn = s.resource_arn;
-  row.target = s.canonical;
-  row.principal = s.principal;
-  row.source_address = s.source_address;
+  row.id = tunnel->id;
+  row.resource_arn = tunnel->resource_arn;
+  row.target = tunnel->canonical;
+  row.principal = tunnel->principal;
+  row.source_address = tunnel->source_address;
   row.start_millis = tunnel->start_millis;
   Status inserted = store::RemoteConnectionRepository(deps_.database).Insert(row);
   if (!inserted.ok()) KLOG(warn, "remote connection audit row not written", {{"error", inserted.ToString()}});
-  WriteLogLine(s.log_stream, "[kiln] remote connection " + s.id + " opened by " + s.principal + " from " +
-                                 s.source_address + " (target " + s.canonical + ")");
+  WriteLogLine(tunnel->log_stream, "[kiln] remote connection " + tunnel->id + " opened by " + tunnel->principal +
+                                       " from " + tunnel->source_address + " (target " + tunnel->canonical + ")");
   KLOG(info, "remote connection opened",
-       {{"connection", s.id}, {"target", s.canonical}, {"principal", s.principal}, {"remote", s.source_address}});
-
-  MutexLock lock(mutex_);
-  if (stopping_) tunnel->RequestClose("server stopping");
-  tunnels_.push_back(tunnel);
-  tunnel->thread = std::thread([this, tunnel] {
-    Splice(tunnel);
-    Finish(tunnel);
-    tunnel->done = true;
-  });
+       {{"connection", tunnel->id},
+        {"target", tunnel->canonical},
+        {"principal", tunnel->principal},
+        {"remote", tunnel->source_address}});
+  {
+    MutexLock lock(mutex_);
+    if (stopping_) tunnel->RequestClose("server stopping");
+    tunnels_.push_back(tunnel);
+  }
+  MutexLock lock(tunnel->mutex);
+  tunnel->phase = Tunnel::Phase::kAttached;
+  tunnel->changed.NotifyAll();
 }
 
 void TunnelService::Splice(const std::shared_ptr<Tunnel>& tunnel) {
-  PreparedTunnel::State& s = *tunnel->state;
+  Tunnel& s = *tunnel;
   std::string to_client = std::move(s.banner);
   std::string& to_agent = tunnel->to_agent;
   std::string events_line;
@@ -725,7 +818,7 @@ void TunnelService::Splice(const std::shared_ptr<Tunnel>& tunnel) {
 }
 
 void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
-  const PreparedTunnel::State& s = *tunnel->state;
+  const Tunnel& s = *tunnel;
   store::RemoteConnectionRecord row;
   row.id = s.id;
   row.resource_arn = s.resource_arn;
@@ -784,10 +877,10 @@ void TunnelService::Watch() {
         t->RequestClose("access disabled");
         continue;
       }
-      Result<Resolution> now = Resolve(t->state->target);
+      Result<Resolution> now = Resolve(t->target);
       std::string reason;
       if (now.ok()) {
-        if (now->access.host_pid != t->state->host_pid) reason = "instance gone";
+        if (now->access.host_pid != t->host_pid) reason = "instance gone";
       } else if (now.status().code() == StatusCode::kPermissionDenied) {
         reason = "access disabled";
       } else if (now.status().code() == StatusCode::kInvalidArgument) {

@@ -158,13 +158,19 @@ class TunnelService {
   size_t open_tunnels() const;
 
  private:
+  friend class PreparedTunnel;
   struct Tunnel;
   struct Resolution;
+  struct StartFailure;
   TunnelService(TunnelServiceOptions options, TunnelServiceDeps deps);
   // Resolves `target` against the store and runtime; an error is what a connect answers. Does
   // not look at the principal.
   Result<Resolution> Resolve(const Target& target) EXCLUDES(mutex_);
   Status Authorize(const ConnectRequest& request, const Resolution& resolution) const EXCLUDES(mutex_);
+  // The tunnel's thread: StartAgent, then (once Run attached the client) Splice and Finish.
+  void Lifecycle(const std::shared_ptr<Tunnel>& tunnel);
+  // Spawns the agent and waits for its banner; nullopt on success, else why not (reaped).
+  std::optional<StartFailure> StartAgent(Tunnel& tunnel);
   void Splice(const std::shared_ptr<Tunnel>& tunnel);
   void Finish(const std::shared_ptr<Tunnel>& tunnel);
   void Watch() EXCLUDES(mutex_);

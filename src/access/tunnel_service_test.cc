@@ -71,7 +71,8 @@ class TunnelServiceTest : public ::testing::Test {
     // An "agent" that records its arguments and open descriptors, sends an SSH-like banner, reports
     // one exec event and then echoes what it reads on fd 3 back to fd 3.
     options_.agent_command = {"/usr/bin/python3", "-c", R"py(
-import os, sys
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 15)  # PR_SET_PDEATHSIG SIGTERM, as kiln agent does
 d = sys.argv[1]
 inherited = []
 for fd in range(5, 1024):
@@ -147,7 +148,12 @@ while True:
 
   // Prepares and runs a tunnel to `target`; returns the client's end of the "connection".
   UniqueFd Connect(const std::string& target, std::string buffered = "") {
-    Result<PreparedTunnel> prepared = service_->Prepare(Request(target));
+    // Prepared on a thread that ends before Run, as a server worker may retire: the agent's
+    // parent-death signal follows the thread that forked it, so that must be the tunnel's own.
+    std::optional<Result<PreparedTunnel>> outcome;
+    std::thread([&] { outcome.emplace(service_->Prepare(Request(target))); }).join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Result<PreparedTunnel> prepared = std::move(*outcome);
     EXPECT_TRUE(prepared.ok()) << prepared.status().ToString();
     if (!prepared.ok()) return UniqueFd();
     EXPECT_EQ(prepared->canonical_target(), "training-job/j/algo-1");
