@@ -406,6 +406,7 @@ JsonOutcome CreateTrainingJob(Operations& ops, const json& in) {
     std::vector<store::Tag> tags;
     for (const json& t : in["Tags"]) tags.push_back({t.value("Key", ""), t.value("Value", "")});
     if (auto hold = control::HoldStartSeconds(tags); !hold.ok()) return Validation(hold.status().message());
+    if (auto idle = control::IdleStopSeconds(tags); !idle.ok()) return Validation(idle.status().message());
   }
   store::TrainingJobRecord record = NewJobRecord(ops, in, NowOf(ops.ctx));
   Status inserted = ops.jobs.Insert(record);

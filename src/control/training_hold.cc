@@ -1,22 +1,46 @@
 #include "control/training_hold.h"
 
+#include <algorithm>
+
 #include "base/fs.h"
 #include "base/strings.h"
 
 namespace kiln::control {
 
-Result<std::optional<int>> HoldStartSeconds(const std::vector<store::Tag>& tags) {
+namespace {
+
+Result<std::optional<int>> SecondsTag(const std::vector<store::Tag>& tags, const char* key, int min, int max) {
   for (const store::Tag& tag : tags) {
-    if (tag.key != kHoldStartTag) continue;
+    if (tag.key != key) continue;
     std::optional<int64_t> seconds = ParseInt64(Trim(tag.value));
-    if (!seconds || *seconds < 0 || *seconds > kMaxHoldStartSeconds) {
-      return Status::InvalidArgument("The tag " + std::string(kHoldStartTag) +
-                                     " must be a whole number of seconds from 0 to " +
-                                     std::to_string(kMaxHoldStartSeconds) + ", not \"" + tag.value + "\".");
+    if (!seconds || *seconds < min || *seconds > max) {
+      return Status::InvalidArgument("The tag " + std::string(key) + " must be a whole number of seconds from " +
+                                     std::to_string(min) + " to " + std::to_string(max) + ", not \"" + tag.value +
+                                     "\".");
     }
     return std::optional<int>(static_cast<int>(*seconds));
   }
   return std::optional<int>();
+}
+
+}  // namespace
+
+Result<std::optional<int>> HoldStartSeconds(const std::vector<store::Tag>& tags) {
+  return SecondsTag(tags, kHoldStartTag, 0, kMaxHoldStartSeconds);
+}
+
+Result<std::optional<int>> IdleStopSeconds(const std::vector<store::Tag>& tags) {
+  return SecondsTag(tags, kIdleStopTag, 1, kMaxIdleStopSeconds);
+}
+
+std::optional<int64_t> IdleSinceMillis(const std::vector<store::RemoteConnectionRecord>& connections,
+                                       int64_t training_start_millis) {
+  int64_t since = training_start_millis;
+  for (const store::RemoteConnectionRecord& c : connections) {
+    if (!c.end_millis) return std::nullopt;
+    since = std::max(since, *c.end_millis);
+  }
+  return since;
 }
 
 std::vector<std::string> HoldStartArgv(const std::string& kiln_binary, int seconds,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "store/remote_connection_repository.h"
 #include "store/training_job_repository.h"
 
 namespace kiln::control {
@@ -25,6 +26,22 @@ inline constexpr char kHoldStartTag[] = "kiln:remote-hold-start-seconds";
 inline constexpr int kMaxHoldStartSeconds = 3600;
 inline constexpr char kHoldStartCommand[] = "hold-start";
 inline constexpr char kMsgWaitingForRemoteConnection[] = "Waiting for remote connection";
+
+// Idle stop: with the tag `kiln:remote-idle-stop-seconds = N` (1..604800), the job is
+// stopped (normal stop procedure, status Stopped) once no remote connection has been open for N
+// seconds: counted from the end of the last connection, or from the start of training when nobody
+// has connected. Connections are the remote-access audit rows (store/remote_connection_repository.h).
+inline constexpr char kIdleStopTag[] = "kiln:remote-idle-stop-seconds";
+inline constexpr int kMaxIdleStopSeconds = 7 * 24 * 3600;
+
+// The tag's value: nullopt when absent; InvalidArgument when not a whole number in 1..604800.
+Result<std::optional<int>> IdleStopSeconds(const std::vector<store::Tag>& tags);
+
+// Since when the job has had no connection open: nullopt while one is open (a row without an
+// end), else the latest end among `connections`, or `training_start_millis` when later (or there
+// are none).
+std::optional<int64_t> IdleSinceMillis(const std::vector<store::RemoteConnectionRecord>& connections,
+                                       int64_t training_start_millis);
 
 // The tag's value: nullopt when the tag is absent; InvalidArgument (message for a
 // ValidationException) when it is not a whole number of seconds in 0..3600.

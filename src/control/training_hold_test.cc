@@ -26,6 +26,30 @@ TEST(TrainingHoldTest, TagValues) {
   }
 }
 
+TEST(TrainingHoldTest, IdleStopTag) {
+  EXPECT_FALSE(IdleStopSeconds({{kHoldStartTag, "5"}})->has_value());
+  EXPECT_EQ(**IdleStopSeconds({{kIdleStopTag, "1800"}}), 1800);
+  for (const char* bad : {"0", "-5", "604801", "half an hour"}) {
+    auto idle = IdleStopSeconds({{kIdleStopTag, bad}});
+    ASSERT_FALSE(idle.ok()) << bad;
+    EXPECT_NE(idle.status().message().find("from 1 to 604800"), std::string::npos) << idle.status().message();
+  }
+}
+
+TEST(TrainingHoldTest, IdleSince) {
+  // Nobody connected: idle since training started.
+  EXPECT_EQ(IdleSinceMillis({}, 1000), 1000);
+  store::RemoteConnectionRecord closed;
+  closed.end_millis = 5000;
+  store::RemoteConnectionRecord older;
+  older.end_millis = 3000;
+  EXPECT_EQ(IdleSinceMillis({closed, older}, 1000), 5000);
+  // A connection that ended before training started (held before start) counts from the start.
+  EXPECT_EQ(IdleSinceMillis({older}, 4000), 4000);
+  store::RemoteConnectionRecord open;
+  EXPECT_EQ(IdleSinceMillis({closed, open}, 1000), std::nullopt);
+}
+
 TEST(TrainingHoldTest, WrapsTheProgram) {
   EXPECT_EQ(HoldStartArgv("/usr/bin/kiln", 30, {"/usr/bin/python3", "train.py"}),
             (std::vector<std::string>{"/usr/bin/kiln", "hold-start", "--seconds", "30", "--", "/usr/bin/python3",

@@ -20,6 +20,7 @@
 #include "control/training_launch.h"
 #include "control/training_plan.h"
 #include "control/training_states.h"
+#include "store/remote_connection_repository.h"
 
 namespace kiln::control {
 namespace {
@@ -354,6 +355,10 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     if (!hold.ok()) return agent::ClientError(hold.status().message());
     const bool remote_access =
         request_.value("RemoteDebugConfig", json::object()).value("EnableRemoteDebug", false) == true;
+    auto idle = IdleStopSeconds(*tags);
+    if (!idle.ok()) return agent::ClientError(idle.status().message());
+    idle_stop_seconds_ = idle->value_or(0);
+    job_arn_ = record.arn;
     if (hold->has_value() && **hold > 0 && remote_access) {
       if (plan.container) {
         return agent::ClientError("The tag " + std::string(kHoldStartTag) +
@@ -470,6 +475,12 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
 void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
   training_start_millis_ = record.state.training_start_millis.value_or(0);
   holding_ = record.state.status_message == kMsgWaitingForRemoteConnection;
+  job_arn_ = record.arn;
+  if (deps().database != nullptr) {
+    if (auto tags = store::TagRepository(deps().database).List(record.arn); tags.ok()) {
+      if (auto idle = IdleStopSeconds(*tags); idle.ok()) idle_stop_seconds_ = idle->value_or(0);
+    }
+  }
   if (!record.state.credentials.is_null()) {
     deps().credentials->Register(CredentialFromJson(record.state.credentials));
   }
@@ -533,6 +544,7 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
   MonitorInput input;
   input.deadline_millis = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
   int64_t last_metrics_flush = Now();
+  int64_t last_idle_check = 0;
   while (!shutting_down_.load()) {
     // Exit statuses first: a host that ended is recorded even if a stop is also under way.
     ObserveHosts();
@@ -551,6 +563,10 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
       FlushMetrics();
     }
     if (holding_) ObserveHold();
+    if (idle_stop_seconds_ > 0 && !input.stop_requested && Now() - last_idle_check >= 1000) {
+      last_idle_check = Now();
+      StopIfIdle();
+    }
     // Wait on the first running host: returns as soon as it exits, so job end is noticed at once.
     for (auto& host : hosts_) {
       if (!host->exited) {
@@ -578,6 +594,36 @@ void TrainingJobRun::ObserveHold() {
       RecordSecondaryStatus(rec, SecondaryStatus::kTraining, kMsgTraining + allocation_note_, now);
     }
   });
+}
+
+// Idle stop (training_hold.h): the audit rows of the job's remote connections tell whether one is
+// open and when the last ended. A stop is then requested as StopTrainingJob does (status
+// Stopping, the user's reason, so the job ends Stopped), with a [kiln] line in every host's stream.
+void TrainingJobRun::StopIfIdle() {
+  if (deps().database == nullptr) return;
+  auto connections = store::RemoteConnectionRepository(deps().database).List(job_arn_, 1000);
+  if (!connections.ok()) return;
+  const std::optional<int64_t> since = IdleSinceMillis(*connections, training_start_millis_);
+  const int64_t now = Now();
+  if (!since || now - *since < int64_t{idle_stop_seconds_} * 1000) return;
+  const std::string why =
+      "no remote connection for " + std::to_string(idle_stop_seconds_) + " s (" + kIdleStopTag + "); stopping the job";
+  bool stopping = false;
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    if (rec.status != JobStatus::kInProgress) return;
+    SetStatus(rec, JobStatus::kStopping);
+    rec.state.stop_requested = StopRequest::kUser;
+    RecordSecondaryStatus(rec, SecondaryStatus::kStopping, "Stopping the training job: " + why, now);
+    stopping = true;
+  });
+  if (!stopping) return;
+  KLOG(info, "remote idle stop", {{"job", name_}, {"idle_seconds", std::to_string(idle_stop_seconds_)}});
+  if (deps().log_store != nullptr) {
+    for (const auto& host : hosts_) {
+      (void)deps().log_store->Append(kTrainingLogGroup, host->log_stream, {{now, "[kiln] " + why}});
+    }
+  }
+  stop_requested_.store(true);
 }
 
 void TrainingJobRun::Finish(bool ran) {

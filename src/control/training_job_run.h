@@ -94,6 +94,7 @@ class TrainingJobRun {
   void Adopt(const store::TrainingJobRecord& record) EXCLUDES(metrics_mutex_);
   void Monitor(const store::TrainingJobRecord& record);
   void ObserveHold();
+  void StopIfIdle();
   // Inspects the hosts not known to have exited and records their exits.
   void ObserveHosts();
   // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
@@ -134,6 +135,9 @@ class TrainingJobRun {
   // Hosts were started behind the hold before start (training_hold.h) and not every one has
   // started its program yet (ObserveHold).
   bool holding_ = false;
+  // kiln:remote-idle-stop-seconds (training_hold.h); 0: none.
+  int idle_stop_seconds_ = 0;
+  std::string job_arn_;  // set by Launch or Adopt
 
   // Written by the log pumps' threads (RecordMetrics), read by the run's.
   Mutex metrics_mutex_;
