@@ -166,7 +166,9 @@ class AgentMainTest : public ::testing::Test {
   }
 
   // ssh to the instance through a fresh agent; `agent_args` after the standard ones.
-  RunResult Ssh(const std::string& remote_command, const std::string& agent_args = "") {
+  // With an empty `remote_command`, a shell request (what `ssh host` sends) reading `stdin_text`.
+  RunResult Ssh(const std::string& remote_command, const std::string& agent_args = "",
+                const std::string& stdin_text = "") {
     std::string proxy = "/usr/bin/python3 " + dir_ + "/daemon.py " + dir_ + "/rc " + dir_ + "/events " + dir_ +
                         "/id.pub " + AgentPath() + " --pid " + std::to_string(pid_) +
                         " --socket-fd {sock} --events-fd {events} --authorized-key {key} --host-key " + dir_ +
@@ -175,7 +177,9 @@ class AgentMainTest : public ::testing::Test {
     std::string command = "ssh -F /dev/null -o 'ProxyCommand=" + proxy +
                           "' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
                           " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " +
-                          dir_ + "/id root@algo-1 '" + remote_command + "'";
+                          dir_ + "/id root@algo-1";
+    if (!remote_command.empty()) command += " '" + remote_command + "'";
+    if (!stdin_text.empty()) command = "printf '%s\\n' '" + stdin_text + "' | " + command;
     return RunShell(command);
   }
 
@@ -228,6 +232,15 @@ TEST_F(AgentMainTest, AShellRunsInsideTheInstance) {
   std::string events = ReadFile(dir_ + "/events").value_or("");
   EXPECT_THAT(events, HasSubstr(R"({"event":"authenticated","user":"root"})"));
   EXPECT_THAT(events, HasSubstr(R"("event":"exec","exit_status":7})"));
+}
+
+// `ssh host` without a command: the shell keeps the workload's environment (R-11), which a login
+// shell's /etc/profile would replace (Debian's resets PATH).
+TEST_F(AgentMainTest, AShellKeepsTheWorkloadsPath) {
+  RunResult r = Ssh("", "", "echo \"$PATH $SM_TRAINING_ENV\"; exit 5");
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_EQ(r.output, "/usr/bin:/bin from-toolkit\n");
+  EXPECT_THAT(ReadFile(dir_ + "/events").value_or(""), HasSubstr(R"({"event":"shell","exit_status":5})"));
 }
 
 TEST_F(AgentMainTest, NothingIsLeftAfterTheConnectionCloses) {

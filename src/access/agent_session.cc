@@ -730,11 +730,12 @@ int Connection::StartChild(Channel* ch, const char* command) {
   std::vector<char*> envp;
   for (std::string& var : env) envp.push_back(var.data());
   envp.push_back(nullptr);
-  std::string arg_l = "-l", arg_c = "-c", cmd = command != nullptr ? command : "";
+  // Not a login shell ("-l"): /etc/profile and ~/.profile would replace the workload's
+  // environment (Debian's and Ubuntu's reset PATH, losing e.g. a conda PATH from the image), and
+  // the shell must see what the workload sees. With a PTY it is interactive (~/.bashrc).
+  std::string arg_c = "-c", cmd = command != nullptr ? command : "";
   std::vector<char*> argv = {shell.data()};
-  if (command == nullptr) {
-    argv.push_back(arg_l.data());
-  } else {
+  if (command != nullptr) {
     argv.push_back(arg_c.data());
     argv.push_back(cmd.data());
   }

@@ -7,9 +7,9 @@
 //   Status served = agent->Serve(fd);  // blocks until the client disconnects
 //
 // What a client gets: public-key authentication against AgentOptions::authorized_keys only;
-// `session` channels with pty-req (forkpty; window-change resizes the PTY), env, shell (a login
-// shell), exec (exit-status / exit-signal sent back), signal, and the `sftp` subsystem (libssh's
-// sftp server messages, enough for OpenSSH's sftp and scp); `direct-tcpip` channels (connected from
+// `session` channels with pty-req (forkpty; window-change resizes the PTY), env, shell (not a
+// login shell: the workload's environment stays), exec (exit-status / exit-signal sent back), signal, and the `sftp`
+// subsystem (libssh's sftp server messages, enough for OpenSSH's sftp and scp); `direct-tcpip` channels (connected from
 // the agent's network namespace) and `tcpip-forward` (listening on the namespace's loopback
 // only, like sshd's GatewayPorts=no, with `forwarded-tcpip` channels back); keep-alives. Everything runs in the calling
 // thread on one poll loop; children are forked, reaped, and killed (their whole process group, SIGKILL) when the
@@ -28,7 +28,7 @@ namespace kiln::access {
 struct AgentEvent {
   enum class Kind {
     kAuthenticated,  // user: the name the client logged in with (ignored otherwise)
-    kShellStarted,   // a login shell began (with or without a PTY)
+    kShellStarted,   // a shell began (with or without a PTY)
     kShellEnded,     // exit_status, or signal when it was killed (also when the connection ended)
     kExecStarted,    // command
     kExecEnded,      // command; exit_status, or signal
@@ -62,8 +62,9 @@ struct AgentOptions {
   std::vector<std::string> environment;
   // The children's working directory; "/" when empty or missing.
   std::string working_directory = "/";
-  // The login shell; empty: $SHELL from `environment`, else /bin/sh. Shells run with "-l"; exec
-  // requests run `<shell> -c <command>`.
+  // The shell; empty: $SHELL from `environment`, else /bin/sh. Shell requests run it without "-l"
+  // (a login shell's profile would replace `environment`, e.g. PATH); exec requests run
+  // `<shell> -c <command>`.
   std::string shell;
   // The children's user and group; -1 keeps the agent's. Setting them needs the agent to be root.
   int uid = -1;
