@@ -169,18 +169,23 @@ class AgentMainTest : public ::testing::Test {
   // With an empty `remote_command`, a shell request (what `ssh host` sends) reading `stdin_text`.
   RunResult Ssh(const std::string& remote_command, const std::string& agent_args = "",
                 const std::string& stdin_text = "") {
+    std::string command = "ssh " + ClientOptions(agent_args) + " root@algo-1";
+    if (!remote_command.empty()) command += " '" + remote_command + "'";
+    if (!stdin_text.empty()) command = "printf '%s\\n' '" + stdin_text + "' | " + command;
+    return RunShell(command);
+  }
+
+  // OpenSSH options (ssh, sftp) that reach the instance through a fresh agent.
+  std::string ClientOptions(const std::string& agent_args = "") {
     std::string proxy = "/usr/bin/python3 " + dir_ + "/daemon.py " + dir_ + "/rc " + dir_ + "/events " + dir_ +
                         "/id.pub " + AgentPath() + " --pid " + std::to_string(pid_) +
                         " --socket-fd {sock} --events-fd {events} --authorized-key {key} --host-key " + dir_ +
                         "/host_key --working-directory /opt/ml/code --working-directory /opt/ml " + agent_args;
     unlink((dir_ + "/rc").c_str());
-    std::string command = "ssh -F /dev/null -o 'ProxyCommand=" + proxy +
-                          "' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-                          " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " +
-                          dir_ + "/id root@algo-1";
-    if (!remote_command.empty()) command += " '" + remote_command + "'";
-    if (!stdin_text.empty()) command = "printf '%s\\n' '" + stdin_text + "' | " + command;
-    return RunShell(command);
+    return "-F /dev/null -o 'ProxyCommand=" + proxy +
+           "' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+           " -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none -i " +
+           dir_ + "/id";
   }
 
   // The agent's exit code once it exited (-1 if it did not within 10 s), and its stderr.
@@ -241,6 +246,19 @@ TEST_F(AgentMainTest, AShellKeepsTheWorkloadsPath) {
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_EQ(r.output, "/usr/bin:/bin from-toolkit\n");
   EXPECT_THAT(ReadFile(dir_ + "/events").value_or(""), HasSubstr(R"({"event":"shell","exit_status":5})"));
+}
+
+// sftp (the agent itself serves it, inside the mount namespace): relative paths from the working
+// directory, the instance's files both ways.
+TEST_F(AgentMainTest, SftpReachesTheInstancesFiles) {
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/up.txt", "uploaded\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/batch",
+                              "put " + dir_ + "/up.txt model.txt\nget input/data/hello.txt " + dir_ + "/got.txt\n")
+                  .ok());
+  RunResult r = RunShell("sftp " + ClientOptions() + " -b " + dir_ + "/batch root@algo-1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ReadFile(opt_ml_ + "/model.txt").value_or(""), "uploaded\n");
+  EXPECT_EQ(ReadFile(dir_ + "/got.txt").value_or(""), "hello\n");
 }
 
 TEST_F(AgentMainTest, NothingIsLeftAfterTheConnectionCloses) {
