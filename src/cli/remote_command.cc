@@ -23,12 +23,12 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "base/encoding.h"
+#include "base/mutex.h"
 #include "base/strings.h"
 
 namespace kiln::cli {
@@ -502,6 +502,11 @@ Status WaitForTarget(const TargetsFetch& fetch, std::string_view target, int tim
       std::string reason = JsonString(answer, "FailureReason");
       return Status::FailedPrecondition(resource + " is " + status + (reason.empty() ? "" : ": " + reason));
     }
+    // Waiting would not help a resource that nobody enabled (a Ready target still refuses).
+    if (!answer.value("AccessEnabled", true)) {
+      return Status::PermissionDenied("remote access is not enabled on " + resource +
+                                      "; enable it with UpdateTrainingJob RemoteDebugConfig={EnableRemoteDebug=true}");
+    }
     const json* entry = FindTargetEntry(answer, target);
     std::string state = entry != nullptr ? JsonString(*entry, "State") : "";
     if (state == "Ready" || state == "Held") return Status::Ok();
@@ -509,9 +514,6 @@ Status WaitForTarget(const TargetsFetch& fetch, std::string_view target, int tim
     std::string line = std::string(target) + ": " + (status.empty() ? "unknown" : status);
     if (!secondary.empty()) line += " (" + secondary + ")";
     line += entry != nullptr ? ", target " + state : ", no such target yet";
-    if (answer.contains("AccessEnabled") && !answer.value("AccessEnabled", true)) {
-      line += ", remote access not enabled (UpdateTrainingJob RemoteDebugConfig={EnableRemoteDebug=true})";
-    }
     if (line != last_line) {
       progress << "kiln connect: waiting for " << line << "\n" << std::flush;
       last_line = line;
@@ -602,15 +604,19 @@ void PrintTargetsTable(const json& answer, std::ostream& out) {
 
 void PrintConnectionsTable(const json& answer, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {
-      {"CONNECTION", "TARGET", "PRINCIPAL", "SOURCE", "STARTED (UTC)", "DURATION", "IN", "OUT", "CLOSE"}};
+      {"CONNECTION", "TARGET", "PRINCIPAL", "SOURCE", "STARTED (UTC)", "DURATION", "IN", "OUT", "EXIT", "CLOSE"}};
   for (const json& c : answer.value("Connections", json::array())) {
     double start = c.value("StartTime", 0.0);
     bool open = !c.contains("EndTime") || c["EndTime"].is_null();
     std::string duration = open ? "open" : FormatDuration(c.value("EndTime", 0.0) - start);
+    std::string exits;
+    for (const json& e : c.value("ExitStatuses", json::array())) {
+      exits += (exits.empty() ? "" : ",") + (e.is_number() ? std::to_string(e.get<int64_t>()) : e.dump());
+    }
     rows.push_back({JsonString(c, "ConnectionId"), JsonString(c, "Target"), JsonString(c, "Principal"),
                     JsonString(c, "SourceAddress"), FormatTime(start), duration,
                     std::to_string(c.value("BytesIn", int64_t{0})), std::to_string(c.value("BytesOut", int64_t{0})),
-                    open ? "-" : JsonString(c, "CloseReason")});
+                    exits.empty() ? "-" : exits, open ? "-" : JsonString(c, "CloseReason")});
   }
   PrintTable(rows, out);
 }
@@ -672,9 +678,28 @@ int ServeLocalPort(const RemoteClient& client, const ConnectOptions& options, co
             << "; connect with: ssh -p " << options.local_port << " -i " << options.key_path
             << " root@localhost  (Ctrl-C stops)" << std::endl;
 
+  // Sockets of the live connections (accepted and tunnel), shut down at stop: that ends each
+  // splice, and each client's ssh sees EOF.
   struct Active {
-    std::mutex mu;
-    std::set<int> fds;  // accepted connections, shut down at stop
+    Mutex mu;
+    bool stopping GUARDED_BY(mu) = false;
+    std::set<int> fds GUARDED_BY(mu);
+    // Registers `fd` unless stopping (then the caller drops its connection).
+    bool Add(int fd) {
+      MutexLock lock(mu);
+      if (stopping) return false;
+      fds.insert(fd);
+      return true;
+    }
+    void Remove(int fd) {
+      MutexLock lock(mu);
+      fds.erase(fd);
+    }
+    void Stop() {
+      MutexLock lock(mu);
+      stopping = true;
+      for (int fd : fds) shutdown(fd, SHUT_RDWR);
+    }
   };
   auto active = std::make_shared<Active>();
   std::vector<std::thread> threads;
@@ -685,30 +710,21 @@ int ServeLocalPort(const RemoteClient& client, const ConnectOptions& options, co
       break;
     }
     if (fds[1].revents != 0) break;
-    int conn = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    {
-      std::lock_guard<std::mutex> lock(active->mu);
-      active->fds.insert(conn);
-    }
-    threads.emplace_back([&client, &options, public_key, conn, active]() {
-      UniqueFd owned(conn);
+    UniqueFd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid() || !active->Add(conn.get())) continue;
+    threads.emplace_back([&client, &options, public_key, active, conn = std::move(conn)]() {
       auto tunnel = OpenTunnel(client, options.target, public_key);
       if (!tunnel.ok()) {
         std::cerr << "kiln connect: " << tunnel.status().message() << "\n";
-      } else {
-        Status s = SpliceStreams(conn, conn, tunnel->fd.get(), tunnel->buffered);
+      } else if (active->Add(tunnel->fd.get())) {
+        Status s = SpliceStreams(conn.get(), conn.get(), tunnel->fd.get(), tunnel->buffered);
         if (!s.ok()) std::cerr << "kiln connect: " << s.message() << "\n";
+        active->Remove(tunnel->fd.get());
       }
-      std::lock_guard<std::mutex> lock(active->mu);
-      active->fds.erase(conn);
-      shutdown(conn, SHUT_RDWR);
+      active->Remove(conn.get());  // before the UniqueFds close: Stop never touches a reused number
     });
   }
-  {
-    std::lock_guard<std::mutex> lock(active->mu);
-    for (int fd : active->fds) shutdown(fd, SHUT_RDWR);  // ends each splice: its ssh sees EOF
-  }
+  active->Stop();
   for (auto& t : threads) t.join();
   return 0;
 }
@@ -730,7 +746,7 @@ int RunConnect(const RemoteClient& client, const ConnectOptions& options) {
     Status s = Wait(client, options.target, options.wait_timeout_seconds);
     if (!s.ok()) {
       std::cerr << "kiln connect: " << s.message() << "\n";
-      return 1;
+      return 255;  // as ssh for a connection that could not be made
     }
   }
   signal(SIGPIPE, SIG_IGN);

@@ -132,7 +132,8 @@ const nlohmann::json* FindTargetEntry(const nlohmann::json& answer, std::string_
 // Polls `fetch` (the targets answer for ResourceOfTarget) every `poll_seconds` until the target's
 // State is Ready or Held. Progress lines go to `progress` when the state changes.
 // Errors: FailedPrecondition with the FailureReason when the resource is Failed/Stopped/Completed
-// or the target Gone; DeadlineExceeded after `timeout_seconds`; fetch's own errors.
+// or the target Gone; PermissionDenied when AccessEnabled is false; DeadlineExceeded after
+// `timeout_seconds`; fetch's own errors.
 using TargetsFetch = std::function<Result<nlohmann::json>()>;
 using Sleeper = std::function<void(int seconds)>;
 Status WaitForTarget(const TargetsFetch& fetch, std::string_view target, int timeout_seconds, int poll_seconds,

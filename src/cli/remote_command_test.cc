@@ -262,6 +262,18 @@ TEST(RemoteCommandTest, WaitFailsFastWithTheFailureReason) {
   EXPECT_NE(s.message().find("is Failed: AlgorithmError: exit 1"), std::string::npos) << s.message();
 }
 
+TEST(RemoteCommandTest, WaitFailsFastWhenAccessIsNotEnabled) {
+  FakeTargets fake;
+  json off = TwoHosts("Ready", "Ready");
+  off["AccessEnabled"] = false;
+  fake.answers = {off};
+  std::ostringstream progress;
+  Status s = WaitForTarget(fake.fetch(), "j", 900, 5, progress, [](int) {});
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("RemoteDebugConfig={EnableRemoteDebug=true}"), std::string::npos) << s.message();
+  EXPECT_EQ(fake.calls, 1);
+}
+
 TEST(RemoteCommandTest, WaitTimesOutAndPassesFetchErrorsOn) {
   FakeTargets fake;
   fake.answers = {TwoHosts("Pending", "Pending")};
@@ -589,16 +601,17 @@ TEST(RemoteCommandTest, TablesShowOneRowPerEntry) {
                          {"EndTime", 1796212125.0},
                          {"BytesIn", 1},
                          {"BytesOut", 2},
+                         {"ExitStatuses", {0, 3}},
                          {"CloseReason", "client disconnected"}}}}};
   std::ostringstream table;
   PrintConnectionsTable(connections, table);
   EXPECT_EQ(table.str(),
             "CONNECTION  TARGET                 PRINCIPAL                                 SOURCE           "
-            "STARTED (UTC)        DURATION  IN  OUT  CLOSE\n"
+            "STARTED (UTC)        DURATION  IN  OUT  EXIT  CLOSE\n"
             "c-2         training-job/j/algo-1  arn:aws:iam::000000000000:user/kiln-user  127.0.0.1:40000  "
-            "2026-12-02 12:00:00  open      10  20   -\n"
+            "2026-12-02 12:00:00  open      10  20   -     -\n"
             "c-1         training-job/j/algo-1  p                                         127.0.0.1:39999  "
-            "2026-12-02 11:46:40  2m5s      1   2    client disconnected\n");
+            "2026-12-02 11:46:40  2m5s      1   2    0,3   client disconnected\n");
 }
 
 }  // namespace
