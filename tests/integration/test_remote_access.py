@@ -167,7 +167,17 @@ class Remote:
         return self.kiln("ssh-proxy", "--endpoint-url", self.server.endpoint, target, env=env, timeout=timeout)
 
     def set_access(self, enabled):
-        self.sm.update_training_job(TrainingJobName=self.job, RemoteDebugConfig={"EnableRemoteDebug": enabled})
+        # UpdateTrainingJob as boto3 >= 1.34 sends it (Debian's botocore 1.26 predates RemoteDebugConfig).
+        status, _, body = kh.json_request(self.server, "SageMaker.UpdateTrainingJob", {
+            "TrainingJobName": self.job, "RemoteDebugConfig": {"EnableRemoteDebug": enabled}})
+        assert status == 200, body
+
+    def describe(self, name=None):
+        """DescribeTrainingJob as raw JSON (Debian's botocore drops RemoteDebugConfig from it)."""
+        status, _, body = kh.json_request(self.server, "SageMaker.DescribeTrainingJob",
+                                          {"TrainingJobName": name or self.job})
+        assert status == 200, body
+        return json.loads(body)
 
     def log_lines(self):
         return th.job_log_lines(self.logs, self.job)
@@ -381,14 +391,14 @@ def pexpect_or_skip():
 def test_refused_until_enabled_then_reachable_unrestarted_then_disabled_closes_the_shell(remote):
     pexpect_or_skip()
     import pexpect
-    d = remote.sm.describe_training_job(TrainingJobName=remote.job)
+    d = remote.describe()
     assert d["TrainingJobStatus"] == "InProgress" and not (d.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug")
 
     message = assert_refused(remote, remote.target, 403, "AccessDeniedException", r"EnableRemoteDebug")
     assert_cli_refused(remote, remote.target, message)
 
     remote.set_access(True)
-    d = remote.sm.describe_training_job(TrainingJobName=remote.job)
+    d = remote.describe()
     assert d["RemoteDebugConfig"]["EnableRemoteDebug"] is True and d["TrainingJobStatus"] == "InProgress", d
 
     script = "hostname; PID=%s; %s" % (remote.ready["pid"], start_time_script())
