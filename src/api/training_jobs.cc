@@ -407,6 +407,7 @@ JsonOutcome CreateTrainingJob(Operations& ops, const json& in) {
     for (const json& t : in["Tags"]) tags.push_back({t.value("Key", ""), t.value("Value", "")});
     if (auto hold = control::HoldStartSeconds(tags); !hold.ok()) return Validation(hold.status().message());
     if (auto idle = control::IdleStopSeconds(tags); !idle.ok()) return Validation(idle.status().message());
+    if (auto hold = control::HoldExitSeconds(tags); !hold.ok()) return Validation(hold.status().message());
   }
   store::TrainingJobRecord record = NewJobRecord(ops, in, NowOf(ops.ctx));
   Status inserted = ops.jobs.Insert(record);

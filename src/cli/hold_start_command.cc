@@ -26,9 +26,14 @@ void Say(const std::string& line) {
 
 int RunHoldStart(int argc, char** argv) {
   int seconds = -1;
+  bool after_exit = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string_view arg = argv[i];
+    if (arg == "--after-exit") {
+      after_exit = true;
+      continue;
+    }
     if (arg == "--") {
       ++i;
       break;
@@ -46,8 +51,10 @@ int RunHoldStart(int argc, char** argv) {
                  argv[i]);
     return 2;
   }
-  if (seconds < 0 || i >= argc) {
-    std::fprintf(stderr, "usage: kiln hold-start --seconds N -- PROGRAM [ARGS...]\n");
+  if (seconds < 0 || (i >= argc) != after_exit) {
+    std::fprintf(stderr,
+                 "usage: kiln hold-start --seconds N -- PROGRAM [ARGS...]\n"
+                 "       kiln hold-start --seconds N --after-exit\n");
     return 2;
   }
   std::vector<char*> program(argv + i, argv + argc);
@@ -60,9 +67,15 @@ int RunHoldStart(int argc, char** argv) {
   sigset_t previous;
   sigprocmask(SIG_BLOCK, &waited, &previous);
 
-  Say(std::string("Waiting for remote connection: the program starts after `kiln release <target>` (or `kill -USR1 "
-                  "1` inside the instance), at the latest in ") +
-      std::to_string(seconds) + " s");
+  if (after_exit) {
+    Say("held after the program's exit until `kiln release <target>` (or `kill -USR1 1` inside the instance), at "
+        "the latest " +
+        std::to_string(seconds) + " s");
+  } else {
+    Say("Waiting for remote connection: the program starts after `kiln release <target>` (or `kill -USR1 1` inside "
+        "the instance), at the latest in " +
+        std::to_string(seconds) + " s");
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::string why;
   while (why.empty()) {
@@ -77,11 +90,16 @@ int RunHoldStart(int argc, char** argv) {
     if (got == SIGUSR1) {
       why = "released";
     } else if (got == SIGTERM || got == SIGINT || got == SIGHUP) {
-      Say(std::string("stopped while waiting for a remote connection (") + strsignal(got) + ")");
+      Say(std::string(after_exit ? "hold ended" : "stopped while waiting for a remote connection") + " (" +
+          strsignal(got) + ")");
       return 128 + got;
     } else if (got < 0 && errno != EINTR && errno != EAGAIN) {
       why = std::string("cannot wait for a release (") + std::strerror(errno) + ")";
     }
+  }
+  if (after_exit) {
+    Say(why + "; the hold ends");
+    return 0;
   }
   Say(why + "; starting the program");
 

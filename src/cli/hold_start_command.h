@@ -6,12 +6,15 @@
 // inside the instance) or N seconds, then exec()s PROGRAM with the signal dispositions and mask it
 // was started with (default, unblocked), so the program keeps PID 1 and sees signals exactly as
 // without the hold. SIGTERM or SIGINT while holding (the job is stopped) end it with 128 + the
-// signal. Not started by people; kiln_main dispatches it before parsing other flags.
+// signal. `kiln hold-start --seconds N --after-exit` is the post-mortem instance's program:
+// the same wait, then exit 0. Not started by people; kiln_main dispatches it before parsing other
+// flags.
 
 namespace kiln::cli {
 
-// argv[0] is "hold-start". Returns only on an error: 2 for a bad command line, 127 when PROGRAM
-// cannot be exec()ed, 128 + signal when stopped while holding.
+// argv[0] is "hold-start". Returns (with a program: only on an error) 0 when an --after-exit hold
+// ends, 2 for a bad command line, 127 when PROGRAM cannot be exec()ed, 128 + signal when stopped
+// while holding.
 int RunHoldStart(int argc, char** argv);
 
 }  // namespace kiln::cli

@@ -46,8 +46,7 @@ HoldRun RunHold(std::vector<std::string> args, const std::function<void(pid_t)>&
   if (act) {
     // The hold line is printed once the signals are blocked, right before the wait: a signal sent
     // after it is pending or taken by the wait, never fatal.
-    while (run.output.find("Waiting for remote connection") == std::string::npos &&
-           (n = read(out[0], buf, sizeof(buf))) > 0) {
+    while (run.output.find("\n") == std::string::npos && (n = read(out[0], buf, sizeof(buf))) > 0) {
       run.output.append(buf, n);
     }
     act(pid);
@@ -88,6 +87,18 @@ TEST(HoldStartTest, StoppedWhileHolding) {
   EXPECT_EQ(WEXITSTATUS(run.status), 128 + SIGTERM);
   EXPECT_EQ(run.output.find("ran"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("stopped while waiting for a remote connection"), std::string::npos) << run.output;
+}
+
+TEST(HoldStartTest, AfterExitHoldEndsOnReleaseOrTime) {
+  HoldRun released = RunHold({"hold-start", "--seconds", "30", "--after-exit"}, [](pid_t pid) { kill(pid, SIGUSR1); });
+  ASSERT_TRUE(WIFEXITED(released.status));
+  EXPECT_EQ(WEXITSTATUS(released.status), 0);
+  EXPECT_LT(released.seconds, 10);
+  EXPECT_NE(released.output.find("released; the hold ends"), std::string::npos) << released.output;
+  HoldRun passed = RunHold({"hold-start", "--seconds", "1", "--after-exit"});
+  EXPECT_EQ(WEXITSTATUS(passed.status), 0);
+  EXPECT_NE(passed.output.find("the hold of 1 s passed; the hold ends"), std::string::npos) << passed.output;
+  EXPECT_EQ(WEXITSTATUS(RunHold({"hold-start", "--seconds", "1", "--after-exit", "--", "/bin/true"}).status), 2);
 }
 
 TEST(HoldStartTest, BadCommandLinesAndMissingPrograms) {

@@ -29,6 +29,14 @@ Result<std::optional<int>> HoldStartSeconds(const std::vector<store::Tag>& tags)
   return SecondsTag(tags, kHoldStartTag, 0, kMaxHoldStartSeconds);
 }
 
+Result<std::optional<int>> HoldExitSeconds(const std::vector<store::Tag>& tags) {
+  return SecondsTag(tags, kHoldExitTag, 0, kMaxHoldExitSeconds);
+}
+
+std::vector<std::string> HoldAfterExitArgv(const std::string& kiln_binary, int seconds) {
+  return {kiln_binary, kHoldStartCommand, "--seconds", std::to_string(seconds), "--after-exit"};
+}
+
 Result<std::optional<int>> IdleStopSeconds(const std::vector<store::Tag>& tags) {
   return SecondsTag(tags, kIdleStopTag, 1, kMaxIdleStopSeconds);
 }

@@ -43,6 +43,23 @@ Result<std::optional<int>> IdleStopSeconds(const std::vector<store::Tag>& tags);
 std::optional<int64_t> IdleSinceMillis(const std::vector<store::RemoteConnectionRecord>& connections,
                                        int64_t training_start_millis);
 
+// Hold after exit: with the tag `kiln:remote-hold-exit-seconds = N` (0..21600) on a job
+// whose remote access is enabled, once its programs have exited and the job has its terminal
+// status (artifacts uploaded, so automation is unaffected), each host keeps its resources and runs
+// a post-mortem instance over the job's /opt_ml with the same environment and GPUs:
+//   <kiln> hold-start --seconds N --after-exit
+// reachable as the same target (state Held) until N seconds pass or `kiln release` (SIGUSR1).
+// Not for jobs the user stopped, and not on container images (the tag is refused there).
+inline constexpr char kHoldExitTag[] = "kiln:remote-hold-exit-seconds";
+inline constexpr int kMaxHoldExitSeconds = 21600;
+// The post-mortem instance of `instance_id`.
+inline std::string HeldInstanceId(const std::string& instance_id) { return instance_id + "-held"; }
+
+Result<std::optional<int>> HoldExitSeconds(const std::vector<store::Tag>& tags);
+
+// The post-mortem instance's program: {kiln_binary, "hold-start", "--seconds", N, "--after-exit"}.
+std::vector<std::string> HoldAfterExitArgv(const std::string& kiln_binary, int seconds);
+
 // The tag's value: nullopt when the tag is absent; InvalidArgument (message for a
 // ValidationException) when it is not a whole number of seconds in 0..3600.
 Result<std::optional<int>> HoldStartSeconds(const std::vector<store::Tag>& tags);

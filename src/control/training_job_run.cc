@@ -358,6 +358,16 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     auto idle = IdleStopSeconds(*tags);
     if (!idle.ok()) return agent::ClientError(idle.status().message());
     idle_stop_seconds_ = idle->value_or(0);
+    auto hold_exit = HoldExitSeconds(*tags);
+    if (!hold_exit.ok()) return agent::ClientError(hold_exit.status().message());
+    if (hold_exit->value_or(0) > 0 && remote_access) {
+      if (plan.container) {
+        return agent::ClientError("The tag " + std::string(kHoldExitTag) +
+                                  " holds instances of Kiln's process runtime; it cannot hold the container image " +
+                                  plan.container->requested + " yet. Remove the tag.");
+      }
+      hold_exit_seconds_ = **hold_exit;
+    }
     job_arn_ = record.arn;
     if (hold->has_value() && **hold > 0 && remote_access) {
       if (plan.container) {
@@ -417,6 +427,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     spec.gpus = allocation.gpus;
     spec.network = attachments[i];
     spec.container = plan.container;
+    host.spec = spec;
     Status launched = deps().runtime->Launch(spec);
     if (!launched.ok()) {
       // Nothing of this job may keep running.
@@ -711,7 +722,72 @@ void TrainingJobRun::Finish(bool ran) {
     RecordSecondaryStatus(rec, outcome.secondary, outcome.message, now);
     if (!rec.state.transitions.empty()) rec.state.transitions.back().end_millis = now;
   });
+  if (ran && hold_exit_seconds_ > 0 && stop_reason_ != StopReason::kUser && !shutting_down_.load()) {
+    HoldAfterExit();
+  }
   Cleanup();
+}
+
+// The hold after exit (training_hold.h): the job already has its terminal status; its hosts stay
+// granted (the run has not finished) while a post-mortem instance per host runs over its /opt/ml,
+// until the hold passes, it is released (the instance exits), or the server stops.
+void TrainingJobRun::HoldAfterExit() {
+  const std::vector<int> forwards = LoopbackForwards(options().endpoint_url);
+  const std::string seconds = std::to_string(hold_exit_seconds_);
+  auto say = [&](const Host& host, const std::string& line) {
+    if (deps().log_store != nullptr && !host.log_stream.empty()) {
+      (void)deps().log_store->Append(kTrainingLogGroup, host.log_stream, {{Now(), "[kiln] " + line}});
+    }
+  };
+  for (auto& host : hosts_) {
+    if (!host->spec) continue;  // adopted from an earlier server: its launch spec is gone
+    runtime::InstanceSpec spec = *host->spec;
+    spec.instance_id = HeldInstanceId(host->instance_id);
+    spec.argv = HoldAfterExitArgv(options().kiln_binary, hold_exit_seconds_);
+    BindIfInTmp(options().kiln_binary, spec.extra_mounts);
+    spec.network.reset();
+    if (deps().networks != nullptr) {
+      // A place of its own on the job's network (kept until Cleanup), isolated as the job was.
+      auto attached = deps().networks->Attach(NetworkName(name_), spec.instance_id, forwards);
+      if (!attached.ok()) {
+        say(*host, "cannot hold " + host->host + " after exit: " + attached.status().message());
+        continue;
+      }
+      spec.network = std::move(attached).value();
+    }
+    (void)deps().runtime->Remove(spec.instance_id);  // a leftover of a run that did not clean up
+    if (Status launched = deps().runtime->Launch(spec); !launched.ok()) {
+      say(*host, "cannot hold " + host->host + " after exit: " + launched.message());
+      continue;
+    }
+    host->held_instance_id = spec.instance_id;
+    say(*host, "the program exited; " + host->host + " is held for up to " + seconds +
+                   " s: kiln connect training-job/" + name_ + "/" + host->host +
+                   " (state Held); kiln release ends the hold");
+    KLOG(info, "training host held after exit", {{"job", name_}, {"host", host->host}, {"seconds", seconds}});
+  }
+  while (!shutting_down_.load()) {
+    Host* running = nullptr;
+    for (auto& host : hosts_) {
+      if (host->held_instance_id.empty()) continue;
+      auto status = deps().runtime->Inspect(host->held_instance_id);
+      if (status.ok() && status->state == runtime::InstanceState::kRunning) {
+        running = host.get();
+        break;
+      }
+    }
+    if (running == nullptr) break;
+    (void)deps().runtime->Wait(running->held_instance_id, std::chrono::milliseconds(500));
+  }
+  for (auto& host : hosts_) {
+    if (host->held_instance_id.empty()) continue;
+    // The server stopping ends the hold too: nothing adopts a post-mortem instance.
+    (void)deps().runtime->Stop(host->held_instance_id, std::chrono::seconds(0));
+    (void)deps().runtime->Wait(host->held_instance_id, std::chrono::seconds(5));
+    (void)deps().runtime->Remove(host->held_instance_id);
+    say(*host, "the hold of " + host->host + " after exit ended");
+    host->held_instance_id.clear();
+  }
 }
 
 void TrainingJobRun::Fail(const JobFailure& failure) {

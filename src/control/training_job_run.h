@@ -95,6 +95,7 @@ class TrainingJobRun {
   void Monitor(const store::TrainingJobRecord& record);
   void ObserveHold();
   void StopIfIdle();
+  void HoldAfterExit();
   // Inspects the hosts not known to have exited and records their exits.
   void ObserveHosts();
   // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
@@ -137,7 +138,8 @@ class TrainingJobRun {
   bool holding_ = false;
   // kiln:remote-idle-stop-seconds (training_hold.h); 0: none.
   int idle_stop_seconds_ = 0;
-  std::string job_arn_;  // set by Launch or Adopt
+  int hold_exit_seconds_ = 0;  // kiln:remote-hold-exit-seconds when it applies; 0: no hold
+  std::string job_arn_;        // set by Launch or Adopt
 
   // Written by the log pumps' threads (RecordMetrics), read by the run's.
   Mutex metrics_mutex_;

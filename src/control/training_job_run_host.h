@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct TrainingJobRun::Host {
   std::unique_ptr<agent::CheckpointSync> checkpoints;
   // Debugger tensors, TensorBoard and profiler output: LocalPath synced to S3 during the run.
   std::vector<std::unique_ptr<agent::CheckpointSync>> output_syncs;
+  // What Launch gave the runtime (empty for an adopted host): the hold after exit starts its
+  // post-mortem instance from it (training_hold.h).
+  std::optional<runtime::InstanceSpec> spec;
+  std::string held_instance_id;  // the post-mortem instance while one runs
 };
 
 }  // namespace kiln::control
