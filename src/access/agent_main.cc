@@ -73,15 +73,21 @@ void WriteAll(int fd, const std::string& text) {
   }
 }
 
+// A command longer than this is cut in its event (with "..."): event lines stay short whatever
+// the client runs (the daemon drops lines over 64 KiB).
+constexpr size_t kMaxEventCommandBytes = 4096;
+
 std::string EventJson(const AgentEvent& e) {
   nlohmann::json j = {{"event", AgentEventName(e.kind)}};
+  std::string command = e.command;
+  if (command.size() > kMaxEventCommandBytes) command = command.substr(0, kMaxEventCommandBytes) + "...";
   switch (e.kind) {
     case AgentEvent::Kind::kAuthenticated: j["user"] = e.user; break;
     case AgentEvent::Kind::kShellStarted: break;
-    case AgentEvent::Kind::kExecStarted: j["command"] = e.command; break;
+    case AgentEvent::Kind::kExecStarted: j["command"] = command; break;
     case AgentEvent::Kind::kExecEnded:
     case AgentEvent::Kind::kShellEnded:
-      if (e.kind == AgentEvent::Kind::kExecEnded) j["command"] = e.command;
+      if (e.kind == AgentEvent::Kind::kExecEnded) j["command"] = command;
       if (e.signal.empty()) {
         j["exit_status"] = e.exit_status;
       } else {

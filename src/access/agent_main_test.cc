@@ -290,6 +290,15 @@ TEST_F(AgentMainTest, SessionsRunAsTheWorkloadsUser) {
   EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
 }
 
+// A long command is cut in its events (the lines stay short), not in what runs.
+TEST_F(AgentMainTest, LongCommandsAreCutInEvents) {
+  RunResult r = Ssh("echo " + std::string(20000, 'x') + " | wc -c");
+  EXPECT_EQ(r.output, "20001\n");
+  std::string events = ReadFile(dir_ + "/events").value_or("");
+  EXPECT_THAT(events, HasSubstr("xxx...\",\"event\":\"exec\",\"exit_status\":0}"));
+  for (std::string_view line : Split(events, '\n')) EXPECT_LT(line.size(), 4200u);
+}
+
 TEST_F(AgentMainTest, NothingIsLeftAfterTheConnectionCloses) {
   // A background job that outlives its shell, and one the shell waits for.
   RunResult r = Ssh("sleep 4321 </dev/null >/dev/null 2>&1 & echo started");
