@@ -118,6 +118,7 @@ def interactive(side, env, runs, keystrokes):
         start = time.perf_counter()
         child = pexpect.spawn(side.interactive[0], side.interactive[1:], env=env, encoding="utf-8", timeout=60,
                               dimensions=(24, 120))
+        child.delaybeforesend = None  # pexpect sleeps 50 ms before every send by default
         child.expect(r"[#$] ")
         prompts.append(time.perf_counter() - start)
         if i == runs - 1:
