@@ -219,6 +219,9 @@ int RunAgentMain(int argc, char** argv) {
   if (ProcessStartTime(args.pid) != who->start_time) {
     return Fail(kCannotEnter, "instance process " + std::to_string(args.pid) + " ended");
   }
+  if (Status adopted = AdoptResourceLimits(args.pid); !adopted.ok()) {
+    return Fail(kCannotEnter, std::string(adopted.message()));
+  }
   if (Status joined = JoinCgroups(who->cgroups); !joined.ok()) {
     return Fail(kCannotEnter, std::string(joined.message()));
   }

@@ -142,7 +142,10 @@ class AgentMainTest : public ::testing::Test {
     spec.opt_ml_dir = opt_ml_;
     spec.hostname = "algo-1";
     // PID 1 is `sh` (like a `train` entry point); its child plays the toolkit's user process.
-    spec.argv = {"sh", "-c", "SM_TRAINING_ENV=from-toolkit SOME_VAR=from-script sleep 600 & wait"};
+    // prlimit execs it with limits of its own (as a container engine's ulimits would).
+    spec.argv = {"prlimit", "--nofile=1000:2000",
+                 "--",      "sh",
+                 "-c",      "SM_TRAINING_ENV=from-toolkit SOME_VAR=from-script sleep 600 & wait"};
     spec.memory_limit_bytes = 512ull << 20;  // its own cgroup v2 leaf where the host allows
     spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/root"}, {"SOME_VAR", "from-pid1"}, {"PID1_ONLY", "yes"}};
     Status launched = runtime_->Launch(spec);
@@ -210,11 +213,11 @@ TEST_F(AgentMainTest, AShellRunsInsideTheInstance) {
   RunResult r =
       Ssh("hostname; pwd; echo $SOME_VAR $SM_TRAINING_ENV $PID1_ONLY; ls /opt/ml/input/data; "
           "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/uts; tr \"\\0\" \" \" < /proc/1/cmdline; echo; "
-          "id -u; exit 7");
+          "id -u; ulimit -n; ulimit -Hn; exit 7");
   EXPECT_EQ(r.exit_code, 7) << r.output;
   std::vector<std::string> lines;
   for (std::string_view line : Split(r.output, '\n')) lines.emplace_back(line);
-  ASSERT_GE(lines.size(), 9u) << r.output << AgentStderr();
+  ASSERT_GE(lines.size(), 11u) << r.output << AgentStderr();
   EXPECT_EQ(lines[0], "algo-1");
   EXPECT_EQ(lines[1], "/opt/ml");  // /opt/ml/code does not exist
   EXPECT_EQ(lines[2], "from-script from-toolkit yes");
@@ -226,6 +229,8 @@ TEST_F(AgentMainTest, AShellRunsInsideTheInstance) {
   EXPECT_EQ(lines[6], Readlink(proc + "/ns/uts"));
   EXPECT_THAT(lines[7], HasSubstr("sleep 600 & wait"));  // PID 1 of the instance's pid namespace
   EXPECT_EQ(lines[8], "0");
+  EXPECT_EQ(lines[9], "1000");  // the instance's limits, not the daemon's
+  EXPECT_EQ(lines[10], "2000");
   EXPECT_EQ(AgentExitCode(), 0) << AgentStderr();
 
   // The shell is in the instance's cgroups (its own leaf where the shim made one), not ours.

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -283,6 +284,18 @@ Result<InstanceIdentity> ReadInstanceIdentity(int pid, const std::string& proc_d
   }
   who.cgroups = ResolveCgroups(cgroup, ReadFile("/proc/self/mountinfo").value_or(""));
   return who;
+}
+
+Status AdoptResourceLimits(int pid) {
+  for (int resource = 0; resource < RLIM_NLIMITS; ++resource) {
+    struct rlimit limit;
+    if (prlimit(pid, static_cast<__rlimit_resource>(resource), nullptr, &limit) != 0) {
+      if (errno == ESRCH) return Status::NotFound("process " + std::to_string(pid) + " does not exist (it ended)");
+      continue;
+    }
+    (void)prlimit(0, static_cast<__rlimit_resource>(resource), &limit, nullptr);
+  }
+  return Status::Ok();
 }
 
 Status JoinCgroups(const std::vector<CgroupMembership>& cgroups) {

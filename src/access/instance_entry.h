@@ -73,6 +73,12 @@ std::vector<CgroupMembership> ResolveCgroups(std::string_view proc_cgroup, std::
 // pid does not exist; PermissionDenied when its files cannot be read.
 Result<InstanceIdentity> ReadInstanceIdentity(int pid, const std::string& proc_dir = "/proc");
 
+// Gives this process (and so the session's children, which inherit them) the resource limits of
+// `pid` (prlimit: open files, locked memory for RDMA/NCCL, processes, stack, core...), which
+// the container engine or the workload set and the daemon's own may differ from. Limits that
+// cannot be read or set are left as they are (best effort); NotFound when `pid` is gone.
+Status AdoptResourceLimits(int pid);
+
 // Moves this process into each cgroup (writes its pid to cgroup.procs). The first failure is
 // returned, naming the cgroup.
 Status JoinCgroups(const std::vector<CgroupMembership>& cgroups);
