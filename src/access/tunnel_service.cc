@@ -20,6 +20,7 @@
 #include "base/time.h"
 #include "observe/log_store.h"
 #include "runtime/runtime.h"
+#include "store/endpoint_repository.h"
 #include "store/remote_connection_repository.h"
 #include "store/training_job_repository.h"
 
@@ -146,7 +147,9 @@ struct TunnelService::Resolution {
   Target target;  // the resource name as the store spells it
   std::string resource_arn;
   std::string instance_id;
+  std::string log_group;
   std::string log_stream;
+  std::vector<std::string> working_directories;
   bool network_isolated = false;
   runtime::AccessPoint access;
 };
@@ -177,6 +180,7 @@ struct TunnelService::Tunnel {
   std::string canonical;
   std::string resource_arn;
   std::string instance_id;
+  std::string log_group;
   std::string log_stream;
   std::string principal;
   std::string source_address;
@@ -451,18 +455,24 @@ size_t TunnelService::open_tunnels() const {
 }
 
 Result<TunnelService::Resolution> TunnelService::Resolve(const Target& target) {
-  if (target.resource.kind == ResourceKind::kEndpoint) {
-    return Status::InvalidArgument("remote access to endpoint instances (" + target.Canonical() +
-                                   ") is not available in this Kiln version yet; training jobs are");
-  }
+  if (target.resource.kind == ResourceKind::kEndpoint) return ResolveEndpoint(target);
   store::TrainingJobRepository jobs(deps_.database);
   Result<store::TrainingJobRecord> record = jobs.Get(target.resource.name);
   if (record.status().IsNotFound()) {
-    return Status::NotFound("training job " + target.resource.name + " does not exist" +
-                            (target.resource.bare ? " (a bare target name is a training job's)" : ""));
+    if (target.resource.bare && target.host == 1) {
+      // "<name>" alone: an endpoint when no training job has that name.
+      Target endpoint;
+      endpoint.resource = {ResourceKind::kEndpoint, target.resource.name, false};
+      Result<Resolution> resolved = ResolveEndpoint(endpoint);
+      if (!resolved.status().IsNotFound()) return resolved;
+      return Status::NotFound("no training job or endpoint is named " + target.resource.name);
+    }
+    return Status::NotFound("training job " + target.resource.name + " does not exist");
   }
   if (!record.ok()) return record.status();
   Resolution out;
+  out.log_group = options_.training_log_group;
+  out.working_directories = options_.working_directories;
   out.target = target;
   out.target.resource.name = record->name;
   out.target.resource.bare = false;
@@ -521,6 +531,98 @@ Result<TunnelService::Resolution> TunnelService::Resolve(const Target& target) {
   return out;
 }
 
+namespace {
+
+// The configuration entry of `instance`'s variant in the deployment it runs (an update rolling
+// out runs two).
+const json* VariantOf(const store::EndpointRecord& record, const store::InstanceRecord& instance) {
+  if (record.pending && record.pending->deployed_millis == instance.generation) {
+    return record.pending->FindVariant(instance.variant);
+  }
+  return record.deployment.FindVariant(instance.variant);
+}
+
+bool SsmAccessEnabled(const json* variant) {
+  if (variant == nullptr || !variant->is_object()) return false;
+  const json& flag = variant->value("EnableSSMAccess", json(false));
+  return flag.is_boolean() && flag.get<bool>();
+}
+
+bool EndpointGone(store::EndpointStatus status) {
+  return status == store::EndpointStatus::kFailed || status == store::EndpointStatus::kDeleting;
+}
+
+}  // namespace
+
+Result<TunnelService::Resolution> TunnelService::ResolveEndpoint(const Target& target) {
+  store::EndpointRepository endpoints(deps_.database);
+  Result<store::EndpointRecord> record = endpoints.Get(target.resource.name);
+  if (record.status().IsNotFound()) return Status::NotFound("endpoint " + target.resource.name + " does not exist");
+  if (!record.ok()) return record.status();
+  const std::string what = "endpoint " + record->name;
+  if (EndpointGone(record->status)) {
+    return Status::InvalidArgument(
+        what + " is " + std::string(store::ToString(record->status)) + "; its instances are gone" +
+        (record->failure_reason.empty() ? "" : " (FailureReason: " + record->failure_reason.substr(0, 512) + ")"));
+  }
+  // The instances the target names (all, a variant's, or one), in launch order.
+  std::vector<const store::InstanceRecord*> named;
+  std::vector<std::string> known;
+  for (const store::InstanceRecord& instance : record->state.instances) {
+    known.push_back(instance.variant + "/" + instance.instance_id);
+    if (!target.variant.empty() && instance.variant != target.variant) continue;
+    if (!target.instance_id.empty() && instance.instance_id != target.instance_id) continue;
+    named.push_back(&instance);
+  }
+  if (named.empty()) {
+    if (!target.instance_id.empty() || !target.variant.empty()) {
+      return Status::InvalidArgument(
+          what + " has no instance " + target.Canonical() +
+          (known.empty() ? std::string(" (it has none yet)") : " (its instances: " + Join(known, ", ") + ")"));
+    }
+    return Status::FailedPrecondition(what + " is " + std::string(store::ToString(record->status)) +
+                                      " and has no instance yet; retry, or use kiln connect --wait");
+  }
+  // One instance named: that one. Otherwise the first one access is enabled on and that runs.
+  Status last = Status::Ok();
+  for (const store::InstanceRecord* instance : named) {
+    const json* variant = VariantOf(*record, *instance);
+    Resolution out;
+    out.target.resource = {ResourceKind::kEndpoint, record->name, false};
+    out.target.variant = instance->variant;
+    out.target.instance_id = instance->instance_id;
+    out.resource_arn = record->arn;
+    out.instance_id = instance->runtime_id;
+    out.log_group = options_.endpoint_log_group_prefix + record->name;
+    out.log_stream = instance->variant + "/" + instance->instance_id;
+    out.working_directories = options_.endpoint_working_directories;
+    const json model = record->deployment.Model(instance->model_name);
+    const json& isolation = model.value("EnableNetworkIsolation", json(false));
+    out.network_isolated = isolation.is_boolean() && isolation.get<bool>();
+    if (!SsmAccessEnabled(variant)) {
+      last = Status::PermissionDenied("remote access is not enabled on production variant " + instance->variant +
+                                      " of " + what +
+                                      "; set EnableSSMAccess=true on the variant in a new endpoint configuration "
+                                      "and UpdateEndpoint to it");
+      continue;
+    }
+    Result<runtime::AccessPoint> access = deps_.runtime->Access(instance->runtime_id);
+    if (access.ok()) {
+      out.access = *access;
+      return out;
+    }
+    if (access.status().IsNotFound() || access.status().code() == StatusCode::kFailedPrecondition) {
+      last = Status::FailedPrecondition(what + " instance " + out.target.Canonical() +
+                                        " is not running; retry, or use kiln connect --wait");
+    } else if (access.status().code() == StatusCode::kUnimplemented) {
+      last = Status::InvalidArgument(what + ": " + access.status().message());
+    } else {
+      last = access.status();
+    }
+  }
+  return last;
+}
+
 Status TunnelService::Authorize(const ConnectRequest& request, const Resolution& resolution) const {
   (void)request;
   if (resolution.network_isolated && !options_.allow_network_isolated) {
@@ -557,6 +659,7 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
   tunnel->canonical = resolution.target.Canonical();
   tunnel->resource_arn = resolution.resource_arn;
   tunnel->instance_id = resolution.instance_id;
+  tunnel->log_group = resolution.log_group;
   tunnel->log_stream = resolution.log_stream;
   tunnel->principal = principal;
   tunnel->source_address = request.source_address;
@@ -573,7 +676,7 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
     args.push_back("--host-key");
     args.push_back(options_.host_key_path);
   }
-  for (const std::string& dir : options_.working_directories) {
+  for (const std::string& dir : resolution.working_directories) {
     args.push_back("--working-directory");
     args.push_back(dir);
   }
@@ -641,8 +744,9 @@ void TunnelService::Run(PreparedTunnel prepared, UniqueFd client_fd, std::string
   row.start_millis = tunnel->start_millis;
   Status inserted = store::RemoteConnectionRepository(deps_.database).Insert(row);
   if (!inserted.ok()) KLOG(warn, "remote connection audit row not written", {{"error", inserted.ToString()}});
-  WriteLogLine(tunnel->log_stream, "[kiln] remote connection " + tunnel->id + " opened by " + tunnel->principal +
-                                       " from " + tunnel->source_address + " (target " + tunnel->canonical + ")");
+  WriteLogLine(tunnel->log_group, tunnel->log_stream,
+               "[kiln] remote connection " + tunnel->id + " opened by " + tunnel->principal + " from " +
+                   tunnel->source_address + " (target " + tunnel->canonical + ")");
   KLOG(info, "remote connection opened",
        {{"connection", tunnel->id},
         {"target", tunnel->canonical},
@@ -835,9 +939,10 @@ void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
   Status closed = store::RemoteConnectionRepository(deps_.database).Close(row);
   if (!closed.ok()) KLOG(warn, "remote connection audit row not completed", {{"error", closed.ToString()}});
   const int64_t seconds = (*row.end_millis - row.start_millis + 500) / 1000;
-  WriteLogLine(s.log_stream, "[kiln] remote connection " + s.id + " closed after " + std::to_string(seconds) +
-                                 "s: " + row.close_reason + ", in " + std::to_string(row.bytes_in) + " B, out " +
-                                 std::to_string(row.bytes_out) + " B");
+  WriteLogLine(s.log_group, s.log_stream,
+               "[kiln] remote connection " + s.id + " closed after " + std::to_string(seconds) +
+                   "s: " + row.close_reason + ", in " + std::to_string(row.bytes_in) + " B, out " +
+                   std::to_string(row.bytes_out) + " B");
   KLOG(info, "remote connection closed",
        {{"connection", s.id},
         {"target", s.canonical},
@@ -847,11 +952,11 @@ void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
         {"seconds", std::to_string(seconds)}});
 }
 
-void TunnelService::WriteLogLine(const std::string& stream, const std::string& message) {
-  if (deps_.log_store == nullptr || stream.empty()) return;
-  (void)deps_.log_store->CreateGroup(options_.training_log_group);  // AlreadyExists is the usual answer
-  (void)deps_.log_store->CreateStream(options_.training_log_group, stream);
-  auto appended = deps_.log_store->Append(options_.training_log_group, stream, {{NowMillis(), message}});
+void TunnelService::WriteLogLine(const std::string& group, const std::string& stream, const std::string& message) {
+  if (deps_.log_store == nullptr || group.empty() || stream.empty()) return;
+  (void)deps_.log_store->CreateGroup(group);  // AlreadyExists is the usual answer
+  (void)deps_.log_store->CreateStream(group, stream);
+  auto appended = deps_.log_store->Append(group, stream, {{NowMillis(), message}});
   if (!appended.ok())
     KLOG(warn, "remote access log line not written", {{"stream", stream}, {"error", appended.status().ToString()}});
 }
@@ -884,7 +989,7 @@ void TunnelService::Watch() {
       } else if (now.status().code() == StatusCode::kPermissionDenied) {
         reason = "access disabled";
       } else if (now.status().code() == StatusCode::kInvalidArgument) {
-        reason = "job ended";
+        reason = t->target.resource.kind == ResourceKind::kTrainingJob ? "job ended" : "instance gone";
       } else if (now.status().IsNotFound() || now.status().code() == StatusCode::kFailedPrecondition) {
         reason = "instance gone";
       }
@@ -897,13 +1002,17 @@ void TunnelService::Watch() {
 
 Result<nlohmann::json> TunnelService::Targets(const std::string& resource) {
   ASSIGN_OR_RETURN(ResourceRef ref, ParseResource(resource));
-  if (ref.kind == ResourceKind::kEndpoint) {
-    return Status::InvalidArgument("remote access to endpoint " + ref.name +
-                                   " is not available in this Kiln version yet; training jobs are");
-  }
+  if (ref.kind == ResourceKind::kEndpoint) return EndpointTargets(ref.name);
   store::TrainingJobRepository jobs(deps_.database);
   Result<store::TrainingJobRecord> record = jobs.Get(ref.name);
-  if (record.status().IsNotFound()) return Status::NotFound("training job " + ref.name + " does not exist");
+  if (record.status().IsNotFound()) {
+    if (ref.bare) {
+      Result<json> endpoint = EndpointTargets(ref.name);
+      if (!endpoint.status().IsNotFound()) return endpoint;
+      return Status::NotFound("no training job or endpoint is named " + ref.name);
+    }
+    return Status::NotFound("training job " + ref.name + " does not exist");
+  }
   if (!record.ok()) return record.status();
   const json& request = record->request;
   int64_t instance_count = 1;
@@ -957,6 +1066,48 @@ Result<nlohmann::json> TunnelService::Targets(const std::string& resource) {
   return out;
 }
 
+Result<nlohmann::json> TunnelService::EndpointTargets(const std::string& name) {
+  Result<store::EndpointRecord> record = store::EndpointRepository(deps_.database).Get(name);
+  if (record.status().IsNotFound()) return Status::NotFound("endpoint " + name + " does not exist");
+  if (!record.ok()) return record.status();
+  json out = {{"ResourceArn", record->arn}, {"ResourceStatus", std::string(store::ToString(record->status))}};
+  if (!record->failure_reason.empty()) out["FailureReason"] = record->failure_reason;
+  bool any_enabled = false;
+  json targets = json::array();
+  for (const store::InstanceRecord& instance : record->state.instances) {
+    const bool enabled = SsmAccessEnabled(VariantOf(*record, instance));
+    any_enabled = any_enabled || enabled;
+    Target t;
+    t.resource = {ResourceKind::kEndpoint, record->name, false};
+    t.variant = instance.variant;
+    t.instance_id = instance.instance_id;
+    std::string state = "Pending";
+    std::string hostname = instance.instance_id;
+    if (EndpointGone(record->status)) {
+      state = "Gone";
+    } else if (Result<runtime::AccessPoint> access = deps_.runtime->Access(instance.runtime_id); access.ok()) {
+      state = "Ready";
+      if (!access->hostname.empty()) hostname = access->hostname;
+    } else if (Result<runtime::InstanceStatus> inspected = deps_.runtime->Inspect(instance.runtime_id);
+               !inspected.ok() || inspected->state != runtime::InstanceState::kRunning) {
+      state = inspected.ok() || inspected.status().IsNotFound() ? "Gone" : "Pending";
+    }
+    targets.push_back({{"Target", t.Canonical()},
+                       {"Alias", t.Alias()},
+                       {"InstanceId", instance.instance_id},
+                       {"Hostname", hostname},
+                       {"Variant", instance.variant},
+                       {"AccessEnabled", enabled},
+                       {"State", state}});
+  }
+  for (const std::string& variant : record->deployment.VariantNames()) {
+    any_enabled = any_enabled || SsmAccessEnabled(record->deployment.FindVariant(variant));
+  }
+  out["AccessEnabled"] = any_enabled;
+  out["Targets"] = std::move(targets);
+  return out;
+}
+
 Result<nlohmann::json> TunnelService::Connections(const std::string& resource, int max_results) {
   if (max_results < 1 || max_results > 1000) {
     return Status::InvalidArgument("max-results must be from 1 to 1000, got " + std::to_string(max_results));
@@ -964,8 +1115,15 @@ Result<nlohmann::json> TunnelService::Connections(const std::string& resource, i
   std::string arn;
   if (!resource.empty()) {
     ASSIGN_OR_RETURN(ResourceRef ref, ParseResource(resource));
-    if (ref.kind == ResourceKind::kEndpoint) {
-      arn = "arn:aws:sagemaker:" + options_.region + ":" + options_.account_id + ":endpoint/" + ToLower(ref.name);
+    Result<store::EndpointRecord> endpoint = Status::NotFound("");
+    if (ref.kind == ResourceKind::kEndpoint || ref.bare)
+      endpoint = store::EndpointRepository(deps_.database).Get(ref.name);
+    const bool job_exists =
+        ref.kind == ResourceKind::kTrainingJob && store::TrainingJobRepository(deps_.database).Get(ref.name).ok();
+    if (ref.kind == ResourceKind::kEndpoint || (ref.bare && !job_exists && endpoint.ok())) {
+      arn = endpoint.ok() && !endpoint->arn.empty()
+                ? endpoint->arn
+                : "arn:aws:sagemaker:" + options_.region + ":" + options_.account_id + ":endpoint/" + ToLower(ref.name);
     } else {
       // The job may be deleted while its audit stays: its ARN is then derived from the name.
       Result<store::TrainingJobRecord> record = store::TrainingJobRepository(deps_.database).Get(ref.name);

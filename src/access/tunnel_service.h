@@ -5,7 +5,9 @@
 // The front door hands it the three /_kiln/remote routes after SigV4 verification:
 //   connect      Prepare() checks the request (target, public key), resolves the target from the
 //                store (training job → status, RemoteDebugConfig, EnableNetworkIsolation,
-//                ResourceConfig.InstanceCount → instance id training-<job>-algo-<n>) and the runtime
+//                ResourceConfig.InstanceCount → instance id training-<job>-algo-<n>; endpoint → its
+//                instances, EnableSSMAccess of the variant in the deployment each runs, the model's
+//                EnableNetworkIsolation) and the runtime
 //                (Access → host pid), authorizes it (operator switch, allowed principals, network
 //                isolation), spawns `kiln agent` over one end of a socketpair and waits for its SSH
 //                banner. The front door then answers 101 (ResponseWriter::Upgrade) and gives the
@@ -75,10 +77,14 @@ struct TunnelServiceOptions {
   std::vector<std::string> agent_command;
   // The server's SSH host key (created by the agent on first use).
   std::string host_key_path;
-  // Where shells start: the first that exists inside the instance.
+  // Where shells start: the first that exists inside the instance, for training hosts and
+  // for endpoint instances.
   std::vector<std::string> working_directories = {"/opt/ml/code", "/opt/ml"};
+  std::vector<std::string> endpoint_working_directories = {"/opt/ml/model/code", "/opt/ml/model"};
   // The CloudWatch Logs group of training jobs' streams (control::kTrainingLogGroup).
   std::string training_log_group = "/aws/sagemaker/TrainingJobs";
+  // Endpoint instances' streams are <variant>/<instance id> in <prefix><endpoint>.
+  std::string endpoint_log_group_prefix = "/aws/sagemaker/Endpoints/";
   // How often open tunnels are re-checked (R-2/R-28 ask for 5 s at most).
   std::chrono::milliseconds watch_interval{1000};
   // SIGTERM → SIGKILL of an agent being closed.
@@ -166,6 +172,9 @@ class TunnelService {
   // Resolves `target` against the store and runtime; an error is what a connect answers. Does
   // not look at the principal.
   Result<Resolution> Resolve(const Target& target) EXCLUDES(mutex_);
+  Result<Resolution> ResolveEndpoint(const Target& target) EXCLUDES(mutex_);
+  // Targets() of an endpoint: its instances, each with its variant and whether access is on.
+  Result<nlohmann::json> EndpointTargets(const std::string& name);
   Status Authorize(const ConnectRequest& request, const Resolution& resolution) const EXCLUDES(mutex_);
   // The tunnel's thread: StartAgent, then (once Run attached the client) Splice and Finish.
   void Lifecycle(const std::shared_ptr<Tunnel>& tunnel);
@@ -174,7 +183,7 @@ class TunnelService {
   void Splice(const std::shared_ptr<Tunnel>& tunnel);
   void Finish(const std::shared_ptr<Tunnel>& tunnel);
   void Watch() EXCLUDES(mutex_);
-  void WriteLogLine(const std::string& stream, const std::string& message);
+  void WriteLogLine(const std::string& group, const std::string& stream, const std::string& message);
 
   const TunnelServiceOptions options_;
   const TunnelServiceDeps deps_;

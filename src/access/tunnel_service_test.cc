@@ -15,6 +15,7 @@
 #include "base/strings.h"
 #include "observe/log_store.h"
 #include "runtime/test_util/fake_runtime.h"
+#include "store/endpoint_repository.h"
 #include "store/remote_connection_repository.h"
 #include "store/test_util/temp_database.h"
 #include "store/training_job_repository.h"
@@ -134,6 +135,38 @@ while True:
       ASSERT_TRUE(runtime_->Launch(spec).ok());
     }
     ASSERT_TRUE(store::TrainingJobRepository(db_.get()).Insert(r).ok());
+  }
+
+  // An InService endpoint `name` with variant v1 (EnableSSMAccess `enabled`) and one running
+  // instance i-1 (runtime id endpoint-<name>-i-1), plus variant v2 without access and instance i-2.
+  void AddEndpoint(const std::string& name, bool enabled) {
+    store::EndpointRecord r;
+    r.name = name;
+    r.arn = "arn:aws:sagemaker:us-east-1:000000000000:endpoint/" + name;
+    r.config_name = "cfg";
+    r.status = store::EndpointStatus::kInService;
+    r.deployment.config_name = "cfg";
+    r.deployment.deployed_millis = 1;
+    r.deployment.endpoint_config = {{"EndpointConfigName", "cfg"},
+                                    {"ProductionVariants",
+                                     {{{"VariantName", "v1"}, {"ModelName", "m"}, {"EnableSSMAccess", enabled}},
+                                      {{"VariantName", "v2"}, {"ModelName", "m"}}}}};
+    r.deployment.models = {{"m", {{"ModelName", "m"}}}};
+    for (const std::string& variant : {std::string("v1"), std::string("v2")}) {
+      store::InstanceRecord instance;
+      instance.instance_id = variant == "v1" ? "i-1" : "i-2";
+      instance.runtime_id = "endpoint-" + name + "-" + instance.instance_id;
+      instance.variant = variant;
+      instance.model_name = "m";
+      instance.generation = 1;
+      r.state.instances.push_back(instance);
+      runtime::InstanceSpec spec;
+      spec.instance_id = instance.runtime_id;
+      spec.hostname = instance.instance_id;
+      spec.argv = {"/bin/true"};
+      ASSERT_TRUE(runtime_->Launch(spec).ok());
+    }
+    ASSERT_TRUE(store::EndpointRepository(db_.get()).Insert(r).ok());
   }
 
   void SetAccess(const std::string& name, bool enabled) {
@@ -398,6 +431,65 @@ TEST_F(TunnelServiceTest, TargetsListEveryHostWithItsState) {
   EXPECT_EQ((*done)["Targets"][0]["State"], "Gone");
   EXPECT_EQ(service_->Targets("nope").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(service_->Targets("a/b/c").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(TunnelServiceTest, EndpointInstancesAreTargetsOfTheirVariant) {
+  MakeService();
+  AddEndpoint("ep", true);
+  AddEndpoint("closed", false);
+  // endpoint/<ep>: the first instance access is on for; a bare name that is no job's: the same.
+  for (const std::string& text : {std::string("endpoint/ep"), std::string("ep"), std::string("endpoint/ep/v1"),
+                                  std::string("endpoint/ep/v1/i-1")}) {
+    Result<PreparedTunnel> prepared = service_->Prepare(Request(text));
+    ASSERT_TRUE(prepared.ok()) << text << ": " << prepared.status().ToString();
+    EXPECT_EQ(prepared->canonical_target(), "endpoint/ep/v1/i-1") << text;
+  }
+  Result<PreparedTunnel> off_variant = service_->Prepare(Request("endpoint/ep/v2/i-2"));
+  EXPECT_EQ(off_variant.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(off_variant.status().message().find("EnableSSMAccess=true"), std::string::npos);
+  EXPECT_EQ(service_->Prepare(Request("endpoint/closed")).status().code(), StatusCode::kPermissionDenied);
+  Result<PreparedTunnel> missing = service_->Prepare(Request("endpoint/ep/v1/i-9"));
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("v1/i-1, v2/i-2"), std::string::npos) << missing.status().message();
+  EXPECT_EQ(service_->Prepare(Request("endpoint/none")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(service_->Prepare(Request("none")).status().code(), StatusCode::kNotFound);
+
+  // The tunnel: serving working directories, the instance's stream in the endpoint's group.
+  Result<PreparedTunnel> prepared = service_->Prepare(Request("endpoint/ep"));
+  ASSERT_TRUE(prepared.ok());
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  service_->Run(std::move(prepared).value(), UniqueFd(pair[0]), "");
+  UniqueFd client(pair[1]);
+  EXPECT_EQ(ReadFor(client.get(), 14, std::chrono::seconds(5)), "SSH-2.0-fake\r\n");
+  EXPECT_NE(ReadFile(dir_.path() + "/args")
+                .value_or("")
+                .find("--working-directory /opt/ml/model/code --working-directory /opt/ml/model"),
+            std::string::npos);
+  ASSERT_TRUE(runtime_->Exit("endpoint-ep-i-1", 0).ok());
+  EXPECT_TRUE(ClosedWithin(client.get(), std::chrono::seconds(5)));
+  auto rows = ClosedAudit();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].resource_arn, "arn:aws:sagemaker:us-east-1:000000000000:endpoint/ep");
+  EXPECT_EQ(rows[0].close_reason, "instance gone");
+  auto events = log_store_->GetEvents("/aws/sagemaker/Endpoints/ep", "v1/i-1", {});
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  EXPECT_EQ(events->events.size(), 2u);
+  auto listed = service_->Connections("endpoint/ep", 10);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed)["Connections"].size(), 1u);
+
+  auto targets = service_->Targets("ep");
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  EXPECT_EQ((*targets)["ResourceStatus"], "InService");
+  EXPECT_EQ((*targets)["AccessEnabled"], true);
+  ASSERT_EQ((*targets)["Targets"].size(), 2u);
+  EXPECT_EQ((*targets)["Targets"][0]["Target"], "endpoint/ep/v1/i-1");
+  EXPECT_EQ((*targets)["Targets"][0]["State"], "Gone");
+  EXPECT_EQ((*targets)["Targets"][1]["Target"], "endpoint/ep/v2/i-2");
+  EXPECT_EQ((*targets)["Targets"][1]["State"], "Ready");
+  EXPECT_EQ((*targets)["Targets"][1]["AccessEnabled"], false);
+  EXPECT_EQ((*service_->Targets("endpoint/closed"))["AccessEnabled"], false);
 }
 
 }  // namespace
