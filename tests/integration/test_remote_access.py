@@ -821,3 +821,103 @@ def test_connections_audit_and_log_lines(enabled):
                 return None
         return True
     wait_until(logged, 15, "[kiln] opened/closed lines of the three connections in the job's log stream")
+
+
+# ---------------------------------------------------------------------------------------------
+# Operator settings and a job ending under an open session: a server of their own
+
+
+ADMIN = {"access_key_id": "AKIAH5REMOTEADMIN001", "secret_access_key": "h5-admin-secret-" + "a" * 24,
+         "principal_arn": "arn:aws:iam::000000000000:user/h5-admin"}
+INTERN = {"access_key_id": "AKIAH5REMOTEINTERN01", "secret_access_key": "h5-intern-secret-" + "b" * 23,
+          "principal_arn": "arn:aws:iam::000000000000:user/h5-intern"}
+IDLE_SECONDS = 2
+MAX_SECONDS = 8
+
+
+def test_principals_idle_and_max_timeouts_and_a_job_ending_under_a_session(kiln_factory, tmp_path):
+    """allowed_principals (R-25, §4 check 9): another principal is refused with AccessDeniedException
+    naming kiln:RemoteConnect; a tunnel without bytes closes after idle_timeout_seconds, a busy one
+    after max_connection_seconds (R-27); StopTrainingJob under an open session closes it ("job
+    ended") with no agent and no remote process left. A `local:` probe job that sleeps (and exits on
+    SIGTERM: as its instance's PID 1 it would not die of an unhandled one)."""
+    server = kiln_factory("operator", config={
+        "credentials": [ADMIN, INTERN],
+        "scheduler": {"policy": "shrink", "allow_cpu_fallback": True},
+        "training": {"stop_grace_seconds": 5},
+        "network": {"mode": "auto", "cidr": "10.248.0.0/16"},
+        "instance_types": [{"type": "ml.m5.large", "vcpus": 1}],
+        "remote_access": {"allowed_principals": ["arn:aws:iam::*:user/h5-admin"],
+                          "idle_timeout_seconds": IDLE_SECONDS, "max_connection_seconds": MAX_SECONDS}})
+    server.credentials = dict(ADMIN)  # every client of the test (boto3, the CLI) is the allowed principal
+    home = str(tmp_path / "home")
+    os.makedirs(home)
+    r = Remote(server, home)
+    r.job = th.unique_name("remote-op")
+    status, _, body = kh.json_request(server, "SageMaker.CreateTrainingJob", th.training_request(
+        r.job, r.bucket, hyperparameters={"sleep": "300", "sigterm": "1"}, RemoteDebugConfig={"EnableRemoteDebug": True}))
+    assert status == 200, body
+    try:
+        def ready():
+            p = r.kiln("targets", "--endpoint-url", server.endpoint, "--json", r.job)
+            return p.returncode == 0 and json.loads(p.stdout)["Targets"][0]["State"] == "Ready"
+        wait_until(ready, 60, "the probe job's target to be Ready")
+
+        intern = kh.Creds(INTERN["access_key_id"], INTERN["secret_access_key"])
+        msg = assert_refused(r, r.target, 403, "AccessDeniedException", r"kiln:RemoteConnect", creds=intern)
+        assert INTERN["principal_arn"] in msg, msg
+        intern_env = dict(r.env, AWS_ACCESS_KEY_ID=INTERN["access_key_id"],
+                          AWS_SECRET_ACCESS_KEY=INTERN["secret_access_key"])
+        assert_cli_refused(r, r.target, msg, env=intern_env)
+
+        # Idle: nothing crosses the tunnel while the remote command sleeps.
+        started = time.monotonic()
+        p = r.connect(r.target, command=["sleep 60"], timeout=60)
+        took = time.monotonic() - started
+        assert p.returncode != 0 and took < 30, (p.returncode, took, p.stderr)
+        newest = connection_list(r, r.job)[0]
+        assert newest["CloseReason"] == "idle timeout" and newest["Principal"] == ADMIN["principal_arn"], newest
+        assert newest["EndTime"] - newest["StartTime"] >= IDLE_SECONDS, newest
+
+        # Busy: output every 0.3 s keeps it from idling; the maximum length ends it.
+        started = time.monotonic()
+        p = r.connect(r.target, command=["while :; do echo tick; sleep 0.3; done"], timeout=60)
+        took = time.monotonic() - started
+        assert p.returncode != 0 and took < 40 and p.stdout.count("tick") >= MAX_SECONDS, (p.returncode, took)
+        newest = connection_list(r, r.job)[0]
+        assert newest["CloseReason"] == "max connection time", newest
+        assert newest["EndTime"] - newest["StartTime"] >= MAX_SECONDS, newest
+
+        # The job stopped under an open (busy) session.
+        token = "h5-ending-%s" % uuid.uuid4().hex[:8]
+        client = subprocess.Popen([kh.kiln_bin(), "connect", "--endpoint-url", server.endpoint, r.target, "--",
+                                   "while :; do echo %s; sleep 0.3; done" % token], env=r.env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        try:
+            first = client.stdout.readline().decode()
+            assert token in first, (first, client.poll())
+            r.sm.stop_training_job(TrainingJobName=r.job)
+            client.wait(30)
+            stderr = client.stderr.read().decode(errors="replace")
+        finally:
+            if client.poll() is None:
+                os.killpg(client.pid, signal.SIGKILL)
+                client.wait()
+        assert client.returncode != 0, (client.returncode, stderr)
+        d = th.wait_for_status(r.sm, r.job, timeout=60, server=server)
+        assert d["TrainingJobStatus"] == "Stopped", d
+        wait_until(lambda: not agents_of(server), 15, "no kiln agent of the server")
+        wait_until(lambda: not [pid for pid, argv in processes().items() if any(token in a for a in argv)], 15,
+                   "the remote loop to be gone")
+        assert_refused(r, r.target, 400, "ValidationException", r"Stopped")
+        # Why it ended: in the audit (whichever end noticed first: the instance is gone), and to the user.
+        newest = connection_list(r, r.job)[0]
+        assert newest["CloseReason"] == "job ended", (newest, client.returncode, stderr)
+        assert re.search(r"job ended|Stopp", stderr), "no closing message for the user: %r" % stderr
+    finally:
+        try:
+            r.sm.stop_training_job(TrainingJobName=r.job)
+        except Exception:
+            pass
+        th.wait_for_status(r.sm, r.job, timeout=60, server=server)
