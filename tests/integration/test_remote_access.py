@@ -760,6 +760,50 @@ def test_client_killed_mid_session_leaves_no_agent_and_no_shell(enabled):
 
 
 # ---------------------------------------------------------------------------------------------
+# Hold before start (§4 check 1, R-15, R-24)
+
+
+def test_hold_before_start_connect_wait_then_release(remote):
+    """A job tagged kiln:remote-hold-start-seconds holds before its program: `kiln connect --wait`
+    gets a root shell in /opt/ml/code with TRAINING_JOB_NAME while the script has not started;
+    `kill -USR1 1` in the instance (what `kiln release` sends) starts it with PID 1 unchanged."""
+    name = th.unique_name("remote-hold")
+    hps = {"sagemaker_program": json.dumps("train.py"),
+           "sagemaker_submit_directory": json.dumps("s3://%s/code/sourcedir.tar.gz" % remote.bucket),
+           "sagemaker_region": json.dumps("us-east-1")}
+    status, _, body = kh.json_request(remote.server, "SageMaker.CreateTrainingJob", th.training_request(
+        name, remote.bucket, image=th.PYTORCH_IMAGE, hyperparameters=hps, max_runtime=600,
+        RemoteDebugConfig={"EnableRemoteDebug": True},
+        Tags=[{"Key": "kiln:remote-hold-start-seconds", "Value": "600"}]))
+    assert status == 200, body
+    target = "training-job/%s/algo-1" % name
+    try:
+        p = remote.connect("--wait", "--wait-timeout", "120", target, timeout=180, command=[
+            'pwd; id -u; echo "job=$TRAINING_JOB_NAME"; sed "s/.*) //" /proc/1/stat | cut -d" " -f20'])
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        cwd, uid, job_line, pid1_start = p.stdout.split()
+        assert (cwd, uid, job_line) == ("/opt/ml/code", "0", "job=" + name), p.stdout
+        d = remote.sm.describe_training_job(TrainingJobName=name)
+        assert d["TrainingJobStatus"] == "InProgress", d
+        assert d["SecondaryStatusTransitions"][-1].get("StatusMessage") == "Waiting for remote connection", d
+        assert not [line for line in th.job_log_lines(remote.logs, name) if READY.search(line)]
+
+        p = remote.connect(target, command=["kill -USR1 1"])
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        lines = th.wait_for_log_line(remote.logs, name, READY.search, timeout=60)
+        assert READY.search(lines[0]).group(3) == pid1_start, (lines[0], pid1_start)
+        d = remote.sm.describe_training_job(TrainingJobName=name)
+        assert d["TrainingJobStatus"] == "InProgress" and \
+            d["SecondaryStatusTransitions"][-1].get("StatusMessage") != "Waiting for remote connection", d
+    finally:
+        try:
+            remote.sm.stop_training_job(TrainingJobName=name)
+        except Exception:
+            pass
+        th.wait_for_status(remote.sm, name, timeout=60, server=remote.server)
+
+
+# ---------------------------------------------------------------------------------------------
 # Audit (§4 check 9, last: it reads the connections of the tests above)
 
 
