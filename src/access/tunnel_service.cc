@@ -936,6 +936,12 @@ void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
   row.forwards = tunnel->forwards;
   row.exit_statuses = tunnel->exit_statuses;
   row.close_reason = tunnel->reason();
+  if (row.close_reason == "client disconnected" || row.close_reason == "agent exited") {
+    // The session may have ended because its resource did (a stopped job's processes die with
+    // its pid namespace, and the client leaves before the watcher looks): say so.
+    std::string resource_reason = ResourceCloseReason(*tunnel);
+    if (!resource_reason.empty()) row.close_reason = std::move(resource_reason);
+  }
   Status closed = store::RemoteConnectionRepository(deps_.database).Close(row);
   if (!closed.ok()) KLOG(warn, "remote connection audit row not completed", {{"error", closed.ToString()}});
   const int64_t seconds = (*row.end_millis - row.start_millis + 500) / 1000;
@@ -961,6 +967,19 @@ void TunnelService::WriteLogLine(const std::string& group, const std::string& st
     KLOG(warn, "remote access log line not written", {{"stream", stream}, {"error", appended.status().ToString()}});
 }
 
+std::string TunnelService::ResourceCloseReason(const Tunnel& tunnel) {
+  Result<Resolution> now = Resolve(tunnel.target);
+  if (now.ok()) return now->access.host_pid != tunnel.host_pid ? "instance gone" : "";
+  switch (now.status().code()) {
+    case StatusCode::kPermissionDenied: return "access disabled";
+    case StatusCode::kInvalidArgument:
+      return tunnel.target.resource.kind == ResourceKind::kTrainingJob ? "job ended" : "instance gone";
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition: return "instance gone";
+    default: return "";  // a busy database: no verdict
+  }
+}
+
 void TunnelService::Watch() {
   MutexLock lock(mutex_);
   while (!stopping_) {
@@ -982,18 +1001,7 @@ void TunnelService::Watch() {
         t->RequestClose("access disabled");
         continue;
       }
-      Result<Resolution> now = Resolve(t->target);
-      std::string reason;
-      if (now.ok()) {
-        if (now->access.host_pid != t->host_pid) reason = "instance gone";
-      } else if (now.status().code() == StatusCode::kPermissionDenied) {
-        reason = "access disabled";
-      } else if (now.status().code() == StatusCode::kInvalidArgument) {
-        reason = t->target.resource.kind == ResourceKind::kTrainingJob ? "job ended" : "instance gone";
-      } else if (now.status().IsNotFound() || now.status().code() == StatusCode::kFailedPrecondition) {
-        reason = "instance gone";
-      }
-      // Other errors (a busy database) leave the tunnel alone until the next look.
+      const std::string reason = ResourceCloseReason(*t);
       if (!reason.empty()) t->RequestClose(reason);
     }
     lock.Lock();

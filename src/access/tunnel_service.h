@@ -183,6 +183,9 @@ class TunnelService {
   void Splice(const std::shared_ptr<Tunnel>& tunnel);
   void Finish(const std::shared_ptr<Tunnel>& tunnel);
   void Watch() EXCLUDES(mutex_);
+  // Why `tunnel`'s resource no longer allows it ("access disabled", "job ended", "instance gone"),
+  // or "" while it does (or when the store cannot tell now).
+  std::string ResourceCloseReason(const Tunnel& tunnel) EXCLUDES(mutex_);
   void WriteLogLine(const std::string& group, const std::string& stream, const std::string& message);
 
   const TunnelServiceOptions options_;

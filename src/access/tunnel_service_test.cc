@@ -492,5 +492,23 @@ TEST_F(TunnelServiceTest, EndpointInstancesAreTargetsOfTheirVariant) {
   EXPECT_EQ((*service_->Targets("endpoint/closed"))["AccessEnabled"], false);
 }
 
+TEST_F(TunnelServiceTest, AClientThatLeavesBecauseTheJobEndedIsAuditedAsJobEnded) {
+  options_.watch_interval = std::chrono::hours(1);  // only the close itself looks
+  MakeService();
+  AddJob("j", true);
+  UniqueFd client = Connect("j");
+  ASSERT_TRUE(client.valid());
+  EXPECT_EQ(ReadFor(client.get(), 14, std::chrono::seconds(5)), "SSH-2.0-fake\r\n");
+  auto stopped = store::TrainingJobRepository(db_.get()).Mutate("j", [](store::TrainingJobRecord& r) {
+    r.status = store::TrainingJobStatus::kStopping;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(stopped.ok());
+  client.Reset();  // ssh exits as the job's processes die, before the watcher would look
+  auto rows = ClosedAudit();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].close_reason, "job ended");
+}
+
 }  // namespace
 }  // namespace kiln::access
