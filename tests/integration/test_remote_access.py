@@ -704,6 +704,91 @@ def test_debugpy_breakpoint_through_ssh_forward(enabled, ssh_config):
     assert (p.returncode, p.stdout.strip()) == (0, "alive"), (p.stdout, p.stderr)
 
 
+def test_local_port_serves_any_ssh_client_and_remote_forward(enabled, tmp_path):
+    """`kiln connect --local-port P` (§4 check 2): plain `ssh -p P -i ~/.ssh/sagemaker-ssh-gw
+    root@localhost`, one upgrade per accepted connection; `-R` (R-23): a port inside the instance
+    reaches a server on this machine."""
+    port = kh.free_port()
+    server = Background([kh.kiln_bin(), "connect", "--endpoint-url", enabled.server.endpoint, "--local-port",
+                         str(port), enabled.target], enabled.env)
+    key = os.path.join(enabled.home, ".ssh", "sagemaker-ssh-gw")
+    ssh = ["ssh", "-p", str(port), "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+           "-o", "UserKnownHostsFile=" + str(tmp_path / "known_hosts"), "-o", "StrictHostKeyChecking=accept-new",
+           "root@127.0.0.1"]
+    try:
+        def answered():
+            p = subprocess.run(ssh + ["hostname"], env=enabled.env, capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+            if p.returncode != 0 and server.proc.poll() is not None:
+                raise AssertionError("kiln connect --local-port exited %s: %s" % (server.proc.poll(), p.stderr))
+            return p if p.returncode == 0 else None
+        p = wait_until(answered, 30, "ssh through --local-port")
+        assert p.stdout.strip() == "algo-1", p.stdout
+        p = subprocess.run(ssh + ["echo $SM_CURRENT_HOST; exit 5"], env=enabled.env, capture_output=True, text=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+        assert (p.returncode, p.stdout.strip()) == (5, "algo-1"), (p.returncode, p.stdout, p.stderr)
+    finally:
+        server.stop()
+
+    # -R: a listener inside the instance forwards to an HTTP server of the test.
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"hello from the laptop"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    inside = 17000 + uuid.uuid4().int % 1000
+    fetch = ("python3 -c \"import urllib.request; "
+             "print(urllib.request.urlopen('http://127.0.0.1:%d/', timeout=10).read().decode())\"" % inside)
+    try:
+        p = enabled.connect("-R", "127.0.0.1:%d:127.0.0.1:%d" % (inside, httpd.server_address[1]), enabled.target,
+                            command=[fetch])
+    finally:
+        httpd.shutdown()
+    assert (p.returncode, p.stdout.strip()) == (0, "hello from the laptop"), (p.returncode, p.stdout, p.stderr)
+
+
+def test_network_isolated_job_is_reachable_and_stays_isolated(remote):
+    """§4 check 5: an EnableNetworkIsolation job is entered like any other, and from its shell Kiln's
+    port on the node's loopback is still out of reach (isolated instances get no loopback relay)."""
+    name = th.unique_name("remote-iso")
+    status, _, body = kh.json_request(remote.server, "SageMaker.CreateTrainingJob", th.training_request(
+        name, remote.bucket, hyperparameters={"sleep": "300", "sigterm": "1"}, EnableNetworkIsolation=True,
+        RemoteDebugConfig={"EnableRemoteDebug": True}))
+    assert status == 200, body
+    target = "training-job/%s/algo-1" % name
+    try:
+        def reachable():
+            p = remote.connect(target, command=["hostname"])
+            return p if p.returncode == 0 else None
+        p = wait_until(reachable, 60, "the isolated job to be reachable")
+        assert p.stdout.strip() == "algo-1", p.stdout
+        probe = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', %d), 3)\" 2>/dev/null "
+                 "&& echo reached || echo unreachable" % remote.server.port)
+        p = remote.connect(target, command=[probe])
+        assert (p.returncode, p.stdout.strip()) == (0, "unreachable"), (p.stdout, p.stderr)
+        # The same probe from the module's job (not isolated) reaches Kiln through its relay.
+        remote.set_access(True)
+        p = remote.connect(remote.target, command=[probe])
+        assert (p.returncode, p.stdout.strip()) == (0, "reached"), (p.stdout, p.stderr)
+    finally:
+        try:
+            remote.sm.stop_training_job(TrainingJobName=name)
+        except Exception:
+            pass
+        th.wait_for_status(remote.sm, name, timeout=60, server=remote.server)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 
