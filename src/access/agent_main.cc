@@ -1,6 +1,7 @@
 #include "access/agent_main.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,8 @@ namespace {
 
 constexpr int kBadArguments = 2;
 constexpr int kCannotEnter = 3;
+// How long the agent holds the socket after the connection ended, waiting for the daemon to close.
+constexpr int kLingerMillis = 3000;
 
 // The connection's socket, for the signal handler: shutdown(2) is async-signal-safe, and a shut
 // down transport ends Serve like a client that left (children killed, Serve returns).
@@ -230,12 +234,33 @@ int RunAgentMain(int argc, char** argv) {
   if (chdir(cwd.c_str()) != 0 && chdir("/") != 0) return Fail(kCannotEnter, "cannot chdir to / in the instance");
 
   if (g_terminated) return 0;
+  // Serve closes its descriptor; this one keeps the socket open after it returns (below).
+  UniqueFd linger(fcntl(args.socket_fd, F_DUPFD_CLOEXEC, 0));
+  if (linger.valid()) g_socket_fd = linger.get();
   Status served = (*agent)->Serve(args.socket_fd);
-  g_socket_fd = -1;
   if (!served.ok() && !g_terminated) {
     // Not a failure of the agent: the client left early or spoke no SSH. Said for the log.
     Fail(0, std::string(served.message()));
   }
+  // A client that disconnects sends DISCONNECT and then closes its connection; the agent ends on
+  // the first, and the daemon, which names a connection's end by the side that closed first,
+  // would see the agent go before the client. So the socket stays open until the daemon closes
+  // it (or a bounded while, for a client that keeps its side open), reading nothing more.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMillis);
+  while (linger.valid() && !g_terminated) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now()).count());
+    if (left <= 0) break;
+    pollfd p{linger.get(), POLLIN, 0};
+    int n = poll(&p, 1, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    char buf[4096];
+    ssize_t got = read(linger.get(), buf, sizeof(buf));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // the daemon closed its end (or the socket failed)
+  }
+  g_socket_fd = -1;
   return 0;
 }
 
