@@ -789,6 +789,73 @@ def test_network_isolated_job_is_reachable_and_stays_isolated(remote):
         th.wait_for_status(remote.sm, name, timeout=60, server=remote.server)
 
 
+def test_endpoint_instances_are_targets_and_keep_serving(remote):
+    """§4 check 7: a variant with EnableSSMAccess and two instances lists two Ready targets; each is
+    entered (its PID 1 is the serving program, its host name the target's) while invocations go on
+    without a failure; the serving port is reached through `kiln port-forward`."""
+    import threading
+    import endpoint_helpers as eh
+    rt = remote.server.client("sagemaker-runtime")
+    name = eh.unique_name("remote-ep")
+    eh.create_model(remote.sm, name)
+    # (Raw JSON: Debian's botocore 1.26 predates EnableSSMAccess.)
+    status, _, body = kh.json_request(remote.server, "SageMaker.CreateEndpointConfig", {
+        "EndpointConfigName": name + "-cfg", "ProductionVariants": [{
+            "VariantName": "main", "ModelName": name, "InitialInstanceCount": 2, "InstanceType": "ml.m5.large",
+            "InitialVariantWeight": 1.0, "EnableSSMAccess": True}]})
+    assert status == 200, body
+    remote.sm.create_endpoint(EndpointName=name, EndpointConfigName=name + "-cfg")
+    try:
+        eh.wait_endpoint(remote.sm, name, server=remote.server)
+        p = remote.kiln("targets", "--endpoint-url", remote.server.endpoint, "--json", "endpoint/" + name)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        doc = json.loads(p.stdout)
+        assert doc["AccessEnabled"] is True and doc["ResourceStatus"] == "InService", doc
+        targets = doc["Targets"]
+        assert len(targets) == 2 and all(t["State"] == "Ready" for t in targets), targets
+        assert all(t["Target"] == "endpoint/%s/main/%s" % (name, t["InstanceId"]) for t in targets), targets
+
+        failures, done = [], threading.Event()
+
+        def load():
+            while not done.is_set():
+                try:
+                    eh.invoke(rt, name)
+                except Exception as e:  # noqa: BLE001 (every failure is reported)
+                    failures.append(repr(e))
+                time.sleep(0.02)
+        loader = threading.Thread(target=load)
+        loader.start()
+        try:
+            for t in targets:
+                p = remote.connect(t["Target"], command=["hostname; tr '\\0' ' ' < /proc/1/cmdline"])
+                assert p.returncode == 0, (t, p.stdout, p.stderr)
+                host, cmdline = p.stdout.split("\n", 1)
+                assert host == t["Hostname"] and "serve_app.py" in cmdline, (t, p.stdout)
+            port = kh.free_port()
+            fwd = Background([kh.kiln_bin(), "port-forward", "--endpoint-url", remote.server.endpoint,
+                              targets[0]["Target"], "8080", str(port)], remote.env)
+            try:
+                def pinged():
+                    try:
+                        with urllib.request.urlopen("http://127.0.0.1:%d/ping" % port, timeout=5) as resp:
+                            return resp.status == 200
+                    except OSError:
+                        if fwd.proc.poll() is not None:
+                            raise AssertionError("kiln port-forward exited %s" % fwd.proc.poll())
+                        return False
+                wait_until(pinged, 30, "GET /ping through kiln port-forward to the endpoint instance")
+            finally:
+                fwd.stop()
+        finally:
+            done.set()
+            loader.join()
+        assert failures == [], failures[:5]
+        assert remote.sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService"
+    finally:
+        eh.delete_all_endpoints(remote.sm, timeout=60)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 
