@@ -749,8 +749,10 @@ int RunConnect(const RemoteClient& client, const ConnectOptions& options) {
       return 255;  // as ssh for a connection that could not be made
     }
   }
-  signal(SIGPIPE, SIG_IGN);
-  if (options.local_port != 0) return ServeLocalPort(client, options, *key);
+  if (options.local_port != 0) {
+    signal(SIGPIPE, SIG_IGN);  // a client that went away is a write error (not inherited by ssh below)
+    return ServeLocalPort(client, options, *key);
+  }
   SshCommand command;
   command.target = options.target;
   command.local_forwards = options.local_forwards;
