@@ -27,6 +27,13 @@ it (the `enabled` fixture).
   secret key (the front door's InvalidSignatureException, as any JSON call gets), a missing
   `Upgrade: kiln-ssh` (400); a client killed -9 mid-session leaves no `kiln agent` of this server
   and no remote process behind;
+- `kiln connect --local-port P` serves plain `ssh -p P`; `-R` from the instance to this machine;
+- hold before start (tag kiln:remote-hold-start-seconds): `kiln connect --wait` reaches the held
+  instance, `kill -USR1 1` starts the script with PID 1 unchanged;
+- a network-isolated job is reachable and still cannot reach Kiln's port (a non-isolated one can);
+- an endpoint variant with EnableSSMAccess and two instances: two targets entered under load;
+- operator settings (a server of their own): allowed_principals, idle and maximum-length timeouts;
+  StopTrainingJob under a busy session closes it ("job ended", a closing message), nothing left;
 - audit: `kiln connections --json <job>` lists the connections with the principal (STS
   GetCallerIdentity's ARN), bytes both ways, exit statuses (3 among them) and close reasons
   ("access disabled" for the shell the disable closed); `[kiln] remote connection <id> opened` / `closed` lines in the
