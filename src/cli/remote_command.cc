@@ -432,9 +432,7 @@ std::string SshConfigBlock(const SshSettings& settings, std::string_view target,
   std::string out = "# Kiln remote access to " + std::string(target) + " (" + settings.endpoint_url +
                     "). Add to ~/.ssh/config, then: ssh " + std::string(alias) + "\n";
   out += "Host " + std::string(alias) + "\n" + options(target);
-  out +=
-      "\n# Any host of any training job as algo-<n>.<job>.training.kiln (ssh passes host names in lower\n"
-      "# case, so this form suits lower-case job names):\n";
+  out += "\n# Or any host of any training job, as `ssh algo-<n>.<job>.training.kiln`:\n";
   std::istringstream wildcard("Host *.training.kiln\n" + options("%h"));
   for (std::string line; std::getline(wildcard, line);) out += "# " + line + "\n";
   return out;
