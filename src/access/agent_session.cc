@@ -1012,29 +1012,53 @@ Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options)
     agent->authorized_.emplace_back(type, blob);
   }
 
-  ssh_key host_key = nullptr;
-  if (!options.host_key_path.empty() && PathExists(options.host_key_path)) {
-    Result<std::string> text = ReadFile(options.host_key_path);
+  const std::string& path = options.host_key_path;
+  auto load = [&path]() -> Result<KeyPtr> {
+    Result<std::string> text = ReadFile(path);
     if (!text.ok()) return text.status();
-    if (ssh_pki_import_privkey_base64(text->c_str(), nullptr, nullptr, nullptr, &host_key) != SSH_OK) {
-      return Status::InvalidArgument("remote agent: unreadable host key " + options.host_key_path);
+    ssh_key key = nullptr;
+    if (ssh_pki_import_privkey_base64(text->c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
+      return Status::InvalidArgument("remote agent: unreadable host key " + path);
     }
+    return KeyPtr(key);
+  };
+  KeyPtr host_key;
+  if (!path.empty() && PathExists(path)) {
+    ASSIGN_OR_RETURN(host_key, load());
   } else {
-    if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &host_key) != SSH_OK) {
+    ssh_key generated = nullptr;
+    if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &generated) != SSH_OK) {
       return Status::Internal("remote agent: cannot generate an Ed25519 host key");
     }
+    host_key.reset(generated);
   }
-  KeyPtr key_owner(host_key);
-  char* b64 = nullptr;
-  if (ssh_pki_export_privkey_base64(host_key, nullptr, nullptr, nullptr, &b64) != SSH_OK) {
-    return Status::Internal("remote agent: cannot export the host key");
+  auto export_key = [](ssh_key key) -> Result<std::string> {
+    char* b64 = nullptr;
+    if (ssh_pki_export_privkey_base64(key, nullptr, nullptr, nullptr, &b64) != SSH_OK) {
+      return Status::Internal("remote agent: cannot export the host key");
+    }
+    std::string text = b64;
+    ssh_string_free_char(b64);
+    return text;
+  };
+  ASSIGN_OR_RETURN(agent->host_key_base64_, export_key(host_key.get()));
+  if (!path.empty() && !PathExists(path)) {
+    // Several agents may start at once on a server's first connections: each writes its key to
+    // a file of its own and links it to the name, which only the first link gets; the others
+    // take that key instead of their own, so every connection presents the one saved key.
+    const std::string temp =
+        path + ".new." + std::to_string(getpid()) + "." + std::to_string(reinterpret_cast<uintptr_t>(agent.get()));
+    RETURN_IF_ERROR(WriteFileAtomic(temp, agent->host_key_base64_, 0600));
+    int linked = link(temp.c_str(), path.c_str());
+    int link_errno = errno;
+    unlink(temp.c_str());
+    if (linked != 0) {
+      if (link_errno != EEXIST) return ErrnoStatus("remote agent: cannot save the host key as " + path, link_errno);
+      ASSIGN_OR_RETURN(host_key, load());
+      ASSIGN_OR_RETURN(agent->host_key_base64_, export_key(host_key.get()));
+    }
   }
-  agent->host_key_base64_ = b64;
-  ssh_string_free_char(b64);
-  if (!options.host_key_path.empty() && !PathExists(options.host_key_path)) {
-    RETURN_IF_ERROR(WriteFileAtomic(options.host_key_path, agent->host_key_base64_, 0600));
-  }
-  agent->host_public_key_ = PublicLine(host_key);
+  agent->host_public_key_ = PublicLine(host_key.get());
   agent->options_ = std::move(options);
   return agent;
 }

@@ -750,5 +750,33 @@ TEST_F(AgentSessionTest, KeepsTheHostKeyInItsFile) {
   EXPECT_TRUE(PathExists(dir_ + "/host_key"));
 }
 
+// A server's first connections may start their agents at once: all of them end up with the one
+// key saved in the file (mode 0600), none with a key of its own.
+TEST_F(AgentSessionTest, AgentsCreatingTheHostKeyAtOnceAgreeOnIt) {
+  AgentOptions options = agent_->options();
+  options.host_key_path = dir_ + "/racing_host_key";
+  constexpr int kAgents = 8;
+  std::vector<std::string> keys(kAgents);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kAgents; ++i) {
+    threads.emplace_back([&, i] {
+      auto agent = AgentSession::Create(options);
+      if (agent.ok()) keys[i] = (*agent)->host_public_key();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto reloaded = AgentSession::Create(options);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+  for (const std::string& key : keys) EXPECT_EQ(key, (*reloaded)->host_public_key());
+  struct stat st;
+  ASSERT_EQ(stat(options.host_key_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  int leftovers = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    if (entry.path().filename().string().rfind("racing_host_key.new", 0) == 0) ++leftovers;
+  }
+  EXPECT_EQ(leftovers, 0);
+}
+
 }  // namespace
 }  // namespace kiln::access
