@@ -308,7 +308,32 @@ def raw_connect(remote, target, creds=None, upgrade=True, public_key=True):
         signed.append("x-kiln-ssh-public-key")
     hdrs, _, _ = kh.sign_request("GET", url, headers, creds or remote.server.creds(), "sagemaker",
                                  payload_hash=kh.EMPTY_SHA256, signed_headers=signed)
-    status, resp_headers, body = kh.http_request("GET", url, hdrs, body=b"", timeout=30)
+    # A raw socket: a 101 is followed by the SSH stream (http.client would read it as a body).
+    path = url[len(remote.server.endpoint):]
+    head = "GET %s HTTP/1.1\r\n%s\r\n" % (path, "".join("%s: %s\r\n" % kv for kv in hdrs.items()))
+    with socket.create_connection(("127.0.0.1", remote.server.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise AssertionError("connection closed before an answer's head: %r" % data)
+            data += chunk
+        raw_head, _, body = data.partition(b"\r\n\r\n")
+        lines = raw_head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        resp_headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            resp_headers[k.strip().lower()] = v.strip()
+        if status == 101:
+            return status, resp_headers, None
+        length = int(resp_headers.get("content-length", "0"))
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
     try:
         doc = json.loads(body)
     except ValueError:
@@ -455,9 +480,13 @@ def test_targets_lists_algo_1_ready_with_its_alias(enabled):
     # The table form names the same target.
     p = enabled.kiln("targets", "--endpoint-url", enabled.server.endpoint, enabled.job)
     assert p.returncode == 0 and enabled.target in p.stdout and "Ready" in p.stdout, (p.stdout, p.stderr)
-    # Every documented spelling of the target reaches the same instance.
+    # Every documented spelling of the target reaches the same instance: the upgrade's answer names
+    # the canonical target and the connection.
     for spelling in ("training-job/" + enabled.job, "sagemaker-training-job:%s_algo-1" % enabled.job,
                      "algo-1.%s.training.kiln" % enabled.job, enabled.job):
+        status, headers, _ = raw_connect(enabled, spelling)
+        assert status == 101 and headers.get("upgrade") == "kiln-ssh", (spelling, status, headers)
+        assert headers.get("x-kiln-target") == enabled.target and headers.get("x-kiln-connection-id"), headers
         p = enabled.connect(spelling, command=["hostname"])
         assert (p.returncode, p.stdout.strip()) == (0, "algo-1"), (spelling, p.stdout, p.stderr)
 
@@ -960,6 +989,48 @@ def test_hold_before_start_connect_wait_then_release(remote):
         except Exception:
             pass
         th.wait_for_status(remote.sm, name, timeout=60, server=remote.server)
+
+
+def test_held_failed_job_failure_file_read_through_the_held_target(remote):
+    """§4 check 6 (R-16): a failing job tagged kiln:remote-hold-exit-seconds ends Failed with its
+    failure file as FailureReason (automation sees the real result at once), its target is Held and
+    /opt/ml/output/failure is read through it; `kill -USR1 1` (what `kiln release` sends) ends the
+    hold and the target is refused as the finished job's."""
+    name = th.unique_name("remote-held")
+    reason = "h5: the loss went to NaN at step 3"
+    status, _, body = kh.json_request(remote.server, "SageMaker.CreateTrainingJob", th.training_request(
+        name, remote.bucket, hyperparameters={"failure": reason, "exit_code": "1"},
+        RemoteDebugConfig={"EnableRemoteDebug": True},
+        Tags=[{"Key": "kiln:remote-hold-exit-seconds", "Value": "900"}]))
+    assert status == 200, body
+    target = "training-job/%s/algo-1" % name
+    try:
+        d = th.wait_for_status(remote.sm, name, timeout=120, server=remote.server)
+        assert d["TrainingJobStatus"] == "Failed" and d["FailureReason"] == reason, d
+
+        def held():
+            p = remote.kiln("targets", "--endpoint-url", remote.server.endpoint, "--json", name)
+            assert p.returncode == 0, (p.stdout, p.stderr)
+            t = json.loads(p.stdout)["Targets"]
+            return t if t and t[0]["State"] == "Held" else None
+        targets = wait_until(held, 15, "the failed job's target to be Held")
+        assert targets[0]["Target"] == target, targets
+        p = remote.connect(target, command=["cat /opt/ml/output/failure; echo; hostname"])
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert p.stdout.split("\n")[:2] == [reason, "algo-1"], p.stdout
+        assert remote.sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Failed"
+
+        remote.connect(target, command=["kill -USR1 1"])
+        def released():
+            s, _, doc = raw_connect(remote, target)
+            return s == 400 and isinstance(doc, dict)
+        wait_until(released, 30, "the hold to end after SIGUSR1")
+        assert_refused(remote, target, 400, "ValidationException", r"Failed")
+    finally:
+        try:
+            remote.sm.stop_training_job(TrainingJobName=name)
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------------------------------------
