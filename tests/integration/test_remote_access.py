@@ -30,6 +30,8 @@ it (the `enabled` fixture).
 - `kiln connect --local-port P` serves plain `ssh -p P`; `-R` from the instance to this machine;
 - hold before start (tag kiln:remote-hold-start-seconds): `kiln connect --wait` reaches the held
   instance, `kill -USR1 1` starts the script with PID 1 unchanged;
+- hold after exit (tag kiln:remote-hold-exit-seconds): a failing job ends Failed with its reason,
+  its target is Held and /opt/ml/output/failure is read through it, `kill -USR1 1` ends the hold;
 - a network-isolated job is reachable and still cannot reach Kiln's port (a non-isolated one can);
 - an endpoint variant with EnableSSMAccess and two instances: two targets entered under load;
 - operator settings (a server of their own): allowed_principals, idle and maximum-length timeouts;
