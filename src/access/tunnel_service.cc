@@ -199,6 +199,7 @@ struct TunnelService::Tunnel {
   UniqueFd client_fd;
   std::string to_agent;  // the client's bytes read ahead of the upgrade, then each read
   int64_t start_millis = 0;
+  int64_t end_millis = 0;             // when the splice ended (0 before)
   std::vector<std::string> forwards;  // from the agent's events
   std::vector<int> exit_statuses;
 
@@ -899,6 +900,21 @@ void TunnelService::Splice(const std::shared_ptr<Tunnel>& tunnel) {
     }
   }
 
+  // The reason is final before the client sees the end, and so is the audit row (bytes; the
+  // agent's last events complete it in Finish): a client that asks why right after EOF is told.
+  {
+    std::string reason = tunnel->reason();
+    if (reason == "client disconnected" || reason == "agent exited") {
+      // The session may have ended because its resource did (a stopped job's processes die with
+      // its pid namespace, and the client leaves before the watcher looks): say so.
+      std::string resource_reason = ResourceCloseReason(*tunnel);
+      if (!resource_reason.empty()) {
+        MutexLock lock(tunnel->mutex);
+        tunnel->close_reason = resource_reason;
+      }
+    }
+    WriteAudit(*tunnel);
+  }
   // The end: the client's socket closes first (the user sees the session end), then the agent
   // gets EOF and SIGTERM (its children are killed with it), SIGKILL after the grace.
   (void)::shutdown(tunnel->client_fd.get(), SHUT_RDWR);
@@ -921,29 +937,29 @@ void TunnelService::Splice(const std::shared_ptr<Tunnel>& tunnel) {
   }
 }
 
-void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
-  const Tunnel& s = *tunnel;
+store::RemoteConnectionRecord TunnelService::WriteAudit(Tunnel& tunnel) {
   store::RemoteConnectionRecord row;
-  row.id = s.id;
-  row.resource_arn = s.resource_arn;
-  row.target = s.canonical;
-  row.principal = s.principal;
-  row.source_address = s.source_address;
-  row.start_millis = tunnel->start_millis;
-  row.end_millis = NowMillis();
-  row.bytes_in = tunnel->bytes_in.load();
-  row.bytes_out = tunnel->bytes_out.load();
-  row.forwards = tunnel->forwards;
-  row.exit_statuses = tunnel->exit_statuses;
-  row.close_reason = tunnel->reason();
-  if (row.close_reason == "client disconnected" || row.close_reason == "agent exited") {
-    // The session may have ended because its resource did (a stopped job's processes die with
-    // its pid namespace, and the client leaves before the watcher looks): say so.
-    std::string resource_reason = ResourceCloseReason(*tunnel);
-    if (!resource_reason.empty()) row.close_reason = std::move(resource_reason);
-  }
+  row.id = tunnel.id;
+  row.resource_arn = tunnel.resource_arn;
+  row.target = tunnel.canonical;
+  row.principal = tunnel.principal;
+  row.source_address = tunnel.source_address;
+  row.start_millis = tunnel.start_millis;
+  if (tunnel.end_millis == 0) tunnel.end_millis = NowMillis();
+  row.end_millis = tunnel.end_millis;
+  row.bytes_in = tunnel.bytes_in.load();
+  row.bytes_out = tunnel.bytes_out.load();
+  row.forwards = tunnel.forwards;
+  row.exit_statuses = tunnel.exit_statuses;
+  row.close_reason = tunnel.reason();
   Status closed = store::RemoteConnectionRepository(deps_.database).Close(row);
   if (!closed.ok()) KLOG(warn, "remote connection audit row not completed", {{"error", closed.ToString()}});
+  return row;
+}
+
+void TunnelService::Finish(const std::shared_ptr<Tunnel>& tunnel) {
+  const Tunnel& s = *tunnel;
+  const store::RemoteConnectionRecord row = WriteAudit(*tunnel);
   const int64_t seconds = (*row.end_millis - row.start_millis + 500) / 1000;
   WriteLogLine(s.log_group, s.log_stream,
                "[kiln] remote connection " + s.id + " closed after " + std::to_string(seconds) +
@@ -1116,7 +1132,8 @@ Result<nlohmann::json> TunnelService::EndpointTargets(const std::string& name) {
   return out;
 }
 
-Result<nlohmann::json> TunnelService::Connections(const std::string& resource, int max_results) {
+Result<nlohmann::json> TunnelService::Connections(const std::string& resource, int max_results,
+                                                  const std::string& connection_id) {
   if (max_results < 1 || max_results > 1000) {
     return Status::InvalidArgument("max-results must be from 1 to 1000, got " + std::to_string(max_results));
   }
@@ -1138,7 +1155,15 @@ Result<nlohmann::json> TunnelService::Connections(const std::string& resource, i
       arn = record.ok() && !record->arn.empty() ? record->arn : TrainingJobArn(options_, ref.name);
     }
   }
-  ASSIGN_OR_RETURN(auto rows, store::RemoteConnectionRepository(deps_.database).List(arn, max_results));
+  std::vector<store::RemoteConnectionRecord> rows;
+  if (!connection_id.empty()) {
+    Result<store::RemoteConnectionRecord> one = store::RemoteConnectionRepository(deps_.database).Get(connection_id);
+    if (one.status().IsNotFound()) return Status::NotFound("there is no remote connection " + connection_id);
+    if (!one.ok()) return one.status();
+    if (arn.empty() || EqualsIgnoreCase(one->resource_arn, arn)) rows.push_back(std::move(one).value());
+  } else {
+    ASSIGN_OR_RETURN(rows, store::RemoteConnectionRepository(deps_.database).List(arn, max_results));
+  }
   json list = json::array();
   for (const store::RemoteConnectionRecord& r : rows) {
     json c = {{"ConnectionId", r.id},

@@ -56,7 +56,8 @@ class Runtime;
 }
 namespace kiln::store {
 class Database;
-}
+struct RemoteConnectionRecord;
+}  // namespace kiln::store
 
 namespace kiln::access {
 
@@ -157,8 +158,11 @@ class TunnelService {
   // GET /_kiln/remote/targets: the design page's JSON. `resource` as ParseResource takes it.
   Result<nlohmann::json> Targets(const std::string& resource);
   // GET /_kiln/remote/connections: {"Connections": [...]} newest first, at most `max_results`
-  // (1..1000); `resource` empty: every resource's.
-  Result<nlohmann::json> Connections(const std::string& resource, int max_results);
+  // (1..1000); `resource` empty: every resource's. `connection_id` set: that connection only
+  // (NotFound when unknown), e.g. for a client asking why its tunnel ended: the reason and
+  // EndTime are recorded before the client's socket is closed.
+  Result<nlohmann::json> Connections(const std::string& resource, int max_results,
+                                     const std::string& connection_id = "");
 
   // Tunnels running now (tests, /metrics).
   size_t open_tunnels() const;
@@ -182,6 +186,8 @@ class TunnelService {
   std::optional<StartFailure> StartAgent(Tunnel& tunnel);
   void Splice(const std::shared_ptr<Tunnel>& tunnel);
   void Finish(const std::shared_ptr<Tunnel>& tunnel);
+  // Completes the tunnel's audit row with what is known now; returns the row written.
+  store::RemoteConnectionRecord WriteAudit(Tunnel& tunnel);
   void Watch() EXCLUDES(mutex_);
   // Why `tunnel`'s resource no longer allows it ("access disabled", "job ended", "instance gone"),
   // or "" while it does (or when the store cannot tell now).

@@ -196,12 +196,13 @@ while True:
     return UniqueFd(pair[1]);
   }
 
-  // The audit rows of job j once none is open (waits up to 5 s).
+  // The audit rows once none is open and every tunnel has finished (its closing log line
+  // written); waits up to 5 s.
   std::vector<store::RemoteConnectionRecord> ClosedAudit() {
     store::RemoteConnectionRepository repo(db_.get());
     for (int i = 0; i < 100; ++i) {
       auto rows = repo.List("", 100);
-      if (rows.ok() && !rows->empty() &&
+      if (rows.ok() && !rows->empty() && service_->open_tunnels() == 0 &&
           std::all_of(rows->begin(), rows->end(), [](const auto& r) { return r.end_millis.has_value(); })) {
         return *rows;
       }
@@ -340,6 +341,17 @@ TEST_F(TunnelServiceTest, DisablingAccessClosesOpenTunnels) {
   EXPECT_EQ(ReadFor(client.get(), 14, std::chrono::seconds(5)), "SSH-2.0-fake\r\n");
   SetAccess("j", false);
   EXPECT_TRUE(ClosedWithin(client.get(), std::chrono::seconds(5)));
+  // Recorded before the client saw the end: a client asking why at once is told.
+  auto at_once = store::RemoteConnectionRepository(db_.get()).List("", 1);
+  ASSERT_TRUE(at_once.ok());
+  ASSERT_EQ(at_once->size(), 1u);
+  EXPECT_EQ((*at_once)[0].close_reason, "access disabled");
+  auto by_id = service_->Connections("", 1, (*at_once)[0].id);
+  ASSERT_TRUE(by_id.ok()) << by_id.status().ToString();
+  ASSERT_EQ((*by_id)["Connections"].size(), 1u);
+  EXPECT_EQ((*by_id)["Connections"][0]["CloseReason"], "access disabled");
+  EXPECT_EQ((*service_->Connections("other-job", 1, (*at_once)[0].id))["Connections"].size(), 0u);
+  EXPECT_EQ(service_->Connections("", 1, "rc-unknown").status().code(), StatusCode::kNotFound);
   auto rows = ClosedAudit();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].close_reason, "access disabled");

@@ -521,7 +521,7 @@ void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& resp
       std::optional<int64_t> n = ParseInt64(param("max-results"));
       max_results = n && *n >= 0 && *n <= 100000 ? static_cast<int>(*n) : -1;
     }
-    send_json(remote_access_->Connections(param("resource"), max_results));
+    send_json(remote_access_->Connections(param("resource"), max_results, param("connection-id")));
     return;
   }
 

@@ -67,6 +67,15 @@ Status RemoteConnectionRepository::Close(const RemoteConnectionRecord& r) {
   return Status::Ok();
 }
 
+Result<RemoteConnectionRecord> RemoteConnectionRepository::Get(const std::string& id) {
+  ASSIGN_OR_RETURN(auto st,
+                   database_->Prepare("SELECT " + std::string(kColumns) + " FROM remote_connections WHERE id = ?"));
+  st.BindText(1, id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return Status::NotFound("no remote connection " + id);
+  return ReadRow(st);
+}
+
 Result<std::vector<RemoteConnectionRecord>> RemoteConnectionRepository::List(const std::string& resource_arn,
                                                                              int limit) {
   std::string sql = "SELECT " + std::string(kColumns) + " FROM remote_connections";

@@ -43,6 +43,8 @@ class RemoteConnectionRepository {
   // Completes the row of `record.id` with its end, bytes, forwards, statuses and reason.
   // NotFound when there is no such row.
   Status Close(const RemoteConnectionRecord& record);
+  // The row of connection `id`. NotFound when there is none.
+  Result<RemoteConnectionRecord> Get(const std::string& id);
   // Rows newest first (by start, then id), at most `limit`; `resource_arn` empty: all resources
   // (matched case-insensitively otherwise).
   Result<std::vector<RemoteConnectionRecord>> List(const std::string& resource_arn, int limit);

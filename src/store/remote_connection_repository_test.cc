@@ -67,6 +67,10 @@ TEST_F(RemoteConnectionRepositoryTest, InsertCloseAndListNewestFirst) {
   ASSERT_TRUE(only_a.ok());
   ASSERT_EQ(only_a->size(), 2u);
   EXPECT_EQ((*only_a)[0].id, "c3");
+  auto got = repo.Get("c1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->close_reason, "client disconnected");
+  EXPECT_EQ(repo.Get("nope").status().code(), StatusCode::kNotFound);
   auto one = repo.List("", 1);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->size(), 1u);
