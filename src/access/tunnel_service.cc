@@ -151,6 +151,7 @@ struct TunnelService::Resolution {
   std::string log_stream;
   std::vector<std::string> working_directories;
   bool network_isolated = false;
+  bool held = false;  // the post-mortem instance of a finished job's host
   runtime::AccessPoint access;
 };
 
@@ -490,11 +491,32 @@ Result<TunnelService::Resolution> TunnelService::Resolve(const Target& target) {
                                    (instance_count == 1 ? "" : " to algo-" + std::to_string(instance_count)) +
                                    "); there is no " + target.HostName());
   }
+  const std::string host = target.HostName();
+  out.instance_id = "training-" + record->name + "-" + host;
+  bool launched = false;
+  for (const store::TrainingHostState& h : record->state.hosts) {
+    if (h.host != host) continue;
+    launched = true;
+    if (!h.instance_id.empty()) out.instance_id = h.instance_id;
+    out.log_stream = h.log_stream;
+  }
   if (record->status != store::TrainingJobStatus::kInProgress) {
-    std::string message = job + " is " + std::string(store::ToString(record->status)) + "; its instances are gone";
-    if (record->state.failure_reason)
-      message += " (FailureReason: " + record->state.failure_reason->substr(0, 512) + ")";
-    return Status::InvalidArgument(message);
+    // A finished job's host may be held after exit: its post-mortem instance is the target.
+    if (launched && options_.held_instance_id) {
+      const std::string held = options_.held_instance_id(out.instance_id);
+      if (Result<runtime::AccessPoint> access = deps_.runtime->Access(held); access.ok()) {
+        out.instance_id = held;
+        out.held = true;
+        out.access = *access;
+      }
+    }
+    if (!out.held) {
+      std::string message = job + " is " + std::string(store::ToString(record->status)) + "; its instances are gone";
+      if (record->state.failure_reason) {
+        message += " (FailureReason: " + record->state.failure_reason->substr(0, 512) + ")";
+      }
+      return Status::InvalidArgument(message);
+    }
   }
   bool enabled = false;
   if (request.contains("RemoteDebugConfig") && request["RemoteDebugConfig"].is_object()) {
@@ -507,15 +529,7 @@ Result<TunnelService::Resolution> TunnelService::Resolve(const Target& target) {
   }
   const json& isolation = request.value("EnableNetworkIsolation", json(false));
   out.network_isolated = isolation.is_boolean() && isolation.get<bool>();
-  const std::string host = target.HostName();
-  out.instance_id = "training-" + record->name + "-" + host;
-  bool launched = false;
-  for (const store::TrainingHostState& h : record->state.hosts) {
-    if (h.host != host) continue;
-    launched = true;
-    if (!h.instance_id.empty()) out.instance_id = h.instance_id;
-    out.log_stream = h.log_stream;
-  }
+  if (out.held) return out;
   const std::string pending = job + " is InProgress (secondary status " +
                               std::string(store::ToString(record->secondary_status)) + "); " + host +
                               " is not running yet; retry, or use kiln connect --wait";
@@ -635,8 +649,7 @@ Status TunnelService::Authorize(const ConnectRequest& request, const Resolution&
   return Status::Ok();
 }
 
-Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
-  ASSIGN_OR_RETURN(Target target, ParseTarget(request.target));
+Status TunnelService::CheckCaller(const ConnectRequest& request) const {
   const std::string principal = request.principal_arn.empty() ? kAnonymous : request.principal_arn;
   {
     MutexLock lock(mutex_);
@@ -650,6 +663,13 @@ Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
     return Status::PermissionDenied(principal + " is not allowed to perform kiln:RemoteConnect on this Kiln server " +
                                     "(remote_access.allowed_principals)");
   }
+  return Status::Ok();
+}
+
+Result<PreparedTunnel> TunnelService::Prepare(const ConnectRequest& request) {
+  ASSIGN_OR_RETURN(Target target, ParseTarget(request.target));
+  const std::string principal = request.principal_arn.empty() ? kAnonymous : request.principal_arn;
+  RETURN_IF_ERROR(CheckCaller(request));
   ASSIGN_OR_RETURN(std::string key, CheckPublicKey(request.public_key));
   ASSIGN_OR_RETURN(Resolution resolution, Resolve(target));
   RETURN_IF_ERROR(Authorize(request, resolution));
@@ -1071,6 +1091,9 @@ Result<nlohmann::json> TunnelService::Targets(const std::string& resource) {
     std::string state = "Pending";
     if (record->status != store::TrainingJobStatus::kInProgress) {
       state = "Gone";
+      if (launched && options_.held_instance_id && deps_.runtime->Access(options_.held_instance_id(instance_id)).ok()) {
+        state = "Held";
+      }
     } else if (launched) {
       Result<runtime::AccessPoint> access = deps_.runtime->Access(instance_id);
       if (access.ok()) {
@@ -1088,6 +1111,28 @@ Result<nlohmann::json> TunnelService::Targets(const std::string& resource) {
   }
   out["Targets"] = std::move(targets);
   return out;
+}
+
+Result<nlohmann::json> TunnelService::Release(const ConnectRequest& request) {
+  ASSIGN_OR_RETURN(Target target, ParseTarget(request.target));
+  RETURN_IF_ERROR(CheckCaller(request));
+  ASSIGN_OR_RETURN(Resolution resolution, Resolve(target));
+  std::string hold;
+  if (resolution.held) {
+    hold = "hold after exit";
+  } else if (options_.is_holding_before_start && options_.is_holding_before_start(resolution.access.host_pid)) {
+    hold = "hold before start";
+  } else {
+    return Status::FailedPrecondition(resolution.target.Canonical() +
+                                      " is not held (its program runs); there is nothing to release");
+  }
+  // The hold (PID 1 of the instance) ends on SIGUSR1: the program starts, or the post-mortem
+  // instance exits.
+  RETURN_IF_ERROR(deps_.runtime->Signal(resolution.instance_id, SIGUSR1));
+  WriteLogLine(resolution.log_group, resolution.log_stream,
+               "[kiln] " + resolution.target.HostName() + " released (" + hold + ") by " +
+                   (request.principal_arn.empty() ? std::string(kAnonymous) : request.principal_arn));
+  return json{{"Target", resolution.target.Canonical()}, {"InstanceId", resolution.instance_id}, {"Released", hold}};
 }
 
 Result<nlohmann::json> TunnelService::EndpointTargets(const std::string& name) {

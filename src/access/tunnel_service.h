@@ -86,6 +86,11 @@ struct TunnelServiceOptions {
   std::string training_log_group = "/aws/sagemaker/TrainingJobs";
   // Endpoint instances' streams are <variant>/<instance id> in <prefix><endpoint>.
   std::string endpoint_log_group_prefix = "/aws/sagemaker/Endpoints/";
+  // Holds (R-15, R-16; control/training_hold.h): the post-mortem instance of a finished job's
+  // host (null: no holds after exit), and whether a host pid is still the hold before start
+  // (null: none). The server passes control::HeldInstanceId and control::IsHoldingBeforeStart.
+  std::function<std::string(const std::string&)> held_instance_id;
+  std::function<bool(int)> is_holding_before_start;
   // How often open tunnels are re-checked (R-2/R-28 ask for 5 s at most).
   std::chrono::milliseconds watch_interval{1000};
   // SIGTERM → SIGKILL of an agent being closed.
@@ -155,6 +160,13 @@ class TunnelService {
   // the tunnel is closed. Writes the audit row and the `[kiln] ... opened` line first.
   void Run(PreparedTunnel tunnel, UniqueFd client_fd, std::string buffered);
 
+  // POST /_kiln/remote/release?target=T (`kiln release`): ends the target's hold — before start
+  // (the program starts) or after exit (the post-mortem instance exits) — with SIGUSR1 to the
+  // instance's PID 1. Checked as a connect is (operator switch, principal, the resource's access);
+  // FailedPrecondition (409) when the target is not held. Answers {"Target", "InstanceId",
+  // "Released": "hold before start" | "hold after exit"}.
+  Result<nlohmann::json> Release(const ConnectRequest& request);
+
   // GET /_kiln/remote/targets: the design page's JSON. `resource` as ParseResource takes it.
   Result<nlohmann::json> Targets(const std::string& resource);
   // GET /_kiln/remote/connections: {"Connections": [...]} newest first, at most `max_results`
@@ -180,6 +192,8 @@ class TunnelService {
   // Targets() of an endpoint: its instances, each with its variant and whether access is on.
   Result<nlohmann::json> EndpointTargets(const std::string& name);
   Status Authorize(const ConnectRequest& request, const Resolution& resolution) const EXCLUDES(mutex_);
+  // The operator switch, a stopping server and the allowed principals.
+  Status CheckCaller(const ConnectRequest& request) const EXCLUDES(mutex_);
   // The tunnel's thread: StartAgent, then (once Run attached the client) Splice and Finish.
   void Lifecycle(const std::shared_ptr<Tunnel>& tunnel);
   // Spawns the agent and waits for its banner; nullopt on success, else why not (reaped).

@@ -522,5 +522,61 @@ TEST_F(TunnelServiceTest, AClientThatLeavesBecauseTheJobEndedIsAuditedAsJobEnded
   EXPECT_EQ(rows[0].close_reason, "job ended");
 }
 
+TEST_F(TunnelServiceTest, HeldHostsAreTargetsAndHoldsAreReleased) {
+  options_.held_instance_id = [](const std::string& id) { return id + "-held"; };
+  bool holding_before_start = false;
+  options_.is_holding_before_start = [&](int) { return holding_before_start; };
+  MakeService();
+  AddJob("j", true);
+  // Not held: nothing to release.
+  Result<json> none = service_->Release(Request("j"));
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("not held"), std::string::npos);
+  // Held before start: SIGUSR1 to the instance's PID 1.
+  holding_before_start = true;
+  Result<json> before = service_->Release(Request("j"));
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ((*before)["Released"], "hold before start");
+  ASSERT_FALSE(runtime_->signals().empty());
+  EXPECT_EQ(runtime_->signals().back().instance_id, "training-j-algo-1");
+  EXPECT_EQ(runtime_->signals().back().signal, SIGUSR1);
+  holding_before_start = false;
+
+  // The job fails; its host is held after exit: the same target reaches the post-mortem instance.
+  ASSERT_TRUE(runtime_->Exit("training-j-algo-1", 1).ok());
+  auto failed = store::TrainingJobRepository(db_.get()).Mutate("j", [](store::TrainingJobRecord& r) {
+    r.status = store::TrainingJobStatus::kFailed;
+    r.state.failure_reason = "loss is NaN";
+    return Status::Ok();
+  });
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ((*service_->Targets("j"))["Targets"][0]["State"], "Gone");
+  EXPECT_EQ(service_->Prepare(Request("j")).status().code(), StatusCode::kInvalidArgument);
+  runtime::InstanceSpec held;
+  held.instance_id = "training-j-algo-1-held";
+  held.hostname = "algo-1";
+  held.argv = {"/bin/true"};
+  ASSERT_TRUE(runtime_->Launch(held).ok());
+  auto t = service_->Targets("j");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)["ResourceStatus"], "Failed");
+  EXPECT_EQ((*t)["FailureReason"], "loss is NaN");
+  EXPECT_EQ((*t)["Targets"][0]["State"], "Held");
+  UniqueFd client = Connect("j");
+  ASSERT_TRUE(client.valid());
+  EXPECT_EQ(ReadFor(client.get(), 14, std::chrono::seconds(5)), "SSH-2.0-fake\r\n");
+  Result<json> after = service_->Release(Request("training-job/j/algo-1"));
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ((*after)["Released"], "hold after exit");
+  EXPECT_EQ(runtime_->signals().back().instance_id, "training-j-algo-1-held");
+  // The hold ends (the post-mortem instance exits): its tunnel closes as the job's end.
+  ASSERT_TRUE(runtime_->Exit("training-j-algo-1-held", 0).ok());
+  EXPECT_TRUE(ClosedWithin(client.get(), std::chrono::seconds(5)));
+  auto rows = ClosedAudit();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].close_reason, "job ended");
+  EXPECT_EQ((*service_->Targets("j"))["Targets"][0]["State"], "Gone");
+}
+
 }  // namespace
 }  // namespace kiln::access

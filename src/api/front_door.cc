@@ -471,11 +471,15 @@ void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& resp
   context.operation = route == "connect"       ? "RemoteConnect"
                       : route == "targets"     ? "RemoteTargets"
                       : route == "connections" ? "RemoteConnections"
+                      : route == "release"     ? "RemoteRelease"
                                                : "";
-  if (context.operation.empty() || request.method != "GET") {
+  // release changes state: POST (GET is accepted too, as the other routes' clients sign GETs).
+  const bool method_ok = request.method == "GET" || (route == "release" && request.method == "POST");
+  if (context.operation.empty() || !method_ok) {
     send_error(aws::AwsError("UnknownOperationException",
                              "Kiln does not serve " + request.method + " " + request.raw_path.substr(0, 256) +
-                                 " (remote access serves GET /_kiln/remote/connect, /targets and /connections).",
+                                 " (remote access serves GET /_kiln/remote/connect, /targets, /connections and "
+                                 "POST /_kiln/remote/release).",
                              404));
     return;
   }
@@ -513,6 +517,14 @@ void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& resp
       return;
     }
     send_json(remote_access_->Targets(param("resource")));
+    return;
+  }
+  if (route == "release") {
+    access::ConnectRequest release;
+    release.target = param("target");
+    release.principal_arn = context.auth != nullptr ? context.auth->credential.principal_arn : "";
+    release.source_address = request.remote_address;
+    send_json(remote_access_->Release(release));
     return;
   }
   if (route == "connections") {

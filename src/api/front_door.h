@@ -6,7 +6,8 @@
 //
 // Dispatch, in order:
 //   GET /_kiln/health                            → health (no auth)
-//   GET /_kiln/remote/{connect,targets,connections} signed for "sagemaker" → remote access
+//   GET /_kiln/remote/{connect,targets,connections}, POST /_kiln/remote/release, signed for
+//   "sagemaker"                                  → remote access
 //                                                  (the TunnelService given to SetRemoteAccess;
 //                                                  errors in JSON 1.1's shape; connect upgrades
 //                                                  the connection to the SSH stream)

@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "cli/version.h"
+#include "control/training_hold.h"
 #include "objects/fs_object_store.h"
 #include "objects/s3_object_store.h"
 #include "runtime/docker/container_config.h"
@@ -623,6 +624,8 @@ Status Server::BuildRemoteAccess() {
   options.agent_command = {SelfExecutable(), "agent"};
   options.host_key_path = c.data_dir + "/access/ssh_host_ed25519_key";
   options.training_log_group = control::kTrainingLogGroup;
+  options.held_instance_id = control::HeldInstanceId;
+  options.is_holding_before_start = control::IsHoldingBeforeStart;
   options.region = c.regions.front();
   options.account_id = c.account_id;
   access::TunnelServiceDeps deps;
