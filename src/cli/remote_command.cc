@@ -10,6 +10,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,17 +136,67 @@ SshSettings SettingsFor(const RemoteClient& client, const std::string& key_path,
   return s;
 }
 
-// Runs ssh in place of this process; returns only when it cannot.
-int ExecSsh(const std::vector<std::string>& argv) {
+// `kiln connect` names a file here for the ssh-proxy that its ssh starts: the proxy appends
+// "<connection id> <target>" on each 101, and leaves telling the user why Kiln closed a connection
+// to `kiln connect` (ssh may end before its proxy can say it: it hangs up on its ProxyCommand).
+constexpr char kConnectionFileEnv[] = "KILN_CONNECTION_FILE";
+
+pid_t ssh_child = -1;  // for the forwarding handler only
+void ForwardSignal(int sig) {
+  if (ssh_child > 0) kill(ssh_child, sig);
+}
+
+// Runs ssh as a child and returns its exit status (128+n for a signal, 255 when it cannot run).
+// When ssh fails, the last connection its proxy opened is looked up in the audit and a reason
+// Kiln gave for closing it (job ended, access disabled, idle timeout, ...) is printed.
+int RunSsh(const RemoteClient& client, const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kiln-connect-XXXXXX";
+  UniqueFd file(mkstemp(path.data()));
+  if (file.valid()) setenv(kConnectionFileEnv, path.c_str(), 1);
   std::cout.flush();
   std::cerr.flush();
-  execvp(args[0], args.data());
-  std::cerr << "kiln: cannot run the OpenSSH client `ssh`: " << std::strerror(errno)
-            << " (install openssh-client, or serve the tunnel for another SSH client with --local-port)\n";
-  return 255;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(args[0], args.data());
+    std::cerr << "kiln: cannot run the OpenSSH client `ssh`: " << std::strerror(errno)
+              << " (install openssh-client, or serve the tunnel for another SSH client with --local-port)\n";
+    std::cerr.flush();
+    _exit(255);
+  }
+  if (pid < 0) {
+    std::cerr << "kiln: fork: " << std::strerror(errno) << "\n";
+    if (file.valid()) unlink(path.c_str());
+    return 255;
+  }
+  // The terminal's SIGINT/SIGQUIT reach ssh too (same process group): ssh decides. A SIGTERM or
+  // SIGHUP sent to kiln alone is passed on.
+  ssh_child = pid;
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  signal(SIGTERM, ForwardSignal);
+  signal(SIGHUP, ForwardSignal);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (file.valid()) {
+    std::string text;
+    auto content = ReadFile(path);
+    unlink(path.c_str());
+    if (content.ok()) text = *content;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::string last = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    size_t space = last.find(' ');
+    if (code != 0 && space != std::string::npos) {
+      std::string reason = ServerCloseReason(client, last.substr(space + 1), last.substr(0, space));
+      if (!reason.empty()) std::cerr << "kiln: Kiln closed the connection: " << reason << "\n";
+    }
+  }
+  return code;
 }
 
 }  // namespace
@@ -309,7 +360,8 @@ Result<UpgradeAnswer> OpenTunnel(const RemoteClient& client, std::string_view ta
   return answer;
 }
 
-Status SpliceStreams(int in_fd, int out_fd, int sock, std::string_view buffered) {
+Status SpliceStreams(int in_fd, int out_fd, int sock, std::string_view buffered, bool* server_closed) {
+  if (server_closed != nullptr) *server_closed = false;
   ASSIGN_OR_RETURN(bool open, WriteOut(out_fd, buffered));
   if (!open) return Status::Ok();
   bool in_open = true;
@@ -328,7 +380,10 @@ Status SpliceStreams(int in_fd, int out_fd, int sock, std::string_view buffered)
         if (errno == ECONNRESET) return Status::Unavailable("the tunnel was reset");
         return ErrnoStatus("recv from the tunnel", errno);
       }
-      if (got == 0) return Status::Ok();
+      if (got == 0) {
+        if (server_closed != nullptr) *server_closed = in_open;
+        return Status::Ok();
+      }
       ASSIGN_OR_RETURN(bool reader, WriteOut(out_fd, std::string_view(buf.data(), static_cast<size_t>(got))));
       if (!reader) return Status::Ok();
     }
@@ -635,12 +690,39 @@ int RunSshProxy(const RemoteClient& client, const std::string& key_path, const s
     std::cerr << "kiln: " << DescribeErrorAnswer(*answer) << "\n";
     return 255;
   }
-  Status s = SpliceStreams(STDIN_FILENO, STDOUT_FILENO, answer->fd.get(), answer->buffered);
+  const std::string* id = FindHeader(answer->headers, "X-Kiln-Connection-Id");
+  const std::string* canonical = FindHeader(answer->headers, "X-Kiln-Target");
+  const char* connection_file = std::getenv(kConnectionFileEnv);
+  const bool parent_reports = connection_file != nullptr && *connection_file != '\0';
+  if (parent_reports && id != nullptr) {
+    UniqueFd file(open(connection_file, O_WRONLY | O_APPEND | O_CLOEXEC));
+    if (file.valid()) (void)WriteAll(file.get(), *id + " " + (canonical != nullptr ? *canonical : target) + "\n");
+  }
+  bool server_closed = false;
+  Status s = SpliceStreams(STDIN_FILENO, STDOUT_FILENO, answer->fd.get(), answer->buffered, &server_closed);
   if (!s.ok()) {
     std::cerr << "kiln: " << s.message() << "\n";
     return 255;
   }
+  if (server_closed && !parent_reports) {
+    // Tell the user why before ssh reports the lost connection (ssh waits for this process).
+    std::string reason = id == nullptr ? "" : ServerCloseReason(client, canonical ? *canonical : target, *id);
+    if (!reason.empty()) std::cerr << "kiln: Kiln closed the connection: " << reason << "\n";
+  }
   return 0;
+}
+
+std::string ServerCloseReason(const RemoteClient& client, std::string_view target, std::string_view connection_id) {
+  auto answer =
+      GetJson(client, "/_kiln/remote/connections", "max-results=100&resource=" + UriEncode(ResourceOfTarget(target)));
+  if (!answer.ok()) return "";
+  for (const json& c : answer->value("Connections", json::array())) {
+    if (JsonString(c, "ConnectionId") != connection_id) continue;
+    std::string reason = JsonString(c, "CloseReason");
+    if (reason == "client disconnected" || reason == "agent exited") return "";
+    return reason;
+  }
+  return "";
 }
 
 namespace {
@@ -715,8 +797,12 @@ int ServeLocalPort(const RemoteClient& client, const ConnectOptions& options, co
       if (!tunnel.ok()) {
         std::cerr << "kiln connect: " << tunnel.status().message() << "\n";
       } else if (active->Add(tunnel->fd.get())) {
-        Status s = SpliceStreams(conn.get(), conn.get(), tunnel->fd.get(), tunnel->buffered);
+        bool server_closed = false;
+        Status s = SpliceStreams(conn.get(), conn.get(), tunnel->fd.get(), tunnel->buffered, &server_closed);
         if (!s.ok()) std::cerr << "kiln connect: " << s.message() << "\n";
+        const std::string* id = FindHeader(tunnel->headers, "X-Kiln-Connection-Id");
+        std::string reason = server_closed && id != nullptr ? ServerCloseReason(client, options.target, *id) : "";
+        if (!reason.empty()) std::cerr << "kiln connect: Kiln closed connection " << *id << ": " << reason << "\n";
         active->Remove(tunnel->fd.get());
       }
       active->Remove(conn.get());  // before the UniqueFds close: Stop never touches a reused number
@@ -757,7 +843,7 @@ int RunConnect(const RemoteClient& client, const ConnectOptions& options) {
   command.remote_forwards = options.remote_forwards;
   command.command = options.command;
   command.tty = options.command.empty() && isatty(STDIN_FILENO) == 1;
-  return ExecSsh(SshArgv(SettingsFor(client, options.key_path, options.proxy_flags), command));
+  return RunSsh(client, SshArgv(SettingsFor(client, options.key_path, options.proxy_flags), command));
 }
 
 int RunPortForward(const RemoteClient& client, const ConnectOptions& options, int remote_port, int local_port) {
@@ -777,7 +863,7 @@ int RunPortForward(const RemoteClient& client, const ConnectOptions& options, in
   command.local_forwards = {std::to_string(local_port) + ":localhost:" + std::to_string(remote_port)};
   std::cerr << "kiln port-forward: http://localhost:" << local_port << " -> " << options.target << " port "
             << remote_port << " (Ctrl-C stops)\n";
-  return ExecSsh(SshArgv(SettingsFor(client, options.key_path, options.proxy_flags), command));
+  return RunSsh(client, SshArgv(SettingsFor(client, options.key_path, options.proxy_flags), command));
 }
 
 int RunSshConfig(const RemoteClient& client, const std::string& key_path, const std::vector<std::string>& proxy_flags,

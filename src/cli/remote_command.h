@@ -2,7 +2,7 @@
 // The client side of remote access (spec/remote-access.md §3.5, notes' "The client"):
 //   kiln ssh-proxy <target>      one SigV4-signed `GET /_kiln/remote/connect` upgraded to a raw
 //                                byte stream, spliced to stdin/stdout (OpenSSH's ProxyCommand);
-//   kiln connect <target>        execs OpenSSH `ssh` through that proxy, or with --local-port
+//   kiln connect <target>        runs OpenSSH `ssh` through that proxy, or with --local-port
 //                                serves the tunnel on 127.0.0.1:<port> for any SSH client;
 //   kiln port-forward, kiln ssh-config, kiln targets, kiln connections.
 // The server parses targets; the client passes the user's text through (only `--wait` needs to
@@ -82,8 +82,14 @@ Result<UpgradeAnswer> OpenTunnel(const RemoteClient& client, std::string_view ta
 // half-closes the socket (shutdown SHUT_WR) and keeps reading it. in_fd may equal out_fd (a
 // socket). Returns Ok on the socket's EOF or when out_fd's reader went away; errors on socket
 // errors. Blocking fds; writes are whole (one direction stalls while the other side's buffer is full,
-// as in any byte pipe; SSH's windows keep that short).
-Status SpliceStreams(int in_fd, int out_fd, int sock, std::string_view buffered);
+// as in any byte pipe; SSH's windows keep that short). `server_closed`, when given, is set when the
+// socket ended while in_fd was still open (Kiln closed the connection, not the client).
+Status SpliceStreams(int in_fd, int out_fd, int sock, std::string_view buffered, bool* server_closed = nullptr);
+
+// Why Kiln closed connection `connection_id` (its audit row's CloseReason, from the connections
+// route for ResourceOfTarget(target)); "" when unknown or not a server-side reason (the client
+// disconnected, the session's shell ended). The server writes the reason before it closes.
+std::string ServerCloseReason(const RemoteClient& client, std::string_view target, std::string_view connection_id);
 
 // ---- ssh ----
 // Quotes `word` for /bin/sh when it holds anything outside [A-Za-z0-9_./:@%+=,-].

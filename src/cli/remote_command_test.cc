@@ -487,6 +487,32 @@ TEST(RemoteCommandTest, OpenUpgradeToNothingIsUnavailable) {
   EXPECT_EQ(answer.status().code(), StatusCode::kUnavailable);
 }
 
+std::string JsonReply(const json& body) {
+  std::string text = body.dump();
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+         "\r\n\r\n" + text;
+}
+
+TEST(RemoteCommandTest, TheServersCloseReasonIsLookedUpByConnectionId) {
+  json audit = {{"Connections",
+                 {{{"ConnectionId", "rc-2"}, {"CloseReason", "job ended"}},
+                  {{"ConnectionId", "rc-1"}, {"CloseReason", "client disconnected"}}}}};
+  {
+    OneShotServer server(JsonReply(audit));
+    RemoteClient client = Client();
+    client.endpoint = server.endpoint();
+    EXPECT_EQ(ServerCloseReason(client, "training-job/j/algo-1", "rc-2"), "job ended");
+    EXPECT_EQ(server.request_.rfind("GET /_kiln/remote/connections?max-results=100&resource=training-job%2Fj ", 0), 0u)
+        << server.request_;
+  }
+  {
+    OneShotServer server(JsonReply(audit));
+    RemoteClient client = Client();
+    client.endpoint = server.endpoint();
+    EXPECT_EQ(ServerCloseReason(client, "training-job/j/algo-1", "rc-1"), "");  // the user's own doing
+  }
+}
+
 // stdin/stdout as pipes, the tunnel as one end of a socketpair.
 struct SpliceRig {
   int in[2], out[2], tunnel[2];
@@ -512,7 +538,8 @@ struct SpliceRig {
 TEST(RemoteCommandTest, SpliceCopiesBothWaysAndHalfClosesOnInputEof) {
   SpliceRig rig;
   Status result = Status::Internal("not run");
-  std::thread splice([&] { result = SpliceStreams(rig.in[0], rig.out[1], rig.tunnel[0], "early "); });
+  bool server_closed = true;
+  std::thread splice([&] { result = SpliceStreams(rig.in[0], rig.out[1], rig.tunnel[0], "early ", &server_closed); });
   const std::string up(300 * 1024, 'u');  // more than one buffer and the pipe's capacity
   std::thread writer([&] {
     (void)WriteAll(rig.in[1], up);
@@ -530,12 +557,14 @@ TEST(RemoteCommandTest, SpliceCopiesBothWaysAndHalfClosesOnInputEof) {
   close(rig.out[1]);
   rig.out[1] = -1;
   EXPECT_EQ(SpliceRig::ReadAll(rig.out[0]), "early down");
+  EXPECT_FALSE(server_closed);  // the client half-closed first
 }
 
 TEST(RemoteCommandTest, SpliceEndsWhenTheTunnelEndsEvenWithInputOpen) {
   SpliceRig rig;
   Status result = Status::Internal("not run");
-  std::thread splice([&] { result = SpliceStreams(rig.in[0], rig.out[1], rig.tunnel[0], ""); });
+  bool server_closed = false;
+  std::thread splice([&] { result = SpliceStreams(rig.in[0], rig.out[1], rig.tunnel[0], "", &server_closed); });
   ASSERT_TRUE(WriteAll(rig.tunnel[1], "bye").ok());
   close(rig.tunnel[1]);
   rig.tunnel[1] = -1;
@@ -544,6 +573,7 @@ TEST(RemoteCommandTest, SpliceEndsWhenTheTunnelEndsEvenWithInputOpen) {
   close(rig.out[1]);
   rig.out[1] = -1;
   EXPECT_EQ(SpliceRig::ReadAll(rig.out[0]), "bye");
+  EXPECT_TRUE(server_closed);
 }
 
 TEST(RemoteCommandTest, SpliceOverOneSocketForBothDirections) {
