@@ -384,6 +384,12 @@ int Main(int argc, char** argv) {
   connections->add_option("--max-results", max_results, "at most this many");
   connections->add_option("resource", remote_resource, "only this training job or endpoint");
 
+  CLI::App* release = app.add_subcommand("release",
+                                         "end a held target's hold (its program starts, or a post-mortem "
+                                         "hold ends)");
+  add_remote_common(release);
+  release->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   if (server->parsed()) return RunServer(flags);
@@ -396,7 +402,7 @@ int Main(int argc, char** argv) {
   }
   if (keys_add->parsed()) return RunKeysAdd(flags, user);
   if (keys_list->parsed()) return RunKeysList(flags);
-  for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections}) {
+  for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections, release}) {
     if (!cmd->parsed()) continue;
     std::optional<RemoteClient> client = ResolveRemoteClient(flags, remote_endpoint, cmd != ssh_config);
     if (!client) return cmd == ssh_proxy ? 255 : 1;
@@ -410,6 +416,7 @@ int Main(int argc, char** argv) {
                           alias);
     }
     if (cmd == targets) return RunTargets(*client, remote_resource, remote_json);
+    if (cmd == release) return RunRelease(*client, connect_options.target);
     return RunConnections(*client, remote_resource, max_results, remote_json);
   }
   return 2;

@@ -589,8 +589,13 @@ size_t CollectBody(char* data, size_t size, size_t count, void* user) {
 }  // namespace
 
 Result<json> GetJson(const RemoteClient& client, const std::string& path, const std::string& raw_query) {
+  return RequestJson(client, "GET", path, raw_query);
+}
+
+Result<json> RequestJson(const RemoteClient& client, const std::string& method, const std::string& path,
+                         const std::string& raw_query) {
   aws::OwnedSignable request;
-  request.method = "GET";
+  request.method = method;
   request.raw_path = path;
   request.raw_query = raw_query;
   request.headers.emplace("Host", client.endpoint.authority);
@@ -613,6 +618,11 @@ Result<json> GetJson(const RemoteClient& client, const std::string& path, const 
   std::string url = "http://" + client.endpoint.authority + path + (raw_query.empty() ? "" : "?" + raw_query);
   std::string response;
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  if (method == "POST") {
+    // An empty body, as signed (kEmptySha256).
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, 0L);
+  }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, CollectBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
@@ -890,6 +900,17 @@ int RunTargets(const RemoteClient& client, const std::string& resource, bool as_
   } else {
     PrintTargetsTable(*answer, std::cout);
   }
+  return 0;
+}
+
+int RunRelease(const RemoteClient& client, const std::string& target) {
+  auto answer = RequestJson(client, "POST", "/_kiln/remote/release", "target=" + UriEncode(target));
+  if (!answer.ok()) {
+    std::cerr << "kiln release: " << answer.status().message() << "\n";
+    return 1;
+  }
+  // "Released": "hold before start" (the program starts now) or "hold after exit" (it ends).
+  std::cout << "released " << answer->value("Target", target) << " (" << answer->value("Released", "hold") << ")\n";
   return 0;
 }
 

@@ -148,6 +148,9 @@ Status WaitForTarget(const TargetsFetch& fetch, std::string_view target, int tim
 // A signed GET of a JSON route (`raw_query` already percent-encoded). Non-200: the answer's
 // "<Code>: <message>" (NotFound for ResourceNotFound, else FailedPrecondition).
 Result<nlohmann::json> GetJson(const RemoteClient& client, const std::string& path, const std::string& raw_query);
+// The same with another method (POST: an empty body).
+Result<nlohmann::json> RequestJson(const RemoteClient& client, const std::string& method, const std::string& path,
+                                   const std::string& raw_query);
 
 // Tables of `kiln targets` / `kiln connections`.
 void PrintTargetsTable(const nlohmann::json& answer, std::ostream& out);
@@ -173,5 +176,8 @@ int RunSshConfig(const RemoteClient& client, const std::string& key_path, const 
                  const std::string& target, const std::string& alias);
 int RunTargets(const RemoteClient& client, const std::string& resource, bool json);
 int RunConnections(const RemoteClient& client, const std::string& resource, int max_results, bool json);
+// `kiln release <target>`: POST /_kiln/remote/release — a held target's program starts (hold
+// before start) or its post-mortem hold ends (hold after exit); control/training_hold.h.
+int RunRelease(const RemoteClient& client, const std::string& target);
 
 }  // namespace kiln::cli

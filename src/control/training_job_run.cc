@@ -630,7 +630,9 @@ void TrainingJobRun::StopIfIdle() {
   if (!stopping) return;
   KLOG(info, "remote idle stop", {{"job", name_}, {"idle_seconds", std::to_string(idle_stop_seconds_)}});
   if (deps().log_store != nullptr) {
+    (void)deps().log_store->CreateGroup(kTrainingLogGroup);
     for (const auto& host : hosts_) {
+      (void)deps().log_store->CreateStream(kTrainingLogGroup, host->log_stream);
       (void)deps().log_store->Append(kTrainingLogGroup, host->log_stream, {{now, "[kiln] " + why}});
     }
   }
@@ -736,7 +738,13 @@ void TrainingJobRun::HoldAfterExit() {
   const std::string seconds = std::to_string(hold_exit_seconds_);
   auto say = [&](const Host& host, const std::string& line) {
     if (deps().log_store != nullptr && !host.log_stream.empty()) {
-      (void)deps().log_store->Append(kTrainingLogGroup, host.log_stream, {{Now(), "[kiln] " + line}});
+      // A program that printed nothing has no stream yet (the pump creates it with the first line).
+      (void)deps().log_store->CreateGroup(kTrainingLogGroup);
+      (void)deps().log_store->CreateStream(kTrainingLogGroup, host.log_stream);
+      auto appended = deps().log_store->Append(kTrainingLogGroup, host.log_stream, {{Now(), "[kiln] " + line}});
+      if (!appended.ok()) {
+        KLOG(warn, "hold line not logged", {{"job", name_}, {"error", appended.status().ToString()}});
+      }
     }
   };
   for (auto& host : hosts_) {
