@@ -264,7 +264,14 @@ int Main(int argc, char** argv) {
   // arguments, and building the CLI is skipped on the job-start path.
   if (argc >= 2 && std::string_view(argv[1]) == "shim") return runtime::RunShim(argc - 1, argv + 1);
   // `kiln agent` likewise: started by the daemon per remote-access connection (access/agent_main.h).
-  if (argc >= 2 && std::string_view(argv[1]) == "agent") return access::RunAgentMain(argc - 1, argv + 1);
+  // It ends with _exit: once it has joined an instance's pid namespace, LeakSanitizer's exit-time
+  // check (sanitizer builds) forks its tracer into that namespace, where our pid does not exist,
+  // and spins forever waiting for it; nothing of the agent needs tearing down at exit.
+  if (argc >= 2 && std::string_view(argv[1]) == "agent") {
+    const int code = access::RunAgentMain(argc - 1, argv + 1);
+    std::fflush(nullptr);
+    _exit(code);
+  }
   // `kiln hold-start` likewise: a training host's program while it is held before start
   // (control/training_hold.h); it exec()s the real program.
   if (argc >= 2 && std::string_view(argv[1]) == "hold-start") return RunHoldStart(argc - 1, argv + 1);
