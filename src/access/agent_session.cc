@@ -1023,9 +1023,11 @@ Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options)
     return KeyPtr(key);
   };
   KeyPtr host_key;
+  bool generated = false;
   if (!path.empty() && PathExists(path)) {
     ASSIGN_OR_RETURN(host_key, load());
   } else {
+    generated = true;
     ssh_key generated = nullptr;
     if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &generated) != SSH_OK) {
       return Status::Internal("remote agent: cannot generate an Ed25519 host key");
@@ -1042,10 +1044,12 @@ Result<std::unique_ptr<AgentSession>> AgentSession::Create(AgentOptions options)
     return text;
   };
   ASSIGN_OR_RETURN(agent->host_key_base64_, export_key(host_key.get()));
-  if (!path.empty() && !PathExists(path)) {
+  if (!path.empty() && generated) {
     // Several agents may start at once on a server's first connections: each writes its key to
     // a file of its own and links it to the name, which only the first link gets; the others
-    // take that key instead of their own, so every connection presents the one saved key.
+    // take that key instead of their own, so every connection presents the one saved key. The
+    // decision follows whether this agent generated its key, never a second look at the file:
+    // another agent may have linked it in between, and this one must then take that key.
     const std::string temp =
         path + ".new." + std::to_string(getpid()) + "." + std::to_string(reinterpret_cast<uintptr_t>(agent.get()));
     RETURN_IF_ERROR(WriteFileAtomic(temp, agent->host_key_base64_, 0600));
