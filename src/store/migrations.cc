@@ -241,6 +241,32 @@ CREATE TABLE remote_connections (
 CREATE INDEX remote_connections_by_start ON remote_connections(start_millis, id);
 CREATE INDEX remote_connections_by_resource ON remote_connections(resource_arn, start_millis, id);
 )sql"},
+      // Hyperparameter tuning jobs (store/tuning_job_repository.h, issue 17), laid out as
+      // training_jobs: the validated request verbatim, typed columns for lists, the controller's
+      // state (trials, completion bookkeeping) as one JSON document. Names are unique
+      // case-insensitively (NOCASE); `seq` is the creation order the controller reconciles in.
+      // One index per (filter, sort) of a ListHyperParameterTuningJobs page (as migrations 4 and
+      // 8 for training jobs), each ending in the name, the keyset tie-breaker; (status, seq)
+      // serves ListActive.
+      {11, "hyperparameter tuning jobs", R"sql(
+CREATE TABLE tuning_jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  status TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  end_millis INTEGER,
+  state_json TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX tuning_jobs_by_creation ON tuning_jobs(creation_millis, name);
+CREATE INDEX tuning_jobs_by_status ON tuning_jobs(status, seq);
+CREATE INDEX tuning_jobs_by_status_name ON tuning_jobs(status, name);
+CREATE INDEX tuning_jobs_by_status_creation ON tuning_jobs(status, creation_millis, name);
+CREATE INDEX tuning_jobs_by_modified ON tuning_jobs(last_modified_millis);
+)sql"},
   };
   return kMigrations;
 }

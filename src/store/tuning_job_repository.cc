@@ -1,0 +1,168 @@
+#include "store/tuning_job_repository.h"
+
+namespace kiln::store {
+namespace {
+
+constexpr std::string_view kColumns =
+    "seq, name, arn, request_json, status, creation_millis, last_modified_millis, end_millis, state_json, version";
+
+// The table as list_query.h sees it, selecting either the summary columns or whole records.
+constexpr ListTable kSummaryTable{.table = "tuning_jobs",
+                                  .columns = "name, arn, status, creation_millis, last_modified_millis, end_millis",
+                                  .has_status = true,
+                                  .has_modified = true};
+constexpr ListTable kRecordTable{.table = "tuning_jobs", .columns = kColumns, .has_status = true, .has_modified = true};
+
+Result<TuningJobRecord> ReadRow(const Statement& st) {
+  TuningJobRecord r;
+  r.seq = st.ColumnInt64(0);
+  r.name = st.ColumnText(1);
+  r.arn = st.ColumnText(2);
+  r.request = nlohmann::json::parse(st.ColumnText(3), nullptr, false);
+  const std::string status = st.ColumnText(4);
+  r.creation_millis = st.ColumnInt64(5);
+  r.last_modified_millis = st.ColumnInt64(6);
+  if (!st.IsNull(7)) r.end_millis = st.ColumnInt64(7);
+  const nlohmann::json state = nlohmann::json::parse(st.ColumnText(8), nullptr, false);
+  r.version = st.ColumnInt64(9);
+  if (r.request.is_discarded() || state.is_discarded()) {
+    return Status::Internal("tuning job '" + r.name + "' has a corrupt row (unparsable JSON)");
+  }
+  auto typed_status = ParseTuningJobStatus(status);
+  if (!typed_status.ok()) {
+    return Status::Internal("tuning job '" + r.name + "' has a corrupt row (status '" + status + "')");
+  }
+  r.status = *typed_status;
+  auto typed_state = TuningJobStateFromJson(state);
+  if (!typed_state.ok()) {
+    return Status::Internal("tuning job '" + r.name + "' has a corrupt row (" + typed_state.status().message() + ")");
+  }
+  r.state = std::move(typed_state).value();
+  return r;
+}
+
+void BindEnd(Statement& st, int index, const std::optional<int64_t>& end_millis) {
+  if (end_millis) {
+    st.BindInt64(index, *end_millis);
+  } else {
+    st.BindNull(index);
+  }
+}
+
+}  // namespace
+
+Status TuningJobRepository::Insert(TuningJobRecord& record) {
+  return database_->WithTransaction([&](Database& db) -> Status {
+    {
+      ASSIGN_OR_RETURN(auto existing, db.Prepare("SELECT arn FROM tuning_jobs WHERE name = ?"));
+      existing.BindText(1, record.name);
+      ASSIGN_OR_RETURN(bool found, existing.Step());
+      if (found) return Status::AlreadyExists(existing.ColumnText(0));
+    }
+    ASSIGN_OR_RETURN(auto st, db.Prepare("INSERT INTO tuning_jobs(name, arn, request_json, status, creation_millis, "
+                                         "last_modified_millis, end_millis, state_json, version) "
+                                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)"));
+    st.BindText(1, record.name)
+        .BindText(2, record.arn)
+        .BindText(3, record.request.dump())
+        .BindText(4, std::string(ToString(record.status)))
+        .BindInt64(5, record.creation_millis)
+        .BindInt64(6, record.last_modified_millis);
+    BindEnd(st, 7, record.end_millis);
+    st.BindText(8, ToJson(record.state).dump());
+    RETURN_IF_ERROR(st.Run());
+    record.seq = db.LastInsertRowId();
+    record.version = 1;
+    return Status::Ok();
+  });
+}
+
+Result<TuningJobRecord> TuningJobRepository::Get(const std::string& name) {
+  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kColumns) + " FROM tuning_jobs WHERE name = ?"));
+  st.BindText(1, name);
+  ASSIGN_OR_RETURN(bool found, st.Step());
+  if (!found) return Status::NotFound("hyperparameter tuning job " + name);
+  return ReadRow(st);
+}
+
+Result<TuningJobRecord> TuningJobRepository::Mutate(const std::string& name,
+                                                    const std::function<Status(TuningJobRecord&)>& mutate) {
+  TuningJobRecord record;
+  RETURN_IF_ERROR(database_->WithTransaction([&](Database& db) -> Status {
+    ASSIGN_OR_RETURN(record, Get(name));
+    RETURN_IF_ERROR(mutate(record));
+    ASSIGN_OR_RETURN(auto st, db.Prepare("UPDATE tuning_jobs SET status = ?, last_modified_millis = ?, end_millis = ?, "
+                                         "state_json = ?, request_json = ?, version = version + 1 WHERE seq = ?"));
+    st.BindText(1, std::string(ToString(record.status))).BindInt64(2, record.last_modified_millis);
+    BindEnd(st, 3, record.end_millis);
+    st.BindText(4, ToJson(record.state).dump()).BindText(5, record.request.dump()).BindInt64(6, record.seq);
+    RETURN_IF_ERROR(st.Run());
+    ++record.version;
+    return Status::Ok();
+  }));
+  return record;
+}
+
+Result<std::vector<TuningJobSummaryRow>> TuningJobRepository::ListPage(const ListPageQuery& query) {
+  std::vector<TuningJobSummaryRow> out;
+  RETURN_IF_ERROR(store::ListPage(*database_, kSummaryTable, query, [&](const Statement& st) {
+    TuningJobSummaryRow r;
+    r.name = st.ColumnText(0);
+    r.arn = st.ColumnText(1);
+    r.status = st.ColumnText(2);
+    r.creation_millis = st.ColumnInt64(3);
+    r.last_modified_millis = st.ColumnInt64(4);
+    if (!st.IsNull(5)) r.end_millis = st.ColumnInt64(5);
+    out.push_back(std::move(r));
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<std::vector<TuningJobRecord>> TuningJobRepository::ListPageRecords(const ListPageQuery& query) {
+  std::vector<TuningJobRecord> out;
+  RETURN_IF_ERROR(store::ListPage(*database_, kRecordTable, query, [&](const Statement& st) -> Status {
+    ASSIGN_OR_RETURN(auto record, ReadRow(st));
+    out.push_back(std::move(record));
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<std::vector<TuningJobRecord>> TuningJobRepository::ListActive() {
+  ASSIGN_OR_RETURN(auto st, database_->Prepare("SELECT " + std::string(kColumns) +
+                                               " FROM tuning_jobs WHERE status IN ('InProgress', 'Stopping') "
+                                               "ORDER BY seq"));
+  std::vector<TuningJobRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(auto record, ReadRow(st));
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+Status TuningJobRepository::Delete(const std::string& name) {
+  return database_->WithTransaction([&](Database& db) -> Status {
+    // Only the name and ARN are needed: a corrupt row can still be deleted.
+    std::string arn;
+    int64_t seq = 0;
+    {
+      ASSIGN_OR_RETURN(auto st, db.Prepare("SELECT seq, arn FROM tuning_jobs WHERE name = ?"));
+      st.BindText(1, name);
+      ASSIGN_OR_RETURN(bool found, st.Step());
+      if (!found) return Status::NotFound("hyperparameter tuning job " + name);
+      seq = st.ColumnInt64(0);
+      arn = st.ColumnText(1);
+    }
+    ASSIGN_OR_RETURN(auto tags, db.Prepare("DELETE FROM resource_tags WHERE resource_arn = ?"));
+    tags.BindText(1, arn);
+    RETURN_IF_ERROR(tags.Run());
+    ASSIGN_OR_RETURN(auto st, db.Prepare("DELETE FROM tuning_jobs WHERE seq = ?"));
+    st.BindInt64(1, seq);
+    return st.Run();
+  });
+}
+
+}  // namespace kiln::store
