@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <random>
 #include <set>
 #include <tuple>
 #include <variant>
@@ -370,13 +369,6 @@ std::set<std::string> StaticNames(const json& definition) {
   return names;
 }
 
-// A seed for RandomSeed when the request has none: stored, so that the controller proposes the
-// same configurations after a restart.
-int64_t DrawSeed() {
-  std::random_device device;
-  return static_cast<int64_t>(device() & 0x7fffffffu);
-}
-
 struct CheckedDefinitions {
   uint64_t grid_points = 0;  // Grid: the sum over definitions of their grid sizes
 };
@@ -651,13 +643,13 @@ JsonOutcome CreateHyperParameterTuningJob(Operations& ops, const json& input) {
   if (auto error = CheckWarmStart(ops, in)) return *error;
   if (auto error = CheckKilnTags(in)) return *error;
   if (!Has(config, "TrainingJobEarlyStoppingType")) config["TrainingJobEarlyStoppingType"] = "Off";
-  if (!Has(config, "RandomSeed")) config["RandomSeed"] = DrawSeed();
 
   const int64_t now = ops.Now();
   store::TuningJobRecord record;
   record.name = name;
   record.arn = arn;
   record.request = in;
+  record.request.erase("Tags");  // kept in the tag table (the controller reads them there)
   record.status = store::TuningJobStatus::kInProgress;
   record.creation_millis = now;
   record.last_modified_millis = now;

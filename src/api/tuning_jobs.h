@@ -15,9 +15,8 @@
 //
 // The stored request is the validated input with AWS's defaults filled in, so the controller
 // reads one form: HyperParameterTuningJobConfig.ResourceLimits.MaxNumberOfTrainingJobs (Grid:
-// the number of grid points), TrainingJobEarlyStoppingType ("Off"), RandomSeed (drawn when
-// absent, so a restart proposes the same configurations), and `Tags` (the creation tags, which
-// every trial carries). Describe echoes it without `Tags`.
+// the number of grid points) and TrainingJobEarlyStoppingType ("Off"). Its Tags are kept in the
+// tag table (store::TagRepository, keyed by the ARN), not in the request, as for training jobs.
 //
 // Errors: a missing tuning job is ResourceNotFound "Amazon SageMaker can't find a tuning job
 // with name <name>" (§7) for Describe, Stop, Delete and ListTrainingJobsFor...; a taken name is
