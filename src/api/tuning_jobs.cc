@@ -268,7 +268,7 @@ json RenderTrialSummary(const store::TuningJobRecord& record, const store::Tunin
 }
 
 json RenderTuningJob(const store::TuningJobRecord& record, const std::vector<store::TuningJobRecord>& parents,
-                     const std::string& region, const std::string& account_id) {
+                     const std::string& region, const std::string& account_id, int64_t now_millis) {
   const json& in = record.request;
   json out = json::object();
   out["HyperParameterTuningJobName"] = record.name;
@@ -303,7 +303,11 @@ json RenderTuningJob(const store::TuningJobRecord& record, const std::vector<sto
     details["ConvergenceDetectedTime"] = Seconds(*record.state.convergence_detected_millis);
   }
   out["TuningJobCompletionDetails"] = details;
-  out["ConsumedResources"] = {{"RuntimeInSeconds", record.state.runtime_ms_consumed / 1000}};
+  // The tuning job's wall time: up to its end, or `now_millis` while it runs (the controller's
+  // runtime_ms_consumed when it keeps a larger figure).
+  const int64_t until = end ? *end : std::max(now_millis, record.creation_millis);
+  const int64_t runtime_ms = std::max(record.state.runtime_ms_consumed, until - record.creation_millis);
+  out["ConsumedResources"] = {{"RuntimeInSeconds", runtime_ms / 1000}};
   return out;
 }
 
@@ -686,7 +690,7 @@ JsonOutcome DescribeHyperParameterTuningJob(Operations& ops, const json& in) {
       if (parent.ok()) parents.push_back(std::move(parent).value());
     }
   }
-  return RenderTuningJob(*record, parents, ops.ctx.region, ops.ctx.account_id);
+  return RenderTuningJob(*record, parents, ops.ctx.region, ops.ctx.account_id, ops.Now());
 }
 
 store::ListFilter ListFilterOf(const json& in) {

@@ -24,9 +24,11 @@
 //
 // Thread-safety: handlers only use the thread-safe repositories and the context's callbacks.
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -67,9 +69,10 @@ void RegisterTuningJobOperations(JsonService* service, const TuningJobsContext& 
 
 // DescribeHyperParameterTuningJob's output for `record`. `parents`: the warm-start parents'
 // records that still exist (OverallBestTrainingJob looks at their trials too); `region` and
-// `account_id` make the trials' ARNs. Exposed for tests and for Search later.
+// `account_id` make the trials' ARNs; `now_millis` is the end of a running job's
+// ConsumedResources.RuntimeInSeconds. Exposed for tests and for Search later.
 nlohmann::json RenderTuningJob(const store::TuningJobRecord& record, const std::vector<store::TuningJobRecord>& parents,
-                               const std::string& region, const std::string& account_id);
+                               const std::string& region, const std::string& account_id, int64_t now_millis);
 
 // The HyperParameterTrainingJobSummary of trial `trial` of `record` (ListTrainingJobsFor...,
 // BestTrainingJob): ObjectiveStatus Pending while the trial runs (InProgress, Stopping),

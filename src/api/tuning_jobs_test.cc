@@ -193,6 +193,8 @@ TEST_F(TuningJobsApiTest, CreateStoresTheJobWithAwsDefaultsAndTellsTheController
   EXPECT_FALSE(out.contains("BestTrainingJob"));
   EXPECT_FALSE(out.contains("HyperParameterTuningEndTime"));
   EXPECT_EQ(out["ConsumedResources"]["RuntimeInSeconds"], 0);
+  clock_.now += 42500;  // a running job's runtime grows with the clock
+  EXPECT_EQ(Describe("tune")["ConsumedResources"]["RuntimeInSeconds"], 42);
 
   store::TagRepository tags(db_.get());
   auto listed = tags.List(created["HyperParameterTuningJobArn"].get<std::string>());
@@ -449,6 +451,8 @@ TEST_F(TuningJobsApiTest, MinimizePicksTheLowestAndTheEndIsShown) {
   EXPECT_EQ(out["HyperParameterTuningJobStatus"], "Completed");
   EXPECT_EQ(out["BestTrainingJob"]["TrainingJobName"], "tune-002-0000abcd");
   EXPECT_DOUBLE_EQ(out["HyperParameterTuningEndTime"].get<double>(), 1714557605.0);
+  clock_.now += 600000;  // an ended job's runtime stops at its end
+  EXPECT_EQ(Describe("tune")["ConsumedResources"]["RuntimeInSeconds"], 5);
 }
 
 TEST_F(TuningJobsApiTest, OverallBestLooksAtTheWarmStartParents) {
