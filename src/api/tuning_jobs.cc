@@ -5,7 +5,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -572,12 +571,13 @@ std::optional<aws::AwsError> CheckWarmStart(Operations& ops, const json& in) {
     if (!objective.is_null() && !parent_objective.is_null() &&
         objective.value("MetricName", "") != parent_objective.value("MetricName", "")) {
       return Validation("The objective metric '" + objective.value("MetricName", "") +
-                        "' differs from the warm-start parent '" + parent + "''s ('" +
+                        "' differs from that of the warm-start parent '" + parent + "' ('" +
                         parent_objective.value("MetricName", "") +
                         "'): a warm start needs the same objective metric as its parents.");
     }
     if (type == "IdenticalDataAndAlgorithm") {
-      for (const json& definition : definitions) {
+      for (size_t i = 0; i < definitions.size(); ++i) {
+        const json& definition = definitions[i];
         const json image = definition.value("AlgorithmSpecification", json::object()).value("TrainingImage", json());
         const json data = definition.value("InputDataConfig", json::array());
         const bool same = std::any_of(parent_definitions.begin(), parent_definitions.end(), [&](const json& p) {
@@ -586,11 +586,10 @@ std::optional<aws::AwsError> CheckWarmStart(Operations& ops, const json& in) {
         });
         if (!same) {
           return Validation(
-              "WarmStartType IdenticalDataAndAlgorithm needs the same training image and input data as "
+              "WarmStartType IdenticalDataAndAlgorithm needs the training image and input data of "
               "the parent '" +
-              parent +
-              "', but the training image or InputDataConfig differs; use TransferLearning "
-              "to change them.");
+              parent + "', but " + DefinitionLocation(SingleForm(in), i, definition) +
+              " changes them; use TransferLearning to change them.");
         }
       }
     }

@@ -396,8 +396,15 @@ TEST_F(TuningJobsApiTest, WarmStartParentsMustExistHaveEndedAndMatch) {
   SetRow("parent", store::TuningJobStatus::kCompleted, {});
   json other_image = request;
   other_image["TrainingJobDefinition"]["AlgorithmSpecification"]["TrainingImage"] = "local:/bin/other";
-  EXPECT_THAT(Invalid(other_image), StartsWith("WarmStartType IdenticalDataAndAlgorithm needs the same training "
-                                               "image and input data as the parent 'parent'"));
+  EXPECT_EQ(Invalid(other_image),
+            "WarmStartType IdenticalDataAndAlgorithm needs the training image and input data of the parent "
+            "'parent', but TrainingJobDefinition changes them; use TransferLearning to change them.");
+  json other_metric = request;
+  other_metric["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]["MetricName"] = "val:loss";
+  other_metric["TrainingJobDefinition"]["AlgorithmSpecification"]["MetricDefinitions"][0]["Name"] = "val:loss";
+  EXPECT_EQ(Invalid(other_metric),
+            "The objective metric 'val:loss' differs from that of the warm-start parent 'parent' ('val:acc'): a "
+            "warm start needs the same objective metric as its parents.");
   other_image["WarmStartConfig"]["WarmStartType"] = "TransferLearning";
   Ok("CreateHyperParameterTuningJob", other_image);
 }
