@@ -646,4 +646,86 @@ void RegisterTrainingJobOperations(JsonService* service, const TrainingJobsConte
   }
 }
 
+std::optional<aws::AwsError> CheckTrainingJobRequest(const json& request, const TrainingJobsContext& context) {
+  return CheckCreateRequest(request, context.controller,
+                            context.catalog ? *context.catalog : control::InstanceCatalog::BuiltIn());
+}
+
+json TrialRequestFromDefinition(const json& definition, const std::string& trial_name, const std::string& tuning_arn,
+                                const std::map<std::string, std::string>& tuned, const std::string& objective_metric,
+                                const json& tags) {
+  json request = json::object();
+  request["TrainingJobName"] = trial_name;
+  for (const char* member : {"RoleArn", "InputDataConfig", "VpcConfig", "OutputDataConfig", "ResourceConfig",
+                             "StoppingCondition", "EnableNetworkIsolation", "EnableInterContainerTrafficEncryption",
+                             "EnableManagedSpotTraining", "CheckpointConfig", "RetryStrategy", "Environment"}) {
+    if (definition.contains(member) && !definition[member].is_null()) request[member] = definition[member];
+  }
+  // HyperParameterAlgorithmSpecification has CreateTrainingJob's members of the same names.
+  json algorithm = json::object();
+  const json spec = definition.value("AlgorithmSpecification", json::object());
+  for (const char* member : {"TrainingImage", "AlgorithmName", "TrainingInputMode", "MetricDefinitions"}) {
+    if (spec.contains(member) && !spec[member].is_null()) algorithm[member] = spec[member];
+  }
+  request["AlgorithmSpecification"] = algorithm;
+  if (!request.contains("ResourceConfig") && definition.contains("HyperParameterTuningResourceConfig")) {
+    // The tuning form of the resources: either the plain members or a list of instance
+    // configurations to choose from (AllocationStrategy Prioritized): Kiln takes the first.
+    const json& tuning = definition["HyperParameterTuningResourceConfig"];
+    json rc = json::object();
+    if (tuning.contains("InstanceConfigs") && tuning["InstanceConfigs"].is_array() &&
+        !tuning["InstanceConfigs"].empty()) {
+      rc = tuning["InstanceConfigs"][0];
+    } else {
+      for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
+        if (tuning.contains(member)) rc[member] = tuning[member];
+      }
+    }
+    if (tuning.contains("VolumeKmsKeyId")) rc["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"];
+    request["ResourceConfig"] = rc;
+  }
+  json hyperparameters = definition.value("StaticHyperParameters", json::object());
+  if (!hyperparameters.is_object()) hyperparameters = json::object();
+  for (const auto& [key, value] : tuned) hyperparameters[key] = value;
+  if (!objective_metric.empty()) hyperparameters["_tuning_objective_metric"] = objective_metric;
+  request["HyperParameters"] = hyperparameters;
+  request["TuningJobArn"] = tuning_arn;
+  if (tags.is_array() && !tags.empty()) request["Tags"] = tags;
+  return request;
+}
+
+Result<std::string> CreateTrainingJobFromRequest(const TrainingJobsContext& context, const json& request,
+                                                 aws::AwsError* error) {
+  Operations ops(context);
+  JsonOutcome outcome = CreateTrainingJob(ops, request);
+  if (const aws::AwsError* failed = std::get_if<aws::AwsError>(&outcome)) {
+    if (error != nullptr) *error = *failed;
+    if (failed->code == "ResourceInUse") return Status::AlreadyExists(failed->message);
+    if (failed->code == "ResourceLimitExceeded") return Status::ResourceExhausted(failed->message);
+    return Status::InvalidArgument(failed->message);
+  }
+  return std::get<json>(outcome)["TrainingJobArn"].get<std::string>();
+}
+
+Status StopTrainingJobByName(const TrainingJobsContext& context, const std::string& name) {
+  Operations ops(context);
+  JsonOutcome outcome = StopTrainingJob(ops, json{{"TrainingJobName", name}});
+  if (const aws::AwsError* failed = std::get_if<aws::AwsError>(&outcome)) {
+    if (failed->message == "Requested resource not found.") return Status::NotFound(failed->message);
+    return Status::FailedPrecondition(failed->message);
+  }
+  return Status::Ok();
+}
+
+Status TrainingJobTrialLauncher::Create(const Trial& trial) {
+  json request = TrialRequestFromDefinition(trial.definition, trial.name, trial.tuning_arn, trial.tuned,
+                                            trial.objective_metric, trial.tags);
+  auto created = CreateTrainingJobFromRequest(context_, request, nullptr);
+  return created.ok() ? Status::Ok() : created.status();
+}
+
+Status TrainingJobTrialLauncher::Stop(const std::string& training_job_name) {
+  return StopTrainingJobByName(context_, training_job_name);
+}
+
 }  // namespace kiln::api

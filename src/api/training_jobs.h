@@ -13,8 +13,10 @@
 // Thread-safety: handlers only use the thread-safe repository and controller.
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,7 @@
 #include "control/instance_catalog.h"
 #include "control/training_controller.h"
 #include "control/training_queue_view.h"
+#include "control/tuning_controller.h"
 #include "store/database.h"
 #include "store/training_job_repository.h"
 
@@ -66,5 +69,44 @@ std::optional<aws::AwsError> CheckCapacity(const std::string& instance_type, int
 // waits for and its place in line) when `queue` is given and still has the job queued.
 nlohmann::json RenderTrainingJob(const store::TrainingJobRecord& record,
                                  const control::TrainingQueueView* queue = nullptr);
+
+// CreateTrainingJob's checks beyond the service model (members Kiln does not support, the
+// algorithm, resources, stopping condition, channels, metric definitions, distribution
+// hyperparameters, capacity), in AWS's order, for requests Kiln builds itself: a tuning job's
+// trials (TrialRequestFromDefinition). The first problem found is the answer.
+std::optional<aws::AwsError> CheckTrainingJobRequest(const nlohmann::json& request, const TrainingJobsContext& context);
+
+// The CreateTrainingJob request of a tuning job's trial (training-contract.md §18): the
+// HyperParameterTrainingJobDefinition's members mapped to CreateTrainingJob's
+// (HyperParameterTuningResourceConfig → ResourceConfig, its first InstanceConfigs entry when it
+// lists several), HyperParameters = StaticHyperParameters + `tuned` + `_tuning_objective_metric`
+// (when `objective_metric` is not empty), `TuningJobArn`, and the tuning job's `tags` (AWS adds a
+// tuning job's tags to every training job it launches).
+nlohmann::json TrialRequestFromDefinition(const nlohmann::json& definition, const std::string& trial_name,
+                                          const std::string& tuning_arn,
+                                          const std::map<std::string, std::string>& tuned,
+                                          const std::string& objective_metric, const nlohmann::json& tags);
+
+// Creates a training job from a request as CreateTrainingJob does (CheckTrainingJobRequest, Kiln's
+// tags, the row, the tags, Submit), without the service model's shape check: for requests Kiln
+// built. Returns the job's ARN, or the AWS error CreateTrainingJob would answer.
+Result<std::string> CreateTrainingJobFromRequest(const TrainingJobsContext& context, const nlohmann::json& request,
+                                                 aws::AwsError* error);
+
+// StopTrainingJob's effect (status Stopping, a user stop request, the controller told) for Kiln's
+// own stops (a tuning job's early stopping). FailedPrecondition when the job is not InProgress,
+// NotFound when there is none.
+Status StopTrainingJobByName(const TrainingJobsContext& context, const std::string& name);
+
+// A tuning job's trials as the API creates and stops training jobs (the three functions above).
+class TrainingJobTrialLauncher : public control::TrialLauncher {
+ public:
+  explicit TrainingJobTrialLauncher(TrainingJobsContext context) : context_(std::move(context)) {}
+  Status Create(const Trial& trial) override;
+  Status Stop(const std::string& training_job_name) override;
+
+ private:
+  TrainingJobsContext context_;
+};
 
 }  // namespace kiln::api

@@ -427,6 +427,27 @@ Status LoadRemoteAccess(const json& doc, Config* config, const std::string& path
   return Status::Ok();
 }
 
+Status LoadTuning(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("tuning")) return Status::Ok();
+  const json& t = doc["tuning"];
+  const std::string where = path + ": tuning";
+  if (!t.is_object())
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"max_parallel_training_jobs\": 100}");
+  for (const auto& [key, value] : t.items()) {
+    if (key != "max_parallel_training_jobs" && key != "max_number_of_training_jobs") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are max_parallel_training_jobs and max_number_of_training_jobs");
+    }
+  }
+  TuningConfig& tuning = config->tuning;
+  RETURN_IF_ERROR(Field(t, "max_parallel_training_jobs", &tuning.max_parallel_training_jobs, where));
+  RETURN_IF_ERROR(Field(t, "max_number_of_training_jobs", &tuning.max_number_of_training_jobs, where));
+  if (tuning.max_parallel_training_jobs < 1 || tuning.max_number_of_training_jobs < 1) {
+    return Status::InvalidArgument(where + ": max_parallel_training_jobs and max_number_of_training_jobs must be >= 1");
+  }
+  return Status::Ok();
+}
+
 Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("object_store")) return Status::Ok();
   const json& os = doc["object_store"];
@@ -480,6 +501,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadNetwork(doc, config, path));
   RETURN_IF_ERROR(LoadContainerEngine(doc, config, path));
   RETURN_IF_ERROR(LoadRemoteAccess(doc, config, path));
+  RETURN_IF_ERROR(LoadTuning(doc, config, path));
   return Status::Ok();
 }
 

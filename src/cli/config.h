@@ -55,7 +55,9 @@
 //                       "allowed_principals": ["*"],     // fnmatch globs over the caller's ARN
 //                       "allow_network_isolated": true,  // EnableNetworkIsolation jobs too
 //                       "idle_timeout_seconds": 3600,    // no bytes either way
-//                       "max_connection_seconds": 0}     // 0: no limit
+//                       "max_connection_seconds": 0},    // 0: no limit
+//     "tuning": {"max_parallel_training_jobs": 100,   // account limits of a tuning job (limits.md)
+//                "max_number_of_training_jobs": 500}
 //   }
 
 #include <cstdint>
@@ -176,6 +178,13 @@ struct RemoteAccessConfig {
   int max_connection_seconds = 0;                       // a tunnel open this long closes; 0: no limit
 };
 
+// Hyperparameter tuning (control/tuning_controller.h): Kiln's account limits, which
+// CreateHyperParameterTuningJob answers ResourceLimitExceeded beyond (spec limits.md).
+struct TuningConfig {
+  int max_parallel_training_jobs = 100;
+  int max_number_of_training_jobs = 500;  // also the budget of a job that sets none
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -202,6 +211,7 @@ struct Config {
   NetworkConfig network;
   ContainerEngineConfig container_engine;
   RemoteAccessConfig remote_access;
+  TuningConfig tuning;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

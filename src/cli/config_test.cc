@@ -367,5 +367,29 @@ TEST(ConfigTest, BadRemoteAccessFieldsNameTheSetting) {
   }
 }
 
+TEST(ConfigTest, TuningLimitsDefaultAndParse) {
+  Config defaults;
+  EXPECT_EQ(defaults.tuning.max_parallel_training_jobs, 100);
+  EXPECT_EQ(defaults.tuning.max_number_of_training_jobs, 500);
+  std::string path = WriteTemp(R"({"tuning": {"max_parallel_training_jobs": 4, "max_number_of_training_jobs": 50}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.tuning.max_parallel_training_jobs, 4);
+  EXPECT_EQ(c.tuning.max_number_of_training_jobs, 50);
+  std::filesystem::remove(path);
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"tuning": 3})", "tuning must be an object"},
+           {R"({"tuning": {"max_parallel": 3}})", "unknown key \"max_parallel\""},
+           {R"({"tuning": {"max_parallel_training_jobs": 0}})", "must be >= 1"},
+       }) {
+    std::string bad = WriteTemp(text);
+    Config config;
+    Status s = LoadConfigFile(bad, &config);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << text << " -> " << s.message();
+    std::filesystem::remove(bad);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli

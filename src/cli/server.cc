@@ -15,6 +15,7 @@
 #include "api/logs.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
+#include "api/tuning_jobs.h"
 #include "base/fs.h"
 #include "base/hash.h"
 #include "base/log.h"
@@ -526,6 +527,10 @@ Status Server::OpenLogsAndTraining(control::TrainingControllerOptions training) 
   deps.instance_metrics = instance_metrics_.get();
   deps.log_store = log_store_.get();
   deps.networks = networks_.get();
+  // A trial that ends wakes the tuning controller (built later, before anything runs).
+  deps.on_run_finished = [this](const std::string& job) {
+    if (tuning_) tuning_->Submit(job);
+  };
   training_ = std::make_unique<control::TrainingController>(training, deps);
   return Status::Ok();
 }
@@ -572,6 +577,29 @@ void Server::RegisterJsonServices() {
   training_api.region = c.regions.front();
   training_api.catalog = catalog_.get();
   api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
+  // Hyperparameter tuning: its controller launches trials as CreateTrainingJob would.
+  trial_launcher_ = std::make_unique<api::TrainingJobTrialLauncher>(training_api);
+  control::TuningControllerOptions tuning_options;
+  tuning_options.max_number_of_training_jobs = c.tuning.max_number_of_training_jobs;
+  tuning_options.region = c.regions.front();
+  tuning_options.account_id = c.account_id;
+  control::TuningControllerDeps tuning_deps;
+  tuning_deps.database = database_.get();
+  tuning_deps.metric_store = metric_store_.get();
+  tuning_deps.launcher = trial_launcher_.get();
+  tuning_ = std::make_unique<control::TuningController>(tuning_options, tuning_deps);
+  api::TuningJobsContext tuning_api;
+  tuning_api.database = database_.get();
+  tuning_api.training = training_.get();
+  tuning_api.training_context = training_api;
+  tuning_api.on_created = [this](const std::string& name) { tuning_->Submit(name); };
+  tuning_api.on_stop_requested = [this](const std::string& name) { tuning_->RequestStop(name); };
+  tuning_api.account_id = c.account_id;
+  tuning_api.region = c.regions.front();
+  tuning_api.max_parallel_training_jobs = c.tuning.max_parallel_training_jobs;
+  tuning_api.max_number_of_training_jobs = c.tuning.max_number_of_training_jobs;
+  tuning_api.catalog = catalog_.get();
+  api::RegisterTuningJobOperations(sagemaker.get(), tuning_api);
   api::EndpointsContext endpoints_api;
   endpoints_api.database = database_.get();
   endpoints_api.notifier = endpoints_.get();
@@ -655,6 +683,7 @@ Server::~Server() { Stop(); }
 Status Server::Start() {
   RETURN_IF_ERROR(training_->Start().WithPrefix("training controller"));
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
+  RETURN_IF_ERROR(tuning_->Start().WithPrefix("tuning controller"));
   invocation_metrics_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
@@ -666,7 +695,8 @@ void Server::Stop(int grace_seconds) {
   // flight are refused.
   if (tunnels_) tunnels_->Stop();
   if (http_) http_->Stop(grace_seconds);
-  // Instances keep running; the next server adopts them.
+  // Instances keep running; the next server adopts them. Tuning first: it launches trials.
+  if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (endpoints_) endpoints_->Shutdown();
   if (invocation_metrics_) invocation_metrics_->Stop();

@@ -28,6 +28,7 @@
 #include "serving/router.h"
 #include "serving/routing.h"
 #include "api/front_door.h"
+#include "api/training_jobs.h"
 #include "cli/config.h"
 #include "net/http_server.h"
 #include "objects/object_store.h"
@@ -102,6 +103,9 @@ class Server {
   // the controllers, which use it until they are gone.
   std::unique_ptr<runtime::InstanceNetworks> networks_;
   std::unique_ptr<control::TrainingController> training_;
+  // Tuning jobs launch and stop their trials through the training API's own paths.
+  std::unique_ptr<api::TrainingJobTrialLauncher> trial_launcher_;
+  std::unique_ptr<control::TuningController> tuning_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
   std::unique_ptr<net::HttpClient> invoke_client_;

@@ -325,6 +325,7 @@ void TrainingController::StartRun(const std::string& name, std::vector<Allocatio
 
 void TrainingController::OnRunFinished(const std::string& name) {
   deps_.scheduler->Release(name);
+  if (deps_.on_run_finished) deps_.on_run_finished(name);
   MutexLock lock(mutex_);
   auto it = runs_.find(name);
   if (it != runs_.end()) {

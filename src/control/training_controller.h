@@ -64,6 +64,7 @@
 // kept as in-memory deadlines checked on every wake (at least every 5 s), not by reading rows.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -125,6 +126,10 @@ struct TrainingControllerDeps {
   // on it, and /etc/hosts maps every algo-N to its host's address; the network is removed when
   // the job ends (or is retried). Null: the hosts share the node's network (algo-N = 127.0.0.1).
   runtime::InstanceNetworks* networks = nullptr;
+  // Called (on the run's thread, no lock held) when a job's run has ended: its terminal state is
+  // written, or it was handed back to the queue for a retry. The tuning controller wakes on it so
+  // that the next trial starts without waiting for its tick. May be empty.
+  std::function<void(const std::string& job)> on_run_finished;
 };
 
 class TrainingJobRun;  // control/training_job_run.h
