@@ -6,7 +6,8 @@ with the SDK bundle's lib/ first on the path and AWS_ENDPOINT_URL + keys of the 
 (sdk_helpers.ScenarioRunner.env; why a process of its own: sdk_helpers.py). The SDK is used
 unmodified, the way a notebook uses it: HyperparameterTuner over a PyTorch script-mode estimator
 whose entry point is src/objective.py (Branin), then best_training_job(), analytics().dataframe(),
-HyperparameterTuner.attach, best_estimator(), and the two warm-start tuners. What it observed goes
+HyperparameterTuner.attach, best_estimator(), identical_dataset_and_algorithm_tuner() and a
+TransferLearning WarmStartConfig. What it observed goes
 to RESULT.json (datetimes as strings); the checks live in test_tuning.py.
 """
 
@@ -52,7 +53,7 @@ def _attempt(out, key, fn):
 def bayesian_warm_start(sess, a):
     """Bayesian search over Branin's (x1, x2); then IdenticalDataAndAlgorithm and TransferLearning
     warm starts from it (the second with both earlier jobs as parents)."""
-    from sagemaker.tuner import ContinuousParameter, HyperparameterTuner
+    from sagemaker.tuner import ContinuousParameter, HyperparameterTuner, WarmStartConfig, WarmStartTypes
     tuner = HyperparameterTuner(
         _estimator(sess, a), objective_metric_name="branin", objective_type="Minimize",
         hyperparameter_ranges={"x1": ContinuousParameter(-5, 10), "x2": ContinuousParameter(0, 15)},
@@ -68,17 +69,31 @@ def bayesian_warm_start(sess, a):
     _attempt(out, "attached", lambda: _attached(sess, a["bayes"]))
     _attempt(out, "best_estimator", lambda: _best_estimator(tuner))
 
+    # The SDK's warm-start tuners copy everything but the tuner's metric_definitions, so for a
+    # framework estimator the request has no MetricDefinitions and is refused (the objective
+    # must be one); users set them again.
     identical = tuner.identical_dataset_and_algorithm_tuner()
     identical.max_jobs = 2
+    from botocore.exceptions import ClientError
+    try:
+        identical.fit(job_name=a["identical"], wait=False)
+        out["no_metric_definitions_error"] = None
+    except ClientError as e:
+        out["no_metric_definitions_error"] = [e.response["Error"]["Code"], e.response["Error"]["Message"]]
+    identical.metric_definitions = METRICS
     t0 = time.monotonic()
     identical.fit(job_name=a["identical"], wait=True)
     out["identical_fit_seconds"] = time.monotonic() - t0
     out["identical_describe"] = identical.describe()
     out["identical_analytics"] = _frame(identical.analytics().dataframe())
 
-    transfer = tuner.transfer_learning_tuner(additional_parents={a["identical"]},
-                                             estimator=_estimator(sess, a, shift=0.0))
-    transfer.max_jobs = 2
+    # TransferLearning through the constructor's WarmStartConfig, with both jobs as parents and
+    # an estimator whose static hyperparameters differ.
+    transfer = HyperparameterTuner(
+        _estimator(sess, a, shift=0.0), objective_metric_name="branin", objective_type="Minimize",
+        hyperparameter_ranges={"x1": ContinuousParameter(-5, 10), "x2": ContinuousParameter(0, 15)},
+        metric_definitions=METRICS, strategy="Bayesian", max_jobs=2, max_parallel_jobs=2,
+        warm_start_config=WarmStartConfig(WarmStartTypes.TRANSFER_LEARNING, parents={a["bayes"], a["identical"]}))
     t0 = time.monotonic()
     transfer.fit(job_name=a["transfer"], wait=True)
     out["transfer_fit_seconds"] = time.monotonic() - t0
