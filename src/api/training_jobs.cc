@@ -18,6 +18,7 @@
 #include "control/training_plan.h"
 #include "control/training_states.h"
 #include "store/endpoint_repository.h"
+#include "store/tuning_job_repository.h"
 
 namespace kiln::api {
 namespace {
@@ -565,6 +566,8 @@ std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::str
     found = ops.configs.Get(*config).ok();
   } else if (auto endpoint = NameFromArn(arn, "endpoint")) {
     found = ops.endpoints.Get(*endpoint).ok();
+  } else if (auto tuning = NameFromArn(arn, "hyper-parameter-tuning-job")) {
+    found = store::TuningJobRepository(ops.ctx.database).Get(*tuning).ok();
   }
   if (!found) return Validation("Could not find resource \"" + arn + "\".");
   return std::nullopt;

@@ -226,6 +226,13 @@ json DefinitionEcho(json definition, const json& config, bool multi) {
   if (Has(definition, "HyperParameterRanges")) {
     definition["HyperParameterRanges"] = WithRangeDefaults(definition["HyperParameterRanges"]);
   }
+  // AWS shows the hyperparameter it adds to every trial among the static ones; the SDK's
+  // HyperparameterTuner.attach deletes it from there unguarded (KeyError without it).
+  const json objective =
+      Has(definition, "TuningObjective") ? definition["TuningObjective"] : config.value(kObjective, json());
+  if (objective.is_object() && objective.contains("MetricName") && definition["StaticHyperParameters"].is_object()) {
+    definition["StaticHyperParameters"]["_tuning_objective_metric"] = objective["MetricName"];
+  }
   return definition;
 }
 

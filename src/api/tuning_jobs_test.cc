@@ -186,6 +186,8 @@ TEST_F(TuningJobsApiTest, CreateStoresTheJobWithAwsDefaultsAndTellsTheController
   EXPECT_EQ(config["ParameterRanges"]["ContinuousParameterRanges"][0]["ScalingType"], "Logarithmic");
   EXPECT_EQ(out["TrainingJobDefinition"]["AlgorithmSpecification"]["TrainingImage"], "local:/bin/true");
   EXPECT_EQ(out["TrainingJobDefinition"]["StaticHyperParameters"]["epochs"], "9");
+  // As AWS shows it; the SDK's attach deletes it from here.
+  EXPECT_EQ(out["TrainingJobDefinition"]["StaticHyperParameters"]["_tuning_objective_metric"], "val:acc");
   EXPECT_FALSE(out.contains("Tags"));
   EXPECT_EQ(out["TrainingJobStatusCounters"],
             json::parse(R"({"Completed":0,"InProgress":0,"RetryableError":0,"NonRetryableError":0,"Stopped":0})"));
