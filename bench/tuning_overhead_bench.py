@@ -49,7 +49,6 @@ def request(name, bucket, trials, parallel, epochs, epoch_seconds):
         "HyperParameterTuningJobName": name,
         "HyperParameterTuningJobConfig": {
             "Strategy": "Random",
-            "RandomSeed": 1,
             "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "objective"},
             "ResourceLimits": {"MaxNumberOfTrainingJobs": trials, "MaxParallelTrainingJobs": parallel},
             "ParameterRanges": {"ContinuousParameterRanges": [

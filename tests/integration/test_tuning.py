@@ -10,13 +10,16 @@ PyTorch script-mode entry point.
   * SDK (data/tuning/sdk_tuning.py, its own process): Bayesian search over Branin's (x1, x2) with
     fit(); best_training_job() is the trial with the lowest final objective, which equals
     Branin at the trial's tuned values; analytics().dataframe() has a row per trial;
-    HyperparameterTuner.attach and best_estimator(); warm starts IdenticalDataAndAlgorithm and
-    TransferLearning (OverallBestTrainingJob = the best over the parents' and its own trials).
+    HyperparameterTuner.attach and best_estimator(); warm starts IdenticalDataAndAlgorithm
+    (identical_dataset_and_algorithm_tuner(), which drops metric_definitions: refused until they
+    are set again) and TransferLearning (WarmStartConfig, two parents); OverallBestTrainingJob =
+    the best over the parents' and its own trials.
   * Grid: the trials' TunedHyperParameters are exactly the Cartesian product, in order; trials are
     training jobs named <tuning>-NNN-xxxxxxxx with TuningJobArn, in ListTrainingJobs; the CLI.
   * TrainingJobEarlyStoppingType Auto: the trial whose `optimizer` diverges is Stopped early by
     the median rule, the others complete.
   * Hyperband: poor trials are Stopped after fewer epochs than MaxResource.
+  * TuningJobCompletionCriteria.TargetObjectiveMetricValue ends the job after the first trial.
   * StopHyperParameterTuningJob stops every running trial; DeleteHyperParameterTuningJob.
   * Bad input: exact __type and what the message names.
 
