@@ -21,6 +21,7 @@ PyTorch script-mode entry point.
   * Hyperband: poor trials are Stopped after fewer epochs than MaxResource.
   * TuningJobCompletionCriteria.TargetObjectiveMetricValue ends the job after the first trial.
   * StopHyperParameterTuningJob stops every running trial; DeleteHyperParameterTuningJob.
+  * kill -9 of a server (one of its own) mid-job: the restarted server finishes the job.
   * Bad input: exact __type and what the message names.
 
 The boto3 jobs are created up front (the stop test's first, so that its trials get the slots at
@@ -560,6 +561,40 @@ def test_completion_criterion_target_ends_the_job(module_kiln, sm, logs, jobs):
     assert status == 200, doc
     assert isinstance(doc.get("TuningJobCompletionDetails"), dict), doc
     assert doc["ConsumedResources"]["RuntimeInSeconds"] >= 0, doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Restart
+
+
+def test_kill_and_restart_resumes_the_tuning_job(kiln_factory, tmp_path):
+    """kill -9 of a server while a tuning job's first two trials run: the restarted server adopts
+    them and launches the rest; every sequence number once, all four trials completed."""
+    srv = kiln_factory("restart", config=KILN_CONFIG)
+    sm_ = srv.client("sagemaker")
+    srv.client("s3").create_bucket(Bucket="tuning-restart")
+    name = unique("restart")
+    sm_.create_hyper_parameter_tuning_job(**tuning_request(
+        name, "tuning-restart", "Random", branin_ranges(), {"epochs": 8, "epoch_seconds": 0.25},
+        max_parallel=2, max_jobs=4))
+
+    def two_training():
+        ts = trials(sm_, name)
+        return len(ts) == 2 and all(
+            sm_.describe_training_job(TrainingJobName=t["TrainingJobName"]).get("SecondaryStatus") == "Training"
+            for t in ts)
+
+    th.wait_until(two_training, timeout=60, what="two trials of %s training" % name)
+    srv.kill()
+    srv.start()
+    d = wait_tuning(sm_, name, timeout=120, server=srv)
+    ts = by_seq(trials(sm_, name))
+    assert d["HyperParameterTuningJobStatus"] == "Completed", (d.get("FailureReason"), ts)
+    pattern = trial_name_re(name)
+    assert [int(pattern.match(t["TrainingJobName"]).group(1)) for t in ts] == [1, 2, 3, 4], ts
+    assert all(t["TrainingJobStatus"] == "Completed" for t in ts), ts
+    assert d["TrainingJobStatusCounters"]["Completed"] == 4
+    assert len(sm_.list_training_jobs(NameContains=name)["TrainingJobSummaries"]) == 4
 
 
 # ---------------------------------------------------------------------------------------------
