@@ -226,6 +226,25 @@ json DefinitionEcho(json definition, const json& config, bool multi) {
   if (Has(definition, "HyperParameterRanges")) {
     definition["HyperParameterRanges"] = WithRangeDefaults(definition["HyperParameterRanges"]);
   }
+  // The SageMaker SDK's tuner always sends HyperParameterTuningResourceConfig, and its
+  // HyperparameterTuner.attach reads ResourceConfig.InstanceCount unguarded: show the resources
+  // the trials run with (the plain members, or the first InstanceConfigs entry, which is what
+  // Kiln uses) as ResourceConfig too.
+  if (!Has(definition, "ResourceConfig") && Has(definition, "HyperParameterTuningResourceConfig") &&
+      definition["HyperParameterTuningResourceConfig"].is_object()) {
+    const json& tuning = definition["HyperParameterTuningResourceConfig"];
+    json rc = json::object();
+    if (tuning.contains("InstanceConfigs") && tuning["InstanceConfigs"].is_array() &&
+        !tuning["InstanceConfigs"].empty()) {
+      rc = tuning["InstanceConfigs"][0];
+    } else {
+      for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
+        if (tuning.contains(member)) rc[member] = tuning[member];
+      }
+    }
+    if (tuning.contains("VolumeKmsKeyId")) rc["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"];
+    if (!rc.empty()) definition["ResourceConfig"] = rc;
+  }
   // AWS shows the hyperparameter it adds to every trial among the static ones; the SDK's
   // HyperparameterTuner.attach deletes it from there unguarded (KeyError without it).
   const json objective =

@@ -335,7 +335,11 @@ TEST_F(TuningJobsApiTest, DefinitionsAreCheckedAsCreateTrainingJobChecksItsReque
   tuning_rc["TrainingJobDefinition"]["HyperParameterTuningResourceConfig"] = {
       {"InstanceType", "ml.m5.large"}, {"InstanceCount", 1}, {"VolumeSizeInGB", 1}};
   Ok("CreateHyperParameterTuningJob", tuning_rc);
-  EXPECT_TRUE(Describe("t")["TrainingJobDefinition"].contains("HyperParameterTuningResourceConfig"));
+  json described = Describe("t")["TrainingJobDefinition"];
+  EXPECT_TRUE(described.contains("HyperParameterTuningResourceConfig"));
+  // What the trials run with, also as ResourceConfig (the SDK's attach reads it).
+  EXPECT_EQ(described["ResourceConfig"],
+            json({{"InstanceType", "ml.m5.large"}, {"InstanceCount", 1}, {"VolumeSizeInGB", 1}}));
 }
 
 TEST_F(TuningJobsApiTest, SeveralDefinitionsNeedUniqueNames) {
