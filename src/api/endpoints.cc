@@ -191,20 +191,8 @@ JsonOutcome DescribeEndpoint(Operations& ops, const json& in) {
   return RenderEndpoint(*record);
 }
 
-// ListEndpoints' filters.
-store::ListFilter ListFilterOf(const json& in) {
-  store::ListFilter query;
-  if (Has(in, "NameContains")) query.name_contains = in["NameContains"].get<std::string>();
-  if (Has(in, "StatusEquals")) query.status_equals = in["StatusEquals"].get<std::string>();
-  query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
-  query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
-  query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
-  query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
-  return query;
-}
-
 JsonOutcome ListEndpoints(Operations& ops, const json& in) {
-  store::ListFilter query = ListFilterOf(in);
+  store::ListFilter query = ListFilterFromRequest(in);
   const std::string sort_by = StringMember(in, "SortBy", "CreationTime");
   const int64_t now = NowMillis(ops.ctx);
   auto parsed = ParseListPaging(in,

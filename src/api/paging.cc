@@ -1,10 +1,15 @@
 #include "api/paging.h"
 
+#include "api/inference_common.h"
+
 #include "base/encoding.h"
 #include "base/hash.h"
 #include "base/json_parse.h"
 
 namespace kiln::api {
+
+using inference::Has;
+using inference::TimestampMember;
 
 using nlohmann::json;
 
@@ -18,8 +23,6 @@ std::string FilterHash(const json& in) {
   filters.erase("MaxResults");
   return Sha256Hex(filters.dump()).substr(0, 16);
 }
-
-bool Has(const json& in, const char* member) { return in.is_object() && in.contains(member) && !in[member].is_null(); }
 
 }  // namespace
 
@@ -73,6 +76,17 @@ std::variant<ListPaging, aws::AwsError> ParseListPaging(const json& in, store::L
     paging.query.after = std::move(after);
   }
   return paging;
+}
+
+store::ListFilter ListFilterFromRequest(const nlohmann::json& in) {
+  store::ListFilter query;
+  if (Has(in, "NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
+  if (Has(in, "StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
+  query.creation_after_millis = TimestampMember(in, "CreationTimeAfter");
+  query.creation_before_millis = TimestampMember(in, "CreationTimeBefore");
+  query.modified_after_millis = TimestampMember(in, "LastModifiedTimeAfter");
+  query.modified_before_millis = TimestampMember(in, "LastModifiedTimeBefore");
+  return query;
 }
 
 }  // namespace kiln::api

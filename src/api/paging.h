@@ -35,6 +35,10 @@ std::optional<nlohmann::json> DecodeNextToken(const std::string& token, const nl
 // "The provided NextToken is invalid." (ValidationException, 400).
 aws::AwsError InvalidNextToken();
 
+// The filters the List* operations of every job and resource kind share: NameContains and
+// StatusEquals (string members only), CreationTimeAfter/Before, LastModifiedTimeAfter/Before.
+store::ListFilter ListFilterFromRequest(const nlohmann::json& in);
+
 // The paging of one List* request.
 struct ListPaging {
   // sort_by, descending, after (from NextToken) and limit = max_results + 1: the one extra row

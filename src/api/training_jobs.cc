@@ -43,13 +43,6 @@ std::string ModelArtifactsUri(const json& request) {
                                   request.value("TrainingJobName", ""));
 }
 
-// Timestamps in requests: epoch seconds (int or fractional) or ISO-8601 (§2.1).
-std::optional<int64_t> TimestampMillis(const json& v) {
-  if (v.is_number()) return static_cast<int64_t>(v.get<double>() * 1000.0);
-  if (v.is_string()) return ParseIso8601(v.get<std::string>());
-  return std::nullopt;
-}
-
 // Members AWS accepts for features Kiln does not offer (§8 of the control-plane spec).
 constexpr const char* kUnsupportedMembers[] = {"ServerlessJobConfig", "MlflowConfig", "SessionChainingConfig"};
 
@@ -436,19 +429,6 @@ JsonOutcome DescribeTrainingJob(Operations& ops, const json& in) {
   return RenderTrainingJob(*record, ops.ctx.queue);
 }
 
-// ListTrainingJobs' filters (the members that are given and of the right type).
-store::ListFilter ListFilterOf(const json& in) {
-  store::ListFilter query;
-  if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
-  if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
-  if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
-  if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
-  if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
-  if (in.contains("LastModifiedTimeBefore"))
-    query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
-  return query;
-}
-
 json TrainingJobSummary(const store::TrainingJobSummaryRow& r) {
   json s = {{"TrainingJobName", r.name},
             {"TrainingJobArn", r.arn},
@@ -461,7 +441,7 @@ json TrainingJobSummary(const store::TrainingJobSummaryRow& r) {
 }
 
 JsonOutcome ListTrainingJobs(Operations& ops, const json& in) {
-  store::ListFilter query = ListFilterOf(in);
+  store::ListFilter query = ListFilterFromRequest(in);
   const std::string sort_by = in.value("SortBy", "CreationTime");
   const store::ListSortKey sort_key = sort_by == "Name"     ? store::ListSortKey::kName
                                       : sort_by == "Status" ? store::ListSortKey::kStatus
@@ -654,6 +634,21 @@ std::optional<aws::AwsError> CheckTrainingJobRequest(const json& request, const 
                             context.catalog ? *context.catalog : control::InstanceCatalog::BuiltIn());
 }
 
+json ResourceConfigFromTuningResources(const json& tuning) {
+  json rc = json::object();
+  if (!tuning.is_object()) return rc;
+  if (tuning.contains("InstanceConfigs") && tuning["InstanceConfigs"].is_array() &&
+      !tuning["InstanceConfigs"].empty()) {
+    rc = tuning["InstanceConfigs"][0];
+  } else {
+    for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
+      if (tuning.contains(member)) rc[member] = tuning[member];
+    }
+  }
+  if (tuning.contains("VolumeKmsKeyId")) rc["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"];
+  return rc;
+}
+
 json TrialRequestFromDefinition(const json& definition, const std::string& trial_name, const std::string& tuning_arn,
                                 const std::map<std::string, std::string>& tuned, const std::string& objective_metric,
                                 const json& tags) {
@@ -672,20 +667,7 @@ json TrialRequestFromDefinition(const json& definition, const std::string& trial
   }
   request["AlgorithmSpecification"] = algorithm;
   if (!request.contains("ResourceConfig") && definition.contains("HyperParameterTuningResourceConfig")) {
-    // The tuning form of the resources: either the plain members or a list of instance
-    // configurations to choose from (AllocationStrategy Prioritized): Kiln takes the first.
-    const json& tuning = definition["HyperParameterTuningResourceConfig"];
-    json rc = json::object();
-    if (tuning.contains("InstanceConfigs") && tuning["InstanceConfigs"].is_array() &&
-        !tuning["InstanceConfigs"].empty()) {
-      rc = tuning["InstanceConfigs"][0];
-    } else {
-      for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
-        if (tuning.contains(member)) rc[member] = tuning[member];
-      }
-    }
-    if (tuning.contains("VolumeKmsKeyId")) rc["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"];
-    request["ResourceConfig"] = rc;
+    request["ResourceConfig"] = ResourceConfigFromTuningResources(definition["HyperParameterTuningResourceConfig"]);
   }
   json hyperparameters = definition.value("StaticHyperParameters", json::object());
   if (!hyperparameters.is_object()) hyperparameters = json::object();

@@ -87,6 +87,11 @@ nlohmann::json TrialRequestFromDefinition(const nlohmann::json& definition, cons
                                           const std::map<std::string, std::string>& tuned,
                                           const std::string& objective_metric, const nlohmann::json& tags);
 
+// The ResourceConfig a trial runs with, from a definition's HyperParameterTuningResourceConfig: its
+// plain members, or its first InstanceConfigs entry (AllocationStrategy Prioritized: Kiln takes the
+// first), with VolumeKmsKeyId. An empty object when it names no resources.
+nlohmann::json ResourceConfigFromTuningResources(const nlohmann::json& tuning_resources);
+
 // Creates a training job from a request as CreateTrainingJob does (CheckTrainingJobRequest, Kiln's
 // tags, the row, the tags, Submit), without the service model's shape check: for requests Kiln
 // built. Returns the job's ARN, or the AWS error CreateTrainingJob would answer.

@@ -43,16 +43,7 @@ std::string TrainingJobArn(const std::string& region, const std::string& account
   return "arn:aws:sagemaker:" + region + ":" + account + ":training-job/" + name;
 }
 
-std::string TuningJobArn(const std::string& region, const std::string& account, const std::string& name) {
-  return "arn:aws:sagemaker:" + region + ":" + account + ":hyper-parameter-tuning-job/" + name;
-}
-
-// Timestamps in requests: epoch seconds (int or fractional) or ISO-8601 (§2.1).
-std::optional<int64_t> TimestampMillis(const json& v) {
-  if (v.is_number()) return static_cast<int64_t>(v.get<double>() * 1000.0);
-  if (v.is_string()) return ParseIso8601(v.get<std::string>());
-  return std::nullopt;
-}
+using control::TuningJobArn;
 
 // ---- reading a stored (or incoming) request ----
 
@@ -230,20 +221,9 @@ json DefinitionEcho(json definition, const json& config, bool multi) {
   // HyperparameterTuner.attach reads ResourceConfig.InstanceCount unguarded: show the resources
   // the trials run with (the plain members, or the first InstanceConfigs entry, which is what
   // Kiln uses) as ResourceConfig too.
-  if (!Has(definition, "ResourceConfig") && Has(definition, "HyperParameterTuningResourceConfig") &&
-      definition["HyperParameterTuningResourceConfig"].is_object()) {
-    const json& tuning = definition["HyperParameterTuningResourceConfig"];
-    json rc = json::object();
-    if (tuning.contains("InstanceConfigs") && tuning["InstanceConfigs"].is_array() &&
-        !tuning["InstanceConfigs"].empty()) {
-      rc = tuning["InstanceConfigs"][0];
-    } else {
-      for (const char* member : {"InstanceType", "InstanceCount", "VolumeSizeInGB"}) {
-        if (tuning.contains(member)) rc[member] = tuning[member];
-      }
-    }
-    if (tuning.contains("VolumeKmsKeyId")) rc["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"];
-    if (!rc.empty()) definition["ResourceConfig"] = rc;
+  if (!Has(definition, "ResourceConfig") && Has(definition, "HyperParameterTuningResourceConfig")) {
+    json rc = ResourceConfigFromTuningResources(definition["HyperParameterTuningResourceConfig"]);
+    if (!rc.empty()) definition["ResourceConfig"] = std::move(rc);
   }
   // AWS shows the hyperparameter it adds to every trial among the static ones; the SDK's
   // HyperparameterTuner.attach deletes it from there unguarded (KeyError without it).
@@ -718,18 +698,6 @@ JsonOutcome DescribeHyperParameterTuningJob(Operations& ops, const json& in) {
   return RenderTuningJob(*record, parents, ops.ctx.region, ops.ctx.account_id, ops.Now());
 }
 
-store::ListFilter ListFilterOf(const json& in) {
-  store::ListFilter query;
-  if (in.contains("StatusEquals") && in["StatusEquals"].is_string()) query.status_equals = in["StatusEquals"];
-  if (in.contains("NameContains") && in["NameContains"].is_string()) query.name_contains = in["NameContains"];
-  if (in.contains("CreationTimeAfter")) query.creation_after_millis = TimestampMillis(in["CreationTimeAfter"]);
-  if (in.contains("CreationTimeBefore")) query.creation_before_millis = TimestampMillis(in["CreationTimeBefore"]);
-  if (in.contains("LastModifiedTimeAfter")) query.modified_after_millis = TimestampMillis(in["LastModifiedTimeAfter"]);
-  if (in.contains("LastModifiedTimeBefore"))
-    query.modified_before_millis = TimestampMillis(in["LastModifiedTimeBefore"]);
-  return query;
-}
-
 json TuningJobSummary(const store::TuningJobRecord& r) {
   const json config = r.request.value(kConfig, json::object());
   const Counters counters = CountTrials(r);
@@ -758,7 +726,7 @@ JsonOutcome ListHyperParameterTuningJobs(Operations& ops, const json& in) {
   auto parsed = ParseListPaging(in, sort_key, descending, now);
   if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
   ListPaging& paging = std::get<ListPaging>(parsed);
-  paging.query.filter = ListFilterOf(in);
+  paging.query.filter = ListFilterFromRequest(in);
   auto listed = ops.jobs.ListPageRecords(paging.query);
   if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
   // The page's cursor comes from the typed columns (CutPage); the summary needs the documents.

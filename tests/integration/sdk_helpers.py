@@ -117,6 +117,8 @@ class ScenarioRunner:
     """Starts scenario processes against one server; each scenario runs at most once per runner
     (start() of a running or finished one returns it)."""
 
+    script = SCENARIOS  # the scenarios file a subclass may replace
+
     def __init__(self, server, workdir, lib_dir):
         self.server = server
         self.workdir = workdir
@@ -155,7 +157,7 @@ class ScenarioRunner:
             json.dump(args, f)
         out = open(out_path, "wb")
         try:
-            proc = subprocess.Popen([SDK_PYTHON, SCENARIOS, name, result_path, args_path],
+            proc = subprocess.Popen([SDK_PYTHON, self.script, name, result_path, args_path],
                                     cwd=self.workdir, env=self.env(), stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT)
         finally:

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import time
 import uuid
 
@@ -264,20 +263,7 @@ def sdk_lib():
 class TuningScenarios(sdk_helpers.ScenarioRunner):
     """sdk_helpers.ScenarioRunner for data/tuning/sdk_tuning.py instead of sdk/scenarios.py."""
 
-    def start(self, name, args, timeout=300):
-        if name in self.scenarios:
-            return self.scenarios[name]
-        base = os.path.join(self.workdir, name)
-        args_path, result_path, out_path = base + ".args.json", base + ".result.json", base + ".out"
-        with open(args_path, "w") as f:
-            json.dump(args, f)
-        with open(out_path, "wb") as out:
-            proc = subprocess.Popen([sdk_helpers.SDK_PYTHON, SDK_SCENARIOS, name, result_path, args_path],
-                                    cwd=self.workdir, env=self.env(), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT)
-        sc = sdk_helpers.Scenario(name, proc, result_path, out_path, time.monotonic(), timeout)
-        self.scenarios[name] = sc
-        return sc
+    script = SDK_SCENARIOS
 
 
 SDK_TESTS = ("test_sdk_bayesian_fit_best_and_analytics", "test_sdk_attach_and_best_estimator",
