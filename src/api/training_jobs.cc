@@ -687,6 +687,8 @@ Result<std::string> CreateTrainingJobFromRequest(const TrainingJobsContext& cont
     if (error != nullptr) *error = *failed;
     if (failed->code == "ResourceInUse") return Status::AlreadyExists(failed->message);
     if (failed->code == "ResourceLimitExceeded") return Status::ResourceExhausted(failed->message);
+    // Kiln's own trouble (the database busy or failing) is worth another try; the request is not.
+    if (failed->http_status >= 500) return Status::Unavailable(failed->message);
     return Status::InvalidArgument(failed->message);
   }
   return std::get<json>(outcome)["TrainingJobArn"].get<std::string>();
@@ -697,7 +699,9 @@ Status StopTrainingJobByName(const TrainingJobsContext& context, const std::stri
   JsonOutcome outcome = StopTrainingJob(ops, json{{"TrainingJobName", name}});
   if (const aws::AwsError* failed = std::get_if<aws::AwsError>(&outcome)) {
     if (failed->message == "Requested resource not found.") return Status::NotFound(failed->message);
-    return Status::FailedPrecondition(failed->message);
+    // The refusal of a job that is no longer InProgress; anything else (the database) may pass.
+    if (failed->code == "ValidationException") return Status::FailedPrecondition(failed->message);
+    return Status::Unavailable(failed->message);
   }
   return Status::Ok();
 }

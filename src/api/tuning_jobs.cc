@@ -1,5 +1,7 @@
 #include "api/tuning_jobs.h"
 
+#include "base/json_parse.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -203,6 +205,11 @@ json WithRangeDefaults(json ranges) {
 // unguarded by the SDK's attach, so they are always there.
 json DefinitionEcho(json definition, const json& config, bool multi) {
   if (!Has(definition, "StaticHyperParameters")) definition["StaticHyperParameters"] = json::object();
+  // As DescribeTrainingJob shows it: the SDK's attach reads MaxRuntimeInSeconds unguarded.
+  if (Has(definition, "StoppingCondition") && definition["StoppingCondition"].is_object() &&
+      !Has(definition["StoppingCondition"], "MaxRuntimeInSeconds")) {
+    definition["StoppingCondition"]["MaxRuntimeInSeconds"] = 86400;
+  }
   if (Has(definition, "AlgorithmSpecification") && !Has(definition["AlgorithmSpecification"], "MetricDefinitions")) {
     definition["AlgorithmSpecification"]["MetricDefinitions"] = json::array();
   }
@@ -615,7 +622,10 @@ std::optional<aws::AwsError> CheckKilnTags(const json& in) {
   return std::nullopt;
 }
 
-JsonOutcome CreateHyperParameterTuningJob(Operations& ops, const json& input) {
+JsonOutcome CreateHyperParameterTuningJob(Operations& ops, const json& request) {
+  // A null member is an absent one (the service model treats it so): drop them before anything
+  // reads or stores the request, so no later reader meets a null where it expects a value.
+  const json input = WithoutNulls(request);
   const std::string name = input["HyperParameterTuningJobName"].get<std::string>();
   if (Has(input, "Autotune")) {
     return Validation(

@@ -367,6 +367,22 @@ TEST_F(TuningJobsApiTest, SeveralDefinitionsNeedUniqueNames) {
   EXPECT_EQ(out["TrainingJobDefinitions"][1]["HyperParameterRanges"]["CategoricalParameterRanges"].size(), 2u);
 }
 
+TEST_F(TuningJobsApiTest, NullMembersAreAbsentOnesAndAreNotStored) {
+  json request = Request("nulls", "Hyperband");
+  request["HyperParameterTuningJobConfig"]["StrategyConfig"] = {
+      {"HyperbandStrategyConfig", {{"MinResource", nullptr}, {"MaxResource", 9}}}};
+  request["HyperParameterTuningJobConfig"]["RandomSeed"] = nullptr;
+  request["WarmStartConfig"] = nullptr;
+  request["TrainingJobDefinition"]["TuningObjective"] = nullptr;
+  Ok("CreateHyperParameterTuningJob", request);
+  json stored = store::TuningJobRepository(db_.get()).Get("nulls")->request;
+  EXPECT_FALSE(stored.contains("WarmStartConfig"));
+  EXPECT_FALSE(stored["HyperParameterTuningJobConfig"].contains("RandomSeed"));
+  EXPECT_FALSE(
+      stored["HyperParameterTuningJobConfig"]["StrategyConfig"]["HyperbandStrategyConfig"].contains("MinResource"));
+  EXPECT_EQ(Describe("nulls")["HyperParameterTuningJobStatus"], "InProgress");
+}
+
 TEST_F(TuningJobsApiTest, HyperbandRules) {
   json request = Request("hb", "Hyperband");
   request["HyperParameterTuningJobConfig"]["TrainingJobEarlyStoppingType"] = "Auto";

@@ -121,4 +121,20 @@ Result<nlohmann::ordered_json> ParseOrderedJsonBounded(std::string_view text, co
   return ParseBounded<nlohmann::ordered_json>(text, limits);
 }
 
+nlohmann::json WithoutNulls(const nlohmann::json& value) {
+  if (value.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (!it->is_null()) out[it.key()] = WithoutNulls(*it);
+    }
+    return out;
+  }
+  if (value.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const nlohmann::json& element : value) out.push_back(WithoutNulls(element));
+    return out;
+  }
+  return value;
+}
+
 }  // namespace kiln

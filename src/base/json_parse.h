@@ -43,4 +43,10 @@ Result<nlohmann::json> ParseJsonBounded(std::string_view text, const JsonLimits&
 // The same for nlohmann::ordered_json (documents whose member order matters).
 Result<nlohmann::ordered_json> ParseOrderedJsonBounded(std::string_view text, const JsonLimits& limits = {});
 
+// `value` without its null object members, at every depth (array elements are kept, nulls too).
+// AWS JSON protocols treat a null member as an absent one; a request stored this way can be read
+// with value()/contains() without a null ever reaching get<>. Recursive: for documents that left
+// ParseJsonBounded (bounded depth).
+nlohmann::json WithoutNulls(const nlohmann::json& value);
+
 }  // namespace kiln

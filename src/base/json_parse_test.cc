@@ -71,5 +71,12 @@ TEST(JsonParseTest, OrderedKeepsMemberOrder) {
   EXPECT_EQ(doc->begin().key(), "z");
 }
 
+TEST(WithoutNullsTest, DropsNullMembersAtEveryDepthAndKeepsArrays) {
+  nlohmann::json in =
+      nlohmann::json::parse(R"({"a": null, "b": {"c": null, "d": 1, "e": [null, {"f": null, "g": "x"}]}, "h": []})");
+  EXPECT_EQ(WithoutNulls(in), nlohmann::json::parse(R"({"b": {"d": 1, "e": [null, {"g": "x"}]}, "h": []})"));
+  EXPECT_EQ(WithoutNulls(nlohmann::json(3)), nlohmann::json(3));
+}
+
 }  // namespace
 }  // namespace kiln

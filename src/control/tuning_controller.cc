@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "base/json_parse.h"
 #include "base/log.h"
 #include "control/tuning_space.h"
 #include "control/tuning_stopping.h"
@@ -77,8 +78,7 @@ struct TuningController::ParsedJob {
   std::optional<tuning::Hyperband> hyperband;
   tuning::CompletionCriteria criteria;
   std::vector<tuning::Observation> warm_start;  // the parents' trials that reported the objective
-  json tags = json::array();
-  std::optional<std::string> error;  // the request could not be parsed: the job fails with this
+  std::optional<std::string> error;             // the request could not be parsed: the job fails with this
 };
 
 namespace {
@@ -90,7 +90,8 @@ std::shared_ptr<TuningController::ParsedJob> ParseJob(const TuningJobRecord& rec
                                                       store::Database* database) {
   auto parsed = std::make_shared<TuningController::ParsedJob>();
   parsed->arn = record.arn;
-  const json& in = record.request;
+  // Null members are absent ones (the API stores requests without them; older rows may have them).
+  const json in = WithoutNulls(record.request);
   const json config = in.value("HyperParameterTuningJobConfig", json::object());
   parsed->strategy = config.value("Strategy", "Bayesian");
   const json limits = config.value("ResourceLimits", json::object());
@@ -192,11 +193,12 @@ std::shared_ptr<TuningController::ParsedJob> ParseJob(const TuningJobRecord& rec
     }
   }
 
-  store::TagRepository tags(database);
-  if (auto list = tags.List(record.arn); list.ok()) {
-    for (const store::Tag& tag : *list) parsed->tags.push_back({{"Key", tag.key}, {"Value", tag.value}});
-  }
   return parsed;
+}
+
+// Errors of Kiln's own that another pass may not meet (the database busy): never the trial's fault.
+bool IsTransient(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kInternal;
 }
 
 double LossOf(double value, bool maximize) { return maximize ? -value : value; }
@@ -271,7 +273,7 @@ void TuningController::ReconcileAll() {
   }
   std::set<std::string> names;
   for (const TuningJobRecord& record : *active) {
-    names.insert(record.name);
+    names.insert(record.name + "@" + std::to_string(record.creation_millis));
     Reconcile(record);
   }
   // Forget the parsed requests of jobs that ended (or were deleted).
@@ -281,10 +283,40 @@ void TuningController::ReconcileAll() {
 }
 
 void TuningController::Reconcile(const TuningJobRecord& record) {
+  // A request no check foresaw must fail its own job, never end the server (whose next start
+  // would meet the same row).
+  try {
+    ReconcileJob(record);
+  } catch (const std::exception& e) {
+    KLOG(error, "tuning job failed unexpectedly", {{"tuning_job", record.name}, {"error", e.what()}});
+    const int64_t now = NowMillis();
+    (void)store::TuningJobRepository(deps_.database).Mutate(record.name, [&](TuningJobRecord& fresh) {
+      if (!store::IsActive(fresh.status)) return Status::FailedPrecondition("ended meanwhile");
+      fresh.status = TuningJobStatus::kFailed;
+      fresh.state.failure_reason = std::string("InternalServerError: the tuning job could not be run: ") + e.what();
+      fresh.state.end_millis = now;
+      fresh.end_millis = now;
+      fresh.last_modified_millis = now;
+      return Status::Ok();
+    });
+  }
+}
+
+void TuningController::ReconcileJob(const TuningJobRecord& record) {
   const int64_t now = NowMillis();
-  std::shared_ptr<ParsedJob>& slot = parsed_[record.name];
+  // Keyed by name and creation time: a job deleted and created again under its name is new.
+  std::shared_ptr<ParsedJob>& slot = parsed_[record.name + "@" + std::to_string(record.creation_millis)];
   if (!slot) slot = ParseJob(record, options_, deps_.database);
   const ParsedJob& job = *slot;
+  // The tuning job's tags go to every trial; read when a trial is created (tags may be added
+  // after the row, and AddTags may change them).
+  auto tags_of_job = [&]() {
+    json tags = json::array();
+    if (auto list = store::TagRepository(deps_.database).List(record.arn); list.ok()) {
+      for (const store::Tag& tag : *list) tags.push_back({{"Key", tag.key}, {"Value", tag.value}});
+    }
+    return tags;
+  };
   TuningJobState state = record.state;
   const bool user_stop = state.stop_requested || record.status == TuningJobStatus::kStopping;
   std::optional<TuningJobStatus> final_status;
@@ -310,8 +342,8 @@ void TuningController::Reconcile(const TuningJobRecord& record) {
     auto row = training.Get(trial.name);
     if (row.status().IsNotFound() && def != nullptr && deps_.launcher != nullptr) {
       Status created =
-          deps_.launcher->Create({def->definition, trial.name, record.arn, trial.tuned, def->metric, job.tags});
-      if (!created.ok() && !created.IsAlreadyExists()) {
+          deps_.launcher->Create({def->definition, trial.name, record.arn, trial.tuned, def->metric, tags_of_job()});
+      if (!created.ok() && !created.IsAlreadyExists() && !IsTransient(created)) {
         trial.status = "Failed";
         trial.failure_reason = created.message();
         trial.end_millis = now;
@@ -329,7 +361,7 @@ void TuningController::Reconcile(const TuningJobRecord& record) {
     const bool judged = job.early_stopping_auto || job.hyperband.has_value();
     if (deps_.metric_store != nullptr && def != nullptr && !def->metric.empty() &&
         (judged || !store::IsActive(row->status))) {
-      auto points = deps_.metric_store->Query(kTrainingMetricNamespace, def->metric, {{"TrainingJobName", trial.name}},
+      auto points = deps_.metric_store->Query(kTrainingMetricNamespace, def->metric, {{"Host", trial.name + "/algo-1"}},
                                               0, std::numeric_limits<int64_t>::max());
       if (points.ok()) {
         for (const observe::SeriesPoint& p : *points) curve.push_back(p.value);
@@ -343,8 +375,12 @@ void TuningController::Reconcile(const TuningJobRecord& record) {
       }
     }
     if (IsTerminalTrialStatus(trial.status)) {
-      if (curve.size() > kMaxCurvePoints) curve.erase(curve.begin(), curve.end() - kMaxCurvePoints);
-      trial.curve = std::move(curve);
+      // The rules compare reports by position from the first: keep the beginning of the curve
+      // (Hyperband needs up to MaxResource reports), and only for jobs that judge trials.
+      const size_t keep =
+          job.hyperband ? std::max<size_t>(kMaxCurvePoints, job.hyperband->max_resource()) : kMaxCurvePoints;
+      if (curve.size() > keep) curve.resize(keep);
+      if (judged) trial.curve = std::move(curve);
     } else {
       running_curves[trial.seq] = std::move(curve);
     }
@@ -483,14 +519,16 @@ void TuningController::Reconcile(const TuningJobRecord& record) {
         const bool stop_requested = fresh.state.stop_requested;
         fresh.state = state;
         fresh.state.stop_requested = stop_requested;
+        fresh.last_modified_millis = now;
         return Status::Ok();
       });
       if (!written.ok()) return;  // a stop came in between: the next pass handles it
       for (TuningTrial& trial : launched) {
         const TuningDefinition* def = definition_of(trial);
         Status created =
-            deps_.launcher->Create({def->definition, trial.name, record.arn, trial.tuned, def->metric, job.tags});
-        if (!created.ok() && !created.IsAlreadyExists()) {
+            deps_.launcher->Create({def->definition, trial.name, record.arn, trial.tuned, def->metric, tags_of_job()});
+        // Transient trouble: the trial stays, and the next pass creates it (its row is missing).
+        if (!created.ok() && !created.IsAlreadyExists() && !IsTransient(created)) {
           for (TuningTrial& t : state.trials) {
             if (t.seq != trial.seq) continue;
             t.status = "Failed";
@@ -545,6 +583,7 @@ void TuningController::Reconcile(const TuningJobRecord& record) {
     // adds them), and the user's stop request.
     fresh.state = state;
     fresh.state.stop_requested = stop_requested || state.stop_requested;
+    fresh.last_modified_millis = now;
     if (final_status) {
       if (*final_status != TuningJobStatus::kStopped && fresh.state.stop_requested && !job.error) {
         // A stop arrived after this pass read the row: finish it on the next pass instead.

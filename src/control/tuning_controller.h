@@ -111,7 +111,9 @@ class TuningController {
 
  private:
   void Run() EXCLUDES(mutex_);
+  // Reconciles one job; an exception (a request no check foresaw) fails that job.
   void Reconcile(const store::TuningJobRecord& record);
+  void ReconcileJob(const store::TuningJobRecord& record);
   int64_t NowMillis() const;
 
   TuningControllerOptions options_;
@@ -121,7 +123,7 @@ class TuningController {
   bool wake_requested_ GUARDED_BY(mutex_) = false;
   bool stopping_ GUARDED_BY(mutex_) = false;
   std::thread thread_;
-  // Owned by the reconciling thread (or a test's caller): parsed requests by job name.
+  // Owned by the reconciling thread (or a test's caller): parsed requests by "<name>@<creation>".
   std::map<std::string, std::shared_ptr<ParsedJob>> parsed_;
 };
 

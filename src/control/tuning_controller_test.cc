@@ -34,6 +34,10 @@ class FakeLauncher : public TrialLauncher {
   Status Create(const Trial& trial) override {
     created.push_back(trial);
     if (fail_creates) return Status::InvalidArgument("ClientError: the image does not exist");
+    if (transient_failures > 0) {
+      --transient_failures;
+      return Status::Unavailable("database is locked");
+    }
     TrainingJobRecord record;
     record.name = trial.name;
     record.arn = "arn:aws:sagemaker:us-east-1:000000000000:training-job/" + trial.name;
@@ -53,6 +57,7 @@ class FakeLauncher : public TrialLauncher {
   std::vector<Trial> created;
   std::vector<std::string> stopped;
   bool fail_creates = false;
+  int transient_failures = 0;
 
  private:
   store::TrainingJobRepository jobs_;
@@ -127,7 +132,7 @@ class TuningControllerTest : public ::testing::Test {
   void Report(const std::string& name, const std::vector<double>& values) {
     int64_t t = clock_.now;
     for (double v : values)
-      ASSERT_TRUE(metrics_->Put("/aws/sagemaker/TrainingJobs", "loss", {{"TrainingJobName", name}}, ++t, v).ok());
+      ASSERT_TRUE(metrics_->Put("/aws/sagemaker/TrainingJobs", "loss", {{"Host", name + "/algo-1"}}, ++t, v).ok());
   }
 
   std::vector<std::string> Running() {
@@ -331,6 +336,70 @@ TEST_F(TuningControllerTest, HyperbandAssignsBracketsAndStopsATrialAtMaxResource
   Report(name, {1.0, 0.9, 0.8});
   controller_->ReconcileAll();
   EXPECT_NE(std::find(launcher_->stopped.begin(), launcher_->stopped.end(), name), launcher_->stopped.end());
+}
+
+TEST_F(TuningControllerTest, NullMembersInAStoredRequestAreAbsentOnes) {
+  json request = Request("Random", 2, 2, IntegerRange());
+  request["HyperParameterTuningJobConfig"]["RandomSeed"] = nullptr;
+  request["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxRuntimeInSeconds"] = nullptr;
+  request["WarmStartConfig"] = nullptr;
+  request["TrainingJobDefinition"]["DefinitionName"] = nullptr;
+  request["TrainingJobDefinition"]["HyperParameterRanges"] = nullptr;
+  request["TrainingJobDefinition"]["TuningObjective"] = nullptr;
+  Insert(request);
+  controller_->ReconcileAll();
+  ASSERT_EQ(launcher_->created.size(), 2u);
+  EXPECT_EQ(launcher_->created[0].objective_metric, "loss");  // the job's objective, not a null one
+  EXPECT_EQ(Job().status, TuningJobStatus::kInProgress);
+}
+
+TEST_F(TuningControllerTest, ARequestNoCheckForesawFailsItsJobNotTheServer) {
+  json request = Request("Random", 2, 2, IntegerRange());
+  request["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxParallelTrainingJobs"] = "two";
+  Insert(request);
+  controller_->ReconcileAll();  // must not throw
+  TuningJobRecord job = Job();
+  EXPECT_EQ(job.status, TuningJobStatus::kFailed);
+  EXPECT_NE(job.state.failure_reason.value_or("").find("InternalServerError"), std::string::npos);
+  EXPECT_TRUE(launcher_->created.empty());
+}
+
+TEST_F(TuningControllerTest, ATransientCreateErrorIsRetriedNotCountedAsAFailure) {
+  launcher_->transient_failures = 1;
+  Insert(Request("Random", 1, 3, IntegerRange()));
+  controller_->ReconcileAll();
+  ASSERT_EQ(launcher_->created.size(), 1u);
+  EXPECT_EQ(Job().state.trials[0].status, "InProgress");
+  EXPECT_FALSE(store::TrainingJobRepository(db_.get()).Get(launcher_->created[0].name).ok());
+  controller_->ReconcileAll();  // the row is missing: created now
+  ASSERT_EQ(launcher_->created.size(), 2u);
+  EXPECT_EQ(launcher_->created[1].name, launcher_->created[0].name);
+  EXPECT_TRUE(store::TrainingJobRepository(db_.get()).Get(launcher_->created[0].name).ok());
+}
+
+TEST_F(TuningControllerTest, TrialsGetTheTuningJobsTagsAsTheyAreWhenLaunched) {
+  Insert(Request("Random", 1, 2, IntegerRange()));
+  const std::string arn = TuningJobArn("us-east-1", "000000000000", "tune");
+  controller_->ReconcileAll();  // launched before any tag was added
+  ASSERT_TRUE(store::TagRepository(db_.get()).Add(arn, {{"team", "ml"}}).ok());
+  End(launcher_->created[0].name, TrainingJobStatus::kCompleted, 1.0);
+  controller_->ReconcileAll();
+  ASSERT_EQ(launcher_->created.size(), 2u);
+  EXPECT_EQ(launcher_->created[0].tags, json::array());
+  EXPECT_EQ(launcher_->created[1].tags, json::parse(R"([{"Key":"team","Value":"ml"}])"));
+}
+
+TEST_F(TuningControllerTest, RowsRecordWhenTheyChanged) {
+  Insert(Request("Random", 1, 1, IntegerRange()));
+  const int64_t created = clock_.now;
+  clock_.now += 5000;
+  controller_->ReconcileAll();
+  EXPECT_EQ(Job().last_modified_millis, created + 5000);
+  End(launcher_->created[0].name, TrainingJobStatus::kCompleted, 1.0);
+  clock_.now += 5000;
+  controller_->ReconcileAll();
+  EXPECT_EQ(Job().status, TuningJobStatus::kCompleted);
+  EXPECT_EQ(Job().last_modified_millis, created + 10000);
 }
 
 }  // namespace

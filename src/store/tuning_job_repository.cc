@@ -1,5 +1,7 @@
 #include "store/tuning_job_repository.h"
 
+#include "base/log.h"
+
 namespace kiln::store {
 namespace {
 
@@ -137,8 +139,14 @@ Result<std::vector<TuningJobRecord>> TuningJobRepository::ListActive() {
   while (true) {
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
-    ASSIGN_OR_RETURN(auto record, ReadRow(st));
-    out.push_back(std::move(record));
+    // One unreadable row must not stall every other tuning job: it is left out (and logged);
+    // Get, Describe and Delete still name it.
+    auto record = ReadRow(st);
+    if (!record.ok()) {
+      KLOG(warn, "tuning job row skipped", {{"error", record.status().ToString()}});
+      continue;
+    }
+    out.push_back(std::move(record).value());
   }
   return out;
 }

@@ -242,7 +242,10 @@ TEST_F(TuningJobRepositoryTest, UnreadableRowsAreInternalCorruptRowErrors) {
   }
   EXPECT_NE(repo_->Get("bad-status").status().message().find("Sleeping"), std::string::npos);
   EXPECT_NE(repo_->Get("bad-trial").status().message().find("trials[0].status"), std::string::npos);
-  EXPECT_EQ(repo_->ListActive().status().code(), StatusCode::kInternal);
+  // The controller's list leaves unreadable rows out, so one bad row stalls no other job.
+  auto active = repo_->ListActive();
+  ASSERT_TRUE(active.ok()) << active.status().ToString();
+  EXPECT_TRUE(active->empty());
   // The summary page reads typed columns only; whole records surface the corruption.
   ListPageQuery q;
   q.limit = 100;
