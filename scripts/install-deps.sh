@@ -47,6 +47,7 @@ test_pkgs=(
   clang-format                             # scripts/check-format.sh: the C++ layout (.clang-format)
   nftables iproute2                        # runtime_process_test: inspects the networks' rules (nft) and links (ip)
   podman crun netavark catatonit           # the container runtime's tests: Podman's Docker-compatible API (scripts/podman-setup.sh)
+  iptables                                 # netavark (Podman's network backend) sets container networks up with it; only "Suggested", and without it every container start fails "netavark: No such file or directory"
   docker-registry                          # a registry on loopback for the container runtime's pull tests (test_container_registry.py)
   openssh-client python3-pexpect           # access_test, test_remote_access.py: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
   python3-debugpy                          # test_remote_access.py: the training script's debugpy attached through an ssh -L forward
