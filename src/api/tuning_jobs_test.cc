@@ -225,7 +225,7 @@ TEST_F(TuningJobsApiTest, ExactlyOneDefinitionFormIsRequired) {
   json both = Request("t");
   json named = Definition();
   named["DefinitionName"] = "a";
-  both["TrainingJobDefinitions"] = {named};
+  both["TrainingJobDefinitions"] = json::array({named});  // {named} alone is a copy under clang
   EXPECT_THAT(Invalid(both), HasSubstr("this request gives both."));
   EXPECT_TRUE(created_.empty());
 }
