@@ -31,6 +31,9 @@ aws::AwsError Validation(std::string message) { return aws::AwsError("Validation
 
 json Seconds(int64_t millis) { return static_cast<double>(millis) / 1000.0; }
 
+// A duration in whole seconds, rounded up, at least 1.
+int64_t WholeSecondsUp(int64_t millis) { return std::max<int64_t>(1, (millis + 999) / 1000); }
+
 int64_t NowOf(const TrainingJobsContext& c) { return c.clock ? c.clock->NowMillis() : Clock::System().NowMillis(); }
 
 std::string TrainingJobArn(const TrainingJobsContext& c, const std::string& name) {
@@ -99,25 +102,37 @@ std::optional<aws::AwsError> CheckResourceConfig(const json& rc) {
   return std::nullopt;
 }
 
+// A boolean member of a request; absent, null (or not a boolean) reads as false.
+bool FlagOf(const json& in, const char* member) {
+  auto it = in.find(member);
+  return it != in.end() && it->is_boolean() && it->get<bool>();
+}
+
+// An integer member of StoppingCondition; absent or null reads as `absent` (the model has checked
+// the type and range).
+int64_t SecondsOf(const json& sc, const char* member, int64_t absent) {
+  auto it = sc.find(member);
+  return it != sc.end() && it->is_number() ? it->get<int64_t>() : absent;
+}
+
 // Stopping conditions (training-contract.md §9, §10): MaxWaitTimeInSeconds goes with managed spot
-// training, and is at least MaxRuntimeInSeconds.
+// training, and is at least MaxRuntimeInSeconds. The range (>= 1) is the service model's check,
+// answered before this one. The wording is AWS's where it is known ("only supported when ...",
+// as AWS answers it, without a final period) and in the same form where it is not.
 std::optional<aws::AwsError> CheckStoppingCondition(const json& in) {
-  const json sc = in.value("StoppingCondition", json::object());
-  const bool spot = in.value("EnableManagedSpotTraining", false);
-  if (sc.contains("MaxWaitTimeInSeconds") && !sc["MaxWaitTimeInSeconds"].is_null()) {
-    if (!spot) {
-      return Validation(
-          "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to "
-          "true.");
-    }
-    int64_t runtime = sc.value("MaxRuntimeInSeconds", int64_t{86400});
-    if (sc["MaxWaitTimeInSeconds"].get<int64_t>() < runtime) {
-      return Validation("Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds.");
-    }
-  } else if (spot) {
+  json sc = in.value("StoppingCondition", json::object());
+  if (!sc.is_object()) sc = json::object();
+  const bool spot = FlagOf(in, "EnableManagedSpotTraining");
+  const bool has_wait = sc.contains("MaxWaitTimeInSeconds") && !sc["MaxWaitTimeInSeconds"].is_null();
+  if (has_wait && !spot) {
     return Validation(
-        "Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to "
-        "true.");
+        "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true");
+  }
+  if (spot && !has_wait) {
+    return Validation("Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to true");
+  }
+  if (has_wait && SecondsOf(sc, "MaxWaitTimeInSeconds", 0) < SecondsOf(sc, "MaxRuntimeInSeconds", 86400)) {
+    return Validation("Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds");
   }
   return std::nullopt;
 }
@@ -322,16 +337,22 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
   out["FinalMetricDataList"] = metrics;
   for (const char* flag :
        {"EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining"}) {
-    out[flag] = in.value(flag, false);
+    out[flag] = FlagOf(in, flag);
   }
+  // Once the job has ended: TrainingTimeInSeconds is the wall time from the first start to the end;
+  // BillableTimeInSeconds is the same for an on-demand job and, for a managed-spot job, the
+  // running time of all its attempts (state.billable_millis; training-contract.md §9). Both are
+  // whole seconds rounded up, as AWS bills (a job that ran at all ran at least 1 s). A spot job's
+  // row written before billable_millis existed shows its training time as billable.
   if (state.training_start_millis) {
     int64_t start = *state.training_start_millis;
     int64_t end = record.training_end_millis.value_or(0);
     if (end >= start && end > 0) {
-      // Whole seconds, rounded up, as AWS bills (a job that ran at all ran at least 1 s).
-      int64_t seconds = std::max<int64_t>(1, (end - start + 999) / 1000);
+      const int64_t seconds = WholeSecondsUp(end - start);
       out["TrainingTimeInSeconds"] = seconds;
-      out["BillableTimeInSeconds"] = seconds;
+      const bool spot = FlagOf(in, "EnableManagedSpotTraining");
+      out["BillableTimeInSeconds"] =
+          spot && state.billable_millis > 0 ? WholeSecondsUp(state.billable_millis) : seconds;
     }
   }
   for (const char* member :

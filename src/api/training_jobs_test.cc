@@ -3,7 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "api/service_model.h"
 #include "control/scheduler.h"
+#include "store/test_util/temp_database.h"
 
 namespace kiln::api {
 namespace {
@@ -122,6 +130,208 @@ TEST(RenderTrainingJobTest, FailureReasonOnlyWhenFailed) {
   r.status = store::TrainingJobStatus::kFailed;
   r.state.failure_reason = "AlgorithmError: boom, exit code: 1";
   EXPECT_EQ(RenderTrainingJob(r)["FailureReason"], "AlgorithmError: boom, exit code: 1");
+}
+
+// ---- Managed spot (issue 18): TrainingTimeInSeconds is wall time, BillableTimeInSeconds running time ----
+
+// A managed-spot job that ended 100 s after its first start, having run 40.2 s in all.
+store::TrainingJobRecord SpotRecord() {
+  store::TrainingJobRecord r = Record();
+  r.request["EnableManagedSpotTraining"] = true;
+  r.request["StoppingCondition"] = {{"MaxRuntimeInSeconds", 3600}, {"MaxWaitTimeInSeconds", 7200}};
+  r.state.training_start_millis = 1714557600000;
+  r.training_end_millis = 1714557700000;
+  r.state.interruptions = 2;
+  r.state.billable_millis = 40200;
+  return r;
+}
+
+TEST(RenderTrainingJobTest, ASpotJobBillsItsRunningTimeAndTrainsForItsWallTime) {
+  json out = RenderTrainingJob(SpotRecord());
+  EXPECT_EQ(out["EnableManagedSpotTraining"], true);
+  EXPECT_EQ(out["TrainingTimeInSeconds"], 100);
+  EXPECT_EQ(out["BillableTimeInSeconds"], 41);  // 40.2 s rounded up
+  EXPECT_EQ(out["StoppingCondition"]["MaxWaitTimeInSeconds"], 7200);
+}
+
+TEST(RenderTrainingJobTest, ASpotJobsBillableTimeIsAtLeastOneSecondAndRoundsUp) {
+  auto r = SpotRecord();
+  r.state.billable_millis = 1;
+  EXPECT_EQ(RenderTrainingJob(r)["BillableTimeInSeconds"], 1);
+  r.state.billable_millis = 41000;  // whole seconds stay as they are
+  EXPECT_EQ(RenderTrainingJob(r)["BillableTimeInSeconds"], 41);
+}
+
+TEST(RenderTrainingJobTest, ASpotRowWithoutBillableMillisShowsItsTrainingTimeAsBillable) {
+  auto r = SpotRecord();
+  r.state.billable_millis = 0;  // written before billable_millis existed
+  json out = RenderTrainingJob(r);
+  EXPECT_EQ(out["TrainingTimeInSeconds"], 100);
+  EXPECT_EQ(out["BillableTimeInSeconds"], 100);
+}
+
+TEST(RenderTrainingJobTest, OnDemandJobsBillTheirTrainingTimeWhateverTheState) {
+  auto r = SpotRecord();
+  r.request.erase("EnableManagedSpotTraining");
+  r.request["StoppingCondition"].erase("MaxWaitTimeInSeconds");
+  json out = RenderTrainingJob(r);
+  EXPECT_EQ(out["EnableManagedSpotTraining"], false);
+  EXPECT_EQ(out["TrainingTimeInSeconds"], 100);
+  EXPECT_EQ(out["BillableTimeInSeconds"], 100);  // billable_millis is a spot job's only
+  r.request["EnableManagedSpotTraining"] = false;
+  EXPECT_EQ(RenderTrainingJob(r)["BillableTimeInSeconds"], 100);
+}
+
+TEST(RenderTrainingJobTest, ASpotJobStillRunningHasNeitherTime) {
+  auto r = SpotRecord();
+  r.status = store::TrainingJobStatus::kInProgress;
+  r.training_end_millis.reset();
+  json out = RenderTrainingJob(r);
+  EXPECT_FALSE(out.contains("TrainingTimeInSeconds"));
+  EXPECT_FALSE(out.contains("BillableTimeInSeconds"));
+  EXPECT_DOUBLE_EQ(out["TrainingStartTime"].get<double>(), 1714557600.0);  // the first start
+}
+
+// ---- CreateTrainingJob's managed-spot checks, through the service (the model's checks first) ----
+
+class FixedClock : public Clock {
+ public:
+  int64_t NowMillis() const override { return 1714557600000; }
+};
+
+class CreateSpotTrainingJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = store::testing::OpenTestDatabase(dir_.path(), /*durable=*/false);
+    control::SchedulerOptions options;
+    for (int i = 0; i < 8; ++i) options.capacity.cpus.push_back(i);
+    options.capacity.memory_bytes = 64ull << 30;
+    scheduler_ = std::make_unique<control::Scheduler>(options, &control::InstanceCatalog::BuiltIn());
+    control::TrainingControllerDeps deps;
+    deps.database = db_.get();
+    deps.scheduler = scheduler_.get();
+    // Never started: CreateTrainingJob uses CheckFeasible and Submit (which only queues).
+    training_ = std::make_unique<control::TrainingController>(control::TrainingControllerOptions{}, deps);
+    service_.SetModel(ServiceModel::SageMaker());
+    TrainingJobsContext ctx;
+    ctx.database = db_.get();
+    ctx.controller = training_.get();
+    ctx.account_id = "123456789012";
+    ctx.region = "us-east-1";
+    ctx.clock = &clock_;
+    RegisterTrainingJobOperations(&service_, ctx);
+  }
+
+  static json Request(const std::string& name) {
+    return {{"TrainingJobName", name},
+            {"RoleArn", "arn:aws:iam::123456789012:role/kiln"},
+            {"AlgorithmSpecification", {{"TrainingImage", "local:/bin/true"}, {"TrainingInputMode", "File"}}},
+            {"OutputDataConfig", {{"S3OutputPath", "s3://b/out/"}}},
+            {"ResourceConfig", {{"InstanceType", "ml.m5.large"}, {"InstanceCount", 1}, {"VolumeSizeInGB", 1}}},
+            {"StoppingCondition", {{"MaxRuntimeInSeconds", 3600}}}};
+  }
+  static json Spot(const std::string& name, std::optional<int64_t> max_wait) {
+    json request = Request(name);
+    request["EnableManagedSpotTraining"] = true;
+    if (max_wait) request["StoppingCondition"]["MaxWaitTimeInSeconds"] = *max_wait;
+    return request;
+  }
+
+  // {status, __type, message} of the call.
+  std::tuple<int, std::string, std::string> Call(const std::string& operation, const json& input) {
+    aws::RequestContext context;
+    context.request_id = "req";
+    auto response = service_.Handle(context, operation, input.dump());
+    json body = response.body.empty() ? json::object() : json::parse(response.body);
+    return {response.status, body.value("__type", ""), body.value("message", "")};
+  }
+  // The ValidationException's message CreateTrainingJob answers; and no job was created.
+  std::string Refused(const json& request) {
+    auto [status, type, message] = Call("CreateTrainingJob", request);
+    EXPECT_EQ(status, 400) << request.dump();
+    EXPECT_EQ(type, "ValidationException") << message;
+    EXPECT_FALSE(store::TrainingJobRepository(db_.get()).Get(request["TrainingJobName"].get<std::string>()).ok())
+        << request.dump();
+    return message;
+  }
+  json Describe(const std::string& name) {
+    aws::RequestContext context;
+    context.request_id = "req";
+    auto response = service_.Handle(context, "DescribeTrainingJob", json{{"TrainingJobName", name}}.dump());
+    EXPECT_EQ(response.status, 200) << response.body;
+    return json::parse(response.body);
+  }
+
+  store::testing::TempDir dir_;
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<control::Scheduler> scheduler_;
+  std::unique_ptr<control::TrainingController> training_;
+  FixedClock clock_;
+  JsonService service_{"SageMaker", "sagemaker", aws::Protocol::kJson11};
+};
+
+TEST_F(CreateSpotTrainingJobTest, ASpotJobWithAMaxWaitAtLeastItsMaxRuntimeIsCreated) {
+  for (auto [name, max_wait] : {std::pair{"spot-longer", 7200}, std::pair{"spot-equal", 3600}}) {
+    auto [status, type, message] = Call("CreateTrainingJob", Spot(name, max_wait));
+    ASSERT_EQ(status, 200) << name << ": " << type << " " << message;
+    json out = Describe(name);
+    EXPECT_EQ(out["EnableManagedSpotTraining"], true);
+    EXPECT_EQ(out["StoppingCondition"]["MaxWaitTimeInSeconds"], max_wait);
+    EXPECT_EQ(out["StoppingCondition"]["MaxRuntimeInSeconds"], 3600);
+  }
+}
+
+TEST_F(CreateSpotTrainingJobTest, SpotWithoutMaxWaitTimeIsRefused) {
+  EXPECT_EQ(Refused(Spot("no-wait", std::nullopt)),
+            "Invalid MaxWaitTimeInSeconds. It must be present when EnableManagedSpotTraining is set to true");
+}
+
+TEST_F(CreateSpotTrainingJobTest, AMaxWaitTimeShorterThanTheMaxRuntimeIsRefused) {
+  const std::string expected = "Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds";
+  EXPECT_EQ(Refused(Spot("short-wait", 3599)), expected);
+  // Without MaxRuntimeInSeconds the comparison is with its default, 1 day.
+  json no_runtime = Spot("short-wait-default", 3600);
+  no_runtime["StoppingCondition"].erase("MaxRuntimeInSeconds");
+  EXPECT_EQ(Refused(no_runtime), expected);
+  no_runtime["StoppingCondition"]["MaxWaitTimeInSeconds"] = 86400;
+  auto [status, type, message] = Call("CreateTrainingJob", no_runtime);
+  EXPECT_EQ(status, 200) << type << " " << message;
+}
+
+TEST_F(CreateSpotTrainingJobTest, MaxWaitTimeWithoutSpotIsRefusedInAwsWords) {
+  // AWS's message, word for word (no final period).
+  const std::string expected =
+      "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true";
+  json absent = Request("wait-no-spot");
+  absent["StoppingCondition"]["MaxWaitTimeInSeconds"] = 7200;
+  EXPECT_EQ(Refused(absent), expected);
+  json off = absent;
+  off["EnableManagedSpotTraining"] = false;
+  EXPECT_EQ(Refused(off), expected);
+}
+
+TEST_F(CreateSpotTrainingJobTest, AMaxWaitTimeBelowOneIsTheModelsRangeError) {
+  EXPECT_EQ(Refused(Spot("zero-wait", 0)),
+            "1 validation error detected: Value '0' at 'stoppingCondition.maxWaitTimeInSeconds' failed to satisfy "
+            "constraint: Member must have value greater than or equal to 1");
+  // The range is checked before the cross-member rules, spot or not.
+  json no_spot = Request("negative-wait");
+  no_spot["StoppingCondition"]["MaxWaitTimeInSeconds"] = -5;
+  EXPECT_EQ(Refused(no_spot),
+            "1 validation error detected: Value '-5' at 'stoppingCondition.maxWaitTimeInSeconds' failed to satisfy "
+            "constraint: Member must have value greater than or equal to 1");
+}
+
+TEST_F(CreateSpotTrainingJobTest, TuningTrialsGetTheSameChecks) {
+  // CheckTrainingJobRequest: the checks of requests Kiln builds itself (a tuning job's trials).
+  TrainingJobsContext ctx;
+  ctx.database = db_.get();
+  ctx.controller = training_.get();
+  EXPECT_FALSE(CheckTrainingJobRequest(Spot("trial", 7200), ctx));
+  auto error = CheckTrainingJobRequest(Spot("trial", 60), ctx);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "ValidationException");
+  EXPECT_EQ(error->message, "Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds");
 }
 
 // ---- CreateTrainingJob's distribution checks (issue 14) ----

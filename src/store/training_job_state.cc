@@ -62,10 +62,11 @@ constexpr std::array<std::pair<SecondaryStatus, std::string_view>, 17> kSecondar
     {SecondaryStatus::kRestarting, "Restarting"},
 }};
 
-constexpr std::array<std::pair<StopRequest, std::string_view>, 3> kStopRequests = {{
+constexpr std::array<std::pair<StopRequest, std::string_view>, 4> kStopRequests = {{
     {StopRequest::kNone, ""},
     {StopRequest::kUser, "user"},
     {StopRequest::kMaxRuntime, "max_runtime"},
+    {StopRequest::kMaxWaitTime, "max_wait_time"},
 }};
 
 // The wording of this document's errors: "training job state: <path> is not <expected>".
@@ -134,7 +135,12 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
                                            "failure_reason",
                                            "final_metrics",
                                            "model_artifacts",
-                                           "output_artifacts"};
+                                           "output_artifacts",
+                                           "interruptions",
+                                           "billable_millis",
+                                           "interrupt_requested",
+                                           "resume_after_millis",
+                                           "attempt_start_millis"};
   for (const auto& [key, value] : document.items()) {
     bool known = false;
     for (const char* k : kKnown) known |= key == k;
@@ -187,6 +193,13 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
   }
   RETURN_IF_ERROR(json_member::ReadOptional(document, "model_artifacts", "", Bad, state.model_artifacts));
   RETURN_IF_ERROR(json_member::ReadOptional(document, "output_artifacts", "", Bad, state.output_artifacts));
+  int64_t interruptions = 0;
+  RETURN_IF_ERROR(json_member::ReadInt64(document, "interruptions", "", Bad, interruptions));
+  state.interruptions = static_cast<int>(interruptions);
+  RETURN_IF_ERROR(json_member::ReadInt64(document, "billable_millis", "", Bad, state.billable_millis));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "interrupt_requested", "", Bad, state.interrupt_requested));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "resume_after_millis", "", Bad, state.resume_after_millis));
+  RETURN_IF_ERROR(json_member::ReadOptional(document, "attempt_start_millis", "", Bad, state.attempt_start_millis));
   return state;
 }
 
@@ -233,6 +246,11 @@ json TrainingJobStateToJson(const TrainingJobState& state) {
   }
   if (state.model_artifacts) out["model_artifacts"] = *state.model_artifacts;
   if (state.output_artifacts) out["output_artifacts"] = *state.output_artifacts;
+  if (state.interruptions != 0) out["interruptions"] = state.interruptions;
+  if (state.billable_millis != 0) out["billable_millis"] = state.billable_millis;
+  if (state.interrupt_requested) out["interrupt_requested"] = *state.interrupt_requested;
+  if (state.resume_after_millis) out["resume_after_millis"] = *state.resume_after_millis;
+  if (state.attempt_start_millis) out["attempt_start_millis"] = *state.attempt_start_millis;
   return out;
 }
 

@@ -13,10 +13,12 @@
 //   allocations[]      the scheduler's grant (control/scheduler.h Allocation JSON; opaque here)
 //   credentials        the instance credentials issued to the job (control/instance_credentials.h
 //                      CredentialToJson; opaque here)
-//   stop_requested     "user" | "max_runtime" when a stop is under way (absent: none)
+//   stop_requested     "user" | "max_runtime" | "max_wait_time" when a stop is under way (absent: none)
 //   training_start_millis, training_end_millis, last_stream_epoch, retries, last_failure,
 //   failure_reason, final_metrics {name: {value, timestamp_millis}}, model_artifacts,
 //   output_artifacts
+//   managed spot: interruptions, billable_millis (absent: 0), interrupt_requested,
+//   resume_after_millis, attempt_start_millis
 //
 // Members this version does not know are kept in TrainingJobState::extra and written back, so a
 // newer server's document survives a round trip through an older one. Optional members are
@@ -69,7 +71,7 @@ enum class SecondaryStatus {
 };
 
 // Why a job is being stopped: a request, not a phase (the controller carries it out).
-enum class StopRequest { kNone, kUser, kMaxRuntime };
+enum class StopRequest { kNone, kUser, kMaxRuntime, kMaxWaitTime };
 
 // The wire/column strings ("queued", "InProgress", "MaxRuntimeExceeded", "user").
 std::string_view ToString(TrainingPhase phase);
@@ -132,8 +134,14 @@ struct TrainingJobState {
   std::optional<std::string> last_failure;    // why the last attempt was retried
   std::optional<std::string> failure_reason;  // FailureReason of a Failed job
   std::map<std::string, FinalMetric> final_metrics;
-  std::optional<std::string> model_artifacts;       // S3 URI of model.tar.gz
-  std::optional<std::string> output_artifacts;      // S3 URI of output.tar.gz
+  std::optional<std::string> model_artifacts;   // S3 URI of model.tar.gz
+  std::optional<std::string> output_artifacts;  // S3 URI of output.tar.gz
+  // Managed spot (EnableManagedSpotTraining).
+  int interruptions = 0;        // interruptions so far (the attempt index of spot schedules)
+  int64_t billable_millis = 0;  // running time of ended attempts (the last included once the job ends)
+  std::optional<std::string> interrupt_requested;   // an interruption is under way, and why
+  std::optional<int64_t> resume_after_millis;       // an interrupted job is not queued before this
+  std::optional<int64_t> attempt_start_millis;      // this attempt's start (training_start_millis stays the first)
   nlohmann::json extra = nlohmann::json::object();  // members this version does not know
 
   bool operator==(const TrainingJobState&) const = default;

@@ -21,7 +21,7 @@ TEST(TrainingJobStateEnumsTest, EveryValueRoundTripsThroughItsString) {
     EXPECT_FALSE(ToString(s).empty()) << i;
     EXPECT_EQ(ParseSecondaryStatus(ToString(s)), s) << ToString(s);
   }
-  for (auto r : {StopRequest::kNone, StopRequest::kUser, StopRequest::kMaxRuntime}) {
+  for (auto r : {StopRequest::kNone, StopRequest::kUser, StopRequest::kMaxRuntime, StopRequest::kMaxWaitTime}) {
     EXPECT_EQ(ParseStopRequest(ToString(r)), r);
   }
   // The strings are the ones rows have always held.
@@ -29,6 +29,7 @@ TEST(TrainingJobStateEnumsTest, EveryValueRoundTripsThroughItsString) {
   EXPECT_EQ(ToString(TrainingJobStatus::kInProgress), "InProgress");
   EXPECT_EQ(ToString(SecondaryStatus::kMaxRuntimeExceeded), "MaxRuntimeExceeded");
   EXPECT_EQ(ToString(StopRequest::kMaxRuntime), "max_runtime");
+  EXPECT_EQ(ToString(StopRequest::kMaxWaitTime), "max_wait_time");
   EXPECT_FALSE(ParseTrainingPhase("Queued").has_value());  // case-sensitive, as written
   EXPECT_FALSE(ParseTrainingJobStatus("inprogress").has_value());
   EXPECT_FALSE(ParseSecondaryStatus("Bogus").has_value());
@@ -54,6 +55,10 @@ TEST(TrainingJobStateJsonTest, DocumentsInTodaysFormatRoundTrip) {
           "credentials":{"access_key_id":"AKIA","secret_access_key":"x","session_token":"t","expiration_millis":3},
           "last_stream_epoch":1,"retries":2,"last_failure":"InternalServerError: lost","stop_requested":"user"})",
       R"({"phase":"running","future_member":{"a":[1,2]}})",
+      // Managed spot: an interrupted job waiting to resume, and one being stopped at MaxWaitTime.
+      R"({"phase":"queued","training_start_millis":1000,"interruptions":2,"billable_millis":40200,
+          "resume_after_millis":90000,"interrupt_requested":"kiln interrupt","attempt_start_millis":50000})",
+      R"({"phase":"running","stop_requested":"max_wait_time","interruptions":1,"billable_millis":1})",
   };
   for (const char* text : documents) {
     const json document = json::parse(text);
@@ -79,6 +84,48 @@ TEST(TrainingJobStateJsonTest, ReadsTypedMembers) {
   EXPECT_EQ(state->training_start_millis, 10);
   EXPECT_FALSE(state->failure_reason.has_value());
   EXPECT_TRUE(state->extra.empty());
+}
+
+TEST(TrainingJobStateJsonTest, ReadsAndWritesTheManagedSpotMembers) {
+  TrainingJobState state;
+  state.phase = TrainingPhase::kRunning;
+  state.stop_requested = StopRequest::kMaxWaitTime;
+  state.training_start_millis = 1000;
+  state.interruptions = 3;
+  state.billable_millis = 40200;
+  state.interrupt_requested = "on-demand job j2 needs the capacity";
+  state.resume_after_millis = 70000;
+  state.attempt_start_millis = 60000;
+  const json document = TrainingJobStateToJson(state);
+  EXPECT_EQ(document["stop_requested"], "max_wait_time");
+  EXPECT_EQ(document["interruptions"], 3);
+  EXPECT_EQ(document["billable_millis"], 40200);
+  EXPECT_EQ(document["interrupt_requested"], "on-demand job j2 needs the capacity");
+  EXPECT_EQ(document["resume_after_millis"], 70000);
+  EXPECT_EQ(document["attempt_start_millis"], 60000);
+  auto read = TrainingJobStateFromJson(document);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, state);
+  EXPECT_TRUE(read->extra.empty());  // known members, not kept as unknown ones
+}
+
+// A document written before managed spot (no spot members) reads as the defaults, and writes none.
+TEST(TrainingJobStateJsonTest, DocumentsWithoutTheSpotMembersReadAsDefaults) {
+  const json old = json::parse(R"({"phase":"done","training_start_millis":5,"training_end_millis":9,
+      "retries":1,"stop_requested":"user"})");
+  auto state = TrainingJobStateFromJson(old);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(state->interruptions, 0);
+  EXPECT_EQ(state->billable_millis, 0);
+  EXPECT_FALSE(state->interrupt_requested.has_value());
+  EXPECT_FALSE(state->resume_after_millis.has_value());
+  EXPECT_FALSE(state->attempt_start_millis.has_value());
+  EXPECT_EQ(TrainingJobStateToJson(*state), old);
+  // Nulls read as absent too.
+  auto nulls = TrainingJobStateFromJson(json::parse(R"({"interruptions":null,"billable_millis":null,
+      "interrupt_requested":null,"resume_after_millis":null,"attempt_start_millis":null})"));
+  ASSERT_TRUE(nulls.ok()) << nulls.status().ToString();
+  EXPECT_EQ(*nulls, TrainingJobState{});
 }
 
 TEST(TrainingJobStateJsonTest, DefaultsAndTheDefaultDocument) {
@@ -109,6 +156,11 @@ TEST(TrainingJobStateJsonTest, WrongTypesAndUnknownStringsAreErrorsNamingTheMemb
       {R"({"failure_reason":false})", "failure_reason"},
       {R"({"final_metrics":{"loss":{"value":"x"}}})", "final_metrics.loss.value"},
       {R"({"final_metrics":[]})", "final_metrics"},
+      {R"({"interruptions":"2"})", "interruptions"},
+      {R"({"billable_millis":1.5})", "billable_millis"},
+      {R"({"interrupt_requested":true})", "interrupt_requested"},
+      {R"({"resume_after_millis":"soon"})", "resume_after_millis"},
+      {R"({"attempt_start_millis":[1]})", "attempt_start_millis"},
   };
   for (const Case& c : cases) {
     auto state = TrainingJobStateFromJson(json::parse(c.document));
