@@ -281,8 +281,11 @@ void from_json(const nlohmann::json& j, Allocation& a) {
 void to_json(nlohmann::json& j, const SchedulerSnapshot& s) {
   nlohmann::json queue = nlohmann::json::array();
   for (const auto& q : s.queue) {
-    queue.push_back(
-        {{"id", q.id}, {"seq", q.seq}, {"instance_type", q.instance_type}, {"instance_count", q.instance_count}});
+    queue.push_back({{"id", q.id},
+                     {"seq", q.seq},
+                     {"instance_type", q.instance_type},
+                     {"instance_count", q.instance_count},
+                     {"preemptible", q.preemptible}});
   }
   nlohmann::json granted = nlohmann::json::object();
   for (const auto& [id, allocations] : s.granted) granted[id] = allocations;
@@ -293,7 +296,9 @@ void to_json(nlohmann::json& j, const SchedulerSnapshot& s) {
                      {"gpus", s.gpus},
                      {"free_gpus", s.free_gpus},
                      {"queue", queue},
-                     {"granted", granted}};
+                     {"granted", granted},
+                     {"preemptible", s.preemptible},
+                     {"being_preempted", s.being_preempted}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,14 +446,15 @@ Status Scheduler::Enqueue(const ScheduleRequest& request) {
     return Status::AlreadyExists("request " + request.id + " already holds a grant");
   }
   if (IsQueuedLocked(request.id)) return Status::Ok();
-  auto pos = std::upper_bound(queue_.begin(), queue_.end(), request.seq,
-                              [](int64_t seq, const Queued& q) { return seq < q.request.seq; });
+  const QueueKey key = KeyOf(request);
+  auto pos = std::upper_bound(queue_.begin(), queue_.end(), key,
+                              [](const QueueKey& k, const Queued& q) { return k < KeyOf(q.request); });
   queue_.insert(pos, Queued{request, std::move(need)});
-  queued_seq_[request.id] = request.seq;
+  queued_key_[request.id] = key;
   return Status::Ok();
 }
 
-bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_seq_.count(id) != 0; }
+bool Scheduler::IsQueuedLocked(const std::string& id) const { return queued_key_.count(id) != 0; }
 
 Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& request) {
   if (request.id.empty()) return Status::InvalidArgument("schedule request without an id");
@@ -462,14 +468,14 @@ Result<std::vector<Allocation>> Scheduler::AllocateNow(const ScheduleRequest& re
     return Status::Unavailable(ShortfallLocked(request.instance_type, need, request.instance_count))
         .WithReason(ErrorReason::kDoesNotFitNow);
   }
-  granted_[request.id] = *allocations;
+  HoldLocked(request.id, *allocations, request.preemptible);
   return *allocations;
 }
 
-std::optional<std::vector<Allocation>> Scheduler::TryAllocateLocked(const Need& need, int count) {
-  std::vector<int> cpus = free_cpus_;
-  std::vector<int> gpus = free_gpus_;
-  uint64_t memory = free_memory_;
+std::optional<std::vector<Allocation>> Scheduler::Allocate(const Need& need, int count, Pools& pools) const {
+  std::vector<int>& cpus = pools.cpus;
+  std::vector<int>& gpus = pools.gpus;
+  uint64_t& memory = pools.memory;
   std::vector<Allocation> allocations;
   for (int i = 0; i < count; ++i) {
     Allocation a;
@@ -491,10 +497,21 @@ std::optional<std::vector<Allocation>> Scheduler::TryAllocateLocked(const Need& 
     a.note = need.note;
     allocations.push_back(std::move(a));
   }
-  free_cpus_ = std::move(cpus);
-  free_gpus_ = std::move(gpus);
-  free_memory_ = memory;
   return allocations;
+}
+
+std::optional<std::vector<Allocation>> Scheduler::TryAllocateLocked(const Need& need, int count) {
+  Pools pools{free_cpus_, free_memory_, free_gpus_};
+  std::optional<std::vector<Allocation>> allocations = Allocate(need, count, pools);
+  if (!allocations) return std::nullopt;
+  free_cpus_ = std::move(pools.cpus);
+  free_gpus_ = std::move(pools.gpus);
+  free_memory_ = pools.memory;
+  return allocations;
+}
+
+void Scheduler::HoldLocked(const std::string& id, std::vector<Allocation> allocations, bool preemptible) {
+  granted_[id] = Held{std::move(allocations), preemptible, next_grant_order_++, /*being_preempted=*/false};
 }
 
 void Scheduler::FreeLocked(const std::vector<Allocation>& allocations) {
@@ -512,17 +529,76 @@ std::vector<Grant> Scheduler::Schedule() {
     Queued& head = queue_.front();
     std::optional<std::vector<Allocation>> allocations = TryAllocateLocked(head.need, head.request.instance_count);
     if (!allocations) break;  // head-of-line: later requests wait even if they would fit
-    granted_[head.request.id] = *allocations;
+    HoldLocked(head.request.id, *allocations, head.request.preemptible);
     grants.push_back(Grant{head.request.id, std::move(*allocations)});
-    queued_seq_.erase(head.request.id);
+    queued_key_.erase(head.request.id);
     queue_.pop_front();
   }
   return grants;
 }
 
+std::vector<Preemption> Scheduler::Preemptions() {
+  MutexLock lock(mu_);
+  if (!options_.preempt_for_on_demand || queue_.empty()) return {};
+  const Queued& head = queue_.front();
+  if (head.request.preemptible) return {};
+  const int count = head.request.instance_count;
+  auto fits = [&](const Pools& pools) {
+    Pools scratch = pools;
+    return Allocate(head.need, count, scratch).has_value();
+  };
+  auto add = [](Pools& pools, const std::vector<Allocation>& allocations) {
+    for (const Allocation& a : allocations) {
+      for (int cpu : a.cpus) InsertValue(pools.cpus, cpu);
+      for (int gpu : a.gpus) InsertValue(pools.gpus, gpu);
+      pools.memory += a.memory_bytes;
+    }
+  };
+  // What will be free once the grants already being preempted are released.
+  Pools freed{free_cpus_, free_memory_, free_gpus_};
+  std::vector<std::pair<uint64_t, const std::string*>> candidates;  // (grant order, id)
+  for (const auto& [id, held] : granted_) {
+    if (held.being_preempted) {
+      add(freed, held.allocations);
+    } else if (held.preemptible) {
+      candidates.emplace_back(held.order, &id);
+    }
+  }
+  if (fits(freed)) return {};  // fits now, or once the outstanding preemptions are through
+  // Newest grant first, until the head fits.
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const std::string*> chosen;
+  Pools pools = freed;
+  for (const auto& candidate : candidates) {
+    add(pools, granted_.at(*candidate.second).allocations);
+    chosen.push_back(candidate.second);
+    if (fits(pools)) break;
+  }
+  if (chosen.empty() || !fits(pools)) return {};  // even every spot grant would not make room
+  // Leave out any grant (newest first) whose release turns out not to be needed, e.g. a CPU-only
+  // job chosen before the GPU job that makes room for a GPU request. The last chosen is needed.
+  for (size_t i = 0; i + 1 < chosen.size();) {
+    Pools without = freed;
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      if (k != i) add(without, granted_.at(*chosen[k]).allocations);
+    }
+    if (fits(without)) {
+      chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  std::vector<Preemption> preemptions;
+  for (const std::string* id : chosen) {
+    granted_.at(*id).being_preempted = true;
+    preemptions.push_back(Preemption{*id, head.request.id});
+  }
+  return preemptions;
+}
+
 void Scheduler::Cancel(const std::string& id) {
   MutexLock lock(mu_);
-  if (queued_seq_.erase(id) == 0) return;
+  if (queued_key_.erase(id) == 0) return;
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; }),
                queue_.end());
 }
@@ -532,7 +608,7 @@ void Scheduler::Release(const std::string& id) {
     MutexLock lock(mu_);
     auto it = granted_.find(id);
     if (it == granted_.end()) return;
-    FreeLocked(it->second);
+    FreeLocked(it->second.allocations);
     granted_.erase(it);
   }
   MutexLock listener_lock(listener_mu_);
@@ -545,8 +621,8 @@ void Scheduler::SetReleaseListener(std::function<void()> listener) {
 }
 
 std::string Scheduler::HolderOfCpuLocked(int cpu) const {
-  for (const auto& [id, allocations] : granted_) {
-    for (const Allocation& a : allocations) {
+  for (const auto& [id, held] : granted_) {
+    for (const Allocation& a : held.allocations) {
       if (std::find(a.cpus.begin(), a.cpus.end(), cpu) != a.cpus.end()) return id;
     }
   }
@@ -554,15 +630,15 @@ std::string Scheduler::HolderOfCpuLocked(int cpu) const {
 }
 
 std::string Scheduler::HolderOfGpuLocked(int gpu) const {
-  for (const auto& [id, allocations] : granted_) {
-    for (const Allocation& a : allocations) {
+  for (const auto& [id, held] : granted_) {
+    for (const Allocation& a : held.allocations) {
       if (std::find(a.gpus.begin(), a.gpus.end(), gpu) != a.gpus.end()) return id;
     }
   }
   return "another instance";
 }
 
-Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& allocations) {
+Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& allocations, bool preemptible) {
   MutexLock lock(mu_);
   if (granted_.count(id) != 0) return Status::AlreadyExists("cannot adopt " + id + ": it already holds a grant");
   if (IsQueuedLocked(id)) return Status::AlreadyExists("cannot adopt " + id + ": it is queued");
@@ -605,7 +681,7 @@ Status Scheduler::Adopt(const std::string& id, const std::vector<Allocation>& al
   for (int cpu : cpus) EraseValue(free_cpus_, cpu);
   for (int gpu : gpus) EraseValue(free_gpus_, gpu);
   free_memory_ -= memory;
-  granted_[id] = allocations;
+  HoldLocked(id, allocations, preemptible);
   return Status::Ok();
 }
 
@@ -636,12 +712,12 @@ std::string Scheduler::ShortfallLocked(const std::string& instance_type, const N
 
 const Scheduler::Queued* Scheduler::FindQueuedLocked(const std::string& id, size_t* ahead) const {
   *ahead = 0;
-  auto seq = queued_seq_.find(id);
-  if (seq == queued_seq_.end()) return nullptr;
-  // The queue is sorted by seq: find the first entry of that seq, then the id among its ties.
-  auto it = std::lower_bound(queue_.begin(), queue_.end(), seq->second,
-                             [](const Queued& q, int64_t s) { return q.request.seq < s; });
-  for (; it != queue_.end() && it->request.seq == seq->second; ++it) {
+  auto key = queued_key_.find(id);
+  if (key == queued_key_.end()) return nullptr;
+  // The queue is sorted by key: find the first entry of that key, then the id among its ties.
+  auto it = std::lower_bound(queue_.begin(), queue_.end(), key->second,
+                             [](const Queued& q, const QueueKey& k) { return KeyOf(q.request) < k; });
+  for (; it != queue_.end() && KeyOf(it->request) == key->second; ++it) {
     if (it->request.id == id) {
       *ahead = static_cast<size_t>(it - queue_.begin());
       return &*it;
@@ -666,7 +742,11 @@ std::string Scheduler::WaitingMessage(const std::string& id) const {
   if (entry == nullptr) return "";
   std::string msg = "Waiting for compute capacity: " +
                     ShortfallLocked(entry->request.instance_type, entry->need, entry->request.instance_count);
-  if (msg.find(';') == std::string::npos) msg += "; that much is free, but requests submitted earlier start first";
+  if (msg.find(';') == std::string::npos) {
+    msg += entry->request.preemptible ? "; that much is free, but on-demand requests and spot requests submitted "
+                                        "earlier start first"
+                                      : "; that much is free, but requests submitted earlier start first";
+  }
   msg += ahead == 0 ? " (next in line)" : " (" + Plural(static_cast<int64_t>(ahead), "job", "jobs") + " ahead)";
   return msg;
 }
@@ -675,7 +755,7 @@ std::optional<std::vector<Allocation>> Scheduler::Granted(const std::string& id)
   MutexLock lock(mu_);
   auto it = granted_.find(id);
   if (it == granted_.end()) return std::nullopt;
-  return it->second;
+  return it->second.allocations;
 }
 
 bool Scheduler::IsQueued(const std::string& id) const {
@@ -693,9 +773,14 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   for (const auto& [index, uuid] : gpu_uuids_) s.gpus.push_back(index);
   s.free_gpus = free_gpus_;
   for (const Queued& q : queue_) {
-    s.queue.push_back({q.request.id, q.request.seq, q.request.instance_type, q.request.instance_count});
+    s.queue.push_back(
+        {q.request.id, q.request.seq, q.request.instance_type, q.request.instance_count, q.request.preemptible});
   }
-  s.granted = granted_;
+  for (const auto& [id, held] : granted_) {
+    s.granted[id] = held.allocations;
+    if (held.preemptible) s.preemptible.insert(id);
+    if (held.being_preempted) s.being_preempted.insert(id);
+  }
   return s;
 }
 

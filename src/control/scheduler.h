@@ -1,6 +1,7 @@
 #pragma once
 // Scheduler: hands this node's capacity (CPUs by index, memory, GPUs by index) to requests for
-// `ml.*` instances, in submission order (DESIGN.md §5, training-contract.md §1 and §13).
+// `ml.*` instances, in submission order, on-demand before spot (DESIGN.md §5, training-contract.md
+// §1, §9 and §13).
 //
 // A request asks for `instance_count` instances of one catalog type; it is granted all of them at
 // once (a training job's hosts start together) or waits. Each instance gets concrete CPU indices
@@ -17,16 +18,31 @@
 // run with 0 GPUs and the note says so. Reserved CPUs (the lowest-numbered ones) and memory are
 // kept back for the server and never granted.
 //
-// Ordering: Schedule() grants queued requests strictly in `seq` order while they fit and stops at
-// the first that does not (head-of-line blocking), so jobs start in the order they were submitted
-// even when a later, smaller one would fit. Twenty requests on a host that fits two start two at a
-// time, in order, as Release() frees capacity.
+// Ordering: the queue holds every non-preemptible (on-demand) request before every preemptible
+// (managed spot) one, and each group in `seq` order (ties: enqueue order). Schedule() grants in
+// that order while requests fit and stops at the first that does not (head-of-line blocking), so
+// jobs start in the order they were submitted even when a later, smaller one would fit; a spot
+// request waits behind every queued on-demand one, even one submitted after it. Twenty requests on
+// a host that fits two start two at a time, in order, as Release() frees capacity. WaitingMessage's
+// place in line and Snapshot's queue follow the same order.
+//
+// Preemption (managed spot, training-contract.md §9): when the head of the queue is an on-demand
+// request that does not fit in what is free now, Preemptions() names preemptible grants whose
+// release would let it fit: the most recently granted first, as few as that greedy choice needs
+// (a grant whose release turns out not to help is left alone). The scheduler only names them; the
+// caller interrupts those jobs and Release()s their grants, and the next Schedule() grants the
+// on-demand request. A named grant counts as being freed until it is Released: it is not named
+// again, and no further grant is named for the head while the ones being freed suffice. Nothing is
+// named when the head is preemptible, when releasing every preemptible grant would not let the head
+// fit, or when SchedulerOptions::preempt_for_on_demand is false. Non-preemptible grants (on-demand
+// jobs, endpoint instances) are never named.
 //
 // Typical use by a controller:
 //   RETURN_IF_ERROR(scheduler.CheckFeasible(type, count));      // at create: reject the impossible
 //   RETURN_IF_ERROR(scheduler.Enqueue({job, seq, type, count})); // Pending
 //   for (Grant& g : scheduler.Schedule()) { ...persist g.allocations, launch... }
 //   status_message = scheduler.WaitingMessage(job);               // while still Pending
+//   for (Preemption& p : scheduler.Preemptions()) { ...interrupt p.id's spot job... }
 //   scheduler.Release(job);                                       // when its instances have exited
 // After a server restart, Adopt() each running job's persisted allocations before Schedule().
 //
@@ -38,8 +54,10 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +86,10 @@ struct SchedulerOptions {
   // their actual cards"): catalog gpu_model -> fnmatch globs over the host GPU name, e.g.
   // {"NVIDIA A10G": ["*A10*", "*RTX 4090*"]}. A model without an entry may use any host GPU.
   std::map<std::string, std::vector<std::string>> gpu_classes;
+  // Let Preemptions() name spot grants to reclaim for a queued on-demand request. Off, an on-demand
+  // job waits until spot jobs end by themselves (or are interrupted otherwise). Not read from the
+  // scheduler section: the server sets it from the `spot` section of the Kiln config.
+  bool preempt_for_on_demand = true;
 };
 
 // Applies the `scheduler` section of the Kiln config on top of the discovered capacity:
@@ -106,11 +128,23 @@ struct ScheduleRequest {
   int64_t seq = 0;  // submission order; lower starts first (ties: enqueue order)
   std::string instance_type;
   int instance_count = 1;
+  // A managed-spot training job: queued after every non-preemptible request, and its grant may be
+  // named by Preemptions() for an on-demand request that does not fit.
+  bool preemptible = false;
 };
 
 struct Grant {
   std::string id;
   std::vector<Allocation> allocations;  // one per instance, algo-1 first
+};
+
+// A preemptible grant to reclaim: interrupt the job holding `id`, then Release(id), so that the
+// queued on-demand request `for_id` can be granted.
+struct Preemption {
+  std::string id;
+  std::string for_id;
+
+  bool operator==(const Preemption&) const = default;
 };
 
 // For `kiln status` and tests.
@@ -120,6 +154,7 @@ struct SchedulerSnapshot {
     int64_t seq = 0;
     std::string instance_type;
     int instance_count = 0;
+    bool preemptible = false;
   };
   std::vector<int> cpus;  // usable (not reserved) CPU indices
   std::vector<int> free_cpus;
@@ -129,6 +164,8 @@ struct SchedulerSnapshot {
   std::vector<int> free_gpus;
   std::vector<Queued> queue;  // in grant order
   std::map<std::string, std::vector<Allocation>> granted;
+  std::set<std::string> preemptible;      // the granted ids that are preemptible
+  std::set<std::string> being_preempted;  // those named by Preemptions() and not yet Released
 };
 void to_json(nlohmann::json& j, const SchedulerSnapshot& s);
 
@@ -155,7 +192,8 @@ class Scheduler {
 
   // Grants `request` at once if it fits in what is free now, without queueing and ahead of
   // anything queued: endpoint instances (small, latency-critical, replaced automatically) must
-  // not wait behind a training job at the head of the line. The grant is held until Release().
+  // not wait behind a training job at the head of the line. The grant is held until Release();
+  // it is preemptible if request.preemptible is (endpoints leave it false).
   // Errors: CheckFeasible's (the request can never fit); Unavailable with reason kDoesNotFitNow
   // when it does not fit in what is free now, nothing held, with what it needs and what is short
   // as the message:
@@ -163,17 +201,27 @@ class Scheduler {
   // queued or granted.
   Result<std::vector<Allocation>> AllocateNow(const ScheduleRequest& request) EXCLUDES(mu_);
 
-  // Grants queued requests in seq order while they fit; stops at the first that does not. The
-  // granted requests leave the queue and hold their resources until Release().
+  // Grants queued requests in queue order (on-demand before spot, then seq) while they fit; stops
+  // at the first that does not. The granted requests leave the queue and hold their resources until
+  // Release(); a preemptible request's grant stays preemptible.
   std::vector<Grant> Schedule() EXCLUDES(mu_);
+
+  // The preemptible grants to reclaim now for the head of the queue (see "Preemption" above), each
+  // with for_id = the head's id; empty when there is nothing (more) to reclaim. Each id is returned
+  // once: later calls leave it out until it is Released (and granted again). The caller should
+  // interrupt each named job and Release() its grant when its instances have exited; the grant
+  // holds its resources until then. Costs a scan of the grants and a few trial allocations, so
+  // callers may run it on every scheduling pass.
+  std::vector<Preemption> Preemptions() EXCLUDES(mu_);
 
   // Removes a queued request (a job stopped while Pending). No-op if not queued; a granted id
   // keeps its grant (use Release).
   void Cancel(const std::string& id) EXCLUDES(mu_);
 
-  // Frees a granted request's resources. No-op for an unknown id. Call Schedule() afterwards to
-  // start what now fits; the release listener (below) is told, so the owner of the queue learns
-  // of capacity freed by someone else (an endpoint instance released while a job waits).
+  // Frees a granted request's resources (and forgets that Preemptions() named it, if it did).
+  // No-op for an unknown id. Call Schedule() afterwards to start what now fits; the release
+  // listener (below) is told, so the owner of the queue learns of capacity freed by someone else
+  // (an endpoint instance released while a job waits).
   void Release(const std::string& id) EXCLUDES(mu_, listener_mu_);
 
   // `listener` runs after every Release() that freed a grant, on the releasing thread, outside the
@@ -186,8 +234,10 @@ class Scheduler {
   // that nothing else is granted the same CPUs or GPUs). All or nothing: FailedPrecondition if a
   // CPU or GPU is not usable on this host (unknown, reserved) or already held, if a GPU index now
   // has another UUID than recorded, or if the memory is not free; AlreadyExists if the id is
-  // queued or granted.
-  Status Adopt(const std::string& id, const std::vector<Allocation>& allocations) EXCLUDES(mu_);
+  // queued or granted. `preemptible`: the grant is a managed-spot job's (Preemptions() may name it);
+  // adopted grants count as granted in the order of the Adopt() calls, before any later grant.
+  Status Adopt(const std::string& id, const std::vector<Allocation>& allocations, bool preemptible = false)
+      EXCLUDES(mu_);
 
   // For StatusMessage while Pending: what the request waits for and its place in line, e.g.
   // "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; 0 of 2 vCPUs free (2 jobs ahead)".
@@ -218,6 +268,22 @@ class Scheduler {
     ScheduleRequest request;
     Need need;
   };
+  // A request's place in the queue: on-demand (false) before preemptible (true), then seq.
+  using QueueKey = std::pair<bool, int64_t>;
+  static QueueKey KeyOf(const ScheduleRequest& r) { return {r.preemptible, r.seq}; }
+  // A held grant.
+  struct Held {
+    std::vector<Allocation> allocations;
+    bool preemptible = false;
+    uint64_t order = 0;            // grant order (next_grant_order_ when granted): higher is newer
+    bool being_preempted = false;  // named by Preemptions(); cleared with the grant on Release
+  };
+  // Free resources, as Allocate() takes from them.
+  struct Pools {
+    std::vector<int> cpus;  // ascending
+    uint64_t memory = 0;
+    std::vector<int> gpus;  // ascending
+  };
 
   // The per-instance shape of a request under the options, or why it can never run.
   // Uses only constant members: no lock needed.
@@ -229,9 +295,14 @@ class Scheduler {
   // "<type> needs 4 vCPUs and 16 GiB; 2 of 6 vCPUs free": the request's whole need and each
   // dimension that is short now (no "; ..." part when nothing is).
   std::string ShortfallLocked(const std::string& instance_type, const Need& need, int count) const REQUIRES(mu_);
+  // Takes the resources of `count` instances of `need` from `pools`, or returns nullopt and leaves
+  // `pools` in an unspecified state (callers pass a copy). Uses only constant members.
+  std::optional<std::vector<Allocation>> Allocate(const Need& need, int count, Pools& pools) const;
   // Takes the resources of `count` instances of `need` from the free pools, or returns nullopt
   // and changes nothing.
   std::optional<std::vector<Allocation>> TryAllocateLocked(const Need& need, int count) REQUIRES(mu_);
+  // Records a grant of `id` (a new grant order).
+  void HoldLocked(const std::string& id, std::vector<Allocation> allocations, bool preemptible) REQUIRES(mu_);
   void FreeLocked(const std::vector<Allocation>& allocations) REQUIRES(mu_);
   std::string HolderOfCpuLocked(int cpu) const REQUIRES(mu_);
   std::string HolderOfGpuLocked(int gpu) const REQUIRES(mu_);
@@ -251,11 +322,12 @@ class Scheduler {
   uint64_t free_memory_ GUARDED_BY(mu_) = 0;
   std::vector<int> free_gpus_ GUARDED_BY(mu_);  // ascending
   // A deque: Schedule() takes from the front, so a grant costs O(1) however long the queue is.
-  std::deque<Queued> queue_ GUARDED_BY(mu_);  // sorted by seq (stable)
-  // id -> seq of every queued request: IsQueued, Enqueue's idempotence and a request's place in
+  std::deque<Queued> queue_ GUARDED_BY(mu_);  // sorted by KeyOf (stable)
+  // id -> KeyOf of every queued request: IsQueued, Enqueue's idempotence and a request's place in
   // line (WaitingMessage, read by every Describe of a Pending job) in O(log n), not a scan.
-  std::unordered_map<std::string, int64_t> queued_seq_ GUARDED_BY(mu_);
-  std::map<std::string, std::vector<Allocation>> granted_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, QueueKey> queued_key_ GUARDED_BY(mu_);
+  std::map<std::string, Held> granted_ GUARDED_BY(mu_);
+  uint64_t next_grant_order_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::control

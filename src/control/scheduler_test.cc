@@ -515,6 +515,165 @@ TEST(SchedulerTest, ReservedCpusAndMemoryAreNeverGranted) {
   EXPECT_FALSE(s.Adopt("x", {on_reserved}).ok());
 }
 
+// A managed-spot request (ScheduleRequest::preemptible).
+ScheduleRequest Spot(std::string id, int64_t seq, std::string instance_type, int instance_count = 1) {
+  ScheduleRequest r{std::move(id), seq, std::move(instance_type), instance_count};
+  r.preemptible = true;
+  return r;
+}
+
+// "spot-id for queued-id", one per preemption: readable in a failed expectation.
+std::vector<std::string> Named(const std::vector<Preemption>& preemptions) {
+  std::vector<std::string> named;
+  for (const Preemption& p : preemptions) named.push_back(p.id + " for " + p.for_id);
+  return named;
+}
+
+std::vector<std::string> QueueIds(const SchedulerSnapshot& snap) {
+  std::vector<std::string> ids;
+  for (const auto& q : snap.queue) ids.push_back(q.id);
+  return ids;
+}
+
+TEST(SchedulerTest, OnDemandRequestsStartBeforeSpotOnesSubmittedEarlier) {
+  Scheduler s(Options(Host(4, 64)), Catalog());
+  ASSERT_TRUE(s.AllocateNow({"ep", 0, "ml.m5.xlarge", 1}).ok());  // the host is full
+  ASSERT_TRUE(s.Enqueue(Spot("s1", 1, "ml.m5.large")).ok());
+  ASSERT_TRUE(s.Enqueue({"d3", 3, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"d4", 4, "ml.m5.xlarge", 1}).ok());
+  ASSERT_TRUE(s.Enqueue(Spot("s2", 2, "ml.m5.large")).ok());
+  SchedulerSnapshot snap = s.Snapshot();
+  EXPECT_THAT(QueueIds(snap), ElementsAre("d3", "d4", "s1", "s2"));
+  EXPECT_FALSE(snap.queue[1].preemptible);
+  EXPECT_TRUE(snap.queue[2].preemptible);
+  EXPECT_EQ(nlohmann::json(snap)["queue"][2]["preemptible"], true);
+  EXPECT_THAT(s.WaitingMessage("d3"), EndsWith("(next in line)"));
+  EXPECT_THAT(s.WaitingMessage("s1"), EndsWith("(2 jobs ahead)"));
+  EXPECT_THAT(s.WaitingMessage("s2"), EndsWith("(3 jobs ahead)"));
+
+  s.Release("ep");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("d3"));  // d4 does not fit next to d3; s1 would, but waits
+  EXPECT_EQ(s.WaitingMessage("s1"),
+            "Waiting for compute capacity: ml.m5.large needs 2 vCPUs and 8 GiB; that much is free, but on-demand "
+            "requests and spot requests submitted earlier start first (1 job ahead)");
+  s.Release("d3");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("d4"));
+  s.Release("d4");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("s1", "s2"));
+}
+
+TEST(SchedulerTest, PreemptionsNameASpotGrantOnceAndTheOnDemandJobStartsWhenItIsReleased) {
+  Scheduler s(Options(Host(2, 16)), Catalog());
+  ASSERT_TRUE(s.Enqueue(Spot("spot", 1, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("spot"));
+  EXPECT_TRUE(s.Preemptions().empty());  // nothing queued
+  ASSERT_TRUE(s.Enqueue({"demand", 2, "ml.m5.large", 1}).ok());
+  EXPECT_TRUE(s.Schedule().empty());
+
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("spot for demand"));
+  EXPECT_TRUE(s.Preemptions().empty());  // named once
+  EXPECT_THAT(s.Snapshot().being_preempted, ElementsAre("spot"));
+  EXPECT_TRUE(s.Schedule().empty());  // the spot grant holds its resources until Release
+  EXPECT_TRUE(s.Granted("spot").has_value());
+
+  s.Release("spot");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("demand"));
+  EXPECT_TRUE(s.Snapshot().being_preempted.empty());
+
+  // The interrupted job queues again and runs again; once granted anew it may be named again.
+  ASSERT_TRUE(s.Enqueue(Spot("spot", 1, "ml.m5.large")).ok());
+  s.Release("demand");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("spot"));
+  ASSERT_TRUE(s.Enqueue({"demand-2", 3, "ml.m5.large", 1}).ok());
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("spot for demand-2"));
+}
+
+TEST(SchedulerTest, PreemptionsTakeTheNewestSpotGrantsAndOnlyAsManyAsNeeded) {
+  Scheduler s(Options(Host(8, 64)), Catalog());
+  ASSERT_TRUE(s.Enqueue(Spot("a", 1, "ml.m5.large")).ok());
+  ASSERT_TRUE(s.Enqueue(Spot("b", 2, "ml.m5.large")).ok());
+  ASSERT_TRUE(s.Enqueue(Spot("c", 3, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("a", "b", "c"));
+  ASSERT_TRUE(s.Enqueue(Spot("late", 0, "ml.m5.large")).ok());  // lowest seq, but granted last
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("late"));
+  EXPECT_TRUE(s.Snapshot().free_cpus.empty());
+
+  ASSERT_TRUE(s.Enqueue({"big", 10, "ml.m5.xlarge", 1}).ok());  // 4 vCPUs: two spot grants' worth
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("late for big", "c for big"));
+  EXPECT_TRUE(s.Preemptions().empty());  // the two being freed suffice
+  s.Release("late");
+  EXPECT_TRUE(s.Preemptions().empty());  // c is still on its way out
+  EXPECT_TRUE(s.Schedule().empty());
+
+  // A larger head than the grants being freed make room for: more are named, newest first.
+  s.Cancel("big");
+  ASSERT_TRUE(s.Enqueue({"bigger", 11, "ml.m5.2xlarge", 1}).ok());  // 8 vCPUs
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("b for bigger", "a for bigger"));
+  EXPECT_TRUE(s.Preemptions().empty());
+  s.Release("c");
+  s.Release("b");
+  EXPECT_TRUE(s.Schedule().empty());
+  s.Release("a");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("bigger"));
+}
+
+TEST(SchedulerTest, ASpotGrantWhoseReleaseWouldNotHelpIsLeftAlone) {
+  Scheduler s(Options(Host(16, 128, 1)), Catalog());
+  ASSERT_TRUE(s.Enqueue(Spot("gpu-spot", 1, "ml.g5.xlarge")).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("gpu-spot"));
+  ASSERT_TRUE(s.Enqueue(Spot("cpu-spot", 2, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("cpu-spot"));
+  ASSERT_TRUE(s.Enqueue({"gpu-demand", 3, "ml.g5.xlarge", 1}).ok());  // short of the one GPU only
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("gpu-spot for gpu-demand"));
+  EXPECT_THAT(s.Snapshot().being_preempted, ElementsAre("gpu-spot"));
+}
+
+TEST(SchedulerTest, NoPreemptionsWhenTheyWouldNotHelpOrAreNotWanted) {
+  // Releasing every spot grant would not make room: the newer on-demand grant is never reclaimed.
+  Scheduler not_enough(Options(Host(4, 64)), Catalog());
+  ASSERT_TRUE(not_enough.Enqueue(Spot("spot", 1, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(not_enough.Schedule()), ElementsAre("spot"));
+  ASSERT_TRUE(not_enough.AllocateNow({"ep", 0, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(not_enough.Enqueue({"big", 2, "ml.m5.xlarge", 1}).ok());
+  EXPECT_TRUE(not_enough.Preemptions().empty());
+  EXPECT_TRUE(not_enough.Snapshot().being_preempted.empty());  // nothing half-chosen stays behind
+  not_enough.Release("ep");
+  EXPECT_THAT(Named(not_enough.Preemptions()), ElementsAre("spot for big"));  // now it would
+
+  // The head of the queue is a spot request: spot does not preempt spot.
+  Scheduler spot_head(Options(Host(2, 16)), Catalog());
+  ASSERT_TRUE(spot_head.Enqueue(Spot("running", 1, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(spot_head.Schedule()), ElementsAre("running"));
+  ASSERT_TRUE(spot_head.Enqueue(Spot("waiting", 2, "ml.m5.large")).ok());
+  EXPECT_TRUE(spot_head.Preemptions().empty());
+
+  // The operator turned preemption off.
+  EXPECT_TRUE(SchedulerOptions{}.preempt_for_on_demand);
+  SchedulerOptions o = Options(Host(2, 16));
+  o.preempt_for_on_demand = false;
+  Scheduler off(o, Catalog());
+  ASSERT_TRUE(off.Enqueue(Spot("spot", 1, "ml.m5.large")).ok());
+  EXPECT_THAT(Ids(off.Schedule()), ElementsAre("spot"));
+  ASSERT_TRUE(off.Enqueue({"demand", 2, "ml.m5.large", 1}).ok());
+  EXPECT_TRUE(off.Preemptions().empty());
+  EXPECT_THAT(off.WaitingMessage("demand"), EndsWith("(next in line)"));
+}
+
+TEST(SchedulerTest, AnAdoptedSpotGrantStaysPreemptible) {
+  Scheduler s(Options(Host(4, 32)), Catalog());
+  Allocation spot;
+  spot.cpus = {0, 1};
+  spot.memory_bytes = 8 * kGiB;
+  Allocation on_demand;
+  on_demand.cpus = {2, 3};
+  on_demand.memory_bytes = 8 * kGiB;
+  ASSERT_TRUE(s.Adopt("spot", {spot}, /*preemptible=*/true).ok());
+  ASSERT_TRUE(s.Adopt("on-demand", {on_demand}).ok());  // adopted last: the newest grant
+  EXPECT_THAT(s.Snapshot().preemptible, ElementsAre("spot"));
+  ASSERT_TRUE(s.Enqueue({"next", 1, "ml.m5.large", 1}).ok());
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("spot for next"));
+}
+
 TEST(SchedulerTest, AllocationJsonRoundTrip) {
   Allocation a;
   a.cpus = {4, 5};
