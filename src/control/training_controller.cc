@@ -1,6 +1,8 @@
 #include "control/training_controller.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "base/fs.h"
@@ -60,7 +62,7 @@ Status TrainingController::Start() {
       if (job.state.allocations.is_array()) {
         for (const json& a : job.state.allocations) allocations.push_back(a.get<Allocation>());
       }
-      Status adopted = deps_.scheduler->Adopt(job.name, allocations);
+      Status adopted = deps_.scheduler->Adopt(job.name, allocations, IsManagedSpot(job.request));
       if (!adopted.ok()) {
         KLOG(warn, "could not re-reserve an adopted job's resources",
              {{"job", job.name}, {"error", adopted.ToString()}});
@@ -114,15 +116,31 @@ void TrainingController::Shutdown() {
 void TrainingController::Submit(const std::string& name) {
   auto record = jobs_.Get(name);
   if (!record.ok()) return;
+  // Stopped while it waited to resume (an interrupted spot job): nothing to queue.
+  if (!store::IsActive(record->status)) return;
   const json& rc = record->request.value("ResourceConfig", json::object());
   ScheduleRequest request;
   request.id = record->name;
   request.seq = record->seq;
   request.instance_type = rc.value("InstanceType", "");
   request.instance_count = rc.value("InstanceCount", 1);
+  // Managed spot runs on preemptible capacity: behind every on-demand job in line, and reclaimed
+  // for one that needs the node (Scheduler::Preemptions).
+  request.preemptible = IsManagedSpot(record->request);
+  const std::optional<int64_t> wait_deadline = MaxWaitDeadline(record->request, record->creation_millis);
+  const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  if (record->state.resume_after_millis && *record->state.resume_after_millis > now) {
+    // Interrupted: it waits until capacity "returns" (SpotOptions::restart_delay), showing
+    // Interrupted; the scheduler thread submits it again when due (ExpireWaitDeadlines).
+    MutexLock lock(mutex_);
+    resume_at_.emplace(*record->state.resume_after_millis, record->name);
+    if (wait_deadline) wait_deadlines_.emplace(*wait_deadline, record->name);
+    schedule_needed_ = true;  // the scheduler thread's next wake is computed again
+    wake_.NotifyAll();
+    return;
+  }
   Status enqueued = deps_.scheduler->Enqueue(request);
   if (!enqueued.ok()) {
-    int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
     std::string why = "ClientError: " + enqueued.message();
     (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
       SetStatus(rec, JobStatus::kFailed);
@@ -148,6 +166,8 @@ void TrainingController::Submit(const std::string& name) {
     pending_deadlines_.emplace(AddSaturating(record->creation_millis, SecondsToMillisSaturating(max_pending_seconds)),
                                record->name);
   }
+  // MaxWaitTimeInSeconds (spot): waiting counts too; the run watches it once the job runs.
+  if (wait_deadline) wait_deadlines_.emplace(*wait_deadline, record->name);
   entering_pending_.push_back(record->name);
   schedule_needed_ = true;
   wake_.NotifyAll();
@@ -176,6 +196,51 @@ void TrainingController::RequestStop(const std::string& name) {
   wake_.NotifyAll();
 }
 
+Status TrainingController::Interrupt(const std::string& name, const std::string& reason) {
+  auto record = jobs_.Get(name);
+  if (!record.ok()) {
+    if (record.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound("Requested resource not found: training job " + name + " does not exist.");
+    }
+    return record.status();
+  }
+  if (!IsManagedSpot(record->request)) {
+    return Status::FailedPrecondition("Training job " + name +
+                                      " does not run on spot capacity (EnableManagedSpotTraining is not set); only "
+                                      "managed spot jobs are interrupted. Use StopTrainingJob to stop it.");
+  }
+  if (record->status != JobStatus::kInProgress) {
+    return Status::FailedPrecondition("Training job " + name + " is " + std::string(store::ToString(record->status)) +
+                                      "; only an InProgress job can be interrupted.");
+  }
+  std::shared_ptr<TrainingJobRun> run;
+  {
+    MutexLock lock(mutex_);
+    auto it = runs_.find(name);
+    if (it != runs_.end()) run = it->second;
+  }
+  std::string refused;
+  auto written = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+    const Phase phase = rec.state.phase;
+    if (rec.status != JobStatus::kInProgress) {
+      refused = "Training job " + name + " is " + std::string(store::ToString(rec.status)) +
+                "; only an InProgress job can be interrupted.";
+    } else if (rec.state.interrupt_requested) {
+      refused = "Training job " + name + " is already being interrupted (" + *rec.state.interrupt_requested + ").";
+    } else if (run == nullptr || (phase != Phase::kStaging && phase != Phase::kRunning)) {
+      refused = "Training job " + name + " holds no instances to reclaim (" +
+                std::string(store::ToString(rec.secondary_status)) + "); it is waiting for capacity or finishing.";
+    }
+    if (!refused.empty()) return Status::Ok();
+    rec.state.interrupt_requested = reason;
+    return Status::Ok();
+  });
+  if (!written.ok()) return written.status();
+  if (!refused.empty()) return Status::FailedPrecondition(refused);
+  run->RequestInterrupt();
+  return Status::Ok();
+}
+
 Status TrainingController::CheckFeasible(const std::string& instance_type, int instance_count) const {
   return deps_.scheduler->CheckFeasible(instance_type, instance_count);
 }
@@ -191,6 +256,67 @@ Status TrainingController::FinishWithoutRunning(const std::string& name, bool ma
     return Status::Ok();
   });
   return r.status();
+}
+
+Status TrainingController::FinishMaxWait(const std::string& name) {
+  const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  auto r = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
+    if (!store::IsActive(rec.status)) return Status::Ok();
+    SetStatus(rec, JobStatus::kStopped);
+    SetPhase(rec, Phase::kDone);
+    rec.state.stop_requested = store::StopRequest::kMaxWaitTime;
+    rec.state.resume_after_millis.reset();
+    // training-contract.md §9: "Starting → Stopping → MaxWaitTimeExceeded" (never got capacity),
+    // "… → Interrupted → … → Stopping → MaxWaitTimeExceeded".
+    RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
+    RecordSecondaryStatus(rec, SecondaryStatus::kMaxWaitTimeExceeded, kMsgMaxWait, now);
+    rec.state.transitions.back().end_millis = now;
+    return Status::Ok();
+  });
+  return r.status();
+}
+
+bool TrainingController::ExpireWaitDeadlines() {
+  const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  std::vector<std::string> expired;
+  std::vector<std::string> due;
+  std::set<std::string> resuming;  // interrupted jobs still waiting to resume
+  {
+    MutexLock lock(mutex_);
+    auto end = wait_deadlines_.upper_bound(now);
+    for (auto it = wait_deadlines_.begin(); it != end; ++it) expired.push_back(it->second);
+    wait_deadlines_.erase(wait_deadlines_.begin(), end);
+    for (const auto& [at, name] : resume_at_) resuming.insert(name);
+    // An interrupted job whose wait ran out never resumes.
+    for (const auto& name : expired) {
+      for (auto it = resume_at_.begin(); it != resume_at_.end();) {
+        it = it->second == name ? resume_at_.erase(it) : std::next(it);
+      }
+    }
+    auto due_end = resume_at_.upper_bound(now);
+    for (auto it = resume_at_.begin(); it != due_end; ++it) due.push_back(it->second);
+    resume_at_.erase(resume_at_.begin(), due_end);
+  }
+  bool any = false;
+  for (const auto& name : expired) {
+    // A running job's run watches the deadline itself (and uploads what it trained).
+    if (!resuming.count(name) && !deps_.scheduler->IsQueued(name)) continue;
+    deps_.scheduler->Cancel(name);
+    (void)FinishMaxWait(name);
+    any = true;
+  }
+  for (const auto& name : due) {
+    Submit(name);
+    any = true;
+  }
+  return any;
+}
+
+void TrainingController::PreemptForOnDemand() {
+  for (const Preemption& p : deps_.scheduler->Preemptions()) {
+    Status s = Interrupt(p.id, "spot capacity reclaimed for the on-demand training job " + p.for_id);
+    if (!s.ok()) KLOG(info, "spot job not preempted", {{"job", p.id}, {"for", p.for_id}, {"why", s.ToString()}});
+  }
 }
 
 bool TrainingController::ExpirePendingDeadlines() {
@@ -268,7 +394,11 @@ void TrainingController::RunPass() {
   if (waiting.empty()) return;
   const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   Status recorded = jobs_.MutateEach(waiting, [&](store::TrainingJobRecord& rec) {
-    if (rec.status != JobStatus::kInProgress || rec.secondary_status == SecondaryStatus::kPending) return false;
+    // An interrupted spot job keeps showing Interrupted ("waiting for capacity") until it starts.
+    if (rec.status != JobStatus::kInProgress || rec.secondary_status == SecondaryStatus::kPending ||
+        rec.secondary_status == SecondaryStatus::kInterrupted) {
+      return false;
+    }
     auto it = reasons.find(rec.name);
     RecordSecondaryStatus(rec, SecondaryStatus::kPending, it == reasons.end() ? kMsgWaiting : it->second, now);
     return true;
@@ -280,8 +410,17 @@ void TrainingController::RunPass() {
 void TrainingController::RunScheduler() {
   MutexLock lock(mutex_);
   while (!shutting_down_) {
-    // At most 5 s (MaxPendingTime deadlines are checked on every wake), less when there is work.
-    const auto wake_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // At most 5 s (MaxPendingTime deadlines are checked on every wake), less when there is work
+    // or an interrupted job is due to resume (or its MaxWaitTime ends) sooner.
+    int64_t next_due = INT64_MAX;
+    if (!resume_at_.empty()) next_due = resume_at_.begin()->first;
+    if (!wait_deadlines_.empty()) next_due = std::min(next_due, wait_deadlines_.begin()->first);
+    int64_t wait_ms = 5000;
+    if (next_due != INT64_MAX) {
+      const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+      wait_ms = std::clamp<int64_t>(next_due - now + 1, 0, 5000);
+    }
+    const auto wake_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     while (!shutting_down_ && !schedule_needed_ && finished_runs_.empty()) {
       if (wake_.WaitUntil(mutex_, wake_by) == std::cv_status::timeout) break;
     }
@@ -295,7 +434,10 @@ void TrainingController::RunScheduler() {
     for (auto& run : finished) run->Join();
     finished.clear();
     // A job stopped at the head of the line may let the ones behind it start.
-    const bool expired = ExpirePendingDeadlines();
+    bool expired = ExpirePendingDeadlines();
+    expired |= ExpireWaitDeadlines();
+    // An on-demand job at the head of the line that does not fit reclaims spot capacity.
+    PreemptForOnDemand();
     lock.Lock();
     if (!schedule_needed_ && !expired) continue;
     schedule_needed_ = false;

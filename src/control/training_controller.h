@@ -95,6 +95,20 @@ namespace kiln::control {
 
 inline constexpr char kTrainingLogGroup[] = "/aws/sagemaker/TrainingJobs";
 
+// Managed spot (training-contract.md §9; issue 18): where interruptions come from besides
+// `kiln interrupt` and on-demand jobs that need the node (the scheduler's Preemptions()).
+struct SpotOptions {
+  // The n-th attempt (0-based) of every managed-spot job is interrupted once it has trained
+  // interrupt_after_seconds[n] seconds; attempts beyond the list run on. Empty: no schedule.
+  std::vector<double> interrupt_after_seconds;
+  // Each running spot job is interrupted with this probability per hour of training (a Poisson
+  // process, drawn about once a second). 0: never.
+  double interrupt_probability_per_hour = 0;
+  // How long an interrupted job waits before it is queued again ("until capacity returns").
+  std::chrono::milliseconds restart_delay{0};
+  uint64_t seed = 0;  // the probability draws' seed; 0: from the clock
+};
+
 struct TrainingControllerOptions {
   std::string work_dir;        // host directories: <work_dir>/<job>/algo-<n>/opt_ml
   std::string region;          // AWS_REGION inside instances
@@ -108,6 +122,7 @@ struct TrainingControllerOptions {
   int staging_parallelism = 8;
   bool keep_host_dirs = false;     // keep <work_dir>/<job> after the job ends (debugging)
   ArchiveCapOptions archive_caps;  // bounds sourcedir.tar.gz (archive_caps.h)
+  SpotOptions spot;
 };
 
 struct TrainingControllerDeps {
@@ -151,6 +166,14 @@ class TrainingController : public TrainingQueueView {
   // The API marked the job Stopping (state.stop_requested = kUser): carry the stop out.
   void RequestStop(const std::string& name) EXCLUDES(mutex_);
 
+  // Reclaims a managed-spot job's instances as a spot reclaim does (training-contract.md §9): the
+  // stop procedure, a final checkpoint sync, SecondaryStatus Interrupted, then the job queues
+  // again (after SpotOptions::restart_delay) and resumes from its checkpoints. `reason` goes to the
+  // job's log streams. NotFound: no such job; FailedPrecondition: not a managed-spot job, not
+  // InProgress, or not started (a job waiting for capacity holds nothing to reclaim), or an
+  // interruption is already under way.
+  Status Interrupt(const std::string& name, const std::string& reason) EXCLUDES(mutex_);
+
   // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
   Status CheckFeasible(const std::string& instance_type, int instance_count) const;
 
@@ -170,6 +193,14 @@ class TrainingController : public TrainingQueueView {
   void RunPass() EXCLUDES(mutex_);
   // Stops the queued jobs whose MaxPendingTimeInSeconds has passed; true if any was.
   bool ExpirePendingDeadlines() EXCLUDES(mutex_);
+  // Managed spot: stops the jobs waiting for capacity (queued, or interrupted and not yet due)
+  // whose MaxWaitTimeInSeconds has passed; submits the interrupted jobs now due. True if any
+  // changed the queue.
+  bool ExpireWaitDeadlines() EXCLUDES(mutex_);
+  // Interrupts the spot grants the scheduler names for a queued on-demand job.
+  void PreemptForOnDemand() EXCLUDES(mutex_);
+  // A job that never ran (or waits to resume) ends Stopped / MaxWaitTimeExceeded.
+  Status FinishMaxWait(const std::string& name) EXCLUDES(mutex_);
 
   TrainingControllerOptions options_;
   TrainingControllerDeps deps_;
@@ -183,6 +214,8 @@ class TrainingController : public TrainingQueueView {
   std::vector<std::shared_ptr<TrainingJobRun>> finished_runs_ GUARDED_BY(mutex_);  // to join
   std::vector<std::string> entering_pending_ GUARDED_BY(mutex_);                   // submitted since the last pass
   std::multimap<int64_t, std::string> pending_deadlines_ GUARDED_BY(mutex_);       // MaxPendingTime, millis -> job
+  std::multimap<int64_t, std::string> wait_deadlines_ GUARDED_BY(mutex_);          // spot MaxWaitTime, millis -> job
+  std::multimap<int64_t, std::string> resume_at_ GUARDED_BY(mutex_);  // interrupted jobs, due millis -> job
   // Started by Start() and joined by Shutdown() (without mutex_), which the owner never calls
   // concurrently: not GUARDED_BY.
   std::thread scheduler_thread_;

@@ -79,6 +79,7 @@ class TrainingControllerTest : public testing::ControllerTest {
     options.region = "us-east-1";
     options.endpoint_url = "http://127.0.0.1:1";
     options.stop_grace = kStopGrace;
+    options.spot = spot_options_;
     TrainingControllerDeps deps;
     deps.database = db_.get();
     deps.object_store = object_store_.get();
@@ -162,6 +163,29 @@ class TrainingControllerTest : public testing::ControllerTest {
 
   bool WaitForLaunch(const std::string& job) { return runtime_->WaitForLaunch(Instance(job), kPatience); }
 
+  // Managed spot: secondary statuses in order, and the lines Kiln wrote into a stream.
+  static std::vector<std::string> Secondaries(const store::TrainingJobRecord& record) {
+    std::vector<std::string> out;
+    for (const auto& t : record.state.transitions) out.emplace_back(store::ToString(t.status));
+    return out;
+  }
+  std::vector<std::string> KilnLines(const std::string& stream) {
+    observe::EventsQuery query;
+    query.start_from_head = true;
+    auto events = log_store_->GetEvents(kTrainingLogGroup, stream, query);
+    std::vector<std::string> lines;
+    if (!events.ok()) return lines;
+    for (const auto& e : events->events) {
+      if (e.message.starts_with("[kiln]")) lines.push_back(e.message);
+    }
+    return lines;
+  }
+  static json SpotJob(int64_t max_runtime, int64_t max_wait) {
+    return {{"EnableManagedSpotTraining", true},
+            {"StoppingCondition", {{"MaxRuntimeInSeconds", max_runtime}, {"MaxWaitTimeInSeconds", max_wait}}}};
+  }
+
+  SpotOptions spot_options_;
   std::unique_ptr<TrainingController> controller_;
   // Per-job networks; null (the default): hosts share the node's network.
   std::unique_ptr<runtime::FakeNetworks> networks_;
@@ -940,6 +964,220 @@ TEST_F(TrainingControllerTest, AnAdoptedMaxRuntimeStopEndsMaxRuntimeExceeded) {
   ASSERT_TRUE(runtime_->ExpireGrace(Instance("slow")).ok());
   auto stopped = WaitForStatus("slow", "Stopped", "MaxRuntimeExceeded");
   EXPECT_EQ(StateJson(stopped).value("stop_requested", ""), "max_runtime");
+}
+
+// ---- Managed spot (training-contract.md §9, issue 18) ----
+
+TEST_F(TrainingControllerTest, AnInterruptedSpotJobResumesAndBillsOnlyItsRunningTime) {
+  StartController();
+  Create("spot", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("spot"));
+  auto first = WaitForStatus("spot", "InProgress", "Training");
+  const int64_t first_start = first.state.training_start_millis.value_or(-1);
+  const std::string first_stream = first.state.hosts.at(0).log_stream;
+  clock_.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(controller_->Interrupt("spot", "a test reclaims it").ok());
+  // SIGTERM with the stop grace, as a spot reclaim; then the job runs again on new instances.
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  ASSERT_TRUE(WaitFor([&] { return Job("spot").state.phase == store::TrainingPhase::kRunning; }));
+  ASSERT_FALSE(runtime_->stops().empty());
+  EXPECT_EQ(runtime_->stops()[0].grace, kStopGrace);
+  auto resumed = WaitForStatus("spot", "InProgress", "Training");
+  EXPECT_EQ(resumed.state.interruptions, 1);
+  EXPECT_EQ(resumed.state.billable_millis, 10000);
+  EXPECT_FALSE(resumed.state.interrupt_requested.has_value());
+  EXPECT_NE(resumed.state.hosts.at(0).log_stream, first_stream);  // a new stream per attempt
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(runtime_->Exit(Instance("spot"), 0).ok());
+  auto done = WaitForStatus("spot", "Completed", "Completed");
+  EXPECT_EQ(Secondaries(done),
+            (std::vector<std::string>{"Starting", "Downloading", "Training", "Interrupted", "Starting", "Downloading",
+                                      "Training", "Uploading", "Completed"}));
+  for (const auto& t : done.state.transitions) {
+    if (t.status == SecondaryStatus::kInterrupted) {
+      EXPECT_EQ(t.message, "Training job interrupted, waiting for capacity");
+    }
+  }
+  EXPECT_EQ(done.state.billable_millis, 15000);                           // 10 s + 5 s of training
+  EXPECT_EQ(done.state.training_start_millis.value_or(-1), first_start);  // wall time counts from the first start
+  EXPECT_TRUE(StateJson(done).contains("model_artifacts"));
+  const auto lines = KilnLines(first_stream);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], ::testing::HasSubstr("spot interruption: a test reclaims it"));
+  EXPECT_THAT(lines[1], ::testing::HasSubstr("resumes from its checkpoints"));
+}
+
+TEST_F(TrainingControllerTest, OnlyARunningSpotJobCanBeInterrupted) {
+  StartController();
+  EXPECT_EQ(controller_->Interrupt("nobody", "x").code(), StatusCode::kNotFound);
+  Create("ondemand");
+  ASSERT_TRUE(WaitForLaunch("ondemand"));
+  WaitForStatus("ondemand", "InProgress", "Training");
+  Status refused = controller_->Interrupt("ondemand", "x");
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("EnableManagedSpotTraining"));
+  // A spot job waiting for capacity holds nothing to reclaim.
+  Create("waiting", SpotJob(3600, 7200));
+  WaitForStatus("waiting", "InProgress", "Pending");
+  EXPECT_EQ(controller_->Interrupt("waiting", "x").code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(runtime_->Exit(Instance("ondemand"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("waiting"));
+  WaitForStatus("waiting", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Exit(Instance("waiting"), 0).ok());
+  WaitForStatus("waiting", "Completed");
+  EXPECT_EQ(controller_->Interrupt("waiting", "x").code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TrainingControllerTest, TheOperatorsScheduleInterruptsEachListedAttemptOnce) {
+  spot_options_.interrupt_after_seconds = {5, 8};
+  StartController();
+  Create("sched", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("sched"));
+  WaitForStatus("sched", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a few monitor passes: not yet
+  EXPECT_EQ(Job("sched").state.interruptions, 0);
+  clock_.Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  ASSERT_TRUE(WaitFor([&] { return Job("sched").state.phase == store::TrainingPhase::kRunning; }));
+  clock_.Advance(std::chrono::seconds(9));  // the second attempt's entry: 8 s
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(3, kPatience).has_value());
+  ASSERT_TRUE(WaitFor([&] { return Job("sched").state.phase == store::TrainingPhase::kRunning; }));
+  clock_.Advance(std::chrono::seconds(100));  // beyond the list: runs on
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(runtime_->launches().size(), 3u);
+  ASSERT_TRUE(runtime_->Exit(Instance("sched"), 0).ok());
+  auto done = WaitForStatus("sched", "Completed");
+  EXPECT_EQ(done.state.interruptions, 2);
+  EXPECT_EQ(done.state.billable_millis, (6 + 9 + 100) * 1000);
+}
+
+TEST_F(TrainingControllerTest, AnInterruptedJobWaitsTheRestartDelay) {
+  spot_options_.restart_delay = std::chrono::seconds(60);
+  StartController();
+  Create("delayed", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("delayed"));
+  WaitForStatus("delayed", "InProgress", "Training");
+  ASSERT_TRUE(controller_->Interrupt("delayed", "reclaimed").ok());
+  auto waiting = WaitForStatus("delayed", "InProgress", "Interrupted");
+  EXPECT_EQ(waiting.state.phase, store::TrainingPhase::kQueued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+  EXPECT_FALSE(scheduler_->IsQueued("delayed"));  // not in line until capacity returns
+  clock_.Advance(std::chrono::seconds(61));
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  ASSERT_TRUE(runtime_->Exit(Instance("delayed"), 0).ok());
+  EXPECT_EQ(Secondaries(WaitForStatus("delayed", "Completed")),
+            (std::vector<std::string>{"Starting", "Downloading", "Training", "Interrupted", "Starting", "Downloading",
+                                      "Training", "Uploading", "Completed"}));
+}
+
+TEST_F(TrainingControllerTest, SpotMaxRuntimeCountsTheRunningTimeOfEveryAttempt) {
+  StartController();
+  Create("budget", SpotJob(60, 7200));
+  ASSERT_TRUE(WaitForLaunch("budget"));
+  WaitForStatus("budget", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(40));
+  ASSERT_TRUE(controller_->Interrupt("budget", "reclaimed").ok());
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  WaitForStatus("budget", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(21));  // 40 + 21 > 60
+  auto stopped = WaitForStatus("budget", "Stopped", "MaxRuntimeExceeded");
+  EXPECT_EQ(stopped.state.billable_millis, 61000);
+}
+
+TEST_F(TrainingControllerTest, MaxWaitTimeStopsARunningSpotJobWithItsArtifacts) {
+  StartController();
+  Create("holder");
+  ASSERT_TRUE(WaitForLaunch("holder"));
+  Create("waitout", SpotJob(3600, 3600));
+  WaitForStatus("waitout", "InProgress", "Pending");
+  clock_.Advance(std::chrono::seconds(100));  // waiting counts towards MaxWaitTimeInSeconds
+  ASSERT_TRUE(runtime_->Exit(Instance("holder"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("waitout"));
+  WaitForStatus("waitout", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(3550));  // 3650 s waited and ran; 3550 s of MaxRuntime's 3600
+  auto stopped = WaitForStatus("waitout", "Stopped", "MaxWaitTimeExceeded");
+  EXPECT_EQ(StateJson(stopped).value("stop_requested", ""), "max_wait_time");
+  EXPECT_EQ(stopped.state.transitions.back().message, "Job stopped because max wait time was exceeded");
+  EXPECT_TRUE(StateJson(stopped).contains("model_artifacts"));
+  ASSERT_FALSE(runtime_->stops().empty());
+  EXPECT_EQ(runtime_->stops().back().grace, kStopGrace);
+}
+
+TEST_F(TrainingControllerTest, MaxWaitTimeStopsASpotJobThatNeverGotCapacity) {
+  StartController();
+  Create("holder");
+  ASSERT_TRUE(WaitForLaunch("holder"));
+  Create("starved", SpotJob(3600, 3600));
+  WaitForStatus("starved", "InProgress", "Pending");
+  clock_.Advance(std::chrono::seconds(3601));
+  auto stopped = WaitForStatus("starved", "Stopped", "MaxWaitTimeExceeded");
+  EXPECT_EQ(Secondaries(stopped), (std::vector<std::string>{"Starting", "Pending", "Stopping", "MaxWaitTimeExceeded"}));
+  EXPECT_FALSE(scheduler_->IsQueued("starved"));
+  EXPECT_EQ(runtime_->launches(), std::vector<std::string>{Instance("holder")});
+}
+
+TEST_F(TrainingControllerTest, MaxWaitTimeEndsAnInterruptedJobStillWaitingToResume) {
+  spot_options_.restart_delay = std::chrono::seconds(600);
+  StartController();
+  Create("never", SpotJob(60, 120));
+  ASSERT_TRUE(WaitForLaunch("never"));
+  WaitForStatus("never", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(controller_->Interrupt("never", "reclaimed").ok());
+  WaitForStatus("never", "InProgress", "Interrupted");
+  clock_.Advance(std::chrono::seconds(91));
+  auto stopped = WaitForStatus("never", "Stopped", "MaxWaitTimeExceeded");
+  EXPECT_EQ(Secondaries(stopped), (std::vector<std::string>{"Starting", "Downloading", "Training", "Interrupted",
+                                                            "Stopping", "MaxWaitTimeExceeded"}));
+  EXPECT_EQ(stopped.state.billable_millis, 30000);
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+}
+
+TEST_F(TrainingControllerTest, AnOnDemandJobReclaimsASpotJobsInstancesAndRunsFirst) {
+  StartController();
+  Create("spot", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("spot"));
+  const std::string stream = WaitForStatus("spot", "InProgress", "Training").state.hosts.at(0).log_stream;
+  Create("urgent");  // the node fits one: the spot job is reclaimed for it
+  ASSERT_TRUE(WaitForLaunch("urgent"));
+  auto interrupted = WaitForStatus("spot", "InProgress", "Interrupted");
+  EXPECT_EQ(interrupted.state.interruptions, 1);
+  EXPECT_THAT(KilnLines(stream), ::testing::Contains(::testing::HasSubstr("for the on-demand training job urgent")));
+  EXPECT_EQ(runtime_->launches(), (std::vector<std::string>{Instance("spot"), Instance("urgent")}));
+  // The spot job waits behind the on-demand one, showing Interrupted, and resumes after it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Job("spot").secondary_status, SecondaryStatus::kInterrupted);
+  ASSERT_TRUE(runtime_->Exit(Instance("urgent"), 0).ok());
+  WaitForStatus("urgent", "Completed");
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(3, kPatience).has_value());
+  WaitForStatus("spot", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Exit(Instance("spot"), 0).ok());
+  WaitForStatus("spot", "Completed");
+}
+
+TEST_F(TrainingControllerTest, ARestartedControllerCarriesOutARecordedInterruption) {
+  StartController();
+  Create("carry", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("carry"));
+  WaitForStatus("carry", "InProgress", "Training");
+  // The server died right after recording the interruption, before stopping the instance.
+  controller_.reset();
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("carry",
+                          [](store::TrainingJobRecord& r) {
+                            r.state.interrupt_requested = "reclaimed before the restart";
+                            return Status::Ok();
+                          })
+                  .ok());
+  RenewServerState();
+  StartController();
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  auto resumed = WaitForStatus("carry", "InProgress", "Training");
+  EXPECT_EQ(resumed.state.interruptions, 1);
+  ASSERT_TRUE(runtime_->Exit(Instance("carry"), 0).ok());
+  WaitForStatus("carry", "Completed");
 }
 
 }  // namespace

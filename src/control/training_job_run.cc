@@ -4,6 +4,8 @@
 #include "control/training_job_run_host.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <filesystem>
 #include <optional>
 
@@ -74,6 +76,11 @@ void TrainingJobRun::Start() {
 
 void TrainingJobRun::RequestStop() {
   stop_requested_.store(true);
+  cancel_.Cancel();
+}
+
+void TrainingJobRun::RequestInterrupt() {
+  interrupt_requested_.store(true);
   cancel_.Cancel();
 }
 
@@ -158,9 +165,16 @@ void TrainingJobRun::RunSteps() {
   job_dir_ = options().work_dir + "/" + record.name;
   if (record.state.stop_requested != StopRequest::kNone) {
     stop_requested_.store(true);
-    stop_reason_ =
-        record.state.stop_requested == StopRequest::kMaxRuntime ? StopReason::kMaxRuntime : StopReason::kUser;
+    stop_reason_ = record.state.stop_requested == StopRequest::kMaxRuntime    ? StopReason::kMaxRuntime
+                   : record.state.stop_requested == StopRequest::kMaxWaitTime ? StopReason::kMaxWaitTime
+                                                                              : StopReason::kUser;
   }
+  // Managed spot: an interruption recorded before this run (a server that died meanwhile) is
+  // carried out; the earlier attempts' running time counts against MaxRuntimeInSeconds.
+  interruptions_ = record.state.interruptions;
+  billable_before_ = record.state.billable_millis;
+  creation_millis_ = record.creation_millis;
+  if (record.state.interrupt_requested) interrupt_requested_.store(true);
 
   const Phase phase = record.state.phase;
   if (adopt_ && (phase == Phase::kRunning || phase == Phase::kFinishing)) {
@@ -174,17 +188,30 @@ void TrainingJobRun::RunSteps() {
     }
   } else {
     Status prepared = Prepare(record);
-    if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load()) prepared = Stage(record);
+    if (prepared.ok() && !stop_requested_.load() && !shutting_down_.load() && !interrupt_requested_.load()) {
+      prepared = Stage(record);
+    }
     if (shutting_down_.load()) {
       // The next server stages the job again from the start.
       StopAgents();
       return;
     }
     const bool stopped_while_staging = prepared.code() == StatusCode::kAborted && stop_requested_.load();
-    if (!prepared.ok() && !stopped_while_staging) {
+    const bool interrupted_while_staging = prepared.code() == StatusCode::kAborted && interrupt_requested_.load();
+    if (!prepared.ok() && !stopped_while_staging && !interrupted_while_staging) {
       StopAgents();
       Fail(FailureFromStatus(prepared));
       return;
+    }
+    if (!stop_requested_.load() && interrupt_requested_.load()) {
+      // Reclaimed before it trained: nothing to sync; it waits for capacity again.
+      StopAgents();
+      if (FinishInterrupted(/*ran=*/false)) {
+        Cleanup();
+        retrying_ = true;
+        return;
+      }
+      stop_requested_.store(true);  // a user's stop came meanwhile: it wins
     }
     if (stop_requested_.load()) {
       StopAgents();
@@ -465,7 +492,13 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     rec.state.hosts = hosts_state;
     rec.state.last_stream_epoch = last_stream_epoch;
     rec.state.credentials = credential_state;
-    rec.state.training_start_millis = training_start_millis_;
+    // TrainingStartTime is the first start of an interrupted spot job (its TrainingTimeInSeconds
+    // is wall time from there); a RetryStrategy attempt starts it afresh, as before.
+    if (!rec.state.training_start_millis || rec.state.interruptions == 0) {
+      rec.state.training_start_millis = training_start_millis_;
+    }
+    rec.state.attempt_start_millis = training_start_millis_;
+    rec.state.resume_after_millis.reset();
     if (rec.status != JobStatus::kStopping) {
       RecordSecondaryStatus(rec, SecondaryStatus::kTraining,
                             holding_ ? std::string(kMsgWaitingForRemoteConnection) : kMsgTraining + allocation_note_,
@@ -484,7 +517,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
 }
 
 void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
-  training_start_millis_ = record.state.training_start_millis.value_or(0);
+  training_start_millis_ = record.state.attempt_start_millis.value_or(record.state.training_start_millis.value_or(0));
   holding_ = record.state.status_message == kMsgWaitingForRemoteConnection;
   job_arn_ = record.arn;
   if (deps().database != nullptr) {
@@ -553,20 +586,24 @@ void TrainingJobRun::Adopt(const store::TrainingJobRecord& record) {
 // server shuts down.
 void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
   MonitorInput input;
-  input.deadline_millis = AddSaturating(training_start_millis_, SecondsToMillisSaturating(MaxRuntimeSeconds(request_)));
+  input.deadline_millis = AttemptDeadline(request_, training_start_millis_, billable_before_);
+  if (auto wait = MaxWaitDeadline(request_, creation_millis_)) input.wait_deadline_millis = *wait;
+  const bool spot = IsManagedSpot(request_);
   int64_t last_metrics_flush = Now();
   int64_t last_idle_check = 0;
   while (!shutting_down_.load()) {
     // Exit statuses first: a host that ended is recorded even if a stop is also under way.
     ObserveHosts();
+    if (spot && !input.stop_sent) CheckSpotSources();
     input.stop_requested = stop_requested_.load();
     input.requested_reason = stop_reason_;
+    input.interrupt_requested = interrupt_requested_.load();
     input.hosts.clear();
     for (const auto& host : hosts_) input.hosts.push_back({.exited = host->exited, .exit_code = host->exit_code});
     const MonitorActions actions = PlanMonitor(input, Now());
     if (actions.finish) break;
     if (actions.stop != StopReason::kNone) {
-      StopHosts(actions.stop, actions.record_max_runtime);
+      StopHosts(actions.stop, actions.record_max_runtime || actions.record_max_wait);
       input.stop_sent = true;
     }
     if (Now() - last_metrics_flush >= 2000) {
@@ -629,17 +666,138 @@ void TrainingJobRun::StopIfIdle() {
   });
   if (!stopping) return;
   KLOG(info, "remote idle stop", {{"job", name_}, {"idle_seconds", std::to_string(idle_stop_seconds_)}});
-  if (deps().log_store != nullptr) {
-    (void)deps().log_store->CreateGroup(kTrainingLogGroup);
-    for (const auto& host : hosts_) {
-      (void)deps().log_store->CreateStream(kTrainingLogGroup, host->log_stream);
-      (void)deps().log_store->Append(kTrainingLogGroup, host->log_stream, {{now, "[kiln] " + why}});
-    }
-  }
+  SayInLogs(why);
   stop_requested_.store(true);
 }
 
+void TrainingJobRun::SayInLogs(const std::string& line) {
+  if (deps().log_store == nullptr) return;
+  const int64_t now = Now();
+  (void)deps().log_store->CreateGroup(kTrainingLogGroup);
+  for (const auto& host : hosts_) {
+    if (host->log_stream.empty()) continue;  // not launched
+    (void)deps().log_store->CreateStream(kTrainingLogGroup, host->log_stream);
+    (void)deps().log_store->Append(kTrainingLogGroup, host->log_stream, {{now, "[kiln] " + line}});
+  }
+}
+
+// Managed spot (training-contract.md §9): the operator's schedule interrupts the n-th attempt
+// after it trained interrupt_after_seconds[n]; the probability is a Poisson process over training
+// time, drawn about once a second (a rate of λ per hour interrupts within dt with 1 - e^(-λ·dt)).
+void TrainingJobRun::CheckSpotSources() {
+  if (interrupt_requested_.load() || stop_requested_.load()) return;
+  const SpotOptions& spot = options().spot;
+  const int64_t now = Now();
+  const int64_t trained = now - training_start_millis_;
+  if (ScheduledInterruptionDue(spot.interrupt_after_seconds, interruptions_, trained)) {
+    (void)InterruptSelf("spot capacity reclaimed on the operator's schedule (spot.interrupt_after_seconds: attempt " +
+                        std::to_string(interruptions_ + 1) + " after " + std::to_string(trained / 1000) +
+                        " s of training)");
+    return;
+  }
+  if (spot.interrupt_probability_per_hour <= 0) return;
+  if (last_spot_draw_millis_ == 0) {
+    last_spot_draw_millis_ = now;
+    spot_random_state_ = (spot.seed != 0 ? spot.seed : static_cast<uint64_t>(now)) ^
+                         (std::hash<std::string>{}(name_) + 0x9e3779b97f4a7c15ULL * (interruptions_ + 1));
+    if (spot_random_state_ == 0) spot_random_state_ = 1;
+    return;
+  }
+  const int64_t elapsed = now - last_spot_draw_millis_;
+  if (elapsed < 1000) return;
+  last_spot_draw_millis_ = now;
+  // xorshift64*: deterministic for a seed on every standard library.
+  spot_random_state_ ^= spot_random_state_ >> 12;
+  spot_random_state_ ^= spot_random_state_ << 25;
+  spot_random_state_ ^= spot_random_state_ >> 27;
+  const uint64_t bits = spot_random_state_ * 0x2545F4914F6CDD1DULL;
+  const double uniform = static_cast<double>(bits >> 11) * 0x1.0p-53;
+  const double p = 1.0 - std::exp(-spot.interrupt_probability_per_hour * static_cast<double>(elapsed) / 3.6e6);
+  if (uniform < p) {
+    (void)InterruptSelf("spot capacity reclaimed at random (spot.interrupt_probability_per_hour " +
+                        nlohmann::json(spot.interrupt_probability_per_hour).dump() + ")");
+  }
+}
+
+bool TrainingJobRun::InterruptSelf(const std::string& why) {
+  bool recorded = false;
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    if (rec.status != JobStatus::kInProgress || rec.state.interrupt_requested) return;
+    rec.state.interrupt_requested = why;
+    recorded = true;
+  });
+  if (!recorded) return false;
+  RequestInterrupt();
+  return true;
+}
+
+bool TrainingJobRun::FinishInterrupted(bool ran) {
+  if (ran) StopPumps(/*drain=*/true);
+  for (auto& host : hosts_) {
+    if (host->feeder) host->feeder->Stop();
+  }
+  // What the script saved until it exited is what the next attempt restores.
+  for (auto& host : hosts_) {
+    if (!host->checkpoints) continue;
+    Status s = ran ? host->checkpoints->Final() : Status::Ok();
+    host->checkpoints.reset();
+    if (!s.ok()) {
+      KLOG(warn, "final checkpoint sync of an interrupted job failed", {{"job", name_}, {"error", s.ToString()}});
+      SayInLogs("the final checkpoint sync failed: " + s.message() + "; the job resumes from the last synced files");
+    }
+  }
+  for (auto& host : hosts_) {
+    for (auto& sync : host->output_syncs) {
+      Status s = ran ? sync->Final() : Status::Ok();
+      if (!s.ok()) KLOG(warn, "output sync of an interrupted job failed", {{"job", name_}, {"error", s.ToString()}});
+    }
+    host->output_syncs.clear();
+  }
+  const int64_t now = Now();
+  int64_t end_millis = now;
+  if (ran) {
+    for (auto& host : hosts_) {
+      auto status = deps().runtime->Inspect(host->instance_id);
+      if (status.ok() && status->finished_millis > 0)
+        end_millis = std::min<int64_t>(end_millis, status->finished_millis);
+    }
+  }
+  const int64_t delay = options().spot.restart_delay.count();
+  bool interrupted = false;
+  (void)Update([&](store::TrainingJobRecord& rec) {
+    // A user's stop recorded meanwhile wins: the caller finishes the job as a stop.
+    if (rec.status != JobStatus::kInProgress) return;
+    rec.state.interruptions += 1;
+    if (ran && training_start_millis_ > 0) {
+      rec.state.billable_millis +=
+          std::max<int64_t>(0, std::max(end_millis, training_start_millis_) - training_start_millis_);
+    }
+    rec.state.interrupt_requested.reset();
+    rec.state.resume_after_millis = AddSaturating(now, delay);
+    rec.state.hosts.clear();
+    rec.state.allocations = json();
+    SetPhase(rec, Phase::kQueued);
+    RecordSecondaryStatus(rec, SecondaryStatus::kInterrupted, kMsgInterrupted, now);
+    interrupted = true;
+  });
+  if (interrupted) {
+    SayInLogs("interrupted; the job resumes from its checkpoints when capacity returns");
+    KLOG(info, "training job interrupted", {{"job", name_}, {"ran", ran ? "true" : "false"}});
+  }
+  return interrupted;
+}
+
 void TrainingJobRun::Finish(bool ran) {
+  if (stop_reason_ == StopReason::kInterruption && !stop_requested_.load()) {
+    if (FinishInterrupted(ran)) {
+      Cleanup();
+      retrying_ = true;  // queued again (Run): it resumes when capacity returns
+      return;
+    }
+    // The row says Stopping: a user's stop came while the hosts were being reclaimed.
+    stop_requested_.store(true);
+    stop_reason_ = StopReason::kUser;
+  }
   if (ran) {
     // Wait for the pumps to read everything the instances wrote (the shims have exited).
     StopPumps(true);
@@ -718,6 +876,10 @@ void TrainingJobRun::Finish(bool ran) {
     if (ran) {
       rec.training_end_millis = end_millis;
       rec.state.training_end_millis = end_millis;
+      // BillableTimeInSeconds of a spot job: the running time of every attempt.
+      if (training_start_millis_ > 0 && end_millis > training_start_millis_) {
+        rec.state.billable_millis += end_millis - training_start_millis_;
+      }
     }
     SetStatus(rec, outcome.status);
     if (outcome.failure_reason) rec.state.failure_reason = outcome.failure_reason;

@@ -69,6 +69,9 @@ class TrainingJobRun {
   void Start();
   // The job's row says Stopping: stop the hosts (or abandon staging) and end Stopped.
   void RequestStop();
+  // Managed spot: the row records interrupt_requested (the controller wrote it): stop the hosts
+  // (or abandon staging) as a spot reclaim does, sync the checkpoints and queue the job again.
+  void RequestInterrupt();
   // The server is going: leave the instances running, write nothing more, return soon.
   void Shutdown();
   void Join();
@@ -98,8 +101,22 @@ class TrainingJobRun {
   void HoldAfterExit();
   // Inspects the hosts not known to have exited and records their exits.
   void ObserveHosts();
-  // Carries out the monitor's plan: record MaxRuntime, stop the running hosts.
-  void StopHosts(training::StopReason reason, bool record_max_runtime);
+  // Carries out the monitor's plan: record MaxRuntime or MaxWaitTime (`record_stop`: the row
+  // becomes Stopping with the reason as its stop request), stop the running hosts.
+  void StopHosts(training::StopReason reason, bool record_stop);
+  // The operator's interruption sources (SpotOptions: the schedule, the probability), checked on
+  // every monitor pass of a running managed-spot job.
+  void CheckSpotSources();
+  // Records interrupt_requested (`why`) in the row and interrupts this run; false when the row
+  // is no longer InProgress or an interruption is already recorded.
+  bool InterruptSelf(const std::string& why);
+  // The end of an interrupted attempt (its hosts exited, or staging was abandoned): final
+  // checkpoint sync, the attempt's running time billed, SecondaryStatus Interrupted, the row
+  // queued again. False when the row says Stopping meanwhile (a user's stop wins: the caller
+  // finishes the job as a stop).
+  bool FinishInterrupted(bool ran);
+  // A [kiln] line in every launched host's log stream.
+  void SayInLogs(const std::string& line);
   // Writes final_metrics_ to the row when they changed since the last flush; metrics_mutex_ is
   // held across the write.
   void FlushMetrics() EXCLUDES(metrics_mutex_);
@@ -123,6 +140,7 @@ class TrainingJobRun {
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> interrupt_requested_{false};
   agent::CancelFlag cancel_;
 
   // Owned by the run's thread (set before it starts or only on it).
@@ -130,9 +148,16 @@ class TrainingJobRun {
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
   training::StopReason stop_reason_ = training::StopReason::kNone;
-  bool retrying_ = false;        // set by RetryIfAllowed: Run() queues the job again
-  std::string allocation_note_;  // "; <what the scheduler gave instead of the full shape>" or ""
-  int64_t training_start_millis_ = 0;
+  bool retrying_ = false;              // set by RetryIfAllowed: Run() queues the job again
+  std::string allocation_note_;        // "; <what the scheduler gave instead of the full shape>" or ""
+  int64_t training_start_millis_ = 0;  // this attempt's start
+  // Managed spot (from the row when the run begins): interruptions so far, running time of the
+  // earlier attempts, creation time (MaxWaitTimeInSeconds counts from it), the next probability draw.
+  int interruptions_ = 0;
+  int64_t billable_before_ = 0;
+  int64_t creation_millis_ = 0;
+  int64_t last_spot_draw_millis_ = 0;
+  uint64_t spot_random_state_ = 0;
   // Hosts were started behind the hold before start (training_hold.h) and not every one has
   // started its program yet (ObserveHold).
   bool holding_ = false;

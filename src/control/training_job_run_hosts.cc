@@ -46,15 +46,25 @@ void TrainingJobRun::ObserveHosts() {
   }
 }
 
-void TrainingJobRun::StopHosts(StopReason reason, bool record_max_runtime) {
+void TrainingJobRun::StopHosts(StopReason reason, bool record_stop) {
   stop_reason_ = reason;
-  if (record_max_runtime) {
+  if (record_stop) {
     int64_t now = Now();
     (void)Update([&](store::TrainingJobRecord& rec) {
       SetStatus(rec, JobStatus::kStopping);
-      rec.state.stop_requested = StopRequest::kMaxRuntime;
+      rec.state.stop_requested =
+          reason == StopReason::kMaxWaitTime ? StopRequest::kMaxWaitTime : StopRequest::kMaxRuntime;
       RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
     });
+  }
+  if (reason == StopReason::kInterruption) {
+    // The hosts get what a spot reclaim gives (SIGTERM, the stop grace, SIGKILL); the script may
+    // save a checkpoint in its SIGTERM handler. Its streams say why.
+    auto record = context_.jobs->Get(name_);
+    const std::string why = record.ok() && record->state.interrupt_requested ? *record->state.interrupt_requested
+                                                                             : std::string("spot capacity reclaimed");
+    SayInLogs("spot interruption: " + why + "; stopping the instances (SIGTERM), then syncing checkpoints");
+    KLOG(info, "spot interruption", {{"job", name_}, {"reason", why}});
   }
   // A host failing fails the job; the other hosts are stopped like a stop (§11).
   for (auto& host : hosts_) {

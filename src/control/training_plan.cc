@@ -199,30 +199,64 @@ MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis) {
     actions.stop = input.requested_reason == StopReason::kNone ? StopReason::kUser : input.requested_reason;
   } else if (now_millis >= input.deadline_millis) {
     actions.stop = StopReason::kMaxRuntime;
+  } else if (now_millis >= input.wait_deadline_millis) {
+    actions.stop = StopReason::kMaxWaitTime;
   } else if (any_failed) {
+    // Before an interruption: a host that failed on its own fails the job (the failure is real;
+    // a resumed attempt would not undo it).
     actions.stop = StopReason::kPeerFailure;
+  } else if (input.interrupt_requested) {
+    actions.stop = StopReason::kInterruption;
   }
   actions.record_max_runtime = actions.stop == StopReason::kMaxRuntime;
+  actions.record_max_wait = actions.stop == StopReason::kMaxWaitTime;
   return actions;
 }
 
 Outcome PlanOutcome(const OutcomeInput& input) {
   using store::SecondaryStatus;
   using store::TrainingJobStatus;
-  const StopReason reason = input.row_request == store::StopRequest::kUser         ? StopReason::kUser
-                            : input.row_request == store::StopRequest::kMaxRuntime ? StopReason::kMaxRuntime
-                                                                                   : input.run_reason;
+  const StopReason reason = input.row_request == store::StopRequest::kUser          ? StopReason::kUser
+                            : input.row_request == store::StopRequest::kMaxRuntime  ? StopReason::kMaxRuntime
+                            : input.row_request == store::StopRequest::kMaxWaitTime ? StopReason::kMaxWaitTime
+                                                                                    : input.run_reason;
   if (reason == StopReason::kUser || (reason == StopReason::kNone && input.stop_requested)) {
     return {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt};
   }
   if (reason == StopReason::kMaxRuntime) {
     return {TrainingJobStatus::kStopped, SecondaryStatus::kMaxRuntimeExceeded, kMsgMaxRuntime, std::nullopt};
   }
+  if (reason == StopReason::kMaxWaitTime) {
+    return {TrainingJobStatus::kStopped, SecondaryStatus::kMaxWaitTimeExceeded, kMsgMaxWait, std::nullopt};
+  }
   if (input.any_failed || !input.upload_error.empty()) {
     const std::string why = input.any_failed ? input.host_failure : input.upload_error;
     return {TrainingJobStatus::kFailed, SecondaryStatus::kFailed, why, why};
   }
   return {TrainingJobStatus::kCompleted, SecondaryStatus::kCompleted, kMsgCompleted, std::nullopt};
+}
+
+bool IsManagedSpot(const json& request) {
+  auto it = request.find("EnableManagedSpotTraining");
+  return it != request.end() && it->is_boolean() && it->get<bool>();
+}
+
+int64_t AttemptDeadline(const json& request, int64_t attempt_start, int64_t billable_before) {
+  const int64_t limit = SecondsToMillisSaturating(MaxRuntimeSeconds(request));
+  if (!IsManagedSpot(request)) return AddSaturating(attempt_start, limit);
+  return AddSaturating(attempt_start, std::max<int64_t>(0, limit - std::max<int64_t>(0, billable_before)));
+}
+
+std::optional<int64_t> MaxWaitDeadline(const json& request, int64_t creation_millis) {
+  if (!IsManagedSpot(request)) return std::nullopt;
+  const int64_t seconds = StoppingSeconds(request, "MaxWaitTimeInSeconds", -1);
+  if (seconds < 0) return std::nullopt;
+  return AddSaturating(creation_millis, SecondsToMillisSaturating(seconds));
+}
+
+bool ScheduledInterruptionDue(const std::vector<double>& interrupt_after_seconds, int attempt, int64_t trained_millis) {
+  if (attempt < 0 || static_cast<size_t>(attempt) >= interrupt_after_seconds.size()) return false;
+  return static_cast<double>(trained_millis) >= interrupt_after_seconds[attempt] * 1000.0;
 }
 
 bool RetryAllowed(FailureKind kind, store::TrainingJobStatus status, int retries, int max_attempts) {

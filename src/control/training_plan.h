@@ -29,6 +29,8 @@ inline constexpr char kMsgStopped[] = "Training job stopped";
 inline constexpr char kMsgMaxRuntime[] = "Job stopped because max runtime was exceeded";
 inline constexpr char kMsgMaxPending[] = "Job stopped because max pending time was exceeded";
 inline constexpr char kMsgWaiting[] = "Waiting for compute capacity";
+inline constexpr char kMsgMaxWait[] = "Job stopped because max wait time was exceeded";
+inline constexpr char kMsgInterrupted[] = "Training job interrupted, waiting for capacity";
 
 // "; <what the scheduler gave instead of the full shape>" (the first note), or "".
 std::string AllocationNote(const std::vector<Allocation>& allocations);
@@ -59,8 +61,20 @@ int64_t StoppingSeconds(const nlohmann::json& request, const char* member, int64
 // StoppingCondition.MaxRuntimeInSeconds, 86400 when absent.
 int64_t MaxRuntimeSeconds(const nlohmann::json& request);
 
-// Why a run is stopping its hosts: the job's stop request, or a host that failed on its own.
-enum class StopReason { kNone, kUser, kMaxRuntime, kPeerFailure };
+// Why a run is stopping its hosts: the job's stop request, a stopping condition, a managed-spot
+// interruption (the job resumes later), or a host that failed on its own.
+enum class StopReason { kNone, kUser, kMaxRuntime, kMaxWaitTime, kInterruption, kPeerFailure };
+
+// Managed spot (training-contract.md §9): whether the request runs on preemptible capacity.
+bool IsManagedSpot(const nlohmann::json& request);
+// The MaxRuntimeInSeconds deadline of an attempt that started at `attempt_start`, when earlier
+// attempts already ran `billable_before` ms (spot: the limit counts running time of all attempts).
+int64_t AttemptDeadline(const nlohmann::json& request, int64_t attempt_start, int64_t billable_before);
+// Creation + MaxWaitTimeInSeconds for a managed-spot job that has one; nullopt otherwise.
+std::optional<int64_t> MaxWaitDeadline(const nlohmann::json& request, int64_t creation_millis);
+// Whether the operator's schedule (SpotOptions::interrupt_after_seconds) interrupts attempt
+// `attempt` (0-based) after it trained `trained_millis`.
+bool ScheduledInterruptionDue(const std::vector<double>& interrupt_after_seconds, int attempt, int64_t trained_millis);
 
 // ---- The monitor's decision on every tick (training_job_run.cc Monitor) ----
 
@@ -76,8 +90,12 @@ struct MonitorInput {
   bool stop_requested = false;
   StopReason requested_reason = StopReason::kNone;
   bool stop_sent = false;  // the hosts were already told to stop (on an earlier tick)
+  // A managed-spot interruption was asked for (kiln interrupt, the operator's schedule or
+  // probability, an on-demand job that needs the node).
+  bool interrupt_requested = false;
   std::vector<ObservedHost> hosts;
-  int64_t deadline_millis = 0;  // training start + MaxRuntimeInSeconds (saturated)
+  int64_t deadline_millis = 0;               // training start + MaxRuntimeInSeconds (saturated)
+  int64_t wait_deadline_millis = INT64_MAX;  // managed spot: creation + MaxWaitTimeInSeconds
 };
 
 struct MonitorActions {
@@ -88,11 +106,14 @@ struct MonitorActions {
   StopReason stop = StopReason::kNone;
   // Before stopping: write the row Stopping with stop_requested = max_runtime.
   bool record_max_runtime = false;
+  // Before stopping: write the row Stopping with stop_requested = max_wait_time.
+  bool record_max_wait = false;
 };
 
 // First match wins: all hosts exited → finish; a stop already sent → nothing; a requested stop;
-// MaxRuntimeInSeconds passed (now >= deadline); a host that exited non-zero (its peers are stopped,
-// training-contract.md §11). An empty host list is "all exited".
+// MaxRuntimeInSeconds passed (now >= deadline); MaxWaitTimeInSeconds passed; an interruption; a
+// host that exited non-zero (its peers are stopped, training-contract.md §11). An empty host
+// list is "all exited".
 MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis);
 
 // ---- How a job that ran (or was stopped while staging) ends ----
@@ -114,7 +135,8 @@ struct Outcome {
 };
 
 // The row's stop request wins (a user's stop is Stopped even if a host failed meanwhile), then
-// the run's: user → Stopped; max runtime → Stopped / MaxRuntimeExceeded; otherwise a failed host
+// the run's: user → Stopped; max runtime → Stopped / MaxRuntimeExceeded; max wait → Stopped /
+// MaxWaitTimeExceeded; otherwise a failed host
 // (its reason) or a failed upload → Failed; otherwise Completed.
 Outcome PlanOutcome(const OutcomeInput& input);
 

@@ -80,12 +80,41 @@ TEST(PlanMonitorTest, Table) {
        {.hosts = {kRunning}, .deadline_millis = std::numeric_limits<int64_t>::max()},
        std::numeric_limits<int64_t>::max() - 1,
        {}},
+      {"spot: an interruption stops the hosts",
+       {.interrupt_requested = true, .hosts = {kRunning}, .deadline_millis = 100},
+       50,
+       {.stop = StopReason::kInterruption}},
+      {"spot: a user stop wins over an interruption",
+       {.stop_requested = true, .interrupt_requested = true, .hosts = {kRunning}, .deadline_millis = 100},
+       50,
+       {.stop = StopReason::kUser}},
+      {"spot: a failed host fails the job rather than resuming it",
+       {.interrupt_requested = true, .hosts = {kExitedFailed, kRunning}, .deadline_millis = 100},
+       50,
+       {.stop = StopReason::kPeerFailure}},
+      {"spot: max wait reached",
+       {.hosts = {kRunning}, .deadline_millis = 1000, .wait_deadline_millis = 100},
+       100,
+       {.stop = StopReason::kMaxWaitTime, .record_max_wait = true}},
+      {"spot: max wait wins over an interruption",
+       {.interrupt_requested = true, .hosts = {kRunning}, .deadline_millis = 1000, .wait_deadline_millis = 100},
+       150,
+       {.stop = StopReason::kMaxWaitTime, .record_max_wait = true}},
+      {"spot: max runtime wins over max wait",
+       {.hosts = {kRunning}, .deadline_millis = 100, .wait_deadline_millis = 100},
+       100,
+       {.stop = StopReason::kMaxRuntime, .record_max_runtime = true}},
+      {"spot: an interruption already sent is not sent again",
+       {.stop_sent = true, .interrupt_requested = true, .hosts = {kRunning}, .deadline_millis = 100},
+       50,
+       {}},
   };
   for (const Case& c : cases) {
     MonitorActions got = PlanMonitor(c.input, c.now);
     EXPECT_EQ(got.finish, c.expected.finish) << c.name;
     EXPECT_EQ(got.stop, c.expected.stop) << c.name;
     EXPECT_EQ(got.record_max_runtime, c.expected.record_max_runtime) << c.name;
+    EXPECT_EQ(got.record_max_wait, c.expected.record_max_wait) << c.name;
   }
 }
 
@@ -126,6 +155,12 @@ TEST(PlanOutcomeTest, Table) {
       {"the row's user stop wins over the run's max runtime",
        {.row_request = StopRequest::kUser, .run_reason = StopReason::kMaxRuntime},
        {TrainingJobStatus::kStopped, SecondaryStatus::kStopped, kMsgStopped, std::nullopt}},
+      {"max wait time (the row's)",
+       {.row_request = StopRequest::kMaxWaitTime, .run_reason = StopReason::kMaxWaitTime},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kMaxWaitTimeExceeded, kMsgMaxWait, std::nullopt}},
+      {"max wait time wins over a host stopped by SIGTERM",
+       {.row_request = StopRequest::kMaxWaitTime, .any_failed = true, .host_failure = "AlgorithmError: 143"},
+       {TrainingJobStatus::kStopped, SecondaryStatus::kMaxWaitTimeExceeded, kMsgMaxWait, std::nullopt}},
   };
   for (const Case& c : cases) {
     Outcome got = PlanOutcome(c.input);
@@ -330,6 +365,29 @@ TEST(FailureReasonTest, LongReasonsAreCutToTheLimitOnACharacterBoundary) {
   const std::string from_file = FailureReason({{.host = "algo-1", .exit_code = 0}, file_on_second}).reason;
   EXPECT_LE(from_file.size(), kFailureReasonMax);
   EXPECT_TRUE(from_file.ends_with("z (host algo-2)")) << from_file;
+}
+
+TEST(ManagedSpotTest, DeadlinesAndTheOperatorsSchedule) {
+  const nlohmann::json spot = {{"EnableManagedSpotTraining", true},
+                               {"StoppingCondition", {{"MaxRuntimeInSeconds", 60}, {"MaxWaitTimeInSeconds", 120}}}};
+  const nlohmann::json on_demand = {{"StoppingCondition", {{"MaxRuntimeInSeconds", 60}}}};
+  EXPECT_TRUE(IsManagedSpot(spot));
+  EXPECT_FALSE(IsManagedSpot(on_demand));
+  EXPECT_FALSE(IsManagedSpot({{"EnableManagedSpotTraining", "true"}}));  // not a boolean
+  // Spot: MaxRuntime counts the running time of every attempt; on demand each attempt has it all.
+  EXPECT_EQ(AttemptDeadline(spot, 1000, 40000), 1000 + 20000);
+  EXPECT_EQ(AttemptDeadline(spot, 1000, 90000), 1000);  // already over: stops at once
+  EXPECT_EQ(AttemptDeadline(on_demand, 1000, 40000), 61000);
+  EXPECT_EQ(MaxWaitDeadline(spot, 5000), 125000);
+  EXPECT_EQ(MaxWaitDeadline(on_demand, 5000), std::nullopt);
+  EXPECT_EQ(MaxWaitDeadline({{"EnableManagedSpotTraining", true}}, 5000), std::nullopt);
+  const std::vector<double> schedule = {3, 1.5};
+  EXPECT_FALSE(ScheduledInterruptionDue(schedule, 0, 2999));
+  EXPECT_TRUE(ScheduledInterruptionDue(schedule, 0, 3000));
+  EXPECT_TRUE(ScheduledInterruptionDue(schedule, 1, 1500));
+  EXPECT_FALSE(ScheduledInterruptionDue(schedule, 1, 1499));
+  EXPECT_FALSE(ScheduledInterruptionDue(schedule, 2, 1000000));  // beyond the list: runs on
+  EXPECT_FALSE(ScheduledInterruptionDue({}, 0, 1000000));
 }
 
 }  // namespace

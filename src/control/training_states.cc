@@ -24,6 +24,7 @@ constexpr PhaseEdge kPhaseEdges[] = {
     {TrainingPhase::kStaging, TrainingPhase::kDone},       // staging failed, or stopped
     {TrainingPhase::kStaging, TrainingPhase::kQueued},     // retried; re-queued by a restart
     {TrainingPhase::kRunning, TrainingPhase::kFinishing},  // every host exited
+    {TrainingPhase::kRunning, TrainingPhase::kQueued},     // interrupted (managed spot): resumes later
     {TrainingPhase::kFinishing, TrainingPhase::kDone},     // uploaded, terminal status written
     {TrainingPhase::kFinishing, TrainingPhase::kQueued},   // retried (RetryStrategy)
 };

@@ -20,8 +20,9 @@ constexpr TrainingJobStatus kAllStatuses[] = {TrainingJobStatus::kInProgress, Tr
 // Every (from, to) pair of phases: exactly these changes (besides staying) are legal.
 TEST(TrainingStatesTest, PhaseTable) {
   const std::set<std::pair<std::string_view, std::string_view>> legal = {
-      {"queued", "staging"}, {"queued", "done"},       {"staging", "running"}, {"staging", "done"},
-      {"staging", "queued"}, {"running", "finishing"}, {"finishing", "done"},  {"finishing", "queued"},
+      {"queued", "staging"}, {"queued", "done"},      {"staging", "running"},
+      {"staging", "done"},   {"staging", "queued"},   {"running", "finishing"},
+      {"finishing", "done"}, {"finishing", "queued"}, {"running", "queued"},  // a managed-spot interruption
   };
   for (TrainingPhase from : kAllPhases) {
     for (TrainingPhase to : kAllPhases) {
