@@ -29,6 +29,8 @@ namespace {
 constexpr std::string_view kHealthPath = "/_kiln/health";
 // Remote access (issue 16): no S3 bucket name starts with '_', so these paths are never S3's.
 constexpr std::string_view kRemotePrefix = "/_kiln/remote/";
+// Training job actions outside the SageMaker API (issue 18: `kiln interrupt`); never S3's either.
+constexpr std::string_view kTrainingPrefix = "/_kiln/training/";
 constexpr std::string_view kMetricsPath = "/metrics";
 constexpr std::string_view kEndpointsPrefix = "/endpoints/";
 // The per-thread invoke body buffer keeps its capacity between requests up to this size; a
@@ -132,7 +134,7 @@ std::string_view ProtocolName(aws::Protocol p) {
 }  // namespace
 
 struct FrontDoor::Route {
-  enum class Kind { kHealth, kMetrics, kRemote, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
+  enum class Kind { kHealth, kMetrics, kRemote, kTraining, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
   const JsonService* json = nullptr;  // kJson with a known prefix
   std::string target_prefix;          // kJson
   std::string operation;              // kJson: from X-Amz-Target
@@ -246,6 +248,12 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
     route.protocol = aws::Protocol::kJson11;
     return route;
   }
+  if (StartsWith(request.raw_path, kTrainingPrefix)) {
+    route.kind = Route::Kind::kTraining;
+    route.signing_name = "sagemaker";
+    route.protocol = aws::Protocol::kJson11;
+    return route;
+  }
   const std::string scope = aws::ScopeServiceOf(Signable(request));
   if (const std::string* target = request.Header("X-Amz-Target")) {
     route.kind = Route::Kind::kJson;
@@ -340,6 +348,7 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
       }
       case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
       case Route::Kind::kRemote: ServeRemote(request, response, context, verified); break;
+      case Route::Kind::kTraining: ServeTraining(request, response, context, verified); break;
       case Route::Kind::kRuntime:
         if (runtime_ != nullptr) {
           ServeRuntime(request, response, context, verified, start_steady_ns);
@@ -572,6 +581,59 @@ void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& resp
     return;
   }
   remote_access_->Run(std::move(prepared).value(), std::move(upgraded->fd), std::move(upgraded->buffered));
+}
+
+void FrontDoor::ServeTraining(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                              std::optional<aws::VerifiedRequest>& verified) {
+  const std::string_view route = std::string_view(request.raw_path).substr(kTrainingPrefix.size());
+  auto send_error = [&](const aws::AwsError& error) {
+    SendWire(response, aws::SerializeError(aws::Protocol::kJson11, error, context.request_id));
+  };
+  if (route != "interrupt" || request.method != "POST") {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "Kiln does not serve " + request.method + " " + request.raw_path.substr(0, 256) +
+                                 " (training serves POST /_kiln/training/interrupt?job=<training job name>).",
+                             404));
+    return;
+  }
+  context.operation = "InterruptTrainingJob";
+  // The signature covers an empty body (the client sends none).
+  if (auto error = Authenticate(request, "sagemaker", std::string_view(), context, verified)) {
+    send_error(AuthErrorFor(aws::Protocol::kJson11, *error));
+    return;
+  }
+  if (!training_interrupter_) {
+    send_error(
+        aws::AwsError("UnknownOperationException", "Training interruption is not served by this Kiln server.", 404));
+    return;
+  }
+  Result<std::vector<QueryParam>> parsed = ParseQueryString(request.raw_query);
+  if (!parsed.ok()) {
+    send_error(aws::AwsError("ValidationException", "The query string is malformed: " + parsed.status().message()));
+    return;
+  }
+  const std::map<std::string, std::string> query = QueryParamMap(std::move(*parsed));
+  auto job = query.find("job");
+  if (job == query.end() || job->second.empty()) {
+    send_error(aws::AwsError("ValidationException", "job is required (?job=<training job name>)."));
+    return;
+  }
+  Status interrupted = training_interrupter_(job->second);
+  if (!interrupted.ok()) {
+    switch (interrupted.code()) {
+      case StatusCode::kNotFound: send_error(aws::AwsError("ResourceNotFound", interrupted.message(), 404)); break;
+      case StatusCode::kFailedPrecondition:
+      case StatusCode::kInvalidArgument:
+        send_error(aws::AwsError("ValidationException", interrupted.message(), 400));
+        break;
+      case StatusCode::kUnavailable: send_error(aws::AwsError("ServiceUnavailable", interrupted.message(), 503)); break;
+      default: send_error(aws::AwsError("InternalFailure", interrupted.message(), 500)); break;
+    }
+    return;
+  }
+  nlohmann::json answer = {{"TrainingJobName", job->second}, {"Interrupted", true}};
+  (void)response.Send(200, {{"Content-Type", "application/x-amz-json-1.1"}, {"x-amzn-RequestId", context.request_id}},
+                      answer.dump());
 }
 
 namespace {

@@ -11,6 +11,11 @@
 //                                                  (the TunnelService given to SetRemoteAccess;
 //                                                  errors in JSON 1.1's shape; connect upgrades
 //                                                  the connection to the SSH stream)
+//   POST /_kiln/training/interrupt?job=<name>, signed for "sagemaker"
+//                                                → the training interrupter given to
+//                                                  SetTrainingInterrupter (managed spot: a reclaim
+//                                                  of the job's instances; errors in JSON 1.1's
+//                                                  shape)
 //   X-Amz-Target: <prefix>.<Op>                  → the JsonService registered for <prefix>
 //   POST /service/GraniteServiceVersion20100801/operation/<Op> signed for "monitoring" (or
 //   unsigned with a smithy-protocol header)      → CloudWatch, Smithy RPC v2 CBOR
@@ -37,6 +42,7 @@
 //
 // Thread-safe after construction and registration (the service table is read-only).
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -101,6 +107,13 @@ class FrontDoor final : public net::AsyncService {
   // The /_kiln/remote/* routes go to `tunnels` (not owned; must outlive the FrontDoor). Null (the
   // default): they answer UnknownOperationException. Call before serving.
   void SetRemoteAccess(access::TunnelService* tunnels) { remote_access_ = tunnels; }
+  // POST /_kiln/training/interrupt?job=<name> (`kiln interrupt`) calls `interrupter` with the job
+  // name: OK answers {"TrainingJobName", "Interrupted": true}; NotFound is ResourceNotFound (404),
+  // FailedPrecondition and InvalidArgument are ValidationException (400) with the status message.
+  // Unset (the default): the route answers UnknownOperationException. Call before serving.
+  void SetTrainingInterrupter(std::function<Status(const std::string& job)> interrupter) {
+    training_interrupter_ = std::move(interrupter);
+  }
 
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
@@ -147,6 +160,10 @@ class FrontDoor final : public net::AsyncService {
   // then the TunnelService; connect ends with the connection upgraded and handed to it.
   void ServeRemote(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                    std::optional<aws::VerifiedRequest>& verified);
+  // POST /_kiln/training/interrupt: SigV4 for "sagemaker" over an empty body, then the
+  // training interrupter.
+  void ServeTraining(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                     std::optional<aws::VerifiedRequest>& verified);
   // InvokeEndpoint and friends: 413 from Content-Length, body read into a per-thread buffer,
   // SigV4 over its hash, path validation, then the Router.
   void ServeRuntime(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
@@ -169,6 +186,7 @@ class FrontDoor final : public net::AsyncService {
   const CloudWatch* cloudwatch_ = nullptr;
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
   access::TunnelService* remote_access_ = nullptr;
+  std::function<Status(const std::string& job)> training_interrupter_;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.
   Mutex large_rpc_mutex_;

@@ -1,5 +1,6 @@
 // The front door's /_kiln/remote/* routes (issue 16): SigV4, the JSON 1.1 error shapes of the
-// TunnelService's refusals, and the upgrade of a connect.
+// TunnelService's refusals, and the upgrade of a connect; and /_kiln/training/interrupt (issue 18),
+// signed and answered the same way.
 #include <poll.h>
 #include <unistd.h>
 
@@ -81,9 +82,14 @@ class FrontDoorRemoteTest : public ::testing::Test {
   // GET `path`?`query` signed for `service` (unsigned when `service` is empty).
   net::FakeResponseWriter Get(const std::string& path, const std::string& query, HeaderMap headers,
                               const std::string& service = "sagemaker") {
+    return Send("GET", path, query, std::move(headers), service);
+  }
+  // The same with another method (and no body, as the clients send).
+  net::FakeResponseWriter Send(const std::string& method, const std::string& path, const std::string& query,
+                               HeaderMap headers, const std::string& service = "sagemaker") {
     headers.emplace("Host", "127.0.0.1:5456");
     if (!service.empty()) {
-      aws::OwnedSignable signable{"GET", path, query, headers};
+      aws::OwnedSignable signable{method, path, query, headers};
       aws::SignOptions sign;
       sign.access_key_id = kKeyId;
       sign.secret_access_key = kSecret;
@@ -94,7 +100,7 @@ class FrontDoorRemoteTest : public ::testing::Test {
     }
     StringByteSource source("");
     net::HttpRequest request;
-    request.method = "GET";
+    request.method = method;
     request.raw_path = path;
     request.raw_query = query;
     request.target = query.empty() ? path : path + "?" + query;
@@ -196,6 +202,73 @@ TEST_F(FrontDoorRemoteTest, ConnectUpgradesAndTheStreamReachesTheAgent) {
   EXPECT_FALSE(doc["Connections"][0].contains("EndTime"));
   net::FakeResponseWriter bad_max = Get("/_kiln/remote/connections", "max-results=x", {});
   EXPECT_EQ(bad_max.status(), 400);
+}
+
+// POST /_kiln/training/interrupt (issue 18, `kiln interrupt`): signed like the remote routes, its
+// refusals in the same JSON 1.1 shapes.
+TEST_F(FrontDoorRemoteTest, TrainingInterruptNeedsSigV4AnInterrupterAndAJob) {
+  net::FakeResponseWriter unsigned_request = Send("POST", "/_kiln/training/interrupt", "job=j", {}, "");
+  EXPECT_EQ(unsigned_request.status(), 400);
+  EXPECT_EQ(ErrorType(unsigned_request), "MissingAuthenticationTokenException");
+  net::FakeResponseWriter no_interrupter = Send("POST", "/_kiln/training/interrupt", "job=j", {});
+  EXPECT_EQ(no_interrupter.status(), 404);
+  EXPECT_EQ(ErrorType(no_interrupter), "UnknownOperationException");
+
+  std::vector<std::string> asked;
+  door_->SetTrainingInterrupter([&asked](const std::string& job) {
+    asked.push_back(job);
+    return Status::Ok();
+  });
+  net::FakeResponseWriter wrong_service = Send("POST", "/_kiln/training/interrupt", "job=j", {}, "s3");
+  EXPECT_EQ(wrong_service.status(), 400);
+  EXPECT_NE(ErrorType(wrong_service).find("Exception"), std::string::npos) << wrong_service.body();
+  net::FakeResponseWriter get = Send("GET", "/_kiln/training/interrupt", "job=j", {});
+  EXPECT_EQ(get.status(), 404);
+  EXPECT_EQ(ErrorType(get), "UnknownOperationException");
+  EXPECT_NE(get.body().find("POST /_kiln/training/interrupt?job="), std::string::npos) << get.body();
+  net::FakeResponseWriter unknown_route = Send("POST", "/_kiln/training/resume", "job=j", {});
+  EXPECT_EQ(unknown_route.status(), 404);
+  EXPECT_EQ(ErrorType(unknown_route), "UnknownOperationException");
+  net::FakeResponseWriter no_job = Send("POST", "/_kiln/training/interrupt", "", {});
+  EXPECT_EQ(no_job.status(), 400);
+  EXPECT_EQ(ErrorType(no_job), "ValidationException");
+  EXPECT_NE(no_job.body().find("job is required (?job=<training job name>)"), std::string::npos) << no_job.body();
+  EXPECT_EQ(Send("POST", "/_kiln/training/interrupt", "job=", {}).status(), 400);
+  EXPECT_TRUE(asked.empty());
+}
+
+TEST_F(FrontDoorRemoteTest, TrainingInterruptAnswersTheInterruptersOutcome) {
+  std::vector<std::string> asked;
+  door_->SetTrainingInterrupter([&asked](const std::string& job) {
+    asked.push_back(job);
+    if (job == "nope") return Status::NotFound("Training job nope does not exist.");
+    if (job == "on-demand") return Status::FailedPrecondition("on-demand is not a managed spot training job.");
+    if (job == "bad") return Status::InvalidArgument("bad is bad.");
+    if (job == "broken") return Status::Internal("disk on fire");
+    return Status::Ok();
+  });
+  net::FakeResponseWriter ok = Send("POST", "/_kiln/training/interrupt", "job=spot%2D1", {});
+  ASSERT_EQ(ok.status(), 200) << ok.body();
+  EXPECT_EQ(ok.header("Content-Type"), "application/x-amz-json-1.1");
+  auto doc = nlohmann::json::parse(ok.body());
+  EXPECT_EQ(doc["TrainingJobName"], "spot-1");
+  EXPECT_EQ(doc["Interrupted"], true);
+  EXPECT_EQ(asked, std::vector<std::string>{"spot-1"});
+
+  net::FakeResponseWriter missing = Send("POST", "/_kiln/training/interrupt", "job=nope", {});
+  EXPECT_EQ(missing.status(), 404);
+  EXPECT_EQ(ErrorType(missing), "ResourceNotFound");
+  EXPECT_NE(missing.body().find("does not exist"), std::string::npos);
+  net::FakeResponseWriter on_demand = Send("POST", "/_kiln/training/interrupt", "job=on-demand", {});
+  EXPECT_EQ(on_demand.status(), 400);
+  EXPECT_EQ(ErrorType(on_demand), "ValidationException");
+  EXPECT_NE(on_demand.body().find("not a managed spot training job"), std::string::npos) << on_demand.body();
+  net::FakeResponseWriter bad = Send("POST", "/_kiln/training/interrupt", "job=bad", {});
+  EXPECT_EQ(bad.status(), 400);
+  EXPECT_EQ(ErrorType(bad), "ValidationException");
+  net::FakeResponseWriter broken = Send("POST", "/_kiln/training/interrupt", "job=broken", {});
+  EXPECT_EQ(broken.status(), 500);
+  EXPECT_EQ(ErrorType(broken), "InternalFailure");
 }
 
 }  // namespace
