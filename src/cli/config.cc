@@ -448,6 +448,65 @@ Status LoadTuning(const json& doc, Config* config, const std::string& path) {
   return Status::Ok();
 }
 
+constexpr double kMaxRestartDelaySeconds = 365.0 * 24 * 3600;
+
+Status LoadSpot(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("spot")) return Status::Ok();
+  const json& s = doc["spot"];
+  const std::string where = path + ": spot";
+  if (!s.is_object())
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"interrupt_after_seconds\": [600]}");
+  static const std::set<std::string> kKeys = {"interrupt_after_seconds", "interrupt_probability_per_hour",
+                                              "restart_delay_seconds", "preempt_for_on_demand", "seed"};
+  for (const auto& [key, value] : s.items()) {
+    if (kKeys.count(key) == 0) {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are interrupt_after_seconds, interrupt_probability_per_hour, "
+                                     "restart_delay_seconds, preempt_for_on_demand and seed");
+    }
+  }
+  SpotConfig& spot = config->spot;
+  if (s.contains("interrupt_after_seconds")) {
+    const json& list = s["interrupt_after_seconds"];
+    if (!list.is_array()) {
+      return Status::InvalidArgument(where +
+                                     ".interrupt_after_seconds must be a list of seconds >= 0 (attempt n of each "
+                                     "spot job is interrupted after [n] seconds of training), got " +
+                                     list.dump());
+    }
+    std::vector<double> seconds;
+    for (const json& v : list) {
+      if (!v.is_number() || v.get<double>() < 0) {
+        return Status::InvalidArgument(where + ".interrupt_after_seconds must be a list of seconds >= 0, got " +
+                                       v.dump() + " in it");
+      }
+      seconds.push_back(v.get<double>());
+    }
+    spot.interrupt_after_seconds = std::move(seconds);
+  }
+  RETURN_IF_ERROR(Field(s, "interrupt_probability_per_hour", &spot.interrupt_probability_per_hour, where));
+  RETURN_IF_ERROR(Field(s, "restart_delay_seconds", &spot.restart_delay_seconds, where));
+  RETURN_IF_ERROR(Field(s, "preempt_for_on_demand", &spot.preempt_for_on_demand, where));
+  if (s.contains("seed")) {
+    if (!s["seed"].is_number_unsigned()) {
+      return Status::InvalidArgument(where + ".seed must be an integer >= 0 (0: from the clock), got " +
+                                     s["seed"].dump());
+    }
+    spot.seed = s["seed"].get<uint64_t>();
+  }
+  // !(x >= lo) also refuses NaN (not valid JSON, but cheap to be sure).
+  if (!(spot.interrupt_probability_per_hour >= 0 && spot.interrupt_probability_per_hour <= 3600)) {
+    return Status::InvalidArgument(where + ".interrupt_probability_per_hour must be between 0 and 3600, got " +
+                                   std::to_string(spot.interrupt_probability_per_hour));
+  }
+  // At most a year: the server holds the delay in milliseconds (int64).
+  if (!(spot.restart_delay_seconds >= 0 && spot.restart_delay_seconds <= kMaxRestartDelaySeconds)) {
+    return Status::InvalidArgument(where + ".restart_delay_seconds must be between 0 and 31536000 (a year), got " +
+                                   std::to_string(spot.restart_delay_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadObjectStore(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("object_store")) return Status::Ok();
   const json& os = doc["object_store"];
@@ -502,6 +561,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadContainerEngine(doc, config, path));
   RETURN_IF_ERROR(LoadRemoteAccess(doc, config, path));
   RETURN_IF_ERROR(LoadTuning(doc, config, path));
+  RETURN_IF_ERROR(LoadSpot(doc, config, path));
   return Status::Ok();
 }
 

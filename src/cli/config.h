@@ -57,7 +57,13 @@
 //                       "idle_timeout_seconds": 3600,    // no bytes either way
 //                       "max_connection_seconds": 0},    // 0: no limit
 //     "tuning": {"max_parallel_training_jobs": 100,   // account limits of a tuning job (limits.md)
-//                "max_number_of_training_jobs": 500}
+//                "max_number_of_training_jobs": 500},
+//     "spot": {"interrupt_after_seconds": [600, 1800],  // attempt n of each spot job is interrupted
+//                                                     // after [n] s of training; later ones run on
+//              "interrupt_probability_per_hour": 0,   // random interruptions (Poisson), 0..3600
+//              "restart_delay_seconds": 0,            // an interrupted job waits this long to queue
+//              "preempt_for_on_demand": true,         // on-demand jobs reclaim spot jobs' capacity
+//              "seed": 0}                             // the random draws' seed; 0: from the clock
 //   }
 
 #include <cstdint>
@@ -185,6 +191,17 @@ struct TuningConfig {
   int max_number_of_training_jobs = 500;  // also the budget of a job that sets none
 };
 
+// Managed spot training (control::SpotOptions, issue 18): where interruptions of
+// EnableManagedSpotTraining jobs come from besides `kiln interrupt`. The defaults interrupt
+// nothing on their own; on-demand jobs that need the node reclaim spot jobs' capacity.
+struct SpotConfig {
+  std::vector<double> interrupt_after_seconds;  // attempt n is interrupted after [n] s of training
+  double interrupt_probability_per_hour = 0;    // per running spot job, 0..3600
+  double restart_delay_seconds = 0;             // an interrupted job is queued again after this
+  bool preempt_for_on_demand = true;            // the scheduler reclaims spot grants for on-demand jobs
+  uint64_t seed = 0;                            // the probability draws' seed; 0: from the clock
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -212,6 +229,7 @@ struct Config {
   ContainerEngineConfig container_engine;
   RemoteAccessConfig remote_access;
   TuningConfig tuning;
+  SpotConfig spot;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

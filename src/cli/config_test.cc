@@ -391,5 +391,60 @@ TEST(ConfigTest, TuningLimitsDefaultAndParse) {
   }
 }
 
+TEST(ConfigTest, SpotDefaultsAndParse) {
+  Config defaults;
+  EXPECT_TRUE(defaults.spot.interrupt_after_seconds.empty());
+  EXPECT_EQ(defaults.spot.interrupt_probability_per_hour, 0);
+  EXPECT_EQ(defaults.spot.restart_delay_seconds, 0);
+  EXPECT_TRUE(defaults.spot.preempt_for_on_demand);
+  EXPECT_EQ(defaults.spot.seed, 0u);
+  std::string path = WriteTemp(R"({"spot": {"interrupt_after_seconds": [30, 0.5, 0],
+    "interrupt_probability_per_hour": 2.5, "restart_delay_seconds": 1.5, "preempt_for_on_demand": false,
+    "seed": 18446744073709551615}})");
+  Config c;
+  Status loaded = LoadConfigFile(path, &c);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  EXPECT_EQ(c.spot.interrupt_after_seconds, (std::vector<double>{30, 0.5, 0}));
+  EXPECT_EQ(c.spot.interrupt_probability_per_hour, 2.5);
+  EXPECT_EQ(c.spot.restart_delay_seconds, 1.5);
+  EXPECT_FALSE(c.spot.preempt_for_on_demand);
+  EXPECT_EQ(c.spot.seed, 18446744073709551615u);
+  std::filesystem::remove(path);
+
+  // Every key is optional; an empty list is no schedule.
+  std::string partial = WriteTemp(R"({"spot": {"interrupt_after_seconds": []}})");
+  Config p;
+  ASSERT_TRUE(LoadConfigFile(partial, &p).ok());
+  EXPECT_TRUE(p.spot.interrupt_after_seconds.empty());
+  EXPECT_TRUE(p.spot.preempt_for_on_demand);
+  std::filesystem::remove(partial);
+}
+
+TEST(ConfigTest, BadSpotFieldsNameTheSetting) {
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"spot": true})", "spot must be an object"},
+           {R"({"spot": {"interrupt_after": [1]}})", "unknown key \"interrupt_after\""},
+           {R"({"spot": {"interrupt_after_seconds": 30}})", "interrupt_after_seconds must be a list"},
+           {R"({"spot": {"interrupt_after_seconds": [30, -1]}})", "interrupt_after_seconds must be a list"},
+           {R"({"spot": {"interrupt_after_seconds": ["30"]}})", "interrupt_after_seconds must be a list"},
+           {R"({"spot": {"interrupt_probability_per_hour": "often"}})", "\"interrupt_probability_per_hour\" must be"},
+           {R"({"spot": {"interrupt_probability_per_hour": -0.1}})", "interrupt_probability_per_hour must be between"},
+           {R"({"spot": {"interrupt_probability_per_hour": 3601}})", "interrupt_probability_per_hour must be between"},
+           {R"({"spot": {"restart_delay_seconds": -1}})", "restart_delay_seconds must be between"},
+           {R"({"spot": {"restart_delay_seconds": 1e300}})", "restart_delay_seconds must be between"},
+           {R"({"spot": {"restart_delay_seconds": null}})", "\"restart_delay_seconds\" must be a number"},
+           {R"({"spot": {"preempt_for_on_demand": 1}})", "\"preempt_for_on_demand\" must be true or false"},
+           {R"({"spot": {"seed": -1}})", "seed must be an integer >= 0"},
+           {R"({"spot": {"seed": 1.5}})", "seed must be an integer >= 0"},
+       }) {
+    std::string path = WriteTemp(text);
+    Config c;
+    Status s = LoadConfigFile(path, &c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << text << " -> " << s.message();
+    std::filesystem::remove(path);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli
