@@ -397,6 +397,13 @@ int Main(int argc, char** argv) {
   add_remote_common(release);
   release->add_option("target", connect_options.target, "training-job/<job>/algo-<n>, <job>, ...")->required();
 
+  // Managed spot (issue 18): reclaim a spot job's instances now, as a spot interruption does.
+  std::string interrupt_job;
+  CLI::App* interrupt = app.add_subcommand(
+      "interrupt", "interrupt a managed spot training job (it resumes from its checkpoints when capacity returns)");
+  add_remote_common(interrupt);
+  interrupt->add_option("job", interrupt_job, "training job name")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   if (server->parsed()) return RunServer(flags);
@@ -409,7 +416,7 @@ int Main(int argc, char** argv) {
   }
   if (keys_add->parsed()) return RunKeysAdd(flags, user);
   if (keys_list->parsed()) return RunKeysList(flags);
-  for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections, release}) {
+  for (CLI::App* cmd : {ssh_proxy, connect, port_forward, ssh_config, targets, connections, release, interrupt}) {
     if (!cmd->parsed()) continue;
     std::optional<RemoteClient> client = ResolveRemoteClient(flags, remote_endpoint, cmd != ssh_config);
     if (!client) return cmd == ssh_proxy ? 255 : 1;
@@ -424,6 +431,7 @@ int Main(int argc, char** argv) {
     }
     if (cmd == targets) return RunTargets(*client, remote_resource, remote_json);
     if (cmd == release) return RunRelease(*client, connect_options.target);
+    if (cmd == interrupt) return RunInterrupt(*client, interrupt_job);
     return RunConnections(*client, remote_resource, max_results, remote_json);
   }
   return 2;

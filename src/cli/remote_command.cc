@@ -914,6 +914,17 @@ int RunRelease(const RemoteClient& client, const std::string& target) {
   return 0;
 }
 
+int RunInterrupt(const RemoteClient& client, const std::string& job) {
+  auto answer = RequestJson(client, "POST", "/_kiln/training/interrupt", "job=" + UriEncode(job));
+  if (!answer.ok()) {
+    std::cerr << "kiln interrupt: " << answer.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "interrupted " << answer->value("TrainingJobName", job)
+            << ": it resumes from its checkpoints when capacity returns\n";
+  return 0;
+}
+
 int RunConnections(const RemoteClient& client, const std::string& resource, int max_results, bool as_json) {
   std::string query;
   if (max_results > 0) query = "max-results=" + std::to_string(max_results);

@@ -179,5 +179,9 @@ int RunConnections(const RemoteClient& client, const std::string& resource, int 
 // `kiln release <target>`: POST /_kiln/remote/release — a held target's program starts (hold
 // before start) or its post-mortem hold ends (hold after exit); control/training_hold.h.
 int RunRelease(const RemoteClient& client, const std::string& target);
+// `kiln interrupt <job>`: POST /_kiln/training/interrupt?job=<job> — a managed-spot job's
+// instances are reclaimed as a spot interruption does (issue 18); it resumes from its checkpoints
+// when capacity returns. Errors to stderr as "kiln interrupt: <message>", exit status 1.
+int RunInterrupt(const RemoteClient& client, const std::string& job);
 
 }  // namespace kiln::cli
