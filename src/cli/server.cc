@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -94,6 +95,11 @@ control::TrainingControllerOptions TrainingOptions(const Config& c, const contro
   training.staging_parallelism = c.training.staging_parallelism;
   training.keep_host_dirs = c.training.keep_host_dirs;
   training.archive_caps = archive_caps;
+  // Managed spot (issue 18); config.cc bounds the delay to a year, so the milliseconds fit.
+  training.spot.interrupt_after_seconds = c.spot.interrupt_after_seconds;
+  training.spot.interrupt_probability_per_hour = c.spot.interrupt_probability_per_hour;
+  training.spot.restart_delay = std::chrono::milliseconds(std::llround(c.spot.restart_delay_seconds * 1000));
+  training.spot.seed = c.spot.seed;
   return training;
 }
 
@@ -233,6 +239,8 @@ Status Server::OpenRuntimeAndCapacity() {
   ASSIGN_OR_RETURN(auto scheduler_options,
                    control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
                                                      control::DiscoverHostCapacity()));
+  // From the spot section: whether a queued on-demand job reclaims spot jobs' grants (issue 18).
+  scheduler_options.preempt_for_on_demand = c.spot.preempt_for_on_demand;
   scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, catalog_.get());
   control::InstanceMetricsOptions instance_metrics;
   instance_metrics.interval =
@@ -532,6 +540,9 @@ Status Server::OpenLogsAndTraining(control::TrainingControllerOptions training) 
     if (tuning_) tuning_->Submit(job);
   };
   training_ = std::make_unique<control::TrainingController>(training, deps);
+  // `kiln interrupt <job>` (POST /_kiln/training/interrupt): a spot reclaim on demand.
+  front_door_->SetTrainingInterrupter(
+      [this](const std::string& job) { return training_->Interrupt(job, "interrupted by kiln interrupt"); });
   return Status::Ok();
 }
 

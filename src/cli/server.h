@@ -65,6 +65,8 @@ class Server {
   Result<std::unique_ptr<runtime::Runtime>> OpenContainerRuntime();
   Status OpenNetworks();
   void BuildFrontDoor();
+  // The log store and the training controller, which the front door's /_kiln/training/interrupt
+  // (`kiln interrupt`) calls.
   Status OpenLogsAndTraining(control::TrainingControllerOptions training);
   void BuildEndpointController(const control::ArchiveCapOptions& archive_caps);
   void RegisterJsonServices();
