@@ -197,10 +197,11 @@ MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis) {
   if (input.stop_sent) return actions;
   if (input.stop_requested) {
     actions.stop = input.requested_reason == StopReason::kNone ? StopReason::kUser : input.requested_reason;
-  } else if (now_millis >= input.deadline_millis) {
-    actions.stop = StopReason::kMaxRuntime;
-  } else if (now_millis >= input.wait_deadline_millis) {
-    actions.stop = StopReason::kMaxWaitTime;
+  } else if (now_millis >= input.deadline_millis || now_millis >= input.wait_deadline_millis) {
+    // Both may have passed since the last look (the monitor looks every 250 ms): the one that
+    // passed first is why the job stops (a tie is MaxRuntime's).
+    actions.stop =
+        input.wait_deadline_millis < input.deadline_millis ? StopReason::kMaxWaitTime : StopReason::kMaxRuntime;
   } else if (any_failed) {
     // Before an interruption: a host that failed on its own fails the job (the failure is real;
     // a resumed attempt would not undo it).

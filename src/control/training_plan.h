@@ -111,9 +111,9 @@ struct MonitorActions {
 };
 
 // First match wins: all hosts exited → finish; a stop already sent → nothing; a requested stop;
-// MaxRuntimeInSeconds passed (now >= deadline); MaxWaitTimeInSeconds passed; an interruption; a
-// host that exited non-zero (its peers are stopped, training-contract.md §11). An empty host
-// list is "all exited".
+// MaxRuntimeInSeconds or MaxWaitTimeInSeconds passed (the earlier deadline names it); a host
+// that exited non-zero (its peers are stopped, training-contract.md §11); an interruption. An
+// empty host list is "all exited".
 MonitorActions PlanMonitor(const MonitorInput& input, int64_t now_millis);
 
 // ---- How a job that ran (or was stopped while staging) ends ----
