@@ -118,6 +118,13 @@ void TrainingController::Submit(const std::string& name) {
   if (!record.ok()) return;
   // Stopped while it waited to resume (an interrupted spot job): nothing to queue.
   if (!store::IsActive(record->status)) return;
+  // Stopped in the moment between its run's last write and the run leaving runs_ (a retry or an
+  // interruption on its way back to the queue; RequestStop found a run that no longer listens):
+  // it ends Stopped now instead of waiting in line.
+  if (record->status == JobStatus::kStopping) {
+    (void)FinishWithoutRunning(name, /*max_pending=*/false);
+    return;
+  }
   const json& rc = record->request.value("ResourceConfig", json::object());
   ScheduleRequest request;
   request.id = record->name;
@@ -159,8 +166,10 @@ void TrainingController::Submit(const std::string& name) {
       return Status::Ok();
     });
   }
-  // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10).
-  const int64_t max_pending_seconds = StoppingSeconds(record->request, "MaxPendingTimeInSeconds", -1);
+  // StoppingCondition.MaxPendingTimeInSeconds: a job that waited that long is stopped (§10). An
+  // interrupted spot job waiting to resume is not pending in that sense (MaxWaitTime governs it).
+  const int64_t max_pending_seconds =
+      record->state.interruptions == 0 ? StoppingSeconds(record->request, "MaxPendingTimeInSeconds", -1) : -1;
   MutexLock lock(mutex_);
   if (max_pending_seconds >= 0) {
     pending_deadlines_.emplace(AddSaturating(record->creation_millis, SecondsToMillisSaturating(max_pending_seconds)),
@@ -213,12 +222,6 @@ Status TrainingController::Interrupt(const std::string& name, const std::string&
     return Status::FailedPrecondition("Training job " + name + " is " + std::string(store::ToString(record->status)) +
                                       "; only an InProgress job can be interrupted.");
   }
-  std::shared_ptr<TrainingJobRun> run;
-  {
-    MutexLock lock(mutex_);
-    auto it = runs_.find(name);
-    if (it != runs_.end()) run = it->second;
-  }
   std::string refused;
   auto written = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
     const Phase phase = rec.state.phase;
@@ -227,7 +230,7 @@ Status TrainingController::Interrupt(const std::string& name, const std::string&
                 "; only an InProgress job can be interrupted.";
     } else if (rec.state.interrupt_requested) {
       refused = "Training job " + name + " is already being interrupted (" + *rec.state.interrupt_requested + ").";
-    } else if (run == nullptr || (phase != Phase::kStaging && phase != Phase::kRunning)) {
+    } else if (phase != Phase::kStaging && phase != Phase::kRunning) {
       refused = "Training job " + name + " holds no instances to reclaim (" +
                 std::string(store::ToString(rec.secondary_status)) + "); it is waiting for capacity or finishing.";
     }
@@ -237,7 +240,15 @@ Status TrainingController::Interrupt(const std::string& name, const std::string&
   });
   if (!written.ok()) return written.status();
   if (!refused.empty()) return Status::FailedPrecondition(refused);
-  run->RequestInterrupt();
+  // The run that holds the job now (looked up after the write: a run started since reads the
+  // row itself and carries the interruption out from its first step).
+  std::shared_ptr<TrainingJobRun> run;
+  {
+    MutexLock lock(mutex_);
+    auto it = runs_.find(name);
+    if (it != runs_.end()) run = it->second;
+  }
+  if (run) run->RequestInterrupt();
   return Status::Ok();
 }
 
@@ -245,12 +256,29 @@ Status TrainingController::CheckFeasible(const std::string& instance_type, int i
   return deps_.scheduler->CheckFeasible(instance_type, instance_count);
 }
 
+namespace {
+// A spot job that trained and ends while it waits to resume: its training ended when it was last
+// interrupted (TrainingEndTime, and the times Describe derives from it).
+void EndTrainingAtLastInterruption(store::TrainingJobRecord& rec) {
+  if (!rec.state.training_start_millis || rec.training_end_millis) return;
+  for (auto it = rec.state.transitions.rbegin(); it != rec.state.transitions.rend(); ++it) {
+    if (it->status == SecondaryStatus::kInterrupted) {
+      rec.training_end_millis = it->start_millis;
+      rec.state.training_end_millis = it->start_millis;
+      return;
+    }
+  }
+}
+}  // namespace
+
 Status TrainingController::FinishWithoutRunning(const std::string& name, bool max_pending) {
   int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   auto r = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
     if (!store::IsActive(rec.status)) return Status::Ok();
     SetStatus(rec, JobStatus::kStopped);
     SetPhase(rec, Phase::kDone);
+    EndTrainingAtLastInterruption(rec);
+    rec.state.resume_after_millis.reset();
     RecordSecondaryStatus(rec, SecondaryStatus::kStopped, max_pending ? kMsgMaxPending : kMsgStopped, now);
     rec.state.transitions.back().end_millis = now;
     return Status::Ok();
@@ -266,6 +294,7 @@ Status TrainingController::FinishMaxWait(const std::string& name) {
     SetPhase(rec, Phase::kDone);
     rec.state.stop_requested = store::StopRequest::kMaxWaitTime;
     rec.state.resume_after_millis.reset();
+    EndTrainingAtLastInterruption(rec);
     // training-contract.md §9: "Starting → Stopping → MaxWaitTimeExceeded" (never got capacity),
     // "… → Interrupted → … → Stopping → MaxWaitTimeExceeded".
     RecordSecondaryStatus(rec, SecondaryStatus::kStopping, kMsgStopping, now);
@@ -332,6 +361,8 @@ bool TrainingController::ExpirePendingDeadlines() {
   for (const auto& name : expired) {
     // Granted (or gone) by now: the deadline no longer applies.
     if (!deps_.scheduler->IsQueued(name)) continue;
+    // Queued again after a spot interruption: it ran, so it is not pending (MaxWaitTime governs).
+    if (auto record = jobs_.Get(name); record.ok() && record->state.interruptions > 0) continue;
     deps_.scheduler->Cancel(name);
     (void)FinishWithoutRunning(name, /*max_pending=*/true);
     any = true;

@@ -1180,5 +1180,76 @@ TEST_F(TrainingControllerTest, ARestartedControllerCarriesOutARecordedInterrupti
   WaitForStatus("carry", "Completed");
 }
 
+TEST_F(TrainingControllerTest, AnInterruptionRecordedBeforeARestartHoldsEvenIfTheHostExitedMeanwhile) {
+  StartController();
+  Create("exited", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("exited"));
+  WaitForStatus("exited", "InProgress", "Training");
+  // Interrupt recorded and SIGTERM sent; the server dies; the program exits 143 while none watches.
+  controller_.reset();
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("exited",
+                          [](store::TrainingJobRecord& r) {
+                            r.state.interrupt_requested = "reclaimed";
+                            return Status::Ok();
+                          })
+                  .ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("exited"), 143).ok());
+  RenewServerState();
+  StartController();
+  // Neither Failed (exit 143) nor Completed: interrupted, and it resumes.
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  auto resumed = WaitForStatus("exited", "InProgress", "Training");
+  EXPECT_EQ(resumed.state.interruptions, 1);
+  EXPECT_THAT(Secondaries(resumed), ::testing::Contains("Interrupted"));
+  ASSERT_TRUE(runtime_->Exit(Instance("exited"), 0).ok());
+  WaitForStatus("exited", "Completed");
+}
+
+TEST_F(TrainingControllerTest, AStopWhileWaitingToResumeEndsStoppedWithTheTrainingTimeItHad) {
+  spot_options_.restart_delay = std::chrono::seconds(600);
+  StartController();
+  Create("halted", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("halted"));
+  auto training = WaitForStatus("halted", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(20));
+  ASSERT_TRUE(controller_->Interrupt("halted", "reclaimed").ok());
+  auto waiting = WaitForStatus("halted", "InProgress", "Interrupted");
+  StopJob("halted");
+  auto stopped = WaitForStatus("halted", "Stopped", "Stopped");
+  EXPECT_EQ(stopped.state.billable_millis, 20000);
+  ASSERT_TRUE(stopped.training_end_millis.has_value());
+  EXPECT_EQ(*stopped.training_end_millis - *training.state.training_start_millis, 20000);
+  clock_.Advance(std::chrono::seconds(601));  // the resume that was due never comes
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(runtime_->launches().size(), 1u);
+  EXPECT_EQ(Job("halted").status, store::TrainingJobStatus::kStopped);
+  (void)waiting;
+}
+
+TEST_F(TrainingControllerTest, MaxPendingTimeDoesNotStopASpotJobQueuedAgainAfterAnInterruption) {
+  StartController();
+  Create("patient",
+         {{"EnableManagedSpotTraining", true},
+          {"StoppingCondition",
+           {{"MaxRuntimeInSeconds", 86400}, {"MaxWaitTimeInSeconds", 172800}, {"MaxPendingTimeInSeconds", 7200}}}});
+  ASSERT_TRUE(WaitForLaunch("patient"));
+  WaitForStatus("patient", "InProgress", "Training");
+  clock_.Advance(std::chrono::seconds(7300));  // past creation + MaxPendingTime while it trains
+  Create("urgent");                            // reclaims the node; the spot job waits behind it
+  ASSERT_TRUE(WaitForLaunch("urgent"));
+  WaitForStatus("patient", "InProgress", "Interrupted");
+  Create("poke");  // a pass and a deadline check
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Job("patient").status, store::TrainingJobStatus::kInProgress);
+  ASSERT_TRUE(runtime_->Exit(Instance("urgent"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("poke"));  // on-demand first
+  ASSERT_TRUE(runtime_->Exit(Instance("poke"), 0).ok());
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(4, kPatience).has_value());
+  WaitForStatus("patient", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Exit(Instance("patient"), 0).ok());
+  WaitForStatus("patient", "Completed");
+}
+
 }  // namespace
 }  // namespace kiln::control

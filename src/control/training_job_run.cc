@@ -174,7 +174,13 @@ void TrainingJobRun::RunSteps() {
   interruptions_ = record.state.interruptions;
   billable_before_ = record.state.billable_millis;
   creation_millis_ = record.creation_millis;
-  if (record.state.interrupt_requested) interrupt_requested_.store(true);
+  // A finishing job's hosts all exited on their own: it ends as it is, whatever was recorded.
+  if (record.state.interrupt_requested && record.state.phase != Phase::kFinishing) {
+    interrupt_requested_.store(true);
+    // Its hosts may have exited while no server watched (a restart during the stop grace): the
+    // monitor then finishes at once, and Finish must still treat the job as interrupted.
+    if (record.state.stop_requested == StopRequest::kNone) stop_reason_ = StopReason::kInterruption;
+  }
 
   const Phase phase = record.state.phase;
   if (adopt_ && (phase == Phase::kRunning || phase == Phase::kFinishing)) {
@@ -756,11 +762,13 @@ bool TrainingJobRun::FinishInterrupted(bool ran) {
   const int64_t now = Now();
   int64_t end_millis = now;
   if (ran) {
+    // The attempt ran until its last host exited (as Finish bills a job), never past now.
+    int64_t last_exit = 0;
     for (auto& host : hosts_) {
       auto status = deps().runtime->Inspect(host->instance_id);
-      if (status.ok() && status->finished_millis > 0)
-        end_millis = std::min<int64_t>(end_millis, status->finished_millis);
+      if (status.ok() && status->finished_millis > 0) last_exit = std::max<int64_t>(last_exit, status->finished_millis);
     }
+    if (last_exit > 0) end_millis = std::min(end_millis, last_exit);
   }
   const int64_t delay = options().spot.restart_delay.count();
   bool interrupted = false;
@@ -871,6 +879,7 @@ void TrainingJobRun::Finish(bool ran) {
                                          .upload_error = upload_error.reason});
     SetPhase(rec, Phase::kDone);
     rec.state.final_metrics = final_metrics;
+    rec.state.interrupt_requested.reset();  // one that came as the hosts ended on their own
     if (model_artifacts) rec.state.model_artifacts = model_artifacts;
     if (output_artifacts) rec.state.output_artifacts = output_artifacts;
     if (ran) {
