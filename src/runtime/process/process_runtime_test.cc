@@ -476,7 +476,14 @@ TEST_F(ProcessRuntimeTest, AccessGivesTheProgramsHostPidAndHostname) {
   ASSERT_GT(point->host_pid, 0);
   std::string pid_dir = "/proc/" + std::to_string(point->host_pid);
   ASSERT_TRUE(WaitForOutput("access", "ready"));
-  EXPECT_THAT(ReadFile(pid_dir + "/cmdline").value_or(""), HasSubstr("sleep"));
+  // "ready" is printed before the shell execs sleep; while the kernel builds the new image its
+  // cmdline reads empty (CI saw it), so wait for the exec to finish.
+  std::string cmdline;
+  for (int i = 0; i < 500 && cmdline.find("sleep") == std::string::npos; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cmdline = ReadFile(pid_dir + "/cmdline").value_or("");
+  }
+  EXPECT_THAT(cmdline, HasSubstr("sleep"));
   char ours[64] = {}, theirs[64] = {};
   ASSERT_GT(readlink("/proc/self/ns/pid", ours, sizeof(ours) - 1), 0);
   ASSERT_GT(readlink((pid_dir + "/ns/pid").c_str(), theirs, sizeof(theirs) - 1), 0);
