@@ -585,14 +585,16 @@ class EndpointController::EndpointRun {
       Retry(controller_->DeadlineMillis() + 100);
       return false;
     }
+    // The route and the network go before the row: once DescribeEndpoint says the endpoint is gone
+    // a new one of the same name may be created, and its run must not find (or lose) ours.
+    deps().routes->Remove(record.name);
+    RemoveNetwork(record.name);
     Status deleted = controller_->endpoints_.Delete(record.name);
     if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) {
       KLOG(warn, "endpoint delete failed", {{"endpoint", record.name}, {"error", deleted.ToString()}});
       Retry(controller_->DeadlineMillis() + 1000);
       return false;
     }
-    deps().routes->Remove(record.name);
-    RemoveNetwork(record.name);
     if (!credential_.access_key_id.empty()) deps().credentials->Revoke(credential_.access_key_id);
     (void)RemoveAll(options().work_dir + "/" + record.name);
     KLOG(info, "endpoint deleted", {{"endpoint", record.name}});
