@@ -15,6 +15,7 @@ done
 
 build_pkgs=(
   build-essential cmake pkg-config git ca-certificates
+  lld                                      # the linker (CMake uses it when installed: links ~9x faster than ld.bfd)
   libboost-dev libboost-system-dev         # Beast/Asio: HTTP server and client
   libboost-stacktrace1.74-dev              # symbolised backtraces in the crash report (libbacktrace)
   nlohmann-json3-dev                       # JSON codec for the AWS JSON protocols
