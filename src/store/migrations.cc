@@ -267,6 +267,31 @@ CREATE INDEX tuning_jobs_by_status_name ON tuning_jobs(status, name);
 CREATE INDEX tuning_jobs_by_status_creation ON tuning_jobs(status, creation_millis, name);
 CREATE INDEX tuning_jobs_by_modified ON tuning_jobs(last_modified_millis);
 )sql"},
+      // Processing jobs (store/processing_job_repository.h, issue 18), laid out as tuning_jobs: the
+      // validated CreateProcessingJob request verbatim, typed columns for lists, the controller's
+      // observed state (hosts, exit codes, failure reason, exit message) as one JSON document.
+      // Names are unique case-insensitively (NOCASE); `seq` is the creation order the controller
+      // reconciles in. One index per (filter, sort) of a ListProcessingJobs page, each ending in
+      // the name, the keyset tie-breaker; (status, seq) serves ListActive.
+      {12, "processing jobs", R"sql(
+CREATE TABLE processing_jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  status TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  end_millis INTEGER,
+  state_json TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX processing_jobs_by_creation ON processing_jobs(creation_millis, name);
+CREATE INDEX processing_jobs_by_status ON processing_jobs(status, seq);
+CREATE INDEX processing_jobs_by_status_name ON processing_jobs(status, name);
+CREATE INDEX processing_jobs_by_status_creation ON processing_jobs(status, creation_millis, name);
+CREATE INDEX processing_jobs_by_modified ON processing_jobs(last_modified_millis);
+)sql"},
   };
   return kMigrations;
 }
