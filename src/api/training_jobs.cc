@@ -18,6 +18,7 @@
 #include "control/training_plan.h"
 #include "control/training_states.h"
 #include "store/endpoint_repository.h"
+#include "store/processing_job_repository.h"
 #include "store/tuning_job_repository.h"
 
 namespace kiln::api {
@@ -552,8 +553,8 @@ JsonOutcome UpdateTrainingJob(Operations& ops, const json& in) {
 }
 
 // Tags. Resources of kinds Kiln does not keep yet are accepted by ARN as they are added by
-// later resource families; an ARN of a kind Kiln keeps (training job, model, endpoint
-// configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
+// later resource families; an ARN of a kind Kiln keeps (training, tuning and processing job, model,
+// endpoint configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
 std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::string& arn) {
   if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
     return Validation("Invalid ResourceArn: " + arn + " is not a SageMaker resource ARN.");
@@ -569,6 +570,8 @@ std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::str
     found = ops.endpoints.Get(*endpoint).ok();
   } else if (auto tuning = NameFromArn(arn, "hyper-parameter-tuning-job")) {
     found = store::TuningJobRepository(ops.ctx.database).Get(*tuning).ok();
+  } else if (auto processing = NameFromArn(arn, "processing-job")) {
+    found = store::ProcessingJobRepository(ops.ctx.database).Get(*processing).ok();
   }
   if (!found) return Validation("Could not find resource \"" + arn + "\".");
   return std::nullopt;
