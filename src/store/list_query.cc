@@ -40,9 +40,15 @@ Result<ListSql> BuildFilterSql(const ListTable& table, const ListFilter& f) {
   if ((f.modified_after_millis || f.modified_before_millis) && !table.has_modified) {
     return Status::InvalidArgument(std::string(table.table) + " has no last-modified time to filter on");
   }
+  if (f.warm_pool_status_equals && table.warm_pool_status.empty()) {
+    return Status::InvalidArgument(std::string(table.table) + " has no warm pool status to filter on");
+  }
   ListSql out;
   out.sql = "SELECT " + std::string(table.columns) + " FROM " + std::string(table.table) + " WHERE 1 = 1";
   if (f.status_equals) AddWhere(out, "status = ?", Text(*f.status_equals));
+  if (f.warm_pool_status_equals) {
+    AddWhere(out, "(" + std::string(table.warm_pool_status) + ") = ?", Text(*f.warm_pool_status_equals));
+  }
   if (f.creation_after_millis) AddWhere(out, "creation_millis > ?", Int(*f.creation_after_millis));
   if (f.creation_before_millis) AddWhere(out, "creation_millis < ?", Int(*f.creation_before_millis));
   if (f.modified_after_millis) AddWhere(out, "last_modified_millis > ?", Int(*f.modified_after_millis));

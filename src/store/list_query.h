@@ -46,6 +46,8 @@ struct ListFilter {
   std::optional<std::string> name_contains;  // case-insensitive (ASCII) substring; empty = all
   std::optional<int64_t> creation_after_millis, creation_before_millis;  // exclusive bounds
   std::optional<int64_t> modified_after_millis, modified_before_millis;  // exclusive; tables with it
+  // ListTrainingJobs' WarmPoolStatusEquals: tables with ListTable::warm_pool_status.
+  std::optional<std::string> warm_pool_status_equals;
 };
 
 struct ListPageQuery {
@@ -63,6 +65,9 @@ struct ListTable {
   std::string_view columns;
   bool has_status = false;
   bool has_modified = false;
+  // An SQL expression for a row's warm pool status ("" when it has none); empty: the table has no
+  // warm pools to filter on.
+  std::string_view warm_pool_status = {};
 };
 
 // Runs the page query on `database` and calls `row` for each row, in order; an error from `row`

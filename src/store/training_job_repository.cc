@@ -3,6 +3,9 @@
 namespace kiln::store {
 namespace {
 
+// A row's warm pool status ("" when it has none), for WarmPoolStatusEquals.
+constexpr std::string_view kWarmPoolStatusSql = "ifnull(json_extract(state_json, '$.warm_pool.status'), '')";
+
 constexpr std::string_view kColumns =
     "seq, name, arn, request_json, status, secondary_status, creation_millis, last_modified_millis, "
     "training_end_millis, state_json, version";
@@ -140,8 +143,11 @@ Status TrainingJobRepository::MutateEach(const std::vector<std::string>& names,
 }
 
 Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const TrainingJobListQuery& query) {
-  static constexpr ListTable kTable{
-      .table = "training_jobs", .columns = kColumns, .has_status = true, .has_modified = true};
+  static constexpr ListTable kTable{.table = "training_jobs",
+                                    .columns = kColumns,
+                                    .has_status = true,
+                                    .has_modified = true,
+                                    .warm_pool_status = kWarmPoolStatusSql};
   std::vector<TrainingJobRecord> out;
   RETURN_IF_ERROR(ListAll(*database_, kTable, query, "seq", [&](const Statement& st) -> Status {
     ASSIGN_OR_RETURN(auto record, ReadRow(st));
@@ -154,9 +160,14 @@ Result<std::vector<TrainingJobRecord>> TrainingJobRepository::List(const Trainin
 Result<std::vector<TrainingJobSummaryRow>> TrainingJobRepository::ListPage(const ListPageQuery& query) {
   static constexpr ListTable kTable{
       .table = "training_jobs",
-      .columns = "name, arn, status, secondary_status, creation_millis, last_modified_millis, training_end_millis",
+      .columns =
+          "name, arn, status, secondary_status, creation_millis, last_modified_millis, training_end_millis, "
+          "json_extract(state_json, '$.warm_pool.status'), "
+          "json_extract(state_json, '$.warm_pool.retained_millis'), "
+          "json_extract(state_json, '$.warm_pool.reused_by_job')",
       .has_status = true,
-      .has_modified = true};
+      .has_modified = true,
+      .warm_pool_status = kWarmPoolStatusSql};
   std::vector<TrainingJobSummaryRow> out;
   RETURN_IF_ERROR(store::ListPage(*database_, kTable, query, [&](const Statement& st) {
     TrainingJobSummaryRow r;
@@ -167,6 +178,9 @@ Result<std::vector<TrainingJobSummaryRow>> TrainingJobRepository::ListPage(const
     r.creation_millis = st.ColumnInt64(4);
     r.last_modified_millis = st.ColumnInt64(5);
     if (!st.IsNull(6)) r.training_end_millis = st.ColumnInt64(6);
+    if (!st.IsNull(7)) r.warm_pool_status = st.ColumnText(7);
+    if (!st.IsNull(8)) r.warm_pool_retained_millis = st.ColumnInt64(8);
+    if (!st.IsNull(9)) r.warm_pool_reused_by_job = st.ColumnText(9);
     out.push_back(std::move(r));
     return Status::Ok();
   }));

@@ -45,7 +45,8 @@ struct TrainingJobRecord {
 // Filters of List: status, case-insensitive name substring, exclusive time bounds.
 using TrainingJobListQuery = ListFilter;
 
-// What a ListTrainingJobs summary shows: the typed columns only (no JSON is read).
+// What a ListTrainingJobs summary shows: the typed columns and three members of the warm pool read
+// with json_extract (SQLite's JSON1) from the state document.
 struct TrainingJobSummaryRow {
   std::string name;
   std::string arn;
@@ -54,6 +55,10 @@ struct TrainingJobSummaryRow {
   int64_t creation_millis = 0;
   int64_t last_modified_millis = 0;
   std::optional<int64_t> training_end_millis;
+  // The warm pool's members of the state document (empty status: the job has none).
+  std::string warm_pool_status;
+  int64_t warm_pool_retained_millis = 0;
+  std::string warm_pool_reused_by_job;
 };
 
 class TrainingJobRepository {

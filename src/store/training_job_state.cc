@@ -68,6 +68,13 @@ constexpr std::array<std::pair<StopRequest, std::string_view>, 4> kStopRequests 
     {StopRequest::kMaxRuntime, "max_runtime"},
     {StopRequest::kMaxWaitTime, "max_wait_time"},
 }};
+constexpr std::array<std::pair<WarmPoolStatus, std::string_view>, 5> kWarmPoolStatuses = {{
+    {WarmPoolStatus::kNone, ""},
+    {WarmPoolStatus::kAvailable, "Available"},
+    {WarmPoolStatus::kInUse, "InUse"},
+    {WarmPoolStatus::kReused, "Reused"},
+    {WarmPoolStatus::kTerminated, "Terminated"},
+}};
 
 // The wording of this document's errors: "training job state: <path> is not <expected>".
 Status Bad(std::string_view path, std::string_view expected) {
@@ -115,6 +122,8 @@ std::optional<SecondaryStatus> ParseSecondaryStatus(std::string_view text) {
   return ParseFrom(kSecondaryStatuses, text);
 }
 std::optional<StopRequest> ParseStopRequest(std::string_view text) { return ParseFrom(kStopRequests, text); }
+std::string_view ToString(WarmPoolStatus status) { return NameIn(kWarmPoolStatuses, status); }
+std::optional<WarmPoolStatus> ParseWarmPoolStatus(std::string_view text) { return ParseFrom(kWarmPoolStatuses, text); }
 
 Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
   TrainingJobState state;
@@ -140,7 +149,8 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
                                            "billable_millis",
                                            "interrupt_requested",
                                            "resume_after_millis",
-                                           "attempt_start_millis"};
+                                           "attempt_start_millis",
+                                           "warm_pool"};
   for (const auto& [key, value] : document.items()) {
     bool known = false;
     for (const char* k : kKnown) known |= key == k;
@@ -200,6 +210,25 @@ Result<TrainingJobState> TrainingJobStateFromJson(const json& document) {
   RETURN_IF_ERROR(json_member::ReadOptional(document, "interrupt_requested", "", Bad, state.interrupt_requested));
   RETURN_IF_ERROR(json_member::ReadOptional(document, "resume_after_millis", "", Bad, state.resume_after_millis));
   RETURN_IF_ERROR(json_member::ReadOptional(document, "attempt_start_millis", "", Bad, state.attempt_start_millis));
+  if (auto it = document.find("warm_pool"); it != document.end() && !it->is_null()) {
+    if (!it->is_object()) return Bad("warm_pool", "an object");
+    const json& pool = *it;
+    WarmPoolState& w = state.warm_pool;
+    std::string status;
+    RETURN_IF_ERROR(json_member::ReadString(pool, "status", "warm_pool.", Bad, status));
+    auto parsed = ParseWarmPoolStatus(status);
+    if (!parsed) return Bad("warm_pool.status", "a warm pool status");
+    w.status = *parsed;
+    RETURN_IF_ERROR(
+        json_member::ReadInt64(pool, "available_since_millis", "warm_pool.", Bad, w.available_since_millis));
+    RETURN_IF_ERROR(json_member::ReadInt64(pool, "expires_millis", "warm_pool.", Bad, w.expires_millis));
+    RETURN_IF_ERROR(json_member::ReadInt64(pool, "retained_millis", "warm_pool.", Bad, w.retained_millis));
+    RETURN_IF_ERROR(json_member::ReadString(pool, "reused_by_job", "warm_pool.", Bad, w.reused_by_job));
+    RETURN_IF_ERROR(json_member::ReadString(pool, "reused_from_job", "warm_pool.", Bad, w.reused_from_job));
+    RETURN_IF_ERROR(json_member::ReadInt64(pool, "chain_start_millis", "warm_pool.", Bad, w.chain_start_millis));
+    RETURN_IF_ERROR(json_member::ReadString(pool, "directory", "warm_pool.", Bad, w.directory));
+    if (pool.contains("allocations")) w.allocations = pool["allocations"];
+  }
   return state;
 }
 
@@ -251,6 +280,19 @@ json TrainingJobStateToJson(const TrainingJobState& state) {
   if (state.interrupt_requested) out["interrupt_requested"] = *state.interrupt_requested;
   if (state.resume_after_millis) out["resume_after_millis"] = *state.resume_after_millis;
   if (state.attempt_start_millis) out["attempt_start_millis"] = *state.attempt_start_millis;
+  if (state.warm_pool.status != WarmPoolStatus::kNone) {
+    const WarmPoolState& w = state.warm_pool;
+    json pool = {{"status", ToString(w.status)}};
+    if (w.available_since_millis != 0) pool["available_since_millis"] = w.available_since_millis;
+    if (w.expires_millis != 0) pool["expires_millis"] = w.expires_millis;
+    if (w.retained_millis != 0) pool["retained_millis"] = w.retained_millis;
+    if (!w.reused_by_job.empty()) pool["reused_by_job"] = w.reused_by_job;
+    if (!w.reused_from_job.empty()) pool["reused_from_job"] = w.reused_from_job;
+    if (w.chain_start_millis != 0) pool["chain_start_millis"] = w.chain_start_millis;
+    if (!w.directory.empty()) pool["directory"] = w.directory;
+    if (!w.allocations.is_null()) pool["allocations"] = w.allocations;
+    out["warm_pool"] = std::move(pool);
+  }
   return out;
 }
 

@@ -119,6 +119,30 @@ struct FinalMetric {
   bool operator==(const FinalMetric&) const = default;
 };
 
+// A warm pool (ResourceConfig.KeepAlivePeriodInSeconds; training-contract.md §19): the hosts a
+// finished job keeps for a matching next job. The job that kept them shows Available, then Reused
+// (ReusedByJob) or Terminated; the job that took a pool shows InUse until it ends (and keeps a pool
+// of its own when it asks for one).
+enum class WarmPoolStatus { kNone, kAvailable, kInUse, kReused, kTerminated };
+std::string_view ToString(WarmPoolStatus status);                          // "" for kNone, else AWS's word
+std::optional<WarmPoolStatus> ParseWarmPoolStatus(std::string_view text);  // "" → kNone
+
+struct WarmPoolState {
+  WarmPoolStatus status = WarmPoolStatus::kNone;
+  int64_t available_since_millis = 0;  // Available: when the job's hosts were kept
+  int64_t expires_millis = 0;          // Available: when it is terminated unless reused
+  int64_t retained_millis = 0;         // ResourceRetainedBillableTimeInSeconds once Reused/Terminated
+  std::string reused_by_job;           // Reused: the job that took it
+  std::string reused_from_job;         // InUse: the job whose pool this one took
+  // When the first job of a chain of reuses kept its hosts: a pool is handed on for at most
+  // kMaxWarmPoolChain (control/warm_pools.h) from then.
+  int64_t chain_start_millis = 0;
+  std::string directory;       // Available: the kept host directories (<work_dir>/.warm-pools/<job>)
+  nlohmann::json allocations;  // Available: the kept grant (the scheduler's Allocation array)
+
+  bool operator==(const WarmPoolState&) const = default;
+};
+
 struct TrainingJobState {
   TrainingPhase phase = TrainingPhase::kQueued;
   std::vector<SecondaryStatusTransition> transitions;
@@ -139,9 +163,10 @@ struct TrainingJobState {
   // Managed spot (EnableManagedSpotTraining).
   int interruptions = 0;        // interruptions so far (the attempt index of spot schedules)
   int64_t billable_millis = 0;  // running time of ended attempts (the last included once the job ends)
-  std::optional<std::string> interrupt_requested;   // an interruption is under way, and why
-  std::optional<int64_t> resume_after_millis;       // an interrupted job is not queued before this
-  std::optional<int64_t> attempt_start_millis;      // this attempt's start (training_start_millis stays the first)
+  std::optional<std::string> interrupt_requested;  // an interruption is under way, and why
+  std::optional<int64_t> resume_after_millis;      // an interrupted job is not queued before this
+  std::optional<int64_t> attempt_start_millis;     // this attempt's start (training_start_millis stays the first)
+  WarmPoolState warm_pool;
   nlohmann::json extra = nlohmann::json::object();  // members this version does not know
 
   bool operator==(const TrainingJobState&) const = default;
