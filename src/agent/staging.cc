@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
+#include <tuple>
 
 #include "agent/errors.h"
 #include "agent/training_layout.h"
@@ -50,7 +52,7 @@ Result<std::vector<SelectedObject>> SelectPrefix(objects::ObjectStore& store, co
     if (EndsWith(o.key, "/")) continue;  // folder marker
     ASSIGN_OR_RETURN(std::string rel, ConfinedRelativePath(PrefixRelativePath(o.key, loc.key),
                                                            "S3 object key \"s3://" + loc.bucket + "/" + o.key + "\""));
-    out.push_back({loc.bucket, o.key, std::move(rel), o.size});
+    out.push_back({loc.bucket, o.key, std::move(rel), o.size, o.etag});
   }
   if (out.empty()) return ClientError(NoObjectsMessage(uri, loc.bucket, role_arn));
   return out;
@@ -87,7 +89,7 @@ Result<std::vector<SelectedObject>> SelectManifest(objects::ObjectStore& store, 
     std::string rel = manifest[i].get<std::string>();
     std::string key = prefix->key + rel;
     ASSIGN_OR_RETURN(std::string path, ConfinedRelativePath(rel, "manifest entry \"" + rel + "\" of \"" + uri + "\""));
-    out.push_back({prefix->bucket, std::move(key), std::move(path), std::nullopt});
+    out.push_back({prefix->bucket, std::move(key), std::move(path), std::nullopt, ""});
   }
   if (out.empty()) return BadManifest(uri, "it lists no objects after the prefix");
   std::sort(out.begin(), out.end(), [](const SelectedObject& a, const SelectedObject& b) { return a.key < b.key; });
@@ -157,7 +159,74 @@ Status MakeReadOnly(const std::string& dir) {
   return Status::Ok();
 }
 
+// A kept file for one object: bucket, key, ETag and size must all match.
+struct KeptFile {
+  std::string path;
+  int64_t mtime_ns = 0;
+};
+using KeptFiles = std::map<std::tuple<std::string, std::string, std::string, uint64_t>, KeptFile>;
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec);
+}
+
+json StagedFileToJson(const StagedFile& f) {
+  return {{"bucket", f.bucket}, {"key", f.key},   {"etag", f.etag},
+          {"size", f.size},     {"path", f.path}, {"mtime_ns", f.mtime_ns}};
+}
+
+// The kept files of a manifest; empty when there is none or it cannot be read (nothing is reused).
+KeptFiles ReadKeptFiles(const std::string& manifest_path) {
+  KeptFiles kept;
+  if (manifest_path.empty()) return kept;
+  auto text = ReadFile(manifest_path);
+  if (!text.ok()) return kept;
+  json doc = json::parse(*text, nullptr, false);
+  if (!doc.is_array()) return kept;
+  for (const json& e : doc) {
+    if (!e.is_object()) continue;
+    try {
+      kept[{e.at("bucket").get<std::string>(), e.at("key").get<std::string>(), e.at("etag").get<std::string>(),
+            e.at("size").get<uint64_t>()}] = {e.at("path").get<std::string>(), e.at("mtime_ns").get<int64_t>()};
+    } catch (const json::exception&) {
+      continue;  // a damaged entry: that object is downloaded
+    }
+  }
+  return kept;
+}
+
+// Moves the kept file of `object` to `path` when it is still what was staged; false otherwise.
+bool TakeKeptFile(const KeptFile& kept, const SelectedObject& object, const std::string& path, uint64_t* bytes) {
+  struct stat st;
+  if (lstat(kept.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (static_cast<uint64_t>(st.st_size) != object.size.value_or(UINT64_MAX) || MtimeNs(st) != kept.mtime_ns) {
+    return false;  // changed by the job that kept it
+  }
+  if (rename(kept.path.c_str(), path.c_str()) != 0) return false;
+  *bytes = static_cast<uint64_t>(st.st_size);
+  return true;
+}
+
 }  // namespace
+
+Status WriteStagedManifest(const std::string& path, const std::vector<StagedFile>& files) {
+  json doc = json::array();
+  for (const StagedFile& f : files) doc.push_back(StagedFileToJson(f));
+  return WriteFileAtomic(path, doc.dump());
+}
+
+Status RebaseStagedManifest(const std::string& manifest_path, const std::string& from, const std::string& to) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(manifest_path));
+  json doc = json::parse(text, nullptr, false);
+  if (!doc.is_array()) return Status::InvalidArgument("not a staged-files manifest: " + manifest_path);
+  const std::string prefix = from + "/";
+  for (json& e : doc) {
+    if (!e.is_object() || !e.contains("path") || !e["path"].is_string()) continue;
+    std::string p = e["path"].get<std::string>();
+    if (StartsWith(p, prefix)) e["path"] = to + "/" + p.substr(prefix.size());
+  }
+  return WriteFileAtomic(manifest_path, doc.dump());
+}
 
 Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& request, int host_index, int host_count,
                                     const std::string& opt_ml, const CancelFlag& cancel, const StageOptions& options) {
@@ -203,6 +272,7 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
     }
   }
 
+  const KeptFiles kept = ReadKeptFiles(options.reuse_manifest);
   // Locals cannot carry GUARDED_BY: mu guards first_error, next, running and report's counts.
   Mutex mu;
   CondVar done_cv;
@@ -219,10 +289,29 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
       }
       if (task == nullptr) break;
       auto path = PrepareConfinedPath(task->dir, task->object.rel_path);
-      Result<uint64_t> bytes = path.ok() ? DownloadObjectToFile(store, task->object.bucket, task->object.key, *path,
-                                                                task->object.size, &abort, options.buffer_size)
-                                         : Result<uint64_t>(path.status());
+      bool reused = false;
+      uint64_t reused_size = 0;
+      if (path.ok() && !task->object.etag.empty() && task->object.size) {
+        auto it = kept.find({task->object.bucket, task->object.key, task->object.etag, *task->object.size});
+        reused = it != kept.end() && TakeKeptFile(it->second, task->object, *path, &reused_size);
+      }
+      Result<uint64_t> bytes = reused      ? Result<uint64_t>(reused_size)
+                               : path.ok() ? DownloadObjectToFile(store, task->object.bucket, task->object.key, *path,
+                                                                  task->object.size, &abort, options.buffer_size)
+                                           : Result<uint64_t>(path.status());
+      std::optional<StagedFile> staged;
+      if (bytes.ok() && !task->object.etag.empty()) {
+        struct stat st;
+        if (stat(path->c_str(), &st) == 0) {
+          staged = StagedFile{task->object.bucket, task->object.key, task->object.etag, *bytes, *path, MtimeNs(st)};
+        }
+      }
       MutexLock lock(mu);
+      if (staged) report.files.push_back(std::move(*staged));
+      if (reused) {
+        report.reused_objects++;
+        report.reused_bytes += reused_size;
+      }
       if (!bytes.ok()) {
         if (first_error.ok() && !(abort.cancelled() && bytes.status().code() == StatusCode::kAborted)) {
           first_error = bytes.status();
@@ -260,6 +349,7 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
   KLOG(info, "input data staged",
        {{"objects", std::to_string(report.objects)},
         {"bytes", std::to_string(report.bytes)},
+        {"reused_objects", std::to_string(report.reused_objects)},
         {"seconds", std::to_string(report.elapsed_seconds)}});
   return report;
 }

@@ -49,6 +49,9 @@ struct SelectedObject {
   std::string rel_path;  // confined, normalised path under the channel directory
   // Size from the listing; nullopt for manifest entries (known when the object is opened).
   std::optional<uint64_t> size;
+  // ETag from the listing (empty for manifest entries): with the size, what makes a file kept by a
+  // warm pool reusable for the same object.
+  std::string etag;
 };
 
 // The objects of `channel` (an InputDataConfig element with an S3DataSource), in key order,
@@ -77,6 +80,22 @@ struct StageOptions {
   // This host's instance group; channels whose S3DataSource.InstanceGroupNames does not list
   // it are skipped. Empty: no restriction is applied.
   std::string instance_group;
+  // A warm pool's kept input files (training-contract.md §19): the staged-files manifest of the
+  // job that kept the host (WriteStagedManifest). An object listed there with the same bucket,
+  // key, ETag and size, whose file still has the recorded size and modification time (the job did
+  // not change it), is moved into place instead of downloaded. Empty, or a missing or unreadable
+  // manifest: everything is downloaded.
+  std::string reuse_manifest;
+};
+
+// A file StageChannels put in place for an object with an ETag (listed, not manifest-named).
+struct StagedFile {
+  std::string bucket;
+  std::string key;
+  std::string etag;
+  uint64_t size = 0;
+  std::string path;      // absolute, under <opt_ml>/input/data/<channel>/
+  int64_t mtime_ns = 0;  // the file's modification time once in place
 };
 
 struct ChannelReport {
@@ -91,6 +110,9 @@ struct StagingReport {
   std::vector<ChannelReport> channels;
   uint64_t objects = 0;
   uint64_t bytes = 0;
+  uint64_t reused_objects = 0;  // of `objects`: moved from StageOptions::reuse_manifest
+  uint64_t reused_bytes = 0;    // of `bytes`
+  std::vector<StagedFile> files;
   double elapsed_seconds = 0;
   double BytesPerSecond() const { return elapsed_seconds > 0 ? static_cast<double>(bytes) / elapsed_seconds : 0; }
 };
@@ -100,6 +122,12 @@ struct StagingReport {
 // On error the first failure is returned (other workers stop) and partial files may remain in
 // the channel directories (never a torn file under its final name). `cancel` stops the work:
 // Aborted. Thread-safe with respect to other calls (no shared state).
+// Writes `files` as a staged-files manifest (JSON, temp file + rename) for StageOptions::reuse_manifest.
+Status WriteStagedManifest(const std::string& path, const std::vector<StagedFile>& files);
+// Moves a kept manifest's files (and the manifest) under `to`: every path that starts with
+// `from` + "/" is rewritten to start with `to`. Used when a warm pool's directory moves.
+Status RebaseStagedManifest(const std::string& manifest_path, const std::string& from, const std::string& to);
+
 Result<StagingReport> StageChannels(objects::ObjectStore& store, const nlohmann::json& request, int host_index,
                                     int host_count, const std::string& opt_ml, const CancelFlag& cancel,
                                     const StageOptions& options = {});

@@ -1,8 +1,10 @@
 #include "agent/staging.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <thread>
 
 #include "agent/test_util/agent_fixture.h"
@@ -246,6 +248,52 @@ TEST(ObjectErrorTest, MissingBucketIsTheTypedReason) {
   EXPECT_NE(key.message().find("the object does not exist"), std::string::npos) << key.message();
   Status untyped = ObjectError(Status::NotFound("NoSuchBucket lookalike"), "Downloading", "b", "k");
   EXPECT_NE(untyped.message().find("the object does not exist"), std::string::npos) << untyped.message();
+}
+
+// Warm pools (training-contract.md §19): files kept from a previous staging are moved into place
+// for the same objects; a changed object, a file the job changed and a manifest-named object are
+// downloaded again.
+TEST_F(StagingTest, KeptFilesOfTheSameObjectsAreReusedNotDownloaded) {
+  Put("d/a.csv", std::string(5000, 'a'));
+  Put("d/b.csv", std::string(6000, 'b'));
+  Put("d/c.csv", std::string(7000, 'c'));
+  json request = Request({Channel("train", "s3://bkt/d/")});
+  auto first = Stage(request, 0, 1, "old");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->files.size(), 3u);
+  EXPECT_EQ(first->reused_objects, 0u);
+  const std::string manifest = work() + "/old-staged.json";
+  ASSERT_TRUE(WriteStagedManifest(manifest, first->files).ok());
+  // The pool moves: the manifest follows its directory.
+  ASSERT_EQ(rename((work() + "/old").c_str(), (work() + "/pool").c_str()), 0);
+  ASSERT_TRUE(RebaseStagedManifest(manifest, work() + "/old", work() + "/pool").ok());
+  // b.csv changes in the store; the job changed c.csv in place (same size, new mtime).
+  Put("d/b.csv", std::string(6000, 'B'));
+  {
+    std::FILE* f = std::fopen((work() + "/pool/input/data/train/c.csv").c_str(), "r+");
+    ASSERT_NE(f, nullptr);
+    std::fputs("X", f);
+    std::fclose(f);
+    struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, (work() + "/pool/input/data/train/c.csv").c_str(), times, 0), 0);
+  }
+  CancelFlag cancel;
+  StageOptions options;
+  options.reuse_manifest = manifest;
+  auto second = StageChannels(*store_, request, 0, 1, work() + "/new", cancel, options);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->objects, 3u);
+  EXPECT_EQ(second->reused_objects, 1u);  // a.csv only
+  EXPECT_EQ(second->reused_bytes, 5000u);
+  EXPECT_EQ(Data("new", "train/a.csv"), std::string(5000, 'a'));
+  EXPECT_FALSE(PathExists(work() + "/pool/input/data/train/a.csv"));  // moved, not copied
+  EXPECT_EQ(Data("new", "train/b.csv"), std::string(6000, 'B'));
+  EXPECT_EQ(Data("new", "train/c.csv"), std::string(7000, 'c'));
+  // A missing manifest reuses nothing and is no error.
+  options.reuse_manifest = work() + "/none.json";
+  auto third = StageChannels(*store_, request, 0, 1, work() + "/third", cancel, options);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->reused_objects, 0u);
 }
 
 }  // namespace
