@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <set>
 
@@ -539,9 +540,10 @@ std::vector<Grant> Scheduler::Schedule() {
 
 std::vector<Preemption> Scheduler::Preemptions() {
   MutexLock lock(mu_);
-  if (!options_.preempt_for_on_demand || queue_.empty()) return {};
+  if (queue_.empty()) return {};
   const Queued& head = queue_.front();
-  if (head.request.preemptible) return {};
+  // Warm pools give way to any request; spot grants only to an on-demand one, when allowed.
+  const bool spot_may_go = options_.preempt_for_on_demand && !head.request.preemptible;
   const int count = head.request.instance_count;
   auto fits = [&](const Pools& pools) {
     Pools scratch = pools;
@@ -556,17 +558,20 @@ std::vector<Preemption> Scheduler::Preemptions() {
   };
   // What will be free once the grants already being preempted are released.
   Pools freed{free_cpus_, free_memory_, free_gpus_};
-  std::vector<std::pair<uint64_t, const std::string*>> candidates;  // (grant order, id)
+  // (rank, id): warm pools first, oldest first (the least likely to be reused); then spot grants,
+  // newest first (the least work lost).
+  std::vector<std::pair<int64_t, const std::string*>> candidates;
   for (const auto& [id, held] : granted_) {
     if (held.being_preempted) {
       add(freed, held.allocations);
-    } else if (held.preemptible) {
-      candidates.emplace_back(held.order, &id);
+    } else if (held.reclaimable) {
+      candidates.emplace_back(std::numeric_limits<int64_t>::min() + static_cast<int64_t>(held.order), &id);
+    } else if (held.preemptible && spot_may_go) {
+      candidates.emplace_back(-static_cast<int64_t>(held.order), &id);
     }
   }
   if (fits(freed)) return {};  // fits now, or once the outstanding preemptions are through
-  // Newest grant first, until the head fits.
-  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const std::string*> chosen;
   Pools pools = freed;
   for (const auto& candidate : candidates) {
@@ -594,6 +599,30 @@ std::vector<Preemption> Scheduler::Preemptions() {
     preemptions.push_back(Preemption{*id, head.request.id});
   }
   return preemptions;
+}
+
+Status Scheduler::Transfer(const std::string& from, const std::string& to) {
+  MutexLock lock(mu_);
+  auto it = granted_.find(from);
+  if (it == granted_.end()) return Status::NotFound("no grant held by " + from);
+  if (from == to) return Status::Ok();
+  if (granted_.count(to) != 0 || queued_key_.count(to) != 0) {
+    return Status::AlreadyExists(to + " is already queued or granted");
+  }
+  Held held = std::move(it->second);
+  granted_.erase(it);
+  held.being_preempted = false;
+  granted_.emplace(to, std::move(held));
+  return Status::Ok();
+}
+
+Status Scheduler::SetReclaimable(const std::string& id, bool reclaimable) {
+  MutexLock lock(mu_);
+  auto it = granted_.find(id);
+  if (it == granted_.end()) return Status::NotFound("no grant held by " + id);
+  it->second.reclaimable = reclaimable;
+  if (!reclaimable) it->second.being_preempted = false;
+  return Status::Ok();
 }
 
 void Scheduler::Cancel(const std::string& id) {

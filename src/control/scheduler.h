@@ -32,10 +32,11 @@
 // (a grant whose release turns out not to help is left alone). The scheduler only names them; the
 // caller interrupts those jobs and Release()s their grants, and the next Schedule() grants the
 // on-demand request. A named grant counts as being freed until it is Released: it is not named
-// again, and no further grant is named for the head while the ones being freed suffice. Nothing is
-// named when the head is preemptible, when releasing every preemptible grant would not let the head
-// fit, or when SchedulerOptions::preempt_for_on_demand is false. Non-preemptible grants (on-demand
-// jobs, endpoint instances) are never named.
+// again, and no further grant is named for the head while the ones being freed suffice. No spot
+// grant is named when the head is preemptible or when SchedulerOptions::preempt_for_on_demand is
+// false; nothing is named when releasing every candidate would not let the head fit. Warm pools
+// (SetReclaimable: a finished job's kept hosts, training-contract.md §19) are candidates for any
+// head and go first, oldest first. Other grants (on-demand jobs, endpoint instances) are never named.
 //
 // Typical use by a controller:
 //   RETURN_IF_ERROR(scheduler.CheckFeasible(type, count));      // at create: reject the impossible
@@ -214,6 +215,15 @@ class Scheduler {
   // callers may run it on every scheduling pass.
   std::vector<Preemption> Preemptions() EXCLUDES(mu_);
 
+  // Moves the grant held by `from` to `to`, resources, flags and grant order unchanged (a finished
+  // training job's hosts kept as a warm pool, a warm pool taken by the job that reuses it).
+  // NotFound if `from` holds no grant; AlreadyExists if `to` is queued or granted.
+  Status Transfer(const std::string& from, const std::string& to) EXCLUDES(mu_);
+  // Marks a grant as a warm pool's (training-contract.md §19): Preemptions() names it for the head
+  // of the queue whatever that is (on-demand or spot, whatever preempt_for_on_demand says), before
+  // any spot grant, oldest pool first. The caller terminates the pool and Release()s it. NotFound
+  // if `id` holds no grant.
+  Status SetReclaimable(const std::string& id, bool reclaimable) EXCLUDES(mu_);
   // Removes a queued request (a job stopped while Pending). No-op if not queued; a granted id
   // keeps its grant (use Release).
   void Cancel(const std::string& id) EXCLUDES(mu_);
@@ -277,6 +287,7 @@ class Scheduler {
     bool preemptible = false;
     uint64_t order = 0;            // grant order (next_grant_order_ when granted): higher is newer
     bool being_preempted = false;  // named by Preemptions(); cleared with the grant on Release
+    bool reclaimable = false;      // a warm pool's (SetReclaimable)
   };
   // Free resources, as Allocate() takes from them.
   struct Pools {

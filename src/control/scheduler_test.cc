@@ -659,6 +659,42 @@ TEST(SchedulerTest, NoPreemptionsWhenTheyWouldNotHelpOrAreNotWanted) {
   EXPECT_THAT(off.WaitingMessage("demand"), EndsWith("(next in line)"));
 }
 
+// Warm pools (training-contract.md §19): a grant moves between ids unchanged; a reclaimable one is
+// named for any head (spot too, and whatever preempt_for_on_demand says), before spot grants and
+// oldest first.
+TEST(SchedulerTest, TransferMovesAGrantAndReclaimableGrantsGiveWayToAnyHead) {
+  SchedulerOptions options = Options(Host(4, 32));
+  options.preempt_for_on_demand = false;
+  Scheduler s(options, Catalog());
+  ASSERT_TRUE(s.Enqueue({"old", 1, "ml.m5.large", 1}).ok());
+  ASSERT_TRUE(s.Enqueue({"new", 2, "ml.m5.large", 1}).ok());
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("old", "new"));
+  const auto old_grant = *s.Granted("old");
+  ASSERT_TRUE(s.Transfer("old", "warm-pool/old").ok());
+  EXPECT_FALSE(s.Granted("old").has_value());
+  EXPECT_EQ(*s.Granted("warm-pool/old"), old_grant);
+  EXPECT_EQ(s.Transfer("old", "x").code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Transfer("warm-pool/old", "new").code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s.Transfer("new", "warm-pool/new").ok());
+  ASSERT_TRUE(s.SetReclaimable("warm-pool/old", true).ok());
+  ASSERT_TRUE(s.SetReclaimable("warm-pool/new", true).ok());
+  EXPECT_EQ(s.SetReclaimable("none", true).code(), StatusCode::kNotFound);
+
+  // A spot request that does not fit: the oldest pool is named (spot grants never would be here).
+  ASSERT_TRUE(s.Enqueue(Spot("spot", 3, "ml.m5.large")).ok());
+  ASSERT_TRUE(s.Enqueue(Spot("spot-2", 4, "ml.m5.large")).ok());
+  EXPECT_TRUE(s.Schedule().empty());
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("warm-pool/old for spot"));
+  EXPECT_TRUE(s.Preemptions().empty());  // named once; one pool is enough for the head
+  s.Release("warm-pool/old");
+  EXPECT_THAT(Ids(s.Schedule()), ElementsAre("spot"));
+  EXPECT_THAT(Named(s.Preemptions()), ElementsAre("warm-pool/new for spot-2"));
+  // Handed to a job, a grant is no longer a pool's: it is not named.
+  ASSERT_TRUE(s.Transfer("warm-pool/new", "taker").ok());
+  ASSERT_TRUE(s.SetReclaimable("taker", false).ok());
+  EXPECT_TRUE(s.Preemptions().empty());
+}
+
 TEST(SchedulerTest, AnAdoptedSpotGrantStaysPreemptible) {
   Scheduler s(Options(Host(4, 32)), Catalog());
   Allocation spot;
