@@ -10,6 +10,7 @@
 #include "control/training_job_run.h"
 #include "control/training_plan.h"
 #include "control/training_states.h"
+#include "control/warm_pools.h"
 
 namespace kiln::control {
 namespace {
@@ -53,6 +54,8 @@ TrainingController::~TrainingController() { Shutdown(); }
 
 Status TrainingController::Start() {
   RETURN_IF_ERROR(MakeDirs(options_.work_dir, 0700).WithPrefix("training work dir"));
+  // Kept pools first: their grants are as much in use as a running job's.
+  AdoptWarmPools();
   ASSIGN_OR_RETURN(auto active, jobs_.ListActive());
   std::vector<std::string> to_queue;
   for (auto& job : active) {
@@ -146,6 +149,8 @@ void TrainingController::Submit(const std::string& name) {
     wake_.NotifyAll();
     return;
   }
+  // A matching warm pool starts it at once, on the kept hosts (§19).
+  if (KeepAliveSeconds(record->request) > 0 && ClaimWarmPool(*record)) return;
   Status enqueued = deps_.scheduler->Enqueue(request);
   if (!enqueued.ok()) {
     std::string why = "ClientError: " + enqueued.message();
@@ -343,6 +348,10 @@ bool TrainingController::ExpireWaitDeadlines() {
 
 void TrainingController::PreemptForOnDemand() {
   for (const Preemption& p : deps_.scheduler->Preemptions()) {
+    if (std::string pool = WarmPoolJobOfGrant(p.id); !pool.empty()) {
+      TerminateWarmPool(pool, "its capacity is needed by training job " + p.for_id);
+      continue;
+    }
     Status s = Interrupt(p.id, "spot capacity reclaimed for the on-demand training job " + p.for_id);
     if (!s.ok()) KLOG(info, "spot job not preempted", {{"job", p.id}, {"for", p.for_id}, {"why", s.ToString()}});
   }
@@ -446,6 +455,7 @@ void TrainingController::RunScheduler() {
     int64_t next_due = INT64_MAX;
     if (!resume_at_.empty()) next_due = resume_at_.begin()->first;
     if (!wait_deadlines_.empty()) next_due = std::min(next_due, wait_deadlines_.begin()->first);
+    for (const auto& [job, pool] : pools_) next_due = std::min(next_due, pool.expires_millis);
     int64_t wait_ms = 5000;
     if (next_due != INT64_MAX) {
       const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
@@ -467,7 +477,9 @@ void TrainingController::RunScheduler() {
     // A job stopped at the head of the line may let the ones behind it start.
     bool expired = ExpirePendingDeadlines();
     expired |= ExpireWaitDeadlines();
-    // An on-demand job at the head of the line that does not fit reclaims spot capacity.
+    expired |= ExpireWarmPools();
+    // A job at the head of the line that does not fit reclaims warm pools (any job) and spot
+    // capacity (an on-demand job).
     PreemptForOnDemand();
     lock.Lock();
     if (!schedule_needed_ && !expired) continue;
@@ -497,7 +509,7 @@ void TrainingController::StartRun(const std::string& name, std::vector<Allocatio
 }
 
 void TrainingController::OnRunFinished(const std::string& name) {
-  deps_.scheduler->Release(name);
+  KeepOrReleaseGrant(name);
   if (deps_.on_run_finished) deps_.on_run_finished(name);
   MutexLock lock(mutex_);
   auto it = runs_.find(name);

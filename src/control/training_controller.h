@@ -174,6 +174,11 @@ class TrainingController : public TrainingQueueView {
   // interruption is already under way.
   Status Interrupt(const std::string& name, const std::string& reason) EXCLUDES(mutex_);
 
+  // UpdateTrainingJob changed ResourceConfig.KeepAlivePeriodInSeconds of `name`. A pool it keeps
+  // (Available) now ends that many seconds from now, or at once for 0 (Terminated); a running job
+  // keeps the new period when it ends (the row is read then).
+  void WarmPoolChanged(const std::string& name) EXCLUDES(mutex_);
+
   // Could a job of this shape ever run here? (For CreateTrainingJob's ResourceLimitExceeded.)
   Status CheckFeasible(const std::string& instance_type, int instance_count) const;
 
@@ -202,6 +207,33 @@ class TrainingController : public TrainingQueueView {
   // A job that never ran (or waits to resume) ends Stopped / MaxWaitTimeExceeded.
   Status FinishMaxWait(const std::string& name) EXCLUDES(mutex_);
 
+  // Warm pools (warm_pools.h; training-contract.md §19). A pool is a finished job whose row says
+  // Available: its grant is held under WarmPoolGrantId(job) (reclaimable: the scheduler names it
+  // for a queued job that needs the capacity), its host directories under <work_dir>/.warm-pools.
+  //
+  // Takes an Available pool matching `record` (the oldest kept first): the kept job becomes
+  // Reused, this one InUse, the grant moves to it and its run starts at once. False when none
+  // matches (the job queues as usual).
+  bool ClaimWarmPool(const store::TrainingJobRecord& record) EXCLUDES(mutex_);
+  // A run ended with its row saying Available: its grant becomes the pool's. Otherwise the grant
+  // is released. (OnRunFinished.)
+  void KeepOrReleaseGrant(const std::string& name) EXCLUDES(mutex_);
+  // Ends an Available pool (expiry, capacity, UpdateTrainingJob 0, restart past expiry):
+  // Terminated with its retained time, grant released, directories removed. Acts only when it
+  // takes the pool out of pools_ itself (or `claimed`: the caller holds a pool not in pools_);
+  // otherwise a job is reusing it right now and nothing happens.
+  void TerminateWarmPool(const std::string& name, const std::string& why, bool claimed = false) EXCLUDES(mutex_);
+  // Terminates the pools whose time ran out; true if any was.
+  bool ExpireWarmPools() EXCLUDES(mutex_);
+  // Start(): re-reserves the grants of the pools kept under a previous server.
+  void AdoptWarmPools() EXCLUDES(mutex_);
+
+  struct KeptPool {
+    nlohmann::json request;  // the kept job's request (WarmPoolMatches)
+    int64_t expires_millis = 0;
+    int64_t kept_millis = 0;  // when it became Available (the oldest is offered first)
+  };
+
   TrainingControllerOptions options_;
   TrainingControllerDeps deps_;
   store::TrainingJobRepository jobs_;
@@ -216,6 +248,7 @@ class TrainingController : public TrainingQueueView {
   std::multimap<int64_t, std::string> pending_deadlines_ GUARDED_BY(mutex_);       // MaxPendingTime, millis -> job
   std::multimap<int64_t, std::string> wait_deadlines_ GUARDED_BY(mutex_);          // spot MaxWaitTime, millis -> job
   std::multimap<int64_t, std::string> resume_at_ GUARDED_BY(mutex_);  // interrupted jobs, due millis -> job
+  std::map<std::string, KeptPool> pools_ GUARDED_BY(mutex_);          // Available warm pools by job
   // Started by Start() and joined by Shutdown() (without mutex_), which the owner never calls
   // concurrently: not GUARDED_BY.
   std::thread scheduler_thread_;

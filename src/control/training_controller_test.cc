@@ -1251,5 +1251,162 @@ TEST_F(TrainingControllerTest, MaxPendingTimeDoesNotStopASpotJobQueuedAgainAfter
   WaitForStatus("patient", "Completed");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Warm pools (training-contract.md §19; warm_pools.h).
+
+json KeepAlive(int64_t seconds) { return {{"ResourceConfig", {{"KeepAlivePeriodInSeconds", seconds}}}}; }
+
+// A finished job with a keep-alive period keeps its grant and its persistent cache; a matching
+// job starts on them at once (Reused / InUse), with the cache as the first job left it.
+TEST_F(TrainingControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
+  StartController();
+  Create("first", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("first"));
+  auto spec = runtime_->spec(Instance("first"));
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->env.at("SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"), "/opt/ml/sagemaker/warmpoolcache");
+  const std::string cache = spec->opt_ml_dir + "/sagemaker/warmpoolcache";
+  ASSERT_TRUE(PathExists(cache));
+  ASSERT_TRUE(WriteFileAtomic(cache + "/compiled.bin", "kept").ok());
+  ASSERT_TRUE(WriteFileAtomic(spec->opt_ml_dir + "/model/junk", "not kept").ok());
+  ASSERT_TRUE(runtime_->Exit(Instance("first"), 0).ok());
+  WaitForStatus("first", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/first").has_value(); }));
+  EXPECT_FALSE(scheduler_->Granted("first").has_value());
+  store::WarmPoolState kept = Job("first").state.warm_pool;
+  EXPECT_EQ(kept.status, store::WarmPoolStatus::kAvailable);
+  EXPECT_EQ(kept.expires_millis, kept.available_since_millis + 600'000);
+  EXPECT_TRUE(PathExists(kept.directory + "/algo-1/opt_ml/sagemaker/warmpoolcache/compiled.bin"));
+  EXPECT_FALSE(PathExists(kept.directory + "/algo-1/opt_ml/model/junk"));  // the rest is wiped
+
+  clock_.Advance(std::chrono::seconds(42));
+  json second = KeepAlive(300);
+  second["AlgorithmSpecification"] = {{"TrainingImage", "local:/bin/false"}, {"TrainingInputMode", "File"}};
+  Create("second", second);
+  ASSERT_TRUE(WaitForLaunch("second"));
+  EXPECT_FALSE(scheduler_->Granted("warm-pool/first").has_value());
+  EXPECT_EQ(scheduler_->Granted("second"), kept.allocations.get<std::vector<Allocation>>());
+  auto reused = Job("first").state.warm_pool;
+  EXPECT_EQ(reused.status, store::WarmPoolStatus::kReused);
+  EXPECT_EQ(reused.reused_by_job, "second");
+  EXPECT_EQ(reused.retained_millis, 42'000);
+  auto in_use = Job("second");
+  EXPECT_EQ(in_use.state.warm_pool.status, store::WarmPoolStatus::kInUse);
+  EXPECT_EQ(in_use.state.warm_pool.reused_from_job, "first");
+  // Its Starting status said where its hosts came from.
+  EXPECT_TRUE(std::any_of(in_use.state.transitions.begin(), in_use.state.transitions.end(), [](const auto& t) {
+    return t.status == SecondaryStatus::kStarting &&
+           t.message.starts_with("Reusing the warm pool of training job first");
+  }));
+  auto second_spec = runtime_->spec(Instance("second"));
+  ASSERT_TRUE(second_spec.has_value());
+  auto carried = ReadFile(second_spec->opt_ml_dir + "/sagemaker/warmpoolcache/compiled.bin");
+  EXPECT_EQ(carried.value_or(""), "kept");
+  EXPECT_FALSE(PathExists(kept.directory));  // taken
+
+  // The second keeps a pool of its own; the chain keeps the first pool's start.
+  ASSERT_TRUE(runtime_->Exit(Instance("second"), 0).ok());
+  WaitForStatus("second", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/second").has_value(); }));
+  auto second_pool = Job("second").state.warm_pool;
+  EXPECT_EQ(second_pool.status, store::WarmPoolStatus::kAvailable);
+  EXPECT_EQ(second_pool.chain_start_millis, kept.available_since_millis);
+  EXPECT_EQ(second_pool.expires_millis, second_pool.available_since_millis + 300'000);
+}
+
+// A job that does not match waits for the capacity a pool holds only until the pool gives way:
+// the pool is terminated for it (Terminated, billed until then).
+TEST_F(TrainingControllerTest, AQueuedJobThatDoesNotMatchTerminatesThePoolForItsCapacity) {
+  StartController();
+  Create("kept", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("kept"));
+  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
+  WaitForStatus("kept", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  clock_.Advance(std::chrono::seconds(5));
+  Create("plain");  // no keep-alive period: it does not match
+  ASSERT_TRUE(WaitForLaunch("plain"));
+  auto ended = Job("kept").state.warm_pool;
+  EXPECT_EQ(ended.status, store::WarmPoolStatus::kTerminated);
+  EXPECT_EQ(ended.retained_millis, 5000);
+  EXPECT_TRUE(ended.directory.empty());
+  EXPECT_FALSE(scheduler_->Granted("warm-pool/kept").has_value());
+  EXPECT_EQ(Job("plain").state.warm_pool.status, store::WarmPoolStatus::kNone);
+}
+
+// The period runs out (Terminated after exactly the period); UpdateTrainingJob to 0 ends a pool
+// at once; a longer period counts from the update.
+TEST_F(TrainingControllerTest, APoolEndsWhenItsPeriodRunsOutOrIsSetToZero) {
+  StartController();
+  Create("short", KeepAlive(1));
+  ASSERT_TRUE(WaitForLaunch("short"));
+  ASSERT_TRUE(runtime_->Exit(Instance("short"), 0).ok());
+  WaitForStatus("short", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/short").has_value(); }));
+  clock_.Advance(std::chrono::seconds(3));
+  ASSERT_TRUE(WaitFor([&] { return Job("short").state.warm_pool.status == store::WarmPoolStatus::kTerminated; }));
+  EXPECT_EQ(Job("short").state.warm_pool.retained_millis, 1000);  // the period, not the late check
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("warm-pool/short").has_value(); }));
+
+  Create("updated", KeepAlive(60));
+  ASSERT_TRUE(WaitForLaunch("updated"));
+  ASSERT_TRUE(runtime_->Exit(Instance("updated"), 0).ok());
+  WaitForStatus("updated", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/updated").has_value(); }));
+  auto set_period = [&](int64_t seconds) {
+    store::TrainingJobRepository jobs(db_.get());
+    ASSERT_TRUE(jobs.Mutate("updated",
+                            [&](store::TrainingJobRecord& r) {
+                              r.request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = seconds;
+                              return Status::Ok();
+                            })
+                    .ok());
+    controller_->WarmPoolChanged("updated");
+  };
+  clock_.Advance(std::chrono::seconds(50));
+  set_period(3600);
+  EXPECT_EQ(Job("updated").state.warm_pool.expires_millis, clock_.NowMillis() + 3'600'000);
+  set_period(0);
+  auto ended = Job("updated").state.warm_pool;
+  EXPECT_EQ(ended.status, store::WarmPoolStatus::kTerminated);
+  EXPECT_EQ(ended.retained_millis, 50'000);
+  EXPECT_FALSE(scheduler_->Granted("warm-pool/updated").has_value());
+}
+
+// A pool outlives a server restart: its grant is reserved again and a matching job reuses it.
+TEST_F(TrainingControllerTest, APoolIsKeptAcrossARestart) {
+  StartController();
+  Create("kept", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("kept"));
+  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
+  WaitForStatus("kept", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  RestartController();
+  EXPECT_TRUE(scheduler_->Granted("warm-pool/kept").has_value());
+  Create("next", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("next"));
+  EXPECT_EQ(Job("kept").state.warm_pool.status, store::WarmPoolStatus::kReused);
+  EXPECT_EQ(Job("next").state.warm_pool.status, store::WarmPoolStatus::kInUse);
+}
+
+// A job that took a pool and failed before it ran used the pool up (Terminated); it keeps none.
+TEST_F(TrainingControllerTest, AJobThatTookAPoolAndFailedBeforeRunningKeepsNone) {
+  StartController();
+  Create("kept", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("kept"));
+  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
+  WaitForStatus("kept", "Completed");
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  json bad = KeepAlive(600);
+  bad["InputDataConfig"] = json::array(
+      {{{"ChannelName", "train"},
+        {"DataSource", {{"S3DataSource", {{"S3Uri", "s3://bkt/nothing-here/"}, {"S3DataType", "S3Prefix"}}}}}}});
+  Create("bad", bad);
+  auto failed = WaitForStatus("bad", "Failed");
+  EXPECT_EQ(failed.state.warm_pool.status, store::WarmPoolStatus::kTerminated);
+  EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("bad").has_value(); }));
+  EXPECT_FALSE(scheduler_->Granted("warm-pool/bad").has_value());
+}
+
 }  // namespace
 }  // namespace kiln::control

@@ -8,6 +8,7 @@
 #include <functional>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "agent/artifacts.h"
 #include "agent/checkpoints.h"
@@ -22,6 +23,7 @@
 #include "control/training_launch.h"
 #include "control/training_plan.h"
 #include "control/training_states.h"
+#include "control/warm_pools.h"
 #include "store/remote_connection_repository.h"
 
 namespace kiln::control {
@@ -163,6 +165,8 @@ void TrainingJobRun::RunSteps() {
   }
   request_ = record.request;
   job_dir_ = options().work_dir + "/" + record.name;
+  if (record.state.warm_pool.status == store::WarmPoolStatus::kInUse)
+    taken_pool_dir_ = record.state.warm_pool.directory;
   if (record.state.stop_requested != StopRequest::kNone) {
     stop_requested_.store(true);
     stop_reason_ = record.state.stop_requested == StopRequest::kMaxRuntime    ? StopReason::kMaxRuntime
@@ -280,6 +284,16 @@ Status TrainingJobRun::Prepare(store::TrainingJobRecord& record) {
       return agent::InternalServerError("cannot create the host directory: " + made.message(), made.code());
     }
     RETURN_IF_ERROR(agent::WriteTrainingLayout(host->opt_ml, request_, layouts[i]));
+    if (KeepAliveSeconds(request_) > 0) {
+      // The persistent cache: what the pool this job took kept there, or a new empty directory.
+      const std::string cache = host->opt_ml + "/" + kWarmPoolCacheUnderOptMl;
+      const std::string kept_cache =
+          taken_pool_dir_.empty() ? "" : taken_pool_dir_ + "/" + host->host + "/opt_ml/" + kWarmPoolCacheUnderOptMl;
+      RETURN_IF_ERROR(MakeDirs(fs::path(cache).parent_path().string(), 0755));
+      if (kept_cache.empty() || rename(kept_cache.c_str(), cache.c_str()) != 0) {
+        RETURN_IF_ERROR(MakeDirs(cache, 0755));
+      }
+    }
     hosts_.push_back(std::move(host));
   }
   return Status::Ok();
@@ -305,6 +319,8 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
     Host& host = *hosts_[i];
     agent::StageOptions stage_options;
     stage_options.parallelism = options().staging_parallelism;
+    if (!taken_pool_dir_.empty())
+      stage_options.reuse_manifest = taken_pool_dir_ + "/" + host.host + "/" + kStagedInputs;
     ASSIGN_OR_RETURN(agent::StagingReport report,
                      agent::StageChannels(*deps().object_store, request_, host.shard_index, host_count, host.opt_ml,
                                           cancel_, stage_options));
@@ -313,7 +329,14 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
           {"host", host.host},
           {"objects", std::to_string(report.objects)},
           {"bytes", std::to_string(report.bytes)},
+          {"reused_objects", std::to_string(report.reused_objects)},
           {"seconds", std::to_string(report.elapsed_seconds)}});
+    if (KeepAliveSeconds(request_) > 0) {
+      // What a pool kept from this job offers the next one (agent::StageOptions::reuse_manifest).
+      if (Status s = agent::WriteStagedManifest(host.root + "/" + kStagedInputs, report.files); !s.ok()) {
+        KLOG(warn, "staged-files manifest not written", {{"job", name_}, {"error", s.ToString()}});
+      }
+    }
     if (submit_dir && (StartsWith(*submit_dir, "s3://") || StartsWith(*submit_dir, "file://"))) {
       RETURN_IF_ERROR(agent::DownloadSourceDir(*deps().object_store, *submit_dir, host.opt_ml + "/code",
                                                SourceDirCap(request_, options().archive_caps)));
@@ -331,6 +354,11 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
                                                       host.opt_ml, feeder_options);
     RETURN_IF_ERROR(feeder->Start());
     host.feeder = std::move(feeder);
+  }
+  // What the taken pool kept and this job did not use goes.
+  if (!taken_pool_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(taken_pool_dir_, ec);
   }
   (void)record;
   return Status::Ok();
@@ -379,6 +407,7 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
   launch.toolkit_script = options().toolkit_script;
   launch.credential = credential;
   TrainingLaunchPlan plan = PlanTrainingLaunch(request_, resolution, launch);
+  if (KeepAliveSeconds(request_) > 0) plan.env[kWarmPoolCacheVariable] = kWarmPoolCacheDirectory;
   // The hold before start (training_hold.h): only where remote access is enabled, since nobody
   // could otherwise connect to release it, and on the process runtime.
   if (deps().database != nullptr) {
@@ -891,6 +920,7 @@ void TrainingJobRun::Finish(bool ran) {
       }
     }
     SetStatus(rec, outcome.status);
+    EndWarmPool(rec, ran, now);
     if (outcome.failure_reason) rec.state.failure_reason = outcome.failure_reason;
     RecordSecondaryStatus(rec, outcome.secondary, outcome.message, now);
     if (!rec.state.transitions.empty()) rec.state.transitions.back().end_millis = now;
@@ -979,12 +1009,83 @@ void TrainingJobRun::Fail(const JobFailure& failure) {
   (void)Update([&](store::TrainingJobRecord& rec) {
     SetStatus(rec, JobStatus::kFailed);
     SetPhase(rec, Phase::kDone);
+    EndWarmPool(rec, /*ran=*/false, now);
     rec.state.failure_reason = why;
     RecordSecondaryStatus(rec, SecondaryStatus::kFailed, why, now);
     rec.state.transitions.back().end_millis = now;
   });
   KLOG(info, "training job failed", {{"job", name_}, {"reason", why}});
   Cleanup();
+}
+
+void TrainingJobRun::EndWarmPool(store::TrainingJobRecord& rec, bool ran, int64_t now) {
+  store::WarmPoolState& w = rec.state.warm_pool;
+  const int64_t keep_alive = KeepAliveSeconds(rec.request);
+  keep_pool_dir_.clear();
+  if (!ran || keep_alive <= 0 || shutting_down_.load() || IsManagedSpot(rec.request)) {
+    if (w.status == store::WarmPoolStatus::kInUse) {
+      w.status = store::WarmPoolStatus::kTerminated;
+      w.directory.clear();
+    }
+    return;
+  }
+  // A chain of reuses keeps the first pool's start (kMaxWarmPoolChainMillis).
+  const int64_t chain =
+      w.status == store::WarmPoolStatus::kInUse && w.chain_start_millis != 0 ? w.chain_start_millis : now;
+  const int64_t expires = WarmPoolExpiry(now, keep_alive, chain);
+  w = store::WarmPoolState{};
+  w.chain_start_millis = chain;
+  if (expires <= now) {
+    w.status = store::WarmPoolStatus::kTerminated;  // handed on for as long as AWS allows
+    return;
+  }
+  w.status = store::WarmPoolStatus::kAvailable;
+  w.available_since_millis = now;
+  w.expires_millis = expires;
+  w.directory = options().work_dir + "/.warm-pools/" + name_;
+  w.allocations = rec.state.allocations;
+  keep_pool_dir_ = w.directory;
+}
+
+void TrainingJobRun::KeepHostDirectories() {
+  std::error_code ec;
+  fs::remove_all(keep_pool_dir_, ec);
+  if (Status made = MakeDirs(keep_pool_dir_, 0700); !made.ok()) {
+    KLOG(warn, "warm pool directory not made", {{"job", name_}, {"error", made.ToString()}});
+    return;
+  }
+  for (auto& host : hosts_) {
+    const std::string kept = keep_pool_dir_ + "/" + host->host;
+    if (rename(host->root.c_str(), kept.c_str()) != 0) {
+      KLOG(warn, "warm pool host not kept", {{"job", name_}, {"host", host->host}, {"errno", std::to_string(errno)}});
+      continue;
+    }
+    // A pool keeps the staged inputs and the persistent cache; the rest of the volume is wiped.
+    const fs::path opt_ml = fs::path(kept) / "opt_ml";
+    const std::set<fs::path> keep = {opt_ml / "input" / "data", opt_ml / kWarmPoolCacheUnderOptMl,
+                                     fs::path(kept) / kStagedInputs};
+    std::vector<fs::path> doomed;
+    for (auto it = fs::recursive_directory_iterator(kept, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (keep.count(p) != 0) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      // A directory on the way to something kept stays (and is walked); anything else goes.
+      bool ancestor = false;
+      for (const fs::path& k : keep) {
+        auto [mismatch, rest] = std::mismatch(p.begin(), p.end(), k.begin(), k.end());
+        ancestor |= mismatch == p.end() && rest != k.end();
+      }
+      if (ancestor) continue;
+      doomed.push_back(p);
+      it.disable_recursion_pending();
+    }
+    for (const fs::path& p : doomed) fs::remove_all(p, ec);
+    const std::string manifest = kept + "/" + kStagedInputs;
+    if (fs::exists(manifest, ec)) (void)agent::RebaseStagedManifest(manifest, host->root, kept);
+  }
 }
 
 void TrainingJobRun::Cleanup() {
@@ -1000,6 +1101,12 @@ void TrainingJobRun::Cleanup() {
     if (Status removed = deps().networks->Remove(NetworkName(name_)); !removed.ok()) {
       KLOG(warn, "job network not removed", {{"job", name_}, {"error", removed.ToString()}});
     }
+  }
+  if (!keep_pool_dir_.empty()) KeepHostDirectories();
+  // A pool this job took and did not get to stage from (it failed or was stopped first).
+  if (!taken_pool_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(taken_pool_dir_, ec);
   }
   if (!options().keep_host_dirs && !job_dir_.empty()) {
     std::error_code ec;

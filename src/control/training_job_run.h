@@ -131,6 +131,13 @@ class TrainingJobRun {
   Result<std::vector<std::unique_ptr<agent::CheckpointSync>>> MakeOutputSyncs(const Host& host);
   training::JobFailure FailureReasonFromHosts();
   void Cleanup();
+  // Moves the hosts' directories to keep_pool_dir_ and wipes all but what a pool keeps (the staged
+  // input files with their manifest, and the persistent cache). A failure only costs the next job
+  // its reuse of those files (it downloads them); the pool keeps its grant.
+  void KeepHostDirectories();
+  // The row's warm pool as the job ends (Finish, Fail): Available when the job ran and asks for a
+  // keep-alive period (keep_pool_dir_ is then set), otherwise a pool it took is used up.
+  void EndWarmPool(store::TrainingJobRecord& rec, bool ran, int64_t now);
 
   const Context context_;
   const std::string name_;
@@ -148,7 +155,11 @@ class TrainingJobRun {
   std::string job_dir_;
   std::vector<std::unique_ptr<Host>> hosts_;
   training::StopReason stop_reason_ = training::StopReason::kNone;
-  bool retrying_ = false;              // set by RetryIfAllowed: Run() queues the job again
+  bool retrying_ = false;  // set by RetryIfAllowed: Run() queues the job again
+  // Warm pools (warm_pools.h): the kept directories this job took (its row said InUse), and
+  // where Cleanup keeps this job's own when Finish recorded it Available.
+  std::string taken_pool_dir_;
+  std::string keep_pool_dir_;
   std::string allocation_note_;        // "; <what the scheduler gave instead of the full shape>" or ""
   int64_t training_start_millis_ = 0;  // this attempt's start
   // Managed spot (from the row when the run begins): interruptions so far, running time of the
