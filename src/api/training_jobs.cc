@@ -17,6 +17,7 @@
 #include "control/training_hold.h"
 #include "control/training_plan.h"
 #include "control/training_states.h"
+#include "control/warm_pools.h"
 #include "store/endpoint_repository.h"
 #include "store/processing_job_repository.h"
 #include "store/tuning_job_repository.h"
@@ -136,6 +137,35 @@ std::optional<aws::AwsError> CheckStoppingCondition(const json& in) {
     return Validation("Invalid MaxWaitTimeInSeconds. It must be greater than or equal to MaxRuntimeInSeconds");
   }
   return std::nullopt;
+}
+
+// Warm pools (training-contract.md §19) are for on-demand, homogeneous clusters, as on AWS: a
+// keep-alive period with managed spot or with instance groups is refused.
+std::optional<aws::AwsError> CheckKeepAlive(const json& in) {
+  if (control::KeepAliveSeconds(in) <= 0) return std::nullopt;
+  if (FlagOf(in, "EnableManagedSpotTraining")) {
+    return Validation(
+        "Invalid KeepAlivePeriodInSeconds. Warm pools are not supported with managed spot training; remove "
+        "ResourceConfig.KeepAlivePeriodInSeconds or set EnableManagedSpotTraining to false");
+  }
+  const json rc = in.value("ResourceConfig", json::object());
+  if (rc.is_object() && rc.contains("InstanceGroups") && !rc["InstanceGroups"].is_null()) {
+    return Validation(
+        "Invalid KeepAlivePeriodInSeconds. Warm pools are not supported for heterogeneous clusters "
+        "(ResourceConfig.InstanceGroups); use InstanceType and InstanceCount, or remove KeepAlivePeriodInSeconds");
+  }
+  return std::nullopt;
+}
+
+// WarmPoolStatus of Describe and of a List summary; null when the job has no warm pool.
+json WarmPoolStatusJson(const std::string& status, int64_t retained_millis, const std::string& reused_by_job) {
+  if (status.empty()) return json();
+  json out = {{"Status", status}};
+  // The billable retained time once the pool is over (Reused or Terminated), in whole seconds.
+  if (status == "Reused" || status == "Terminated")
+    out["ResourceRetainedBillableTimeInSeconds"] = retained_millis / 1000;
+  if (!reused_by_job.empty()) out["ReusedByJob"] = reused_by_job;
+  return out;
 }
 
 // Channels: unique names, mode/source combinations AWS refuses, sources Kiln does not read yet.
@@ -258,6 +288,7 @@ std::optional<aws::AwsError> CheckCreateRequest(const json& in, control::Trainin
   const json rc = in.value("ResourceConfig", json());
   if (auto error = CheckResourceConfig(rc)) return error;
   if (auto error = CheckStoppingCondition(in)) return error;
+  if (auto error = CheckKeepAlive(in)) return error;
   if (auto error = CheckChannels(in, algorithm.value("TrainingInputMode", "File"))) return error;
   if (algorithm.contains("MetricDefinitions")) {
     auto extractor =
@@ -355,6 +386,11 @@ json RenderTrainingJob(const store::TrainingJobRecord& record, const control::Tr
       out["BillableTimeInSeconds"] =
           spot && state.billable_millis > 0 ? WholeSecondsUp(state.billable_millis) : seconds;
     }
+  }
+  const store::WarmPoolState& pool = state.warm_pool;
+  if (json w = WarmPoolStatusJson(std::string(store::ToString(pool.status)), pool.retained_millis, pool.reused_by_job);
+      !w.is_null()) {
+    out["WarmPoolStatus"] = std::move(w);
   }
   for (const char* member :
        {"VpcConfig", "CheckpointConfig", "DebugHookConfig", "DebugRuleConfigurations", "TensorBoardOutputConfig",
@@ -459,6 +495,10 @@ json TrainingJobSummary(const store::TrainingJobSummaryRow& r) {
             {"TrainingJobStatus", r.status},
             {"SecondaryStatus", r.secondary_status}};
   if (r.training_end_millis) s["TrainingEndTime"] = Seconds(*r.training_end_millis);
+  if (json w = WarmPoolStatusJson(r.warm_pool_status, r.warm_pool_retained_millis, r.warm_pool_reused_by_job);
+      !w.is_null()) {
+    s["WarmPoolStatus"] = std::move(w);
+  }
   return s;
 }
 
@@ -474,13 +514,12 @@ JsonOutcome ListTrainingJobs(Operations& ops, const json& in) {
   if (auto* error = std::get_if<aws::AwsError>(&parsed)) return *error;
   ListPaging& paging = std::get<ListPaging>(parsed);
   paging.query.filter = std::move(query);
-  std::vector<store::TrainingJobSummaryRow> rows;
-  // Kiln keeps no warm pools: a WarmPoolStatusEquals filter matches nothing.
-  if (!in.contains("WarmPoolStatusEquals") || in["WarmPoolStatusEquals"].is_null()) {
-    auto listed = ops.jobs.ListPage(paging.query);
-    if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
-    rows = std::move(listed).value();
+  if (in.contains("WarmPoolStatusEquals") && in["WarmPoolStatusEquals"].is_string()) {
+    paging.query.filter.warm_pool_status_equals = in["WarmPoolStatusEquals"].get<std::string>();
   }
+  auto listed = ops.jobs.ListPage(paging.query);
+  if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kSageMaker);
+  std::vector<store::TrainingJobSummaryRow> rows = std::move(listed).value();
   std::optional<std::string> next_token = CutPage(rows, paging, in, now);
   json summaries = json::array();
   for (const auto& r : rows) summaries.push_back(TrainingJobSummary(r));
@@ -528,20 +567,41 @@ JsonOutcome DeleteTrainingJob(Operations& ops, const json& in) {
 
 JsonOutcome UpdateTrainingJob(Operations& ops, const json& in) {
   const std::string name = in["TrainingJobName"].get<std::string>();
+  const bool keep_alive_change = in.contains("ResourceConfig") && in["ResourceConfig"].is_object() &&
+                                 in["ResourceConfig"].contains("KeepAlivePeriodInSeconds") &&
+                                 !in["ResourceConfig"]["KeepAlivePeriodInSeconds"].is_null();
   std::string refused;
+  bool pool_available = false;
   auto updated = ops.jobs.Mutate(name, [&](store::TrainingJobRecord& r) {
+    // control-plane-api.md §8.1: ResourceConfig while InProgress or while the job's warm pool is
+    // Available (how a pool is extended or, with 0, terminated); the rest only while InProgress.
+    pool_available = r.state.warm_pool.status == store::WarmPoolStatus::kAvailable;
     if (r.status != store::TrainingJobStatus::kInProgress) {
-      refused = "The training job " + r.name + " is " + std::string(store::ToString(r.status)) +
-                "; only InProgress jobs can be updated.";
-      return Status::FailedPrecondition(refused);
+      bool only_keep_alive = keep_alive_change;
+      for (const char* member : {"ProfilerConfig", "ProfilerRuleConfigurations", "RemoteDebugConfig"}) {
+        only_keep_alive &= !in.contains(member) || in[member].is_null();
+      }
+      if (!(only_keep_alive && pool_available)) {
+        refused = "The training job " + r.name + " is " + std::string(store::ToString(r.status)) +
+                  (pool_available ? "; only its warm pool's ResourceConfig.KeepAlivePeriodInSeconds can be updated."
+                                  : "; only InProgress jobs (or the KeepAlivePeriodInSeconds of an Available warm "
+                                    "pool) can be updated.");
+        return Status::FailedPrecondition(refused);
+      }
+    }
+    if (keep_alive_change) {
+      json candidate = r.request;
+      candidate["ResourceConfig"]["KeepAlivePeriodInSeconds"] = in["ResourceConfig"]["KeepAlivePeriodInSeconds"];
+      if (auto error = CheckKeepAlive(candidate)) {
+        refused = error->message;
+        return Status::FailedPrecondition(refused);
+      }
+      r.request = std::move(candidate);
     }
     // The members Kiln keeps: they are echoed by Describe. Profiler settings have no effect on
-    // the process runtime; KeepAlivePeriodInSeconds has none until warm pools exist.
+    // the process runtime.
     for (const char* member : {"ProfilerConfig", "ProfilerRuleConfigurations", "RemoteDebugConfig"}) {
       if (in.contains(member) && !in[member].is_null()) r.request[member] = in[member];
-    }
-    if (in.contains("ResourceConfig") && in["ResourceConfig"].contains("KeepAlivePeriodInSeconds")) {
-      r.request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = in["ResourceConfig"]["KeepAlivePeriodInSeconds"];
     }
     r.last_modified_millis = NowOf(ops.ctx);
     return Status::Ok();
@@ -549,6 +609,10 @@ JsonOutcome UpdateTrainingJob(Operations& ops, const json& in) {
   if (updated.status().IsNotFound()) return Validation("Requested resource not found.");
   if (!refused.empty()) return Validation(refused);
   if (!updated.ok()) return AwsErrorFromStatus(updated.status(), ErrorService::kSageMaker);
+  // A kept pool ends at its new time (or now, for 0); a running job reads its period as it ends.
+  if (keep_alive_change && pool_available && ops.ctx.controller != nullptr) {
+    ops.ctx.controller->WarmPoolChanged(updated->name);
+  }
   return json{{"TrainingJobArn", updated->arn}};
 }
 

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -339,6 +341,116 @@ TEST_F(CreateSpotTrainingJobTest, TuningTrialsGetTheSameChecks) {
 json DistributedRequest(const std::string& type, const json& hyperparameters) {
   return {{"ResourceConfig", {{"InstanceType", type}, {"InstanceCount", 2}, {"VolumeSizeInGB", 1}}},
           {"HyperParameters", hyperparameters}};
+}
+
+// ---- Warm pools (training-contract.md §19) through the service ----
+
+using WarmPoolApiTest = CreateSpotTrainingJobTest;
+
+json WithKeepAlive(json request, int64_t seconds) {
+  request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = seconds;
+  return request;
+}
+
+TEST_F(WarmPoolApiTest, KeepAliveWithSpotOrInstanceGroupsIsRefused) {
+  EXPECT_THAT(Refused(WithKeepAlive(Spot("spot-pool", 7200), 600)),
+              ::testing::HasSubstr("Warm pools are not supported with managed spot training"));
+  json groups = WithKeepAlive(Request("group-pool"), 600);
+  groups["ResourceConfig"].erase("InstanceType");
+  groups["ResourceConfig"].erase("InstanceCount");
+  groups["ResourceConfig"]["InstanceGroups"] =
+      json::array({{{"InstanceGroupName", "a"}, {"InstanceType", "ml.m5.large"}, {"InstanceCount", 1}}});
+  EXPECT_THAT(Refused(groups), ::testing::HasSubstr("heterogeneous clusters"));
+  // The model's range: at most 21600 s (3600 in older documentation).
+  auto [status, type, message] = Call("CreateTrainingJob", WithKeepAlive(Request("too-long"), 21601));
+  EXPECT_EQ(type, "ValidationException") << message;
+}
+
+// Describe and List show the row's pool; WarmPoolStatusEquals filters on it.
+TEST_F(WarmPoolApiTest, DescribeAndListShowTheWarmPoolStatus) {
+  for (const char* name : {"kept", "reused", "plain"}) {
+    auto [status, type, message] = Call("CreateTrainingJob", WithKeepAlive(Request(name), 600));
+    ASSERT_EQ(status, 200) << type << " " << message;
+  }
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("kept",
+                          [](store::TrainingJobRecord& r) {
+                            r.status = store::TrainingJobStatus::kCompleted;
+                            r.state.warm_pool.status = store::WarmPoolStatus::kAvailable;
+                            return Status::Ok();
+                          })
+                  .ok());
+  ASSERT_TRUE(jobs.Mutate("reused",
+                          [](store::TrainingJobRecord& r) {
+                            r.status = store::TrainingJobStatus::kCompleted;
+                            r.state.warm_pool.status = store::WarmPoolStatus::kReused;
+                            r.state.warm_pool.retained_millis = 42'900;
+                            r.state.warm_pool.reused_by_job = "plain";
+                            return Status::Ok();
+                          })
+                  .ok());
+  EXPECT_EQ(Describe("kept")["WarmPoolStatus"], json({{"Status", "Available"}}));
+  EXPECT_EQ(Describe("reused")["WarmPoolStatus"],
+            json({{"Status", "Reused"}, {"ResourceRetainedBillableTimeInSeconds", 42}, {"ReusedByJob", "plain"}}));
+  EXPECT_FALSE(Describe("plain").contains("WarmPoolStatus"));
+  EXPECT_EQ(Describe("kept")["ResourceConfig"]["KeepAlivePeriodInSeconds"], 600);
+
+  aws::RequestContext context;
+  context.request_id = "req";
+  auto list = [&](const json& input) {
+    auto response = service_.Handle(context, "ListTrainingJobs", input.dump());
+    EXPECT_EQ(response.status, 200) << response.body;
+    std::map<std::string, json> out;
+    const json body = json::parse(response.body);  // the loop must not iterate a temporary's member
+    for (const json& s : body["TrainingJobSummaries"]) {
+      out[s["TrainingJobName"].get<std::string>()] = s.value("WarmPoolStatus", json());
+    }
+    return out;
+  };
+  auto all = list(json::object());
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all["reused"], Describe("reused")["WarmPoolStatus"]);
+  EXPECT_TRUE(all["plain"].is_null());
+  EXPECT_EQ(list({{"WarmPoolStatusEquals", "Available"}}).size(), 1u);
+  EXPECT_EQ(list({{"WarmPoolStatusEquals", "Reused"}}).count("reused"), 1u);
+  EXPECT_TRUE(list({{"WarmPoolStatusEquals", "Terminated"}}).empty());
+}
+
+// UpdateTrainingJob: KeepAlivePeriodInSeconds while InProgress or while the pool is Available;
+// nothing else of a finished job; never a period a spot job cannot have.
+TEST_F(WarmPoolApiTest, UpdateChangesThePeriodOfARunningJobOrAnAvailablePool) {
+  auto [status, type, message] = Call("CreateTrainingJob", WithKeepAlive(Request("job"), 600));
+  ASSERT_EQ(status, 200) << message;
+  auto update = [&](const json& extra) {
+    json input = {{"TrainingJobName", "job"}};
+    input.update(extra);
+    return Call("UpdateTrainingJob", input);
+  };
+  const json period = {{"ResourceConfig", {{"KeepAlivePeriodInSeconds", 1200}}}};
+  EXPECT_EQ(std::get<0>(update(period)), 200);
+  EXPECT_EQ(Describe("job")["ResourceConfig"]["KeepAlivePeriodInSeconds"], 1200);
+  store::TrainingJobRepository jobs(db_.get());
+  ASSERT_TRUE(jobs.Mutate("job",
+                          [](store::TrainingJobRecord& r) {
+                            r.status = store::TrainingJobStatus::kCompleted;
+                            r.state.warm_pool.status = store::WarmPoolStatus::kAvailable;
+                            return Status::Ok();
+                          })
+                  .ok());
+  EXPECT_EQ(std::get<0>(update({{"ResourceConfig", {{"KeepAlivePeriodInSeconds", 0}}}})), 200);
+  EXPECT_EQ(Describe("job")["ResourceConfig"]["KeepAlivePeriodInSeconds"], 0);
+  auto [s2, t2, m2] = update({{"RemoteDebugConfig", {{"EnableRemoteDebug", true}}}});
+  EXPECT_EQ(t2, "ValidationException");
+  EXPECT_THAT(m2, ::testing::HasSubstr("only its warm pool's ResourceConfig.KeepAlivePeriodInSeconds"));
+  ASSERT_TRUE(jobs.Mutate("job",
+                          [](store::TrainingJobRecord& r) {
+                            r.state.warm_pool.status = store::WarmPoolStatus::kTerminated;
+                            return Status::Ok();
+                          })
+                  .ok());
+  auto [s3, t3, m3] = update(period);
+  EXPECT_EQ(t3, "ValidationException");
+  EXPECT_THAT(m3, ::testing::HasSubstr("is Completed"));
 }
 
 TEST(CheckDistributionTest, EverySwitchTheSdkSetsIsAccepted) {
