@@ -128,6 +128,25 @@ Status WriteProcessingLayout(const std::string& opt_ml, const json& request, con
   return Status::Ok();
 }
 
+Status WriteInterpreterShims(const std::string& opt_ml, const std::string& interpreter) {
+  if (interpreter.empty() || interpreter.front() != '/') {
+    return Status::InvalidArgument("the interpreter '" + interpreter + "' is not an absolute path");
+  }
+  // Single-quoted for /bin/sh: a quote inside becomes '\''.
+  std::string quoted = "'";
+  for (char c : interpreter) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string dir = opt_ml + "/.kiln/bin";
+  RETURN_IF_ERROR(MakeDirs(dir));
+  for (const char* name : {"python", "python3"}) {
+    RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + name, "#!/bin/sh\nexec " + quoted + " \"$@\"\n", 0755));
+  }
+  for (const char* name : {"pip", "pip3"}) {
+    RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + name, "#!/bin/sh\nexec " + quoted + " -m pip \"$@\"\n", 0755));
+  }
+  return Status::Ok();
+}
+
 Result<std::string> ReadExitMessage(const std::vector<std::string>& opt_ml_dirs,
                                     const std::vector<std::string>& host_names) {
   std::string message;

@@ -7,6 +7,9 @@
 //   /opt/ml/config/resourceconfig.json        {"current_host": "algo-1", "hosts": [...sorted]}
 //   /opt/ml/output/                           where the program may write `message` / `failure`
 //   every S3Input.LocalPath and S3Output.LocalPath (under /opt/ml/processing/), created empty
+//   /opt/ml/.kiln/bin/                        (script-mode images only, WriteInterpreterShims)
+//                                             python, python3, pip, pip3 running the
+//                                             environment's interpreter
 //
 // `opt_ml` is the HOST directory bound at /opt/ml (as in training_layout.h). Config files are
 // written compactly, mode 0444, atomically. Functions are stateless and thread-safe.
@@ -35,6 +38,19 @@ std::string ProcessingResourceConfigJson(const std::string& current_host, std::v
 // InvalidArgument "ClientError: ..." for a LocalPath outside /opt/ml; file-system errors.
 Status WriteProcessingLayout(const std::string& opt_ml, const nlohmann::json& request, const std::string& job_arn,
                              const std::string& current_host, const std::vector<std::string>& hosts);
+
+// Where WriteInterpreterShims puts its commands inside the sandbox; a script-mode host's PATH
+// starts with it (processing_launch.h).
+inline constexpr std::string_view kProcessingShimDir = "/opt/ml/.kiln/bin";
+
+// A framework image has `python`, `python3` and `pip` on its PATH, and the SDK's processors call
+// them by name: the FrameworkProcessor family's runproc.sh runs `python <script>` under /bin/bash.
+// A script-mode host (an environment's interpreter instead of the image) gets the same: small
+// /bin/sh scripts in <opt_ml>/.kiln/bin exec'ing `interpreter` ("pip"/"pip3": `interpreter -m
+// pip`). Scripts rather than symlinks, so that a virtualenv's interpreter still finds its
+// pyvenv.cfg. `interpreter` must be absolute (InvalidArgument otherwise). Existing shims are
+// replaced; file-system errors are returned as they are.
+Status WriteInterpreterShims(const std::string& opt_ml, const std::string& interpreter);
 
 // ExitMessage (§17): the hosts' /opt/ml/output/message files (host paths of /opt/ml, lowest host
 // first; a missing file counts as empty) concatenated, then cut to its first 1024 bytes (never

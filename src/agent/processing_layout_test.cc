@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "base/fs.h"
@@ -82,6 +83,39 @@ TEST(ProcessingLayoutTest, RefusesALocalPathOutsideOptMl) {
   Status s = WriteProcessingLayout(dir.path() + "/opt_ml", request, "arn", "algo-1", {"algo-1"});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_EQ(s.message().rfind("ClientError: ", 0), 0u) << s.message();
+}
+
+// What `command` printed on stdout (popen: through /bin/sh).
+std::string Output(const std::string& command) {
+  std::string out;
+  FILE* f = popen(command.c_str(), "r");
+  if (f == nullptr) return "popen failed";
+  char buffer[256];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), f)) > 0) out.append(buffer, n);
+  pclose(f);
+  return out;
+}
+
+TEST(ProcessingLayoutTest, InterpreterShimsRunTheInterpreterWithTheirArguments) {
+  store::testing::TempDir dir;
+  const std::string opt_ml = dir.path() + "/opt_ml";
+  // An "interpreter" that shows its arguments, at a path that needs quoting.
+  const std::string interpreter = dir.path() + "/it's an interpreter";
+  std::filesystem::create_symlink("/bin/echo", interpreter);
+  ASSERT_TRUE(WriteInterpreterShims(opt_ml, interpreter).ok());
+  const std::string bin = opt_ml + "/.kiln/bin/";
+  EXPECT_EQ(Output("'" + bin + "python' a 'b  c'"), "a b  c\n");
+  EXPECT_EQ(Output("'" + bin + "python3' -c x"), "-c x\n");
+  EXPECT_EQ(Output("'" + bin + "pip' install -r r.txt"), "-m pip install -r r.txt\n");
+  EXPECT_EQ(Output("'" + bin + "pip3' --version"), "-m pip --version\n");
+  struct stat st;
+  ASSERT_EQ(stat((bin + "python").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  // Written again (a restart) over the old ones.
+  EXPECT_TRUE(WriteInterpreterShims(opt_ml, "/bin/echo").ok());
+  EXPECT_EQ(Output("'" + bin + "python' again"), "again\n");
+  EXPECT_EQ(WriteInterpreterShims(opt_ml, "python3").code(), StatusCode::kInvalidArgument);
 }
 
 class ExitMessageTest : public ::testing::Test {

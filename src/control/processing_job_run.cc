@@ -249,6 +249,15 @@ Status ProcessingJobRun::Stage() {
   auto resolved = deps().environments->Resolve(image);
   if (!resolved.ok()) return agent::ClientError(resolved.status().message());
   image_ = *resolved;
+  if (resolved->kind == runtime::ImageResolution::Kind::kScriptMode) {
+    // The SDK's FrameworkProcessor runs `python <script>` from its runproc.sh: the names the
+    // framework image would have on PATH (processing_launch.h).
+    for (auto& host : hosts_) {
+      if (Status shims = agent::WriteInterpreterShims(host->opt_ml, resolved->interpreter); !shims.ok()) {
+        return agent::InternalServerError("cannot prepare the interpreter commands: " + shims.message(), shims.code());
+      }
+    }
+  }
   if (resolved->kind == runtime::ImageResolution::Kind::kContainerImage) {
     const Status prepared = deps().runtime->PrepareImage(
         runtime::ContainerImage{.requested = resolved->image, .reference = "", .entrypoint = std::nullopt},

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "agent/errors.h"
+#include "agent/processing_layout.h"
 
 namespace kiln::control {
 
@@ -61,6 +62,11 @@ Result<ProcessingLaunchPlan> PlanProcessingLaunch(const json& request, const run
     env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
            {"HOME", "/root"},
            {"LANG", "C.UTF-8"}};
+  }
+  if (image.kind == Kind::kScriptMode) {
+    // `python`, `python3` and `pip` are the environment's, as they are the framework image's
+    // (the run writes them: agent::WriteInterpreterShims).
+    env["PATH"] = std::string(agent::kProcessingShimDir) + ":" + env["PATH"];
   }
   for (const auto& [k, v] : image.env) env[k] = v;
   env["AWS_REGION"] = context.region;

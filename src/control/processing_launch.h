@@ -18,10 +18,11 @@
 //               nothing to run (the image's own entrypoint is not available on the process
 //               runtime): ClientError saying so.
 //   environment nothing inherited from the server: (not for container images) a base
-//               PATH/HOME/LANG, then the environment table's variables, Kiln's region and endpoint
-//               variables (§5.1), the request's Environment, and the credentials (winning over
-//               the request). No TRAINING_JOB_* variables, no KILN_RSH_TOKEN. GPU variables per
-//               host come from AddGpuEnvironment (training_launch.h).
+//               PATH/HOME/LANG (script mode: PATH starts with agent::kProcessingShimDir, where
+//               `python`, `python3`, `pip` run the environment's interpreter), then the environment table's variables,
+//               Kiln's region and endpoint variables (§5.1), the request's Environment, and the credentials (winning
+//               over the request). No TRAINING_JOB_* variables, no KILN_RSH_TOKEN. GPU variables per host come from
+//               AddGpuEnvironment (training_launch.h).
 //   binds       host paths under /tmp the program needs (BindIfInTmp); none for container images.
 
 #include <string>

@@ -85,7 +85,9 @@ TEST(ProcessingLaunchTest, ScriptModeRunsTheEntrypointWithTheEnvironmentsInterpr
             (std::vector<std::string>{"/opt/venv/bin/python", "/opt/ml/processing/input/code/x.py", "--n", "2"}));
   EXPECT_EQ(plan->working_dir, "/");
   EXPECT_EQ(plan->env.at("FROM_TABLE"), "yes");
-  EXPECT_EQ(plan->env.count("PATH"), 1u);
+  // `python`, `python3`, `pip` by name are the environment's (the SDK's FrameworkProcessor runs
+  // `python <script>` from its runproc.sh).
+  EXPECT_EQ(plan->env.at("PATH"), "/opt/ml/.kiln/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
   // Another program is run as named.
   auto bash = PlanProcessingLaunch(Request({{"ImageUri", "sklearn"}, {"ContainerEntrypoint", {"bash", "-c", "x"}}}),
                                    ScriptMode(), Context());
@@ -106,6 +108,7 @@ TEST(ProcessingLaunchTest, LocalExecutableIsTheEntrypointWithoutTrain) {
   auto args = PlanProcessingLaunch(
       Request({{"ImageUri", "local:/usr/local/bin/proc"}, {"ContainerArguments", {"a", "b"}}}), Local(), Context());
   EXPECT_EQ(args->argv, (std::vector<std::string>{"/usr/local/bin/proc", "a", "b"}));
+  EXPECT_EQ(args->env.at("PATH"), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");  // no shims
 }
 
 TEST(ProcessingLaunchTest, EnvironmentIsTheRequestsPlusKilnsWithoutTrainingVariables) {
