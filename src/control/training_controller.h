@@ -218,6 +218,8 @@ class TrainingController : public TrainingQueueView {
   // A run ended with its row saying Available: its grant becomes the pool's. Otherwise the grant
   // is released. (OnRunFinished.)
   void KeepOrReleaseGrant(const std::string& name) EXCLUDES(mutex_);
+  // Hands a pool just kept to the first queued job that matches it (ClaimWarmPool).
+  void OfferPoolToQueue(const nlohmann::json& kept_request) EXCLUDES(mutex_);
   // Ends an Available pool (expiry, capacity, UpdateTrainingJob 0, restart past expiry):
   // Terminated with its retained time, grant released, directories removed. Acts only when it
   // takes the pool out of pools_ itself (or `claimed`: the caller holds a pool not in pools_);

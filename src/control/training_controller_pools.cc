@@ -133,12 +133,9 @@ void TrainingController::KeepOrReleaseGrant(const std::string& name) {
     return;
   }
   const std::string grant_id = WarmPoolGrantId(name);
-  Status moved = deps_.scheduler->Transfer(name, grant_id);
-  if (moved.ok()) moved = deps_.scheduler->SetReclaimable(grant_id, true);
-  if (!moved.ok()) {
+  if (Status moved = deps_.scheduler->Transfer(name, grant_id); !moved.ok()) {
     KLOG(error, "warm pool grant not kept", {{"job", name}, {"error", moved.ToString()}});
     deps_.scheduler->Release(name);
-    deps_.scheduler->Release(grant_id);
     TerminateWarmPool(name, "its grant could not be kept", /*claimed=*/true);
     return;
   }
@@ -146,11 +143,28 @@ void TrainingController::KeepOrReleaseGrant(const std::string& name) {
     MutexLock lock(mutex_);
     pools_[name] = KeptPool{record->request, record->state.warm_pool.expires_millis,
                             record->state.warm_pool.available_since_millis};
-    schedule_needed_ = true;
-    wake_.NotifyAll();
   }
   KLOG(info, "warm pool kept",
        {{"job", name}, {"until_millis", std::to_string(record->state.warm_pool.expires_millis)}});
+  // A matching job already in line takes it first; only then may the scheduler reclaim it for
+  // whatever waits (before, the job in line would see its own pool reclaimed for it).
+  OfferPoolToQueue(record->request);
+  (void)deps_.scheduler->SetReclaimable(grant_id, true);  // NotFound: a job took it meanwhile
+  MutexLock lock(mutex_);
+  schedule_needed_ = true;
+  wake_.NotifyAll();
+}
+
+void TrainingController::OfferPoolToQueue(const json& kept_request) {
+  // A matching job submitted while the pool's job was finishing (its row already Completed, its
+  // grant not yet kept) waits in line: it takes the pool now, as it would have at submission.
+  for (const auto& queued : deps_.scheduler->Snapshot().queue) {
+    auto record = jobs_.Get(queued.id);
+    if (!record.ok() || !WarmPoolMatches(kept_request, record->request)) continue;
+    deps_.scheduler->Cancel(queued.id);
+    if (ClaimWarmPool(*record)) return;
+    Submit(queued.id);  // the pool went elsewhere meanwhile: back in line, in its place
+  }
 }
 
 void TrainingController::TerminateWarmPool(const std::string& name, const std::string& why, bool claimed) {

@@ -1314,6 +1314,21 @@ TEST_F(TrainingControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
   EXPECT_EQ(second_pool.expires_millis, second_pool.available_since_millis + 300'000);
 }
 
+// A matching job queued behind the running job (the node is full) takes that job's pool as soon as
+// it is kept, rather than seeing it reclaimed for it.
+TEST_F(TrainingControllerTest, AMatchingJobWaitingInLineTakesThePoolWhenItIsKept) {
+  StartController();
+  Create("running", KeepAlive(600));
+  ASSERT_TRUE(WaitForLaunch("running"));
+  Create("waiting", KeepAlive(600));
+  WaitForStatus("waiting", "InProgress", "Pending");
+  ASSERT_TRUE(runtime_->Exit(Instance("running"), 0).ok());
+  ASSERT_TRUE(WaitForLaunch("waiting"));
+  EXPECT_EQ(Job("running").state.warm_pool.status, store::WarmPoolStatus::kReused);
+  EXPECT_EQ(Job("running").state.warm_pool.reused_by_job, "waiting");
+  EXPECT_EQ(Job("waiting").state.warm_pool.status, store::WarmPoolStatus::kInUse);
+}
+
 // A job that does not match waits for the capacity a pool holds only until the pool gives way:
 // the pool is terminated for it (Terminated, billed until then).
 TEST_F(TrainingControllerTest, AQueuedJobThatDoesNotMatchTerminatesThePoolForItsCapacity) {
