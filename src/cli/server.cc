@@ -16,6 +16,7 @@
 #include "api/logs.h"
 #include "api/service_model.h"
 #include "api/training_jobs.h"
+#include "api/processing_jobs.h"
 #include "api/tuning_jobs.h"
 #include "base/fs.h"
 #include "base/hash.h"
@@ -539,6 +540,26 @@ Status Server::OpenLogsAndTraining(control::TrainingControllerOptions training) 
   deps.on_run_finished = [this](const std::string& job) {
     if (tuning_) tuning_->Submit(job);
   };
+  // Processing jobs run on the same instances, images and networks as training jobs
+  // (training-contract.md §17), in host directories of their own.
+  control::ProcessingControllerOptions processing;
+  processing.work_dir = c.data_dir + "/processing";
+  processing.region = training.region;
+  processing.endpoint_url = training.endpoint_url;
+  processing.stop_grace = training.stop_grace;
+  processing.staging_parallelism = training.staging_parallelism;
+  processing.keep_host_dirs = training.keep_host_dirs;
+  control::ProcessingControllerDeps processing_deps;
+  processing_deps.database = database_.get();
+  processing_deps.object_store = object_store_.get();
+  processing_deps.log_store = log_store_.get();
+  processing_deps.runtime = runtime_.get();
+  processing_deps.scheduler = scheduler_.get();
+  processing_deps.environments = environments_.get();
+  processing_deps.credentials = instance_credentials_.get();
+  processing_deps.instance_metrics = instance_metrics_.get();
+  processing_deps.networks = networks_.get();
+  processing_ = std::make_unique<control::ProcessingController>(processing, processing_deps);
   training_ = std::make_unique<control::TrainingController>(training, deps);
   // `kiln interrupt <job>` (POST /_kiln/training/interrupt): a spot reclaim on demand.
   front_door_->SetTrainingInterrupter(
@@ -588,6 +609,17 @@ void Server::RegisterJsonServices() {
   training_api.region = c.regions.front();
   training_api.catalog = catalog_.get();
   api::RegisterTrainingJobOperations(sagemaker.get(), training_api);
+  api::ProcessingJobsContext processing_api;
+  processing_api.database = database_.get();
+  processing_api.on_created = [this](const std::string& name) { processing_->Submit(name); };
+  processing_api.on_stop_requested = [this](const std::string& name) { processing_->RequestStop(name); };
+  processing_api.account_id = c.account_id;
+  processing_api.region = c.regions.front();
+  processing_api.catalog = catalog_.get();
+  processing_api.check_feasible = [this](const std::string& instance_type, int instance_count) {
+    return scheduler_->CheckFeasible(instance_type, instance_count);
+  };
+  api::RegisterProcessingJobOperations(sagemaker.get(), processing_api);
   // Hyperparameter tuning: its controller launches trials as CreateTrainingJob would.
   trial_launcher_ = std::make_unique<api::TrainingJobTrialLauncher>(training_api);
   control::TuningControllerOptions tuning_options;
@@ -695,6 +727,7 @@ Status Server::Start() {
   RETURN_IF_ERROR(training_->Start().WithPrefix("training controller"));
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
   RETURN_IF_ERROR(tuning_->Start().WithPrefix("tuning controller"));
+  RETURN_IF_ERROR(processing_->Start().WithPrefix("processing controller"));
   invocation_metrics_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
@@ -709,6 +742,7 @@ void Server::Stop(int grace_seconds) {
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
+  if (processing_) processing_->Shutdown();
   if (endpoints_) endpoints_->Shutdown();
   if (invocation_metrics_) invocation_metrics_->Stop();
   if (instance_metrics_) instance_metrics_->Stop();

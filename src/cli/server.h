@@ -15,6 +15,7 @@
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
+#include "control/processing_controller.h"
 #include "control/scheduler.h"
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
@@ -105,6 +106,7 @@ class Server {
   // the controllers, which use it until they are gone.
   std::unique_ptr<runtime::InstanceNetworks> networks_;
   std::unique_ptr<control::TrainingController> training_;
+  std::unique_ptr<control::ProcessingController> processing_;
   // Tuning jobs launch and stop their trials through the training API's own paths.
   std::unique_ptr<api::TrainingJobTrialLauncher> trial_launcher_;
   std::unique_ptr<control::TuningController> tuning_;
