@@ -5,4 +5,7 @@ cd "$(dirname "$0")/.."
 build_dir="${KILN_BUILD_DIR:-build}"
 jobs="${KILN_JOBS:-$(nproc)}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
-cmake --build "$build_dir" -j "$jobs"
+# KILN_BUILD_TARGETS (space-separated): only those targets, e.g. the sanitizer pass's test binaries.
+targets=()
+for t in ${KILN_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
