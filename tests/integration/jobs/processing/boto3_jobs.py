@@ -1,0 +1,62 @@
+"""The programs of test_processing.py's boto3 jobs: `python3 boto3_jobs.py MODE ARGS...`, staged
+from S3 into /opt/ml/processing/input/code (as the SDK stages its code input).
+
+  ok        prints its arguments and $GREETING, copies the Pipe input's FIFO
+            /opt/ml/processing/input/piped_0 to output/result/piped.txt, writes
+            output/result/nested/answer.txt and /opt/ml/output/message, exits 0
+  fail      writes output/partial.txt, prints a line, an error to stderr, exits 3
+  failfile  writes /opt/ml/output/failure, exits 1
+  badmsg    writes bytes that are not UTF-8 to /opt/ml/output/message, exits 0
+  stop      prints "running", sleeps; on SIGTERM prints so and exits 143
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def ok(args):
+    print("ok-job: args=%s" % json.dumps(args), flush=True)
+    print("ok-job: greeting=%s" % os.environ.get("GREETING"), flush=True)
+    os.makedirs("/opt/ml/processing/output/result/nested", exist_ok=True)
+    with open("/opt/ml/processing/input/piped_0", "rb") as fifo, \
+            open("/opt/ml/processing/output/result/piped.txt", "wb") as f:
+        f.write(fifo.read())
+    with open("/opt/ml/processing/output/result/nested/answer.txt", "w") as f:
+        f.write("42\n")
+    with open("/opt/ml/output/message", "w") as f:
+        f.write("processed 42 rows")
+
+
+def fail(args):
+    with open("/opt/ml/processing/output/partial.txt", "w") as f:
+        f.write("written before failing\n")
+    print("fail-job: about to fail", flush=True)
+    print("ValueError: column 'price' has negative values", file=sys.stderr, flush=True)
+    sys.exit(3)
+
+
+def failfile(args):
+    with open("/opt/ml/output/failure", "w") as f:
+        f.write("ClientError: the input has no header row")
+    sys.exit(1)
+
+
+def badmsg(args):
+    with open("/opt/ml/output/message", "wb") as f:
+        f.write(b"done \xff\xfe")
+
+
+def stop(args):
+    def on_term(signum, frame):
+        print("stop-job: got SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    print("stop-job: running", flush=True)
+    time.sleep(300)
+
+
+if __name__ == "__main__":
+    {"ok": ok, "fail": fail, "failfile": failfile, "badmsg": badmsg, "stop": stop}[sys.argv[1]](sys.argv[2:])

@@ -1,0 +1,1 @@
+VALUE = "helper imported from the source_dir"
