@@ -1256,9 +1256,21 @@ TEST_F(TrainingControllerTest, MaxPendingTimeDoesNotStopASpotJobQueuedAgainAfter
 
 json KeepAlive(int64_t seconds) { return {{"ResourceConfig", {{"KeepAlivePeriodInSeconds", seconds}}}}; }
 
+class WarmPoolControllerTest : public TrainingControllerTest {
+ protected:
+  // Runs `name` with this keep-alive period to Completed and waits until its pool holds the grant.
+  void RunToAvailablePool(const std::string& name, int64_t seconds) {
+    Create(name, KeepAlive(seconds));
+    ASSERT_TRUE(WaitForLaunch(name));
+    ASSERT_TRUE(runtime_->Exit(Instance(name), 0).ok());
+    WaitForStatus(name, "Completed");
+    ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/" + name).has_value(); }));
+  }
+};
+
 // A finished job with a keep-alive period keeps its grant and its persistent cache; a matching
 // job starts on them at once (Reused / InUse), with the cache as the first job left it.
-TEST_F(TrainingControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
+TEST_F(WarmPoolControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
   StartController();
   Create("first", KeepAlive(600));
   ASSERT_TRUE(WaitForLaunch("first"));
@@ -1316,7 +1328,7 @@ TEST_F(TrainingControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
 
 // A matching job queued behind the running job (the node is full) takes that job's pool as soon as
 // it is kept, rather than seeing it reclaimed for it.
-TEST_F(TrainingControllerTest, AMatchingJobWaitingInLineTakesThePoolWhenItIsKept) {
+TEST_F(WarmPoolControllerTest, AMatchingJobWaitingInLineTakesThePoolWhenItIsKept) {
   StartController();
   Create("running", KeepAlive(600));
   ASSERT_TRUE(WaitForLaunch("running"));
@@ -1331,13 +1343,9 @@ TEST_F(TrainingControllerTest, AMatchingJobWaitingInLineTakesThePoolWhenItIsKept
 
 // A job that does not match waits for the capacity a pool holds only until the pool gives way:
 // the pool is terminated for it (Terminated, billed until then).
-TEST_F(TrainingControllerTest, AQueuedJobThatDoesNotMatchTerminatesThePoolForItsCapacity) {
+TEST_F(WarmPoolControllerTest, AQueuedJobThatDoesNotMatchTerminatesThePoolForItsCapacity) {
   StartController();
-  Create("kept", KeepAlive(600));
-  ASSERT_TRUE(WaitForLaunch("kept"));
-  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
-  WaitForStatus("kept", "Completed");
-  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  RunToAvailablePool("kept", 600);
   clock_.Advance(std::chrono::seconds(5));
   Create("plain");  // no keep-alive period: it does not match
   ASSERT_TRUE(WaitForLaunch("plain"));
@@ -1351,23 +1359,15 @@ TEST_F(TrainingControllerTest, AQueuedJobThatDoesNotMatchTerminatesThePoolForIts
 
 // The period runs out (Terminated after exactly the period); UpdateTrainingJob to 0 ends a pool
 // at once; a longer period counts from the update.
-TEST_F(TrainingControllerTest, APoolEndsWhenItsPeriodRunsOutOrIsSetToZero) {
+TEST_F(WarmPoolControllerTest, APoolEndsWhenItsPeriodRunsOutOrIsSetToZero) {
   StartController();
-  Create("short", KeepAlive(1));
-  ASSERT_TRUE(WaitForLaunch("short"));
-  ASSERT_TRUE(runtime_->Exit(Instance("short"), 0).ok());
-  WaitForStatus("short", "Completed");
-  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/short").has_value(); }));
+  RunToAvailablePool("short", 1);
   clock_.Advance(std::chrono::seconds(3));
   ASSERT_TRUE(WaitFor([&] { return Job("short").state.warm_pool.status == store::WarmPoolStatus::kTerminated; }));
   EXPECT_EQ(Job("short").state.warm_pool.retained_millis, 1000);  // the period, not the late check
   EXPECT_TRUE(WaitFor([&] { return !scheduler_->Granted("warm-pool/short").has_value(); }));
 
-  Create("updated", KeepAlive(60));
-  ASSERT_TRUE(WaitForLaunch("updated"));
-  ASSERT_TRUE(runtime_->Exit(Instance("updated"), 0).ok());
-  WaitForStatus("updated", "Completed");
-  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/updated").has_value(); }));
+  RunToAvailablePool("updated", 60);
   auto set_period = [&](int64_t seconds) {
     store::TrainingJobRepository jobs(db_.get());
     ASSERT_TRUE(jobs.Mutate("updated",
@@ -1389,13 +1389,9 @@ TEST_F(TrainingControllerTest, APoolEndsWhenItsPeriodRunsOutOrIsSetToZero) {
 }
 
 // A pool outlives a server restart: its grant is reserved again and a matching job reuses it.
-TEST_F(TrainingControllerTest, APoolIsKeptAcrossARestart) {
+TEST_F(WarmPoolControllerTest, APoolIsKeptAcrossARestart) {
   StartController();
-  Create("kept", KeepAlive(600));
-  ASSERT_TRUE(WaitForLaunch("kept"));
-  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
-  WaitForStatus("kept", "Completed");
-  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  RunToAvailablePool("kept", 600);
   RestartController();
   EXPECT_TRUE(scheduler_->Granted("warm-pool/kept").has_value());
   Create("next", KeepAlive(600));
@@ -1405,13 +1401,9 @@ TEST_F(TrainingControllerTest, APoolIsKeptAcrossARestart) {
 }
 
 // A job that took a pool and failed before it ran used the pool up (Terminated); it keeps none.
-TEST_F(TrainingControllerTest, AJobThatTookAPoolAndFailedBeforeRunningKeepsNone) {
+TEST_F(WarmPoolControllerTest, AJobThatTookAPoolAndFailedBeforeRunningKeepsNone) {
   StartController();
-  Create("kept", KeepAlive(600));
-  ASSERT_TRUE(WaitForLaunch("kept"));
-  ASSERT_TRUE(runtime_->Exit(Instance("kept"), 0).ok());
-  WaitForStatus("kept", "Completed");
-  ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/kept").has_value(); }));
+  RunToAvailablePool("kept", 600);
   json bad = KeepAlive(600);
   bad["InputDataConfig"] = json::array(
       {{{"ChannelName", "train"},
