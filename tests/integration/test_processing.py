@@ -253,7 +253,8 @@ def world(module_kiln, sm, s3, tmp_path_factory):
         inputs=[s3_input("shards", "s3://%s/shards/part-00.csv" % w.bucket, "/opt/ml/processing/input/one"),
                 s3_input("piped", "s3://%s/shards/part-01.csv" % w.bucket, "/opt/ml/processing/input/piped",
                          S3InputMode="Pipe")],
-        outputs=[s3_output("result", "s3://%s/ok-output" % w.bucket, "/opt/ml/processing/output/result")]))
+        outputs=[s3_output("result", "s3://%s/ok-output" % w.bucket, "/opt/ml/processing/output/result")]),
+        Tags=[{"Key": "team", "Value": "ml"}])
     sm.create_processing_job(**request(w.names["fail"], "fail", outputs=[
         s3_output("partial", "s3://%s/fail-output/" % w.bucket, "/opt/ml/processing/output")]))
     sm.create_processing_job(**request(w.names["failfile"], "failfile"))
@@ -336,6 +337,10 @@ def test_validation_errors_as_aws(world, sm):
     assert code == "ValidationException", message
     assert "10" in message, message
 
+    # A name outside the model's pattern.
+    code, message = error_of(sm.create_processing_job, **request(name.replace("-", "_"), "ok"))
+    assert code == "ValidationException", message
+
     # Duplicate input names; a name that is taken.
     code, message = error_of(sm.create_processing_job, **request(name, "ok", inputs=[good_input, good_input]))
     assert code == "ValidationException", message
@@ -397,6 +402,8 @@ def test_completed_job_describe_output_and_exit_message(world, sm, s3):
     assert "FailureReason" not in d, d
     check_times(d)
     assert d["ProcessingJobArn"].endswith(":processing-job/" + name), d
+    tags = sm.list_tags(ResourceArn=d["ProcessingJobArn"])["Tags"]
+    assert tags == [{"Key": "team", "Value": "ml"}], tags
     assert d["AppSpecification"]["ImageUri"] == IMAGE, d
     assert d["AppSpecification"]["ContainerArguments"] == ["first", "two words"], d
     assert d["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 1, d
