@@ -543,6 +543,39 @@ def test_aws_cli_describe(world, sm, tmp_path):
     assert p.returncode != 0 and "ValidationException" in p.stderr, (p.returncode, p.stderr)
 
 
+def test_job_survives_server_kill_9(kiln_factory):
+    """A server of its own (host network, so its networks cannot meet the module server's) is
+    killed -9 while a job runs; after the restart the job is adopted, not run again: every tick
+    once in its stream, every Continuous file in S3, Completed with its ExitMessage."""
+    config = dict(KILN_CONFIG, network={"mode": "host"})
+    srv = kiln_factory("restart", config=config)
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    bucket = "proc-restart-%s" % RUN
+    s3.create_bucket(Bucket=bucket)
+    with open(os.path.join(PROC_DIR, "boto3_jobs.py"), "rb") as f:
+        s3.put_object(Bucket=bucket, Key="code/boto3_jobs.py", Body=f.read())
+    name = job_name("survivor")
+    ticks = 6
+    sm.create_processing_job(**request(
+        name, "ticks", arguments=[str(ticks)], bucket=bucket,
+        outputs=[s3_output("ticks", "s3://%s/ticks" % bucket, "/opt/ml/processing/output/ticks", "Continuous")]))
+    th.wait_until(lambda: "tick 1" in job_lines(logs, name), timeout=60, what="two ticks")
+    srv.kill()
+    killed_at = time.time()
+    time.sleep(1.5)  # the job ticks on while no server runs
+    srv.start()
+    sm, s3, logs = srv.client("sagemaker"), srv.client("s3"), srv.client("logs")
+    d = wait_for(sm, name, timeout=60, server=srv)
+    assert d["ProcessingJobStatus"] == "Completed", d
+    assert d["ExitMessage"] == "ticked %d times" % ticks, d
+    assert d["ProcessingStartTime"].timestamp() < killed_at < d["ProcessingEndTime"].timestamp(), d
+    lines = [line for line in job_lines(logs, name) if line.startswith("tick ")]
+    assert lines == ["tick %d" % i for i in range(ticks)], lines
+    assert len(streams(logs, name)) == 1, streams(logs, name)
+    keys = keys_under(s3, bucket, "ticks/")
+    assert sorted(keys) == sorted("tick-%d.txt" % i for i in range(ticks)), keys
+
+
 # ---------------------------------------------------------------------------------------------
 # The SageMaker Python SDK
 

@@ -8,6 +8,8 @@ from S3 into /opt/ml/processing/input/code (as the SDK stages its code input).
   failfile  writes /opt/ml/output/failure, exits 1
   badmsg    writes bytes that are not UTF-8 to /opt/ml/output/message, exits 0
   stop      prints "running", sleeps; on SIGTERM prints so and exits 143
+  ticks     N times, a second apart: prints "tick i" and writes output/ticks/tick-i.txt; then
+            writes /opt/ml/output/message and exits 0
 """
 
 import json
@@ -58,5 +60,16 @@ def stop(args):
     time.sleep(300)
 
 
+def ticks(args):
+    os.makedirs("/opt/ml/processing/output/ticks", exist_ok=True)
+    for i in range(int(args[0])):
+        with open("/opt/ml/processing/output/ticks/tick-%d.txt" % i, "w") as f:
+            f.write("%d\n" % i)
+        print("tick %d" % i, flush=True)
+        time.sleep(1)
+    with open("/opt/ml/output/message", "w") as f:
+        f.write("ticked %s times" % args[0])
+
+
 if __name__ == "__main__":
-    {"ok": ok, "fail": fail, "failfile": failfile, "badmsg": badmsg, "stop": stop}[sys.argv[1]](sys.argv[2:])
+    {"ok": ok, "fail": fail, "failfile": failfile, "badmsg": badmsg, "stop": stop, "ticks": ticks}[sys.argv[1]](sys.argv[2:])
