@@ -72,4 +72,5 @@ def ticks(args):
 
 
 if __name__ == "__main__":
-    {"ok": ok, "fail": fail, "failfile": failfile, "badmsg": badmsg, "stop": stop, "ticks": ticks}[sys.argv[1]](sys.argv[2:])
+    MODES = {"ok": ok, "fail": fail, "failfile": failfile, "badmsg": badmsg, "stop": stop, "ticks": ticks}
+    MODES[sys.argv[1]](sys.argv[2:])
