@@ -16,9 +16,9 @@ real clients against one module server:
   * boto3: Describe (status, times, ExitMessage from /opt/ml/output/message, FailureReason from a
     failing script's stderr and from /opt/ml/output/failure, a message that is not UTF-8), List
     with filters and paging, Stop of a running job (SIGTERM reaches it; Stopped) and of one
-    waiting for capacity, MaxRuntimeInSeconds, a Pipe input, EndOfJob outputs of a failed job,
-    CloudWatch Logs (group /aws/sagemaker/ProcessingJobs, stream <job>/algo-<n>-<epoch>), AWS
-    validation errors;
+    waiting for capacity, MaxRuntimeInSeconds, a Gzip Pipe input, a ManifestFile input, EndOfJob
+    outputs of a failed job, tags, CloudWatch Logs (group /aws/sagemaker/ProcessingJobs, stream
+    <job>/algo-<n>-<epoch>), AWS validation errors, a job surviving kill -9 of its server;
   * the AWS CLI: describe-processing-job.
 
 Every job is submitted when the module starts (the boto3 ones first, then the SDK's once their
@@ -240,6 +240,9 @@ def world(module_kiln, sm, s3, tmp_path_factory):
     w.shard_keys = ["shards/part-%02d.csv" % i for i in range(SHARDS)]
     for i, key in enumerate(w.shard_keys):
         s3.put_object(Bucket=w.bucket, Key=key, Body=("row,%d\n" % i).encode() * (i + 1))
+    s3.put_object(Bucket=w.bucket, Key="gz/part-01.csv.gz", Body=th.gzip_bytes(b"row,1\n" * 2))
+    s3.put_object(Bucket=w.bucket, Key="manifests/ok.manifest", Body=json.dumps(
+        [{"prefix": "s3://%s/shards/" % w.bucket}, "part-02.csv", "part-03.csv"]).encode())
     w.names = {what: job_name(what) for what in ("stop", "queued", "ok", "fail", "failfile", "badmsg", "timeout",
                                                  "sklearn", "script", "framework")}
 
@@ -251,8 +254,10 @@ def world(module_kiln, sm, s3, tmp_path_factory):
     sm.create_processing_job(**request(
         w.names["ok"], "ok", arguments=["first", "two words"], environment={"GREETING": "hi"},
         inputs=[s3_input("shards", "s3://%s/shards/part-00.csv" % w.bucket, "/opt/ml/processing/input/one"),
-                s3_input("piped", "s3://%s/shards/part-01.csv" % w.bucket, "/opt/ml/processing/input/piped",
-                         S3InputMode="Pipe")],
+                s3_input("piped", "s3://%s/gz/part-01.csv.gz" % w.bucket, "/opt/ml/processing/input/piped",
+                         S3InputMode="Pipe", S3CompressionType="Gzip"),
+                s3_input("manifest", "s3://%s/manifests/ok.manifest" % w.bucket, "/opt/ml/processing/input/manifest",
+                         S3DataType="ManifestFile")],
         outputs=[s3_output("result", "s3://%s/ok-output" % w.bucket, "/opt/ml/processing/output/result")]),
         Tags=[{"Key": "team", "Value": "ml"}])
     sm.create_processing_job(**request(w.names["fail"], "fail", outputs=[
@@ -415,12 +420,15 @@ def test_completed_job_describe_output_and_exit_message(world, sm, s3):
     assert out["S3Output"]["S3UploadMode"] == "EndOfJob", out
     # The output's files, individually, at S3Uri/<relative path>.
     keys = keys_under(s3, world.bucket, "ok-output/")
-    assert sorted(keys) == ["nested/answer.txt", "piped.txt"], keys
+    assert sorted(keys) == ["manifest.json", "nested/answer.txt", "piped.txt"], keys
     body = s3.get_object(Bucket=world.bucket, Key="ok-output/nested/answer.txt")["Body"].read()
     assert body == b"42\n"
-    # What the Pipe input's FIFO (<LocalPath>_0) streamed: the object.
+    # What the Pipe input's FIFO (<LocalPath>_0) streamed: the gzip object, decompressed.
     piped = s3.get_object(Bucket=world.bucket, Key="ok-output/piped.txt")["Body"].read()
     assert piped == b"row,1\n" * 2, piped
+    # A ManifestFile input: the objects it names, by their keys relative to its prefix.
+    manifest = get_json(s3, world.bucket, "ok-output/manifest.json")
+    assert manifest == {"part-02.csv": "row,2\n" * 3, "part-03.csv": "row,3\n" * 4}, manifest
 
 
 def test_failed_jobs_failure_reason(world, sm, s3):

@@ -2,7 +2,8 @@
 from S3 into /opt/ml/processing/input/code (as the SDK stages its code input).
 
   ok        prints its arguments and $GREETING, copies the Pipe input's FIFO
-            /opt/ml/processing/input/piped_0 to output/result/piped.txt, writes
+            /opt/ml/processing/input/piped_0 to output/result/piped.txt, lists the files of
+            /opt/ml/processing/input/manifest into output/result/manifest.json, writes
             output/result/nested/answer.txt and /opt/ml/output/message, exits 0
   fail      writes output/partial.txt, prints a line, an error to stderr, exits 3
   failfile  writes /opt/ml/output/failure, exits 1
@@ -26,6 +27,13 @@ def ok(args):
     with open("/opt/ml/processing/input/piped_0", "rb") as fifo, \
             open("/opt/ml/processing/output/result/piped.txt", "wb") as f:
         f.write(fifo.read())
+    listed = {}
+    for root, _, files in os.walk("/opt/ml/processing/input/manifest"):
+        for name in files:
+            with open(os.path.join(root, name)) as f:
+                listed[os.path.relpath(os.path.join(root, name), "/opt/ml/processing/input/manifest")] = f.read()
+    with open("/opt/ml/processing/output/result/manifest.json", "w") as f:
+        json.dump(listed, f)
     with open("/opt/ml/processing/output/result/nested/answer.txt", "w") as f:
         f.write("42\n")
     with open("/opt/ml/output/message", "w") as f:
