@@ -609,7 +609,7 @@ def test_sdk_sklearn_processor_sharded_input_continuous_output(world, sm, s3, lo
     assert sorted(keys) == ["algo-1/final.json", "algo-1/seen.json", "algo-2/final.json", "algo-2/seen.json"], keys
     seen = {h: get_json(s3, world.bucket, "sklearn-output/%s/seen.json" % h) for h in ("algo-1", "algo-2")}
     for h, report in seen.items():
-        assert report["host"] == h and report["argv"] == ["--shards", "7"], report
+        assert report["host"] == h and report["argv"] == ["--shards", "7"] and report["sklearn"], report
         final = get_json(s3, world.bucket, "sklearn-output/%s/final.json" % h)
         assert final["count"] == len(report["seen"]), final
 

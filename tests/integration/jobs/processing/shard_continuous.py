@@ -15,6 +15,7 @@ import sys
 import time
 
 import boto3
+import sklearn  # what the scikit-learn image provides (Kiln: Debian's, through the built-in environment)
 from botocore.exceptions import ClientError
 
 DATA = "/opt/ml/processing/input/data"
@@ -37,7 +38,7 @@ def main():
                 seen[os.path.relpath(path, DATA)] = hashlib.sha256(f.read()).hexdigest()
     os.makedirs(os.path.join(OUT, host), exist_ok=True)
     write_json(os.path.join(OUT, host, "seen.json"), {"host": host, "seen": seen, "argv": sys.argv[1:],
-                                                     "written_at": time.time()})
+                                                     "sklearn": sklearn.__version__, "written_at": time.time()})
     print("shard_continuous: %s saw %d objects: %s" % (host, len(seen), " ".join(sorted(seen))), flush=True)
 
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=os.environ["AWS_REGION"])
