@@ -612,6 +612,7 @@ Status Scheduler::Transfer(const std::string& from, const std::string& to) {
   Held held = std::move(it->second);
   granted_.erase(it);
   held.being_preempted = false;
+  held.reclaimable = false;  // a new holder is not a pool until it says so (SetReclaimable)
   granted_.emplace(to, std::move(held));
   return Status::Ok();
 }
@@ -625,11 +626,12 @@ Status Scheduler::SetReclaimable(const std::string& id, bool reclaimable) {
   return Status::Ok();
 }
 
-void Scheduler::Cancel(const std::string& id) {
+bool Scheduler::Cancel(const std::string& id) {
   MutexLock lock(mu_);
-  if (queued_key_.erase(id) == 0) return;
+  if (queued_key_.erase(id) == 0) return false;
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.request.id == id; }),
                queue_.end());
+  return true;
 }
 
 void Scheduler::Release(const std::string& id) {

@@ -215,7 +215,8 @@ class Scheduler {
   // callers may run it on every scheduling pass.
   std::vector<Preemption> Preemptions() EXCLUDES(mu_);
 
-  // Moves the grant held by `from` to `to`, resources, flags and grant order unchanged (a finished
+  // Moves the grant held by `from` to `to`, resources, spot flag and grant order unchanged, no longer
+  // reclaimable (a finished
   // training job's hosts kept as a warm pool, a warm pool taken by the job that reuses it).
   // NotFound if `from` holds no grant; AlreadyExists if `to` is queued or granted.
   Status Transfer(const std::string& from, const std::string& to) EXCLUDES(mu_);
@@ -226,7 +227,8 @@ class Scheduler {
   Status SetReclaimable(const std::string& id, bool reclaimable) EXCLUDES(mu_);
   // Removes a queued request (a job stopped while Pending). No-op if not queued; a granted id
   // keeps its grant (use Release).
-  void Cancel(const std::string& id) EXCLUDES(mu_);
+  // True when it was queued (and is not any more): whoever Cancel()s it first owns it.
+  bool Cancel(const std::string& id) EXCLUDES(mu_);
 
   // Frees a granted request's resources (and forgets that Preemptions() named it, if it did).
   // No-op for an unknown id. Call Schedule() afterwards to start what now fits; the release

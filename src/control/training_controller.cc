@@ -1,6 +1,7 @@
 #include "control/training_controller.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
@@ -152,6 +153,8 @@ void TrainingController::Submit(const std::string& name) {
   // A matching warm pool starts it at once, on the kept hosts (§19).
   if (KeepAliveSeconds(record->request) > 0 && ClaimWarmPool(*record)) return;
   Status enqueued = deps_.scheduler->Enqueue(request);
+  // Already granted (a pass or a pool's offer got there first): its run carries it on.
+  if (enqueued.code() == StatusCode::kAlreadyExists) return;
   if (!enqueued.ok()) {
     std::string why = "ClientError: " + enqueued.message();
     (void)jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
@@ -276,10 +279,25 @@ void EndTrainingAtLastInterruption(store::TrainingJobRecord& rec) {
 }
 }  // namespace
 
+namespace {
+// A job that ends without running used up a warm pool it took (stopped between the claim and its
+// run): the pool is Terminated; returns the directory to remove once the row is written.
+std::string UseUpTakenPool(store::TrainingJobRecord& rec) {
+  store::WarmPoolState& w = rec.state.warm_pool;
+  if (w.status != store::WarmPoolStatus::kInUse) return "";
+  std::string directory = std::move(w.directory);
+  w.directory.clear();
+  w.status = store::WarmPoolStatus::kTerminated;
+  return directory;
+}
+}  // namespace
+
 Status TrainingController::FinishWithoutRunning(const std::string& name, bool max_pending) {
   int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
+  std::string taken_pool;
   auto r = jobs_.Mutate(name, [&](store::TrainingJobRecord& rec) {
     if (!store::IsActive(rec.status)) return Status::Ok();
+    taken_pool = UseUpTakenPool(rec);
     SetStatus(rec, JobStatus::kStopped);
     SetPhase(rec, Phase::kDone);
     EndTrainingAtLastInterruption(rec);
@@ -288,6 +306,10 @@ Status TrainingController::FinishWithoutRunning(const std::string& name, bool ma
     rec.state.transitions.back().end_millis = now;
     return Status::Ok();
   });
+  if (r.ok() && !taken_pool.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(taken_pool, ec);
+  }
   return r.status();
 }
 

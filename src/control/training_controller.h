@@ -66,6 +66,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -228,7 +229,9 @@ class TrainingController : public TrainingQueueView {
   // Terminates the pools whose time ran out; true if any was.
   bool ExpireWarmPools() EXCLUDES(mutex_);
   // Start(): re-reserves the grants of the pools kept under a previous server.
+  // (Then removes the directories under <work_dir>/.warm-pools that no row refers to.)
   void AdoptWarmPools() EXCLUDES(mutex_);
+  void SweepWarmPoolDirectories();
 
   struct KeptPool {
     nlohmann::json request;  // the kept job's request (WarmPoolMatches)
@@ -251,6 +254,7 @@ class TrainingController : public TrainingQueueView {
   std::multimap<int64_t, std::string> wait_deadlines_ GUARDED_BY(mutex_);          // spot MaxWaitTime, millis -> job
   std::multimap<int64_t, std::string> resume_at_ GUARDED_BY(mutex_);  // interrupted jobs, due millis -> job
   std::map<std::string, KeptPool> pools_ GUARDED_BY(mutex_);          // Available warm pools by job
+  std::set<std::string> pending_pool_changes_ GUARDED_BY(mutex_);     // WarmPoolChanged before registration
   // Started by Start() and joined by Shutdown() (without mutex_), which the owner never calls
   // concurrently: not GUARDED_BY.
   std::thread scheduler_thread_;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "base/log.h"
 #include "control/training_controller.h"
@@ -130,6 +131,11 @@ void TrainingController::KeepOrReleaseGrant(const std::string& name) {
                     deps_.scheduler->Granted(name).has_value();
   if (!keep) {
     deps_.scheduler->Release(name);
+    // A row that says Available with no grant to keep (an adopted job whose resources could not be
+    // re-reserved): the pool is over before it began.
+    if (record.ok() && record->state.warm_pool.status == WarmPoolStatus::kAvailable) {
+      TerminateWarmPool(name, "its grant is gone", /*claimed=*/true);
+    }
     return;
   }
   const std::string grant_id = WarmPoolGrantId(name);
@@ -139,10 +145,12 @@ void TrainingController::KeepOrReleaseGrant(const std::string& name) {
     TerminateWarmPool(name, "its grant could not be kept", /*claimed=*/true);
     return;
   }
+  bool changed_meanwhile = false;
   {
     MutexLock lock(mutex_);
     pools_[name] = KeptPool{record->request, record->state.warm_pool.expires_millis,
                             record->state.warm_pool.available_since_millis};
+    changed_meanwhile = pending_pool_changes_.erase(name) != 0;
   }
   KLOG(info, "warm pool kept",
        {{"job", name}, {"until_millis", std::to_string(record->state.warm_pool.expires_millis)}});
@@ -150,6 +158,9 @@ void TrainingController::KeepOrReleaseGrant(const std::string& name) {
   // whatever waits (before, the job in line would see its own pool reclaimed for it).
   OfferPoolToQueue(record->request);
   (void)deps_.scheduler->SetReclaimable(grant_id, true);  // NotFound: a job took it meanwhile
+  // UpdateTrainingJob changed the period after the row said Available and before the pool was
+  // registered here (the run was still cleaning up or holding the hosts): it applies now.
+  if (changed_meanwhile) WarmPoolChanged(name);
   MutexLock lock(mutex_);
   schedule_needed_ = true;
   wake_.NotifyAll();
@@ -161,7 +172,9 @@ void TrainingController::OfferPoolToQueue(const json& kept_request) {
   for (const auto& queued : deps_.scheduler->Snapshot().queue) {
     auto record = jobs_.Get(queued.id);
     if (!record.ok() || !WarmPoolMatches(kept_request, record->request)) continue;
-    deps_.scheduler->Cancel(queued.id);
+    // Only the thread that takes the job out of line may hand it a pool: a pass may have granted
+    // it since the snapshot (its run is starting), or another pool's offer taken it.
+    if (!deps_.scheduler->Cancel(queued.id)) continue;
     if (ClaimWarmPool(*record)) return;
     Submit(queued.id);  // the pool went elsewhere meanwhile: back in line, in its place
   }
@@ -212,7 +225,12 @@ void TrainingController::WarmPoolChanged(const std::string& name) {
   if (!record.ok() || record->state.warm_pool.status != WarmPoolStatus::kAvailable) return;
   {
     MutexLock lock(mutex_);
-    if (pools_.count(name) == 0) return;  // being reused or ended right now
+    if (pools_.count(name) == 0) {
+      // Not registered yet (KeepOrReleaseGrant applies the change then), or being reused or ended
+      // right now (then the name is never looked up again).
+      pending_pool_changes_.insert(name);
+      return;
+    }
   }
   const int64_t now = deps_.clock ? deps_.clock->NowMillis() : Clock::System().NowMillis();
   const store::WarmPoolState& w = record->state.warm_pool;
@@ -255,6 +273,29 @@ void TrainingController::AdoptWarmPools() {
     }
     MutexLock lock(mutex_);
     pools_[job.name] = KeptPool{job.request, w.expires_millis, w.available_since_millis};
+  }
+  SweepWarmPoolDirectories();
+}
+
+void TrainingController::SweepWarmPoolDirectories() {
+  // Kept or taken directories no row refers to any more (a server that died between the steps of
+  // a hand-over): nothing will ever take them.
+  std::set<std::string> referenced;
+  store::ListFilter any;
+  auto rows = jobs_.List(any);
+  if (!rows.ok()) return;
+  for (const auto& job : *rows) {
+    const store::WarmPoolState& w = job.state.warm_pool;
+    if (!w.directory.empty()) referenced.insert(w.directory);
+  }
+  std::error_code ec;
+  const std::string root = options_.work_dir + "/.warm-pools";
+  for (auto it = std::filesystem::directory_iterator(root, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    if (referenced.count(it->path().string()) != 0) continue;
+    std::error_code removed;
+    std::filesystem::remove_all(it->path(), removed);
+    KLOG(info, "stale warm pool directory removed", {{"directory", it->path().string()}});
   }
 }
 
