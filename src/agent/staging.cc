@@ -163,22 +163,36 @@ Status MakeReadOnly(const std::string& dir) {
 struct KeptFile {
   std::string path;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
 };
 using KeptFiles = std::map<std::tuple<std::string, std::string, std::string, uint64_t>, KeptFile>;
 
-int64_t MtimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec);
+int64_t Nanos(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + static_cast<int64_t>(t.tv_nsec);
+}
+
+// Fills the file's identity (StagedFile) from the file as it is now; false when it is gone.
+bool StatStaged(StagedFile& f) {
+  struct stat st;
+  if (lstat(f.path.c_str(), &st) != 0) return false;
+  f.mtime_ns = Nanos(st.st_mtim);
+  f.ctime_ns = Nanos(st.st_ctim);
+  f.inode = static_cast<uint64_t>(st.st_ino);
+  return true;
 }
 
 json StagedFileToJson(const StagedFile& f) {
-  return {{"bucket", f.bucket}, {"key", f.key},   {"etag", f.etag},
-          {"size", f.size},     {"path", f.path}, {"mtime_ns", f.mtime_ns}};
+  return {{"bucket", f.bucket}, {"key", f.key},           {"etag", f.etag},         {"size", f.size},
+          {"path", f.path},     {"mtime_ns", f.mtime_ns}, {"ctime_ns", f.ctime_ns}, {"inode", f.inode}};
 }
 
 // The kept files of a manifest; empty when there is none or it cannot be read (nothing is reused).
 KeptFiles ReadKeptFiles(const std::string& manifest_path) {
   KeptFiles kept;
   if (manifest_path.empty()) return kept;
+  // Only files under the manifest's own directory (the pool's host directory) are taken.
+  const std::string under = std::filesystem::path(manifest_path).parent_path().string() + "/";
   auto text = ReadFile(manifest_path);
   if (!text.ok()) return kept;
   json doc = json::parse(*text, nullptr, false);
@@ -186,8 +200,11 @@ KeptFiles ReadKeptFiles(const std::string& manifest_path) {
   for (const json& e : doc) {
     if (!e.is_object()) continue;
     try {
+      KeptFile file{e.at("path").get<std::string>(), e.at("mtime_ns").get<int64_t>(), e.at("ctime_ns").get<int64_t>(),
+                    e.at("inode").get<uint64_t>()};
+      if (!StartsWith(file.path, under) || file.path.find("/../") != std::string::npos) continue;
       kept[{e.at("bucket").get<std::string>(), e.at("key").get<std::string>(), e.at("etag").get<std::string>(),
-            e.at("size").get<uint64_t>()}] = {e.at("path").get<std::string>(), e.at("mtime_ns").get<int64_t>()};
+            e.at("size").get<uint64_t>()}] = std::move(file);
     } catch (const json::exception&) {
       continue;  // a damaged entry: that object is downloaded
     }
@@ -199,10 +216,12 @@ KeptFiles ReadKeptFiles(const std::string& manifest_path) {
 bool TakeKeptFile(const KeptFile& kept, const SelectedObject& object, const std::string& path, uint64_t* bytes) {
   struct stat st;
   if (lstat(kept.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  if (static_cast<uint64_t>(st.st_size) != object.size.value_or(UINT64_MAX) || MtimeNs(st) != kept.mtime_ns) {
+  if (static_cast<uint64_t>(st.st_size) != object.size.value_or(UINT64_MAX) || Nanos(st.st_mtim) != kept.mtime_ns ||
+      Nanos(st.st_ctim) != kept.ctime_ns || static_cast<uint64_t>(st.st_ino) != kept.inode) {
     return false;  // changed by the job that kept it
   }
   if (rename(kept.path.c_str(), path.c_str()) != 0) return false;
+  (void)chmod(path.c_str(), 0644);  // as downloaded: a FastFile predecessor left it read-only
   *bytes = static_cast<uint64_t>(st.st_size);
   return true;
 }
@@ -301,10 +320,8 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
                                            : Result<uint64_t>(path.status());
       std::optional<StagedFile> staged;
       if (bytes.ok() && !task->object.etag.empty()) {
-        struct stat st;
-        if (stat(path->c_str(), &st) == 0) {
-          staged = StagedFile{task->object.bucket, task->object.key, task->object.etag, *bytes, *path, MtimeNs(st)};
-        }
+        staged = StagedFile{task->object.bucket, task->object.key, task->object.etag, *bytes, *path};
+        if (!StatStaged(*staged)) staged.reset();
       }
       MutexLock lock(mu);
       if (staged) report.files.push_back(std::move(*staged));
@@ -340,10 +357,22 @@ Result<StagingReport> StageChannels(objects::ObjectStore& store, const json& req
   for (auto& t : threads) t.join();
   if (cancel.cancelled()) return Status::Aborted("input data download stopped");
   if (!first_error.ok()) return first_error;
+  bool any_read_only = false;
   for (size_t i = 0; i < report.channels.size(); ++i) {
-    if (fast_file[i]) RETURN_IF_ERROR(MakeReadOnly(opt_ml + "/input/data/" + report.channels[i].name));
+    if (fast_file[i]) {
+      RETURN_IF_ERROR(MakeReadOnly(opt_ml + "/input/data/" + report.channels[i].name));
+      any_read_only = true;
+    }
     report.objects += report.channels[i].objects;
     report.bytes += report.channels[i].bytes;
+  }
+  if (any_read_only) {
+    // chmod changed the files' change time: record them as the job will find them.
+    std::vector<StagedFile> still;
+    for (StagedFile& f : report.files) {
+      if (StatStaged(f)) still.push_back(std::move(f));
+    }
+    report.files = std::move(still);
   }
   report.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KLOG(info, "input data staged",

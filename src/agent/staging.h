@@ -82,9 +82,10 @@ struct StageOptions {
   std::string instance_group;
   // A warm pool's kept input files (training-contract.md §19): the staged-files manifest of the
   // job that kept the host (WriteStagedManifest). An object listed there with the same bucket,
-  // key, ETag and size, whose file still has the recorded size and modification time (the job did
-  // not change it), is moved into place instead of downloaded. Empty, or a missing or unreadable
-  // manifest: everything is downloaded.
+  // key, ETag and size, whose file is still the one staged (a regular file with the recorded
+  // size, inode, modification and change times: the job did not change it) and lies under the
+  // manifest's directory, is moved into place (mode 0644) instead of downloaded. Empty, or a missing
+  // or unreadable manifest: everything is downloaded.
   std::string reuse_manifest;
 };
 
@@ -94,8 +95,13 @@ struct StagedFile {
   std::string key;
   std::string etag;
   uint64_t size = 0;
-  std::string path;      // absolute, under <opt_ml>/input/data/<channel>/
-  int64_t mtime_ns = 0;  // the file's modification time once in place
+  std::string path;  // absolute, under <opt_ml>/input/data/<channel>/
+  // The file as staged (after FastFile's chmod): a kept file is reused only when all three still
+  // hold. The inode change time cannot be set from user space, so an edit whose mtime was put
+  // back is still seen.
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
 };
 
 struct ChannelReport {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "agent/test_util/agent_fixture.h"
@@ -289,6 +291,25 @@ TEST_F(StagingTest, KeptFilesOfTheSameObjectsAreReusedNotDownloaded) {
   EXPECT_FALSE(PathExists(work() + "/pool/input/data/train/a.csv"));  // moved, not copied
   EXPECT_EQ(Data("new", "train/b.csv"), std::string(6000, 'B'));
   EXPECT_EQ(Data("new", "train/c.csv"), std::string(7000, 'c'));
+  // An entry naming a file outside the manifest's directory is never taken.
+  Put("d/x.csv", "outside");
+  const std::string outside =
+      (std::filesystem::temp_directory_path() / ("kiln-outside-" + std::to_string(getpid()) + ".csv")).string();
+  ASSERT_TRUE(WriteFileAtomic(outside, "outside").ok());
+  StagedFile foreign{"bkt", "d/x.csv", "", 7, outside};
+  struct stat st;
+  ASSERT_EQ(stat(outside.c_str(), &st), 0);
+  foreign.etag = store_->HeadObject("bkt", "d/x.csv")->etag;
+  foreign.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  foreign.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  foreign.inode = st.st_ino;
+  ASSERT_TRUE(WriteStagedManifest(manifest, {foreign}).ok());
+  options.reuse_manifest = manifest;
+  auto fourth = StageChannels(*store_, request, 0, 1, work() + "/fourth", cancel, options);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
+  EXPECT_EQ(fourth->reused_objects, 0u);
+  EXPECT_TRUE(PathExists(outside));
+  std::remove(outside.c_str());
   // A missing manifest reuses nothing and is no error.
   options.reuse_manifest = work() + "/none.json";
   auto third = StageChannels(*store_, request, 0, 1, work() + "/third", cancel, options);

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1281,6 +1283,8 @@ TEST_F(WarmPoolControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
   ASSERT_TRUE(PathExists(cache));
   ASSERT_TRUE(WriteFileAtomic(cache + "/compiled.bin", "kept").ok());
   ASSERT_TRUE(WriteFileAtomic(spec->opt_ml_dir + "/model/junk", "not kept").ok());
+  // Links the job leaves are not kept, even inside what is kept: the next job moves files by path.
+  ASSERT_EQ(symlink("/etc", (cache + "/escape").c_str()), 0);
   ASSERT_TRUE(runtime_->Exit(Instance("first"), 0).ok());
   WaitForStatus("first", "Completed");
   ASSERT_TRUE(WaitFor([&] { return scheduler_->Granted("warm-pool/first").has_value(); }));
@@ -1290,6 +1294,8 @@ TEST_F(WarmPoolControllerTest, AMatchingJobReusesTheKeptPoolAndItsCache) {
   EXPECT_EQ(kept.expires_millis, kept.available_since_millis + 600'000);
   EXPECT_TRUE(PathExists(kept.directory + "/algo-1/opt_ml/sagemaker/warmpoolcache/compiled.bin"));
   EXPECT_FALSE(PathExists(kept.directory + "/algo-1/opt_ml/model/junk"));  // the rest is wiped
+  struct stat link_stat;
+  EXPECT_NE(lstat((kept.directory + "/algo-1/opt_ml/sagemaker/warmpoolcache/escape").c_str(), &link_stat), 0);
 
   clock_.Advance(std::chrono::seconds(42));
   json second = KeepAlive(300);

@@ -160,7 +160,12 @@ void TrainingJobRun::RunSteps() {
   }
   store::TrainingJobRecord record = std::move(loaded).value();
   if (!store::IsActive(record.status)) {
-    // Stopped while its grant was on the way (RequestStop found no run yet): nothing to do.
+    // Stopped while its grant was on the way (RequestStop found no run yet): nothing to do but
+    // drop the warm pool directory it took, if any (FinishWithoutRunning ended the pool).
+    if (record.state.warm_pool.status == store::WarmPoolStatus::kInUse && !record.state.warm_pool.directory.empty()) {
+      std::error_code ec;
+      fs::remove_all(record.state.warm_pool.directory, ec);
+    }
     return;
   }
   request_ = record.request;
@@ -1068,17 +1073,20 @@ void TrainingJobRun::KeepHostDirectories() {
     for (auto it = fs::recursive_directory_iterator(kept, ec); !ec && it != fs::recursive_directory_iterator();
          it.increment(ec)) {
       const fs::path& p = it->path();
-      if (keep.count(p) != 0) {
-        it.disable_recursion_pending();
+      // No symlink the job left survives, kept subtrees included: the next job's Prepare and
+      // staging move files out of here by path, and a link would make them reach elsewhere.
+      if (it->is_symlink(ec)) {
+        doomed.push_back(p);
         continue;
       }
-      // A directory on the way to something kept stays (and is walked); anything else goes.
-      bool ancestor = false;
+      // What is kept (walked for links all the same), and a directory on the way to something
+      // kept, stay; anything else goes.
+      bool stays = false;
       for (const fs::path& k : keep) {
-        auto [mismatch, rest] = std::mismatch(p.begin(), p.end(), k.begin(), k.end());
-        ancestor |= mismatch == p.end() && rest != k.end();
+        auto [in_p, in_k] = std::mismatch(p.begin(), p.end(), k.begin(), k.end());
+        stays |= in_k == k.end() || in_p == p.end();  // k contains p, or p leads to k
       }
-      if (ancestor) continue;
+      if (stays) continue;
       doomed.push_back(p);
       it.disable_recursion_pending();
     }
