@@ -560,6 +560,11 @@ JsonOutcome DeleteTrainingJob(Operations& ops, const json& in) {
     return Validation("The training job " + record->name + " is " + std::string(store::ToString(record->status)) +
                       ". Only jobs in a terminal state (Completed, Failed, Stopped) can be deleted; stop it first.");
   }
+  if (record->state.warm_pool.status == store::WarmPoolStatus::kAvailable) {
+    return Validation("The training job " + record->name +
+                      " keeps a warm pool (WarmPoolStatus Available). End it first with UpdateTrainingJob "
+                      "ResourceConfig.KeepAlivePeriodInSeconds=0, then delete the job.");
+  }
   Status deleted = ops.jobs.Delete(record->name);
   if (!deleted.ok() && !deleted.IsNotFound()) return AwsErrorFromStatus(deleted, ErrorService::kSageMaker);
   return json::object();
