@@ -43,8 +43,6 @@ json Unknown(const json& object, const std::array<std::string_view, N>& known) {
   return extra;
 }
 
-constexpr std::array<std::string_view, 5> kHostMembers = {"runtime_id", "log_stream", "log_offset", "exit_code",
-                                                          "oom_killed"};
 constexpr std::array<std::string_view, 6> kStateMembers = {"start_millis", "failure_reason", "exit_message",
                                                            "stop_reason",  "hosts",          "allocation_ids"};
 
