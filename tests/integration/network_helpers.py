@@ -241,16 +241,35 @@ def netns_of(pids):
     return out
 
 
-def processes_in_netns(inodes):
-    """Pids (any process of the node) in one of the namespaces `inodes` ("net:[...]")."""
+def boot_ticks():
+    """Now, in clock ticks since boot (the unit of a process's start time in /proc/<pid>/stat)."""
+    return float(_read("/proc/uptime").split()[0]) * os.sysconf("SC_CLK_TCK")
+
+
+def start_ticks(pid):
+    """When process `pid` started, in clock ticks since boot (None when it is gone)."""
+    stat = _read("/proc/%d/stat" % pid)
+    if not stat:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def processes_in_netns(inodes, started_before=None):
+    """Pids (any process of the node) in one of the namespaces `inodes` ("net:[...]"). With
+    started_before (ticks since boot), only processes that started by then: the kernel reuses a freed
+    namespace's inode number, so a namespace made later (another job's) can carry the same name."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                if os.readlink("/proc/%s/ns/net" % pid) in inodes:
-                    found.append(int(pid))
+                if os.readlink("/proc/%s/ns/net" % pid) not in inodes:
+                    continue
             except OSError:
-                pass
+                continue
+            started = start_ticks(int(pid))
+            if started is not None and (started_before is None or started <= started_before):
+                found.append(int(pid))
     return found
 
 
@@ -272,6 +291,9 @@ class Footprint:
         self.veths = sorted(v for b in self.bridges for v in bridge_ports(b))
         self.pids = job_processes(job, data_dir)
         self.netns = sorted(set(netns_of(self.pids).values()) - {os.readlink("/proc/self/ns/net")})
+        # Processes of the job's namespaces started later are not the job's (inode numbers are reused
+        # once its namespaces are gone); a later process of the job names it and is in job_processes.
+        self.taken_at = boot_ticks()
 
     def describe(self):
         return "bridges %s, veths %s, pids %s, namespaces %s" % (self.bridges, self.veths, self.pids, self.netns)
@@ -289,7 +311,7 @@ class Footprint:
         pids = job_processes(self.job, self.data_dir)
         if pids:
             out["processes"] = {p: _cmdline(p).decode("utf-8", "replace")[:200] for p in pids}
-        in_ns = processes_in_netns(set(self.netns))
+        in_ns = processes_in_netns(set(self.netns), started_before=self.taken_at)
         if in_ns:
             out["processes in the job's namespaces"] = in_ns
         mounts = nsfs_mounts(self.netns)

@@ -44,10 +44,10 @@ def test_sagemaker_list_training_jobs_through_the_front_door(kiln):
     assert isinstance(listed["TrainingJobSummaries"], list)
     assert listed["ResponseMetadata"]["HTTPHeaders"].get("x-amzn-requestid")
     with pytest.raises(ClientError) as e:
-        sm.list_processing_jobs()
+        sm.list_compilation_jobs()
     assert e.value.response["Error"]["Code"] == "UnknownOperationException"
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    assert "ListProcessingJobs" in e.value.response["Error"]["Message"]
+    assert "ListCompilationJobs" in e.value.response["Error"]["Message"]
 
 
 def test_unknown_targets(kiln):
