@@ -292,6 +292,27 @@ CREATE INDEX processing_jobs_by_status_name ON processing_jobs(status, name);
 CREATE INDEX processing_jobs_by_status_creation ON processing_jobs(status, creation_millis, name);
 CREATE INDEX processing_jobs_by_modified ON processing_jobs(last_modified_millis);
 )sql"},
+      // Application Auto Scaling (store/autoscaling_repository.h, issue 19): scalable targets,
+      // scaling policies, scheduled actions and scaling activities in one table, told apart by
+      // `kind`. Each row is keyed by (kind, namespace, resource id, dimension, name) — the name
+      // is '' for a target and the activity id for an activity — and carries the API's document
+      // and the scaler's state as JSON. `seq` orders listings and pages.
+      {13, "application autoscaling", R"sql(
+CREATE TABLE autoscaling_objects (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  service_namespace TEXT NOT NULL,
+  resource_id TEXT NOT NULL,
+  scalable_dimension TEXT NOT NULL,
+  name TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  doc_json TEXT NOT NULL,
+  state_json TEXT NOT NULL,
+  UNIQUE (kind, service_namespace, resource_id, scalable_dimension, name)
+);
+CREATE INDEX autoscaling_objects_by_kind ON autoscaling_objects(kind, service_namespace, seq);
+CREATE INDEX autoscaling_objects_by_resource ON autoscaling_objects(kind, resource_id, seq);
+)sql"},
   };
   return kMigrations;
 }
