@@ -16,8 +16,8 @@ using namespace inference;
 
 // Members for features Kiln does not offer in this release (§8: rejected, never silently
 // ignored, so that a client never believes it has e.g. an async endpoint).
-constexpr const char* kUnsupportedConfigMembers[] = {"AsyncInferenceConfig", "ShadowProductionVariants",
-                                                     "ExplainerConfig", "DataCaptureConfig"};
+constexpr const char* kUnsupportedConfigMembers[] = {"ShadowProductionVariants", "ExplainerConfig",
+                                                     "DataCaptureConfig"};
 constexpr const char* kUnsupportedVariantMembers[] = {"ServerlessConfig",    "ManagedInstanceScaling",
                                                       "InstancePools",       "CapacityReservationConfig",
                                                       "InferenceAmiVersion", "AcceleratorType"};
@@ -58,10 +58,54 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
   return std::nullopt;
 }
 
+// "s3://bucket[/prefix]" (the model's pattern also admits https://, which Kiln cannot write to).
+bool IsS3Uri(const std::string& uri) { return uri.size() > 5 && uri.rfind("s3://", 0) == 0 && uri[5] != '/'; }
+
+// AsyncInferenceConfig (serving-contract.md §11.1): where outputs and failures go, the per-instance
+// concurrency, and the notification topics.
+std::optional<aws::AwsError> CheckAsyncInferenceConfig(const json& in) {
+  const json& config = in["AsyncInferenceConfig"];
+  if (Has(config, "ClientConfig") && Has(config["ClientConfig"], "MaxConcurrentInvocationsPerInstance")) {
+    const int64_t n = config["ClientConfig"]["MaxConcurrentInvocationsPerInstance"].get<int64_t>();
+    if (n < 1 || n > 1000) {
+      return Validation(
+          "AsyncInferenceConfig.ClientConfig.MaxConcurrentInvocationsPerInstance must be between 1 "
+          "and 1000; " +
+          std::to_string(n) + " was given.");
+    }
+  }
+  const json output = Has(config, "OutputConfig") ? config["OutputConfig"] : json::object();
+  if (!Has(output, "S3OutputPath")) {
+    return Validation(
+        "AsyncInferenceConfig.OutputConfig.S3OutputPath is required: the S3 location outputs are "
+        "written to (s3://bucket/prefix).");
+  }
+  for (const char* member : {"S3OutputPath", "S3FailurePath"}) {
+    if (Has(output, member) && !IsS3Uri(output[member].get<std::string>())) {
+      return Validation("AsyncInferenceConfig.OutputConfig." + std::string(member) + " \"" +
+                        output[member].get<std::string>() + "\" must be an S3 URI (s3://bucket/prefix).");
+    }
+  }
+  if (Has(output, "KmsKeyId"))
+    return Validation("AsyncInferenceConfig.OutputConfig.KmsKeyId is not supported by Kiln.");
+  for (const json& variant : in["ProductionVariants"]) {
+    if (Has(variant, "ServerlessConfig")) {
+      return Validation("Asynchronous inference is not supported with serverless production variants.");
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                                        const json& in) {
+  if (Has(in, "AsyncInferenceConfig") && Has(in, "ShadowProductionVariants")) {
+    return Validation("Asynchronous inference endpoints do not support ShadowProductionVariants.");
+  }
   for (const char* member : kUnsupportedConfigMembers) {
     if (Has(in, member)) return Validation(std::string(member) + " is not supported by Kiln.");
+  }
+  if (Has(in, "AsyncInferenceConfig")) {
+    if (auto error = CheckAsyncInferenceConfig(in)) return error;
   }
   std::set<std::string> names;
   for (const json& variant : in["ProductionVariants"]) {

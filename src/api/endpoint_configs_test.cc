@@ -43,8 +43,10 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
       std::string::npos);
   json async = {{"EndpointConfigName", "c"},
                 {"ProductionVariants", json::array({Variant("v", "m")})},
-                {"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/o"}}}}}};
-  EXPECT_EQ(Invalid("CreateEndpointConfig", async), "AsyncInferenceConfig is not supported by Kiln.");
+                {"AsyncInferenceConfig", {{"OutputConfig", {{"S3FailurePath", "s3://b/o"}}}}}};
+  EXPECT_NE(Invalid("CreateEndpointConfig", async).find("S3OutputPath is required"), std::string::npos);
+  async["AsyncInferenceConfig"]["OutputConfig"]["S3OutputPath"] = "https://example.com/b/o";
+  EXPECT_NE(Invalid("CreateEndpointConfig", async).find("must be an S3 URI"), std::string::npos);
   json no_type = {{"VariantName", "v"}, {"ModelName", "m"}, {"InitialInstanceCount", 1}};
   EXPECT_NE(
       Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({no_type})}})
@@ -73,6 +75,27 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
             std::string::npos);
   // Nothing was created by the refused requests.
   EXPECT_TRUE(Ok("ListEndpointConfigs", json::object())["EndpointConfigs"].empty());
+}
+
+TEST_F(EndpointConfigsApiTest, AsyncInferenceConfigIsKeptAndEchoed) {
+  CreateModel("m");
+  json config = {{"ClientConfig", {{"MaxConcurrentInvocationsPerInstance", 2}}},
+                 {"OutputConfig",
+                  {{"S3OutputPath", "s3://b/async/out"},
+                   {"S3FailurePath", "s3://b/async/err/"},
+                   {"NotificationConfig",
+                    {{"SuccessTopic", "arn:aws:sns:us-east-1:123456789012:ok"},
+                     {"IncludeInferenceResponseIn", json::array({"SUCCESS_NOTIFICATION_TOPIC"})}}}}}};
+  Ok("CreateEndpointConfig", {{"EndpointConfigName", "async"},
+                              {"ProductionVariants", json::array({Variant("v", "m")})},
+                              {"AsyncInferenceConfig", config}});
+  EXPECT_EQ(Ok("DescribeEndpointConfig", {{"EndpointConfigName", "async"}})["AsyncInferenceConfig"], config);
+  json too_many = config;
+  too_many["ClientConfig"]["MaxConcurrentInvocationsPerInstance"] = 1001;
+  EXPECT_FALSE(Invalid("CreateEndpointConfig", {{"EndpointConfigName", "async2"},
+                                                {"ProductionVariants", json::array({Variant("v", "m")})},
+                                                {"AsyncInferenceConfig", too_many}})
+                   .empty());
 }
 
 TEST_F(EndpointConfigsApiTest, DuplicateAndNotFoundTexts) {

@@ -125,6 +125,10 @@ json RenderEndpoint(const store::EndpointRecord& record) {
   }
   if (pending) out["PendingDeploymentSummary"] = PendingSummary(record);
   if (Has(record.request, "DeploymentConfig")) out["LastDeploymentConfig"] = record.request["DeploymentConfig"];
+  if (record.deployment.endpoint_config.is_object() &&
+      record.deployment.endpoint_config.contains("AsyncInferenceConfig")) {
+    out["AsyncInferenceConfig"] = record.deployment.endpoint_config["AsyncInferenceConfig"];
+  }
   return out;
 }
 
@@ -310,11 +314,22 @@ std::optional<aws::AwsError> CheckDesiredWeightsAndCapacities(const json& in) {
     if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount")) {
       return Validation("Give DesiredWeight, DesiredInstanceCount or both for variant " + variant + ".");
     }
-    // The model allows 0, but AWS accepts 0 instances only for variants that can scale to zero
-    // (ManagedInstanceScaling), which Kiln does not offer.
+  }
+  return std::nullopt;
+}
+
+// The model allows 0, but AWS accepts 0 instances only for variants that can scale to zero:
+// those of asynchronous endpoints (requests wait in the queue, serving-contract.md §11.5) and
+// ManagedInstanceScaling ones, which Kiln does not offer.
+std::optional<aws::AwsError> CheckScaleToZero(const store::EndpointRecord& r, const json& in) {
+  const store::Deployment& target = r.pending ? *r.pending : r.deployment;
+  const bool async = target.endpoint_config.is_object() && target.endpoint_config.contains("AsyncInferenceConfig");
+  if (async) return std::nullopt;
+  for (const json& entry : in["DesiredWeightsAndCapacities"]) {
     if (Has(entry, "DesiredInstanceCount") && entry["DesiredInstanceCount"].get<int64_t>() == 0) {
-      return Validation("DesiredInstanceCount 0 for variant " + variant +
-                        " needs scale to zero (ManagedInstanceScaling), which Kiln does not support; give 1 or more.");
+      return Validation("DesiredInstanceCount 0 for variant " + entry["VariantName"].get<std::string>() +
+                        " needs scale to zero, which Kiln offers only for asynchronous endpoints "
+                        "(AsyncInferenceConfig); give 1 or more.");
     }
   }
   return std::nullopt;
@@ -344,6 +359,7 @@ JsonOutcome UpdateEndpointWeightsAndCapacities(Operations& ops, const json& in) 
       refused = Validation("The endpoint \"" + r.arn + "\" has no production variant named " + missing + ".");
       return Status::FailedPrecondition("unknown variant");
     }
+    if ((refused = CheckScaleToZero(r, in))) return Status::FailedPrecondition("scale to zero");
     for (const json& entry : in["DesiredWeightsAndCapacities"]) {
       store::VariantDesired& values = r.desired[entry["VariantName"].get<std::string>()];
       if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();

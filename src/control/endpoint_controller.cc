@@ -389,7 +389,11 @@ class EndpointController::EndpointRun {
     route->status = std::string(store::ToString(record.status));
     route->log_group_arn = "arn:aws:logs:" + options().region + ":" + options().account_id +
                            ":log-group:/aws/sagemaker/Endpoints/" + record.name;
-    std::string signature = route->status;
+    if (routed.endpoint_config.is_object() && routed.endpoint_config.contains("AsyncInferenceConfig")) {
+      route->async = true;
+      route->async_config = routed.endpoint_config["AsyncInferenceConfig"].dump();
+    }
+    std::string signature = route->status + "|" + route->async_config;
     for (const std::string& variant : routed.VariantNames()) {
       serving::VariantRoute v;
       v.name = variant;

@@ -73,6 +73,10 @@ struct EndpointRoute {
   std::string log_group_arn;
   std::vector<VariantRoute> variants;
   bool async = false;  // AsyncInferenceConfig set: only InvokeEndpointAsync is allowed
+  // The endpoint configuration's AsyncInferenceConfig as JSON text ("" when not async): what
+  // InvokeEndpointAsync (output locations) and the async dispatcher (concurrency, notifications)
+  // read.
+  std::string async_config;
   // Mode MultiModel: X-Amzn-SageMaker-Target-Model is accepted (and required by the container);
   // on any other endpoint the router refuses it with ValidationError.
   bool multi_model = false;

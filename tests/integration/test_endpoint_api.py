@@ -218,9 +218,9 @@ def test_endpoint_config_refusals(sm, model, prefix):
                  EndpointConfigName=name, ProductionVariants=[
                      {"VariantName": "v", "ModelName": model,
                       "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 1}}])
-    expect_error(sm.create_endpoint_config, "ValidationException", "AsyncInferenceConfig is not supported by Kiln",
+    expect_error(sm.create_endpoint_config, "ValidationException", "S3OutputPath is required",
                  EndpointConfigName=name, ProductionVariants=[variant("v", model)],
-                 AsyncInferenceConfig={"OutputConfig": {"S3OutputPath": "s3://b/out"}})
+                 AsyncInferenceConfig={"OutputConfig": {"S3FailurePath": "s3://b/err"}})
     expect_error(sm.create_endpoint_config, "ValidationException", "InstanceType and InitialInstanceCount",
                  EndpointConfigName=name, ProductionVariants=[{"VariantName": "v", "ModelName": model}])
     expect_error(sm.create_endpoint_config, "ValidationException", "unique",
