@@ -461,7 +461,7 @@ const nlohmann::json& CloudWatch::ModelJson() {
 
 bool CloudWatch::Serves(std::string_view operation) {
   return operation == "PutMetricData" || operation == "GetMetricStatistics" || operation == "GetMetricData" ||
-         operation == "ListMetrics";
+         operation == "ListMetrics" || operation == "DescribeAlarms";
 }
 
 JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_view operation, const json& input) const {
@@ -494,6 +494,7 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
     if (operation == "PutMetricData") return PutMetricData(input);
     if (operation == "GetMetricStatistics") return GetMetricStatistics(input);
     if (operation == "GetMetricData") return GetMetricData(input);
+    if (operation == "DescribeAlarms") return DescribeAlarms(input);
     return ListMetrics(input);
   } catch (const std::exception& e) {
     KLOG(error, "CloudWatch operation threw",
@@ -507,7 +508,7 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
 std::unique_ptr<JsonService> CloudWatch::MakeJsonService() const {
   auto service = std::make_unique<JsonService>(std::string(kCloudWatchTargetPrefix),
                                                std::string(kCloudWatchSigningName), aws::Protocol::kJson10);
-  for (const char* op : {"PutMetricData", "GetMetricStatistics", "GetMetricData", "ListMetrics"}) {
+  for (const char* op : {"PutMetricData", "GetMetricStatistics", "GetMetricData", "ListMetrics", "DescribeAlarms"}) {
     service->Register(
         op, [this, op](const aws::RequestContext& context, const json& input) { return Call(context, op, input); });
   }
@@ -852,6 +853,66 @@ JsonOutcome CloudWatch::ListMetrics(const json& in) const {
   }
   json out = {{"Metrics", std::move(metrics)}};
   if (!page->next_key.empty()) out["NextToken"] = EncodeToken(json{{"h", digest}, {"k", page->next_key}});
+  return out;
+}
+
+// Kiln has no alarms of its own (no PutMetricAlarm): DescribeAlarms lists the alarms options_.alarms
+// gives (the scaling alarms), filtered by AlarmNames, AlarmNamePrefix, StateValue, ActionPrefix and
+// AlarmTypes, paged by MaxRecords (default 50) and NextToken.
+JsonOutcome CloudWatch::DescribeAlarms(const json& in) const {
+  std::vector<json> alarms;
+  if (options_.alarms) {
+    auto listed = options_.alarms();
+    if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kCloudWatch);
+    alarms = std::move(listed).value();
+  }
+  if (Present(in, "AlarmNames") && Present(in, "AlarmNamePrefix")) {
+    return aws::AwsError("InvalidParameterCombination",
+                         "AlarmNames and AlarmNamePrefix cannot be given together; give one of them.");
+  }
+  bool metric_alarms = true;
+  if (Present(in, "AlarmTypes")) {
+    metric_alarms = false;
+    for (const json& type : in["AlarmTypes"]) metric_alarms = metric_alarms || type == "MetricAlarm";
+  }
+  std::vector<json> selected;
+  for (json& alarm : alarms) {
+    const std::string name = alarm.value("AlarmName", "");
+    if (!metric_alarms) break;
+    if (Present(in, "AlarmNames")) {
+      bool listed = false;
+      for (const json& n : in["AlarmNames"]) listed = listed || n == name;
+      if (!listed) continue;
+    }
+    if (Present(in, "AlarmNamePrefix") && name.rfind(in["AlarmNamePrefix"].get<std::string>(), 0) != 0) continue;
+    if (Present(in, "StateValue") && alarm.value("StateValue", "") != in["StateValue"].get<std::string>()) continue;
+    if (Present(in, "ActionPrefix")) {
+      const std::string prefix = in["ActionPrefix"].get<std::string>();
+      bool matched = false;
+      for (const json& action : alarm.value("AlarmActions", json::array())) {
+        matched = matched || (action.is_string() && action.get<std::string>().rfind(prefix, 0) == 0);
+      }
+      if (!matched) continue;
+    }
+    selected.push_back(std::move(alarm));
+  }
+  const int64_t max_records = Present(in, "MaxRecords") ? in["MaxRecords"].get<int64_t>() : 50;
+  const std::string digest = Canonical(in);
+  size_t start = 0;
+  if (Present(in, "NextToken")) {
+    auto token = DecodeToken(in["NextToken"].get<std::string>());
+    if (!token || token->value("h", "") != digest || !(*token)["k"].is_number_unsigned()) {
+      return InvalidValue(
+          "The parameter NextToken is invalid: it does not belong to this request (pass the same "
+          "filters as the call that returned it).");
+    }
+    start = (*token)["k"].get<size_t>();
+  }
+  json page = json::array();
+  size_t i = start;
+  for (; i < selected.size() && static_cast<int64_t>(page.size()) < max_records; ++i) page.push_back(selected[i]);
+  json out = {{"MetricAlarms", std::move(page)}, {"CompositeAlarms", json::array()}};
+  if (i < selected.size()) out["NextToken"] = EncodeToken(json{{"h", digest}, {"k", i}});
   return out;
 }
 

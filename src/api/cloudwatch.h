@@ -1,6 +1,7 @@
 #pragma once
 // CloudWatch metrics (service `monitoring`, API 2010-08-01; spec/control-plane-api.md §13) over
-// observe::MetricStore: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics, in the
+// observe::MetricStore: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics (and
+// DescribeAlarms over CloudWatchOptions::alarms: Kiln's scaling alarms), in the
 // three protocols the service model lists, all answering from one set of handlers:
 //
 //   AWS JSON 1.0        POST /, X-Amz-Target GraniteServiceVersion20100801.<Op>  → MakeJsonService()
@@ -36,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,9 @@ struct CloudWatchOptions {
   std::function<int64_t()> now_millis;
   // Largest GetMetricData MaxDatapoints and its default (AWS: 100,800).
   int64_t max_datapoints = 100800;
+  // DescribeAlarms: every alarm there is, as MetricAlarm structures (JSON form, timestamps as
+  // epoch seconds), e.g. the scaling alarms of api/autoscaling.h. Null: no alarms.
+  std::function<Result<std::vector<nlohmann::json>>()> alarms;
 };
 
 class CloudWatch {
@@ -99,6 +104,7 @@ class CloudWatch {
   JsonOutcome GetMetricStatistics(const nlohmann::json& in) const;
   JsonOutcome GetMetricData(const nlohmann::json& in) const;
   JsonOutcome ListMetrics(const nlohmann::json& in) const;
+  JsonOutcome DescribeAlarms(const nlohmann::json& in) const;
 
   CloudWatchOptions options_;
 };

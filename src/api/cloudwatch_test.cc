@@ -460,7 +460,7 @@ TEST_F(CloudWatchTest, CborErrors) {
   aws::WireResponse aws_ns = cw_->HandleCbor(context_, "PutMetricData", w.bytes());
   EXPECT_EQ(*FindHeader(aws_ns.headers, "x-amzn-query-error"), "InvalidParameterValue;Sender");
 
-  aws::WireResponse unknown = cw_->HandleCbor(context_, "DescribeAlarms", "");
+  aws::WireResponse unknown = cw_->HandleCbor(context_, "PutMetricAlarm", "");
   EXPECT_EQ(unknown.status, 404);
   aws::WireResponse not_map = cw_->HandleCbor(context_, "ListMetrics", std::string("\x01", 1));
   EXPECT_EQ(not_map.status, 400);
@@ -499,7 +499,7 @@ TEST_F(CloudWatchTest, QueryRoundTripAndErrors) {
   EXPECT_NE(bad.body.find("<Code>InvalidParameterValue</Code>"), std::string::npos);
   EXPECT_NE(bad.body.find("parameter Period"), std::string::npos);
   EXPECT_NE(query("Version=2010-08-01").body.find("<Code>MissingAction</Code>"), std::string::npos);
-  EXPECT_NE(query("Action=DescribeAlarms&Version=2010-08-01").body.find("<Code>InvalidAction</Code>"),
+  EXPECT_NE(query("Action=PutMetricAlarm&Version=2010-08-01").body.find("<Code>InvalidAction</Code>"),
             std::string::npos);
   EXPECT_NE(query("Action=ListMetrics&Version=2011-06-15").body.find("<Code>InvalidAction</Code>"), std::string::npos);
   aws::WireResponse list = query("Action=ListMetrics&Version=2010-08-01");

@@ -64,6 +64,7 @@
 //              "restart_delay_seconds": 0,            // an interrupted job waits this long to queue
 //              "preempt_for_on_demand": true,         // on-demand jobs reclaim spot jobs' capacity
 //              "seed": 0}                             // the random draws' seed; 0: from the clock
+//     "autoscaling": {"period_seconds": 60},           // scaling alarms' evaluation period
 //   }
 
 #include <cstdint>
@@ -202,6 +203,12 @@ struct SpotConfig {
   uint64_t seed = 0;                            // the probability draws' seed; 0: from the clock
 };
 
+// Application Auto Scaling (control/autoscaler.h, issue 19): the evaluation period of scaling
+// alarms (AWS: 60 s; tests use 1-2 s so that a scale-out and back takes seconds).
+struct AutoscalingConfig {
+  int period_seconds = 60;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -230,6 +237,7 @@ struct Config {
   RemoteAccessConfig remote_access;
   TuningConfig tuning;
   SpotConfig spot;
+  AutoscalingConfig autoscaling;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

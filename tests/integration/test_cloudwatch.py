@@ -255,7 +255,7 @@ def test_malformed_bodies_leave_the_server_unaffected(module_kiln):
                         "InvalidParameterValue"),
                        ("Action=ListMetrics&Version=2010-08-01&Dimensions.member.x.Name=a", "InvalidParameterValue"),
                        ("Version=2010-08-01", "MissingAction"),
-                       ("Action=DescribeAlarms&Version=2010-08-01", "InvalidAction")):
+                       ("Action=PutMetricAlarm&Version=2010-08-01", "InvalidAction")):
         status, _, data = form(body)
         assert status == 400, data
         assert kh.xml_error_code(data) == code, (body, data)
