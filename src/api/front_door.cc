@@ -869,7 +869,7 @@ std::optional<aws::AwsError> FrontDoor::CheckRuntime(const net::HttpRequest& req
     return aws::AwsError("UnknownOperationException",
                          "Kiln does not serve " + request.method + " " + request.raw_path + ".", 404);
   }
-  if (op != "invocations") {
+  if (op != "invocations" && !(op == "async-invocations" && async_invoker_ != nullptr)) {
     return aws::AwsError("ValidationError",
                          context.operation + " is not supported by this Kiln version; use InvokeEndpoint.");
   }
@@ -932,6 +932,10 @@ void FrontDoor::ServeRuntime(net::HttpRequest& request, net::ResponseWriter& res
   serving::InvokeRequest invoke;
   if (std::optional<aws::AwsError> error = CheckRuntime(request, body, context, verified, invoke)) {
     send_error(*error);
+    return;
+  }
+  if (context.operation == "InvokeEndpointAsync") {
+    SendWire(response, async_invoker_->Invoke(invoke.endpoint_name, request, context));
     return;
   }
   invoke.start_steady_ns = start_steady_ns;

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "access/tunnel_service.h"
+#include "api/async_invocations.h"
 #include "api/cloudwatch.h"
 #include "api/json_service.h"
 #include "aws/credentials.h"
@@ -96,6 +97,11 @@ class FrontDoor final : public net::AsyncService {
   // outlive the FrontDoor). Null (the default) answers UnknownOperationException. Call before
   // serving.
   void SetRuntime(serving::Router* router) { runtime_ = router; }
+  // InvokeEndpointAsync (POST /endpoints/{name}/async-invocations) goes to `invoker` (not owned;
+  // must outlive the FrontDoor) once SigV4 and the path checks passed; it runs on the worker
+  // thread (HeadObject and the queue's fsync block). Null (the default): ValidationError, "not
+  // supported". Call before serving.
+  void SetAsyncInvoker(const AsyncInvoker* invoker) { async_invoker_ = invoker; }
   // CloudWatch's Query and RPC v2 CBOR requests go to `cloudwatch` (not owned; must outlive the
   // FrontDoor); its JSON 1.0 requests reach it through the JsonService registered with
   // AddJsonService(cloudwatch->MakeJsonService()). Null (the default): Query requests are all STS's
@@ -183,6 +189,7 @@ class FrontDoor final : public net::AsyncService {
   objects::S3Api* s3_;
   std::map<std::string, std::unique_ptr<JsonService>> json_services_;  // by target prefix
   serving::Router* runtime_ = nullptr;
+  const AsyncInvoker* async_invoker_ = nullptr;
   const CloudWatch* cloudwatch_ = nullptr;
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
   access::TunnelService* remote_access_ = nullptr;

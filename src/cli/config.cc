@@ -448,20 +448,36 @@ Status LoadTuning(const json& doc, Config* config, const std::string& path) {
   return Status::Ok();
 }
 
-Status LoadAutoscaling(const json& doc, Config* config, const std::string& path) {
-  if (!doc.contains("autoscaling")) return Status::Ok();
-  const json& a = doc["autoscaling"];
-  const std::string where = path + ": autoscaling";
-  if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"period_seconds\": 60}");
+Status LoadAsyncInference(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("async_inference")) return Status::Ok();
+  const json& a = doc["async_inference"];
+  const std::string where = path + ": async_inference";
+  if (!a.is_object()) {
+    return Status::InvalidArgument(where +
+                                   " must be an object, e.g. {\"notifications\": {\"<topic arn>\": "
+                                   "\"http://127.0.0.1:9000/hook\"}}");
+  }
   for (const auto& [key, value] : a.items()) {
-    if (key != "period_seconds") {
-      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is period_seconds");
+    if (key != "notifications" && key != "max_queue_per_endpoint" && key != "default_max_concurrency") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are notifications, max_queue_per_endpoint, "
+                                     "default_max_concurrency");
     }
   }
-  RETURN_IF_ERROR(Field(a, "period_seconds", &config->autoscaling.period_seconds, where));
-  if (config->autoscaling.period_seconds < 1 || config->autoscaling.period_seconds > 3600) {
-    return Status::InvalidArgument(where + ".period_seconds must be 1..3600, got " +
-                                   std::to_string(config->autoscaling.period_seconds));
+  AsyncInferenceConfig& out = config->async_inference;
+  if (a.contains("notifications")) {
+    if (!a["notifications"].is_object()) return Status::InvalidArgument(where + ".notifications must be an object");
+    for (const auto& [topic, url] : a["notifications"].items()) {
+      if (!url.is_string() || url.get<std::string>().rfind("http://", 0) != 0) {
+        return Status::InvalidArgument(where + ".notifications[\"" + topic + "\"] must be an http:// URL");
+      }
+      out.notifications[topic] = url.get<std::string>();
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "max_queue_per_endpoint", &out.max_queue_per_endpoint, where));
+  RETURN_IF_ERROR(Field(a, "default_max_concurrency", &out.default_max_concurrency, where));
+  if (out.max_queue_per_endpoint < 1 || out.default_max_concurrency < 1 || out.default_max_concurrency > 1000) {
+    return Status::InvalidArgument(where + ": max_queue_per_endpoint must be >= 1 and default_max_concurrency 1..1000");
   }
   return Status::Ok();
 }
@@ -580,7 +596,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadRemoteAccess(doc, config, path));
   RETURN_IF_ERROR(LoadTuning(doc, config, path));
   RETURN_IF_ERROR(LoadSpot(doc, config, path));
-  RETURN_IF_ERROR(LoadAutoscaling(doc, config, path));
+  RETURN_IF_ERROR(LoadAsyncInference(doc, config, path));
   return Status::Ok();
 }
 

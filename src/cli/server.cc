@@ -12,7 +12,6 @@
 #include <set>
 #include <sstream>
 
-#include "api/autoscaling.h"
 #include "api/endpoints.h"
 #include "api/logs.h"
 #include "api/service_model.h"
@@ -190,6 +189,7 @@ Result<std::unique_ptr<Server>> Server::Create(Config config) {
   server->BuildEndpointController(archive_caps);
   server->RegisterJsonServices();
   server->BuildInvokePath();
+  RETURN_IF_ERROR(server->BuildAsyncInference());
   RETURN_IF_ERROR(server->BuildRemoteAccess());
   RETURN_IF_ERROR(server->BindHttp());
   return server;
@@ -655,24 +655,11 @@ void Server::RegisterJsonServices() {
   auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
   api::RegisterLogsOperations(logs.get(), log_store_.get(), c.account_id, c.regions.front());
   front_door_->AddJsonService(std::move(logs));
-  // Application Auto Scaling (issue 19): the API stores targets, policies and scheduled actions;
-  // the autoscaler evaluates them every autoscaling.period_seconds and writes endpoint rows.
-  auto autoscaling =
-      std::make_unique<api::JsonService>("AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11);
-  api::AutoscalingContext autoscaling_api;
-  autoscaling_api.database = database_.get();
-  autoscaling_api.account_id = c.account_id;
-  autoscaling_api.region = c.regions.front();
-  api::RegisterAutoscalingOperations(autoscaling.get(), autoscaling_api);
-  front_door_->AddJsonService(std::move(autoscaling));
-  control::AutoscalerOptions autoscaler_options;
-  autoscaler_options.period_seconds = c.autoscaling.period_seconds;
-  autoscaler_ = std::make_unique<control::Autoscaler>(
-      autoscaler_options, control::AutoscalerDeps{database_.get(), metric_store_.get(), endpoints_.get()});
+  front_door_->AddJsonService(
+      std::make_unique<api::JsonService>("AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
   // CloudWatch metrics over the metric store, in JSON 1.0, Query and RPC v2 CBOR.
   api::CloudWatchOptions cloudwatch_options;
   cloudwatch_options.store = metric_store_.get();
-  cloudwatch_options.alarms = api::ScalingAlarmSource(database_.get(), c.autoscaling.period_seconds);
   cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
   front_door_->AddJsonService(cloudwatch_->MakeJsonService());
   front_door_->SetCloudWatch(cloudwatch_.get());
@@ -694,6 +681,30 @@ void Server::BuildInvokePath() {
   prometheus_->SetExtraIdleConnections([this] { return http_ ? http_->stats().upstream_idle_connections : 0; });
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
+}
+
+Status Server::BuildAsyncInference() {
+  const Config& c = config_;
+  serving::AsyncQueueOptions queue_options;
+  queue_options.dir = c.data_dir + "/async";
+  queue_options.max_per_endpoint = static_cast<size_t>(c.async_inference.max_queue_per_endpoint);
+  auto queue = serving::AsyncQueue::Open(queue_options);
+  if (!queue.ok()) return queue.status().WithPrefix("async queue");
+  async_queue_ = std::move(queue).value();
+  async_invoker_ = std::make_unique<api::AsyncInvoker>(
+      api::AsyncInvokerDeps{.routes = routes_.get(), .objects = object_store_.get(), .queue = async_queue_.get()});
+  front_door_->SetAsyncInvoker(async_invoker_.get());
+  control::AsyncDispatcherOptions options;
+  options.default_max_concurrency = c.async_inference.default_max_concurrency;
+  options.notification_webhooks = c.async_inference.notifications;
+  options.region = c.regions.front();
+  async_dispatcher_ =
+      std::make_unique<control::AsyncDispatcher>(options, control::AsyncDispatcherDeps{.queue = async_queue_.get(),
+                                                                                       .routes = routes_.get(),
+                                                                                       .objects = object_store_.get(),
+                                                                                       .logs = log_store_.get(),
+                                                                                       .metrics = metric_store_.get()});
+  return Status::Ok();
 }
 
 // Remote access (issue 16): the tunnel service spawns `<this binary> agent` per connection (as the
@@ -745,7 +756,7 @@ Status Server::Start() {
   invocation_metrics_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
-  autoscaler_->Start();
+  async_dispatcher_->Start();
   return http_->Start();
 }
 
@@ -754,8 +765,9 @@ void Server::Stop(int grace_seconds) {
   // flight are refused.
   if (tunnels_) tunnels_->Stop();
   if (http_) http_->Stop(grace_seconds);
+  // Requests in flight stay queued (journaled) and run after the restart.
+  if (async_dispatcher_) async_dispatcher_->Stop();
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
-  if (autoscaler_) autoscaler_->Stop();
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();

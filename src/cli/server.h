@@ -12,7 +12,7 @@
 
 #include "access/tunnel_service.h"
 #include "api/credential_store.h"
-#include "control/autoscaler.h"
+#include "control/async_dispatcher.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
@@ -73,6 +73,8 @@ class Server {
   void BuildEndpointController(const control::ArchiveCapOptions& archive_caps);
   void RegisterJsonServices();
   void BuildInvokePath();
+  // The async queue (<data_dir>/async, recovered here), InvokeEndpointAsync and the dispatcher.
+  Status BuildAsyncInference();
   // Remote access (config "remote_access"): the tunnel service behind /_kiln/remote/*.
   Status BuildRemoteAccess();
   Status BindHttp();
@@ -113,8 +115,6 @@ class Server {
   std::unique_ptr<control::TuningController> tuning_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
-  // Application Auto Scaling's loop: writes endpoint rows and tells endpoints_ (after it).
-  std::unique_ptr<control::Autoscaler> autoscaler_;
   std::unique_ptr<net::HttpClient> invoke_client_;
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
   std::unique_ptr<serving::Router> router_;
@@ -123,6 +123,11 @@ class Server {
   std::unique_ptr<access::TunnelService> tunnels_;
   std::unique_ptr<objects::S3Api> s3_;
   std::unique_ptr<api::CloudWatch> cloudwatch_;  // the front door points at it
+  // Asynchronous inference: the durable queue InvokeEndpointAsync fills and the dispatcher that
+  // runs it (built by BuildAsyncInference; the front door points at the invoker).
+  std::unique_ptr<serving::AsyncQueue> async_queue_;
+  std::unique_ptr<api::AsyncInvoker> async_invoker_;
+  std::unique_ptr<control::AsyncDispatcher> async_dispatcher_;
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;
 };
