@@ -448,6 +448,24 @@ Status LoadTuning(const json& doc, Config* config, const std::string& path) {
   return Status::Ok();
 }
 
+Status LoadAutoscaling(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("autoscaling")) return Status::Ok();
+  const json& a = doc["autoscaling"];
+  const std::string where = path + ": autoscaling";
+  if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"period_seconds\": 60}");
+  for (const auto& [key, value] : a.items()) {
+    if (key != "period_seconds") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is period_seconds");
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "period_seconds", &config->autoscaling.period_seconds, where));
+  if (config->autoscaling.period_seconds < 1 || config->autoscaling.period_seconds > 3600) {
+    return Status::InvalidArgument(where + ".period_seconds must be 1..3600, got " +
+                                   std::to_string(config->autoscaling.period_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadAsyncInference(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("async_inference")) return Status::Ok();
   const json& a = doc["async_inference"];
@@ -596,6 +614,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadRemoteAccess(doc, config, path));
   RETURN_IF_ERROR(LoadTuning(doc, config, path));
   RETURN_IF_ERROR(LoadSpot(doc, config, path));
+  RETURN_IF_ERROR(LoadAutoscaling(doc, config, path));
   RETURN_IF_ERROR(LoadAsyncInference(doc, config, path));
   return Status::Ok();
 }

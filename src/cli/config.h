@@ -64,6 +64,7 @@
 //              "restart_delay_seconds": 0,            // an interrupted job waits this long to queue
 //              "preempt_for_on_demand": true,         // on-demand jobs reclaim spot jobs' capacity
 //              "seed": 0}                             // the random draws' seed; 0: from the clock
+//     "autoscaling": {"period_seconds": 60},           // scaling alarms' evaluation period
 //   }
 
 #include <cstdint>
@@ -202,6 +203,12 @@ struct SpotConfig {
   uint64_t seed = 0;                            // the probability draws' seed; 0: from the clock
 };
 
+// Application Auto Scaling (control/autoscaler.h, issue 19): the evaluation period of scaling
+// alarms (AWS: 60 s; tests use 1-2 s so that a scale-out and back takes seconds).
+struct AutoscalingConfig {
+  int period_seconds = 60;
+};
+
 // Asynchronous inference (control/async_dispatcher.h, issue 19): notification webhooks by SNS
 // topic ARN, the per-endpoint queue bound, and the default per-instance concurrency.
 struct AsyncInferenceConfig {
@@ -238,6 +245,7 @@ struct Config {
   RemoteAccessConfig remote_access;
   TuningConfig tuning;
   SpotConfig spot;
+  AutoscalingConfig autoscaling;
   AsyncInferenceConfig async_inference;
 };
 

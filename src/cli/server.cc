@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/autoscaling.h"
 #include "api/endpoints.h"
 #include "api/logs.h"
 #include "api/service_model.h"
@@ -655,11 +656,24 @@ void Server::RegisterJsonServices() {
   auto logs = std::make_unique<api::JsonService>("Logs_20140328", "logs", aws::Protocol::kJson11);
   api::RegisterLogsOperations(logs.get(), log_store_.get(), c.account_id, c.regions.front());
   front_door_->AddJsonService(std::move(logs));
-  front_door_->AddJsonService(
-      std::make_unique<api::JsonService>("AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11));
+  // Application Auto Scaling (issue 19): the API stores targets, policies and scheduled actions;
+  // the autoscaler evaluates them every autoscaling.period_seconds and writes endpoint rows.
+  auto autoscaling =
+      std::make_unique<api::JsonService>("AnyScaleFrontendService", "application-autoscaling", aws::Protocol::kJson11);
+  api::AutoscalingContext autoscaling_api;
+  autoscaling_api.database = database_.get();
+  autoscaling_api.account_id = c.account_id;
+  autoscaling_api.region = c.regions.front();
+  api::RegisterAutoscalingOperations(autoscaling.get(), autoscaling_api);
+  front_door_->AddJsonService(std::move(autoscaling));
+  control::AutoscalerOptions autoscaler_options;
+  autoscaler_options.period_seconds = c.autoscaling.period_seconds;
+  autoscaler_ = std::make_unique<control::Autoscaler>(
+      autoscaler_options, control::AutoscalerDeps{database_.get(), metric_store_.get(), endpoints_.get()});
   // CloudWatch metrics over the metric store, in JSON 1.0, Query and RPC v2 CBOR.
   api::CloudWatchOptions cloudwatch_options;
   cloudwatch_options.store = metric_store_.get();
+  cloudwatch_options.alarms = api::ScalingAlarmSource(database_.get(), c.autoscaling.period_seconds);
   cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
   front_door_->AddJsonService(cloudwatch_->MakeJsonService());
   front_door_->SetCloudWatch(cloudwatch_.get());
@@ -757,6 +771,7 @@ Status Server::Start() {
   instance_metrics_->Start();
   tunnels_->Start();
   async_dispatcher_->Start();
+  autoscaler_->Start();
   return http_->Start();
 }
 
@@ -768,6 +783,7 @@ void Server::Stop(int grace_seconds) {
   // Requests in flight stay queued (journaled) and run after the restart.
   if (async_dispatcher_) async_dispatcher_->Stop();
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
+  if (autoscaler_) autoscaler_->Stop();
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();

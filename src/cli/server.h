@@ -12,6 +12,7 @@
 
 #include "access/tunnel_service.h"
 #include "api/credential_store.h"
+#include "control/autoscaler.h"
 #include "control/async_dispatcher.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
@@ -115,6 +116,8 @@ class Server {
   std::unique_ptr<control::TuningController> tuning_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
+  // Application Auto Scaling's loop: writes endpoint rows and tells endpoints_ (after it).
+  std::unique_ptr<control::Autoscaler> autoscaler_;
   std::unique_ptr<net::HttpClient> invoke_client_;
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
   std::unique_ptr<serving::Router> router_;
