@@ -510,5 +510,62 @@ TEST_F(CloudWatchTest, QueryRoundTripAndErrors) {
       << list.body;
 }
 
+// DescribeAlarms lists what CloudWatchOptions::alarms gives (Kiln's scaling alarms), filtered
+// and paged, in JSON 1.0 and Query.
+TEST_F(CloudWatchTest, DescribeAlarmsListsTheGivenAlarms) {
+  CloudWatchOptions options;
+  options.store = store_.get();
+  options.alarms = []() -> Result<std::vector<json>> {
+    std::vector<json> out;
+    for (const char* name : {"TargetTracking-a-AlarmHigh-1", "TargetTracking-a-AlarmLow-1", "Other"}) {
+      out.push_back({{"AlarmName", name},
+                     {"AlarmArn", std::string("arn:aws:cloudwatch:us-east-1:000000000000:alarm:") + name},
+                     {"StateValue", std::string(name).find("High") != std::string::npos ? "ALARM" : "OK"},
+                     {"StateUpdatedTimestamp", 1714557600.0},
+                     {"AlarmActions", {"arn:aws:autoscaling:policy"}},
+                     {"MetricName", "InvocationsPerInstance"},
+                     {"Namespace", "AWS/SageMaker"},
+                     {"Statistic", "Sum"},
+                     {"Dimensions", {{{"Name", "EndpointName"}, {"Value", "ep"}}}},
+                     {"Period", 60},
+                     {"EvaluationPeriods", 3},
+                     {"Threshold", 4.5},
+                     {"ComparisonOperator", "GreaterThanThreshold"}});
+    }
+    return out;
+  };
+  CloudWatch cw(options);
+  auto service = cw.MakeJsonService();
+  auto call = [&](const json& in) {
+    aws::WireResponse r = service->Handle(context_, "DescribeAlarms", in.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  };
+  EXPECT_EQ(call(json::object())["MetricAlarms"].size(), 3u);
+  json prefixed = call({{"AlarmNamePrefix", "TargetTracking-a-"}});
+  ASSERT_EQ(prefixed["MetricAlarms"].size(), 2u);
+  EXPECT_EQ(prefixed["MetricAlarms"][0]["Threshold"], 4.5);
+  EXPECT_EQ(call({{"StateValue", "ALARM"}})["MetricAlarms"].size(), 1u);
+  EXPECT_EQ(call({{"AlarmNames", {"Other"}}})["MetricAlarms"].size(), 1u);
+  EXPECT_TRUE(call({{"AlarmTypes", {"CompositeAlarm"}}})["MetricAlarms"].empty());
+  EXPECT_EQ(call({{"ActionPrefix", "arn:aws:autoscaling:"}})["MetricAlarms"].size(), 3u);
+  json first = call({{"MaxRecords", 2}});
+  ASSERT_EQ(first["MetricAlarms"].size(), 2u);
+  json rest = call({{"MaxRecords", 2}, {"NextToken", first["NextToken"]}});
+  ASSERT_EQ(rest["MetricAlarms"].size(), 1u);
+  EXPECT_EQ(rest["MetricAlarms"][0]["AlarmName"], "Other");
+  EXPECT_FALSE(rest.contains("NextToken"));
+  aws::WireResponse mixed =
+      service->Handle(context_, "DescribeAlarms", json{{"AlarmNames", {"x"}}, {"AlarmNamePrefix", "x"}}.dump());
+  EXPECT_EQ(mixed.status, 400);
+
+  auto params = aws::ParseQueryForm("Action=DescribeAlarms&Version=2010-08-01&AlarmNames.member.1=Other");
+  ASSERT_TRUE(params.ok());
+  aws::WireResponse xml = cw.HandleQuery(context_, *params);
+  EXPECT_EQ(xml.status, 200) << xml.body;
+  EXPECT_NE(xml.body.find("<AlarmName>Other</AlarmName>"), std::string::npos) << xml.body;
+  EXPECT_NE(xml.body.find("<Threshold>4.5</Threshold>"), std::string::npos) << xml.body;
+}
+
 }  // namespace
 }  // namespace kiln::api
