@@ -218,9 +218,9 @@ def test_endpoint_config_refusals(sm, model, prefix):
                  EndpointConfigName=name, ProductionVariants=[
                      {"VariantName": "v", "ModelName": model,
                       "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 1}}])
-    expect_error(sm.create_endpoint_config, "ValidationException", "S3OutputPath is required",
+    expect_error(sm.create_endpoint_config, "ValidationException", "must be an S3 URI",
                  EndpointConfigName=name, ProductionVariants=[variant("v", model)],
-                 AsyncInferenceConfig={"OutputConfig": {"S3FailurePath": "s3://b/err"}})
+                 AsyncInferenceConfig={"OutputConfig": {"S3OutputPath": "https://example.com/out"}})
     expect_error(sm.create_endpoint_config, "ValidationException", "InstanceType and InitialInstanceCount",
                  EndpointConfigName=name, ProductionVariants=[{"VariantName": "v", "ModelName": model}])
     expect_error(sm.create_endpoint_config, "ValidationException", "unique",
