@@ -712,12 +712,17 @@ Status Server::BuildAsyncInference() {
   options.default_max_concurrency = c.async_inference.default_max_concurrency;
   options.notification_webhooks = c.async_inference.notifications;
   options.region = c.regions.front();
-  async_dispatcher_ =
-      std::make_unique<control::AsyncDispatcher>(options, control::AsyncDispatcherDeps{.queue = async_queue_.get(),
-                                                                                       .routes = routes_.get(),
-                                                                                       .objects = object_store_.get(),
-                                                                                       .logs = log_store_.get(),
-                                                                                       .metrics = metric_store_.get()});
+  control::AsyncDispatcherDeps deps;
+  deps.queue = async_queue_.get();
+  deps.routes = routes_.get();
+  deps.objects = object_store_.get();
+  deps.logs = log_store_.get();
+  deps.metrics = metric_store_.get();
+  // A deleted endpoint's queue goes: its requests can never run.
+  deps.endpoint_gone = [database = database_.get()](const std::string& endpoint) {
+    return store::EndpointRepository(database).Get(endpoint).status().IsNotFound();
+  };
+  async_dispatcher_ = std::make_unique<control::AsyncDispatcher>(options, std::move(deps));
   return Status::Ok();
 }
 

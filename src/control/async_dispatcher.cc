@@ -131,10 +131,15 @@ void AsyncDispatcher::Stop() {
 
 void AsyncDispatcher::Loop() {
   Clock::time_point last_metrics = Clock::now() - options_.metrics_interval;
+  Clock::time_point last_gc = Clock::now();
   while (!stop_.load()) {
     deps_.queue->WaitForWork(std::chrono::milliseconds(50));
     if (stop_.load()) break;
     DispatchAll();
+    if (Clock::now() - last_gc >= std::chrono::seconds(5)) {
+      last_gc = Clock::now();
+      DropDeleted();
+    }
     if (Clock::now() - last_metrics >= options_.metrics_interval) {
       last_metrics = Clock::now();
       PublishMetrics();
@@ -183,6 +188,16 @@ void AsyncDispatcher::DispatchAll() {
       }
       tasks_cv_.NotifyOne();
     }
+  }
+}
+
+void AsyncDispatcher::DropDeleted() {
+  if (!deps_.endpoint_gone) return;
+  for (const auto& [endpoint, backlog] : deps_.queue->Backlogs()) {
+    if (deps_.routes->Find(endpoint) != nullptr || !deps_.endpoint_gone(endpoint)) continue;
+    KLOG(info, "async queue of a deleted endpoint dropped",
+         {{"endpoint", endpoint}, {"requests", std::to_string(backlog.waiting + backlog.in_flight)}});
+    deps_.queue->Drop(endpoint);
   }
 }
 

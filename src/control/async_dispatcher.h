@@ -7,7 +7,8 @@
 // MaxConcurrentInvocationsPerInstance (default 4) requests in flight (InstanceTarget::outstanding,
 // shared with the router, so the controller's drain sees them), it takes the next request and
 // hands it to a worker thread. An endpoint whose route is missing (not yet published after a
-// restart) or has no instance (scaled to 0) keeps its requests queued.
+// restart) or has no instance (scaled to 0) keeps its requests queued; the queue of an endpoint
+// that was deleted (no route, and deps.endpoint_gone says its row is gone) is dropped.
 //
 // A worker runs one request:
 //   1. recovered requests (queued again after a restart) whose output or failure object already
@@ -75,6 +76,9 @@ struct AsyncDispatcherDeps {
   objects::ObjectStore* objects = nullptr;
   observe::LogStore* logs = nullptr;        // optional
   observe::MetricStore* metrics = nullptr;  // optional
+  // True when the endpoint no longer exists (its row is gone): its queue is then dropped. Asked
+  // every few seconds for endpoints with queued requests and no route. Optional.
+  std::function<bool(const std::string& endpoint)> endpoint_gone{};
 };
 
 class AsyncDispatcher {
@@ -102,6 +106,7 @@ class AsyncDispatcher {
 
   void Loop();
   void DispatchAll();
+  void DropDeleted();
   void WorkerLoop();
   void Run(Task& task);
   void Finish(const Task& task, const Outcome& outcome);
