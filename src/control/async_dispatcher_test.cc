@@ -191,8 +191,9 @@ TEST_F(AsyncDispatcherTest, ConcurrencyPerInstanceIsBounded) {
   Put("in.csv", "x");
   container_.Respond(200, "ok");
   container_.SetDelay(std::chrono::milliseconds(300));
-  Publish(1,
-          R"({"ClientConfig":{"MaxConcurrentInvocationsPerInstance":2},"OutputConfig":{"S3OutputPath":"s3://bkt/out"}})");
+  Publish(
+      1,
+      R"({"ClientConfig":{"MaxConcurrentInvocationsPerInstance":2},"OutputConfig":{"S3OutputPath":"s3://bkt/out"}})");
   for (int i = 0; i < 5; ++i) Enqueue("r" + std::to_string(i));
   Start();
   int64_t most = 0;

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 import endpoint_helpers as eh
 import kiln_harness as kh
+import sdk_helpers
 
 OK_TOPIC = "arn:aws:sns:us-east-1:123456789012:kiln-async-ok"
 ERR_TOPIC = "arn:aws:sns:us-east-1:123456789012:kiln-async-err"
@@ -124,6 +125,25 @@ def invoke_async_raw(srv, endpoint, **headers):
     return status, out, json.loads(body or b"{}")
 
 
+class AsyncScenarios(sdk_helpers.ScenarioRunner):
+    """The SageMaker SDK's AsyncInferenceConfig/AsyncPredictor in a process of its own (sdk_helpers)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sdk", "async_scenarios.py")
+
+
+@pytest.fixture(scope="module")
+def sdk_runner(srv, endpoint, tmp_path_factory):
+    """Started with the module's first test, so the SDK's 30 s deploy poll overlaps the others;
+    collected before the kill -9 test."""
+    lib = sdk_helpers.sdk_lib_dir()
+    if lib is None:
+        yield None
+        return
+    runner = AsyncScenarios(srv, str(tmp_path_factory.mktemp("sdk")), lib)
+    runner.start("async_predictor", {"bucket": BUCKET, "name": eh.unique_name("sdk-async")}, timeout=150)
+    yield runner
+    runner.stop_all()
+
+
 def put_input(s3, body, content_type="application/json"):
     key = "in/%s.json" % uuid.uuid4().hex
     s3.put_object(Bucket=BUCKET, Key=key, Body=body, ContentType=content_type)
@@ -145,7 +165,7 @@ def wait_object(s3, location, timeout=30):
     return eh.wait_until(lambda: get_object(s3, location), timeout=timeout, poll=0.1, what=location)
 
 
-def test_invoke_async_writes_output_and_notifies(srv, endpoint, hook):
+def test_invoke_async_writes_output_and_notifies(srv, endpoint, hook, sdk_runner):
     s3, rt = srv.client("s3"), srv.client("sagemaker-runtime")
     # InvokeEndpoint on an async endpoint is refused (AWS behaviour).
     error = eh.invoke_error(rt, endpoint)
@@ -245,6 +265,19 @@ def test_missing_input_bad_headers_and_model_errors(srv, endpoint, hook):
     assert status == 202
     doc = json.loads(wait_object(s3, headers["x-amzn-sagemaker-failurelocation"])["Body"].read())
     assert "InvocationTimeoutSeconds" in doc["errorMessage"]
+
+
+def test_sdk_async_predictor(srv, sdk_runner):
+    if sdk_runner is None:
+        pytest.skip("SageMaker Python SDK bundle not found (KILN_SAGEMAKER_SDK_LIB)")
+    r = sdk_runner.result("async_predictor")
+    assert r["predictor_class"] == "AsyncPredictor"
+    assert r["result"]["echo_len"] == len(json.dumps({"hello": "sdk"}))
+    assert r["result"]["headers"]["content-type"] == "application/json"
+    assert r["output_path"].startswith("s3://%s/sdk-async/out/" % BUCKET)
+    assert r["failure_path"].startswith("s3://%s/sdk-async/err/" % BUCKET)
+    assert r["failure"] and "AsyncInferenceModelError" in r["failure"], r["failure"]
+    assert "sdk boom" in r["failure"]
 
 
 def test_a_thousand_requests_survive_kill_9(srv, endpoint):
