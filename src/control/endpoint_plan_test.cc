@@ -91,6 +91,16 @@ TEST(EndpointPlanTest, Table) {
   const ReplacementBackoff waiting{std::chrono::milliseconds(1000), kNow + 500};
   const ReplacementBackoff over{std::chrono::milliseconds(1000), kNow - 1};
   const std::vector<Case> cases = {
+      // Scale to zero (asynchronous endpoints, serving-contract.md §11.5): the instance goes, then
+      // the endpoint is InService with none; requests wait in the async queue meanwhile.
+      {"desired 0 stops the last instance",
+       Record(EndpointStatus::kUpdating, 0),
+       {Healthy("a")},
+       {},
+       "StopInstance(a) Publish"},
+      {"desired 0 with no instance left completes", Record(EndpointStatus::kUpdating, 0), {}, {}, "Complete()"},
+      {"InService at 0 stays as it is", Record(EndpointStatus::kInService, 0), {}, {}, "Publish"},
+      {"from 0 back to 1 launches", Record(EndpointStatus::kUpdating, 1), {}, {}, "Launch(mainx1) Publish"},
       // Create.
       {"create launches the desired count", Record(EndpointStatus::kCreating, 2), {}, {}, "Launch(mainx2) Publish"},
       {"create waits for the ping gate",
