@@ -127,15 +127,21 @@ void AsyncDispatcher::Stop() {
   tasks_cv_.NotifyAll();
   for (auto& worker : workers_) worker.join();
   workers_.clear();
+  FlushDataLog();
 }
 
 void AsyncDispatcher::Loop() {
   Clock::time_point last_metrics = Clock::now() - options_.metrics_interval;
   Clock::time_point last_gc = Clock::now();
+  Clock::time_point last_flush = Clock::now();
   while (!stop_.load()) {
     deps_.queue->WaitForWork(std::chrono::milliseconds(50));
     if (stop_.load()) break;
     DispatchAll();
+    if (Clock::now() - last_flush >= std::chrono::milliseconds(100)) {
+      last_flush = Clock::now();
+      FlushDataLog();
+    }
     if (Clock::now() - last_gc >= std::chrono::seconds(5)) {
       last_gc = Clock::now();
       DropDeleted();
@@ -482,12 +488,32 @@ void AsyncDispatcher::DataLog(const Task& task, const Outcome& outcome) {
   if (!outcome.success) line["failureReason"] = outcome.failure_reason;
   if (!outcome.failure_location.empty()) line["failureLocation"] = outcome.failure_location;
   if (outcome.answered) line["statusCode"] = outcome.status;
-  auto appended = deps_.logs->Append(group, stream, {{.timestamp = NowMillis(), .message = line.dump()}});
-  if (!appended.ok()) {
-    // The group went with a deleted endpoint, or the stream is new to a restarted log store.
-    (void)deps_.logs->CreateGroup(group);
-    (void)deps_.logs->CreateStream(group, stream);
-    (void)deps_.logs->Append(group, stream, {{.timestamp = NowMillis(), .message = line.dump()}});
+  MutexLock lock(streams_mu_);
+  pending_lines_[{group, stream}].push_back({.timestamp = NowMillis(), .message = line.dump()});
+}
+
+void AsyncDispatcher::FlushDataLog() {
+  std::map<std::pair<std::string, std::string>, std::vector<observe::InputEvent>> lines;
+  {
+    MutexLock lock(streams_mu_);
+    lines.swap(pending_lines_);
+  }
+  for (auto& [where, events] : lines) {
+    const auto& [group, stream] = where;
+    std::stable_sort(events.begin(), events.end(), [](const observe::InputEvent& a, const observe::InputEvent& b) {
+      return a.timestamp < b.timestamp;
+    });
+    // One fdatasync per batch (LogStore::Append syncs), at most 1,000 lines each.
+    for (size_t i = 0; i < events.size(); i += 1000) {
+      std::vector<observe::InputEvent> batch(
+          events.begin() + static_cast<std::ptrdiff_t>(i),
+          events.begin() + static_cast<std::ptrdiff_t>(std::min(events.size(), i + 1000)));
+      if (deps_.logs->Append(group, stream, batch).ok()) continue;
+      // The group went with a deleted endpoint, or the stream is new to a restarted log store.
+      (void)deps_.logs->CreateGroup(group);
+      (void)deps_.logs->CreateStream(group, stream);
+      (void)deps_.logs->Append(group, stream, batch);
+    }
   }
 }
 

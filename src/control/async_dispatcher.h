@@ -22,7 +22,8 @@
 //      "statusCode"}) when S3FailurePath is set;
 //   5. notification (the §11.4 JSON) to the webhook configured for the topic ARN, and always one
 //      line in the data-log stream <VariantName>/<instance-id>/data-log of
-//      /aws/sagemaker/Endpoints/<EndpointName>;
+//      /aws/sagemaker/Endpoints/<EndpointName> (appended in batches every 100 ms, so a kill -9 may
+//      lose the last lines);
 //   6. completes the request in the queue.
 // S3 reads/writes and "could not connect" (nothing sent) are retried up to 3 times in all; model
 // errors (non-2xx, timeout, reset) are not. A stop of the dispatcher interrupts calls in flight
@@ -112,6 +113,7 @@ class AsyncDispatcher {
   void Finish(const Task& task, const Outcome& outcome);
   void Notify(const Task& task, const Outcome& outcome, const std::string& topic, bool include_body);
   void DataLog(const Task& task, const Outcome& outcome);
+  void FlushDataLog();
   void PublishMetrics();
   Cell& CellFor(const std::string& endpoint, const std::string& variant) REQUIRES(metrics_mu_);
 
@@ -129,6 +131,10 @@ class AsyncDispatcher {
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Cell>> cells_ GUARDED_BY(metrics_mu_);
   Mutex streams_mu_;
   std::set<std::string> streams_ GUARDED_BY(streams_mu_);  // data-log streams created
+  // Data-log lines not yet appended, by (group, stream): the loop appends them every 100 ms, one
+  // LogStore fdatasync per stream and batch instead of one per request.
+  std::map<std::pair<std::string, std::string>, std::vector<observe::InputEvent>> pending_lines_
+      GUARDED_BY(streams_mu_);
   std::atomic<int64_t> finished_{0};
 };
 
