@@ -144,10 +144,15 @@ def main():
                 continue
             print("  %-9s median %6.2f s  min %6.2f s  max %6.2f s" % (
                 label, statistics.median(values), min(values), max(values)))
-        sm.delete_endpoint(EndpointName=name)
-        wait(lambda: not sm.list_endpoints()["Endpoints"], 60, "the endpoint deleted")
     finally:
-        server.stop()
+        # Endpoint instances outlive a stopped server by design: delete them first.
+        try:
+            sm = server.client("sagemaker")
+            for e in sm.list_endpoints()["Endpoints"]:
+                sm.delete_endpoint(EndpointName=e["EndpointName"])
+            wait(lambda: not sm.list_endpoints()["Endpoints"], 60, "the endpoint deleted")
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

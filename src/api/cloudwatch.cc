@@ -1,5 +1,7 @@
 #include "api/cloudwatch.h"
 
+#include "store/autoscaling_repository.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -461,7 +463,8 @@ const nlohmann::json& CloudWatch::ModelJson() {
 
 bool CloudWatch::Serves(std::string_view operation) {
   return operation == "PutMetricData" || operation == "GetMetricStatistics" || operation == "GetMetricData" ||
-         operation == "ListMetrics" || operation == "DescribeAlarms";
+         operation == "ListMetrics" || operation == "DescribeAlarms" || operation == "PutMetricAlarm" ||
+         operation == "DeleteAlarms";
 }
 
 JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_view operation, const json& input) const {
@@ -469,7 +472,8 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
   if (!Serves(operation)) {
     return aws::AwsError("InvalidAction", "Could not find operation " + std::string(operation) +
                                               " for version 2010-08-01 (Kiln serves PutMetricData, "
-                                              "GetMetricStatistics, GetMetricData and ListMetrics).");
+                                              "GetMetricStatistics, GetMetricData, ListMetrics, DescribeAlarms, "
+                                              "PutMetricAlarm and DeleteAlarms).");
   }
   if (operation == "GetMetricStatistics") {
     // CloudWatch checks Statistics itself, before the model's enum, with its own code and words
@@ -495,6 +499,8 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
     if (operation == "GetMetricStatistics") return GetMetricStatistics(input);
     if (operation == "GetMetricData") return GetMetricData(input);
     if (operation == "DescribeAlarms") return DescribeAlarms(input);
+    if (operation == "PutMetricAlarm") return PutMetricAlarm(input);
+    if (operation == "DeleteAlarms") return DeleteAlarms(input);
     return ListMetrics(input);
   } catch (const std::exception& e) {
     KLOG(error, "CloudWatch operation threw",
@@ -508,7 +514,8 @@ JsonOutcome CloudWatch::Call(const aws::RequestContext& context, std::string_vie
 std::unique_ptr<JsonService> CloudWatch::MakeJsonService() const {
   auto service = std::make_unique<JsonService>(std::string(kCloudWatchTargetPrefix),
                                                std::string(kCloudWatchSigningName), aws::Protocol::kJson10);
-  for (const char* op : {"PutMetricData", "GetMetricStatistics", "GetMetricData", "ListMetrics", "DescribeAlarms"}) {
+  for (const char* op : {"PutMetricData", "GetMetricStatistics", "GetMetricData", "ListMetrics", "DescribeAlarms",
+                         "PutMetricAlarm", "DeleteAlarms"}) {
     service->Register(
         op, [this, op](const aws::RequestContext& context, const json& input) { return Call(context, op, input); });
   }
@@ -856,15 +863,44 @@ JsonOutcome CloudWatch::ListMetrics(const json& in) const {
   return out;
 }
 
-// Kiln has no alarms of its own (no PutMetricAlarm): DescribeAlarms lists the alarms options_.alarms
-// gives (the scaling alarms), filtered by AlarmNames, AlarmNamePrefix, StateValue, ActionPrefix and
-// AlarmTypes, paged by MaxRecords (default 50) and NextToken.
+namespace {
+
+// A stored metric alarm (PutMetricAlarm's request, less its Tags) as DescribeAlarms shows it, with
+// the state control::Autoscaler keeps in the row.
+json RenderStoredAlarm(const store::AutoscalingRecord& r, const std::string& arn_prefix) {
+  json out = r.doc;
+  out["AlarmArn"] = arn_prefix + r.name;
+  out["AlarmConfigurationUpdatedTimestamp"] = r.doc.value("UpdatedMillis", r.creation_millis) / 1000.0;
+  out.erase("UpdatedMillis");
+  if (!out.contains("ActionsEnabled")) out["ActionsEnabled"] = true;
+  for (const char* list : {"OKActions", "AlarmActions", "InsufficientDataActions"}) {
+    if (!out.contains(list)) out[list] = json::array();
+  }
+  const std::string state = r.state.value("state", "INSUFFICIENT_DATA");
+  out["StateValue"] = state;
+  out["StateReason"] = r.state.value("reason", "Unchecked: Initial alarm creation");
+  const int64_t since = r.state.value("since", r.creation_millis);
+  out["StateUpdatedTimestamp"] = since / 1000.0;
+  out["StateTransitionedTimestamp"] = since / 1000.0;
+  return out;
+}
+
+}  // namespace
+
+// The scaling alarms options_.alarms gives, then the metric alarms of PutMetricAlarm, filtered by
+// AlarmNames, AlarmNamePrefix, StateValue, ActionPrefix and AlarmTypes, paged by MaxRecords
+// (default 50) and NextToken.
 JsonOutcome CloudWatch::DescribeAlarms(const json& in) const {
   std::vector<json> alarms;
   if (options_.alarms) {
     auto listed = options_.alarms();
     if (!listed.ok()) return AwsErrorFromStatus(listed.status(), ErrorService::kCloudWatch);
     alarms = std::move(listed).value();
+  }
+  if (options_.alarm_database != nullptr) {
+    auto stored = store::AutoscalingRepository(options_.alarm_database).ListAll(store::AutoscalingKind::kAlarm);
+    if (!stored.ok()) return AwsErrorFromStatus(stored.status(), ErrorService::kCloudWatch);
+    for (const store::AutoscalingRecord& r : *stored) alarms.push_back(RenderStoredAlarm(r, options_.alarm_arn_prefix));
   }
   if (Present(in, "AlarmNames") && Present(in, "AlarmNamePrefix")) {
     return aws::AwsError("InvalidParameterCombination",
@@ -889,7 +925,8 @@ JsonOutcome CloudWatch::DescribeAlarms(const json& in) const {
     if (Present(in, "ActionPrefix")) {
       const std::string prefix = in["ActionPrefix"].get<std::string>();
       bool matched = false;
-      for (const json& action : alarm.value("AlarmActions", json::array())) {
+      const json actions = alarm.value("AlarmActions", json::array());
+      for (const json& action : actions) {
         matched = matched || (action.is_string() && action.get<std::string>().rfind(prefix, 0) == 0);
       }
       if (!matched) continue;
@@ -914,6 +951,73 @@ JsonOutcome CloudWatch::DescribeAlarms(const json& in) const {
   json out = {{"MetricAlarms", std::move(page)}, {"CompositeAlarms", json::array()}};
   if (i < selected.size()) out["NextToken"] = EncodeToken(json{{"h", digest}, {"k", i}});
   return out;
+}
+
+// A metric alarm over one metric (Kiln: no metric math, no percentiles, no anomaly bands), kept
+// for the autoscaler, which evaluates it each Period and runs the step-scaling policies its
+// AlarmActions name while it is in ALARM.
+JsonOutcome CloudWatch::PutMetricAlarm(const json& in) const {
+  if (options_.alarm_database == nullptr) {
+    return aws::AwsError("InvalidAction", "PutMetricAlarm is not served by this server.");
+  }
+  if (Present(in, "Metrics") || Present(in, "ThresholdMetricId") || Present(in, "EvaluationCriteria")) {
+    return InvalidValue(
+        "Metric math and PromQL alarms are not supported by Kiln; give MetricName, Namespace, "
+        "Statistic, Period and Threshold.");
+  }
+  if (Present(in, "ExtendedStatistic")) {
+    return InvalidValue("ExtendedStatistic (percentile) alarms are not supported by Kiln; give a Statistic.");
+  }
+  for (const char* member :
+       {"MetricName", "Namespace", "Statistic", "Period", "EvaluationPeriods", "Threshold", "ComparisonOperator"}) {
+    if (!Present(in, member)) return Missing("The parameter " + std::string(member) + " is required.");
+  }
+  const std::string comparison = in["ComparisonOperator"].get<std::string>();
+  if (comparison != "GreaterThanOrEqualToThreshold" && comparison != "GreaterThanThreshold" &&
+      comparison != "LessThanThreshold" && comparison != "LessThanOrEqualToThreshold") {
+    return InvalidValue("ComparisonOperator " + comparison +
+                        " (anomaly detection bands) is not supported by Kiln; use GreaterThanThreshold, "
+                        "GreaterThanOrEqualToThreshold, LessThanThreshold or LessThanOrEqualToThreshold.");
+  }
+  if (Present(in, "DatapointsToAlarm") &&
+      in["DatapointsToAlarm"].get<int64_t>() > in["EvaluationPeriods"].get<int64_t>()) {
+    return Combination("DatapointsToAlarm must be less than or equal to EvaluationPeriods.");
+  }
+  store::AutoscalingRecord alarm;
+  alarm.kind = store::AutoscalingKind::kAlarm;
+  alarm.service_namespace = "cloudwatch";
+  alarm.name = in["AlarmName"].get<std::string>();
+  alarm.creation_millis = Now();
+  alarm.doc = in;
+  alarm.doc.erase("Tags");
+  alarm.doc["UpdatedMillis"] = Now();
+  alarm.state = json::object();  // evaluated afresh
+  auto stored = store::AutoscalingRepository(options_.alarm_database).Put(alarm);
+  if (!stored.ok()) return AwsErrorFromStatus(stored.status(), ErrorService::kCloudWatch);
+  if (stored->state != alarm.state) {
+    Status reset = store::AutoscalingRepository(options_.alarm_database).SetState(*stored, alarm.state);
+    if (!reset.ok()) return AwsErrorFromStatus(reset, ErrorService::kCloudWatch);
+  }
+  return json::object();
+}
+
+JsonOutcome CloudWatch::DeleteAlarms(const json& in) const {
+  if (options_.alarm_database == nullptr) {
+    return aws::AwsError("InvalidAction", "DeleteAlarms is not served by this server.");
+  }
+  store::AutoscalingRepository repo(options_.alarm_database);
+  for (const json& name : in["AlarmNames"]) {
+    auto found = repo.Get(store::AutoscalingKind::kAlarm, "cloudwatch", "", "", name.get<std::string>());
+    if (found.status().IsNotFound()) {
+      return aws::AwsError("ResourceNotFound", "Alarm " + name.get<std::string>() + " does not exist.", 404);
+    }
+    if (!found.ok()) return AwsErrorFromStatus(found.status(), ErrorService::kCloudWatch);
+  }
+  for (const json& name : in["AlarmNames"]) {
+    Status deleted = repo.Delete(store::AutoscalingKind::kAlarm, "cloudwatch", "", "", name.get<std::string>());
+    if (!deleted.ok() && !deleted.IsNotFound()) return AwsErrorFromStatus(deleted, ErrorService::kCloudWatch);
+  }
+  return json::object();
 }
 
 }  // namespace kiln::api

@@ -1,7 +1,8 @@
 #pragma once
 // CloudWatch metrics (service `monitoring`, API 2010-08-01; spec/control-plane-api.md §13) over
 // observe::MetricStore: PutMetricData, GetMetricStatistics, GetMetricData, ListMetrics (and
-// DescribeAlarms over CloudWatchOptions::alarms: Kiln's scaling alarms), in the
+// DescribeAlarms over CloudWatchOptions::alarms: Kiln's scaling alarms; PutMetricAlarm and
+// DeleteAlarms of metric alarms whose actions run step-scaling policies), in the
 // three protocols the service model lists, all answering from one set of handlers:
 //
 //   AWS JSON 1.0        POST /, X-Amz-Target GraniteServiceVersion20100801.<Op>  → MakeJsonService()
@@ -46,6 +47,7 @@
 #include "aws/errors.h"
 #include "aws/request_context.h"
 #include "observe/metric_store.h"
+#include "store/database.h"
 
 namespace kiln::api {
 
@@ -64,6 +66,12 @@ struct CloudWatchOptions {
   // DescribeAlarms: every alarm there is, as MetricAlarm structures (JSON form, timestamps as
   // epoch seconds), e.g. the scaling alarms of api/autoscaling.h. Null: no alarms.
   std::function<Result<std::vector<nlohmann::json>>()> alarms;
+  // PutMetricAlarm / DeleteAlarms keep metric alarms here (store/autoscaling_repository.h, kind
+  // alarm; control/autoscaler.h evaluates them and runs the step-scaling policies their
+  // AlarmActions name); DescribeAlarms lists them after `alarms`. Null: those operations answer
+  // InvalidAction. `alarm_arn_prefix`: "arn:aws:cloudwatch:<region>:<account>:alarm:".
+  store::Database* alarm_database = nullptr;
+  std::string alarm_arn_prefix;
 };
 
 class CloudWatch {
@@ -105,6 +113,8 @@ class CloudWatch {
   JsonOutcome GetMetricData(const nlohmann::json& in) const;
   JsonOutcome ListMetrics(const nlohmann::json& in) const;
   JsonOutcome DescribeAlarms(const nlohmann::json& in) const;
+  JsonOutcome PutMetricAlarm(const nlohmann::json& in) const;
+  JsonOutcome DeleteAlarms(const nlohmann::json& in) const;
 
   CloudWatchOptions options_;
 };

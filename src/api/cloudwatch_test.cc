@@ -460,7 +460,7 @@ TEST_F(CloudWatchTest, CborErrors) {
   aws::WireResponse aws_ns = cw_->HandleCbor(context_, "PutMetricData", w.bytes());
   EXPECT_EQ(*FindHeader(aws_ns.headers, "x-amzn-query-error"), "InvalidParameterValue;Sender");
 
-  aws::WireResponse unknown = cw_->HandleCbor(context_, "PutMetricAlarm", "");
+  aws::WireResponse unknown = cw_->HandleCbor(context_, "SetAlarmState", "");
   EXPECT_EQ(unknown.status, 404);
   aws::WireResponse not_map = cw_->HandleCbor(context_, "ListMetrics", std::string("\x01", 1));
   EXPECT_EQ(not_map.status, 400);
@@ -499,7 +499,7 @@ TEST_F(CloudWatchTest, QueryRoundTripAndErrors) {
   EXPECT_NE(bad.body.find("<Code>InvalidParameterValue</Code>"), std::string::npos);
   EXPECT_NE(bad.body.find("parameter Period"), std::string::npos);
   EXPECT_NE(query("Version=2010-08-01").body.find("<Code>MissingAction</Code>"), std::string::npos);
-  EXPECT_NE(query("Action=PutMetricAlarm&Version=2010-08-01").body.find("<Code>InvalidAction</Code>"),
+  EXPECT_NE(query("Action=SetAlarmState&Version=2010-08-01").body.find("<Code>InvalidAction</Code>"),
             std::string::npos);
   EXPECT_NE(query("Action=ListMetrics&Version=2011-06-15").body.find("<Code>InvalidAction</Code>"), std::string::npos);
   aws::WireResponse list = query("Action=ListMetrics&Version=2010-08-01");
@@ -565,6 +565,55 @@ TEST_F(CloudWatchTest, DescribeAlarmsListsTheGivenAlarms) {
   EXPECT_EQ(xml.status, 200) << xml.body;
   EXPECT_NE(xml.body.find("<AlarmName>Other</AlarmName>"), std::string::npos) << xml.body;
   EXPECT_NE(xml.body.find("<Threshold>4.5</Threshold>"), std::string::npos) << xml.body;
+}
+
+// PutMetricAlarm / DeleteAlarms keep metric alarms in the database (for the autoscaler's step
+// policies); DescribeAlarms lists them with their state.
+TEST_F(CloudWatchTest, PutDescribeAndDeleteMetricAlarms) {
+  CloudWatchOptions options;
+  options.store = store_.get();
+  options.alarm_database = db_.get();
+  options.alarm_arn_prefix = "arn:aws:cloudwatch:us-east-1:000000000000:alarm:";
+  options.now_millis = [this] { return now_; };
+  CloudWatch cw(options);
+  auto service = cw.MakeJsonService();
+  auto call = [&](const std::string& op, const json& in) {
+    aws::WireResponse r = service->Handle(context_, op, in.dump());
+    return std::make_pair(r.status, json::parse(r.body));
+  };
+  json alarm = json::parse(R"({"AlarmName": "backlog", "Namespace": "AWS/SageMaker",
+      "MetricName": "HasBacklogWithoutCapacity", "Dimensions": [{"Name": "EndpointName", "Value": "ep"}],
+      "Statistic": "Average", "Period": 60, "EvaluationPeriods": 2, "Threshold": 1,
+      "ComparisonOperator": "GreaterThanOrEqualToThreshold", "AlarmActions": ["arn:policy"],
+      "Tags": [{"Key": "k", "Value": "v"}]})");
+  EXPECT_EQ(call("PutMetricAlarm", alarm).first, 200);
+  auto [status, described] = call("DescribeAlarms", json::object());
+  ASSERT_EQ(status, 200);
+  ASSERT_EQ(described["MetricAlarms"].size(), 1u);
+  const json& a = described["MetricAlarms"][0];
+  EXPECT_EQ(a["AlarmArn"], "arn:aws:cloudwatch:us-east-1:000000000000:alarm:backlog");
+  EXPECT_EQ(a["StateValue"], "INSUFFICIENT_DATA");
+  EXPECT_EQ(a["AlarmActions"], json::array({"arn:policy"}));
+  EXPECT_FALSE(a.contains("Tags"));
+  EXPECT_FALSE(a.contains("UpdatedMillis"));
+
+  json math = alarm;
+  math.erase("MetricName");
+  math["Metrics"] = json::parse(R"([{"Id": "m1", "Expression": "1"}])");
+  EXPECT_EQ(call("PutMetricAlarm", math).second["__type"], "InvalidParameterValue");
+  json band = alarm;
+  band["ComparisonOperator"] = "LessThanLowerThreshold";
+  EXPECT_EQ(call("PutMetricAlarm", band).second["__type"], "InvalidParameterValue");
+  json missing = alarm;
+  missing.erase("Statistic");
+  EXPECT_EQ(call("PutMetricAlarm", missing).second["__type"], "MissingParameter");
+  json too_many = alarm;
+  too_many["DatapointsToAlarm"] = 3;
+  EXPECT_EQ(call("PutMetricAlarm", too_many).second["__type"], "InvalidParameterCombination");
+
+  EXPECT_EQ(call("DeleteAlarms", {{"AlarmNames", {"backlog", "nope"}}}).second["__type"], "ResourceNotFound");
+  EXPECT_EQ(call("DeleteAlarms", {{"AlarmNames", {"backlog"}}}).first, 200);
+  EXPECT_TRUE(call("DescribeAlarms", json::object()).second["MetricAlarms"].empty());
 }
 
 }  // namespace

@@ -674,6 +674,8 @@ void Server::RegisterJsonServices() {
   api::CloudWatchOptions cloudwatch_options;
   cloudwatch_options.store = metric_store_.get();
   cloudwatch_options.alarms = api::ScalingAlarmSource(database_.get(), c.autoscaling.period_seconds);
+  cloudwatch_options.alarm_database = database_.get();
+  cloudwatch_options.alarm_arn_prefix = "arn:aws:cloudwatch:" + c.regions.front() + ":" + c.account_id + ":alarm:";
   cloudwatch_ = std::make_unique<api::CloudWatch>(cloudwatch_options);
   front_door_->AddJsonService(cloudwatch_->MakeJsonService());
   front_door_->SetCloudWatch(cloudwatch_.get());

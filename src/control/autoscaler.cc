@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <map>
@@ -271,11 +272,119 @@ Result<std::vector<ScalingAlarm>> ListScalingAlarms(store::Database* database, i
 
 namespace {
 
+// A metric alarm in ALARM that names a step-scaling policy in its AlarmActions.
+struct AlarmTrigger {
+  std::string alarm;
+  double value = 0;      // the latest datapoint
+  double threshold = 0;  // the alarm's
+};
+using AlarmTriggers = std::map<std::string, AlarmTrigger>;  // by policy ARN
+
+double StatisticOf(const observe::StatisticSet& s, const std::string& statistic) {
+  if (statistic == "Average") return s.sample_count > 0 ? s.sum / s.sample_count : 0.0;
+  if (statistic == "Minimum") return s.minimum;
+  if (statistic == "Maximum") return s.maximum;
+  if (statistic == "SampleCount") return s.sample_count;
+  return s.sum;
+}
+
+std::string FormatValue(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+  return buffer;
+}
+
+// Evaluates every stored metric alarm (CloudWatch PutMetricAlarm) over its settled periods, keeps
+// its state in its row, and returns the step-scaling policies the alarms in ALARM trigger.
+AlarmTriggers EvaluateMetricAlarms(const AutoscalerOptions& options, const AutoscalerDeps& deps, int64_t now) {
+  AlarmTriggers triggers;
+  store::AutoscalingRepository repo(deps.database);
+  auto alarms = repo.ListAll(AutoscalingKind::kAlarm);
+  if (!alarms.ok() || deps.metrics == nullptr) return triggers;
+  for (const AutoscalingRecord& alarm : *alarms) {
+    const json& doc = alarm.doc;
+    const int64_t period = std::max<int64_t>(1, IntOf(doc, "Period", 60)) * 1000;
+    const int64_t evaluation = std::max<int64_t>(1, IntOf(doc, "EvaluationPeriods", 1));
+    const int64_t needed = std::max<int64_t>(1, IntOf(doc, "DatapointsToAlarm", evaluation));
+    const double threshold = DoubleOf(doc, "Threshold", 0);
+    const std::string comparison = StringOf(doc, "ComparisonOperator");
+    const std::string missing = Has(doc, "TreatMissingData") ? StringOf(doc, "TreatMissingData") : "missing";
+    json state = alarm.state;
+    const int64_t last = FloorDiv(now - options.settle_millis, period) - 1;
+    int64_t through = std::max(IntOf(state, "through", last - 1), last - evaluation);
+    json window = state.contains("window") && state["window"].is_array() ? state["window"] : json::array();
+    for (int64_t p = through + 1; p <= last; ++p) {
+      observe::MetricQuery query;
+      query.ns = StringOf(doc, "Namespace");
+      query.name = StringOf(doc, "MetricName");
+      if (Has(doc, "Dimensions")) {
+        for (const json& d : doc["Dimensions"]) query.dimensions[StringOf(d, "Name")] = StringOf(d, "Value");
+      }
+      if (Has(doc, "Unit")) query.unit = StringOf(doc, "Unit");
+      query.start_millis = p * period;
+      query.end_millis = (p + 1) * period;
+      query.period_seconds = period / 1000;
+      query.distributions = false;
+      auto periods = deps.metrics->Aggregate(query);
+      json point = nullptr;
+      if (periods.ok() && !periods->empty()) {
+        const double value = StatisticOf(periods->front().stats, StringOf(doc, "Statistic"));
+        state["value"] = value;
+        const bool breach = comparison == "GreaterThanThreshold"            ? value > threshold
+                            : comparison == "GreaterThanOrEqualToThreshold" ? value >= threshold
+                            : comparison == "LessThanThreshold"             ? value < threshold
+                                                                            : value <= threshold;
+        point = breach;
+      } else if (missing == "breaching") {
+        point = true;
+      } else if (missing == "notBreaching") {
+        point = false;
+      }
+      window.push_back(point);
+      while (static_cast<int64_t>(window.size()) > evaluation) window.erase(window.begin());
+    }
+    if (last > IntOf(state, "through", last - 1)) state["through"] = last;
+    state["window"] = window;
+    int64_t breaching = 0;
+    int64_t known = 0;
+    for (const json& w : window) {
+      if (w.is_boolean()) ++known;
+      if (w.is_boolean() && w.get<bool>()) ++breaching;
+    }
+    std::string value = StringOf(state, "state");
+    if (breaching >= needed) {
+      value = "ALARM";
+    } else if (known > 0) {
+      value = "OK";
+    } else if (missing != "ignore" || value.empty()) {
+      value = "INSUFFICIENT_DATA";
+    }
+    if (value != StringOf(state, "state")) state["since"] = now;
+    state["state"] = value;
+    state["reason"] = "Threshold Crossed: " + std::to_string(breaching) + " out of the last " +
+                      std::to_string(window.size()) + " datapoints were breaching the threshold (" +
+                      FormatValue(threshold) + ")" +
+                      (state.contains("value") && state["value"].is_number()
+                           ? ". The most recent datapoint: " + FormatValue(state["value"].get<double>()) + "."
+                           : ".");
+    if (state != alarm.state) (void)repo.SetState(alarm, state);
+    const bool enabled = !Has(doc, "ActionsEnabled") || FlagOf(doc, "ActionsEnabled");
+    if (value != "ALARM" || !enabled || !Has(doc, "AlarmActions")) continue;
+    for (const json& action : doc["AlarmActions"]) {
+      if (!action.is_string()) continue;
+      triggers[action.get<std::string>()] = AlarmTrigger{alarm.name, state.value("value", threshold), threshold};
+    }
+  }
+  return triggers;
+}
+
 // One target's evaluation at `now`.
 class TargetRun {
  public:
-  TargetRun(const AutoscalerOptions& options, const AutoscalerDeps& deps, int64_t now, AutoscalingRecord target)
-      : options_(options),
+  TargetRun(const AutoscalerOptions& options, const AutoscalerDeps& deps, int64_t now, AutoscalingRecord target,
+            const AlarmTriggers* triggers)
+      : triggers_(triggers),
+        options_(options),
         deps_(deps),
         repo_(deps.database),
         endpoints_(deps.database),
@@ -307,7 +416,11 @@ class TargetRun {
                 std::to_string(max) + " of the scalable target",
             false);
     } else if (proposal) {
-      Scale(proposal->count, proposal->cause, proposal->count > current);
+      if (Scale(proposal->count, proposal->cause, proposal->count > current) && proposal->step_policy) {
+        json state = proposal->step_policy->state;
+        state["last_scaled_millis"] = now_;
+        (void)repo_.SetState(*proposal->step_policy, state);
+      }
     }
   }
 
@@ -315,7 +428,53 @@ class TargetRun {
   struct Proposal {
     int64_t count = 0;
     std::string cause;
+    const AutoscalingRecord* step_policy = nullptr;  // the step policy proposing it, if any
   };
+
+  // A step-scaling policy whose alarm is in ALARM: the step adjustment its breach falls in
+  // (bounds relative to the threshold), applied as AdjustmentType says, clamped; nullopt within
+  // its Cooldown (default 300 s) or when it changes nothing.
+  std::optional<Proposal> EvaluateStep(const AutoscalingRecord& policy) {
+    if (triggers_ == nullptr || !endpoint_) return std::nullopt;
+    auto trigger = triggers_->find(StringOf(policy.doc, "PolicyARN"));
+    if (trigger == triggers_->end()) return std::nullopt;
+    const json& config = policy.doc["StepScalingPolicyConfiguration"];
+    const double delta = trigger->second.value - trigger->second.threshold;
+    const json* step = nullptr;
+    const json adjustments = config.value("StepAdjustments", json::array());
+    for (const json& candidate : adjustments) {
+      const double lower = DoubleOf(candidate, "MetricIntervalLowerBound", -HUGE_VAL);
+      const double upper = DoubleOf(candidate, "MetricIntervalUpperBound", HUGE_VAL);
+      if ((delta >= lower && delta < upper) || (delta < 0 && delta > lower && delta <= upper)) {
+        step = &candidate;
+        break;
+      }
+    }
+    if (step == nullptr) return std::nullopt;
+    const int64_t current = CurrentCount();
+    const double adjustment = DoubleOf(*step, "ScalingAdjustment", 0);
+    const std::string type = StringOf(config, "AdjustmentType");
+    int64_t wanted = current;
+    if (type == "ExactCapacity") {
+      wanted = static_cast<int64_t>(adjustment);
+    } else if (type == "PercentChangeInCapacity") {
+      double change = static_cast<double>(current) * adjustment / 100.0;
+      int64_t whole = static_cast<int64_t>(change);  // toward zero
+      if (whole == 0 && change != 0) whole = change > 0 ? 1 : -1;
+      const int64_t magnitude = IntOf(config, "MinAdjustmentMagnitude", 0);
+      if (magnitude > 0 && std::llabs(whole) < magnitude) whole = whole > 0 ? magnitude : -magnitude;
+      wanted = current + whole;
+    } else {
+      wanted = current + static_cast<int64_t>(adjustment);
+    }
+    wanted = Clamp(wanted);
+    if (wanted == current) return std::nullopt;
+    if (Suspended(wanted > current ? "DynamicScalingOutSuspended" : "DynamicScalingInSuspended")) return std::nullopt;
+    const int64_t cooldown = IntOf(config, "Cooldown", kDefaultCooldownSeconds) * 1000;
+    if (now_ - IntOf(policy.state, "last_scaled_millis", INT64_MIN / 2) < cooldown) return std::nullopt;
+    return Proposal{
+        wanted, "monitor alarm " + trigger->second.alarm + " in state ALARM triggered policy " + policy.name, &policy};
+  }
 
   int64_t CurrentCount() const {
     auto it = endpoint_->desired.find(resource_.variant);
@@ -409,9 +568,10 @@ class TargetRun {
   }
 
   // Sets the variant's desired count through the endpoint row (as UpdateEndpointWeightsAndCapacities).
-  void Scale(int64_t count, const std::string& cause, bool out) {
+  // True when the new count was committed.
+  bool Scale(int64_t count, const std::string& cause, bool out) {
     const int64_t current = CurrentCount();
-    if (count == current) return;
+    if (count == current) return false;
     const std::string description = ActivityText(count);
     std::string refused;
     auto updated = endpoints_.Mutate(resource_.endpoint, [&](store::EndpointRecord& r) {
@@ -434,7 +594,7 @@ class TargetRun {
       RecordActivity(description, cause, "Failed",
                      "Failed to set desired instance count to " + std::to_string(count) + ". " + refused, count, false);
       SaveTargetState();
-      return;
+      return false;
     }
     KLOG(info, "autoscaler: scaling",
          {{"resource_id", target_.resource_id}, {"from", std::to_string(current)}, {"to", std::to_string(count)}});
@@ -446,6 +606,7 @@ class TargetRun {
       target_.state["last_scale_out_count"] = count;
     }
     SaveTargetState();
+    return true;
   }
 
   // ---- scheduled actions ----
@@ -544,7 +705,8 @@ class TargetRun {
   };
 
   std::string AlarmName(const AutoscalingRecord& policy, const char* kind) {
-    for (const json& alarm : policy.doc.value("Alarms", json::array())) {
+    const json alarms = policy.doc.value("Alarms", json::array());
+    for (const json& alarm : alarms) {
       const std::string name = StringOf(alarm, "AlarmName");
       if (name.find(kind) != std::string::npos) return name;
     }
@@ -629,9 +791,20 @@ class TargetRun {
   std::optional<Proposal> EvaluatePolicies(const std::vector<AutoscalingRecord>& policies) {
     std::optional<Proposal> out;
     std::optional<Proposal> in;
+    std::optional<Proposal> step_in;
     bool all_in = true;
     bool any_voter = false;
     for (const AutoscalingRecord& policy : policies) {
+      if (StringOf(policy.doc, "PolicyType") == "StepScaling") {
+        auto step = EvaluateStep(policy);
+        if (!step) continue;
+        if (step->count > CurrentCount()) {
+          if (!out || step->count > out->count) out = step;
+        } else if (!step_in || step->count > step_in->count) {
+          step_in = step;
+        }
+        continue;
+      }
       if (StringOf(policy.doc, "PolicyType") != "TargetTrackingScaling") continue;
       Vote vote = EvaluateTargetTracking(policy);
       if (vote.out && (!out || vote.out->count > out->count)) out = vote.out;
@@ -644,6 +817,7 @@ class TargetRun {
       }
     }
     if (out) return out;
+    if (step_in) return step_in;
     if (any_voter && all_in) return in;
     return std::nullopt;
   }
@@ -654,6 +828,7 @@ class TargetRun {
     return buffer;
   }
 
+  const AlarmTriggers* triggers_;
   const AutoscalerOptions& options_;
   const AutoscalerDeps& deps_;
   store::AutoscalingRepository repo_;
@@ -719,10 +894,11 @@ void Autoscaler::RunOnce() {
   std::map<std::string, std::vector<AutoscalingRecord>> actions_of;
   for (auto& a : *actions) actions_of[KeyOf(a)].push_back(std::move(a));
   const int64_t now = Now();
+  const AlarmTriggers triggers = EvaluateMetricAlarms(options_, deps_, now);
   for (auto& target : *targets) {
     const std::string key = KeyOf(target);
     try {
-      TargetRun(options_, deps_, now, std::move(target)).Run(policies_of[key], actions_of[key]);
+      TargetRun(options_, deps_, now, std::move(target), &triggers).Run(policies_of[key], actions_of[key]);
     } catch (const std::exception& e) {
       KLOG(error, "autoscaler: evaluating a target threw", {{"what", e.what()}});
     }

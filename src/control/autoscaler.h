@@ -22,8 +22,15 @@
 //    DisableScaleIn suppresses it. With several policies, any scale-out wins; scale-in needs
 //    every target-tracking policy of the target to ask for it (the largest count is taken).
 //  * SuspendedState.DynamicScalingOutSuspended / DynamicScalingInSuspended pause them.
-// Step scaling policies are stored and described; Kiln has no PutMetricAlarm yet, so nothing
-// triggers them (documented gap).
+// Step scaling: CloudWatch metric alarms (PutMetricAlarm, stored as kind alarm) are evaluated every
+// settled Period of theirs (Statistic over the period; DatapointsToAlarm of EvaluationPeriods
+// breaching → ALARM; TreatMissingData breaching/notBreaching/ignore/missing); while one is in
+// ALARM, each StepScaling policy its AlarmActions name applies the step adjustment the breach
+// (value − threshold) falls in — ChangeInCapacity, PercentChangeInCapacity (MinAdjustmentMagnitude)
+// or ExactCapacity — clamped, at most once per the policy's Cooldown (default 300 s). A step
+// scale-out competes with target tracking's (the larger wins); a step scale-in needs no
+// target-tracking consent. This is how an asynchronous endpoint leaves 0 instances
+// (HasBacklogWithoutCapacity ≥ 1 → +1).
 // Scheduled actions: at(yyyy-mm-ddThh:mm:ss), rate(N minute[s]|hour[s]|day[s]) and
 // cron(minutes hours day-of-month month day-of-week year) in UTC (Timezone other than UTC is
 // refused by the API), within StartTime/EndTime, set the target's Min/Max (unless

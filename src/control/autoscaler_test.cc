@@ -252,6 +252,68 @@ TEST_F(AutoscalerTest, ScheduledActionSetsBounds) {
   EXPECT_EQ(activities[0].doc["Cause"], "scheduled action name morning was triggered");
 }
 
+// A metric alarm (CloudWatch PutMetricAlarm) naming a step-scaling policy: scale from 0, as an
+// asynchronous endpoint does on HasBacklogWithoutCapacity.
+TEST_F(AutoscalerTest, StepScalingFromAnAlarmScalesFromZero) {
+  ASSERT_TRUE(store::EndpointRepository(db_.get())
+                  .Mutate("ep",
+                          [](store::EndpointRecord& r) {
+                            r.desired["v"].instance_count = 0;
+                            return kiln::Status::Ok();
+                          })
+                  .ok());
+  Register(0, 3);
+  AutoscalingRecord policy;
+  policy.kind = AutoscalingKind::kPolicy;
+  policy.service_namespace = "sagemaker";
+  policy.resource_id = kResource;
+  policy.scalable_dimension = "sagemaker:variant:DesiredInstanceCount";
+  policy.name = "from-zero";
+  policy.creation_millis = clock_.NowMillis();
+  policy.doc = json::parse(R"({"PolicyName": "from-zero", "PolicyARN": "arn:step", "PolicyType": "StepScaling",
+      "StepScalingPolicyConfiguration": {"AdjustmentType": "ChangeInCapacity", "Cooldown": 2,
+        "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]}})");
+  ASSERT_TRUE(repo().Put(policy).ok());
+  AutoscalingRecord alarm;
+  alarm.kind = AutoscalingKind::kAlarm;
+  alarm.service_namespace = "cloudwatch";
+  alarm.name = "backlog";
+  alarm.creation_millis = clock_.NowMillis();
+  alarm.doc = json::parse(R"({"AlarmName": "backlog", "Namespace": "AWS/SageMaker",
+      "MetricName": "HasBacklogWithoutCapacity", "Dimensions": [{"Name": "EndpointName", "Value": "ep"}],
+      "Statistic": "Average", "Period": 1, "EvaluationPeriods": 2, "Threshold": 1,
+      "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "missing",
+      "AlarmActions": ["arn:step"]})");
+  ASSERT_TRUE(repo().Put(alarm).ok());
+  auto backlog = [&](double value) {
+    const int64_t start = clock_.NowMillis() / 1000 * 1000;
+    ASSERT_TRUE(
+        metrics_->Put("AWS/SageMaker", "HasBacklogWithoutCapacity", {{"EndpointName", "ep"}}, start + 100, value).ok());
+    clock_.Set(start + 1000);
+    scaler_->RunOnce();
+  };
+  backlog(0);
+  backlog(1);
+  EXPECT_EQ(Desired(), 0);  // one of two datapoints
+  backlog(1);
+  EXPECT_EQ(Desired(), 1);
+  auto activities = Activities();
+  ASSERT_EQ(activities.size(), 1u);
+  EXPECT_EQ(activities[0].doc["Cause"], "monitor alarm backlog in state ALARM triggered policy from-zero");
+  auto stored = repo().Get(AutoscalingKind::kAlarm, "cloudwatch", "", "", "backlog");
+  EXPECT_EQ(stored->state["state"], "ALARM");
+  BackInService();
+  backlog(1);  // cooldown (2 s) since the step
+  EXPECT_EQ(Desired(), 1);
+  backlog(1);
+  EXPECT_EQ(Desired(), 2);
+  BackInService();
+  backlog(0);
+  backlog(0);
+  EXPECT_EQ(repo().Get(AutoscalingKind::kAlarm, "cloudwatch", "", "", "backlog")->state["state"], "OK");
+  EXPECT_EQ(Desired(), 2);
+}
+
 TEST(AutoscalerSchedule, ParsesAtRateAndCron) {
   auto at = ParseScalingSchedule("at(2023-11-14T22:13:22)");
   ASSERT_TRUE(at.ok());

@@ -14,6 +14,7 @@ const char* KindName(AutoscalingKind kind) {
     case AutoscalingKind::kPolicy: return "policy";
     case AutoscalingKind::kScheduledAction: return "scheduled-action";
     case AutoscalingKind::kActivity: return "activity";
+    case AutoscalingKind::kAlarm: return "alarm";
   }
   return "target";
 }
@@ -22,6 +23,7 @@ AutoscalingKind KindFrom(const std::string& name) {
   if (name == "policy") return AutoscalingKind::kPolicy;
   if (name == "scheduled-action") return AutoscalingKind::kScheduledAction;
   if (name == "activity") return AutoscalingKind::kActivity;
+  if (name == "alarm") return AutoscalingKind::kAlarm;
   return AutoscalingKind::kTarget;
 }
 

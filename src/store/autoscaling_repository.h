@@ -1,7 +1,8 @@
 #pragma once
 // AutoscalingRepository: Application Auto Scaling's objects (migration 13, spec
 // control-plane-api.md §12, serving-contract.md §10) — scalable targets, scaling policies (with
-// their alarms), scheduled actions and scaling activities, all in table autoscaling_objects.
+// their alarms), scheduled actions, scaling activities and CloudWatch metric alarms, all in table
+// autoscaling_objects.
 //
 // A row is keyed by (kind, service namespace, resource id, scalable dimension, name); `name` is
 // empty for a scalable target, the policy or scheduled action name, or the activity id. `doc` is
@@ -24,7 +25,9 @@
 
 namespace kiln::store {
 
-enum class AutoscalingKind { kTarget, kPolicy, kScheduledAction, kActivity };
+// kAlarm: a CloudWatch metric alarm (PutMetricAlarm; namespace "cloudwatch", resource and
+// dimension empty, name = AlarmName) whose actions may name step-scaling policies.
+enum class AutoscalingKind { kTarget, kPolicy, kScheduledAction, kActivity, kAlarm };
 
 struct AutoscalingRecord {
   int64_t seq = 0;  // set by the store

@@ -163,6 +163,31 @@ def test_load_scales_out_to_three_and_back_to_one(sm, aas, cw, rt, module_kiln):
     assert (low["ComparisonOperator"], low["Threshold"], low["EvaluationPeriods"]) == ("LessThanThreshold", 4.5, 15)
     assert high["StateValue"] == "OK" and low["StateValue"] == "ALARM"
 
+    # Step scaling: a CloudWatch alarm on a custom metric whose action is the step policy (as AWS wires it).
+    step = aas.put_scaling_policy(PolicyName="queue-steps", PolicyType="StepScaling", StepScalingPolicyConfiguration={
+        "AdjustmentType": "ChangeInCapacity", "Cooldown": 60, "MetricAggregationType": "Maximum",
+        "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]}, **key(name))
+    alarm = "queue-depth-" + name
+    cw.put_metric_alarm(AlarmName=alarm, Namespace="Custom/Kiln", MetricName="QueueDepth",
+                        Dimensions=[{"Name": "EndpointName", "Value": name}], Statistic="Maximum", Period=1,
+                        EvaluationPeriods=1, Threshold=10, ComparisonOperator="GreaterThanThreshold",
+                        AlarmActions=[step["PolicyARN"]])
+
+    def queue_pushes_out():
+        cw.put_metric_data(Namespace="Custom/Kiln", MetricData=[{
+            "MetricName": "QueueDepth", "Dimensions": [{"Name": "EndpointName", "Value": name}], "Value": 50}])
+        return variant_counts(sm, name)[1] == 2
+    eh.wait_until(queue_pushes_out, timeout=20, poll=0.3, what="the step policy to add an instance")
+    described = cw.describe_alarms(AlarmNames=[alarm])["MetricAlarms"]
+    assert described[0]["StateValue"] == "ALARM" and described[0]["AlarmActions"] == [step["PolicyARN"]], described
+    # (AlarmLow of the target-tracking policy may take it back to 1 from here on.)
+    causes = [(a["Description"], a["Cause"]) for a in aas.describe_scaling_activities(
+        ServiceNamespace="sagemaker", ResourceId=resource(name), MaxResults=2)["ScalingActivities"]]
+    assert ("Setting desired instance count to 2.",
+            "monitor alarm %s in state ALARM triggered policy queue-steps" % alarm) in causes, causes
+    cw.delete_alarms(AlarmNames=[alarm])
+    assert cw.describe_alarms(AlarmNames=[alarm])["MetricAlarms"] == []
+
     aas.deregister_scalable_target(**key(name))
     assert not cw.describe_alarms(AlarmNamePrefix="TargetTracking-%s-" % resource(name))["MetricAlarms"]
     assert aas.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource(name))["ScalingPolicies"] == []

@@ -243,7 +243,7 @@ def test_malformed_bodies_leave_the_server_unaffected(module_kiln):
         assert status == 400, (body[:8], decoded)
         assert decoded["__type"] == "SerializationException"
         assert headers["x-amzn-query-error"] == "SerializationException;Sender"
-    status, _, decoded = cw.cbor_call(module_kiln, "DeleteAlarms", params={})
+    status, _, decoded = cw.cbor_call(module_kiln, "SetAlarmState", params={})
     assert status == 404 and decoded["__type"] == "UnknownOperationException"
 
     def form(body):
@@ -255,7 +255,7 @@ def test_malformed_bodies_leave_the_server_unaffected(module_kiln):
                         "InvalidParameterValue"),
                        ("Action=ListMetrics&Version=2010-08-01&Dimensions.member.x.Name=a", "InvalidParameterValue"),
                        ("Version=2010-08-01", "MissingAction"),
-                       ("Action=PutMetricAlarm&Version=2010-08-01", "InvalidAction")):
+                       ("Action=SetAlarmState&Version=2010-08-01", "InvalidAction")):
         status, _, data = form(body)
         assert status == 400, data
         assert kh.xml_error_code(data) == code, (body, data)
