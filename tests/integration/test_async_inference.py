@@ -2,8 +2,11 @@
 AsyncInferenceConfig on an endpoint configuration, InvokeEndpointAsync answering 202 with the
 output/failure locations, the dispatcher writing the output or failure object, webhook
 notifications and data-log lines, 1,000 requests surviving a `kill -9` of the server (every one
-produces its output, none runs to completion twice), and a variant scaled to 0 instances and back
-(requests queued meanwhile complete afterwards).
+produces its output, none runs to completion twice), a variant scaled to 0 instances and back
+(requests queued meanwhile complete afterwards), and the same done by Application Auto Scaling as
+AWS documents it for async endpoints: target tracking on ApproximateBacklogSizePerInstance takes an
+idle endpoint to 0, a step policy behind a CloudWatch alarm on HasBacklogWithoutCapacity brings it
+back when requests queue (the scaler evaluates every second here: `autoscaling.period_seconds`).
 
 One server and one endpoint for the module (the test serving program, endpoints/serve_app.py)."""
 
@@ -68,6 +71,7 @@ def srv(hook, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("async"))
     config = json.loads(json.dumps(eh.ENDPOINT_CONFIG))
     config["endpoints"]["invocation_timeout_seconds"] = 10
+    config["autoscaling"] = {"period_seconds": 1}
     config["async_inference"] = {"notifications": {
         OK_TOPIC: "http://127.0.0.1:%d/ok" % hook.port,
         ERR_TOPIC: "http://127.0.0.1:%d/err" % hook.port}}
@@ -358,7 +362,8 @@ def test_scale_to_zero_and_back(srv, endpoint):
             Namespace="AWS/SageMaker", MetricName="HasBacklogWithoutCapacity",
             Dimensions=[{"Name": "EndpointName", "Value": endpoint}],
             StartTime=now - 60, EndTime=now + 60, Period=60, Statistics=["Maximum"])["Datapoints"]
-        return points and points[0]["Maximum"] == 1
+        # The window spans up to two 1-minute periods; the earlier one may hold 0s from before.
+        return any(p["Maximum"] == 1 for p in points)
     eh.wait_until(without_capacity, timeout=10, what="HasBacklogWithoutCapacity = 1")
 
     sm.update_endpoint_weights_and_capacities(
@@ -372,3 +377,57 @@ def test_scale_to_zero_and_back(srv, endpoint):
         sm.update_endpoint_weights_and_capacities(
             EndpointName=other, DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 0}])
     assert info.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_autoscaling_takes_an_idle_async_endpoint_to_zero_and_a_backlog_back(srv, endpoint):
+    sm, s3, rt = srv.client("sagemaker"), srv.client("s3"), srv.client("sagemaker-runtime")
+    aas, cw = srv.client("application-autoscaling"), srv.client("cloudwatch")
+    key = dict(ServiceNamespace="sagemaker", ResourceId="endpoint/%s/variant/AllTraffic" % endpoint,
+               ScalableDimension="sagemaker:variant:DesiredInstanceCount")
+
+    def instances():
+        return sm.describe_endpoint(EndpointName=endpoint)["ProductionVariants"][0]["CurrentInstanceCount"]
+    eh.wait_until(lambda: instances() == 1, timeout=60, what="the endpoint back at 1 instance")
+    aas.register_scalable_target(MinCapacity=0, MaxCapacity=2, **key)
+    alarm = "has-backlog-without-capacity-" + endpoint
+    try:
+        aas.put_scaling_policy(
+            PolicyName="backlog-per-instance", PolicyType="TargetTrackingScaling",
+            TargetTrackingScalingPolicyConfiguration={
+                "TargetValue": 5.0, "ScaleInCooldown": 0, "ScaleOutCooldown": 0,
+                "CustomizedMetricSpecification": {
+                    "MetricName": "ApproximateBacklogSizePerInstance", "Namespace": "AWS/SageMaker",
+                    "Dimensions": [{"Name": "EndpointName", "Value": endpoint}], "Statistic": "Average"}},
+            **key)
+        step = aas.put_scaling_policy(
+            PolicyName="scale-up-from-zero", PolicyType="StepScaling",
+            StepScalingPolicyConfiguration={
+                "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Average", "Cooldown": 0,
+                "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
+            **key)
+        cw.put_metric_alarm(
+            AlarmName=alarm, Namespace="AWS/SageMaker", MetricName="HasBacklogWithoutCapacity",
+            Dimensions=[{"Name": "EndpointName", "Value": endpoint}], Statistic="Average", Period=10,
+            EvaluationPeriods=1, DatapointsToAlarm=1, Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+            TreatMissingData="missing", AlarmActions=[step["PolicyARN"]])
+
+        # Idle: 15 periods below 0.9 x 5 requests per instance, then AlarmLow scales in to 0.
+        eh.wait_until(lambda: instances() == 0, timeout=90, poll=0.5, what="the idle endpoint scaled in to 0")
+        eh.wait_endpoint(sm, endpoint, server=srv)
+        source = put_input(s3, b"{}")
+        queued = [rt.invoke_endpoint_async(EndpointName=endpoint, InputLocation=source)["OutputLocation"]
+                  for _ in range(3)]
+        # HasBacklogWithoutCapacity = 1 puts the alarm in ALARM within a 10-s period; its step policy
+        # adds an instance, which works the queue off.
+        for location in queued:
+            assert wait_object(s3, location, timeout=90) is not None, location
+        state = cw.describe_alarms(AlarmNames=[alarm])["MetricAlarms"][0]
+        assert state["AlarmActions"] == [step["PolicyARN"]], state
+        activities = aas.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=key["ResourceId"],
+                                                     ScalableDimension=key["ScalableDimension"])["ScalingActivities"]
+        text = [(a["Description"], a["Cause"], a["StatusCode"]) for a in activities]
+        assert any("to 0" in d for d, _, _ in text), text
+        assert any(alarm in c and "scale-up-from-zero" in c for _, c, _ in text), text
+    finally:
+        cw.delete_alarms(AlarmNames=[alarm])
+        aas.deregister_scalable_target(**key)
