@@ -18,9 +18,54 @@ using namespace inference;
 // ignored, so that a client never believes it has e.g. an async endpoint).
 constexpr const char* kUnsupportedConfigMembers[] = {"ShadowProductionVariants", "ExplainerConfig",
                                                      "DataCaptureConfig"};
-constexpr const char* kUnsupportedVariantMembers[] = {"ServerlessConfig",    "ManagedInstanceScaling",
-                                                      "InstancePools",       "CapacityReservationConfig",
-                                                      "InferenceAmiVersion", "AcceleratorType"};
+constexpr const char* kUnsupportedVariantMembers[] = {
+    "ManagedInstanceScaling", "InstancePools", "CapacityReservationConfig", "InferenceAmiVersion", "AcceleratorType"};
+
+// A serverless variant (serving-contract.md §12): ServerlessConfig instead of InstanceType and
+// InitialInstanceCount, the only variant of its configuration, and a model AWS can run serverless
+// (no VPC, no network isolation; multi-model is refused for every variant below).
+std::optional<aws::AwsError> CheckServerlessVariant(const json& variant, const json& model) {
+  const std::string name = variant["VariantName"].get<std::string>();
+  for (const char* member : {"InstanceType", "InitialInstanceCount"}) {
+    if (Has(variant, member)) {
+      return Validation("Production variant " + name + " has both ServerlessConfig and " + member +
+                        ": a serverless variant is sized by its ServerlessConfig only; remove " + member + ".");
+    }
+  }
+  const json& config = variant["ServerlessConfig"];
+  const int64_t memory = config.value("MemorySizeInMB", int64_t{0});
+  if (memory < 1024 || memory > 6144 || memory % 1024 != 0) {
+    return Validation("Invalid MemorySizeInMB " + std::to_string(memory) + " for production variant " + name +
+                      ". Valid values are 1024, 2048, 3072, 4096, 5120 and 6144.");
+  }
+  const int64_t max_concurrency = config.value("MaxConcurrency", int64_t{0});
+  if (max_concurrency < 1 || max_concurrency > 200) {
+    return Validation("Invalid MaxConcurrency " + std::to_string(max_concurrency) + " for production variant " + name +
+                      ". It must be between 1 and 200.");
+  }
+  if (Has(config, "ProvisionedConcurrency")) {
+    const int64_t provisioned = config["ProvisionedConcurrency"].get<int64_t>();
+    if (provisioned < 1 || provisioned > 200) {
+      return Validation("Invalid ProvisionedConcurrency " + std::to_string(provisioned) + " for production variant " +
+                        name + ". It must be between 1 and 200.");
+    }
+    if (provisioned > max_concurrency) {
+      return Validation("ProvisionedConcurrency (" + std::to_string(provisioned) +
+                        ") must be less than or equal to MaxConcurrency (" + std::to_string(max_concurrency) +
+                        ") for production variant " + name + ".");
+    }
+  }
+  const std::string model_name = StringMember(variant, "ModelName", "");
+  if (Has(model, "VpcConfig")) {
+    return Validation("Model \"" + model_name +
+                      "\" has a VpcConfig: serverless endpoints do not support VPC configurations.");
+  }
+  if (model.value("EnableNetworkIsolation", false)) {
+    return Validation("Model \"" + model_name +
+                      "\" has EnableNetworkIsolation: serverless endpoints do not support network isolation.");
+  }
+  return std::nullopt;
+}
 
 std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                           const json& variant) {
@@ -30,20 +75,27 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
       return Validation(std::string(member) + " is not supported by Kiln (production variant " + name + ").");
   }
   if (!Has(variant, "ModelName")) return Validation("Production variant " + name + " needs a ModelName.");
-  if (!Has(variant, "InstanceType") || !Has(variant, "InitialInstanceCount")) {
-    return Validation("Production variant " + name + " needs InstanceType and InitialInstanceCount.");
-  }
-  const std::string type = variant["InstanceType"].get<std::string>();
-  const control::InstanceShape* shape = ctx.catalog ? ctx.catalog->Find(type) : nullptr;
-  if (shape == nullptr || !shape->hosting) {
-    return Validation("The instance type " + type + " of production variant " + name +
-                      " is not offered for hosting by this Kiln server (see its instance catalog).");
+  const bool serverless = Has(variant, "ServerlessConfig");
+  if (!serverless) {
+    if (!Has(variant, "InstanceType") || !Has(variant, "InitialInstanceCount")) {
+      return Validation("Production variant " + name +
+                        " needs InstanceType and InitialInstanceCount, or a ServerlessConfig.");
+    }
+    const std::string type = variant["InstanceType"].get<std::string>();
+    const control::InstanceShape* shape = ctx.catalog ? ctx.catalog->Find(type) : nullptr;
+    if (shape == nullptr || !shape->hosting) {
+      return Validation("The instance type " + type + " of production variant " + name +
+                        " is not offered for hosting by this Kiln server (see its instance catalog).");
+    }
   }
   const std::string model_name = variant["ModelName"].get<std::string>();
   auto model = models.Get(model_name);
   if (model.status().IsNotFound()) return ModelNotFound(ctx, model_name);
   if (!model.ok()) return Internal(model.status());
   const json& request = model->request;
+  if (serverless) {
+    if (auto error = CheckServerlessVariant(variant, request)) return error;
+  }
   if (Has(request, "Containers") && request["Containers"].size() > 1) {
     return Validation("Model \"" + model->name + "\" has " + std::to_string(request["Containers"].size()) +
                       " containers: multi-container endpoints and inference pipelines are not supported by Kiln yet.");
@@ -100,6 +152,23 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
                                                        const json& in) {
   if (Has(in, "AsyncInferenceConfig") && Has(in, "ShadowProductionVariants")) {
     return Validation("Asynchronous inference endpoints do not support ShadowProductionVariants.");
+  }
+  // Serverless (§12): one variant, neither asynchronous inference nor shadows nor data capture
+  // (AsyncInferenceConfig's own check below says so for async).
+  bool serverless = false;
+  for (const json& variant : in["ProductionVariants"]) serverless = serverless || Has(variant, "ServerlessConfig");
+  if (serverless && !Has(in, "AsyncInferenceConfig")) {
+    if (in["ProductionVariants"].size() > 1) {
+      return Validation(
+          "An endpoint configuration with a serverless production variant (ServerlessConfig) must have "
+          "exactly one production variant; " +
+          std::to_string(in["ProductionVariants"].size()) + " were given.");
+    }
+    for (const char* member : {"ShadowProductionVariants", "DataCaptureConfig"}) {
+      if (Has(in, member)) {
+        return Validation(std::string(member) + " is not supported for serverless endpoints.");
+      }
+    }
   }
   for (const char* member : kUnsupportedConfigMembers) {
     if (Has(in, member)) return Validation(std::string(member) + " is not supported by Kiln.");

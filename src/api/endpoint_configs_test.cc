@@ -34,13 +34,6 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
   EXPECT_EQ(Invalid("CreateEndpointConfig",
                     {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "missing")})}}),
             "Could not find model \"" + std::string(kArnPrefix) + "model/missing\".");
-  json serverless = {{"VariantName", "v"},
-                     {"ModelName", "m"},
-                     {"ServerlessConfig", {{"MemorySizeInMB", 2048}, {"MaxConcurrency", 1}}}};
-  EXPECT_NE(
-      Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless})}})
-          .find("ServerlessConfig is not supported by Kiln"),
-      std::string::npos);
   json async = {{"EndpointConfigName", "c"},
                 {"ProductionVariants", json::array({Variant("v", "m")})},
                 {"AsyncInferenceConfig", {{"OutputConfig", {{"S3FailurePath", "s3://b/o"}}}}}};
@@ -50,7 +43,7 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
   json no_type = {{"VariantName", "v"}, {"ModelName", "m"}, {"InitialInstanceCount", 1}};
   EXPECT_NE(
       Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({no_type})}})
-          .find("needs InstanceType and InitialInstanceCount"),
+          .find("needs InstanceType and InitialInstanceCount, or a ServerlessConfig"),
       std::string::npos);
   json gpu = Variant("v", "m");
   gpu["InstanceType"] = "ml.g5.xlarge";  // valid for AWS, not in this server's catalog
@@ -75,6 +68,63 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
             std::string::npos);
   // Nothing was created by the refused requests.
   EXPECT_TRUE(Ok("ListEndpointConfigs", json::object())["EndpointConfigs"].empty());
+}
+
+// serving-contract.md §12: ServerlessConfig instead of InstanceType/InitialInstanceCount, alone
+// in its configuration, on a model without VPC or network isolation.
+TEST_F(EndpointConfigsApiTest, ServerlessVariants) {
+  CreateModel("m");
+  auto serverless = [](json config) {
+    return json{{"VariantName", "v"}, {"ModelName", "m"}, {"ServerlessConfig", std::move(config)}};
+  };
+  auto create = [](json variants, json extra = json::object()) {
+    json in = {{"EndpointConfigName", "c"}, {"ProductionVariants", std::move(variants)}};
+    in.update(extra);
+    return in;
+  };
+  auto refused = [&](const json& in, const std::string& text) {
+    const std::string message = Invalid("CreateEndpointConfig", in);
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+  };
+  refused(create(json::array({serverless({{"MemorySizeInMB", 1500}, {"MaxConcurrency", 1}})})),
+          "Invalid MemorySizeInMB 1500 for production variant v. Valid values are 1024, 2048");
+  refused(create(json::array(
+              {serverless({{"MemorySizeInMB", 2048}, {"MaxConcurrency", 2}, {"ProvisionedConcurrency", 3}})})),
+          "ProvisionedConcurrency (3) must be less than or equal to MaxConcurrency (2)");
+  json typed = serverless({{"MemorySizeInMB", 2048}, {"MaxConcurrency", 2}});
+  typed["InstanceType"] = "ml.m5.large";
+  refused(create(json::array({typed})), "has both ServerlessConfig and InstanceType");
+  json good = serverless({{"MemorySizeInMB", 2048}, {"MaxConcurrency", 2}});
+  refused(create(json::array({good, Variant("w", "m")})), "must have exactly one production variant; 2 were given");
+  refused(create(json::array({good}), {{"DataCaptureConfig",
+                                        {{"InitialSamplingPercentage", 10},
+                                         {"DestinationS3Uri", "s3://b/c"},
+                                         {"CaptureOptions", json::array({json{{"CaptureMode", "Input"}}})}}}}),
+          "DataCaptureConfig is not supported for serverless endpoints");
+  refused(create(json::array({good}), {{"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/o"}}}}}}),
+          "Asynchronous inference is not supported with serverless production variants");
+  Ok("CreateModel", {{"ModelName", "isolated"},
+                     {"ExecutionRoleArn", kRole},
+                     {"EnableNetworkIsolation", true},
+                     {"PrimaryContainer", {{"Image", "x"}}}});
+  json isolated = good;
+  isolated["ModelName"] = "isolated";
+  refused(create(json::array({isolated})), "serverless endpoints do not support network isolation");
+  Ok("CreateModel",
+     {{"ModelName", "vpc"},
+      {"ExecutionRoleArn", kRole},
+      {"VpcConfig", {{"SecurityGroupIds", json::array({"sg-1"})}, {"Subnets", json::array({"subnet-1"})}}},
+      {"PrimaryContainer", {{"Image", "x"}}}});
+  json vpc = good;
+  vpc["ModelName"] = "vpc";
+  refused(create(json::array({vpc})), "serverless endpoints do not support VPC configurations");
+  EXPECT_TRUE(Ok("ListEndpointConfigs", json::object())["EndpointConfigs"].empty());
+
+  json provisioned = serverless({{"MemorySizeInMB", 1024}, {"MaxConcurrency", 5}, {"ProvisionedConcurrency", 1}});
+  Ok("CreateEndpointConfig", create(json::array({provisioned})));
+  json out = Ok("DescribeEndpointConfig", {{"EndpointConfigName", "c"}});
+  EXPECT_EQ(out["ProductionVariants"][0]["ServerlessConfig"]["MaxConcurrency"], 5);
+  EXPECT_FALSE(out["ProductionVariants"][0].contains("InstanceType"));
 }
 
 TEST_F(EndpointConfigsApiTest, AsyncInferenceConfigIsKeptAndEchoed) {

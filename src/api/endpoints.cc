@@ -40,9 +40,15 @@ std::variant<BuiltDeployment, aws::AwsError> BuildDeployment(const EndpointsCont
   json model_requests = json::object();
   for (const json& variant : config->request["ProductionVariants"]) {
     const std::string variant_name = variant["VariantName"].get<std::string>();
+    // A serverless variant (serving-contract.md §12) starts with its ProvisionedConcurrency warm
+    // instances (none without it); the serverless scaler (control/serverless_scaler.h) moves the
+    // count with demand.
+    const int64_t count = Has(variant, "ServerlessConfig")
+                              ? variant["ServerlessConfig"].value("ProvisionedConcurrency", int64_t{0})
+                              : variant.value("InitialInstanceCount", int64_t{1});
     out.desired[variant_name] = {
         .weight = Has(variant, "InitialVariantWeight") ? variant["InitialVariantWeight"].get<double>() : 1.0,
-        .instance_count = variant.value("InitialInstanceCount", int64_t{1})};
+        .instance_count = count};
     const std::string model_name = StringMember(variant, "ModelName", "");
     if (model_name.empty() || model_requests.contains(model_name)) continue;
     // The model may have been deleted after the configuration was created: AWS refuses then.
@@ -119,6 +125,15 @@ json RenderEndpoint(const store::EndpointRecord& record) {
     for (const store::VariantSummary& summary : record.state.production_variants) {
       json v = store::ToJson(summary);
       if (!pending) ApplyDesired(record.desired, summary.variant_name, v);
+      // Serverless variants (§12) show their ServerlessConfig instead of instance counts, as AWS's
+      // do (the count is Kiln's pool size, which follows demand).
+      const json* config_variant = record.deployment.FindVariant(summary.variant_name);
+      if (config_variant != nullptr && Has(*config_variant, "ServerlessConfig")) {
+        v["CurrentServerlessConfig"] = (*config_variant)["ServerlessConfig"];
+        v["DesiredServerlessConfig"] = (*config_variant)["ServerlessConfig"];
+        v.erase("CurrentInstanceCount");
+        v.erase("DesiredInstanceCount");
+      }
       variants.push_back(std::move(v));
     }
     out["ProductionVariants"] = variants;
@@ -323,6 +338,13 @@ std::optional<aws::AwsError> CheckDesiredWeightsAndCapacities(const json& in) {
 // ManagedInstanceScaling ones, which Kiln does not offer.
 std::optional<aws::AwsError> CheckScaleToZero(const store::EndpointRecord& r, const json& in) {
   const store::Deployment& target = r.pending ? *r.pending : r.deployment;
+  for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+    const json* variant = target.FindVariant(entry["VariantName"].get<std::string>());
+    if (variant != nullptr && Has(*variant, "ServerlessConfig") && Has(entry, "DesiredInstanceCount")) {
+      return Validation("Variant " + entry["VariantName"].get<std::string>() +
+                        " is serverless: its capacity follows its ServerlessConfig, not DesiredInstanceCount.");
+    }
+  }
   const bool async = target.endpoint_config.is_object() && target.endpoint_config.contains("AsyncInferenceConfig");
   if (async) return std::nullopt;
   for (const json& entry : in["DesiredWeightsAndCapacities"]) {

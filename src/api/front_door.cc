@@ -946,6 +946,9 @@ bool FrontDoor::Claims(const net::HttpRequest& head) const {
   if (runtime_ == nullptr || head.method != "POST") return false;
   std::string_view name, op;
   if (!SplitRuntimePath(head.raw_path, &name, &op) || op != "invocations") return false;
+  // A serverless endpoint's request may wait for an instance to start (Router::Invoke): a
+  // worker thread serves it, never the event loop.
+  if (runtime_->IsServerless(name)) return false;
   // Handle's own classification decides, so both paths agree: an X-Amz-Target, or a credential
   // scope other than sagemaker's, sends the request elsewhere there.
   return Classify(head).kind == Route::Kind::kRuntime;

@@ -126,7 +126,9 @@ class FrontDoor final : public net::AsyncService {
 
   // net::AsyncService: the invoke path on the event loops. Claims() is true for exactly the
   // requests Handle would give to ServeRuntime's invocations (a Router set, POST
-  // /endpoints/<name>/invocations, classified as SageMaker Runtime); max_body_bytes() is the
+  // /endpoints/<name>/invocations, classified as SageMaker Runtime) except those to serverless
+  // endpoints (Router::IsServerless: they may wait for a cold start, which only a worker thread
+  // may do); max_body_bytes() is the
   // Router's max_request_body_bytes (0 without a Router). Serve() never blocks: SigV4 is CPU only
   // (the credential store may stat and re-read its small file on a lookup miss, at most once a
   // second) and the container call is Router::InvokeAsync on the exchange's loop.

@@ -466,6 +466,24 @@ Status LoadAutoscaling(const json& doc, Config* config, const std::string& path)
   return Status::Ok();
 }
 
+Status LoadServerless(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("serverless")) return Status::Ok();
+  const json& a = doc["serverless"];
+  const std::string where = path + ": serverless";
+  if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"idle_seconds\": 600}");
+  for (const auto& [key, value] : a.items()) {
+    if (key != "idle_seconds") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is idle_seconds");
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "idle_seconds", &config->serverless.idle_seconds, where));
+  if (config->serverless.idle_seconds < 1 || config->serverless.idle_seconds > 86400) {
+    return Status::InvalidArgument(where + ".idle_seconds must be 1..86400, got " +
+                                   std::to_string(config->serverless.idle_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadAsyncInference(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("async_inference")) return Status::Ok();
   const json& a = doc["async_inference"];
@@ -616,6 +634,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadSpot(doc, config, path));
   RETURN_IF_ERROR(LoadAutoscaling(doc, config, path));
   RETURN_IF_ERROR(LoadAsyncInference(doc, config, path));
+  RETURN_IF_ERROR(LoadServerless(doc, config, path));
   return Status::Ok();
 }
 

@@ -217,6 +217,12 @@ struct AsyncInferenceConfig {
   int default_max_concurrency = 4;
 };
 
+// Serverless endpoint variants (control/serverless_scaler.h, issue 19): how long an instance
+// of a serverless pool may stay idle before it is stopped (Kiln: 10 minutes; tests use seconds).
+struct ServerlessConfig {
+  int idle_seconds = 600;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -247,6 +253,7 @@ struct Config {
   SpotConfig spot;
   AutoscalingConfig autoscaling;
   AsyncInferenceConfig async_inference;
+  ServerlessConfig serverless;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -695,6 +695,16 @@ void Server::BuildInvokePath() {
   prometheus_ =
       std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(), invoke_client_.get());
   prometheus_->SetExtraIdleConnections([this] { return http_ ? http_->stats().upstream_idle_connections : 0; });
+  // Serverless variants (serving-contract.md §12): the scaler admits their invocations and sizes
+  // their pools through the endpoint rows.
+  control::ServerlessScalerOptions serverless_options;
+  serverless_options.idle = std::chrono::seconds(config_.serverless.idle_seconds);
+  serverless_scaler_ = std::make_unique<control::ServerlessScaler>(
+      serverless_options, control::ServerlessScalerDeps{.database = database_.get(),
+                                                        .metrics = metric_store_.get(),
+                                                        .notifier = endpoints_.get(),
+                                                        .routes = routes_.get()});
+  router_->SetServerlessGate(serverless_scaler_.get());
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
 }
@@ -779,6 +789,7 @@ Status Server::Start() {
   tunnels_->Start();
   async_dispatcher_->Start();
   autoscaler_->Start();
+  serverless_scaler_->Start();
   return http_->Start();
 }
 
@@ -791,6 +802,7 @@ void Server::Stop(int grace_seconds) {
   if (async_dispatcher_) async_dispatcher_->Stop();
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
   if (autoscaler_) autoscaler_->Stop();
+  if (serverless_scaler_) serverless_scaler_->Stop();
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();

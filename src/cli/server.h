@@ -19,6 +19,7 @@
 #include "control/instance_metrics.h"
 #include "control/processing_controller.h"
 #include "control/scheduler.h"
+#include "control/serverless_scaler.h"
 #include "control/training_controller.h"
 #include "observe/metric_store.h"
 #include "runtime/docker/container_config.h"
@@ -118,6 +119,9 @@ class Server {
   std::unique_ptr<control::EndpointController> endpoints_;
   // Application Auto Scaling's loop: writes endpoint rows and tells endpoints_ (after it).
   std::unique_ptr<control::Autoscaler> autoscaler_;
+  // Sizes serverless pools (writes endpoint rows, tells endpoints_) and admits their requests
+  // (the router's ServerlessGate, so it outlives router_).
+  std::unique_ptr<control::ServerlessScaler> serverless_scaler_;
   std::unique_ptr<net::HttpClient> invoke_client_;
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
   std::unique_ptr<serving::Router> router_;

@@ -176,6 +176,11 @@ class EndpointController::EndpointRun {
     spec.variant = variant;
     spec.model_name = model_name;
     spec.instance_type = config_variant->value("InstanceType", "");
+    if (config_variant->contains("ServerlessConfig")) {
+      // A serverless instance is sized by the variant's memory (instance_catalog.h).
+      spec.instance_type =
+          ServerlessInstanceType((*config_variant)["ServerlessConfig"].value("MemorySizeInMB", int64_t{1024}));
+    }
     spec.generation = deployment.deployed_millis;
     spec.container = ContainerOf(model);
     spec.startup_timeout =
@@ -399,6 +404,12 @@ class EndpointController::EndpointRun {
       v.name = variant;
       v.weight = CurrentWeight(record, routed, variant);
       const json* config_variant = routed.FindVariant(variant);
+      if (config_variant && config_variant->contains("ServerlessConfig")) {
+        const json& serverless = (*config_variant)["ServerlessConfig"];
+        route->serverless_max_concurrency = serverless.value("MaxConcurrency", 1);
+        route->serverless_provisioned = serverless.value("ProvisionedConcurrency", 0);
+        signature += "|serverless";
+      }
       if (config_variant && config_variant->contains("RoutingConfig") &&
           (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {
         v.strategy = serving::RoutingStrategy::kRandom;

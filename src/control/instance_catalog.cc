@@ -156,9 +156,28 @@ Result<InstanceCatalog> InstanceCatalog::FromJson(const nlohmann::json& doc, con
   return catalog;
 }
 
+std::string ServerlessInstanceType(int64_t memory_mb) { return "ml.serverless." + std::to_string(memory_mb); }
+
 const InstanceShape* InstanceCatalog::Find(std::string_view type) const {
   auto it = by_type_.find(type);
-  return it == by_type_.end() ? nullptr : &shapes_[it->second];
+  if (it != by_type_.end()) return &shapes_[it->second];
+  // The serverless shapes: 1-6 vCPUs with 1-6 GiB, hosting only.
+  static const std::vector<InstanceShape> serverless = [] {
+    std::vector<InstanceShape> shapes;
+    for (int gib = 1; gib <= 6; ++gib) {
+      InstanceShape shape;
+      shape.type = ServerlessInstanceType(gib * 1024);
+      shape.vcpus = gib;
+      shape.memory_gib = gib;
+      shape.hosting = true;
+      shapes.push_back(std::move(shape));
+    }
+    return shapes;
+  }();
+  for (const InstanceShape& shape : serverless) {
+    if (shape.type == type) return &shape;
+  }
+  return nullptr;
 }
 
 std::string FormatGiB(uint64_t bytes) {

@@ -61,7 +61,9 @@ class InstanceCatalog {
   // types in one document, unknown fields).
   static Result<InstanceCatalog> FromJson(const nlohmann::json& doc, const InstanceCatalog* base = nullptr);
 
-  // nullptr if the type is unknown to Kiln. The pointer lives as long as the catalog.
+  // nullptr if the type is unknown to Kiln. The pointer lives as long as the catalog. Besides the
+  // catalog's rows, Find knows the serverless shapes (ServerlessInstanceType), which no catalog
+  // file can change: their size is the ServerlessConfig's, not an operator's choice.
   const InstanceShape* Find(std::string_view type) const;
 
   // Every shape, in document order (base rows first).
@@ -71,6 +73,11 @@ class InstanceCatalog {
   std::vector<InstanceShape> shapes_;
   std::map<std::string, size_t, std::less<>> by_type_;  // type -> index into shapes_
 };
+
+// The shape of a serverless variant's instance (serving-contract.md §12): MemorySizeInMB of
+// memory and 1 vCPU per 1024 MB. "ml.serverless.<MemorySizeInMB>" for 1024, 2048, ..., 6144 (the
+// values CreateEndpointConfig accepts); the name is Kiln's, never an API value (instances log it).
+std::string ServerlessInstanceType(int64_t memory_mb);
 
 // "48 vCPUs, 192 GiB, 4 GPUs" (GPUs omitted when 0). Used in scheduler messages.
 std::string DescribeResources(int vcpus, uint64_t memory_bytes, int gpus, bool always_gpus = false);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <thread>
 
 namespace kiln::serving {
 
@@ -520,7 +521,91 @@ void Router::Record(Call& call) const {
   metrics_->Record(call.route->name, call.variant->name, call.sample);
 }
 
+bool Router::IsServerless(std::string_view endpoint) const {
+  if (gate_ == nullptr) return false;
+  std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
+  return route != nullptr && route->serverless_max_concurrency > 0;
+}
+
+namespace {
+
+// A route's idle routable instance (none in flight) and its variant, or nulls.
+std::pair<const VariantRoute*, const InstanceTarget*> IdleInstance(const EndpointRoute& route) {
+  for (const VariantRoute& variant : route.variants) {
+    for (const auto& instance : variant.instances) {
+      if (instance->outstanding.load(std::memory_order_relaxed) == 0) return {&variant, instance.get()};
+    }
+  }
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+
+std::optional<aws::WireResponse> Router::AwaitServerless(const InvokeRequest& request,
+                                                         const EndpointRoute& route) const {
+  if (!gate_->Admit(route)) {
+    // AWS's text for a serverless endpoint over its MaxConcurrency is "Rate exceeded"; botocore
+    // retries ThrottlingException by name.
+    return ErrorAnswer(
+        aws::AwsError("ThrottlingException",
+                      "Rate exceeded: endpoint " + route.name + " already has its MaxConcurrency (" +
+                          std::to_string(route.serverless_max_concurrency) + ") of invocations in flight.",
+                      429),
+        request.request_id);
+  }
+  const int64_t start = request.start_steady_ns != 0 ? request.start_steady_ns : SteadyNanos();
+  const int64_t deadline = start + int64_t{options_.invocation_timeout_ms} * 1000000;
+  const int64_t wait_start = SteadyNanos();
+  // The instances routable when the wait began: a request served by another one waited for it
+  // to start (a cold start); one that waited only for a busy instance to finish did not.
+  std::vector<const InstanceTarget*> warm;
+  for (const VariantRoute& variant : route.variants) {
+    for (const auto& instance : variant.instances) warm.push_back(instance.get());
+  }
+  // Polled every 5 ms: a new snapshot (the started instance routable) or an instance going idle
+  // ends the wait; nothing signals either, and 5 ms is small against a container's start.
+  while (true) {
+    std::shared_ptr<const EndpointRoute> now = routes_->Find(route.name);
+    if (now == nullptr || now->serverless_max_concurrency == 0) return std::nullopt;  // Prepare answers
+    if (auto [variant, instance] = IdleInstance(*now); instance != nullptr) {
+      if (std::find(warm.begin(), warm.end(), instance) == warm.end()) {
+        gate_->ColdStart(*now, variant->name, (SteadyNanos() - wait_start) / 1000);
+      }
+      return std::nullopt;
+    }
+    if (SteadyNanos() >= deadline) {
+      gate_->Leave(route);  // admitted, never served
+      return ErrorAnswer(
+          aws::AwsError("ModelNotReadyException",
+                        "Serverless endpoint " + route.name + " is still provisioning capacity for the request after " +
+                            std::to_string(options_.invocation_timeout_ms / 1000) + " seconds. Try again later.",
+                        429),
+          request.request_id);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response) {
+  // Serverless (§12): admitted, then an idle instance awaited; Leave once answered.
+  std::shared_ptr<const EndpointRoute> serverless;
+  if (gate_ != nullptr) {
+    std::shared_ptr<const EndpointRoute> route = routes_->Find(request.endpoint_name);
+    if (route != nullptr && route->serverless_max_concurrency > 0 && CheckEndpoint(route.get(), request).empty()) {
+      if (std::optional<aws::WireResponse> refused = AwaitServerless(request, *route)) {
+        Send(response, *refused);
+        return;
+      }
+      serverless = std::move(route);
+    }
+  }
+  struct Leave {
+    ServerlessGate* gate;
+    const EndpointRoute* route;
+    ~Leave() {
+      if (route != nullptr) gate->Leave(*route);
+    }
+  } leave{gate_, serverless.get()};
   Call call;
   if (std::optional<aws::WireResponse> early = Prepare(request, call)) {
     Send(response, *early);

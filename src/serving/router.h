@@ -62,6 +62,21 @@ struct RouterOptions {
   size_t max_response_body_bytes = 6 * 1024 * 1024;
 };
 
+// Serverless endpoints (serving-contract.md §12; EndpointRoute::serverless_max_concurrency > 0):
+// what the router asks before it serves one, and tells after. Implemented by the control plane's
+// serverless scaler (control/serverless_scaler.h), which sizes the endpoint's pool from the
+// requests in flight. Called from any thread.
+class ServerlessGate {
+ public:
+  virtual ~ServerlessGate() = default;
+  // Admits one request: false when MaxConcurrency requests are already in flight to the endpoint
+  // (→ ThrottlingException). Admitted requests count toward the pool size until Leave.
+  virtual bool Admit(const EndpointRoute& route) = 0;
+  virtual void Leave(const EndpointRoute& route) = 0;
+  // A request waited `micros` for an instance to start (a cold start: ModelSetupTime, §15.2).
+  virtual void ColdStart(const EndpointRoute& route, const std::string& variant, int64_t micros) = 0;
+};
+
 // What the front door hands over for one InvokeEndpoint.
 struct InvokeRequest {
   std::string_view endpoint_name;      // from the path, already pattern-checked
@@ -85,7 +100,21 @@ class Router {
 
   // Serves one InvokeEndpoint and writes the whole answer (success or error) to `response`.
   // Never throws; a write error (the client went away) ends the call.
+  //
+  // A serverless endpoint (with a gate set): the request is admitted by the gate (refused:
+  // ThrottlingException 429), then waits — blocking this thread, which is why the front door
+  // sends serverless endpoints here and never to InvokeAsync — until the endpoint has an idle
+  // routable instance (one in-flight request per instance, Kiln's choice; the gate's scaler
+  // starts one when none is idle), at most invocation_timeout_ms from the request's arrival
+  // (then ModelNotReadyException 429, runtime-api.md). A wait that found no idle instance at
+  // first is a cold start, reported to the gate with its duration.
   void Invoke(const InvokeRequest& request, net::ResponseWriter& response);
+
+  // Set before serving (not thread-safe with calls); null: serverless routes are served as any other.
+  void SetServerlessGate(ServerlessGate* gate) { gate_ = gate; }
+  // True when `endpoint`'s current route is serverless and a gate is set: the front door serves
+  // such invocations on a worker thread (FrontDoor::Claims).
+  bool IsServerless(std::string_view endpoint) const;
 
   // The same InvokeEndpoint without blocking: the container call goes through `client` (the
   // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,
@@ -122,6 +151,9 @@ class Router {
   aws::WireResponse Answer(Call& call, Result<net::ClientResponse> result) const;
   // Counts a request that got past variant selection, once its answer is out.
   void Record(Call& call) const;
+  // The serverless admission and wait of Invoke: the answer when the request ends there (the
+  // gate is then left already); otherwise the caller leaves the gate once it has answered.
+  std::optional<aws::WireResponse> AwaitServerless(const InvokeRequest& request, const EndpointRoute& route) const;
   // InvokeAsync's attempt on call->instance; retries or completes from the client's callback.
   void SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const;
 
@@ -129,6 +161,7 @@ class Router {
   const RoutingTable* const routes_;
   net::HttpClient* const client_;
   InvocationMetrics* const metrics_;
+  ServerlessGate* gate_ = nullptr;
 };
 
 // The calling thread's fast PRNG (xoshiro256**), seeded from std::random_device on first use.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -696,6 +697,91 @@ TEST_F(AsyncRouterTest, CallsInFlightOnTheLoopSpreadByOutstandingAndACutIsAnswer
   EXPECT_EQ(served, 4u);
   EXPECT_EQ(instances[0]->outstanding.load(), 0);
   EXPECT_EQ(instances[1]->outstanding.load(), 0);
+}
+
+}  // namespace
+}  // namespace kiln::serving
+
+namespace kiln::serving {
+namespace {
+
+// A gate admitting up to `max` requests and recording cold starts.
+class FakeGate : public ServerlessGate {
+ public:
+  bool Admit(const EndpointRoute&) override {
+    if (in_flight >= max) return false;
+    ++in_flight;
+    return true;
+  }
+  void Leave(const EndpointRoute&) override { --in_flight; }
+  void ColdStart(const EndpointRoute&, const std::string& variant, int64_t micros) override {
+    cold.emplace_back(variant, micros);
+  }
+  std::atomic<int> in_flight{0};
+  int max = 1;
+  std::vector<std::pair<std::string, int64_t>> cold;
+};
+
+class ServerlessRouterTest : public RouterTest {
+ protected:
+  // Endpoint "ep" as a serverless route (MaxConcurrency `max`) over `instances`.
+  void PublishServerless(std::vector<std::shared_ptr<const InstanceTarget>> instances, int max = 1) {
+    auto route = std::make_shared<EndpointRoute>();
+    route->name = "ep";
+    route->status = "InService";
+    route->serverless_max_concurrency = max;
+    route->variants.push_back(Variant("AllTraffic", 1, std::move(instances)));
+    routes_.Publish(route);
+  }
+  FakeGate gate_;
+};
+
+TEST_F(ServerlessRouterTest, OverMaxConcurrencyIsThrottled) {
+  router_->SetServerlessGate(&gate_);
+  PublishServerless({});
+  EXPECT_TRUE(router_->IsServerless("ep"));
+  EXPECT_FALSE(router_->IsServerless("other"));
+  gate_.in_flight = 1;  // MaxConcurrency 1 already in flight
+  auto w = Invoke({});
+  EXPECT_EQ(w.status(), 429);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ThrottlingException") << w.body();
+  EXPECT_NE(Body(w)["Message"].get<std::string>().find("MaxConcurrency (1)"), std::string::npos);
+  EXPECT_EQ(gate_.in_flight, 1);
+}
+
+TEST_F(ServerlessRouterTest, NoInstanceWithinTheBudgetIsModelNotReady) {
+  SetInvocationTimeout(200);
+  router_->SetServerlessGate(&gate_);
+  PublishServerless({});
+  const auto start = std::chrono::steady_clock::now();
+  auto w = Invoke({});
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+  EXPECT_EQ(w.status(), 429);
+  EXPECT_EQ(w.header("x-amzn-ErrorType"), "ModelNotReadyException") << w.body();
+  EXPECT_EQ(gate_.in_flight, 0);  // left again
+  EXPECT_TRUE(gate_.cold.empty());
+}
+
+TEST_F(ServerlessRouterTest, WaitsForAStartedInstanceAndReportsTheColdStart) {
+  SetInvocationTimeout(5000);
+  router_->SetServerlessGate(&gate_);
+  FakeContainer container;
+  container.Respond(200, "warm", "");
+  PublishServerless({});
+  std::thread start([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    PublishServerless({Instance("i-new", container.port())});
+  });
+  auto w = Invoke({});
+  start.join();
+  EXPECT_EQ(w.status(), 200) << w.body();
+  ASSERT_EQ(gate_.cold.size(), 1u);
+  EXPECT_EQ(gate_.cold[0].first, "AllTraffic");
+  EXPECT_GE(gate_.cold[0].second, 100000);
+  // Warm now: no second cold start.
+  EXPECT_EQ(Invoke({}).status(), 200);
+  EXPECT_EQ(gate_.cold.size(), 1u);
+  EXPECT_EQ(gate_.in_flight, 0);
 }
 
 }  // namespace

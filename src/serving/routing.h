@@ -80,6 +80,12 @@ struct EndpointRoute {
   // Mode MultiModel: X-Amzn-SageMaker-Target-Model is accepted (and required by the container);
   // on any other endpoint the router refuses it with ValidationError.
   bool multi_model = false;
+  // Serverless (serving-contract.md §12; its one variant has a ServerlessConfig): MaxConcurrency,
+  // the most requests in flight to the endpoint (0: not serverless), and ProvisionedConcurrency,
+  // the instances kept warm (0 when unset). The router admits requests through its
+  // ServerlessGate and waits for an idle instance (router.h).
+  int serverless_max_concurrency = 0;
+  int serverless_provisioned = 0;
 };
 
 // Name → current snapshot. Publish/Remove replace the whole map copy-on-write: writers are rare
