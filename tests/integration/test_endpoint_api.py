@@ -214,10 +214,11 @@ def test_endpoint_config_refusals(sm, model, prefix):
     expect_error(sm.create_endpoint_config, "ValidationException",
                  exact='Could not find model "%smodel/%s".' % (prefix, ghost),
                  EndpointConfigName=name, ProductionVariants=[variant("v", ghost)])
-    expect_error(sm.create_endpoint_config, "ValidationException", "ServerlessConfig is not supported by Kiln",
+    # Serverless variants are offered (test_serverless.py); their memory sizes are whole GB.
+    expect_error(sm.create_endpoint_config, "ValidationException", "Valid values are 1024, 2048",
                  EndpointConfigName=name, ProductionVariants=[
                      {"VariantName": "v", "ModelName": model,
-                      "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 1}}])
+                      "ServerlessConfig": {"MemorySizeInMB": 2000, "MaxConcurrency": 1}}])
     expect_error(sm.create_endpoint_config, "ValidationException", "must be an S3 URI",
                  EndpointConfigName=name, ProductionVariants=[variant("v", model)],
                  AsyncInferenceConfig={"OutputConfig": {"S3OutputPath": "https://example.com/out"}})
