@@ -8,8 +8,10 @@ shrinks after `serverless.idle_seconds` (2 s here) to ProvisionedConcurrency (0 
 - boto3: the first request cold-starts an instance (ModelSetupTime in CloudWatch GetMetricStatistics), the
   pool returns to 0 when idle (DescribeEndpoint stays InService) and the next request starts it again;
 - more than MaxConcurrency requests in flight → ThrottlingException (429);
+- ProvisionedConcurrency 1: InService with a warm instance, no cold start for a lone request, a second
+  concurrent one starts another instance, idle takes the pool back to 1;
 - bad configurations → ValidationException.
-One module server; ~40 s on 2 cores."""
+One module server; ~16 s on 2 cores."""
 
 import datetime
 import json
@@ -178,6 +180,47 @@ def test_max_concurrency_exceeded_is_throttled(srv, sm, rt, endpoint):  # noqa: 
     assert results.count("ok") == 2, results
     assert len(throttled) == 1 and throttled[0][0] == "ThrottlingException" and throttled[0][1] == 429, results
     assert "MaxConcurrency (2)" in throttled[0][2]
+
+
+def model_setup_samples(srv, endpoint):
+    cw = srv.client("cloudwatch")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    points = cw.get_metric_statistics(
+        Namespace="AWS/SageMaker", MetricName="ModelSetupTime",
+        Dimensions=[{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": "AllTraffic"}],
+        StartTime=now - datetime.timedelta(minutes=10), EndTime=now + datetime.timedelta(minutes=1),
+        Period=3600, Statistics=["SampleCount"])["Datapoints"]
+    return int(sum(p["SampleCount"] for p in points))
+
+
+def test_provisioned_concurrency_stays_warm(srv, sm, rt):  # noqa: F811
+    """ProvisionedConcurrency 1 (a signed JSON request: botocore 1.26 lacks it): InService with one warm
+    instance, a lone request is no cold start, two at once start a second instance, and idle takes the
+    pool back to 1, not 0."""
+    name = eh.unique_name("sl-prov")
+    eh.create_model(sm, name + "-m")
+    config = {"MemorySizeInMB": 1024, "MaxConcurrency": 2, "ProvisionedConcurrency": 1}
+    status, _, body = kh.json_request(srv, "SageMaker.CreateEndpointConfig", {
+        "EndpointConfigName": name + "-cfg",
+        "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": name + "-m", "ServerlessConfig": config}]})
+    assert status == 200, body
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name + "-cfg")
+    eh.wait_endpoint(sm, name, server=srv)
+    status, _, body = kh.json_request(srv, "SageMaker.DescribeEndpoint", {"EndpointName": name})
+    assert json.loads(body)["ProductionVariants"][0]["CurrentServerlessConfig"] == config
+    eh.invoke(rt, name)
+    time.sleep(1.5)  # ModelSetupTime is written once a second
+    assert model_setup_samples(srv, name) == 0
+    threads = [threading.Thread(target=eh.invoke, args=(rt, name), kwargs={"body": b'{"sleep": 1}'})
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pool_size(srv, name) == 2
+    eh.wait_until(lambda: pool_size(srv, name) == 1, timeout=IDLE_SECONDS + 15, poll=0.5, what="the pool back to 1")
+    assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService"
+    sm.delete_endpoint(EndpointName=name)
 
 
 def test_bad_configs_are_refused(srv, sm):  # noqa: F811
