@@ -173,6 +173,14 @@ JsonOutcome RegisterScalableTarget(Operations& ops, const json& in) {
     return Validation("The variant " + resource.variant + " does not exist in endpoint " + resource.endpoint +
                       " (ResourceId " + key.resource_id + ").");
   }
+  // A serverless variant's pool follows its requests (control/serverless_scaler.h); a count
+  // written here would fight it.
+  if (Has(*deployment.FindVariant(resource.variant), "ServerlessConfig")) {
+    return Validation("The variant " + resource.variant + " of endpoint " + resource.endpoint +
+                      " is serverless: its capacity follows its requests up to ServerlessConfig.MaxConcurrency, "
+                      "and Kiln does not scale it through " +
+                      key.dimension + ".");
+  }
   const bool async = deployment.endpoint_config.is_object() && Has(deployment.endpoint_config, "AsyncInferenceConfig");
   auto existing = ops.repo.Get(AutoscalingKind::kTarget, key.service_namespace, key.resource_id, key.dimension, "");
   if (!existing.ok() && !existing.status().IsNotFound()) return Internal(existing.status());

@@ -223,6 +223,23 @@ def test_provisioned_concurrency_stays_warm(srv, sm, rt):  # noqa: F811
     sm.delete_endpoint(EndpointName=name)
 
 
+def test_no_instance_count_scaling(srv, sm, endpoint):  # noqa: F811
+    """The pool follows requests: DesiredInstanceCount is neither set by hand nor by Application Auto Scaling."""
+    with pytest.raises(ClientError) as e:
+        sm.update_endpoint_weights_and_capacities(EndpointName=endpoint, DesiredWeightsAndCapacities=[
+            {"VariantName": "AllTraffic", "DesiredInstanceCount": 2}])
+    assert e.value.response["Error"]["Code"] == "ValidationException"
+    assert "is serverless" in e.value.response["Error"]["Message"]
+    aas = srv.client("application-autoscaling")
+    with pytest.raises(ClientError) as e:
+        aas.register_scalable_target(ServiceNamespace="sagemaker",
+                                     ResourceId="endpoint/%s/variant/AllTraffic" % endpoint,
+                                     ScalableDimension="sagemaker:variant:DesiredInstanceCount",
+                                     MinCapacity=1, MaxCapacity=2)
+    assert e.value.response["Error"]["Code"] == "ValidationException"
+    assert "is serverless" in e.value.response["Error"]["Message"]
+
+
 def test_bad_configs_are_refused(srv, sm):  # noqa: F811
     model = eh.unique_name("sl-bad")
     eh.create_model(sm, model)
