@@ -95,6 +95,32 @@ TEST_F(ServerlessScalerTest, AdmitsUpToMaxConcurrencyAndSizesThePool) {
   EXPECT_EQ(notifier_.calls, 2);
 }
 
+// A restarted server finds a pool of 3 routable instances: they count as used now, so the pool
+// shrinks only after `idle`.
+TEST_F(ServerlessScalerTest, AdoptedInstancesAreKeptForTheIdleSpan) {
+  ASSERT_TRUE(store::EndpointRepository(db_.get())
+                  .Mutate("ep",
+                          [](store::EndpointRecord& r) {
+                            r.desired["v"].instance_count = 3;
+                            return Status::Ok();
+                          })
+                  .ok());
+  auto route = std::make_shared<serving::EndpointRoute>(*route_);
+  for (int i = 0; i < 3; ++i) {
+    auto instance = std::make_shared<serving::InstanceTarget>();
+    instance->instance_id = "i-" + std::to_string(i);
+    route->variants[0].instances.push_back(instance);
+  }
+  routes_.Publish(route);
+  scaler_->RunOnce();
+  EXPECT_EQ(DesiredCount(), 3);
+  EXPECT_EQ(notifier_.calls, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  scaler_->RunOnce();
+  EXPECT_EQ(DesiredCount(), 1);
+  EXPECT_EQ(notifier_.calls, 1);
+}
+
 TEST_F(ServerlessScalerTest, RecordsModelSetupTime) {
   scaler_->ColdStart(*route_, "v", 1500000);
   scaler_->RunOnce();
