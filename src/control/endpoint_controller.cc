@@ -178,6 +178,7 @@ class EndpointController::EndpointRun {
     spec.instance_type = config_variant->value("InstanceType", "");
     if (config_variant->contains("ServerlessConfig")) {
       // A serverless instance is sized by the variant's memory (instance_catalog.h).
+      spec.serverless = true;
       spec.instance_type =
           ServerlessInstanceType((*config_variant)["ServerlessConfig"].value("MemorySizeInMB", int64_t{1024}));
     }

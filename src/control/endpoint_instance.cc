@@ -417,7 +417,7 @@ bool EndpointInstance::HealthGate() {
       return false;
     }
     if (SleepFor(interval)) return false;
-    interval = std::min(interval * 2, std::chrono::milliseconds(500));
+    interval = std::min(interval * 2, std::chrono::milliseconds(spec_.serverless ? 100 : 500));
   }
   return false;
 }

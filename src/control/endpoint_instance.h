@@ -75,6 +75,9 @@ class EndpointInstance {
     std::string variant;
     std::string model_name;
     std::string instance_type;
+    // A serverless variant's instance (serving-contract.md §12): a request waits for its start,
+    // so the health gate pings it every 100 ms at most rather than backing off to 500 ms.
+    bool serverless = false;
     int64_t generation = 0;
     nlohmann::json container;
     std::chrono::seconds startup_timeout{240};
