@@ -96,6 +96,11 @@ struct Network {
   int64_t index = 0;
   bool isolated = false;
   std::map<std::string, int64_t> leases;  // instance id -> host number within the subnet (.2 = 2)
+  // Where the next lease search starts (in memory only): addresses rotate instead of the lowest
+  // free one being reused at once, so a new instance does not inherit the host's neighbour entry
+  // of the one that just stopped (its first SYN was lost to the old MAC: a 1-s retransmission
+  // on every serverless cold start).
+  int64_t next_host = 2;
 };
 
 class NftContext {
@@ -167,6 +172,7 @@ class BridgeNetworks final : public InstanceNetworks {
       }
       if (!recreated) {  // another server holds the index now
         n.leases.clear();
+        n.next_host = 2;
         ASSIGN_OR_RETURN(n.index, Claim(name, n.index));
       }
       RETURN_IF_ERROR(Save(n));
@@ -211,9 +217,17 @@ class BridgeNetworks final : public InstanceNetworks {
     std::set<int64_t> taken;
     for (const auto& [id, host] : n.leases) taken.insert(host);
     int64_t last = SubnetSize() - 2;  // the top address is the broadcast
-    int64_t host = 2;
-    while (host <= last && taken.count(host) != 0) ++host;
-    if (host > last) {
+    int64_t host = 0;
+    const int64_t span = last - 1;  // hosts 2..last
+    const int64_t start = n.next_host >= 2 && n.next_host <= last ? n.next_host : 2;
+    for (int64_t i = 0; i < span; ++i) {
+      const int64_t candidate = 2 + (start - 2 + i) % span;
+      if (taken.count(candidate) == 0) {
+        host = candidate;
+        break;
+      }
+    }
+    if (host == 0) {
       return Status::ResourceExhausted("network " + name + " is full: its /" + std::to_string(options_.subnet_prefix) +
                                        " holds " + std::to_string(last - 1) +
                                        " instances; lower network.subnet_prefix for larger networks");
@@ -224,6 +238,7 @@ class BridgeNetworks final : public InstanceNetworks {
       n.leases.erase(instance_id);
       return st;
     }
+    n.next_host = host + 1;
     return Attachment(n, host, loopback_forwards);
   }
 
