@@ -52,7 +52,8 @@ class InstanceNetworks {
   // InstanceSpec::network. The same instance id gets the same address again (idempotent); new
   // ids get the next free address in rotation (.2 upwards; the bridge implementation starts each
   // search after its last lease, so a just-released address is not reused at once), so a fresh
-  // network's algo-1..N attached in order get .2...N+1. `loopback_forwards` is copied into the attachment (ignored when isolated).
+  // network's algo-1..N attached in order get .2...N+1. `loopback_forwards` is copied into the
+  // attachment (ignored when isolated).
   // NotFound if the network does not exist; ResourceExhausted when its subnet is full.
   virtual Result<NetworkAttachment> Attach(const std::string& name, const std::string& instance_id,
                                            const std::vector<int>& loopback_forwards) = 0;
