@@ -521,6 +521,21 @@ void Router::Record(Call& call) const {
   metrics_->Record(call.route->name, call.variant->name, call.sample);
 }
 
+void Router::Observe(const Call& call, const aws::WireResponse& answer) const {
+  if (observer_ == nullptr || call.variant == nullptr || call.instance == nullptr) return;
+  if (call.route->data_capture == nullptr && call.route->shadow_variants.empty()) return;
+  ObservedInvocation invocation;
+  invocation.route = &call.route;
+  invocation.variant = call.variant;
+  invocation.forward = &call.forward;
+  invocation.body = call.request.body;
+  invocation.answer = &answer;
+  invocation.epoch_millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  observer_->Invoked(invocation);
+}
+
 bool Router::IsServerless(std::string_view endpoint) const {
   if (gate_ == nullptr) return false;
   std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
@@ -620,8 +635,10 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
   };
   Result<net::ClientResponse> result = send_to_instance();
   if (Retry(result, call)) result = send_to_instance();
-  Send(response, Answer(call, std::move(result)));
+  aws::WireResponse answer = Answer(call, std::move(result));
+  Send(response, answer);
   Record(call);
+  Observe(call, answer);  // after the answer left: the client does not wait for the copy
 }
 
 void Router::InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& client, InvokeCompletion done) {
@@ -652,6 +669,7 @@ void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client,
         aws::WireResponse answer = Answer(*call, std::move(result));
         // Counted before the answer leaves: once a client has it, /metrics shows it.
         Record(*call);
+        Observe(*call, answer);  // before done() takes the answer: a copy, when observed
         done(std::move(answer));
       });
 }

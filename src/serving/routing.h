@@ -29,6 +29,8 @@
 
 namespace kiln::serving {
 
+struct DataCaptureSettings;  // serving/data_capture.h
+
 // One serving instance (a container listening on host:port).
 struct InstanceTarget {
   std::string instance_id;  // Kiln's id, "i-0a1b2c3d4e5f60718"; stable for the instance's life
@@ -86,6 +88,11 @@ struct EndpointRoute {
   // ServerlessGate and waits for an idle instance (router.h).
   int serverless_max_concurrency = 0;
   int serverless_provisioned = 0;
+  // ShadowProductionVariants (serving-contract.md §9): never picked for a request; the router's
+  // InvocationObserver sends each request a copy (serving/shadow_variants.h).
+  std::vector<VariantRoute> shadow_variants;
+  // DataCaptureConfig, parsed (serving/data_capture.h); null when the endpoint captures nothing.
+  std::shared_ptr<const DataCaptureSettings> data_capture;
 };
 
 // Name → current snapshot. Publish/Remove replace the whole map copy-on-write: writers are rare
