@@ -44,6 +44,7 @@
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "serving/invocation_metrics.h"
+#include "serving/multi_model.h"
 #include "serving/routing.h"
 
 namespace kiln::serving {
@@ -139,6 +140,13 @@ class Router {
   // True when `endpoint`'s current route is serverless and a gate is set: the front door serves
   // such invocations on a worker thread (FrontDoor::Claims).
   bool IsServerless(std::string_view endpoint) const;
+  // Set before serving (not thread-safe with calls); null: a multi-model route's requests go to
+  // /invocations as any other. Set: Invoke places TargetModel (serving/multi_model.h) and calls
+  // POST /models/<name>/invoke.
+  void SetMultiModel(MultiModelManager* manager) { multi_model_ = manager; }
+  // True when `endpoint`'s current route is multi-model and a manager is set: a request may wait
+  // for its model to load, so the front door serves it on a worker thread (FrontDoor::Claims).
+  bool IsMultiModel(std::string_view endpoint) const;
 
   // The same InvokeEndpoint without blocking: the container call goes through `client` (the
   // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,
@@ -180,6 +188,9 @@ class Router {
   std::optional<aws::WireResponse> AwaitServerless(const InvokeRequest& request, const EndpointRoute& route) const;
   // Tells the observer of an answered call when its route asks for it (data capture, shadows).
   void Observe(const Call& call, const aws::WireResponse& answer) const;
+  // Invoke's multi-model step (§7.3): the model placed and loaded, call.instance and the target
+  // set to it. The answer when the request ends there (the lease is then empty).
+  std::optional<aws::WireResponse> PlaceModel(Call& call, ModelLease& lease) const;
   // InvokeAsync's attempt on call->instance; retries or completes from the client's callback.
   void SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const;
 
@@ -188,6 +199,7 @@ class Router {
   net::HttpClient* const client_;
   InvocationMetrics* const metrics_;
   ServerlessGate* gate_ = nullptr;
+  MultiModelManager* multi_model_ = nullptr;
   InvocationObserver* observer_ = nullptr;
 };
 

@@ -48,6 +48,10 @@ struct InstanceTarget {
   // for the invocation timeout, and a call not yet sent goes to another instance (or gets 503).
   // The reason is the controller's account of what happened (quoted in the client's error).
   net::CancelSignal failure;
+  // Multi-model endpoints (serving/multi_model.h): the host directory that is the instance's
+  // /opt/ml/models, and its vCPUs (requests in flight at or above them saturate it, §7.3).
+  std::string models_dir;
+  int vcpus = 1;
 };
 
 enum class RoutingStrategy {
@@ -62,6 +66,10 @@ struct VariantRoute {
   // Routable (healthy, not draining) instances. May be empty: requests to the variant then get
   // ServiceUnavailable.
   std::vector<std::shared_ptr<const InstanceTarget>> instances;
+  // Mode MultiModel (serving-contract.md §7): the model's ModelDataUrl, the S3 prefix TargetModel
+  // is relative to ("" for a single-model variant), and MultiModelConfig.ModelCacheSetting.
+  std::string model_data_url;
+  bool model_cache_enabled = true;
 };
 
 struct EndpointRoute {
