@@ -18,6 +18,7 @@
 #include "api/service_model.h"
 #include "api/training_jobs.h"
 #include "api/processing_jobs.h"
+#include "api/transform_jobs.h"
 #include "api/tuning_jobs.h"
 #include "base/fs.h"
 #include "base/hash.h"
@@ -595,6 +596,17 @@ void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_c
     if (http_) http_->ForgetUpstream(host, port);
   };
   endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
+  // Batch transform jobs run serving instances like an endpoint's (serving-contract.md §13).
+  control::TransformControllerOptions transform;
+  transform.work_dir = c.data_dir + "/transform";
+  control::TransformControllerDeps transform_deps;
+  transform_deps.database = database_.get();
+  transform_deps.object_store = object_store_.get();
+  transform_deps.log_store = log_store_.get();
+  transform_deps.runtime = runtime_.get();
+  transform_deps.endpoints = endpoints_.get();
+  transform_deps.credentials = instance_credentials_.get();
+  transform_ = std::make_unique<control::TransformController>(transform, transform_deps);
 }
 
 // The JSON services exist from the start so that every operation Kiln does not implement yet
@@ -622,6 +634,17 @@ void Server::RegisterJsonServices() {
     return scheduler_->CheckFeasible(instance_type, instance_count);
   };
   api::RegisterProcessingJobOperations(sagemaker.get(), processing_api);
+  api::TransformJobsContext transform_api;
+  transform_api.database = database_.get();
+  transform_api.on_created = [this](const std::string& name) { transform_->Submit(name); };
+  transform_api.on_stop_requested = [this](const std::string& name) { transform_->RequestStop(name); };
+  transform_api.account_id = c.account_id;
+  transform_api.region = c.regions.front();
+  transform_api.catalog = catalog_.get();
+  transform_api.check_feasible = [this](const std::string& instance_type, int instance_count) {
+    return scheduler_->CheckFeasible(instance_type, instance_count);
+  };
+  api::RegisterTransformJobOperations(sagemaker.get(), transform_api);
   // Hyperparameter tuning: its controller launches trials as CreateTrainingJob would.
   trial_launcher_ = std::make_unique<api::TrainingJobTrialLauncher>(training_api);
   control::TuningControllerOptions tuning_options;
@@ -784,6 +807,7 @@ Status Server::Start() {
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
   RETURN_IF_ERROR(tuning_->Start().WithPrefix("tuning controller"));
   RETURN_IF_ERROR(processing_->Start().WithPrefix("processing controller"));
+  RETURN_IF_ERROR(transform_->Start().WithPrefix("transform controller"));
   invocation_metrics_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
@@ -806,6 +830,7 @@ void Server::Stop(int grace_seconds) {
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();
+  if (transform_) transform_->Shutdown();  // before endpoints_: its instances are endpoint instances
   if (endpoints_) endpoints_->Shutdown();
   if (invocation_metrics_) invocation_metrics_->Stop();
   if (instance_metrics_) instance_metrics_->Stop();

@@ -18,6 +18,7 @@
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
 #include "control/processing_controller.h"
+#include "control/transform_controller.h"
 #include "control/scheduler.h"
 #include "control/serverless_scaler.h"
 #include "control/training_controller.h"
@@ -117,6 +118,8 @@ class Server {
   std::unique_ptr<control::TuningController> tuning_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
+  // Batch transform (§13): launches its instances through endpoints_ (after it, gone before it).
+  std::unique_ptr<control::TransformController> transform_;
   // Application Auto Scaling's loop: writes endpoint rows and tells endpoints_ (after it).
   std::unique_ptr<control::Autoscaler> autoscaler_;
   // Sizes serverless pools (writes endpoint rows, tells endpoints_) and admits their requests

@@ -49,7 +49,7 @@ EndpointInstance::EndpointInstance(const EndpointInstanceEnv& env, Spec spec, bo
   target->host = spec_.network ? spec_.network->address : "127.0.0.1";
   target->port = static_cast<uint16_t>(spec_.network ? kNamespacedServingPort : spec_.port_base);
   target->container_hostname = "primary";
-  target->log_stream = spec_.variant + "/" + spec_.instance_id;
+  target->log_stream = spec_.log_stream.empty() ? spec_.variant + "/" + spec_.instance_id : spec_.log_stream;
   target_ = std::move(target);
   if (adopted) phase_ = InstancePhase::kStarting;
 }
@@ -330,14 +330,16 @@ void EndpointInstance::StartLogPump() {
   pump.output_path = deps().runtime->OutputPath(spec_.runtime_id);
   pump.offset_path = spec_.dir + "/log-offset";
   pump.start_offset = LogPump::ReadOffset(pump.offset_path);
-  pump.group = "/aws/sagemaker/Endpoints/" + spec_.endpoint_name;
-  pump.stream = spec_.variant + "/" + spec_.instance_id;
+  pump.group = spec_.log_group.empty() ? "/aws/sagemaker/Endpoints/" + spec_.endpoint_name : spec_.log_group;
+  pump.stream = target_->log_stream;
   log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
   log_pump_->Start();
   // Instance metrics (serving-contract.md §15.3) from now until Finish.
   if (deps().instance_metrics != nullptr) {
-    (void)deps().instance_metrics->Track(EndpointInstanceMetricsTarget(
-        spec_.runtime_id, spec_.endpoint_name, spec_.variant, spec_.instance_id, spec_.dir + "/opt_ml"));
+    (void)deps().instance_metrics->Track(
+        spec_.metrics ? *spec_.metrics
+                      : EndpointInstanceMetricsTarget(spec_.runtime_id, spec_.endpoint_name, spec_.variant,
+                                                      spec_.instance_id, spec_.dir + "/opt_ml"));
   }
 }
 
