@@ -565,21 +565,19 @@ Result<std::string> JoinRecord(std::string_view input, std::string_view output, 
 Result<std::vector<BatchRange>> PlanBatches(const std::vector<size_t>& sizes, BatchStrategy strategy,
                                             uint64_t max_bytes) {
   std::vector<BatchRange> out;
+  uint64_t total = 0;  // bytes of the last batch
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (max_bytes != 0 && sizes[i] > max_bytes) {
       return Bad("record " + std::to_string(i + 1) + " is " + std::to_string(sizes[i]) +
                  " bytes, more than MaxPayloadInMB allows (" + std::to_string(max_bytes) + " bytes)");
     }
-    if (strategy == BatchStrategy::kMultiRecord && !out.empty()) {
-      BatchRange& last = out.back();
-      uint64_t total = 0;
-      for (size_t j = last.first; j < last.first + last.count; ++j) total += sizes[j];
-      if (max_bytes == 0 || total + sizes[i] <= max_bytes) {
-        ++last.count;
-        continue;
-      }
+    if (strategy == BatchStrategy::kMultiRecord && !out.empty() && (max_bytes == 0 || total + sizes[i] <= max_bytes)) {
+      ++out.back().count;
+      total += sizes[i];
+      continue;
     }
     out.push_back({.first = i, .count = 1});
+    total = sizes[i];
   }
   return out;
 }

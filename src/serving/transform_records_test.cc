@@ -159,6 +159,18 @@ TEST(PlanBatchesTest, MultiRecordFillsUpToTheLimitExactly) {
   EXPECT_EQ(ranges, (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 1}, {4, 1}, {5, 2}}));
 }
 
+TEST(PlanBatchesTest, ManySmallRecordsFillWholeBatches) {
+  // 300,000 records of 100 bytes under 1 MiB: 10,485 per batch (linear in the records: the plan of
+  // a large object must not cost a pass over the batch per record).
+  std::vector<size_t> sizes(300000, 100);
+  auto batches = PlanBatches(sizes, BatchStrategy::kMultiRecord, 1048576);
+  ASSERT_TRUE(batches.ok());
+  ASSERT_EQ(batches->size(), 29u);
+  EXPECT_EQ((*batches)[0].count, 10485u);
+  EXPECT_EQ((*batches)[28].first, 28u * 10485);
+  EXPECT_EQ((*batches)[28].count, 300000u - 28 * 10485);
+}
+
 TEST(PlanBatchesTest, ARecordOverTheLimitFailsNamingIt) {
   auto batches = PlanBatches({4, 11, 2}, BatchStrategy::kMultiRecord, 10);
   ASSERT_FALSE(batches.ok());
