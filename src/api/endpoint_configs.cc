@@ -16,8 +16,7 @@ using namespace inference;
 
 // Members for features Kiln does not offer in this release (§8: rejected, never silently
 // ignored, so that a client never believes it has e.g. an async endpoint).
-constexpr const char* kUnsupportedConfigMembers[] = {"ShadowProductionVariants", "ExplainerConfig",
-                                                     "DataCaptureConfig"};
+constexpr const char* kUnsupportedConfigMembers[] = {"ExplainerConfig"};
 constexpr const char* kUnsupportedVariantMembers[] = {
     "ManagedInstanceScaling", "InstancePools", "CapacityReservationConfig", "InferenceAmiVersion", "AcceleratorType"};
 
@@ -148,6 +147,54 @@ std::optional<aws::AwsError> CheckAsyncInferenceConfig(const json& in) {
   return std::nullopt;
 }
 
+// DataCaptureConfig (serving-contract.md §14; the botocore model checked the members' shapes,
+// ranges and patterns): an S3 destination Kiln can write, no KMS key, real-time endpoints only.
+std::optional<aws::AwsError> CheckDataCaptureConfig(const json& in) {
+  const json& config = in["DataCaptureConfig"];
+  const std::string uri = StringMember(config, "DestinationS3Uri", "");
+  if (!IsS3Uri(uri)) {
+    return Validation("DataCaptureConfig.DestinationS3Uri \"" + uri +
+                      "\" must be an S3 URI (s3://bucket/prefix): Kiln writes capture files to its object store.");
+  }
+  if (Has(config, "KmsKeyId")) return Validation("DataCaptureConfig.KmsKeyId is not supported by Kiln.");
+  if (Has(in, "AsyncInferenceConfig")) {
+    return Validation(
+        "DataCaptureConfig is not supported by Kiln for asynchronous inference endpoints; capture applies to "
+        "real-time endpoints.");
+  }
+  return std::nullopt;
+}
+
+// ShadowProductionVariants (serving-contract.md §9): one shadow beside exactly one production
+// variant, each checked as a production variant is, with names unique across both lists.
+std::optional<aws::AwsError> CheckShadowVariants(const EndpointsContext& ctx, store::DefinitionRepository& models,
+                                                 const json& in) {
+  const json& shadows = in["ShadowProductionVariants"];
+  if (shadows.size() != 1 || in["ProductionVariants"].size() != 1) {
+    return Validation(
+        "An endpoint configuration with ShadowProductionVariants must have exactly one production variant and "
+        "one shadow variant; " +
+        std::to_string(in["ProductionVariants"].size()) + " production and " + std::to_string(shadows.size()) +
+        " shadow variants were given.");
+  }
+  std::set<std::string> names;
+  for (const json& variant : in["ProductionVariants"]) names.insert(ToLower(variant["VariantName"].get<std::string>()));
+  for (const json& shadow : shadows) {
+    const std::string name = shadow["VariantName"].get<std::string>();
+    if (!names.insert(ToLower(name)).second) {
+      return Validation("Variant names must be unique within an endpoint configuration; \"" + name +
+                        "\" is given more than once.");
+    }
+    if (Has(shadow, "ServerlessConfig")) {
+      return Validation("Shadow variant " + name +
+                        " has a ServerlessConfig: shadow variants need InstanceType and "
+                        "InitialInstanceCount.");
+    }
+    if (auto error = CheckVariant(ctx, models, shadow)) return error;
+  }
+  return std::nullopt;
+}
+
 std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                                        const json& in) {
   if (Has(in, "AsyncInferenceConfig") && Has(in, "ShadowProductionVariants")) {
@@ -172,6 +219,12 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
   }
   for (const char* member : kUnsupportedConfigMembers) {
     if (Has(in, member)) return Validation(std::string(member) + " is not supported by Kiln.");
+  }
+  if (Has(in, "DataCaptureConfig")) {
+    if (auto error = CheckDataCaptureConfig(in)) return error;
+  }
+  if (Has(in, "ShadowProductionVariants")) {
+    if (auto error = CheckShadowVariants(ctx, models, in)) return error;
   }
   if (Has(in, "AsyncInferenceConfig")) {
     if (auto error = CheckAsyncInferenceConfig(in)) return error;

@@ -223,6 +223,14 @@ struct ServerlessConfig {
   int idle_seconds = 600;
 };
 
+// Data capture (serving/data_capture.h, serving-contract.md §14): how long a capture file
+// collects records before it is written (AWS: 60 s; tests use about 1 s), and how much captured
+// data may wait for the writer before records are dropped.
+struct DataCaptureSection {
+  double flush_interval_seconds = 60;
+  int max_buffer_mb = 64;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -254,6 +262,7 @@ struct Config {
   AutoscalingConfig autoscaling;
   AsyncInferenceConfig async_inference;
   ServerlessConfig serverless;
+  DataCaptureSection data_capture;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -715,6 +715,20 @@ void Server::BuildInvokePath() {
   invocation_metrics_ = std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), metric_store_.get());
   router_ = std::make_unique<serving::Router>(RouterOptionsFor(config_), routes_.get(), invoke_client_.get(),
                                               invocation_metrics_.get());
+  // Data capture (§14) and shadow variants (§9): told of every invocation of an endpoint that has
+  // either, off the answer's way.
+  capture_uploader_ = std::make_unique<control::ObjectStoreCaptureUploader>(object_store_.get());
+  serving::DataCaptureOptions capture_options;
+  capture_options.flush_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.data_capture.flush_interval_seconds * 1000));
+  capture_options.max_pending_bytes = static_cast<size_t>(config_.data_capture.max_buffer_mb) * 1024 * 1024;
+  data_capture_ = std::make_unique<serving::DataCapture>(capture_options, capture_uploader_.get());
+  serving::ShadowVariantsOptions shadow_options;
+  shadow_options.invocation_timeout_ms = RouterOptionsFor(config_).invocation_timeout_ms;
+  shadow_variants_ = std::make_unique<serving::ShadowVariants>(shadow_options, invoke_client_.get(),
+                                                               invocation_metrics_.get(), data_capture_.get());
+  data_capture_->SetShadows(shadow_variants_.get());
+  router_->SetInvocationObserver(data_capture_.get());
   prometheus_ =
       std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(), invoke_client_.get());
   prometheus_->SetExtraIdleConnections([this] { return http_ ? http_->stats().upstream_idle_connections : 0; });
@@ -809,6 +823,8 @@ Status Server::Start() {
   RETURN_IF_ERROR(processing_->Start().WithPrefix("processing controller"));
   RETURN_IF_ERROR(transform_->Start().WithPrefix("transform controller"));
   invocation_metrics_->Start();
+  data_capture_->Start();
+  shadow_variants_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
   async_dispatcher_->Start();
@@ -822,6 +838,9 @@ void Server::Stop(int grace_seconds) {
   // flight are refused.
   if (tunnels_) tunnels_->Stop();
   if (http_) http_->Stop(grace_seconds);
+  // Shadow calls in flight end; open capture files are written.
+  if (shadow_variants_) shadow_variants_->Stop();
+  if (data_capture_) data_capture_->Stop();
   // Requests in flight stay queued (journaled) and run after the restart.
   if (async_dispatcher_) async_dispatcher_->Stop();
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.

@@ -13,6 +13,7 @@
 #include "access/tunnel_service.h"
 #include "api/credential_store.h"
 #include "control/autoscaler.h"
+#include "control/data_capture_uploader.h"
 #include "control/async_dispatcher.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
@@ -28,10 +29,12 @@
 #include "runtime/networks.h"
 #include "runtime/runtime.h"
 #include "net/http_client.h"
+#include "serving/data_capture.h"
 #include "serving/invocation_metrics.h"
 #include "serving/prometheus.h"
 #include "serving/router.h"
 #include "serving/routing.h"
+#include "serving/shadow_variants.h"
 #include "api/front_door.h"
 #include "api/training_jobs.h"
 #include "cli/config.h"
@@ -127,6 +130,11 @@ class Server {
   std::unique_ptr<control::ServerlessScaler> serverless_scaler_;
   std::unique_ptr<net::HttpClient> invoke_client_;
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
+  // Data capture and shadow copies (§14, §9): the router's InvocationObserver, which hands
+  // shadow copies on; stopped with the HTTP server, before router_ goes.
+  std::unique_ptr<control::ObjectStoreCaptureUploader> capture_uploader_;
+  std::unique_ptr<serving::DataCapture> data_capture_;
+  std::unique_ptr<serving::ShadowVariants> shadow_variants_;
   std::unique_ptr<serving::Router> router_;
   std::unique_ptr<serving::PrometheusExporter> prometheus_;
   // Open tunnels use the database, runtime and log store; the front door points at it.
