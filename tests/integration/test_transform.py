@@ -9,11 +9,13 @@ DescribeTransformJob, ListTransformJobs and StopTransformJob against a `local:` 
   objects assigned round-robin to the two instances (data-log streams), the §4.1 variables seen by
   the container, its output in /aws/sagemaker/TransformJobs;
 - boto3: a record larger than MaxPayloadInMB fails its object (FailureReason names it and both sizes)
-  while the other object's output is written; /execution-parameters (SINGLE_RECORD from the container)
+  while the other object's output is written; Gzip objects listed by a ManifestFile (relative keys in
+  the output names); /execution-parameters (SINGLE_RECORD from the container)
   with TFRecord frames sent without their framing; StopTransformJob → Stopping → Stopped; validation
   errors, Describe/List.
 One module server; ~15 s on 2 cores."""
 
+import gzip
 import json
 import os
 import struct
@@ -229,6 +231,25 @@ def test_execution_parameters_and_tfrecord_single_records(sm, s3, logs, bucket):
                      [len("transform_app env: "):])
     assert env["SAGEMAKER_BATCH"] == "true"
     assert "SAGEMAKER_BATCH_STRATEGY" not in env and "SAGEMAKER_MAX_PAYLOAD_IN_MB" not in env  # not in the request
+
+
+def test_gzip_objects_from_a_manifest(sm, s3, bucket, model):  # noqa: F811
+    s3.put_object(Bucket=bucket, Key="gz-in/d/one.csv.gz", Body=gzip.compress(b"1,2\n3,4\n"))
+    s3.put_object(Bucket=bucket, Key="gz-in/d/two.csv.gz", Body=gzip.compress(b"10,20\n"))
+    s3.put_object(Bucket=bucket, Key="gz-in/d/not-listed.csv.gz", Body=gzip.compress(b"5\n"))
+    manifest = [{"prefix": "s3://%s/gz-in/" % bucket}, "d/one.csv.gz", "d/two.csv.gz"]
+    s3.put_object(Bucket=bucket, Key="gz-manifest.json", Body=json.dumps(manifest).encode())
+    name = eh.unique_name("gz")
+    sm.create_transform_job(**job_request(
+        name, model, "s3://%s/gz-manifest.json" % bucket, "s3://%s/gz-out" % bucket,
+        TransformInput={"CompressionType": "Gzip", "DataSource": {"S3DataSource": {
+            "S3DataType": "ManifestFile", "S3Uri": "s3://%s/gz-manifest.json" % bucket}}}))
+    d = wait_job(sm, name)
+    assert d["TransformJobStatus"] == "Completed", d
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="gz-out/")["Contents"])
+    assert keys == ["gz-out/d/one.csv.gz.out", "gz-out/d/two.csv.gz.out"]
+    assert get_text(s3, bucket, "gz-out/d/one.csv.gz.out") == "3\n7\n"
+    assert get_text(s3, bucket, "gz-out/d/two.csv.gz.out") == "30\n"
 
 
 def test_model_error_fails_object_after_retries(sm, s3, logs, bucket, model):  # noqa: F811
