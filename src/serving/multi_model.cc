@@ -294,6 +294,10 @@ void MultiModelManager::Spawn(std::shared_ptr<Job> job) {
     } else {
       RunLoad(*job);
     }
+    // The instance's target goes now: the endpoint controller drains an instance until nothing
+    // but its run holds the target.
+    MutexLock done(jobs_mu_);
+    job->instance.reset();
     job->done.store(true);
   });
   jobs_.push_back(std::move(running));
@@ -301,11 +305,17 @@ void MultiModelManager::Spawn(std::shared_ptr<Job> job) {
 
 void MultiModelManager::CancelJobsOfFailedInstances() {
   MutexLock lock(jobs_mu_);
-  for (Running& running : jobs_) {
-    const InstanceTarget& instance = *running.job->instance;
-    if (instance.failure.cancelled() && !running.job->cancel.cancelled()) {
-      running.job->cancel.Cancel(instance.failure.reason());
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = *it->job;
+    if (job.done.load()) {  // ended: its thread returns at once
+      it->thread.join();
+      it = jobs_.erase(it);
+      continue;
     }
+    if (job.instance != nullptr && job.instance->failure.cancelled() && !job.cancel.cancelled()) {
+      job.cancel.Cancel(job.instance->failure.reason());
+    }
+    ++it;
   }
 }
 

@@ -180,7 +180,8 @@ class MultiModelManager {
       REQUIRES(mu_);
   // Starts a job on its own thread (load, or unload+delete for Disabled).
   void Spawn(std::shared_ptr<Job> job) EXCLUDES(jobs_mu_);
-  // Cuts the container calls of jobs whose instance failed (each job's own signal; Stop cuts all).
+  // Joins the jobs that ended; cuts the container calls of jobs whose instance failed (each job's
+  // own signal; Stop cuts all). Called by the metrics thread every flush_interval.
   void CancelJobsOfFailedInstances() EXCLUDES(jobs_mu_);
   void RunLoad(Job& job) EXCLUDES(mu_);
   void RunDrop(Job& job) EXCLUDES(mu_);
