@@ -79,15 +79,12 @@ std::optional<aws::AwsError> CheckKey(const Key& key) {
     return Validation("Unsupported service namespace, resource type or scalable dimension: ResourceId " +
                       key.resource_id + " is not of the form endpoint/<EndpointName>/variant/<VariantName>.");
   }
-  if (key.dimension == "sagemaker:variant:DesiredProvisionedConcurrency") {
-    return Validation(
-        "Serverless variants (sagemaker:variant:DesiredProvisionedConcurrency) are not supported by "
-        "Kiln; use sagemaker:variant:DesiredInstanceCount.");
-  }
-  if (key.dimension != control::kVariantInstanceDimension) {
+  if (key.dimension != control::kVariantInstanceDimension &&
+      key.dimension != control::kProvisionedConcurrencyDimension) {
     return Validation("Unsupported service namespace, resource type or scalable dimension: " + key.dimension +
                       " is not a dimension of a SageMaker endpoint variant (use "
-                      "sagemaker:variant:DesiredInstanceCount).");
+                      "sagemaker:variant:DesiredInstanceCount, or sagemaker:variant:DesiredProvisionedConcurrency "
+                      "for a serverless variant).");
   }
   return std::nullopt;
 }
@@ -174,12 +171,20 @@ JsonOutcome RegisterScalableTarget(Operations& ops, const json& in) {
                       " (ResourceId " + key.resource_id + ").");
   }
   // A serverless variant's pool follows its requests (control/serverless_scaler.h); a count
-  // written here would fight it.
-  if (Has(*deployment.FindVariant(resource.variant), "ServerlessConfig")) {
+  // written here would fight it. What scales there is its ProvisionedConcurrency, which AWS lets
+  // be registered only where the variant was configured with one.
+  const json& config_variant = *deployment.FindVariant(resource.variant);
+  const bool serverless = Has(config_variant, "ServerlessConfig");
+  if (serverless && key.dimension == control::kVariantInstanceDimension) {
     return Validation("The variant " + resource.variant + " of endpoint " + resource.endpoint +
-                      " is serverless: its capacity follows its requests up to ServerlessConfig.MaxConcurrency, "
-                      "and Kiln does not scale it through " +
-                      key.dimension + ".");
+                      " is serverless: its capacity follows its requests up to ServerlessConfig.MaxConcurrency; "
+                      "scale its provisioned concurrency (sagemaker:variant:DesiredProvisionedConcurrency) instead.");
+  }
+  if (key.dimension == control::kProvisionedConcurrencyDimension &&
+      (!serverless || !Has(config_variant["ServerlessConfig"], "ProvisionedConcurrency"))) {
+    return Validation("The variant " + resource.variant + " of endpoint " + resource.endpoint +
+                      " has no provisioned concurrency: sagemaker:variant:DesiredProvisionedConcurrency applies "
+                      "only to serverless variants whose ServerlessConfig sets ProvisionedConcurrency.");
   }
   const bool async = deployment.endpoint_config.is_object() && Has(deployment.endpoint_config, "AsyncInferenceConfig");
   auto existing = ops.repo.Get(AutoscalingKind::kTarget, key.service_namespace, key.resource_id, key.dimension, "");
@@ -219,6 +224,11 @@ JsonOutcome RegisterScalableTarget(Operations& ops, const json& in) {
   const int64_t min = target.doc["MinCapacity"].get<int64_t>();
   const int64_t max = target.doc["MaxCapacity"].get<int64_t>();
   const int64_t floor = async ? 0 : 1;
+  if (key.dimension == control::kProvisionedConcurrencyDimension && max > 200) {
+    return Validation("MaxCapacity " + std::to_string(max) +
+                      " exceeds 200, the most ProvisionedConcurrency a "
+                      "serverless variant may have.");
+  }
   if (min < floor) {
     return Validation("MinCapacity " + std::to_string(min) + " is below " + std::to_string(floor) + " for " +
                       key.resource_id +
@@ -265,7 +275,7 @@ JsonOutcome DeregisterScalableTarget(Operations& ops, const json& in) {
 
 // ---- scaling policies ----
 
-std::optional<aws::AwsError> CheckTargetTracking(const json& config) {
+std::optional<aws::AwsError> CheckTargetTracking(const json& config, const std::string& dimension) {
   const bool predefined = Has(config, "PredefinedMetricSpecification");
   const bool customized = Has(config, "CustomizedMetricSpecification");
   if (predefined == customized) {
@@ -283,14 +293,21 @@ std::optional<aws::AwsError> CheckTargetTracking(const json& config) {
   }
   if (predefined) {
     const std::string type = StringOf(config["PredefinedMetricSpecification"], "PredefinedMetricType");
-    if (type == control::kInvocationsPerInstanceMetric) return std::nullopt;
-    if (type.rfind("SageMaker", 0) == 0) {
-      return Validation("PredefinedMetricType " + type +
-                        " is not supported by Kiln; use SageMakerVariantInvocationsPerInstance or a "
-                        "CustomizedMetricSpecification.");
+    // Each predefined metric belongs to one dimension (AWS refuses the other pairings).
+    const bool provisioned = dimension == control::kProvisionedConcurrencyDimension;
+    const std::string_view expected =
+        provisioned ? control::kProvisionedConcurrencyMetric : control::kInvocationsPerInstanceMetric;
+    if (type == expected) return std::nullopt;
+    if (type == control::kInvocationsPerInstanceMetric || type == control::kProvisionedConcurrencyMetric) {
+      return Validation("PredefinedMetricType " + type + " does not apply to " + dimension + "; use " +
+                        std::string(expected) + ".");
     }
-    return Validation("PredefinedMetricType " + type +
-                      " is not valid for a SageMaker endpoint variant; use SageMakerVariantInvocationsPerInstance.");
+    if (type.rfind("SageMaker", 0) == 0) {
+      return Validation("PredefinedMetricType " + type + " is not supported by Kiln; use " + std::string(expected) +
+                        " or a CustomizedMetricSpecification.");
+    }
+    return Validation("PredefinedMetricType " + type + " is not valid for a SageMaker endpoint variant; use " +
+                      std::string(expected) + ".");
   }
   const json& spec = config["CustomizedMetricSpecification"];
   if (Has(spec, "Metrics")) {
@@ -347,7 +364,8 @@ JsonOutcome PutScalingPolicy(Operations& ops, const json& in) {
     return Validation("Only " + std::string(config_member) + " may be given for a " + type + " policy.");
   }
   const json& config = in[config_member];
-  if (auto error = type == "TargetTrackingScaling" ? CheckTargetTracking(config) : CheckStepScaling(config)) {
+  if (auto error =
+          type == "TargetTrackingScaling" ? CheckTargetTracking(config, key.dimension) : CheckStepScaling(config)) {
     return *error;
   }
   auto target = RegisteredTarget(ops, key);

@@ -129,6 +129,58 @@ TEST_F(AutoscalingApiTest, AsyncEndpointsMayScaleToZero) {
   ScaleOk("RegisterScalableTarget", With(Key("endpoint/aep/variant/v"), {{"MinCapacity", 0}, {"MaxCapacity", 2}}));
 }
 
+// Serverless variants scale their ProvisionedConcurrency (serving-contract.md §12), tracked on
+// SageMakerVariantProvisionedConcurrencyUtilization; their instance count is not a target.
+TEST_F(AutoscalingApiTest, ServerlessVariantsScaleProvisionedConcurrency) {
+  auto serverless = [](json config) {
+    return json::array({json{{"VariantName", "v"}, {"ModelName", "m"}, {"ServerlessConfig", std::move(config)}}});
+  };
+  CreateConfig("sls", serverless({{"MemorySizeInMB", 1024}, {"MaxConcurrency", 10}, {"ProvisionedConcurrency", 1}}));
+  CreateConfig("bare", serverless({{"MemorySizeInMB", 1024}, {"MaxConcurrency", 10}}));
+  Ok("CreateEndpoint", {{"EndpointName", "sep"}, {"EndpointConfigName", "sls"}});
+  Ok("CreateEndpoint", {{"EndpointName", "bep"}, {"EndpointConfigName", "bare"}});
+  const json provisioned = {{"ServiceNamespace", "sagemaker"},
+                            {"ResourceId", "endpoint/sep/variant/v"},
+                            {"ScalableDimension", "sagemaker:variant:DesiredProvisionedConcurrency"}};
+  EXPECT_NE(
+      ScaleError("RegisterScalableTarget",
+                 With(Key("endpoint/sep/variant/v"), {{"MinCapacity", 1}, {"MaxCapacity", 2}}), "ValidationException")
+          .find("scale its provisioned concurrency"),
+      std::string::npos);
+  EXPECT_NE(
+      ScaleError("RegisterScalableTarget",
+                 With(provisioned, {{"ResourceId", "endpoint/bep/variant/v"}, {"MinCapacity", 1}, {"MaxCapacity", 2}}),
+                 "ValidationException")
+          .find("has no provisioned concurrency"),
+      std::string::npos);
+  EXPECT_NE(ScaleError("RegisterScalableTarget",
+                       With(provisioned, {{"ResourceId", kResource}, {"MinCapacity", 1}, {"MaxCapacity", 2}}),
+                       "ValidationException")
+                .find("has no provisioned concurrency"),
+            std::string::npos);
+  ScaleError("RegisterScalableTarget", With(provisioned, {{"MinCapacity", 1}, {"MaxCapacity", 201}}),
+             "ValidationException");
+  ScaleOk("RegisterScalableTarget", With(provisioned, {{"MinCapacity", 1}, {"MaxCapacity", 8}}));
+  auto policy = [&](const std::string& metric) {
+    return With(provisioned,
+                {{"PolicyName", "p"},
+                 {"PolicyType", "TargetTrackingScaling"},
+                 {"TargetTrackingScalingPolicyConfiguration",
+                  {{"TargetValue", 0.5}, {"PredefinedMetricSpecification", {{"PredefinedMetricType", metric}}}}}});
+  };
+  EXPECT_NE(ScaleError("PutScalingPolicy", policy("SageMakerVariantInvocationsPerInstance"), "ValidationException")
+                .find("does not apply to sagemaker:variant:DesiredProvisionedConcurrency"),
+            std::string::npos);
+  ScaleOk("PutScalingPolicy", policy("SageMakerVariantProvisionedConcurrencyUtilization"));
+  // And the other way round on an instance-count target.
+  ScaleOk("RegisterScalableTarget", With(Key(), {{"MinCapacity", 1}, {"MaxCapacity", 2}}));
+  json on_instances = policy("SageMakerVariantProvisionedConcurrencyUtilization");
+  on_instances.update(Key());
+  EXPECT_NE(ScaleError("PutScalingPolicy", on_instances, "ValidationException")
+                .find("does not apply to sagemaker:variant:DesiredInstanceCount"),
+            std::string::npos);
+}
+
 TEST_F(AutoscalingApiTest, PoliciesPutDescribePageAndDelete) {
   ScaleError("PutScalingPolicy", TrackingPolicy("p1"), "ObjectNotFoundException");
   ScaleOk("RegisterScalableTarget", With(Key(), {{"MinCapacity", 1}, {"MaxCapacity", 4}}));

@@ -144,10 +144,15 @@ json RenderEndpoint(const store::EndpointRecord& record) {
       if (!pending) ApplyDesired(record.desired, summary.variant_name, v);
       // Serverless variants (§12) show their ServerlessConfig instead of instance counts, as AWS's
       // do (the count is Kiln's pool size, which follows demand).
+      // UpdateEndpointWeightsAndCapacities' ServerlessUpdateConfig takes effect with the next
+      // routing snapshot (well under a second), so Current shows it as Desired does.
       const json* config_variant = record.deployment.FindVariant(summary.variant_name);
       if (config_variant != nullptr && Has(*config_variant, "ServerlessConfig")) {
-        v["CurrentServerlessConfig"] = (*config_variant)["ServerlessConfig"];
-        v["DesiredServerlessConfig"] = (*config_variant)["ServerlessConfig"];
+        auto desired = record.desired.find(summary.variant_name);
+        const json serverless = store::EffectiveServerlessConfig(
+            *config_variant, !pending && desired != record.desired.end() ? &desired->second : nullptr);
+        v["CurrentServerlessConfig"] = serverless;
+        v["DesiredServerlessConfig"] = serverless;
         v.erase("CurrentInstanceCount");
         v.erase("DesiredInstanceCount");
       }
@@ -346,6 +351,14 @@ JsonOutcome UpdateEndpoint(Operations& ops, const json& in) {
   return json{{"EndpointArn", updated->arn}};
 }
 
+// Copies ServerlessUpdateConfig's members into the variant's desired values.
+void ApplyServerlessUpdate(const json& update, store::VariantDesired& values) {
+  if (Has(update, "MaxConcurrency")) values.serverless_max_concurrency = update["MaxConcurrency"].get<int64_t>();
+  if (Has(update, "ProvisionedConcurrency")) {
+    values.serverless_provisioned_concurrency = update["ProvisionedConcurrency"].get<int64_t>();
+  }
+}
+
 // DesiredWeightsAndCapacities on its own: each variant once, with something to change, and no
 // scale to zero.
 std::optional<aws::AwsError> CheckDesiredWeightsAndCapacities(const json& in) {
@@ -355,9 +368,14 @@ std::optional<aws::AwsError> CheckDesiredWeightsAndCapacities(const json& in) {
     if (!seen.insert(variant).second) {
       return Validation("Variant " + variant + " is given more than once in DesiredWeightsAndCapacities.");
     }
-    if (Has(entry, "ServerlessUpdateConfig")) return Validation("ServerlessUpdateConfig is not supported by Kiln.");
-    if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount")) {
-      return Validation("Give DesiredWeight, DesiredInstanceCount or both for variant " + variant + ".");
+    if (Has(entry, "ServerlessUpdateConfig") && !Has(entry["ServerlessUpdateConfig"], "MaxConcurrency") &&
+        !Has(entry["ServerlessUpdateConfig"], "ProvisionedConcurrency")) {
+      return Validation("ServerlessUpdateConfig for variant " + variant +
+                        " must give MaxConcurrency, ProvisionedConcurrency or both.");
+    }
+    if (!Has(entry, "DesiredWeight") && !Has(entry, "DesiredInstanceCount") && !Has(entry, "ServerlessUpdateConfig")) {
+      return Validation("Give DesiredWeight, DesiredInstanceCount or ServerlessUpdateConfig for variant " + variant +
+                        ".");
     }
   }
   return std::nullopt;
@@ -382,6 +400,32 @@ std::optional<aws::AwsError> CheckScaleToZero(const store::EndpointRecord& r, co
       return Validation("DesiredInstanceCount 0 for variant " + entry["VariantName"].get<std::string>() +
                         " needs scale to zero, which Kiln offers only for asynchronous endpoints "
                         "(AsyncInferenceConfig); give 1 or more.");
+    }
+  }
+  return std::nullopt;
+}
+
+// ServerlessUpdateConfig (serving-contract.md §12) applies to serverless variants only, and the
+// resulting ProvisionedConcurrency may not exceed the resulting MaxConcurrency.
+std::optional<aws::AwsError> CheckServerlessUpdate(const store::EndpointRecord& r, const json& in) {
+  const store::Deployment& target = r.pending ? *r.pending : r.deployment;
+  for (const json& entry : in["DesiredWeightsAndCapacities"]) {
+    if (!Has(entry, "ServerlessUpdateConfig")) continue;
+    const std::string name = entry["VariantName"].get<std::string>();
+    const json* variant = target.FindVariant(name);
+    if (variant == nullptr || !Has(*variant, "ServerlessConfig")) {
+      return Validation("Variant " + name +
+                        " is not serverless: ServerlessUpdateConfig applies only to variants with a ServerlessConfig.");
+    }
+    store::VariantDesired values;
+    if (auto it = r.desired.find(name); it != r.desired.end()) values = it->second;
+    ApplyServerlessUpdate(entry["ServerlessUpdateConfig"], values);
+    const json effective = store::EffectiveServerlessConfig(*variant, &values);
+    const int64_t max = effective.value("MaxConcurrency", int64_t{1});
+    if (Has(effective, "ProvisionedConcurrency") && effective["ProvisionedConcurrency"].get<int64_t>() > max) {
+      return Validation("ProvisionedConcurrency " + std::to_string(effective["ProvisionedConcurrency"].get<int64_t>()) +
+                        " of variant " + name + " exceeds its MaxConcurrency " + std::to_string(max) +
+                        ": give a ProvisionedConcurrency at most MaxConcurrency.");
     }
   }
   return std::nullopt;
@@ -412,10 +456,12 @@ JsonOutcome UpdateEndpointWeightsAndCapacities(Operations& ops, const json& in) 
       return Status::FailedPrecondition("unknown variant");
     }
     if ((refused = CheckScaleToZero(r, in))) return Status::FailedPrecondition("scale to zero");
+    if ((refused = CheckServerlessUpdate(r, in))) return Status::FailedPrecondition("serverless update");
     for (const json& entry : in["DesiredWeightsAndCapacities"]) {
       store::VariantDesired& values = r.desired[entry["VariantName"].get<std::string>()];
       if (Has(entry, "DesiredWeight")) values.weight = entry["DesiredWeight"].get<double>();
       if (Has(entry, "DesiredInstanceCount")) values.instance_count = entry["DesiredInstanceCount"].get<int64_t>();
+      if (Has(entry, "ServerlessUpdateConfig")) ApplyServerlessUpdate(entry["ServerlessUpdateConfig"], values);
     }
     control::SetStatus(r, EndpointStatus::kUpdating);
     r.failure_reason.clear();

@@ -224,6 +224,48 @@ TEST_F(EndpointsApiTest, WeightsAndCapacities) {
   EXPECT_EQ(notifier_.calls().size(), 2u);
 }
 
+// serving-contract.md §12: ServerlessUpdateConfig changes a serverless variant's MaxConcurrency
+// and ProvisionedConcurrency (overriding its configuration's), and nothing else's.
+TEST_F(EndpointsApiTest, ServerlessUpdateConfig) {
+  CreateConfig("sls",
+               json::array({json{{"VariantName", "S"},
+                                 {"ModelName", "m1"},
+                                 {"ServerlessConfig",
+                                  {{"MemorySizeInMB", 2048}, {"MaxConcurrency", 4}, {"ProvisionedConcurrency", 1}}}}}));
+  Ok("CreateEndpoint", {{"EndpointName", "s"}, {"EndpointConfigName", "sls"}});
+  Ok("CreateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg"}});
+  MarkInService("s");
+  MarkInService("e");
+  auto update = [](const std::string& endpoint, const std::string& variant, json config) {
+    return json{
+        {"EndpointName", endpoint},
+        {"DesiredWeightsAndCapacities", {{{"VariantName", variant}, {"ServerlessUpdateConfig", std::move(config)}}}}};
+  };
+  EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities", update("e", "A", {{"MaxConcurrency", 2}}))
+                .find("Variant A is not serverless"),
+            std::string::npos);
+  EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities", update("s", "S", {{"ProvisionedConcurrency", 5}}))
+                .find("ProvisionedConcurrency 5 of variant S exceeds its MaxConcurrency 4"),
+            std::string::npos);
+  EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities", update("s", "S", json::object()))
+                .find("must give MaxConcurrency, ProvisionedConcurrency or both"),
+            std::string::npos);
+  EXPECT_EQ(Row("s").status, "InService");  // refused requests change nothing
+
+  Ok("UpdateEndpointWeightsAndCapacities", update("s", "S", {{"MaxConcurrency", 8}, {"ProvisionedConcurrency", 3}}));
+  EXPECT_EQ(Row("s").desired["S"]["DesiredServerlessConfig"],
+            (json{{"MaxConcurrency", 8}, {"ProvisionedConcurrency", 3}}));
+  MarkInService("s");
+  json out = Ok("DescribeEndpoint", {{"EndpointName", "s"}});
+  const json expected = {{"MemorySizeInMB", 2048}, {"MaxConcurrency", 8}, {"ProvisionedConcurrency", 3}};
+  EXPECT_EQ(out["ProductionVariants"][0]["CurrentServerlessConfig"], expected);
+  EXPECT_EQ(out["ProductionVariants"][0]["DesiredServerlessConfig"], expected);
+  // Lowering MaxConcurrency below the ProvisionedConcurrency in force is refused too.
+  EXPECT_NE(Invalid("UpdateEndpointWeightsAndCapacities", update("s", "S", {{"MaxConcurrency", 2}}))
+                .find("ProvisionedConcurrency 3 of variant S exceeds its MaxConcurrency 2"),
+            std::string::npos);
+}
+
 TEST_F(EndpointsApiTest, DeleteFromAnyStateButDeleting) {
   Ok("CreateEndpoint", {{"EndpointName", "e"}, {"EndpointConfigName", "cfg"}});
   Ok("AddTags", {{"ResourceArn", EndpointArn("e")}, {"Tags", {{{"Key", "k"}, {"Value", "v"}}}}});

@@ -498,8 +498,9 @@ Status LoadServerless(const json& doc, Config* config, const std::string& path) 
   const std::string where = path + ": serverless";
   if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"idle_seconds\": 600}");
   for (const auto& [key, value] : a.items()) {
-    if (key != "idle_seconds") {
-      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is idle_seconds");
+    if (key != "idle_seconds" && key != "account_max_concurrency") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are idle_seconds and account_max_concurrency");
     }
   }
   RETURN_IF_ERROR(Field(a, "idle_seconds", &config->serverless.idle_seconds, where));
@@ -525,6 +526,11 @@ Status LoadAsyncInference(const json& doc, Config* config, const std::string& pa
                                      "\"; the keys are notifications, max_queue_per_endpoint, "
                                      "default_max_concurrency");
     }
+  RETURN_IF_ERROR(Field(a, "account_max_concurrency", &config->serverless.account_max_concurrency, where));
+  if (config->serverless.account_max_concurrency < 1 || config->serverless.account_max_concurrency > 100000) {
+    return Status::InvalidArgument(where + ".account_max_concurrency must be 1..100000, got " +
+                                   std::to_string(config->serverless.account_max_concurrency));
+  }
   }
   AsyncInferenceConfig& out = config->async_inference;
   if (a.contains("notifications")) {

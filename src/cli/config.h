@@ -218,9 +218,11 @@ struct AsyncInferenceConfig {
 };
 
 // Serverless endpoint variants (control/serverless_scaler.h, issue 19): how long an instance
-// of a serverless pool may stay idle before it is stopped (Kiln: 10 minutes; tests use seconds).
+// of a serverless pool may stay idle before it is stopped (Kiln: 10 minutes; tests use seconds),
+// and the requests in flight at once over all serverless endpoints (AWS's regional quota, 1000).
 struct ServerlessConfig {
   int idle_seconds = 600;
+  int account_max_concurrency = 1000;
 };
 
 // Data capture (serving/data_capture.h, serving-contract.md §14): how long a capture file

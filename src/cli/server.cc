@@ -736,6 +736,7 @@ void Server::BuildInvokePath() {
   // their pools through the endpoint rows.
   control::ServerlessScalerOptions serverless_options;
   serverless_options.idle = std::chrono::seconds(config_.serverless.idle_seconds);
+  serverless_options.account_max_concurrency = config_.serverless.account_max_concurrency;
   serverless_scaler_ = std::make_unique<control::ServerlessScaler>(
       serverless_options, control::ServerlessScalerDeps{.database = database_.get(),
                                                         .metrics = metric_store_.get(),

@@ -115,7 +115,14 @@ std::optional<int64_t> ParseRateUnit(std::string_view unit) {
 
 // ---- activities ----
 
-std::string ActivityText(int64_t count) { return "Setting desired instance count to " + std::to_string(count) + "."; }
+// What the target's dimension counts, as AWS's activity texts name it.
+std::string CapacityWord(std::string_view dimension) {
+  return dimension == kProvisionedConcurrencyDimension ? "desired provisioned concurrency" : "desired instance count";
+}
+
+std::string ActivityText(std::string_view dimension, int64_t count) {
+  return "Setting " + CapacityWord(dimension) + " to " + std::to_string(count) + ".";
+}
 
 }  // namespace
 
@@ -209,13 +216,23 @@ std::optional<TrackedMetric> TrackedMetricOf(const json& configuration, const Va
   TrackedMetric out;
   if (Has(configuration, "PredefinedMetricSpecification")) {
     const json& spec = configuration["PredefinedMetricSpecification"];
-    if (StringOf(spec, "PredefinedMetricType") != kInvocationsPerInstanceMetric) return std::nullopt;
+    const std::string type = StringOf(spec, "PredefinedMetricType");
     out.ns = "AWS/SageMaker";
-    out.name = "InvocationsPerInstance";
     out.dimensions = {{"EndpointName", resource.endpoint}, {"VariantName", resource.variant}};
-    out.statistic = "Sum";
     out.missing_is_zero = true;
-    return out;
+    if (type == kInvocationsPerInstanceMetric) {
+      out.name = "InvocationsPerInstance";
+      out.statistic = "Sum";
+      return out;
+    }
+    if (type == kProvisionedConcurrencyMetric) {
+      // Published every second by the serverless scaler while the variant has provisioned
+      // concurrency; AWS tracks its Average.
+      out.name = "ServerlessProvisionedConcurrencyUtilization";
+      out.statistic = "Average";
+      return out;
+    }
+    return std::nullopt;
   }
   if (!Has(configuration, "CustomizedMetricSpecification")) return std::nullopt;
   const json& spec = configuration["CustomizedMetricSpecification"];
@@ -407,13 +424,13 @@ class TargetRun {
     const int64_t max = IntOf(target_.doc, "MaxCapacity", min);
     if (current < min) {
       Scale(min,
-            "the desired instance count " + std::to_string(current) + " was below the minimum capacity " +
-                std::to_string(min) + " of the scalable target",
+            "the " + Word() + " " + std::to_string(current) + " was below the minimum capacity " + std::to_string(min) +
+                " of the scalable target",
             false);
     } else if (current > max) {
       Scale(max,
-            "the desired instance count " + std::to_string(current) + " was above the maximum capacity " +
-                std::to_string(max) + " of the scalable target",
+            "the " + Word() + " " + std::to_string(current) + " was above the maximum capacity " + std::to_string(max) +
+                " of the scalable target",
             false);
     } else if (proposal) {
       if (Scale(proposal->count, proposal->cause, proposal->count > current) && proposal->step_policy) {
@@ -476,10 +493,21 @@ class TargetRun {
         wanted, "monitor alarm " + trigger->second.alarm + " in state ALARM triggered policy " + policy.name, &policy};
   }
 
+  bool Provisioned() const { return target_.scalable_dimension == kProvisionedConcurrencyDimension; }
+  std::string Word() const { return CapacityWord(target_.scalable_dimension); }
+
+  // The dimension's value now: the desired instance count, or a serverless variant's
+  // ProvisionedConcurrency (its configuration's with the desired override).
   int64_t CurrentCount() const {
     auto it = endpoint_->desired.find(resource_.variant);
-    if (it != endpoint_->desired.end() && it->second.instance_count) return *it->second.instance_count;
+    const bool found = it != endpoint_->desired.end();
     const json* variant = endpoint_->deployment.FindVariant(resource_.variant);
+    if (Provisioned()) {
+      if (variant == nullptr) return 1;
+      const json serverless = store::EffectiveServerlessConfig(*variant, found ? &it->second : nullptr);
+      return serverless.is_object() ? serverless.value("ProvisionedConcurrency", int64_t{1}) : 1;
+    }
+    if (found && it->second.instance_count) return *it->second.instance_count;
     return variant ? IntOf(*variant, "InitialInstanceCount", 1) : 1;
   }
 
@@ -512,16 +540,16 @@ class TargetRun {
     const int64_t count = activity.ok() ? IntOf(activity->doc, "DesiredCount", 0) : 0;
     if (!endpoint_) {
       code = "Failed";
-      message = "Failed to set desired instance count to " + std::to_string(count) + ". The endpoint " +
-                resource_.endpoint + " no longer exists.";
+      message = "Failed to set " + Word() + " to " + std::to_string(count) + ". The endpoint " + resource_.endpoint +
+                " no longer exists.";
     } else if (endpoint_->status == store::EndpointStatus::kInService && !endpoint_->pending) {
       code = "Successful";
-      message = "Successfully set desired instance count to " + std::to_string(count) +
+      message = "Successfully set " + Word() + " to " + std::to_string(count) +
                 ". Change successfully fulfilled by sagemaker.";
     } else if (endpoint_->status == store::EndpointStatus::kFailed ||
                endpoint_->status == store::EndpointStatus::kDeleting) {
       code = "Failed";
-      message = "Failed to set desired instance count to " + std::to_string(count) + ". The endpoint is " +
+      message = "Failed to set " + Word() + " to " + std::to_string(count) + ". The endpoint is " +
                 std::string(store::ToString(endpoint_->status)) +
                 (endpoint_->failure_reason.empty() ? "." : ": " + endpoint_->failure_reason);
     } else {
@@ -572,7 +600,7 @@ class TargetRun {
   bool Scale(int64_t count, const std::string& cause, bool out) {
     const int64_t current = CurrentCount();
     if (count == current) return false;
-    const std::string description = ActivityText(count);
+    const std::string description = ActivityText(target_.scalable_dimension, count);
     std::string refused;
     auto updated = endpoints_.Mutate(resource_.endpoint, [&](store::EndpointRecord& r) {
       if (r.status != store::EndpointStatus::kInService || r.pending) {
@@ -583,7 +611,18 @@ class TargetRun {
         refused = "The endpoint has no production variant named " + resource_.variant + ".";
         return Status::FailedPrecondition("no variant");
       }
-      r.desired[resource_.variant].instance_count = count;
+      if (Provisioned()) {
+        // Not above the variant's MaxConcurrency (AWS refuses ProvisionedConcurrency over it).
+        const json serverless = store::EffectiveServerlessConfig(*r.deployment.FindVariant(resource_.variant),
+                                                                 &r.desired[resource_.variant]);
+        if (!serverless.is_object() || count > serverless.value("MaxConcurrency", int64_t{1})) {
+          refused = "ProvisionedConcurrency " + std::to_string(count) + " would exceed the variant's MaxConcurrency.";
+          return Status::FailedPrecondition("over MaxConcurrency");
+        }
+        r.desired[resource_.variant].serverless_provisioned_concurrency = count;
+      } else {
+        r.desired[resource_.variant].instance_count = count;
+      }
       SetStatus(r, store::EndpointStatus::kUpdating);
       r.failure_reason.clear();
       r.last_modified_millis = now_;
@@ -592,7 +631,7 @@ class TargetRun {
     if (!updated.ok()) {
       if (refused.empty()) refused = updated.status().message();
       RecordActivity(description, cause, "Failed",
-                     "Failed to set desired instance count to " + std::to_string(count) + ". " + refused, count, false);
+                     "Failed to set " + Word() + " to " + std::to_string(count) + ". " + refused, count, false);
       SaveTargetState();
       return false;
     }

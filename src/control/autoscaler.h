@@ -63,6 +63,10 @@ namespace kiln::control {
 inline constexpr std::string_view kAutoscalingNamespace = "sagemaker";
 inline constexpr std::string_view kVariantInstanceDimension = "sagemaker:variant:DesiredInstanceCount";
 inline constexpr std::string_view kInvocationsPerInstanceMetric = "SageMakerVariantInvocationsPerInstance";
+// A serverless variant's ProvisionedConcurrency (serving-contract.md §12), tracked on the
+// utilization the serverless scaler publishes (control/serverless_scaler.h).
+inline constexpr std::string_view kProvisionedConcurrencyDimension = "sagemaker:variant:DesiredProvisionedConcurrency";
+inline constexpr std::string_view kProvisionedConcurrencyMetric = "SageMakerVariantProvisionedConcurrencyUtilization";
 inline constexpr int64_t kDefaultCooldownSeconds = 300;
 inline constexpr int kHighEvaluationPeriods = 3;
 inline constexpr int kLowEvaluationPeriods = 15;

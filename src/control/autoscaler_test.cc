@@ -170,6 +170,78 @@ TEST_F(AutoscalerTest, TargetTrackingScalesOutAfterThreePeriodsAndInAfterFifteen
   EXPECT_EQ((*alarms)[1].dimensions.at("VariantName"), "v");
 }
 
+// A serverless variant's ProvisionedConcurrency (serving-contract.md §12): tracked on
+// ServerlessProvisionedConcurrencyUtilization (Average) and written as the desired override,
+// never above the variant's MaxConcurrency.
+TEST_F(AutoscalerTest, ProvisionedConcurrencyTracksUtilization) {
+  ASSERT_TRUE(store::EndpointRepository(db_.get())
+                  .Mutate("ep",
+                          [](store::EndpointRecord& r) {
+                            r.deployment.endpoint_config["ProductionVariants"][0] = {
+                                {"VariantName", "v"},
+                                {"ModelName", "m"},
+                                {"ServerlessConfig",
+                                 {{"MemorySizeInMB", 1024}, {"MaxConcurrency", 3}, {"ProvisionedConcurrency", 1}}}};
+                            return kiln::Status::Ok();
+                          })
+                  .ok());
+  const std::string dimension = "sagemaker:variant:DesiredProvisionedConcurrency";
+  AutoscalingRecord target;
+  target.service_namespace = "sagemaker";
+  target.resource_id = kResource;
+  target.scalable_dimension = dimension;
+  target.creation_millis = clock_.NowMillis();
+  target.doc = {{"MinCapacity", 1}, {"MaxCapacity", 8}};
+  ASSERT_TRUE(repo().Put(target).ok());
+  AutoscalingRecord policy;
+  policy.kind = AutoscalingKind::kPolicy;
+  policy.service_namespace = "sagemaker";
+  policy.resource_id = kResource;
+  policy.scalable_dimension = dimension;
+  policy.name = "pc";
+  policy.creation_millis = clock_.NowMillis();
+  policy.doc = {{"PolicyName", "pc"},
+                {"PolicyType", "TargetTrackingScaling"},
+                {"TargetTrackingScalingPolicyConfiguration",
+                 {{"TargetValue", 0.5},
+                  {"PredefinedMetricSpecification",
+                   {{"PredefinedMetricType", "SageMakerVariantProvisionedConcurrencyUtilization"}}},
+                  {"ScaleOutCooldown", 0}}}};
+  ASSERT_TRUE(repo().Put(policy).ok());
+  auto utilization = [&](double value) {
+    const int64_t start = clock_.NowMillis() / 1000 * 1000;
+    ASSERT_TRUE(metrics_
+                    ->Put("AWS/SageMaker", "ServerlessProvisionedConcurrencyUtilization",
+                          {{"EndpointName", "ep"}, {"VariantName", "v"}}, start + 100, value)
+                    .ok());
+    clock_.Set(start + 1000);
+    scaler_->RunOnce();
+  };
+  auto provisioned = [&]() {
+    return store::EndpointRepository(db_.get()).Get("ep")->desired["v"].serverless_provisioned_concurrency;
+  };
+  for (int i = 0; i < 3; ++i) utilization(1.0);
+  EXPECT_EQ(provisioned(), 2);  // ceil(1 × 1.0 / 0.5)
+  EXPECT_EQ(Desired(), 1);      // the pool's count is the serverless scaler's, untouched
+  auto activities = Activities();
+  ASSERT_EQ(activities.size(), 1u);
+  EXPECT_EQ(activities[0].doc["Description"], "Setting desired provisioned concurrency to 2.");
+  BackInService();
+  // ceil(2 × 1.0 / 0.5) = 4 is over MaxConcurrency 3: the activity fails, nothing is written.
+  for (int i = 0; i < 3; ++i) utilization(1.0);
+  EXPECT_EQ(provisioned(), 2);
+  activities = Activities();
+  ASSERT_GE(activities.size(), 2u);
+  bool refused = false;
+  for (const AutoscalingRecord& a : activities) {
+    if (a.doc["StatusCode"] == "Failed" && a.doc["StatusMessage"].get<std::string>().find(
+                                               "would exceed the variant's MaxConcurrency") != std::string::npos) {
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+}
+
 TEST_F(AutoscalerTest, ScaleOutCooldownAllowsOnlyALargerScaleOut) {
   Register(1, 10);
   Policy(Tracking(10, 300, 300));

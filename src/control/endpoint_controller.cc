@@ -407,10 +407,15 @@ class EndpointController::EndpointRun {
       v.weight = CurrentWeight(record, routed, variant);
       const json* config_variant = routed.FindVariant(variant);
       if (config_variant && config_variant->contains("ServerlessConfig")) {
-        const json& serverless = (*config_variant)["ServerlessConfig"];
+        // The configuration's ServerlessConfig with UpdateEndpointWeightsAndCapacities' (and the
+        // autoscaler's) overrides; `desired` is the routed deployment's unless an update is pending.
+        auto desired = record.desired.find(variant);
+        const json serverless = store::EffectiveServerlessConfig(
+            *config_variant, !record.pending && desired != record.desired.end() ? &desired->second : nullptr);
         route->serverless_max_concurrency = serverless.value("MaxConcurrency", 1);
         route->serverless_provisioned = serverless.value("ProvisionedConcurrency", 0);
-        signature += "|serverless";
+        signature += "|serverless:" + std::to_string(route->serverless_max_concurrency) + ":" +
+                     std::to_string(route->serverless_provisioned);
       }
       if (config_variant && config_variant->contains("RoutingConfig") &&
           (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {

@@ -86,7 +86,9 @@ bool ServerlessScaler::Admit(const serving::EndpointRoute& route) {
   const int64_t now = SteadyMillis();
   Pool& pool = PoolOf(route, now);
   if (pool.in_flight >= pool.max) return false;
+  if (TotalInFlight() >= options_.account_max_concurrency) return false;
   ++pool.in_flight;
+  pool.tick_peak = std::max(pool.tick_peak, pool.in_flight);
   Mark(pool, now);
   // More requests than instances: the loop raises the pool now, not at its next tick.
   if (pool.in_flight > pool.written) {
@@ -94,6 +96,12 @@ bool ServerlessScaler::Admit(const serving::EndpointRoute& route) {
     wake_.NotifyAll();
   }
   return true;
+}
+
+int ServerlessScaler::TotalInFlight() const {
+  int total = 0;
+  for (const auto& [name, pool] : pools_) total += pool.in_flight;
+  return total;
 }
 
 void ServerlessScaler::Leave(const serving::EndpointRoute& route) {
@@ -126,6 +134,8 @@ void ServerlessScaler::RunOnce() {
   };
   std::vector<Change> changes;
   std::vector<SetupSample> samples;
+  std::vector<observe::MetricDatum> provisioned_batch;
+  const int64_t wall = NowMillis();
   {
     MutexLock lock(mu_);
     // Pools of endpoints no longer routed (deleted) are dropped.
@@ -151,6 +161,21 @@ void ServerlessScaler::RunOnce() {
       }
       const int target = Target(pool, now);
       if (target != pool.written && !pool.variant.empty()) changes.push_back({name, pool.variant, target});
+      if (pool.provisioned > 0 && !pool.variant.empty()) {
+        const int executions = std::min(pool.tick_peak, pool.provisioned);
+        const observe::Dimensions dims = {{"EndpointName", name}, {"VariantName", pool.variant}};
+        provisioned_batch.push_back({.name = "ServerlessProvisionedConcurrencyExecutions",
+                                     .dimensions = dims,
+                                     .timestamp_millis = wall,
+                                     .value = static_cast<double>(executions),
+                                     .unit = "Count"});
+        provisioned_batch.push_back({.name = "ServerlessProvisionedConcurrencyUtilization",
+                                     .dimensions = dims,
+                                     .timestamp_millis = wall,
+                                     .value = static_cast<double>(executions) / pool.provisioned,
+                                     .unit = "None"});
+      }
+      pool.tick_peak = pool.in_flight;
     }
     samples.swap(setup_samples_);
   }
@@ -159,6 +184,11 @@ void ServerlessScaler::RunOnce() {
     MutexLock lock(mu_);
     auto it = pools_.find(change.endpoint);
     if (it != pools_.end()) it->second.written = change.size;
+  }
+  if (!provisioned_batch.empty() && deps_.metrics != nullptr) {
+    if (Status put = deps_.metrics->Put(kNamespace, provisioned_batch); !put.ok()) {
+      KLOG(warn, "serverless: provisioned concurrency metrics not recorded", {{"error", put.ToString()}});
+    }
   }
   if (!samples.empty() && deps_.metrics != nullptr) {
     std::vector<observe::MetricDatum> batch;

@@ -22,7 +22,11 @@
 //
 // ModelSetupTime (§15.2; AWS/SageMaker, {EndpointName, VariantName}, Microseconds): each cold
 // start the router reports (how long a request waited for a new instance) becomes one sample,
-// written to the metric store by the loop.
+// written to the metric store by the loop. A variant with ProvisionedConcurrency also gets, each
+// tick, ServerlessProvisionedConcurrencyExecutions (the most requests in flight since the last
+// tick, at most ProvisionedConcurrency) and ServerlessProvisionedConcurrencyUtilization
+// (executions / ProvisionedConcurrency): AWS's metrics, the second the one Application Auto
+// Scaling's SageMakerVariantProvisionedConcurrencyUtilization tracks.
 //
 // Serverless endpoints are found in the routing table (EndpointRoute::serverless_max_concurrency);
 // one first seen (a new endpoint, or all of them after a restart) counts its routable instances
@@ -50,6 +54,9 @@ namespace kiln::control {
 struct ServerlessScalerOptions {
   std::chrono::milliseconds idle{600000};  // an instance idle this long is stopped (Kiln: 10 min)
   std::chrono::milliseconds tick{1000};    // the loop's period when nothing wakes it
+  // Requests in flight at once over all serverless endpoints (AWS's regional quota: 1000 in large
+  // regions; config serverless.account_max_concurrency). Beyond it → ThrottlingException.
+  int account_max_concurrency = 1000;
 };
 
 struct ServerlessScalerDeps {
@@ -87,6 +94,7 @@ class ServerlessScaler final : public serving::ServerlessGate {
     int max = 1;
     int provisioned = 0;
     int in_flight = 0;
+    int tick_peak = 0;  // the most requests in flight since the loop's last pass
     // seen[k - 1]: when (steady ms) k or more requests were last in flight.
     std::vector<int64_t> seen{};
     int written = -1;  // the desired count last written (-1: not yet)
@@ -99,6 +107,7 @@ class ServerlessScaler final : public serving::ServerlessGate {
   };
 
   Pool& PoolOf(const serving::EndpointRoute& route, int64_t now) REQUIRES(mu_);
+  int TotalInFlight() const REQUIRES(mu_);
   static void Mark(Pool& pool, int64_t now);
   int Target(const Pool& pool, int64_t now) const;
   // Writes `size` as the variant's desired count; false when the row was not written.

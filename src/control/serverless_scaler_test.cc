@@ -129,6 +129,43 @@ TEST_F(ServerlessScalerTest, RecordsModelSetupTime) {
   ASSERT_EQ(series->size(), 1u);
 }
 
+// AWS's regional quota: requests in flight over all serverless endpoints, whatever each
+// endpoint's own MaxConcurrency.
+TEST_F(ServerlessScalerTest, RefusesBeyondTheAccountWideConcurrency) {
+  ServerlessScalerOptions options;
+  options.account_max_concurrency = 2;
+  ServerlessScaler scaler(options, ServerlessScalerDeps{.database = db_.get(), .routes = &routes_});
+  auto other = std::make_shared<serving::EndpointRoute>(*route_);
+  other->name = "ep2";
+  EXPECT_TRUE(scaler.Admit(*route_));
+  EXPECT_TRUE(scaler.Admit(*other));
+  EXPECT_FALSE(scaler.Admit(*route_));  // ep has 1 of its 3, but the account has 2 of 2
+  EXPECT_FALSE(scaler.Admit(*other));
+  scaler.Leave(*other);
+  EXPECT_TRUE(scaler.Admit(*route_));
+}
+
+// ServerlessProvisionedConcurrencyExecutions/Utilization each pass: the most requests in flight
+// since the last pass, capped at ProvisionedConcurrency, and that over ProvisionedConcurrency.
+TEST_F(ServerlessScalerTest, PublishesProvisionedConcurrencyUtilization) {
+  const observe::Dimensions dims = {{"EndpointName", "ep"}, {"VariantName", "v"}};
+  auto last = [&](const char* name) {
+    auto point = metrics_->Last("AWS/SageMaker", name, dims);
+    EXPECT_TRUE(point.ok());
+    return point.ok() && point->has_value() ? (*point)->value : -1.0;
+  };
+  scaler_->RunOnce();
+  EXPECT_EQ(last("ServerlessProvisionedConcurrencyUtilization"), 0.0);
+  EXPECT_TRUE(scaler_->Admit(*route_));
+  EXPECT_TRUE(scaler_->Admit(*route_));
+  scaler_->Leave(*route_);
+  scaler_->Leave(*route_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a later point than the first pass's
+  scaler_->RunOnce();
+  EXPECT_EQ(last("ServerlessProvisionedConcurrencyExecutions"), 1.0);  // 2 in flight, 1 provisioned
+  EXPECT_EQ(last("ServerlessProvisionedConcurrencyUtilization"), 1.0);
+}
+
 TEST_F(ServerlessScalerTest, LeavesEndpointsThatAreNotServingAlone) {
   ASSERT_TRUE(store::EndpointRepository(db_.get())
                   .Mutate("ep",

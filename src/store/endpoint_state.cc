@@ -109,12 +109,34 @@ Result<Deployment> DeploymentFromJson(const json& j) {
 
 // ---- Desired
 
+json EffectiveServerlessConfig(const json& variant, const VariantDesired* desired) {
+  if (!variant.is_object() || !variant.contains("ServerlessConfig") || !variant["ServerlessConfig"].is_object()) {
+    return nullptr;
+  }
+  json out = variant["ServerlessConfig"];
+  if (desired != nullptr && desired->serverless_max_concurrency) {
+    out["MaxConcurrency"] = *desired->serverless_max_concurrency;
+  }
+  if (desired != nullptr && desired->serverless_provisioned_concurrency) {
+    out["ProvisionedConcurrency"] = *desired->serverless_provisioned_concurrency;
+  }
+  return out;
+}
+
 json ToJson(const DesiredVariants& d) {
   json out = json::object();
   for (const auto& [name, v] : d) {
     json entry = json::object();
     if (v.weight) entry["DesiredWeight"] = *v.weight;
     if (v.instance_count) entry["DesiredInstanceCount"] = *v.instance_count;
+    if (v.serverless_max_concurrency || v.serverless_provisioned_concurrency) {
+      json serverless = json::object();
+      if (v.serverless_max_concurrency) serverless["MaxConcurrency"] = *v.serverless_max_concurrency;
+      if (v.serverless_provisioned_concurrency) {
+        serverless["ProvisionedConcurrency"] = *v.serverless_provisioned_concurrency;
+      }
+      entry["DesiredServerlessConfig"] = std::move(serverless);
+    }
     out[name] = std::move(entry);
   }
   return out;
@@ -129,6 +151,15 @@ Result<DesiredVariants> DesiredVariantsFromJson(const json& j) {
     VariantDesired v;
     RETURN_IF_ERROR(json_member::ReadOptional(entry, "DesiredWeight", where + ".", WrongType, v.weight));
     RETURN_IF_ERROR(json_member::ReadOptional(entry, "DesiredInstanceCount", where + ".", WrongType, v.instance_count));
+    if (entry.contains("DesiredServerlessConfig")) {
+      const json& serverless = entry["DesiredServerlessConfig"];
+      const std::string inner = where + ".DesiredServerlessConfig";
+      RETURN_IF_ERROR(json_member::RequireObject(serverless, inner, WrongType));
+      RETURN_IF_ERROR(json_member::ReadOptional(serverless, "MaxConcurrency", inner + ".", WrongType,
+                                                v.serverless_max_concurrency));
+      RETURN_IF_ERROR(json_member::ReadOptional(serverless, "ProvisionedConcurrency", inner + ".", WrongType,
+                                                v.serverless_provisioned_concurrency));
+    }
     out[name] = v;
   }
   return out;

@@ -76,14 +76,25 @@ struct Deployment {
 };
 
 // What the API wants of one variant (null members: not set; the configuration's initial values
-// apply). JSON: {"DesiredWeight": 0.7, "DesiredInstanceCount": 2}.
+// apply). JSON: {"DesiredWeight": 0.7, "DesiredInstanceCount": 2, "DesiredServerlessConfig":
+// {"MaxConcurrency": 4, "ProvisionedConcurrency": 2}} — the last for serverless variants only
+// (UpdateEndpointWeightsAndCapacities' ServerlessUpdateConfig, the autoscaler's
+// sagemaker:variant:DesiredProvisionedConcurrency); each of its members overrides the
+// configuration's ServerlessConfig member of the same name.
 struct VariantDesired {
-  std::optional<double> weight;
-  std::optional<int64_t> instance_count;
+  std::optional<double> weight{};
+  std::optional<int64_t> instance_count{};
+  std::optional<int64_t> serverless_max_concurrency{};
+  std::optional<int64_t> serverless_provisioned_concurrency{};
   bool operator==(const VariantDesired&) const = default;
 };
 // By variant name: the variants of `pending` while it is set, else of `deployment`.
 using DesiredVariants = std::map<std::string, VariantDesired>;
+
+// The ServerlessConfig a serverless variant runs with: the configuration variant's (`variant`, a
+// ProductionVariants entry) with `desired`'s overrides applied (`desired` may be null). Null when
+// the variant is not serverless.
+nlohmann::json EffectiveServerlessConfig(const nlohmann::json& variant, const VariantDesired* desired);
 
 // ProductionVariantSummary.DeployedImages[]: {"SpecifiedImage", "ResolvedImage", "ResolutionTime"}.
 struct DeployedImage {

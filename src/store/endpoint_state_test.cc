@@ -87,6 +87,31 @@ TEST(EndpointStateTest, DesiredReadsTodaysShapeAndWritesItBack) {
   EXPECT_TRUE(ToJson(*d)["A"]["DesiredInstanceCount"].is_number_integer());
 }
 
+TEST(EndpointStateTest, DesiredServerlessConfigOverridesTheConfigurationsMembers) {
+  const json desired_json =
+      json::parse(R"({"S": {"DesiredServerlessConfig": {"MaxConcurrency": 8, "ProvisionedConcurrency": 3}},
+                      "T": {"DesiredServerlessConfig": {"ProvisionedConcurrency": 2}}})");
+  auto d = DesiredVariantsFromJson(desired_json);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->at("S").serverless_max_concurrency, 8);
+  EXPECT_EQ(d->at("S").serverless_provisioned_concurrency, 3);
+  EXPECT_FALSE(d->at("T").serverless_max_concurrency.has_value());
+  EXPECT_EQ(ToJson(*d), desired_json);
+
+  const json variant =
+      json::parse(R"({"VariantName": "S", "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 4}})");
+  EXPECT_EQ(EffectiveServerlessConfig(variant, nullptr), variant["ServerlessConfig"]);
+  EXPECT_EQ(EffectiveServerlessConfig(variant, &d->at("S")),
+            json::parse(R"({"MemorySizeInMB": 2048, "MaxConcurrency": 8, "ProvisionedConcurrency": 3})"));
+  EXPECT_EQ(EffectiveServerlessConfig(variant, &d->at("T")),
+            json::parse(R"({"MemorySizeInMB": 2048, "MaxConcurrency": 4, "ProvisionedConcurrency": 2})"));
+  EXPECT_TRUE(
+      EffectiveServerlessConfig(json::parse(R"({"VariantName": "A", "InstanceType": "ml.m5.large"})"), &d->at("S"))
+          .is_null());
+  EXPECT_EQ(DesiredVariantsFromJson(json::parse(R"({"A": {"DesiredServerlessConfig": 3}})")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(EndpointStateTest, ObservedStateReadsTodaysShapeAndWritesItBack) {
   auto s = ObservedStateFromJson(kState);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
