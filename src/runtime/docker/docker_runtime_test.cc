@@ -880,7 +880,16 @@ TEST_F(DockerRuntimePodmanTest, AccessGivesTheContainersPid1) {
   ASSERT_TRUE(point.ok()) << point.status().ToString();
   EXPECT_EQ(point->hostname, "algo-1");
   std::string proc = "/proc/" + std::to_string(point->host_pid);
-  EXPECT_THAT(ReadFile(proc + "/cmdline").value_or(""), HasSubstr("sleep"));
+  // The engine reports the pid once the runtime has created the container; its init process shows
+  // the OCI runtime's (crun's) command line until it execs the entrypoint, a moment later on a
+  // loaded machine.
+  std::string cmdline;
+  for (int i = 0; i < 100; ++i) {
+    cmdline = ReadFile(proc + "/cmdline").value_or("");
+    if (cmdline.find("sleep") != std::string::npos) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_THAT(cmdline, HasSubstr("sleep"));
   EXPECT_THAT(ReadFile(proc + "/status").value_or(""),
               HasSubstr("NSpid:\t" + std::to_string(point->host_pid) + "\t1\n"));
   ASSERT_TRUE(runtime_->Stop("access", 0s).ok());
