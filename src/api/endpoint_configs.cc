@@ -66,6 +66,20 @@ std::optional<aws::AwsError> CheckServerlessVariant(const json& variant, const j
   return std::nullopt;
 }
 
+bool IsS3Uri(const std::string& uri);  // below
+
+// True when `variant`'s model exists and its container has Mode MultiModel.
+bool IsMultiModelVariant(store::DefinitionRepository& models, const json& variant) {
+  if (!Has(variant, "ModelName")) return false;
+  auto model = models.Get(variant["ModelName"].get<std::string>());
+  if (!model.ok()) return false;
+  const json& request = model->request;
+  const json container = Has(request, "PrimaryContainer") ? request["PrimaryContainer"]
+                         : Has(request, "Containers")     ? request["Containers"][0]
+                                                          : json::object();
+  return StringMember(container, "Mode", "SingleModel") == "MultiModel";
+}
+
 std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                           const json& variant) {
   const std::string name = variant["VariantName"].get<std::string>();
@@ -103,8 +117,17 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
                          : Has(request, "Containers")     ? request["Containers"][0]
                                                           : json::object();
   if (StringMember(container, "Mode", "SingleModel") == "MultiModel") {
-    return Validation("Model \"" + model->name +
-                      "\" has Mode MultiModel: multi-model endpoints are not supported by Kiln yet.");
+    // Multi-model (serving-contract.md §7): TargetModel is relative to an S3 prefix; serverless
+    // variants load one model only (AWS refuses the pair too).
+    if (serverless) {
+      return Validation("Model \"" + model->name + "\" has Mode MultiModel: serverless production variant " + name +
+                        " does not support multi-model endpoints; use InstanceType and InitialInstanceCount.");
+    }
+    if (!IsS3Uri(StringMember(container, "ModelDataUrl", ""))) {
+      return Validation("Model \"" + model->name +
+                        "\" has Mode MultiModel: its ModelDataUrl must be the S3 prefix (s3://bucket/prefix/) "
+                        "that TargetModel is relative to.");
+    }
   }
   return std::nullopt;
 }
@@ -240,6 +263,12 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
   }
   for (const json& variant : in["ProductionVariants"]) {
     if (auto error = CheckVariant(ctx, models, variant)) return error;
+    // Multi-model endpoints are real-time only (their requests are placed on the invoke path).
+    if (Has(in, "AsyncInferenceConfig") && IsMultiModelVariant(models, variant)) {
+      return Validation("Production variant " + variant["VariantName"].get<std::string>() +
+                        " serves a multi-model model (Mode MultiModel): asynchronous inference endpoints do not "
+                        "support multi-model endpoints.");
+    }
   }
   return std::nullopt;
 }

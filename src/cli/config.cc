@@ -492,6 +492,24 @@ Status LoadDataCapture(const json& doc, Config* config, const std::string& path)
   return Status::Ok();
 }
 
+Status LoadMultiModel(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("multi_model")) return Status::Ok();
+  const json& a = doc["multi_model"];
+  const std::string where = path + ": multi_model";
+  if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"load_wait_seconds\": 60}");
+  for (const auto& [key, value] : a.items()) {
+    if (key != "load_wait_seconds") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is load_wait_seconds");
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "load_wait_seconds", &config->multi_model.load_wait_seconds, where));
+  if (config->multi_model.load_wait_seconds < 0.1 || config->multi_model.load_wait_seconds > 3600) {
+    return Status::InvalidArgument(where + ".load_wait_seconds must be 0.1..3600, got " +
+                                   std::to_string(config->multi_model.load_wait_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadServerless(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("serverless")) return Status::Ok();
   const json& a = doc["serverless"];
@@ -667,6 +685,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadAutoscaling(doc, config, path));
   RETURN_IF_ERROR(LoadAsyncInference(doc, config, path));
   RETURN_IF_ERROR(LoadServerless(doc, config, path));
+  RETURN_IF_ERROR(LoadMultiModel(doc, config, path));
   RETURN_IF_ERROR(LoadDataCapture(doc, config, path));
   return Status::Ok();
 }

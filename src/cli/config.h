@@ -233,6 +233,13 @@ struct DataCaptureSection {
   int max_buffer_mb = 64;
 };
 
+// Multi-model endpoints (serving/multi_model.h, serving-contract.md §7.3): how long a request
+// waits for its model to download and load before ModelNotReadyException (Kiln: 60 s; the load
+// goes on meanwhile; tests use seconds).
+struct MultiModelSection {
+  double load_wait_seconds = 60;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -264,6 +271,7 @@ struct Config {
   AutoscalingConfig autoscaling;
   AsyncInferenceConfig async_inference;
   ServerlessConfig serverless;
+  MultiModelSection multi_model;
   DataCaptureSection data_capture;
 };
 

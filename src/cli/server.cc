@@ -743,6 +743,16 @@ void Server::BuildInvokePath() {
                                                         .notifier = endpoints_.get(),
                                                         .routes = routes_.get()});
   router_->SetServerlessGate(serverless_scaler_.get());
+  // Multi-model endpoints (serving-contract.md §7): TargetModel placed and loaded per request.
+  multi_model_fetcher_ = std::make_unique<control::MultiModelFetcher>(
+      object_store_.get(), config_.data_dir + "/model-cache",
+      control::ModelDataCap(nlohmann::json::object(), ArchiveCaps(config_, catalog_.get())));
+  serving::MultiModelOptions multi_model_options;
+  multi_model_options.load_wait =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.multi_model.load_wait_seconds * 1000));
+  multi_model_ = std::make_unique<serving::MultiModelManager>(multi_model_options, multi_model_fetcher_.get(),
+                                                              invoke_client_.get(), metric_store_.get(), routes_.get());
+  router_->SetMultiModel(multi_model_.get());
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
 }
@@ -831,6 +841,7 @@ Status Server::Start() {
   async_dispatcher_->Start();
   autoscaler_->Start();
   serverless_scaler_->Start();
+  multi_model_->Start();
   return http_->Start();
 }
 
@@ -847,6 +858,7 @@ void Server::Stop(int grace_seconds) {
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
   if (autoscaler_) autoscaler_->Stop();
   if (serverless_scaler_) serverless_scaler_->Stop();
+  if (multi_model_) multi_model_->Stop();  // loads in flight are cut; the metrics written
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();

@@ -18,6 +18,7 @@
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
+#include "control/multi_model_fetcher.h"
 #include "control/processing_controller.h"
 #include "control/transform_controller.h"
 #include "control/scheduler.h"
@@ -135,6 +136,10 @@ class Server {
   std::unique_ptr<control::ObjectStoreCaptureUploader> capture_uploader_;
   std::unique_ptr<serving::DataCapture> data_capture_;
   std::unique_ptr<serving::ShadowVariants> shadow_variants_;
+  // Multi-model endpoints (§7): the disk tier's object-store source and the placement the router
+  // asks (so both outlive router_).
+  std::unique_ptr<control::MultiModelFetcher> multi_model_fetcher_;
+  std::unique_ptr<serving::MultiModelManager> multi_model_;
   std::unique_ptr<serving::Router> router_;
   std::unique_ptr<serving::PrometheusExporter> prometheus_;
   // Open tunnels use the database, runtime and log store; the front door points at it.

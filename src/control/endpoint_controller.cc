@@ -421,6 +421,17 @@ class EndpointController::EndpointRun {
           (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {
         v.strategy = serving::RoutingStrategy::kRandom;
       }
+      // Multi-model (§7): the prefix TargetModel is relative to, and the cache setting.
+      if (config_variant != nullptr) {
+        json container = ContainerOf(routed.Model(config_variant->value("ModelName", "")));
+        if (container.value("Mode", "") == "MultiModel") {
+          route->multi_model = true;
+          v.model_data_url = container.value("ModelDataUrl", "");
+          v.model_cache_enabled = !(container.contains("MultiModelConfig") &&
+                                    container["MultiModelConfig"].value("ModelCacheSetting", "") == "Disabled");
+          signature += "|mme:" + v.model_data_url + (v.model_cache_enabled ? "" : ":nocache");
+        }
+      }
       signature += "|" + variant + ":" + std::to_string(v.weight) + ":" + std::to_string(static_cast<int>(v.strategy));
       for (auto& instance : instances_) {
         const auto& spec = instance->spec();

@@ -50,6 +50,11 @@ EndpointInstance::EndpointInstance(const EndpointInstanceEnv& env, Spec spec, bo
   target->port = static_cast<uint16_t>(spec_.network ? kNamespacedServingPort : spec_.port_base);
   target->container_hostname = "primary";
   target->log_stream = spec_.log_stream.empty() ? spec_.variant + "/" + spec_.instance_id : spec_.log_stream;
+  // Multi-model endpoints (serving/multi_model.h): models go under its /opt/ml/models; an adopted
+  // instance's vCPUs are those of its reservation (a new one's are set once reserved, before it
+  // can be routed).
+  target->models_dir = spec_.dir + "/opt_ml/models";
+  if (allocation_ && !allocation_->cpus.empty()) target->vcpus = static_cast<int>(allocation_->cpus.size());
   target_ = std::move(target);
   if (adopted) phase_ = InstancePhase::kStarting;
 }
@@ -288,6 +293,7 @@ bool EndpointInstance::Reserve() {
     if (granted.ok()) {
       allocation_ = granted->front();
       reserved_ = true;
+      if (!allocation_->cpus.empty()) target_->vcpus = static_cast<int>(allocation_->cpus.size());
       break;
     }
     if (!granted.status().Is(ErrorReason::kDoesNotFitNow)) {
