@@ -360,6 +360,7 @@ std::optional<aws::AwsError> MultiModelManager::LoadIntoContainer(Job& job) {
   const std::string body =
       nlohmann::json{{"model_name", job.name}, {"url", "/opt/ml/models/" + job.name + "/model"}}.dump();
   HeaderMap headers{{"Content-Type", "application/json"}, {"X-Amzn-SageMaker-Target-Model", job.target_model}};
+  bool listed = false;  // the container's own list was read once (AdoptListedModels)
   while (true) {
     net::ClientRequest load;
     load.method = "POST";
@@ -394,12 +395,45 @@ std::optional<aws::AwsError> MultiModelManager::LoadIntoContainer(Job& job) {
         if (!victim.empty()) state->second.slots[victim].state = SlotState::kUnloading;
       }
     }
+    if (victim.empty() && !listed) {
+      // Models Kiln does not know of (loaded before a server restart adopted the instance) count
+      // as the least recently used: the container's list (first page) names them.
+      listed = true;
+      if (AdoptListedModels(job) > 0) continue;
+    }
     if (victim.empty()) return LoadError(507, ContainerMessage(answer->body), job.log_group_arn);
     if (Status dropped = Unload(job, victim); !dropped.ok()) {
       return LoadError(0, "Failed to unload model " + victim + " to make room: " + dropped.message(),
                        job.log_group_arn);
     }
   }
+}
+
+int MultiModelManager::AdoptListedModels(const Job& job) {
+  net::ClientRequest request;
+  request.method = "GET";
+  request.target = "/models?limit=1000";
+  request.cancel = &job.cancel;
+  auto answer = client_->Send(job.instance->host, job.instance->port, request,
+                              net::ClientTimeouts{options_.connect_timeout_ms, options_.unload_timeout_ms});
+  if (!answer.ok() || answer->status != 200) return 0;
+  nlohmann::json list = nlohmann::json::parse(answer->body, nullptr, false);
+  if (!list.is_object() || !list.contains("models") || !list["models"].is_array()) return 0;
+  int adopted = 0;
+  MutexLock lock(mu_);
+  auto state = instances_.find(job.instance->instance_id);
+  if (state == instances_.end()) return 0;
+  for (const nlohmann::json& model : list["models"]) {
+    if (!model.is_object() || !model.contains("modelName") || !model["modelName"].is_string()) continue;
+    const std::string name = model["modelName"].get<std::string>();
+    if (name == job.name) continue;
+    Slot& slot = state->second.slots[name];
+    if (slot.state != SlotState::kIdle || slot.waiters > 0) continue;
+    slot.state = SlotState::kLoaded;
+    slot.last_used = 0;  // older than anything this server used
+    ++adopted;
+  }
+  return adopted;
 }
 
 Status MultiModelManager::Unload(const Job& job, const std::string& name) {

@@ -43,7 +43,9 @@
 // LoadedModelCount (Count) when it changes and at least once a minute while the instance lives.
 //
 // Kiln keeps what is loaded where in memory: an instance it has not seen (a restarted server's
-// adopted one) starts empty, and a POST /models answered 409 counts as loaded. A request whose
+// adopted one) starts empty, a POST /models answered 409 counts as loaded, and on a 507 with
+// nothing known to unload the container's own list (GET /models) names the models to unload
+// (least recently used first: those Kiln did not load itself). A request whose
 // container answers 404 (the model went away) is told to Release with `lost`, which forgets the
 // model on that instance; the router then acquires it once more.
 //
@@ -189,6 +191,9 @@ class MultiModelManager {
   std::optional<aws::AwsError> LoadIntoContainer(Job& job) EXCLUDES(mu_);
   // Deletes unloaded models' directories (LRU) while the filesystem of `models_dir` is too full.
   void FreeDisk(const Job& job) EXCLUDES(mu_);
+  // Marks the models the container lists (GET /models) and Kiln holds as not loaded as loaded and
+  // least recently used (a restarted server's adopted instance); how many.
+  int AdoptListedModels(const Job& job) EXCLUDES(mu_);
   // DELETE /models/<name> on job's instance; the slot (kUnloading) becomes kIdle, or kLoaded
   // again on failure.
   Status Unload(const Job& job, const std::string& name) EXCLUDES(mu_);

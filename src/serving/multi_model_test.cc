@@ -55,6 +55,12 @@ class FakeMultiModelContainer {
     MutexLock lock(mu_);
     return urls_;
   }
+  // Loads a model behind Kiln's back (as before a server restart).
+  void Preload(const std::string& name) {
+    MutexLock lock(mu_);
+    loaded_.insert(name);
+    urls_[name] = "/opt/ml/models/" + name + "/model";
+  }
   // Forgets a model as a restarted container would.
   void Forget(const std::string& name) {
     MutexLock lock(mu_);
@@ -81,6 +87,12 @@ class FakeMultiModelContainer {
       loaded_.insert(name);
       urls_[name] = in["url"];
       return answer(200, {{"status", "loaded"}});
+    }
+    if (request.method == "GET" && path == "/models") {
+      json models = json::array();
+      MutexLock lock(mu_);
+      for (const std::string& name : loaded_) models.push_back({{"modelName", name}, {"modelUrl", urls_[name]}});
+      return answer(200, {{"models", models}});
     }
     if (path.rfind("/models/", 0) == 0) {
       std::string rest = path.substr(8);
@@ -279,6 +291,19 @@ TEST_F(MultiModelTest, AModelInUseIsNotEvictedAndNothingToUnloadIsAModelError) {
   manager_->Release(*route, route->variants[0], std::get<ModelLease>(held), false);
   EXPECT_FALSE(Lease(Use(*route, "b.tar.gz")).cache_hit);  // a is free now: evicted
   EXPECT_EQ(container.unloads().size(), 1u);
+}
+
+TEST_F(MultiModelTest, ModelsLoadedBeforeARestartAreUnloadedFirstFromTheContainersList) {
+  FakeMultiModelContainer container(2);
+  container.Preload("old1");
+  container.Preload("old2");
+  auto route = Publish({container.port()});
+  const std::string a = Lease(Use(*route, "a.tar.gz")).model_name;
+  EXPECT_EQ(container.unloads().size(), 1u);
+  EXPECT_EQ(container.loaded().count(a), 1u);
+  const std::string b = Lease(Use(*route, "b.tar.gz")).model_name;
+  EXPECT_EQ(container.unloads().size(), 2u);
+  EXPECT_EQ(container.loaded(), (std::set<std::string>{a, b}));
 }
 
 TEST_F(MultiModelTest, ConcurrentRequestsShareOneDownloadAndOneLoad) {
