@@ -77,12 +77,17 @@ bool ValidUtf8(std::string_view text) {
   return true;
 }
 
-// Appends `text` as a JSON string (quotes included); `text` is valid UTF-8.
+// Appends `text` as a JSON string (quotes included); `text` is valid UTF-8. Runs of characters
+// that need no escape are appended whole (the writer's cost is mostly this loop).
 void AppendJsonString(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
+  size_t run = 0;  // start of the pending run of plain characters
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"': out.append("\\\""); break;
       case '\\': out.append("\\\\"); break;
@@ -92,15 +97,12 @@ void AppendJsonString(std::string& out, std::string_view text) {
       case '\b': out.append("\\b"); break;
       case '\f': out.append("\\f"); break;
       default:
-        if (c < 0x20) {
-          out.append("\\u00");
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xF]);
-        } else {
-          out.push_back(ch);
-        }
+        out.append("\\u00");
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 0xF]);
     }
   }
+  out.append(text.data() + run, text.size() - run);
   out.push_back('"');
 }
 
@@ -141,7 +143,7 @@ std::string InferenceTime(int64_t epoch_millis) {
 }
 
 // <prefix>/<endpoint>/<variant>/<yyyy>/<mm>/<dd>/<hh>/<mm>-<ss>-<mmm>-<uuid>.jsonl
-std::string CaptureKey(const std::string& prefix, const std::string& endpoint, const std::string& variant,
+std::string CaptureKey(const std::string& prefix, std::string_view endpoint, std::string_view variant,
                        int64_t epoch_millis) {
   Utc u = ToUtc(epoch_millis);
   char buf[64];
@@ -209,7 +211,11 @@ std::string_view CaptureEncoding(const DataCaptureSettings& settings, std::strin
 }
 
 DataCapture::DataCapture(DataCaptureOptions options, CaptureUploader* uploader)
-    : options_(std::move(options)), uploader_(uploader) {}
+    : options_(std::move(options)), uploader_(uploader) {
+  MutexLock lock(mu_);
+  pending_.reserve(1024);
+  spare_.reserve(1024);
+}
 
 DataCapture::~DataCapture() { Stop(); }
 
@@ -275,17 +281,21 @@ bool DataCapture::Capture(const std::shared_ptr<const DataCaptureSettings>& sett
   }
   Record& record = pending_.emplace_back();
   record.settings = settings;
-  record.endpoint = input.endpoint;
-  record.variant = input.variant;
-  if (settings->capture_input) {
-    record.input = input.input;
-    record.input_content_type = input.input_content_type;
+  const std::string_view fields[Record::kFields] = {
+      input.endpoint,
+      input.variant,
+      settings->capture_input ? input.input : std::string_view(),
+      settings->capture_input ? input.input_content_type : std::string_view(),
+      settings->capture_output ? input.output : std::string_view(),
+      settings->capture_output ? input.output_content_type : std::string_view(),
+      input.inference_id};
+  size_t total = 0;
+  for (std::string_view field : fields) total += field.size();
+  record.data.reserve(total);
+  for (int f = 0; f < Record::kFields; ++f) {
+    record.data.append(fields[f]);
+    record.ends[f] = record.data.size();
   }
-  if (settings->capture_output) {
-    record.output = input.output;
-    record.output_content_type = input.output_content_type;
-  }
-  record.inference_id = input.inference_id;
   record.epoch_millis = input.epoch_millis;
   record.bytes = bytes;
   pending_bytes_ += bytes;
@@ -295,7 +305,7 @@ bool DataCapture::Capture(const std::shared_ptr<const DataCaptureSettings>& sett
 
 void DataCapture::Run() {
   while (true) {
-    std::vector<Record> batch;
+    std::vector<Record>& batch = spare_;
     bool all = false;
     bool stopping = false;
     uint64_t requests = 0;
@@ -312,6 +322,7 @@ void DataCapture::Run() {
       flush_all_ = false;
     }
     for (const Record& record : batch) Append(record);
+    batch.clear();
     FlushDue(all);
     if (all) {
       MutexLock lock(mu_);
@@ -324,7 +335,10 @@ void DataCapture::Run() {
 
 void DataCapture::Append(const Record& record) {
   const DataCaptureSettings& settings = *record.settings;
-  std::string id = settings.bucket + "/" + settings.prefix + "/" + record.endpoint + "/" + record.variant;
+  const std::string_view endpoint = record.Get(Record::kEndpoint);
+  const std::string_view variant = record.Get(Record::kVariant);
+  std::string id = settings.bucket + "/" + settings.prefix + "/";
+  id.append(endpoint).append("/").append(variant);
   const int64_t hour = record.epoch_millis / 3600000;
   auto it = files_.find(id);
   if (it != files_.end() && it->second.hour != hour) {
@@ -335,7 +349,7 @@ void DataCapture::Append(const Record& record) {
   if (it == files_.end()) {
     OpenFile file;
     file.bucket = settings.bucket;
-    file.key = CaptureKey(settings.prefix, record.endpoint, record.variant, record.epoch_millis);
+    file.key = CaptureKey(settings.prefix, endpoint, variant, record.epoch_millis);
     file.opened_steady_ms = SteadyMillis();
     file.hour = hour;
     it = files_.emplace(std::move(id), std::move(file)).first;
@@ -345,18 +359,18 @@ void DataCapture::Append(const Record& record) {
   bool first = true;
   if (settings.capture_input) {
     out.append("\"endpointInput\":");
-    AppendCaptured(out, settings, record.input_content_type, "INPUT", record.input);
+    AppendCaptured(out, settings, record.Get(Record::kInputType), "INPUT", record.Get(Record::kInput));
     first = false;
   }
   if (settings.capture_output) {
     if (!first) out.push_back(',');
     out.append("\"endpointOutput\":");
-    AppendCaptured(out, settings, record.output_content_type, "OUTPUT", record.output);
+    AppendCaptured(out, settings, record.Get(Record::kOutputType), "OUTPUT", record.Get(Record::kOutput));
   }
   out.append("},\"eventMetadata\":{\"eventId\":\"").append(NewUuid()).append("\"");
-  if (!record.inference_id.empty()) {
+  if (const std::string_view inference_id = record.Get(Record::kInferenceId); !inference_id.empty()) {
     out.append(",\"inferenceId\":");
-    AppendJsonString(out, record.inference_id);  // printable ASCII (the router checked it)
+    AppendJsonString(out, inference_id);  // printable ASCII (the router checked it)
   }
   out.append(",\"inferenceTime\":\"")
       .append(InferenceTime(record.epoch_millis))

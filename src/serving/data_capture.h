@@ -131,17 +131,19 @@ class DataCapture : public InvocationObserver {
   void FlushForTest() EXCLUDES(mu_);
 
  private:
+  // One record on its way to a file. The fields are copied back to back into `data`: one
+  // allocation per captured invocation on the invoke path.
   struct Record {
+    enum Field { kEndpoint, kVariant, kInput, kInputType, kOutput, kOutputType, kInferenceId, kFields };
     std::shared_ptr<const DataCaptureSettings> settings;
-    std::string endpoint;
-    std::string variant;
-    std::string input;
-    std::string input_content_type;
-    std::string output;
-    std::string output_content_type;
-    std::string inference_id;
+    std::string data;
+    size_t ends[kFields] = {};  // end offset of each field in `data`
     int64_t epoch_millis = 0;
     size_t bytes = 0;
+    std::string_view Get(Field field) const {
+      const size_t begin = field == kEndpoint ? 0 : ends[field - 1];
+      return std::string_view(data).substr(begin, ends[field] - begin);
+    }
   };
   // One capture file being filled (writer thread only).
   struct OpenFile {
@@ -173,6 +175,9 @@ class DataCapture : public InvocationObserver {
 
   // Writer thread only: by "<bucket>/<prefix>/<endpoint>/<variant>".
   std::map<std::string, OpenFile> files_;
+  // Writer thread only: the last batch, emptied, swapped in as pending_ next time (its capacity
+  // kept, so the invoke path seldom grows the vector).
+  std::vector<Record> spare_;
   std::thread writer_;
 };
 
