@@ -526,6 +526,11 @@ Status LoadServerless(const json& doc, Config* config, const std::string& path) 
     return Status::InvalidArgument(where + ".idle_seconds must be 1..86400, got " +
                                    std::to_string(config->serverless.idle_seconds));
   }
+  RETURN_IF_ERROR(Field(a, "account_max_concurrency", &config->serverless.account_max_concurrency, where));
+  if (config->serverless.account_max_concurrency < 1 || config->serverless.account_max_concurrency > 100000) {
+    return Status::InvalidArgument(where + ".account_max_concurrency must be 1..100000, got " +
+                                   std::to_string(config->serverless.account_max_concurrency));
+  }
   return Status::Ok();
 }
 
@@ -544,11 +549,6 @@ Status LoadAsyncInference(const json& doc, Config* config, const std::string& pa
                                      "\"; the keys are notifications, max_queue_per_endpoint, "
                                      "default_max_concurrency");
     }
-  RETURN_IF_ERROR(Field(a, "account_max_concurrency", &config->serverless.account_max_concurrency, where));
-  if (config->serverless.account_max_concurrency < 1 || config->serverless.account_max_concurrency > 100000) {
-    return Status::InvalidArgument(where + ".account_max_concurrency must be 1..100000, got " +
-                                   std::to_string(config->serverless.account_max_concurrency));
-  }
   }
   AsyncInferenceConfig& out = config->async_inference;
   if (a.contains("notifications")) {

@@ -139,6 +139,25 @@ TEST(ConfigTest, ArchivesSectionSetsTheUnpackCaps) {
   }
 }
 
+TEST(ConfigTest, ServerlessSectionSetsIdleAndTheAccountWideConcurrency) {
+  Config c;
+  ASSERT_TRUE(
+      LoadConfigFile(WriteTemp(R"({"serverless": {"idle_seconds": 5, "account_max_concurrency": 7}})"), &c).ok());
+  EXPECT_EQ(c.serverless.idle_seconds, 5);
+  EXPECT_EQ(c.serverless.account_max_concurrency, 7);
+  Config d;
+  ASSERT_TRUE(LoadConfigFile(WriteTemp(R"({"serverless": {"idle_seconds": 5}})"), &d).ok());
+  EXPECT_EQ(d.serverless.account_max_concurrency, 1000);  // AWS's regional quota
+  for (const char* bad :
+       {R"({"serverless": {"account_max_concurrency": 0}})", R"({"serverless": {"account_max_concurrency": "many"}})",
+        R"({"serverless": {"max_concurrency": 3}})"}) {
+    Config b;
+    Status s = LoadConfigFile(WriteTemp(bad), &b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("serverless"), std::string::npos) << s.message();
+  }
+}
+
 TEST(ConfigTest, EndpointsProvisionTimeoutDefaultsToTheModelMaximum) {
   Config defaults;
   EXPECT_EQ(defaults.endpoints.provision_timeout_seconds, 3600);
