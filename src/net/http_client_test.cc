@@ -454,10 +454,12 @@ TEST(HttpClientTest, SlowBodyIsDeadlineExceeded) {
     }
   });
   HttpClient client;
-  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget(200));
+  // A budget the peer's first bytes arrive well within even on a loaded machine (see the async
+  // client's test of the same name).
+  auto r = client.Send("127.0.0.1", server.port(), Post("x"), Budget(1000));
   done = true;
   ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
-  EXPECT_THAT(r.status().message(), HasSubstr("not complete within 200 ms"));
+  EXPECT_THAT(r.status().message(), HasSubstr("not complete within 1000 ms"));
 }
 
 // ---- CancelSignal (an instance declared failed while calls wait on it).
