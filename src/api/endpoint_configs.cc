@@ -16,8 +16,7 @@ using namespace inference;
 
 // Members for features Kiln does not offer in this release (§8: rejected, never silently
 // ignored, so that a client never believes it has e.g. an async endpoint).
-constexpr const char* kUnsupportedConfigMembers[] = {"ShadowProductionVariants", "ExplainerConfig",
-                                                     "DataCaptureConfig"};
+constexpr const char* kUnsupportedConfigMembers[] = {"ExplainerConfig"};
 constexpr const char* kUnsupportedVariantMembers[] = {
     "ManagedInstanceScaling", "InstancePools", "CapacityReservationConfig", "InferenceAmiVersion", "AcceleratorType"};
 
@@ -67,6 +66,20 @@ std::optional<aws::AwsError> CheckServerlessVariant(const json& variant, const j
   return std::nullopt;
 }
 
+bool IsS3Uri(const std::string& uri);  // below
+
+// True when `variant`'s model exists and its container has Mode MultiModel.
+bool IsMultiModelVariant(store::DefinitionRepository& models, const json& variant) {
+  if (!Has(variant, "ModelName")) return false;
+  auto model = models.Get(variant["ModelName"].get<std::string>());
+  if (!model.ok()) return false;
+  const json& request = model->request;
+  const json container = Has(request, "PrimaryContainer") ? request["PrimaryContainer"]
+                         : Has(request, "Containers")     ? request["Containers"][0]
+                                                          : json::object();
+  return StringMember(container, "Mode", "SingleModel") == "MultiModel";
+}
+
 std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                           const json& variant) {
   const std::string name = variant["VariantName"].get<std::string>();
@@ -104,8 +117,17 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
                          : Has(request, "Containers")     ? request["Containers"][0]
                                                           : json::object();
   if (StringMember(container, "Mode", "SingleModel") == "MultiModel") {
-    return Validation("Model \"" + model->name +
-                      "\" has Mode MultiModel: multi-model endpoints are not supported by Kiln yet.");
+    // Multi-model (serving-contract.md §7): TargetModel is relative to an S3 prefix; serverless
+    // variants load one model only (AWS refuses the pair too).
+    if (serverless) {
+      return Validation("Model \"" + model->name + "\" has Mode MultiModel: serverless production variant " + name +
+                        " does not support multi-model endpoints; use InstanceType and InitialInstanceCount.");
+    }
+    if (!IsS3Uri(StringMember(container, "ModelDataUrl", ""))) {
+      return Validation("Model \"" + model->name +
+                        "\" has Mode MultiModel: its ModelDataUrl must be the S3 prefix (s3://bucket/prefix/) "
+                        "that TargetModel is relative to.");
+    }
   }
   return std::nullopt;
 }
@@ -148,6 +170,54 @@ std::optional<aws::AwsError> CheckAsyncInferenceConfig(const json& in) {
   return std::nullopt;
 }
 
+// DataCaptureConfig (serving-contract.md §14; the botocore model checked the members' shapes,
+// ranges and patterns): an S3 destination Kiln can write, no KMS key, real-time endpoints only.
+std::optional<aws::AwsError> CheckDataCaptureConfig(const json& in) {
+  const json& config = in["DataCaptureConfig"];
+  const std::string uri = StringMember(config, "DestinationS3Uri", "");
+  if (!IsS3Uri(uri)) {
+    return Validation("DataCaptureConfig.DestinationS3Uri \"" + uri +
+                      "\" must be an S3 URI (s3://bucket/prefix): Kiln writes capture files to its object store.");
+  }
+  if (Has(config, "KmsKeyId")) return Validation("DataCaptureConfig.KmsKeyId is not supported by Kiln.");
+  if (Has(in, "AsyncInferenceConfig")) {
+    return Validation(
+        "DataCaptureConfig is not supported by Kiln for asynchronous inference endpoints; capture applies to "
+        "real-time endpoints.");
+  }
+  return std::nullopt;
+}
+
+// ShadowProductionVariants (serving-contract.md §9): one shadow beside exactly one production
+// variant, each checked as a production variant is, with names unique across both lists.
+std::optional<aws::AwsError> CheckShadowVariants(const EndpointsContext& ctx, store::DefinitionRepository& models,
+                                                 const json& in) {
+  const json& shadows = in["ShadowProductionVariants"];
+  if (shadows.size() != 1 || in["ProductionVariants"].size() != 1) {
+    return Validation(
+        "An endpoint configuration with ShadowProductionVariants must have exactly one production variant and "
+        "one shadow variant; " +
+        std::to_string(in["ProductionVariants"].size()) + " production and " + std::to_string(shadows.size()) +
+        " shadow variants were given.");
+  }
+  std::set<std::string> names;
+  for (const json& variant : in["ProductionVariants"]) names.insert(ToLower(variant["VariantName"].get<std::string>()));
+  for (const json& shadow : shadows) {
+    const std::string name = shadow["VariantName"].get<std::string>();
+    if (!names.insert(ToLower(name)).second) {
+      return Validation("Variant names must be unique within an endpoint configuration; \"" + name +
+                        "\" is given more than once.");
+    }
+    if (Has(shadow, "ServerlessConfig")) {
+      return Validation("Shadow variant " + name +
+                        " has a ServerlessConfig: shadow variants need InstanceType and "
+                        "InitialInstanceCount.");
+    }
+    if (auto error = CheckVariant(ctx, models, shadow)) return error;
+  }
+  return std::nullopt;
+}
+
 std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& ctx, store::DefinitionRepository& models,
                                                        const json& in) {
   if (Has(in, "AsyncInferenceConfig") && Has(in, "ShadowProductionVariants")) {
@@ -173,6 +243,12 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
   for (const char* member : kUnsupportedConfigMembers) {
     if (Has(in, member)) return Validation(std::string(member) + " is not supported by Kiln.");
   }
+  if (Has(in, "DataCaptureConfig")) {
+    if (auto error = CheckDataCaptureConfig(in)) return error;
+  }
+  if (Has(in, "ShadowProductionVariants")) {
+    if (auto error = CheckShadowVariants(ctx, models, in)) return error;
+  }
   if (Has(in, "AsyncInferenceConfig")) {
     if (auto error = CheckAsyncInferenceConfig(in)) return error;
   }
@@ -187,6 +263,12 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
   }
   for (const json& variant : in["ProductionVariants"]) {
     if (auto error = CheckVariant(ctx, models, variant)) return error;
+    // Multi-model endpoints are real-time only (their requests are placed on the invoke path).
+    if (Has(in, "AsyncInferenceConfig") && IsMultiModelVariant(models, variant)) {
+      return Validation("Production variant " + variant["VariantName"].get<std::string>() +
+                        " serves a multi-model model (Mode MultiModel): asynchronous inference endpoints do not "
+                        "support multi-model endpoints.");
+    }
   }
   return std::nullopt;
 }

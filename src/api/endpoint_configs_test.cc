@@ -61,13 +61,38 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
                     {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi")})}})
                 .find("multi-container endpoints and inference pipelines are not supported by Kiln yet"),
             std::string::npos);
+  // Multi-model (serving-contract.md §7): ModelDataUrl is the prefix TargetModel is relative to;
+  // real-time only.
   Ok("CreateModel", {{"ModelName", "mme"}, {"PrimaryContainer", {{"Image", "x"}, {"Mode", "MultiModel"}}}});
   EXPECT_NE(Invalid("CreateEndpointConfig",
                     {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "mme")})}})
-                .find("multi-model endpoints are not supported by Kiln yet"),
+                .find("its ModelDataUrl must be the S3 prefix"),
             std::string::npos);
+  Ok("CreateModel", {{"ModelName", "mme2"},
+                     {"ExecutionRoleArn", "arn:aws:iam::123456789012:role/r"},
+                     {"PrimaryContainer",
+                      {{"Image", "x"},
+                       {"Mode", "MultiModel"},
+                       {"ModelDataUrl", "s3://b/models/"},
+                       {"MultiModelConfig", {{"ModelCacheSetting", "Disabled"}}}}}});
+  EXPECT_NE(Invalid("CreateEndpointConfig",
+                    {{"EndpointConfigName", "c"},
+                     {"ProductionVariants",
+                      json::array({json{{"VariantName", "v"},
+                                        {"ModelName", "mme2"},
+                                        {"ServerlessConfig", {{"MemorySizeInMB", 1024}, {"MaxConcurrency", 1}}}}})}})
+                .find("does not support multi-model endpoints"),
+            std::string::npos);
+  EXPECT_NE(
+      Invalid("CreateEndpointConfig", {{"EndpointConfigName", "c"},
+                                       {"ProductionVariants", json::array({Variant("v", "mme2")})},
+                                       {"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/out/"}}}}}})
+          .find("asynchronous inference endpoints do not support multi-model endpoints"),
+      std::string::npos);
   // Nothing was created by the refused requests.
   EXPECT_TRUE(Ok("ListEndpointConfigs", json::object())["EndpointConfigs"].empty());
+  Ok("CreateEndpointConfig",
+     {{"EndpointConfigName", "mme-ok"}, {"ProductionVariants", json::array({Variant("v", "mme2")})}});
 }
 
 // serving-contract.md §12: ServerlessConfig instead of InstanceType/InitialInstanceCount, alone

@@ -38,6 +38,17 @@ std::variant<BuiltDeployment, aws::AwsError> BuildDeployment(const EndpointsCont
   if (!config.ok()) return Internal(config.status());
   BuiltDeployment out;
   json model_requests = json::object();
+  // Shadow variants (§9) run their own model: copied as the production variants' are.
+  if (Has(config->request, "ShadowProductionVariants")) {
+    for (const json& shadow : config->request["ShadowProductionVariants"]) {
+      const std::string model_name = StringMember(shadow, "ModelName", "");
+      if (model_name.empty() || model_requests.contains(model_name)) continue;
+      auto model = models.Get(model_name);
+      if (model.status().IsNotFound()) return ModelNotFound(ctx, model_name);
+      if (!model.ok()) return Internal(model.status());
+      model_requests[model_name] = model->request;
+    }
+  }
   for (const json& variant : config->request["ProductionVariants"]) {
     const std::string variant_name = variant["VariantName"].get<std::string>();
     // A serverless variant (serving-contract.md §12) starts with its ProvisionedConcurrency warm
@@ -122,8 +133,14 @@ json RenderEndpoint(const store::EndpointRecord& record) {
   // for the current deployment's variants (`desired` describes the pending one while it is set).
   if (!record.state.production_variants.empty()) {
     json variants = json::array();
+    json shadows = json::array();
+    const std::vector<std::string> shadow_names = record.deployment.ShadowVariantNames();
     for (const store::VariantSummary& summary : record.state.production_variants) {
       json v = store::ToJson(summary);
+      if (std::find(shadow_names.begin(), shadow_names.end(), summary.variant_name) != shadow_names.end()) {
+        shadows.push_back(std::move(v));  // ShadowProductionVariants (§9), summarised as AWS does
+        continue;
+      }
       if (!pending) ApplyDesired(record.desired, summary.variant_name, v);
       // Serverless variants (§12) show their ServerlessConfig instead of instance counts, as AWS's
       // do (the count is Kiln's pool size, which follows demand).
@@ -142,6 +159,19 @@ json RenderEndpoint(const store::EndpointRecord& record) {
       variants.push_back(std::move(v));
     }
     out["ProductionVariants"] = variants;
+    if (!shadows.empty()) out["ShadowProductionVariants"] = shadows;
+  }
+  // DataCaptureConfigSummary (§14).
+  if (record.deployment.endpoint_config.is_object() &&
+      record.deployment.endpoint_config.contains("DataCaptureConfig")) {
+    const json& capture = record.deployment.endpoint_config["DataCaptureConfig"];
+    const bool enabled = capture.value("EnableCapture", true);
+    json summary = {{"EnableCapture", enabled},
+                    {"CaptureStatus", enabled ? "Started" : "Stopped"},
+                    {"CurrentSamplingPercentage", capture.value("InitialSamplingPercentage", 0)},
+                    {"DestinationS3Uri", capture.value("DestinationS3Uri", "")}};
+    if (Has(capture, "KmsKeyId")) summary["KmsKeyId"] = capture["KmsKeyId"];
+    out["DataCaptureConfig"] = summary;
   }
   if (pending) out["PendingDeploymentSummary"] = PendingSummary(record);
   if (Has(record.request, "DeploymentConfig")) out["LastDeploymentConfig"] = record.request["DeploymentConfig"];

@@ -949,6 +949,8 @@ bool FrontDoor::Claims(const net::HttpRequest& head) const {
   // A serverless endpoint's request may wait for an instance to start (Router::Invoke): a
   // worker thread serves it, never the event loop.
   if (runtime_->IsServerless(name)) return false;
+  // A multi-model request may wait for its model to download and load (serving/multi_model.h).
+  if (runtime_->IsMultiModel(name)) return false;
   // Handle's own classification decides, so both paths agree: an X-Amz-Target, or a credential
   // scope other than sagemaker's, sends the request elsewhere there.
   return Classify(head).kind == Route::Kind::kRuntime;

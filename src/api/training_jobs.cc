@@ -20,6 +20,7 @@
 #include "control/warm_pools.h"
 #include "store/endpoint_repository.h"
 #include "store/processing_job_repository.h"
+#include "store/transform_job_repository.h"
 #include "store/tuning_job_repository.h"
 
 namespace kiln::api {
@@ -622,7 +623,7 @@ JsonOutcome UpdateTrainingJob(Operations& ops, const json& in) {
 }
 
 // Tags. Resources of kinds Kiln does not keep yet are accepted by ARN as they are added by
-// later resource families; an ARN of a kind Kiln keeps (training, tuning and processing job, model,
+// later resource families; an ARN of a kind Kiln keeps (training, tuning, processing and transform job, model,
 // endpoint configuration, endpoint) must name an existing resource, resolved case-insensitively (§5).
 std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::string& arn) {
   if (!StartsWith(ToLower(arn), "arn:aws:sagemaker:")) {
@@ -641,6 +642,8 @@ std::optional<aws::AwsError> CheckTaggedResource(Operations& ops, const std::str
     found = store::TuningJobRepository(ops.ctx.database).Get(*tuning).ok();
   } else if (auto processing = NameFromArn(arn, "processing-job")) {
     found = store::ProcessingJobRepository(ops.ctx.database).Get(*processing).ok();
+  } else if (auto transform = NameFromArn(arn, "transform-job")) {
+    found = store::TransformJobRepository(ops.ctx.database).Get(*transform).ok();
   }
   if (!found) return Validation("Could not find resource \"" + arn + "\".");
   return std::nullopt;

@@ -466,6 +466,50 @@ Status LoadAutoscaling(const json& doc, Config* config, const std::string& path)
   return Status::Ok();
 }
 
+Status LoadDataCapture(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("data_capture")) return Status::Ok();
+  const json& a = doc["data_capture"];
+  const std::string where = path + ": data_capture";
+  if (!a.is_object()) {
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"flush_interval_seconds\": 60}");
+  }
+  for (const auto& [key, value] : a.items()) {
+    if (key != "flush_interval_seconds" && key != "max_buffer_mb") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                     "\"; the keys are flush_interval_seconds and max_buffer_mb");
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "flush_interval_seconds", &config->data_capture.flush_interval_seconds, where));
+  if (config->data_capture.flush_interval_seconds < 0.1 || config->data_capture.flush_interval_seconds > 3600) {
+    return Status::InvalidArgument(where + ".flush_interval_seconds must be 0.1..3600, got " +
+                                   std::to_string(config->data_capture.flush_interval_seconds));
+  }
+  RETURN_IF_ERROR(Field(a, "max_buffer_mb", &config->data_capture.max_buffer_mb, where));
+  if (config->data_capture.max_buffer_mb < 1 || config->data_capture.max_buffer_mb > 65536) {
+    return Status::InvalidArgument(where + ".max_buffer_mb must be 1..65536, got " +
+                                   std::to_string(config->data_capture.max_buffer_mb));
+  }
+  return Status::Ok();
+}
+
+Status LoadMultiModel(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("multi_model")) return Status::Ok();
+  const json& a = doc["multi_model"];
+  const std::string where = path + ": multi_model";
+  if (!a.is_object()) return Status::InvalidArgument(where + " must be an object, e.g. {\"load_wait_seconds\": 60}");
+  for (const auto& [key, value] : a.items()) {
+    if (key != "load_wait_seconds") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the key is load_wait_seconds");
+    }
+  }
+  RETURN_IF_ERROR(Field(a, "load_wait_seconds", &config->multi_model.load_wait_seconds, where));
+  if (config->multi_model.load_wait_seconds < 0.1 || config->multi_model.load_wait_seconds > 3600) {
+    return Status::InvalidArgument(where + ".load_wait_seconds must be 0.1..3600, got " +
+                                   std::to_string(config->multi_model.load_wait_seconds));
+  }
+  return Status::Ok();
+}
+
 Status LoadServerless(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("serverless")) return Status::Ok();
   const json& a = doc["serverless"];
@@ -641,6 +685,8 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadAutoscaling(doc, config, path));
   RETURN_IF_ERROR(LoadAsyncInference(doc, config, path));
   RETURN_IF_ERROR(LoadServerless(doc, config, path));
+  RETURN_IF_ERROR(LoadMultiModel(doc, config, path));
+  RETURN_IF_ERROR(LoadDataCapture(doc, config, path));
   return Status::Ok();
 }
 

@@ -225,6 +225,21 @@ struct ServerlessConfig {
   int account_max_concurrency = 1000;
 };
 
+// Data capture (serving/data_capture.h, serving-contract.md §14): how long a capture file
+// collects records before it is written (AWS: 60 s; tests use about 1 s), and how much captured
+// data may wait for the writer before records are dropped.
+struct DataCaptureSection {
+  double flush_interval_seconds = 60;
+  int max_buffer_mb = 64;
+};
+
+// Multi-model endpoints (serving/multi_model.h, serving-contract.md §7.3): how long a request
+// waits for its model to download and load before ModelNotReadyException (Kiln: 60 s; the load
+// goes on meanwhile; tests use seconds).
+struct MultiModelSection {
+  double load_wait_seconds = 60;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -256,6 +271,8 @@ struct Config {
   AutoscalingConfig autoscaling;
   AsyncInferenceConfig async_inference;
   ServerlessConfig serverless;
+  MultiModelSection multi_model;
+  DataCaptureSection data_capture;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

@@ -465,5 +465,27 @@ TEST(ConfigTest, BadSpotFieldsNameTheSetting) {
   }
 }
 
+TEST(ConfigTest, MultiModelLoadWaitDefaultsAndParses) {
+  EXPECT_EQ(Config().multi_model.load_wait_seconds, 60);
+  std::string path = WriteTemp(R"({"multi_model": {"load_wait_seconds": 2.5}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.multi_model.load_wait_seconds, 2.5);
+  std::filesystem::remove(path);
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"multi_model": []})", "multi_model must be an object"},
+           {R"({"multi_model": {"wait": 1}})", "unknown key \"wait\""},
+           {R"({"multi_model": {"load_wait_seconds": 0}})", "load_wait_seconds must be 0.1..3600"},
+           {R"({"multi_model": {"load_wait_seconds": "5"}})", "load_wait_seconds"},
+       }) {
+    std::string bad = WriteTemp(text);
+    Config b;
+    Status s = LoadConfigFile(bad, &b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << text << " -> " << s.message();
+    std::filesystem::remove(bad);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cli

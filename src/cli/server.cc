@@ -18,6 +18,7 @@
 #include "api/service_model.h"
 #include "api/training_jobs.h"
 #include "api/processing_jobs.h"
+#include "api/transform_jobs.h"
 #include "api/tuning_jobs.h"
 #include "base/fs.h"
 #include "base/hash.h"
@@ -595,6 +596,17 @@ void Server::BuildEndpointController(const control::ArchiveCapOptions& archive_c
     if (http_) http_->ForgetUpstream(host, port);
   };
   endpoints_ = std::make_unique<control::EndpointController>(endpoints, endpoint_deps);
+  // Batch transform jobs run serving instances like an endpoint's (serving-contract.md §13).
+  control::TransformControllerOptions transform;
+  transform.work_dir = c.data_dir + "/transform";
+  control::TransformControllerDeps transform_deps;
+  transform_deps.database = database_.get();
+  transform_deps.object_store = object_store_.get();
+  transform_deps.log_store = log_store_.get();
+  transform_deps.runtime = runtime_.get();
+  transform_deps.endpoints = endpoints_.get();
+  transform_deps.credentials = instance_credentials_.get();
+  transform_ = std::make_unique<control::TransformController>(transform, transform_deps);
 }
 
 // The JSON services exist from the start so that every operation Kiln does not implement yet
@@ -622,6 +634,17 @@ void Server::RegisterJsonServices() {
     return scheduler_->CheckFeasible(instance_type, instance_count);
   };
   api::RegisterProcessingJobOperations(sagemaker.get(), processing_api);
+  api::TransformJobsContext transform_api;
+  transform_api.database = database_.get();
+  transform_api.on_created = [this](const std::string& name) { transform_->Submit(name); };
+  transform_api.on_stop_requested = [this](const std::string& name) { transform_->RequestStop(name); };
+  transform_api.account_id = c.account_id;
+  transform_api.region = c.regions.front();
+  transform_api.catalog = catalog_.get();
+  transform_api.check_feasible = [this](const std::string& instance_type, int instance_count) {
+    return scheduler_->CheckFeasible(instance_type, instance_count);
+  };
+  api::RegisterTransformJobOperations(sagemaker.get(), transform_api);
   // Hyperparameter tuning: its controller launches trials as CreateTrainingJob would.
   trial_launcher_ = std::make_unique<api::TrainingJobTrialLauncher>(training_api);
   control::TuningControllerOptions tuning_options;
@@ -692,6 +715,20 @@ void Server::BuildInvokePath() {
   invocation_metrics_ = std::make_unique<serving::InvocationMetrics>(std::move(metrics_options), metric_store_.get());
   router_ = std::make_unique<serving::Router>(RouterOptionsFor(config_), routes_.get(), invoke_client_.get(),
                                               invocation_metrics_.get());
+  // Data capture (§14) and shadow variants (§9): told of every invocation of an endpoint that has
+  // either, off the answer's way.
+  capture_uploader_ = std::make_unique<control::ObjectStoreCaptureUploader>(object_store_.get());
+  serving::DataCaptureOptions capture_options;
+  capture_options.flush_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.data_capture.flush_interval_seconds * 1000));
+  capture_options.max_pending_bytes = static_cast<size_t>(config_.data_capture.max_buffer_mb) * 1024 * 1024;
+  data_capture_ = std::make_unique<serving::DataCapture>(capture_options, capture_uploader_.get());
+  serving::ShadowVariantsOptions shadow_options;
+  shadow_options.invocation_timeout_ms = RouterOptionsFor(config_).invocation_timeout_ms;
+  shadow_variants_ = std::make_unique<serving::ShadowVariants>(shadow_options, invoke_client_.get(),
+                                                               invocation_metrics_.get(), data_capture_.get());
+  data_capture_->SetShadows(shadow_variants_.get());
+  router_->SetInvocationObserver(data_capture_.get());
   prometheus_ =
       std::make_unique<serving::PrometheusExporter>(invocation_metrics_.get(), routes_.get(), invoke_client_.get());
   prometheus_->SetExtraIdleConnections([this] { return http_ ? http_->stats().upstream_idle_connections : 0; });
@@ -706,6 +743,16 @@ void Server::BuildInvokePath() {
                                                         .notifier = endpoints_.get(),
                                                         .routes = routes_.get()});
   router_->SetServerlessGate(serverless_scaler_.get());
+  // Multi-model endpoints (serving-contract.md §7): TargetModel placed and loaded per request.
+  multi_model_fetcher_ = std::make_unique<control::MultiModelFetcher>(
+      object_store_.get(), config_.data_dir + "/model-cache",
+      control::ModelDataCap(nlohmann::json::object(), ArchiveCaps(config_, catalog_.get())));
+  serving::MultiModelOptions multi_model_options;
+  multi_model_options.load_wait =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.multi_model.load_wait_seconds * 1000));
+  multi_model_ = std::make_unique<serving::MultiModelManager>(multi_model_options, multi_model_fetcher_.get(),
+                                                              invoke_client_.get(), metric_store_.get(), routes_.get());
+  router_->SetMultiModel(multi_model_.get());
   front_door_->SetRuntime(router_.get());
   front_door_->SetMetricsExporter(prometheus_.get());
 }
@@ -785,12 +832,16 @@ Status Server::Start() {
   RETURN_IF_ERROR(endpoints_->Start().WithPrefix("endpoint controller"));
   RETURN_IF_ERROR(tuning_->Start().WithPrefix("tuning controller"));
   RETURN_IF_ERROR(processing_->Start().WithPrefix("processing controller"));
+  RETURN_IF_ERROR(transform_->Start().WithPrefix("transform controller"));
   invocation_metrics_->Start();
+  data_capture_->Start();
+  shadow_variants_->Start();
   instance_metrics_->Start();
   tunnels_->Start();
   async_dispatcher_->Start();
   autoscaler_->Start();
   serverless_scaler_->Start();
+  multi_model_->Start();
   return http_->Start();
 }
 
@@ -799,14 +850,19 @@ void Server::Stop(int grace_seconds) {
   // flight are refused.
   if (tunnels_) tunnels_->Stop();
   if (http_) http_->Stop(grace_seconds);
+  // Shadow calls in flight end; open capture files are written.
+  if (shadow_variants_) shadow_variants_->Stop();
+  if (data_capture_) data_capture_->Stop();
   // Requests in flight stay queued (journaled) and run after the restart.
   if (async_dispatcher_) async_dispatcher_->Stop();
   // Instances keep running; the next server adopts them. Tuning first: it launches trials.
   if (autoscaler_) autoscaler_->Stop();
   if (serverless_scaler_) serverless_scaler_->Stop();
+  if (multi_model_) multi_model_->Stop();  // loads in flight are cut; the metrics written
   if (tuning_) tuning_->Shutdown();
   if (training_) training_->Shutdown();
   if (processing_) processing_->Shutdown();
+  if (transform_) transform_->Shutdown();  // before endpoints_: its instances are endpoint instances
   if (endpoints_) endpoints_->Shutdown();
   if (invocation_metrics_) invocation_metrics_->Stop();
   if (instance_metrics_) instance_metrics_->Stop();

@@ -13,11 +13,14 @@
 #include "access/tunnel_service.h"
 #include "api/credential_store.h"
 #include "control/autoscaler.h"
+#include "control/data_capture_uploader.h"
 #include "control/async_dispatcher.h"
 #include "control/endpoint_controller.h"
 #include "control/instance_credentials.h"
 #include "control/instance_metrics.h"
+#include "control/multi_model_fetcher.h"
 #include "control/processing_controller.h"
+#include "control/transform_controller.h"
 #include "control/scheduler.h"
 #include "control/serverless_scaler.h"
 #include "control/training_controller.h"
@@ -27,10 +30,12 @@
 #include "runtime/networks.h"
 #include "runtime/runtime.h"
 #include "net/http_client.h"
+#include "serving/data_capture.h"
 #include "serving/invocation_metrics.h"
 #include "serving/prometheus.h"
 #include "serving/router.h"
 #include "serving/routing.h"
+#include "serving/shadow_variants.h"
 #include "api/front_door.h"
 #include "api/training_jobs.h"
 #include "cli/config.h"
@@ -117,6 +122,8 @@ class Server {
   std::unique_ptr<control::TuningController> tuning_;
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<control::EndpointController> endpoints_;
+  // Batch transform (§13): launches its instances through endpoints_ (after it, gone before it).
+  std::unique_ptr<control::TransformController> transform_;
   // Application Auto Scaling's loop: writes endpoint rows and tells endpoints_ (after it).
   std::unique_ptr<control::Autoscaler> autoscaler_;
   // Sizes serverless pools (writes endpoint rows, tells endpoints_) and admits their requests
@@ -124,6 +131,15 @@ class Server {
   std::unique_ptr<control::ServerlessScaler> serverless_scaler_;
   std::unique_ptr<net::HttpClient> invoke_client_;
   std::unique_ptr<serving::InvocationMetrics> invocation_metrics_;
+  // Data capture and shadow copies (§14, §9): the router's InvocationObserver, which hands
+  // shadow copies on; stopped with the HTTP server, before router_ goes.
+  std::unique_ptr<control::ObjectStoreCaptureUploader> capture_uploader_;
+  std::unique_ptr<serving::DataCapture> data_capture_;
+  std::unique_ptr<serving::ShadowVariants> shadow_variants_;
+  // Multi-model endpoints (§7): the disk tier's object-store source and the placement the router
+  // asks (so both outlive router_).
+  std::unique_ptr<control::MultiModelFetcher> multi_model_fetcher_;
+  std::unique_ptr<serving::MultiModelManager> multi_model_;
   std::unique_ptr<serving::Router> router_;
   std::unique_ptr<serving::PrometheusExporter> prometheus_;
   // Open tunnels use the database, runtime and log store; the front door points at it.

@@ -21,6 +21,7 @@
 #include "control/endpoint_status.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
+#include "serving/data_capture.h"
 
 namespace kiln::control {
 
@@ -420,6 +421,17 @@ class EndpointController::EndpointRun {
           (*config_variant)["RoutingConfig"].value("RoutingStrategy", "") == "RANDOM") {
         v.strategy = serving::RoutingStrategy::kRandom;
       }
+      // Multi-model (§7): the prefix TargetModel is relative to, and the cache setting.
+      if (config_variant != nullptr) {
+        json container = ContainerOf(routed.Model(config_variant->value("ModelName", "")));
+        if (container.value("Mode", "") == "MultiModel") {
+          route->multi_model = true;
+          v.model_data_url = container.value("ModelDataUrl", "");
+          v.model_cache_enabled = !(container.contains("MultiModelConfig") &&
+                                    container["MultiModelConfig"].value("ModelCacheSetting", "") == "Disabled");
+          signature += "|mme:" + v.model_data_url + (v.model_cache_enabled ? "" : ":nocache");
+        }
+      }
       signature += "|" + variant + ":" + std::to_string(v.weight) + ":" + std::to_string(static_cast<int>(v.strategy));
       for (auto& instance : instances_) {
         const auto& spec = instance->spec();
@@ -429,6 +441,32 @@ class EndpointController::EndpointRun {
         signature += "," + spec.instance_id;
       }
       route->variants.push_back(std::move(v));
+    }
+    // Shadow variants (§9): sent copies by the router's observer, never picked for a request.
+    for (const std::string& variant : routed.ShadowVariantNames()) {
+      serving::VariantRoute v;
+      v.name = variant;
+      v.weight = 0;
+      signature += "|shadow:" + variant;
+      for (auto& instance : instances_) {
+        const auto& spec = instance->spec();
+        if (spec.generation != generation || spec.variant != variant) continue;
+        if (!instance->healthy() || instance->stop_requested() || instance->failed()) continue;
+        v.instances.push_back(instance->target());
+        signature += "," + spec.instance_id;
+      }
+      route->shadow_variants.push_back(std::move(v));
+    }
+    // Data capture (§14): the settings the invoke path samples and writes with.
+    if (routed.endpoint_config.is_object() && routed.endpoint_config.contains("DataCaptureConfig")) {
+      const json& capture = routed.endpoint_config["DataCaptureConfig"];
+      auto settings = serving::ParseDataCaptureConfig(capture);
+      if (settings.ok()) {
+        route->data_capture = *settings;
+      } else {
+        KLOG(warn, "data capture not set up", {{"endpoint", name_}, {"error", settings.status().ToString()}});
+      }
+      signature += "|capture:" + capture.dump();
     }
     if (signature == published_signature_) return;
     published_signature_ = signature;
@@ -456,7 +494,8 @@ class EndpointController::EndpointRun {
   store::EndpointObservedState Observed(const store::EndpointRecord& record, const Deployment& routed) const {
     store::EndpointObservedState observed;
     int64_t generation = routed.deployed_millis;
-    for (const std::string& variant : routed.VariantNames()) {
+    // Shadow variants' summaries too (DescribeEndpoint shows them as ShadowProductionVariants).
+    for (const std::string& variant : routed.AllVariantNames()) {
       const json* config_variant = routed.FindVariant(variant);
       int current = 0;
       VariantProgress progress;

@@ -86,8 +86,6 @@
 
 namespace kiln::control {
 
-struct EndpointInstanceEnv;  // control/endpoint_instance.h
-
 struct EndpointControllerOptions {
   std::string work_dir;         // instance directories: <work_dir>/<endpoint>/<instance-id>/
   std::string model_cache_dir;  // model archives by ETag (empty: no cache)
@@ -147,6 +145,9 @@ struct EndpointControllerDeps {
   runtime::InstanceNetworks* networks = nullptr;
 };
 
+struct EndpointInstanceEnv;  // control/endpoint_instance.h
+class StandaloneInstances;   // control/transform_instances.h: serving instances outside any endpoint
+
 class EndpointController final : public EndpointNotifier {
  public:
   EndpointController(EndpointControllerOptions options, EndpointControllerDeps deps);
@@ -169,6 +170,7 @@ class EndpointController final : public EndpointNotifier {
 
  private:
   friend class EndpointRun;
+  friend class StandaloneInstances;  // uses instance_env_ and the port blocks
 
   void StartRun(const std::string& name) EXCLUDES(mutex_);
   void OnRunFinished(const std::string& name) EXCLUDES(mutex_);

@@ -49,7 +49,12 @@ EndpointInstance::EndpointInstance(const EndpointInstanceEnv& env, Spec spec, bo
   target->host = spec_.network ? spec_.network->address : "127.0.0.1";
   target->port = static_cast<uint16_t>(spec_.network ? kNamespacedServingPort : spec_.port_base);
   target->container_hostname = "primary";
-  target->log_stream = spec_.variant + "/" + spec_.instance_id;
+  target->log_stream = spec_.log_stream.empty() ? spec_.variant + "/" + spec_.instance_id : spec_.log_stream;
+  // Multi-model endpoints (serving/multi_model.h): models go under its /opt/ml/models; an adopted
+  // instance's vCPUs are those of its reservation (a new one's are set once reserved, before it
+  // can be routed).
+  target->models_dir = spec_.dir + "/opt_ml/models";
+  if (allocation_ && !allocation_->cpus.empty()) target->vcpus = static_cast<int>(allocation_->cpus.size());
   target_ = std::move(target);
   if (adopted) phase_ = InstancePhase::kStarting;
 }
@@ -288,6 +293,7 @@ bool EndpointInstance::Reserve() {
     if (granted.ok()) {
       allocation_ = granted->front();
       reserved_ = true;
+      if (!allocation_->cpus.empty()) target_->vcpus = static_cast<int>(allocation_->cpus.size());
       break;
     }
     if (!granted.status().Is(ErrorReason::kDoesNotFitNow)) {
@@ -330,14 +336,16 @@ void EndpointInstance::StartLogPump() {
   pump.output_path = deps().runtime->OutputPath(spec_.runtime_id);
   pump.offset_path = spec_.dir + "/log-offset";
   pump.start_offset = LogPump::ReadOffset(pump.offset_path);
-  pump.group = "/aws/sagemaker/Endpoints/" + spec_.endpoint_name;
-  pump.stream = spec_.variant + "/" + spec_.instance_id;
+  pump.group = spec_.log_group.empty() ? "/aws/sagemaker/Endpoints/" + spec_.endpoint_name : spec_.log_group;
+  pump.stream = target_->log_stream;
   log_pump_ = std::make_unique<LogPump>(std::move(pump), deps().log_store);
   log_pump_->Start();
   // Instance metrics (serving-contract.md §15.3) from now until Finish.
   if (deps().instance_metrics != nullptr) {
-    (void)deps().instance_metrics->Track(EndpointInstanceMetricsTarget(
-        spec_.runtime_id, spec_.endpoint_name, spec_.variant, spec_.instance_id, spec_.dir + "/opt_ml"));
+    (void)deps().instance_metrics->Track(
+        spec_.metrics ? *spec_.metrics
+                      : EndpointInstanceMetricsTarget(spec_.runtime_id, spec_.endpoint_name, spec_.variant,
+                                                      spec_.instance_id, spec_.dir + "/opt_ml"));
   }
 }
 

@@ -38,6 +38,7 @@
 #include "base/mutex.h"
 #include "control/endpoint_controller.h"
 #include "control/endpoint_states.h"
+#include "control/instance_metrics.h"
 #include "control/log_pump.h"
 #include "control/scheduler.h"
 #include "net/http_client.h"
@@ -95,6 +96,13 @@ class EndpointInstance {
     // `network_error` set: the network could not be had; the instance fails with that reason.
     std::optional<runtime::NetworkAttachment> network;
     std::string network_error;
+    // Batch transform instances (control/transform_job_run.h): the log group and stream of the
+    // container's output and the namespace and dimensions of its metrics (serving-contract.md
+    // §13.5). Empty / unset: the endpoint's ("/aws/sagemaker/Endpoints/<endpoint>",
+    // "<variant>/<instance-id>", EndpointInstanceMetricsTarget).
+    std::string log_group;
+    std::string log_stream;
+    std::optional<InstanceMetricsTarget> metrics;
   };
 
   // `adopted`: the instance was launched by an earlier server (Start pings it, never launches

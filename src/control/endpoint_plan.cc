@@ -84,7 +84,9 @@ std::vector<EndpointAction> PlanEndpoint(const PlanInput& input) {
   const store::Deployment& target = record.pending ? *record.pending : record.deployment;
   const int64_t gen_current = deployment.deployed_millis;
   const int64_t gen_target = target.deployed_millis;
-  const std::vector<std::string> target_variants = target.VariantNames();
+  // Shadow variants (§9) are launched, replaced and awaited like production ones; only the
+  // routing differs (the controller publishes them apart).
+  const std::vector<std::string> target_variants = target.AllVariantNames();
   auto in_target = [&](const std::string& v) {
     return std::find(target_variants.begin(), target_variants.end(), v) != target_variants.end();
   };

@@ -54,6 +54,8 @@ ServingLaunchPlan PlanServingLaunch(const json& container, const runtime::ImageR
     env["AWS_SECRET_ACCESS_KEY"] = context.credential.secret_access_key;
     env["AWS_SESSION_TOKEN"] = context.credential.session_token;
   }
+  // Multi-model mode (serving-contract.md §4.1, §7): models under /opt/ml/models, loaded on demand.
+  if (container.value("Mode", "") == "MultiModel") env["SAGEMAKER_MULTI_MODEL"] = "true";
   env["SAGEMAKER_BIND_TO_PORT"] = std::to_string(context.port);
   env["SAGEMAKER_SAFE_PORT_RANGE"] =
       std::to_string(context.port + 1) + "-" + std::to_string(context.port + context.port_block - 1);

@@ -50,6 +50,17 @@ TEST(ServingLaunchTest, FrameworkImagesRunTheModelServerWithTheEnvironmentsInter
   EXPECT_TRUE(plan.binds.empty());
 }
 
+TEST(ServingLaunchTest, MultiModelContainersGetSageMakerMultiModel) {
+  json container = {{"Image", "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"},
+                    {"Mode", "MultiModel"},
+                    {"ModelDataUrl", "s3://b/models/"},
+                    {"Environment", {{"SAGEMAKER_MULTI_MODEL", "false"}}}};
+  EXPECT_EQ(PlanServingLaunch(container, Framework(), Context()).env["SAGEMAKER_MULTI_MODEL"], "true");
+  container["Mode"] = "SingleModel";
+  container.erase("Environment");
+  EXPECT_FALSE(PlanServingLaunch(container, Framework(), Context()).env.contains("SAGEMAKER_MULTI_MODEL"));
+}
+
 TEST(ServingLaunchTest, ContainerImagesRunTheirEntrypointWithServeAndTheirOwnPath) {
   runtime::ImageResolution image;
   image.kind = Kind::kContainerImage;

@@ -414,6 +414,8 @@ struct Router::Call {
   InvocationSample sample;
   int64_t model_start = 0;  // steady ns when the current attempt started
   bool retried = false;     // the one second attempt was made
+  // Multi-model: "/models/<name>/invoke" (request.target views it).
+  std::string model_target;
 };
 
 std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, Call& call) const {
@@ -521,6 +523,52 @@ void Router::Record(Call& call) const {
   metrics_->Record(call.route->name, call.variant->name, call.sample);
 }
 
+void Router::Observe(const Call& call, const aws::WireResponse& answer) const {
+  if (observer_ == nullptr || call.variant == nullptr || call.instance == nullptr) return;
+  if (call.route->data_capture == nullptr && call.route->shadow_variants.empty()) return;
+  ObservedInvocation invocation;
+  invocation.route = &call.route;
+  invocation.variant = call.variant;
+  invocation.forward = &call.forward;
+  invocation.body = call.request.body;
+  invocation.answer = &answer;
+  invocation.epoch_millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  observer_->Invoked(invocation);
+}
+
+bool Router::IsMultiModel(std::string_view endpoint) const {
+  if (multi_model_ == nullptr) return false;
+  std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
+  return route != nullptr && route->multi_model;
+}
+
+std::optional<aws::WireResponse> Router::PlaceModel(Call& call, ModelLease& lease) const {
+  const std::string* target_model = FindHeader(call.forward, "X-Amzn-SageMaker-Target-Model");
+  if (target_model == nullptr) {
+    call.sample.reached_model = false;
+    return ErrorAnswer(aws::AwsError("ValidationError",
+                                     "Endpoint " + call.route->name +
+                                         " is a multi-model endpoint: set TargetModel "
+                                         "(X-Amzn-SageMaker-Target-Model) to the model archive's path relative "
+                                         "to the model's ModelDataUrl.",
+                                     400),
+                       call.request_id);
+  }
+  auto acquired = multi_model_->Acquire(*call.route, *call.variant, *target_model, call.start_steady_ns);
+  if (auto* error = std::get_if<aws::AwsError>(&acquired)) {
+    call.sample.reached_model = false;
+    return ErrorAnswer(*error, call.request_id);
+  }
+  lease = std::move(std::get<ModelLease>(acquired));
+  call.instance = lease.instance.get();
+  call.model_target = "/models/" + lease.model_name + "/invoke";
+  call.request.target = call.model_target;
+  call.retried = true;  // another instance would not hold the model: no second attempt
+  return std::nullopt;
+}
+
 bool Router::IsServerless(std::string_view endpoint) const {
   if (gate_ == nullptr) return false;
   std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
@@ -618,10 +666,34 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
     OutstandingGuard guard(call.instance);
     return client_->Send(call.instance->host, call.instance->port, call.request, call.timeouts);
   };
+  // Multi-model (§7.3): the instance holding TargetModel, with the model loaded; released once answered.
+  ModelLease lease;
+  const bool place = multi_model_ != nullptr && call.route->multi_model && !call.variant->model_data_url.empty();
+  if (place) {
+    if (std::optional<aws::WireResponse> refused = PlaceModel(call, lease)) {
+      Send(response, *refused);
+      Record(call);
+      return;
+    }
+  }
   Result<net::ClientResponse> result = send_to_instance();
   if (Retry(result, call)) result = send_to_instance();
-  Send(response, Answer(call, std::move(result)));
+  if (place && result.ok() && result->status == 404 && !multi_model_->StillLoaded(lease)) {
+    // The container no longer holds the model (not the model's own 404): load it again, once.
+    multi_model_->Release(*call.route, *call.variant, lease, /*lost=*/true);
+    lease = ModelLease();
+    if (std::optional<aws::WireResponse> refused = PlaceModel(call, lease)) {
+      Send(response, *refused);
+      Record(call);
+      return;
+    }
+    result = send_to_instance();
+  }
+  if (place) multi_model_->Release(*call.route, *call.variant, lease, /*lost=*/false);
+  aws::WireResponse answer = Answer(call, std::move(result));
+  Send(response, answer);
   Record(call);
+  Observe(call, answer);  // after the answer left: the client does not wait for the copy
 }
 
 void Router::InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& client, InvokeCompletion done) {
@@ -652,6 +724,7 @@ void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client,
         aws::WireResponse answer = Answer(*call, std::move(result));
         // Counted before the answer leaves: once a client has it, /metrics shows it.
         Record(*call);
+        Observe(*call, answer);  // before done() takes the answer: a copy, when observed
         done(std::move(answer));
       });
 }

@@ -44,6 +44,7 @@
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "serving/invocation_metrics.h"
+#include "serving/multi_model.h"
 #include "serving/routing.h"
 
 namespace kiln::serving {
@@ -75,6 +76,28 @@ class ServerlessGate {
   virtual void Leave(const EndpointRoute& route) = 0;
   // A request waited `micros` for an instance to start (a cold start: ModelSetupTime, §15.2).
   virtual void ColdStart(const EndpointRoute& route, const std::string& variant, int64_t micros) = 0;
+};
+
+// One answered invocation as the router's InvocationObserver sees it. Everything it points to
+// lives only for the Invoked call: an observer copies what it keeps.
+struct ObservedInvocation {
+  const std::shared_ptr<const EndpointRoute>* route = nullptr;  // the snapshot the request used
+  const VariantRoute* variant = nullptr;                        // the production variant that served it
+  const HeaderMap* forward = nullptr;                           // the headers the container got
+  std::string_view body;                                        // the request body
+  const aws::WireResponse* answer = nullptr;                    // what the client gets (200 or an error)
+  int64_t epoch_millis = 0;                                     // when the answer was ready
+};
+
+// Told of every invocation that reached an instance of an endpoint whose route has data capture
+// or shadow variants (EndpointRoute::data_capture, ::shadow_variants): serving/data_capture.h
+// captures it and hands shadow copies to serving/shadow_variants.h. Called on the invoke path
+// (an event loop or a worker thread) before the answer leaves on the event loop, after it on a
+// worker: it must not block and should cost no more than copying what it keeps.
+class InvocationObserver {
+ public:
+  virtual ~InvocationObserver() = default;
+  virtual void Invoked(const ObservedInvocation& invocation) = 0;
 };
 
 // What the front door hands over for one InvokeEndpoint.
@@ -112,9 +135,18 @@ class Router {
 
   // Set before serving (not thread-safe with calls); null: serverless routes are served as any other.
   void SetServerlessGate(ServerlessGate* gate) { gate_ = gate; }
+  // Set before serving (not thread-safe with calls); null: nothing is captured or shadowed.
+  void SetInvocationObserver(InvocationObserver* observer) { observer_ = observer; }
   // True when `endpoint`'s current route is serverless and a gate is set: the front door serves
   // such invocations on a worker thread (FrontDoor::Claims).
   bool IsServerless(std::string_view endpoint) const;
+  // Set before serving (not thread-safe with calls); null: a multi-model route's requests go to
+  // /invocations as any other. Set: Invoke places TargetModel (serving/multi_model.h) and calls
+  // POST /models/<name>/invoke.
+  void SetMultiModel(MultiModelManager* manager) { multi_model_ = manager; }
+  // True when `endpoint`'s current route is multi-model and a manager is set: a request may wait
+  // for its model to load, so the front door serves it on a worker thread (FrontDoor::Claims).
+  bool IsMultiModel(std::string_view endpoint) const;
 
   // The same InvokeEndpoint without blocking: the container call goes through `client` (the
   // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,
@@ -154,6 +186,11 @@ class Router {
   // The serverless admission and wait of Invoke: the answer when the request ends there (the
   // gate is then left already); otherwise the caller leaves the gate once it has answered.
   std::optional<aws::WireResponse> AwaitServerless(const InvokeRequest& request, const EndpointRoute& route) const;
+  // Tells the observer of an answered call when its route asks for it (data capture, shadows).
+  void Observe(const Call& call, const aws::WireResponse& answer) const;
+  // Invoke's multi-model step (§7.3): the model placed and loaded, call.instance and the target
+  // set to it. The answer when the request ends there (the lease is then empty).
+  std::optional<aws::WireResponse> PlaceModel(Call& call, ModelLease& lease) const;
   // InvokeAsync's attempt on call->instance; retries or completes from the client's callback.
   void SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const;
 
@@ -162,6 +199,8 @@ class Router {
   net::HttpClient* const client_;
   InvocationMetrics* const metrics_;
   ServerlessGate* gate_ = nullptr;
+  MultiModelManager* multi_model_ = nullptr;
+  InvocationObserver* observer_ = nullptr;
 };
 
 // The calling thread's fast PRNG (xoshiro256**), seeded from std::random_device on first use.

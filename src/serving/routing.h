@@ -29,6 +29,8 @@
 
 namespace kiln::serving {
 
+struct DataCaptureSettings;  // serving/data_capture.h
+
 // One serving instance (a container listening on host:port).
 struct InstanceTarget {
   std::string instance_id;  // Kiln's id, "i-0a1b2c3d4e5f60718"; stable for the instance's life
@@ -46,6 +48,10 @@ struct InstanceTarget {
   // for the invocation timeout, and a call not yet sent goes to another instance (or gets 503).
   // The reason is the controller's account of what happened (quoted in the client's error).
   net::CancelSignal failure;
+  // Multi-model endpoints (serving/multi_model.h): the host directory that is the instance's
+  // /opt/ml/models, and its vCPUs (requests in flight at or above them saturate it, §7.3).
+  std::string models_dir;
+  int vcpus = 1;
 };
 
 enum class RoutingStrategy {
@@ -60,6 +66,10 @@ struct VariantRoute {
   // Routable (healthy, not draining) instances. May be empty: requests to the variant then get
   // ServiceUnavailable.
   std::vector<std::shared_ptr<const InstanceTarget>> instances;
+  // Mode MultiModel (serving-contract.md §7): the model's ModelDataUrl, the S3 prefix TargetModel
+  // is relative to ("" for a single-model variant), and MultiModelConfig.ModelCacheSetting.
+  std::string model_data_url;
+  bool model_cache_enabled = true;
 };
 
 struct EndpointRoute {
@@ -86,6 +96,11 @@ struct EndpointRoute {
   // ServerlessGate and waits for an idle instance (router.h).
   int serverless_max_concurrency = 0;
   int serverless_provisioned = 0;
+  // ShadowProductionVariants (serving-contract.md §9): never picked for a request; the router's
+  // InvocationObserver sends each request a copy (serving/shadow_variants.h).
+  std::vector<VariantRoute> shadow_variants;
+  // DataCaptureConfig, parsed (serving/data_capture.h); null when the endpoint captures nothing.
+  std::shared_ptr<const DataCaptureSettings> data_capture;
 };
 
 // Name → current snapshot. Publish/Remove replace the whole map copy-on-write: writers are rare

@@ -47,12 +47,29 @@ Result<EndpointStatus> ParseEndpointStatus(std::string_view text) {
 
 const json* Deployment::FindVariant(const std::string& variant) const {
   if (!endpoint_config.is_object()) return nullptr;
-  auto variants = endpoint_config.find("ProductionVariants");
-  if (variants == endpoint_config.end() || !variants->is_array()) return nullptr;
-  for (const json& v : *variants) {
-    if (v.is_object() && v.value("VariantName", "") == variant) return &v;
+  for (const char* list : {"ProductionVariants", "ShadowProductionVariants"}) {
+    auto variants = endpoint_config.find(list);
+    if (variants == endpoint_config.end() || !variants->is_array()) continue;
+    for (const json& v : *variants) {
+      if (v.is_object() && v.value("VariantName", "") == variant) return &v;
+    }
   }
   return nullptr;
+}
+
+std::vector<std::string> Deployment::ShadowVariantNames() const {
+  std::vector<std::string> names;
+  if (!endpoint_config.is_object()) return names;
+  auto variants = endpoint_config.find("ShadowProductionVariants");
+  if (variants == endpoint_config.end() || !variants->is_array()) return names;
+  for (const json& v : *variants) names.push_back(v.is_object() ? v.value("VariantName", "") : "");
+  return names;
+}
+
+std::vector<std::string> Deployment::AllVariantNames() const {
+  std::vector<std::string> names = VariantNames();
+  for (std::string& shadow : ShadowVariantNames()) names.push_back(std::move(shadow));
+  return names;
 }
 
 std::vector<std::string> Deployment::VariantNames() const {

@@ -59,10 +59,16 @@ struct Deployment {
   nlohmann::json models = nlohmann::json::object();
   int64_t deployed_millis = 0;  // also the deployment's generation (instances carry it)
 
-  // The configuration's ProductionVariants entry named `variant`; nullptr when none.
+  // The configuration's ProductionVariants (or ShadowProductionVariants) entry named `variant`;
+  // nullptr when none.
   const nlohmann::json* FindVariant(const std::string& variant) const;
-  // Variant names in configuration order.
+  // Production variant names in configuration order (what requests are routed to).
   std::vector<std::string> VariantNames() const;
+  // ShadowProductionVariants names (serving-contract.md §9): launched and watched like production
+  // variants, sent copies of the requests, never routed to.
+  std::vector<std::string> ShadowVariantNames() const;
+  // VariantNames() then ShadowVariantNames(): every variant that runs instances.
+  std::vector<std::string> AllVariantNames() const;
   // The CreateModel request of `model_name`; an empty object when absent.
   nlohmann::json Model(const std::string& model_name) const;
 

@@ -313,6 +313,28 @@ CREATE TABLE autoscaling_objects (
 CREATE INDEX autoscaling_objects_by_kind ON autoscaling_objects(kind, service_namespace, seq);
 CREATE INDEX autoscaling_objects_by_resource ON autoscaling_objects(kind, resource_id, seq);
 )sql"},
+      // Batch transform jobs (store/transform_job_repository.h, issue 20), laid out as
+      // processing_jobs: the validated CreateTransformJob request, typed columns for lists, the
+      // observed state (the model snapshot, start time, failure reason, stop request) as JSON.
+      {14, "transform jobs", R"sql(
+CREATE TABLE transform_jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  arn TEXT NOT NULL,
+  request_json TEXT NOT NULL,
+  status TEXT NOT NULL,
+  creation_millis INTEGER NOT NULL,
+  last_modified_millis INTEGER NOT NULL,
+  end_millis INTEGER,
+  state_json TEXT NOT NULL,
+  version INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX transform_jobs_by_creation ON transform_jobs(creation_millis, name);
+CREATE INDEX transform_jobs_by_status ON transform_jobs(status, seq);
+CREATE INDEX transform_jobs_by_status_name ON transform_jobs(status, name);
+CREATE INDEX transform_jobs_by_status_creation ON transform_jobs(status, creation_millis, name);
+CREATE INDEX transform_jobs_by_modified ON transform_jobs(last_modified_millis);
+)sql"},
   };
   return kMigrations;
 }

@@ -232,7 +232,7 @@ def test_endpoint_config_refusals(sm, model, prefix):
                  EndpointConfigName=name, ProductionVariants=[variant("v", multi)])
     mme = th.unique_name("mme")
     sm.create_model(ModelName=mme, ExecutionRoleArn=ROLE, PrimaryContainer={"Image": "x", "Mode": "MultiModel"})
-    expect_error(sm.create_endpoint_config, "ValidationException", "multi-model endpoints are not supported by Kiln yet",
+    expect_error(sm.create_endpoint_config, "ValidationException", "its ModelDataUrl must be the S3 prefix",
                  EndpointConfigName=name, ProductionVariants=[variant("v", mme)])
     # Not an instance type at all: the service model's enum check.
     expect_error(sm.create_endpoint_config, "ValidationException", "instanceType",
