@@ -110,8 +110,21 @@ std::optional<aws::AwsError> CheckVariant(const EndpointsContext& ctx, store::De
     if (auto error = CheckServerlessVariant(variant, request)) return error;
   }
   if (Has(request, "Containers") && request["Containers"].size() > 1) {
-    return Validation("Model \"" + model->name + "\" has " + std::to_string(request["Containers"].size()) +
-                      " containers: multi-container endpoints and inference pipelines are not supported by Kiln yet.");
+    // Multi-container endpoints and inference pipelines (serving-contract.md §8): every container on
+    // every instance. Serverless variants run one container (AWS refuses pipelines there too).
+    if (serverless) {
+      return Validation("Model \"" + model->name + "\" has " + std::to_string(request["Containers"].size()) +
+                        " containers: serverless production variant " + name +
+                        " does not support multi-container endpoints or inference pipelines; use InstanceType and "
+                        "InitialInstanceCount.");
+    }
+    for (const json& container : request["Containers"]) {
+      if (StringMember(container, "Mode", "SingleModel") == "MultiModel") {
+        return Validation("Model \"" + model->name +
+                          "\" has several containers, one of them with Mode MultiModel: Kiln does not serve "
+                          "multi-model containers inside multi-container endpoints or inference pipelines yet.");
+      }
+    }
   }
   const json container = Has(request, "PrimaryContainer") ? request["PrimaryContainer"]
                          : Has(request, "Containers")     ? request["Containers"][0]

@@ -57,9 +57,24 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
       std::string::npos);
   Ok("CreateModel",
      {{"ModelName", "multi"}, {"Containers", json::array({json{{"Image", "x"}}, json{{"Image", "y"}}})}});
+  // Multi-container models (serving-contract.md §8) run on instances; serverless variants and
+  // multi-model containers inside them are refused.
+  Ok("CreateEndpointConfig",
+     {{"EndpointConfigName", "multi-ok"}, {"ProductionVariants", json::array({Variant("v", "multi")})}});
+  Ok("DeleteEndpointConfig", {{"EndpointConfigName", "multi-ok"}});
+  json serverless_multi = {{"VariantName", "v"},
+                           {"ModelName", "multi"},
+                           {"ServerlessConfig", {{"MemorySizeInMB", 1024}, {"MaxConcurrency", 1}}}};
   EXPECT_NE(Invalid("CreateEndpointConfig",
-                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi")})}})
-                .find("multi-container endpoints and inference pipelines are not supported by Kiln yet"),
+                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless_multi})}})
+                .find("does not support multi-container endpoints or inference pipelines"),
+            std::string::npos);
+  Ok("CreateModel",
+     {{"ModelName", "multi-mme"},
+      {"Containers", json::array({json{{"Image", "x"}, {"Mode", "MultiModel"}}, json{{"Image", "y"}}})}});
+  EXPECT_NE(Invalid("CreateEndpointConfig",
+                    {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({Variant("v", "multi-mme")})}})
+                .find("one of them with Mode MultiModel"),
             std::string::npos);
   // Multi-model (serving-contract.md §7): ModelDataUrl is the prefix TargetModel is relative to;
   // real-time only.

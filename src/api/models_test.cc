@@ -115,5 +115,52 @@ TEST_F(ModelsApiTest, ListSortsFiltersAndPages) {
             "The provided NextToken is invalid.");
 }
 
+// Multi-container models (serving-contract.md §8): Direct needs unique hostnames on every
+// container, Serial all or none; DescribeModel shows the mode (Serial when not given).
+TEST_F(ModelsApiTest, MultiContainerRules) {
+  auto containers = [](std::vector<std::string> names) {
+    json list = json::array();
+    for (const std::string& n : names) {
+      json c = {{"Image", "x"}};
+      if (!n.empty()) c["ContainerHostname"] = n;
+      list.push_back(c);
+    }
+    return list;
+  };
+  const json direct = {{"Mode", "Direct"}};
+  EXPECT_NE(Invalid("CreateModel",
+                    {{"ModelName", "a"}, {"Containers", containers({"one", ""})}, {"InferenceExecutionConfig", direct}})
+                .find("Mode Direct needs a ContainerHostname"),
+            std::string::npos);
+  EXPECT_NE(
+      Invalid("CreateModel",
+              {{"ModelName", "a"}, {"Containers", containers({"one", "one"})}, {"InferenceExecutionConfig", direct}})
+          .find("ContainerHostname one is used by more than one container"),
+      std::string::npos);
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"Containers", containers({"one", ""})}})
+                .find("all containers of the inference pipeline have a ContainerHostname or none"),
+            std::string::npos);
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"Containers", containers({"bad_name", "b"})}})
+                .find("containerHostname"),
+            std::string::npos);
+  EXPECT_NE(Invalid("CreateModel",
+                    {{"ModelName", "a"}, {"PrimaryContainer", {{"Image", "x"}}}, {"InferenceExecutionConfig", direct}})
+                .find("InferenceExecutionConfig applies to models with Containers"),
+            std::string::npos);
+  std::vector<std::string> sixteen(16, "");
+  EXPECT_NE(Invalid("CreateModel", {{"ModelName", "a"}, {"Containers", containers(sixteen)}}).find("15"),
+            std::string::npos);
+  Ok("CreateModel",
+     {{"ModelName", "d"}, {"Containers", containers({"pre", "model"})}, {"InferenceExecutionConfig", direct}});
+  Ok("CreateModel", {{"ModelName", "s"}, {"Containers", containers({"", ""})}});
+  json d = Ok("DescribeModel", {{"ModelName", "d"}});
+  EXPECT_EQ(d["InferenceExecutionConfig"]["Mode"], "Direct");
+  ASSERT_EQ(d["Containers"].size(), 2u);
+  EXPECT_EQ(d["Containers"][1]["ContainerHostname"], "model");
+  EXPECT_EQ(d["Containers"][1]["Mode"], "SingleModel");
+  EXPECT_EQ(Ok("DescribeModel", {{"ModelName", "s"}})["InferenceExecutionConfig"]["Mode"], "Serial");
+}
+
 }  // namespace
+
 }  // namespace kiln::api

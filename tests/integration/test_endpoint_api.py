@@ -228,8 +228,11 @@ def test_endpoint_config_refusals(sm, model, prefix):
                  EndpointConfigName=name, ProductionVariants=[variant("v", model), variant("v", model)])
     multi = th.unique_name("multi")
     sm.create_model(ModelName=multi, ExecutionRoleArn=ROLE, Containers=[{"Image": "x"}, {"Image": "y"}])
-    expect_error(sm.create_endpoint_config, "ValidationException", "multi-container endpoints and inference pipelines are not supported by Kiln yet",
-                 EndpointConfigName=name, ProductionVariants=[variant("v", multi)])
+    # Multi-container models are served (test_multi_container.py), but not by serverless variants.
+    expect_error(sm.create_endpoint_config, "ValidationException", "does not support multi-container endpoints",
+                 EndpointConfigName=name, ProductionVariants=[
+                     {"VariantName": "v", "ModelName": multi,
+                      "ServerlessConfig": {"MemorySizeInMB": 1024, "MaxConcurrency": 1}}])
     mme = th.unique_name("mme")
     sm.create_model(ModelName=mme, ExecutionRoleArn=ROLE, PrimaryContainer={"Image": "x", "Mode": "MultiModel"})
     expect_error(sm.create_endpoint_config, "ValidationException", "its ModelDataUrl must be the S3 prefix",
