@@ -105,6 +105,12 @@ struct InstanceSpec {
   // 127.0.0.1). Set: a network namespace of its own, built as NetworkAttachment says before the
   // program starts; it (and the veth) disappears with the instance's last process.
   std::optional<NetworkAttachment> network;
+  // Set (with `network` unset): the program joins this existing network namespace, a path such as
+  // "/proc/<pid>/ns/net" (Runtime::Access's host_pid of another running instance), instead of
+  // getting one of its own or the node's: the containers of one multi-container endpoint instance
+  // share the first container's namespace (serving-contract.md §2). The namespace is not this
+  // instance's to build or remove; it lives while any process is in it.
+  std::string network_namespace;
   // Set: run this image through the container engine (runtime/docker/docker_runtime.h) instead of
   // a host program. extra_mounts, hosts_file_lines, cpus, memory, GPUs and network apply as above.
   std::optional<ContainerImage> container;

@@ -529,6 +529,21 @@ Status DockerRuntime::Launch(const InstanceSpec& spec_in) {
     ASSIGN_OR_RETURN(spec.container->reference, EngineReference(spec.container->requested, options_.images));
   }
   const std::string& image = spec.container->reference;
+  if (spec.network && !spec.network_namespace.empty()) {
+    return Status::InvalidArgument("instance " + id + " either gets a network of its own (" + spec.network->network +
+                                   ") or joins an existing namespace (" + spec.network_namespace + "), not both");
+  }
+  if (!spec.network_namespace.empty()) {
+    // Another instance's namespace (runtime.h): the engine joins it as it joins a holder's.
+    ASSIGN_OR_RETURN(bool podman, EnginePodman());
+    if (!podman) {
+      return Status::FailedPrecondition(
+          "instance " + id + " joins the network namespace of another instance (" + spec.network_namespace +
+          "), and the container engine at " + engine().address() +
+          " is Docker, which cannot join a container to an existing network namespace: use Podman's socket for "
+          "container_engine.socket, or set network.mode to host in the Kiln config file");
+    }
+  }
   if (spec.network) {
     ASSIGN_OR_RETURN(bool podman, EnginePodman());
     if (!podman) {
@@ -573,7 +588,7 @@ Status DockerRuntime::Launch(const InstanceSpec& spec_in) {
     for (const std::string& line : spec.hosts_file_lines) hosts += line + "\n";
     if (Status s = ps::WriteFileRenamed(hosts_path, hosts); !s.ok()) return fail(s);
   }
-  std::string netns;
+  std::string netns = spec.network_namespace;
   if (spec.network) {
     Result<std::string> path = LaunchHolder(spec, dir);
     if (!path.ok()) return fail(path.status());

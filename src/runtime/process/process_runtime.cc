@@ -108,6 +108,16 @@ Status ProcessRuntime::ValidateSpec(const InstanceSpec& spec) const {
   if (!spec.working_dir.empty() && spec.working_dir[0] != '/') {
     return Status::InvalidArgument("working_dir must be absolute: " + spec.working_dir);
   }
+  if (!spec.network_namespace.empty()) {
+    if (spec.network) {
+      return Status::InvalidArgument("an instance either gets a network of its own (" + spec.network->network +
+                                     ") or joins an existing namespace (" + spec.network_namespace + "), not both");
+    }
+    if (spec.network_namespace[0] != '/' || stat(spec.network_namespace.c_str(), &st) != 0) {
+      return Status::FailedPrecondition("the network namespace " + spec.network_namespace +
+                                        " to join does not exist (the instance holding it has ended)");
+    }
+  }
   if (spec.network) {
     // The shim checks the rest (the bridge exists, the names are free) when it builds the network.
     const NetworkAttachment& n = *spec.network;

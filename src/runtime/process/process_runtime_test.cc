@@ -598,6 +598,11 @@ TEST(ProcessStateTest, SpecJsonCarriesTheNetworkAndOldSpecsDecode) {
   back = process_state::DecodeSpec(plain);
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->network.has_value());
+  EXPECT_EQ(back->network_namespace, "");
+  spec.network_namespace = "/proc/42/ns/net";
+  back = process_state::DecodeSpec(process_state::EncodeSpec(spec));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->network_namespace, "/proc/42/ns/net");
   // As written by a Kiln before per-instance networks.
   back = process_state::DecodeSpec(
       R"({"instance_id":"a","opt_ml_dir":"/x","extra_mounts":[],"hostname":"algo-1","hosts_file_lines":[],)"
@@ -875,6 +880,51 @@ TEST_F(ProcessRuntimeTest, RejectsBadNetworkAttachments) {
   spec.network->host_veth = "a-veth-name-too-long";
   EXPECT_EQ(runtime_->Launch(spec).code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(runtime_->List().value(), ::testing::IsEmpty());
+}
+
+// network_namespace (runtime.h): the program runs in the namespace given (here one a forked child
+// of the test holds), not the node's; a namespace that is gone is refused before anything starts.
+TEST_F(ProcessRuntimeTest, JoinsAnExistingNetworkNamespace) {
+  if (geteuid() != 0) GTEST_SKIP() << "joining a network namespace needs root";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    char byte = unshare(CLONE_NEWNET) == 0 ? 'y' : 'n';
+    [[maybe_unused]] ssize_t n = write(ready[1], &byte, 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  const std::string path = "/proc/" + std::to_string(holder) + "/ns/net";
+  char target[128] = {0};
+  ssize_t len = readlink(path.c_str(), target, sizeof(target) - 1);
+  char own[128] = {0};
+  ssize_t own_len = readlink("/proc/self/ns/net", own, sizeof(own) - 1);
+  if (byte != 'y' || len <= 0 || own_len <= 0) {
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    GTEST_SKIP() << "cannot create a network namespace here";
+  }
+  InstanceSpec spec = Spec("joined", "readlink /proc/self/ns/net");
+  spec.network_namespace = path;
+  InstanceStatus st = RunToEnd(spec);
+  EXPECT_EQ(st.exit_code, 0);
+  std::vector<std::string> lines = Lines(ReadRecords(runtime_->OutputPath("joined")), 'o');
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], std::string(target, static_cast<size_t>(len)));
+  EXPECT_NE(lines[0], std::string(own, static_cast<size_t>(own_len)));
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  InstanceSpec gone = Spec("gone", "true");
+  gone.network_namespace = path;
+  Status refused = runtime_->Launch(gone);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  EXPECT_THAT(refused.message(), HasSubstr("does not exist"));
 }
 
 }  // namespace

@@ -437,6 +437,21 @@ std::string Shim::StartProgram() {
     }
     network_millis_ = MillisSince(t0);
   }
+  if (!spec_.network_namespace.empty()) {
+    // Joins an existing namespace (another instance's, runtime.h): forked inside it, the shim
+    // itself goes back to the node's right after the fork.
+    host_netns_fd_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (host_netns_fd_ < 0)
+      return std::string("internal cannot open the node's network namespace: ") + std::strerror(errno);
+    UniqueFd joined(open(spec_.network_namespace.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!joined.valid()) {
+      return "precondition cannot open the network namespace " + spec_.network_namespace +
+             " to join (the instance holding it has ended?): " + std::strerror(errno);
+    }
+    if (setns(joined.get(), CLONE_NEWNET) != 0) {
+      return "precondition cannot join the network namespace " + spec_.network_namespace + ": " + std::strerror(errno);
+    }
+  }
   if (unshare(CLONE_NEWPID) != 0) return std::string("internal cannot create a PID namespace: ") + std::strerror(errno);
   pid_t pid = fork();
   if (pid < 0) return std::string("internal fork: ") + std::strerror(errno);
@@ -451,6 +466,20 @@ std::string Shim::StartProgram() {
     SetupSandboxAndExec(plan);
   }
   child_ = pid;
+  if (!spec_.network_namespace.empty()) {
+    if (setns(host_netns_fd_, CLONE_NEWNET) != 0) {
+      // The relay and any later socket would live in the joined namespace: refuse.
+      const std::string why = std::strerror(errno);
+      kill(pid, SIGKILL);
+      int st;
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      child_ = -1;
+      return "internal cannot return to the node's network namespace: " + why;
+    }
+    close(host_netns_fd_);
+    host_netns_fd_ = -1;
+  }
   close(out[1]);
   close(err[1]);
   close(status[1]);

@@ -75,6 +75,7 @@ std::string EncodeSpec(const InstanceSpec& spec) {
       {"memory_limit_bytes", spec.memory_limit_bytes},
       {"gpus", spec.gpus},
   };
+  if (!spec.network_namespace.empty()) j["network_namespace"] = spec.network_namespace;
   if (spec.network) {
     const NetworkAttachment& n = *spec.network;
     j["network"] = {{"network", n.network},
@@ -107,6 +108,7 @@ Result<InstanceSpec> DecodeSpec(std::string_view text) {
     spec.cpus = j.at("cpus").get<std::vector<int>>();
     spec.memory_limit_bytes = j.at("memory_limit_bytes").get<uint64_t>();
     spec.gpus = j.at("gpus").get<std::vector<int>>();
+    spec.network_namespace = j.value("network_namespace", "");
     // Absent in specs written before per-instance networks: the node's network, as then.
     if (auto it = j.find("network"); it != j.end() && !it->is_null()) {
       const json& n = *it;
