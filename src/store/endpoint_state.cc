@@ -255,6 +255,43 @@ Result<InstanceRecord> InstanceRecordFromJson(const json& j) {
   return r;
 }
 
+std::string_view ToString(RolloutState::Phase phase) {
+  switch (phase) {
+    case RolloutState::Phase::kBaking: return "Baking";
+    case RolloutState::Phase::kTerminationWait: return "TerminationWait";
+    case RolloutState::Phase::kProvisioning: return "Provisioning";
+  }
+  return "Unknown";
+}
+
+json ToJson(const RolloutState& r) {
+  return {{"Generation", r.generation}, {"Phase", ToString(r.phase)},    {"Step", r.step},
+          {"Fraction", r.fraction},     {"UntilMillis", r.until_millis}, {"StartedMillis", r.started_millis}};
+}
+
+Result<RolloutState> RolloutStateFromJson(const json& j) {
+  constexpr std::string_view kPrefix = "Rollout.";
+  RETURN_IF_ERROR(json_member::RequireObject(j, "Rollout", WrongType));
+  RolloutState r;
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "Generation", kPrefix, WrongType, r.generation));
+  std::string phase = "Baking";
+  RETURN_IF_ERROR(json_member::ReadString(j, "Phase", kPrefix, WrongType, phase));
+  if (phase == "Baking") {
+    r.phase = RolloutState::Phase::kBaking;
+  } else if (phase == "TerminationWait") {
+    r.phase = RolloutState::Phase::kTerminationWait;
+  } else if (phase == "Provisioning") {
+    r.phase = RolloutState::Phase::kProvisioning;
+  } else {
+    return Status::InvalidArgument("Rollout.Phase '" + phase + "' is not Baking, TerminationWait or Provisioning");
+  }
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "Step", kPrefix, WrongType, r.step));
+  RETURN_IF_ERROR(json_member::ReadDouble(j, "Fraction", kPrefix, WrongType, r.fraction));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "UntilMillis", kPrefix, WrongType, r.until_millis));
+  RETURN_IF_ERROR(json_member::ReadInt64(j, "StartedMillis", kPrefix, WrongType, r.started_millis));
+  return r;
+}
+
 json ToJson(const EndpointObservedState& s) {
   json variants = json::array();
   for (const VariantSummary& v : s.production_variants) variants.push_back(ToJson(v));
@@ -262,6 +299,7 @@ json ToJson(const EndpointObservedState& s) {
   for (const InstanceRecord& r : s.instances) instances.push_back(ToJson(r));
   json out = {{"ProductionVariants", std::move(variants)}, {"Instances", std::move(instances)}};
   if (!s.credentials.is_null()) out["Credentials"] = s.credentials;
+  if (s.rollout) out["Rollout"] = ToJson(*s.rollout);
   return out;
 }
 
@@ -280,6 +318,10 @@ Result<EndpointObservedState> ObservedStateFromJson(const json& j) {
     s.instances.push_back(std::move(record));
   }
   if (auto it = j.find("Credentials"); it != j.end()) s.credentials = *it;
+  if (auto it = j.find("Rollout"); it != j.end() && !it->is_null()) {
+    ASSIGN_OR_RETURN(auto rollout, RolloutStateFromJson(*it));
+    s.rollout = rollout;
+  }
   return s;
 }
 

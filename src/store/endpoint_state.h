@@ -144,13 +144,36 @@ struct InstanceRecord {
   bool operator==(const InstanceRecord&) const = default;
 };
 
+// The progress of an UpdateEndpoint's guarded rollout (DeploymentConfig, serving-contract.md §9;
+// control/endpoint_rollout.h decides it), kept in the row so that a restarted server resumes the
+// shift where it was: the same traffic share, the same bake deadline. JSON keys: Generation,
+// Phase, Step, Fraction, UntilMillis, StartedMillis. Written by the controller only.
+struct RolloutState {
+  enum class Phase {
+    kBaking,           // the new fleet gets `fraction` of the traffic until `until_millis`
+    kTerminationWait,  // all traffic on the new fleet, the old one kept until `until_millis`
+    kProvisioning,     // rolling: batch `step` of new instances is coming up (not routed yet)
+  };
+  int64_t generation = 0;  // the pending Deployment::deployed_millis this rollout moves to
+  Phase phase = Phase::kBaking;
+  int64_t step = 0;            // 1-based: the traffic step (blue/green) or batch (rolling) reached
+  double fraction = 0;         // the new fleet's share of the traffic, 0..1
+  int64_t until_millis = 0;    // wall-clock end of the bake or of the termination wait
+  int64_t started_millis = 0;  // wall-clock time of the first shift
+  bool operator==(const RolloutState&) const = default;
+};
+
+std::string_view ToString(RolloutState::Phase phase);
+
 // What the controller observed, written by it only. JSON:
 //   {"ProductionVariants": [<VariantSummary>...], "Instances": [<InstanceRecord>...],
-//    "Credentials": <control::CredentialToJson>}   (Credentials only once issued)
+//    "Credentials": <control::CredentialToJson>,   (Credentials only once issued)
+//    "Rollout": <RolloutState>}                   (only while a guarded update shifts traffic)
 struct EndpointObservedState {
   std::vector<VariantSummary> production_variants;
   std::vector<InstanceRecord> instances;
   nlohmann::json credentials;  // null until the controller issued the instances' credentials
+  std::optional<RolloutState> rollout{};
   bool operator==(const EndpointObservedState&) const = default;
 };
 
@@ -165,6 +188,8 @@ nlohmann::json ToJson(const VariantSummary& v);
 Result<VariantSummary> VariantSummaryFromJson(const nlohmann::json& j);
 nlohmann::json ToJson(const InstanceRecord& r);
 Result<InstanceRecord> InstanceRecordFromJson(const nlohmann::json& j);
+nlohmann::json ToJson(const RolloutState& r);
+Result<RolloutState> RolloutStateFromJson(const nlohmann::json& j);
 nlohmann::json ToJson(const EndpointObservedState& s);
 Result<EndpointObservedState> ObservedStateFromJson(const nlohmann::json& j);
 

@@ -180,6 +180,37 @@ TEST(EndpointStateTest, WrongTypesAndMissingIdsAreErrorsThatNameTheMember) {
             "deployment.DeployedMillis is not an integer");
 }
 
+// A guarded rollout's progress (Rollout) survives the row: read back equal, absent when none,
+// and a phase no Kiln writes is an error naming it.
+TEST(EndpointStateTest, RolloutProgressRoundTripsThroughTheObservedState) {
+  EndpointObservedState state;
+  EXPECT_FALSE(ToJson(state).contains("Rollout"));
+  state.rollout = RolloutState{.generation = 1714557700000,
+                               .phase = RolloutState::Phase::kTerminationWait,
+                               .step = 3,
+                               .fraction = 0.75,
+                               .until_millis = 1714557760000,
+                               .started_millis = 1714557710000};
+  const json written = ToJson(state);
+  EXPECT_EQ(written["Rollout"], json::parse(R"({"Generation": 1714557700000, "Phase": "TerminationWait", "Step": 3,
+      "Fraction": 0.75, "UntilMillis": 1714557760000, "StartedMillis": 1714557710000})"));
+  auto back = ObservedStateFromJson(written);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, state);
+
+  auto baking = RolloutStateFromJson(json::parse(R"({"Generation": 5, "Phase": "Baking", "Fraction": 0.1})"));
+  ASSERT_TRUE(baking.ok());
+  EXPECT_EQ(baking->phase, RolloutState::Phase::kBaking);
+  EXPECT_EQ(baking->fraction, 0.1);
+  EXPECT_EQ(baking->step, 0);
+
+  EXPECT_EQ(ObservedStateFromJson(json::parse(R"({"Rollout": {"Phase": "Shifting"}})")).status().message(),
+            "Rollout.Phase 'Shifting' is not Baking, TerminationWait or Provisioning");
+  EXPECT_EQ(ObservedStateFromJson(json::parse(R"({"Rollout": {"Fraction": "half"}})")).status().message(),
+            "Rollout.Fraction is not a number");
+  EXPECT_EQ(ObservedStateFromJson(json::parse(R"({"Rollout": []})")).status().message(), "Rollout is not an object");
+}
+
 // A row written by an earlier Kiln (raw SQL, today's column values) reads into the typed record
 // and, written back unchanged, keeps its documents.
 TEST(EndpointStateTest, RowInTodaysFormatReadsAndWritesBack) {
