@@ -336,20 +336,38 @@ Router::Router(RouterOptions options, const RoutingTable* routes, net::HttpClien
     : options_(std::move(options)), routes_(routes), client_(client), metrics_(metrics) {}
 
 const VariantRoute* Router::PickVariant(const EndpointRoute& route, std::string_view target_variant, double uniform) {
+  return PickVariant(route.variants, target_variant, uniform);
+}
+
+const VariantRoute* Router::PickFleetVariant(const EndpointRoute& route, std::string_view target_variant,
+                                             double fleet_uniform, double uniform) {
+  if (route.new_variants.empty() || route.new_fleet_fraction <= 0)
+    return PickVariant(route.variants, target_variant, uniform);
+  const bool to_new = fleet_uniform < route.new_fleet_fraction;
+  const std::vector<VariantRoute>& picked = to_new ? route.new_variants : route.variants;
+  const VariantRoute* variant = PickVariant(picked, target_variant, uniform);
+  if (variant == nullptr && !target_variant.empty()) {
+    variant = PickVariant(to_new ? route.variants : route.new_variants, target_variant, uniform);
+  }
+  return variant;
+}
+
+const VariantRoute* Router::PickVariant(const std::vector<VariantRoute>& variants, std::string_view target_variant,
+                                        double uniform) {
   if (!target_variant.empty()) {
-    for (const VariantRoute& variant : route.variants) {
+    for (const VariantRoute& variant : variants) {
       if (variant.name == target_variant) return &variant;
     }
     return nullptr;
   }
   double total = 0;
-  for (const VariantRoute& variant : route.variants) {
+  for (const VariantRoute& variant : variants) {
     if (variant.weight > 0) total += variant.weight;
   }
   if (total <= 0) return nullptr;
   double point = uniform * total;
   const VariantRoute* last = nullptr;
-  for (const VariantRoute& variant : route.variants) {
+  for (const VariantRoute& variant : variants) {
     if (variant.weight <= 0) continue;
     last = &variant;
     if (point < variant.weight) return &variant;
@@ -440,7 +458,7 @@ std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, C
   // 3. The variant.
   std::string_view wanted =
       headers.target_variant != nullptr ? std::string_view(*headers.target_variant) : std::string_view();
-  const VariantRoute* variant = PickVariant(route, wanted, ThreadUniform());
+  const VariantRoute* variant = PickFleetVariant(route, wanted, ThreadUniform(), ThreadUniform());
   if (variant == nullptr) {
     return validation(!wanted.empty() ? "Endpoint " + route.name + " does not have a production variant named " +
                                             std::string(wanted) + "."

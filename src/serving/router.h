@@ -166,6 +166,15 @@ class Router {
   // The variant for a request: `target_variant` when non-empty (null when unknown), else a
   // weighted pick with `uniform` in [0, 1) (null when every weight is 0 or there are no variants).
   static const VariantRoute* PickVariant(const EndpointRoute& route, std::string_view target_variant, double uniform);
+  // The same over one fleet's variants.
+  static const VariantRoute* PickVariant(const std::vector<VariantRoute>& variants, std::string_view target_variant,
+                                         double uniform);
+  // During a traffic shift (EndpointRoute::new_variants): the new fleet when `fleet_uniform` in
+  // [0, 1) is below new_fleet_fraction, else the old one; then PickVariant within it. A
+  // TargetVariant the picked fleet lacks is looked up in the other one. Without a shift,
+  // PickVariant(route, ...).
+  static const VariantRoute* PickFleetVariant(const EndpointRoute& route, std::string_view target_variant,
+                                              double fleet_uniform, double uniform);
   // The instance for a request (null when none): least outstanding with random ties, or
   // uniformly random; `exclude` (may be null) is skipped (the retry after a failed connect).
   static const InstanceTarget* PickInstance(const VariantRoute& variant, const InstanceTarget* exclude);

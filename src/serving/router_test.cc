@@ -58,6 +58,35 @@ TEST(PickVariantTest, WeightsNeedNotSumToOneAndZeroIsNeverPicked) {
   EXPECT_EQ(Router::PickVariant(route, "", 0.999999)->name, "B");
 }
 
+// A traffic shift (DeploymentConfig): the fleet first by new_fleet_fraction, then the variant;
+// a TargetVariant found in either fleet.
+TEST(PickVariantTest, ShiftPicksTheFleetByItsFraction) {
+  EndpointRoute route;
+  route.variants = {Variant("AllTraffic", 1, {}), Variant("OldOnly", 0, {})};
+  route.new_variants = {Variant("AllTraffic", 1, {}), Variant("NewOnly", 0, {})};
+  SeedThreadRandomForTest(7);
+  // No shift yet: the old fleet only.
+  EXPECT_EQ(Router::PickFleetVariant(route, "", 0.0, 0.5), &route.variants[0]);
+  route.new_fleet_fraction = 0.25;
+  EXPECT_EQ(Router::PickFleetVariant(route, "", 0.2499, 0.5), &route.new_variants[0]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "", 0.25, 0.5), &route.variants[0]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "AllTraffic", 0.1, 0.5), &route.new_variants[0]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "AllTraffic", 0.9, 0.5), &route.variants[0]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "NewOnly", 0.9, 0.5), &route.new_variants[1]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "OldOnly", 0.1, 0.5), &route.variants[1]);
+  EXPECT_EQ(Router::PickFleetVariant(route, "nope", 0.1, 0.5), nullptr);
+  route.new_fleet_fraction = 1.0;
+  int to_new = 0;
+  for (int i = 0; i < 1000; ++i)
+    to_new += Router::PickFleetVariant(route, "", ThreadUniform(), 0.5) == &route.new_variants[0];
+  EXPECT_EQ(to_new, 1000);
+  route.new_fleet_fraction = 0.3;
+  to_new = 0;
+  for (int i = 0; i < 10000; ++i)
+    to_new += Router::PickFleetVariant(route, "", ThreadUniform(), 0.5) == &route.new_variants[0];
+  EXPECT_NEAR(to_new / 10000.0, 0.3, 0.03);
+}
+
 TEST(PickVariantTest, TargetVariantBypassesWeights) {
   EndpointRoute route;
   route.variants = {Variant("A", 1, {}), Variant("Z", 0, {})};
