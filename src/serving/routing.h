@@ -99,6 +99,13 @@ struct EndpointRoute {
   // ShadowProductionVariants (serving-contract.md §9): never picked for a request; the router's
   // InvocationObserver sends each request a copy (serving/shadow_variants.h).
   std::vector<VariantRoute> shadow_variants;
+  // An UpdateEndpoint shifting traffic under a DeploymentConfig (serving-contract.md §9): the new
+  // deployment's variants (its instances only; `variants` are the old fleet's) and the share of
+  // requests they get, in [0, 1]. The router picks the fleet first (the new one with probability
+  // new_fleet_fraction), then the variant by weight within it; a TargetVariant is looked up in the
+  // picked fleet first, then in the other. Empty / 0 when no shift is under way.
+  std::vector<VariantRoute> new_variants;
+  double new_fleet_fraction = 0;
   // DataCaptureConfig, parsed (serving/data_capture.h); null when the endpoint captures nothing.
   std::shared_ptr<const DataCaptureSettings> data_capture;
 };
