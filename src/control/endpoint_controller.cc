@@ -17,11 +17,13 @@
 #include "base/time.h"
 #include "control/endpoint_instance.h"
 #include "control/endpoint_plan.h"
+#include "control/endpoint_rollout.h"
 #include "control/endpoint_states.h"
 #include "control/endpoint_status.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
 #include "serving/data_capture.h"
+#include "store/autoscaling_repository.h"
 
 namespace kiln::control {
 
@@ -42,8 +44,26 @@ std::string NewInstanceId() { return "i-" + RandomHex(9).substr(0, 17); }
 using store::Deployment;
 using store::EndpointStatus;
 
-// The ContainerDefinition a variant runs (PrimaryContainer, or the first of Containers; the API
-// refuses multi-container models for endpoints in this version).
+// Multi-container models (serving-contract.md §8): every ContainerDefinition of a model with more
+// than one in Containers; empty for single-container models.
+std::vector<json> ContainersOf(const json& model) {
+  std::vector<json> out;
+  if (auto it = model.find("Containers"); it != model.end() && it->is_array() && it->size() > 1) {
+    for (const json& container : *it) out.push_back(container);
+  }
+  return out;
+}
+
+// A variant model's InferenceExecutionConfig.Mode (§8): kSingle unless it has several containers.
+serving::ContainerMode ContainerModeOf(const json& model) {
+  if (ContainersOf(model).empty()) return serving::ContainerMode::kSingle;
+  auto config = model.find("InferenceExecutionConfig");
+  const bool direct = config != model.end() && config->is_object() && config->value("Mode", "") == "Direct";
+  return direct ? serving::ContainerMode::kDirect : serving::ContainerMode::kSerial;
+}
+
+// The ContainerDefinition a variant runs (PrimaryContainer, or the first of Containers; the
+// others of a multi-container model are ContainersOf's).
 json ContainerOf(const json& model) {
   if (model.contains("PrimaryContainer")) return model["PrimaryContainer"];
   if (model.contains("Containers") && model["Containers"].is_array() && !model["Containers"].empty()) {
@@ -168,7 +188,8 @@ class EndpointController::EndpointRun {
       auto isolated = model.find("EnableNetworkIsolation");
       AttachNetwork(record.name, isolated != model.end() && isolated->is_boolean() && isolated->get<bool>(), spec);
     } else {
-      port_base = controller_->ReservePorts();
+      // One block of ports per container (multi-container models, serving-contract.md §2).
+      port_base = controller_->ReservePorts(std::max<int>(1, static_cast<int>(ContainersOf(model).size())));
       if (port_base == 0) {
         KLOG(error, "no free port block for an endpoint instance", {{"endpoint", name_}});
         return nullptr;
@@ -185,6 +206,7 @@ class EndpointController::EndpointRun {
     }
     spec.generation = deployment.deployed_millis;
     spec.container = ContainerOf(model);
+    spec.containers = ContainersOf(model);
     spec.startup_timeout =
         std::chrono::seconds(config_variant->value("ContainerStartupHealthCheckTimeoutInSeconds",
                                                    static_cast<int64_t>(options().default_startup_timeout.count())));
@@ -337,7 +359,28 @@ class EndpointController::EndpointRun {
                                  .launched_millis = spec.launched_millis,
                                  .failure_reason = instance->failed() ? instance->failure_reason() : ""});
     }
+    // A guarded update whose traffic shifts: its alarms, read each pass (bakes poll them).
+    input.wall_now = controller_->WallMillis();
+    input.alarm = AlarmInAlarm(record);
     return input;
+  }
+
+  // The first AutoRollbackConfiguration alarm in ALARM (CloudWatch PutMetricAlarm's, evaluated by
+  // control/autoscaler.cc), while the rollout of the pending deployment has shifted traffic; ""
+  // otherwise (also for an alarm deleted meanwhile).
+  std::string AlarmInAlarm(const store::EndpointRecord& record) const {
+    if (!record.pending || !record.state.rollout || record.state.rollout->generation != record.pending->deployed_millis) {
+      return "";
+    }
+    if (!record.request.is_object() || !record.request.contains("DeploymentConfig")) return "";
+    auto policy = ParseDeploymentConfig(record.request["DeploymentConfig"]);
+    if (!policy.ok()) return "";
+    store::AutoscalingRepository alarms(deps().database);
+    for (const std::string& name : policy->alarms) {
+      auto alarm = alarms.Get(store::AutoscalingKind::kAlarm, "cloudwatch", "", "", name);
+      if (alarm.ok() && alarm->state.is_object() && alarm->state.value("state", "") == "ALARM") return name;
+    }
+    return "";
   }
 
   std::shared_ptr<EndpointInstance> FindInstance(const std::string& instance_id) const {
@@ -368,9 +411,12 @@ class EndpointController::EndpointRun {
         case EndpointAction::Kind::kRetryAt: Retry(action.when); break;
         case EndpointAction::Kind::kFailEndpoint: return FailEndpoint(record, action.reason);
         case EndpointAction::Kind::kRollBack: return RollBack(record, action.reason);
+        case EndpointAction::Kind::kRollbackFailed: return RollbackFailed(record, action.reason);
+        case EndpointAction::Kind::kShift: return Shift(record, action.rollout);
         case EndpointAction::Kind::kComplete: {
-          if (!action.promote_pending || !record.pending) return Complete(record, record);
           store::EndpointRecord next = record;
+          next.state.rollout.reset();  // a rollout (or its rollback) ends here
+          if (!action.promote_pending || !record.pending) return Complete(record, std::move(next));
           next.config_name = record.pending->config_name;
           next.deployment = *record.pending;
           next.pending.reset();
@@ -378,9 +424,10 @@ class EndpointController::EndpointRun {
           return Complete(record, std::move(next));
         }
         case EndpointAction::Kind::kPublish: {
-          // Route and observed state: the pending deployment serves only once it has taken over.
+          // Route and observed state: the pending deployment serves only once it has taken over
+          // (a guarded update's shift: its share).
           const Deployment& routed = record.pending ? record.deployment : target;
-          Publish(record, routed, routed.deployed_millis);
+          PublishRollout(record, routed, record.state.rollout ? &*record.state.rollout : nullptr);
           WriteObserved(record, routed);
           return false;
         }
@@ -389,7 +436,51 @@ class EndpointController::EndpointRun {
     return false;
   }
 
-  void Publish(const store::EndpointRecord& record, const Deployment& routed, int64_t generation) {
+  // Routes `routed` (its instances of `generation`). During a guarded update's shift (`shift`, a
+  // rollout of the pending deployment) the route carries the new fleet too, with its share of the
+  // traffic: the recorded fraction, or (rolling updates, `by_instances`) its share of the routable
+  // instances. `fallback` (RollingBack): instances of that generation serve while `routed` has
+  // none routable.
+  void Publish(const store::EndpointRecord& record, const Deployment& routed, int64_t generation,
+               const store::RolloutState* shift = nullptr, bool by_instances = false, int64_t fallback = 0) {
+    std::string signature;
+    std::shared_ptr<serving::EndpointRoute> route = BuildRoute(record, routed, generation, signature);
+    std::shared_ptr<serving::EndpointRoute> other;
+    double fraction = 0;
+    if (shift != nullptr && record.pending) {
+      // The new fleet's variants as they will serve (their desired weights: no pending left).
+      store::EndpointRecord promoted = record;
+      promoted.pending.reset();
+      other = BuildRoute(promoted, *record.pending, record.pending->deployed_millis, signature);
+      fraction = shift->fraction;
+      if (by_instances) {
+        size_t old_count = 0;
+        size_t new_count = 0;
+        for (const auto& v : route->variants) old_count += v.instances.size();
+        for (const auto& v : other->variants) new_count += v.instances.size();
+        fraction = new_count + old_count == 0 ? 0 : static_cast<double>(new_count) / (new_count + old_count);
+      }
+    } else if (fallback != 0) {
+      size_t old_count = 0;
+      for (const auto& v : route->variants) old_count += v.instances.size();
+      if (old_count == 0) {
+        other = BuildRoute(record, routed, fallback, signature);
+        fraction = 1;
+      }
+    }
+    if (other) {
+      route->new_variants = std::move(other->variants);
+      route->new_fleet_fraction = fraction;
+      signature += "|shift:" + std::to_string(fraction);
+    }
+    if (signature == published_signature_) return;
+    published_signature_ = signature;
+    deps().routes->Publish(std::move(route));
+  }
+
+  // One deployment's route (Publish); appends what identifies it to `signature`.
+  std::shared_ptr<serving::EndpointRoute> BuildRoute(const store::EndpointRecord& record, const Deployment& routed,
+                                                     int64_t generation, std::string& signature) {
     auto route = std::make_shared<serving::EndpointRoute>();
     route->name = record.name;
     route->arn = record.arn;
@@ -400,7 +491,7 @@ class EndpointController::EndpointRun {
       route->async = true;
       route->async_config = routed.endpoint_config["AsyncInferenceConfig"].dump();
     }
-    std::string signature = route->status + "|" + route->async_config;
+    signature += route->status + "|" + route->async_config;
     for (const std::string& variant : routed.VariantNames()) {
       serving::VariantRoute v;
       v.name = variant;
@@ -423,6 +514,13 @@ class EndpointController::EndpointRun {
       }
       // Multi-model (§7): the prefix TargetModel is relative to, and the cache setting.
       if (config_variant != nullptr) {
+        // Multi-container (§8): how the variant's containers are called.
+        v.container_mode = ContainerModeOf(routed.Model(config_variant->value("ModelName", "")));
+        if (v.container_mode != serving::ContainerMode::kSingle) {
+          route->multi_container = true;
+          if (v.container_mode == serving::ContainerMode::kDirect) route->direct = true;
+          signature += "|containers:" + std::to_string(static_cast<int>(v.container_mode));
+        }
         json container = ContainerOf(routed.Model(config_variant->value("ModelName", "")));
         if (container.value("Mode", "") == "MultiModel") {
           route->multi_model = true;
@@ -468,9 +566,7 @@ class EndpointController::EndpointRun {
       }
       signature += "|capture:" + capture.dump();
     }
-    if (signature == published_signature_) return;
-    published_signature_ = signature;
-    deps().routes->Publish(std::move(route));
+    return route;
   }
 
   // The AWS-shaped ProductionVariants summaries and the instance records, written when changed.
@@ -517,11 +613,15 @@ class EndpointController::EndpointRun {
       summary.current_instance_count = current;
       summary.desired_instance_count = DesiredCount(record, routed, variant);
       std::string model_name = config_variant ? config_variant->value("ModelName", "") : "";
-      json container = ContainerOf(routed.Model(model_name));
-      if (auto image = container.find("Image"); image != container.end() && image->is_string()) {
-        summary.deployed_images.push_back({.specified_image = image->get<std::string>(),
-                                           .resolved_image = image->get<std::string>(),
-                                           .resolution_time = static_cast<double>(generation) / 1000.0});
+      // DeployedImages: one per container (multi-container models, §8).
+      std::vector<json> containers = ContainersOf(routed.Model(model_name));
+      if (containers.empty()) containers.push_back(ContainerOf(routed.Model(model_name)));
+      for (const json& container : containers) {
+        if (auto image = container.find("Image"); image != container.end() && image->is_string()) {
+          summary.deployed_images.push_back({.specified_image = image->get<std::string>(),
+                                             .resolved_image = image->get<std::string>(),
+                                             .resolution_time = static_cast<double>(generation) / 1000.0});
+        }
       }
       summary.variant_status = VariantStatusEntries(progress);
       if (config_variant && config_variant->contains("RoutingConfig")) {
@@ -533,6 +633,7 @@ class EndpointController::EndpointRun {
       if (instance->launched() && !instance->stopped()) observed.instances.push_back(instance->Record());
     }
     if (!credential_.access_key_id.empty()) observed.credentials = CredentialToJson(credential_);
+    observed.rollout = record.state.rollout;  // Shift/RollBack/Complete write it; kept as it is
     return observed;
   }
 
@@ -542,6 +643,7 @@ class EndpointController::EndpointRun {
     state.production_variants = observed.production_variants;
     state.instances = observed.instances;
     if (!observed.credentials.is_null()) state.credentials = observed.credentials;
+    state.rollout = observed.rollout;
   }
 
   // Status changes that end an operation (→ InService): the route is published and the observed
@@ -614,10 +716,19 @@ class EndpointController::EndpointRun {
 
   // UpdateEndpoint failed: the new fleet goes, the old one keeps serving (AWS: RollingBack, then
   // InService with FailureReason).
+  // After a guarded update's traffic shifted (a rollout is recorded), the old fleet takes all
+  // the traffic back at once and the endpoint is RollingBack until the new fleet is gone (and,
+  // for a rolling update, the old one is whole again: endpoint_plan.h).
   bool RollBack(const store::EndpointRecord& record, const std::string& reason) {
     int64_t gen_target = record.pending ? record.pending->deployed_millis : 0;
+    const bool shifted = record.state.rollout && record.state.rollout->generation == gen_target;
+    if (shifted) {
+      Publish(record, record.deployment, record.deployment.deployed_millis, nullptr, false, gen_target);
+      KLOG(info, "endpoint update rolling back",
+           {{"endpoint", record.name}, {"reason", reason}, {"wall_millis", std::to_string(controller_->WallMillis())}});
+    }
     for (auto& instance : instances_) {
-      if (instance->spec().generation == gen_target) instance->RequestStop();
+      if (!shifted && instance->spec().generation == gen_target) instance->RequestStop();
     }
     store::DesiredVariants desired;
     for (const std::string& variant : record.deployment.VariantNames()) {
@@ -630,10 +741,50 @@ class EndpointController::EndpointRun {
     return Transition(record, [&](store::EndpointRecord& rec) {
       rec.pending.reset();
       rec.desired = desired;
-      SetStatus(rec, EndpointStatus::kInService);
+      SetStatus(rec, shifted ? EndpointStatus::kRollingBack : EndpointStatus::kInService);
+      if (!shifted) rec.state.rollout.reset();
       rec.failure_reason = "UpdateEndpoint rolled back to " + rec.config_name + ": " + reason;
       return Status::Ok();
     });
+  }
+
+  // RollingBack, and the fleet rolled back to cannot serve: UpdateRollbackFailed.
+  bool RollbackFailed(const store::EndpointRecord& record, const std::string& reason) {
+    return Transition(record, [&](store::EndpointRecord& rec) {
+      SetStatus(rec, EndpointStatus::kUpdateRollbackFailed);
+      rec.failure_reason = rec.failure_reason + " The rollback failed: " + reason;
+      return Status::Ok();
+    });
+  }
+
+  // A guarded update's next traffic step: routed at once, then recorded (a restarted server
+  // routes by the record).
+  bool Shift(const store::EndpointRecord& record, const store::RolloutState& rollout) {
+    PublishRollout(record, record.deployment, &rollout);
+    KLOG(info, "endpoint traffic shift",
+         {{"endpoint", record.name},
+          {"phase", std::string(store::ToString(rollout.phase))},
+          {"step", std::to_string(rollout.step)},
+          {"fraction", std::to_string(rollout.fraction)}});
+    return Transition(record, [&](store::EndpointRecord& rec) {
+      rec.state.rollout = rollout;
+      return Status::Ok();
+    });
+  }
+
+  // Publish for the deployment that serves, with a rollout's shift (rolling updates: by
+  // instance count) or a rollback's fallback.
+  void PublishRollout(const store::EndpointRecord& record, const Deployment& routed,
+                      const store::RolloutState* rollout) {
+    const bool shifting = rollout != nullptr && record.pending && rollout->generation == record.pending->deployed_millis;
+    bool rolling = false;
+    if (shifting && record.request.is_object() && record.request.contains("DeploymentConfig")) {
+      auto policy = ParseDeploymentConfig(record.request["DeploymentConfig"]);
+      rolling = policy.ok() && policy->given && policy->kind == DeploymentPolicy::Kind::kRolling;
+    }
+    const int64_t fallback =
+        record.status == EndpointStatus::kRollingBack && rollout != nullptr ? rollout->generation : 0;
+    Publish(record, routed, routed.deployed_millis, shifting ? rollout : nullptr, rolling, fallback);
   }
 
   bool ReconcileDeleting(const store::EndpointRecord& record) {
@@ -711,7 +862,7 @@ EndpointController::EndpointController(EndpointControllerOptions options, Endpoi
       .ping_client = &ping_client_,
       .wall_millis = [this] { return WallMillis(); },
       .deadline_millis = [this] { return DeadlineMillis(); },
-      .release_ports = [this](int base) { ReleasePorts(base); },
+      .release_ports = [this](int base, int count) { ReleasePorts(base, count); },
   });
 }
 
@@ -757,8 +908,18 @@ Status EndpointController::Start() {
       spec.port_base = static_cast<int>(r.port_base);
       spec.launched_millis = r.launched_millis;
       spec.dir = options_.work_dir + "/" + record.name + "/" + spec.instance_id;
-      auto status = deps_.runtime->Inspect(spec.runtime_id);
-      const bool running = status.ok() && status->state == runtime::InstanceState::kRunning;
+      // Multi-container (§8): the containers of the deployment it runs, each found by its
+      // runtime id (MultiContainerRuntimeId); the instance runs only while all of them do.
+      const Deployment& deployment =
+          record.pending && record.pending->deployed_millis == r.generation ? *record.pending : record.deployment;
+      spec.containers = ContainersOf(deployment.Model(r.model_name));
+      spec.container = ContainerOf(deployment.Model(r.model_name));
+      const size_t container_count = std::max<size_t>(1, spec.containers.size());
+      bool running = true;
+      for (size_t i = 0; i < container_count; ++i) {
+        auto status = deps_.runtime->Inspect(MultiContainerRuntimeId(spec.runtime_id, i));
+        running = running && status.ok() && status->state == runtime::InstanceState::kRunning;
+      }
       if (running && spec.port_base == 0) {
         // Namespaced: the same lease id gets the same address again (InstanceNetworks::Attach).
         if (deps_.networks == nullptr) {
@@ -774,12 +935,14 @@ Status EndpointController::Start() {
         }
       }
       if (!running || (spec.port_base == 0 && !spec.network)) {
-        if (running) {
-          // Unreachable (no address): it cannot be routed, so it goes and is replaced.
-          (void)deps_.runtime->Stop(spec.runtime_id, std::chrono::seconds(0));
-          (void)deps_.runtime->Wait(spec.runtime_id, std::chrono::seconds(5));
+        // Unreachable (no address) or with a container gone: it cannot be routed, so it goes
+        // (every container of it) and is replaced.
+        for (size_t i = 0; i < container_count; ++i) {
+          const std::string id = MultiContainerRuntimeId(spec.runtime_id, i);
+          (void)deps_.runtime->Stop(id, std::chrono::seconds(0));
+          (void)deps_.runtime->Wait(id, std::chrono::seconds(5));
+          (void)deps_.runtime->Remove(id);
         }
-        (void)deps_.runtime->Remove(spec.runtime_id);
         (void)RemoveAll(spec.dir);
         if (spec.port_base == 0 && deps_.networks != nullptr) {
           (void)deps_.networks->Detach(EndpointNetworkName(record.name), spec.runtime_id);
@@ -797,8 +960,8 @@ Status EndpointController::Start() {
           KLOG(warn, "unreadable endpoint instance allocation", {{"endpoint", record.name}, {"error", e.what()}});
         }
       }
-      if (spec.port_base != 0) MarkPortsUsed(spec.port_base);
-      adopted_ids.insert(spec.runtime_id);
+      if (spec.port_base != 0) MarkPortsUsed(spec.port_base, static_cast<int>(container_count));
+      for (size_t i = 0; i < container_count; ++i) adopted_ids.insert(MultiContainerRuntimeId(spec.runtime_id, i));
       std::weak_ptr<EndpointRun> weak = run;
       run->Adopt(std::make_shared<EndpointInstance>(*instance_env_, std::move(spec), true, allocation, [weak] {
         if (auto r = weak.lock()) r->Notify();
@@ -883,26 +1046,29 @@ void EndpointController::OnRunFinished(const std::string& name) {
   runs_.erase(it);
 }
 
-int EndpointController::ReservePorts() {
+int EndpointController::ReservePorts(int blocks) {
   MutexLock lock(mutex_);
-  for (int base = options_.port_range_begin; base + kInstancePortBlock <= options_.port_range_end;
-       base += kInstancePortBlock) {
-    if (used_port_blocks_.count(base)) continue;
-    if (!PortFree(base)) continue;
-    used_port_blocks_.insert(base);
+  const int span = kInstancePortBlock * std::max(1, blocks);
+  for (int base = options_.port_range_begin; base + span <= options_.port_range_end; base += kInstancePortBlock) {
+    bool free = true;
+    for (int b = base; b < base + span && free; b += kInstancePortBlock) {
+      free = !used_port_blocks_.count(b) && PortFree(b);
+    }
+    if (!free) continue;
+    for (int b = base; b < base + span; b += kInstancePortBlock) used_port_blocks_.insert(b);
     return base;
   }
   return 0;
 }
 
-void EndpointController::MarkPortsUsed(int base) {
+void EndpointController::MarkPortsUsed(int base, int blocks) {
   MutexLock lock(mutex_);
-  used_port_blocks_.insert(base);
+  for (int i = 0; i < std::max(1, blocks); ++i) used_port_blocks_.insert(base + i * kInstancePortBlock);
 }
 
-void EndpointController::ReleasePorts(int base) {
+void EndpointController::ReleasePorts(int base, int blocks) {
   MutexLock lock(mutex_);
-  used_port_blocks_.erase(base);
+  for (int i = 0; i < std::max(1, blocks); ++i) used_port_blocks_.erase(base + i * kInstancePortBlock);
 }
 
 }  // namespace kiln::control

@@ -174,10 +174,11 @@ class EndpointController final : public EndpointNotifier {
 
   void StartRun(const std::string& name) EXCLUDES(mutex_);
   void OnRunFinished(const std::string& name) EXCLUDES(mutex_);
-  // A free block of 100 ports; 0 when none. Released with ReleasePorts.
-  int ReservePorts() EXCLUDES(mutex_);
-  void MarkPortsUsed(int base) EXCLUDES(mutex_);
-  void ReleasePorts(int base) EXCLUDES(mutex_);
+  // `blocks` free consecutive blocks of 100 ports (one per container of a multi-container
+  // model); the first port, or 0 when none. Released with ReleasePorts.
+  int ReservePorts(int blocks = 1) EXCLUDES(mutex_);
+  void MarkPortsUsed(int base, int blocks = 1) EXCLUDES(mutex_);
+  void ReleasePorts(int base, int blocks = 1) EXCLUDES(mutex_);
   // deps_.clock's wall time, and the milliseconds that deadlines are measured in (see deps).
   int64_t WallMillis() const;
   int64_t DeadlineMillis() const;

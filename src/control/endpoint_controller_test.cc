@@ -885,5 +885,63 @@ TEST_F(EndpointControllerTest, InHostModeEachInstanceHasItsOwnPortOnTheNodesLoop
   }
 }
 
+// Multi-container models (serving-contract.md §2, §8), host mode: every container on every
+// instance, each its own runtime instance (<id>, <id>-c2), port block, /opt/ml and log stream;
+// the route carries the containers and the mode; a restarted controller adopts all of them, and
+// one container exiting fails (and replaces) the whole instance.
+TEST_F(EndpointControllerTest, EveryContainerOfAMultiContainerModelRunsOnTheInstance) {
+  StartController();
+  json model = {{"PrimaryContainer", nullptr},
+                {"InferenceExecutionConfig", {{"Mode", "Direct"}}},
+                {"Containers", json::array({json{{"Image", "local:/bin/true"}, {"ContainerHostname", "pre"}},
+                                            json{{"Image", "local:/bin/true"}, {"ContainerHostname", "model"}}})}};
+  Create("ep", "local:/bin/true", 1, json::object(), model);
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1; }));
+  ASSERT_EQ(runtime_->launches().size(), 2u);
+  const std::string first = runtime_->launches()[0];
+  EXPECT_EQ(runtime_->launches()[1], first + "-c2");
+  auto spec1 = runtime_->spec(first);
+  auto spec2 = runtime_->spec(first + "-c2");
+  ASSERT_TRUE(spec1 && spec2);
+  const int port1 = std::stoi(spec1->env.at("SAGEMAKER_BIND_TO_PORT"));
+  EXPECT_EQ(std::stoi(spec2->env.at("SAGEMAKER_BIND_TO_PORT")), port1 + 100);
+  EXPECT_EQ(spec2->env.at("SAGEMAKER_SAFE_PORT_RANGE"),
+            std::to_string(port1 + 101) + "-" + std::to_string(port1 + 199));
+  EXPECT_EQ(spec1->hostname, "pre");
+  EXPECT_EQ(spec2->hostname, "model");
+  EXPECT_NE(spec1->opt_ml_dir, spec2->opt_ml_dir);
+  auto route = routes_->Find("ep");
+  ASSERT_TRUE(route);
+  EXPECT_TRUE(route->direct);
+  EXPECT_TRUE(route->multi_container);
+  ASSERT_EQ(route->variants.size(), 1u);
+  EXPECT_EQ(route->variants[0].container_mode, serving::ContainerMode::kDirect);
+  auto targets = Targets("ep");
+  ASSERT_EQ(targets.size(), 1u);
+  ASSERT_EQ(targets[0]->containers.size(), 2u);
+  EXPECT_EQ(targets[0]->containers[0].hostname, "pre");
+  EXPECT_EQ(targets[0]->containers[1].hostname, "model");
+  EXPECT_EQ(targets[0]->containers[1].port, port1 + 100);
+  EXPECT_EQ(targets[0]->containers[1].log_stream, "main/" + targets[0]->instance_id + "/model");
+  const std::string instance_id = targets[0]->instance_id;
+  targets.clear();
+  route.reset();
+
+  // Adopted after a restart: both containers found again, nothing relaunched.
+  controller_.reset();
+  RestartController();
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1; }));
+  EXPECT_EQ(Routed("ep")[0], instance_id);
+  EXPECT_EQ(runtime_->launches().size(), 2u);
+  ASSERT_EQ(Targets("ep").at(0)->containers.size(), 2u);
+
+  // The second container dies: the instance fails and is replaced with both containers.
+  ASSERT_TRUE(runtime_->Lose(first + "-c2", "gone").ok());
+  ASSERT_TRUE(AdvanceUntil([&] { return runtime_->launches().size() >= 4; }));
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1 && Routed("ep")[0] != instance_id; }));
+  EXPECT_FALSE(runtime_->running(first));
+}
+
 }  // namespace
 }  // namespace kiln::control

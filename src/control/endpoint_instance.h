@@ -30,6 +30,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,14 +59,28 @@ inline constexpr int kNamespacedServingPort = 8080;
 // The InstanceNetworks name of an endpoint's network (DESIGN.md §6): "endpoint-<EndpointName>".
 inline std::string EndpointNetworkName(const std::string& endpoint_name) { return "endpoint-" + endpoint_name; }
 
+// Multi-container instances (serving-contract.md §2, §8): container `index` (0-based) runs as
+// runtime instance `<runtime_id>` (the first) or `<runtime_id>-c<index + 1>`, so a restarted
+// server finds every container of an adopted instance from the instance's runtime id.
+inline std::string MultiContainerRuntimeId(const std::string& runtime_id, size_t index) {
+  return index == 0 ? runtime_id : runtime_id + "-c" + std::to_string(index + 1);
+}
+// Container `index`'s SAGEMAKER_BIND_TO_PORT: the first port of its own block of
+// kInstancePortBlock ports, from `first` (the instance's port base in host mode, where the
+// instance holds one block per container; 8080 in its namespace).
+inline int MultiContainerPort(int first, size_t index) { return first + static_cast<int>(index) * 100; }
+// The name of container `index` in logs, metrics and TargetContainerHostname: its
+// ContainerHostname, else "container-<index + 1>" (AWS's names for an unnamed pipeline's).
+std::string ContainerHostnameOf(const nlohmann::json& container, size_t index);
+
 // What an instance uses of its controller. Pointers outlive every instance.
 struct EndpointInstanceEnv {
   const EndpointControllerOptions* options = nullptr;
   const EndpointControllerDeps* deps = nullptr;
   net::HttpClient* ping_client = nullptr;
-  std::function<int64_t()> wall_millis;      // stamps (deps->clock or the system clock)
-  std::function<int64_t()> deadline_millis;  // capacity-wait deadlines (see EndpointControllerDeps::clock)
-  std::function<void(int)> release_ports;    // hands the port block back when stopped
+  std::function<int64_t()> wall_millis;         // stamps (deps->clock or the system clock)
+  std::function<int64_t()> deadline_millis;     // capacity-wait deadlines (see EndpointControllerDeps::clock)
+  std::function<void(int, int)> release_ports;  // hands the port blocks (base, count) back when stopped
 };
 
 class EndpointInstance {
@@ -81,6 +97,12 @@ class EndpointInstance {
     bool serverless = false;
     int64_t generation = 0;
     nlohmann::json container;
+    // Multi-container models (serving-contract.md §8): every ContainerDefinition in the model's
+    // order (`container` is then the first). Each runs on this instance under its own runtime id
+    // (MultiContainerRuntimeId), port block (MultiContainerPort), /opt/ml (<dir>/c<n>/opt_ml for
+    // the second on) and log stream, sharing the first's network namespace in namespaced mode.
+    // Empty: the one `container`.
+    std::vector<nlohmann::json> containers;
     std::chrono::seconds startup_timeout{240};
     std::chrono::seconds download_timeout{3600};
     std::chrono::seconds provision_timeout{3600};  // VariantInstanceProvisionTimeoutInSeconds
@@ -206,12 +228,36 @@ class EndpointInstance {
 
   void StartLogPump();
 
-  bool Ping();
+  // One container of the instance (one for single-container models).
+  struct ContainerRun {
+    std::string hostname;    // ContainerHostnameOf, "primary" for a single-container model
+    std::string runtime_id;  // MultiContainerRuntimeId
+    int port = 0;            // SAGEMAKER_BIND_TO_PORT (host mode: on the node; namespaced: in the instance's)
+    std::string opt_ml;      // host directory bound at its /opt/ml
+    std::string offset_path;
+    std::string log_stream;
+    nlohmann::json definition;  // its ContainerDefinition
+    std::unique_ptr<LogPump> log_pump;
+    std::string last_ping_error = "no answer";
+  };
 
-  // Exit status if the program is no longer running.
-  std::optional<runtime::InstanceStatus> Exited();
+  // "The primary container" / "The container <hostname>" of the variant, for failure reasons.
+  std::string ContainerPhrase(const ContainerRun& c) const;
 
-  std::string LastOutputLine() const;
+  // Downloads a container's model data into <opt_ml>/model within ModelDataDownloadTimeout.
+  // False when the instance failed or was stopped meanwhile.
+  bool DownloadModelData(const ContainerRun& c);
+
+  // Launches container `index` (its image resolved as `image`). False when it failed (the
+  // instance failed) or the instance was stopped.
+  bool LaunchContainer(size_t index, const runtime::ImageResolution& image);
+
+  bool Ping(ContainerRun& c);
+
+  // Exit status of the first container that is no longer running, and which.
+  std::optional<std::pair<size_t, runtime::InstanceStatus>> Exited();
+
+  std::string LastOutputLine(const ContainerRun& c) const;
 
   // Pings until the container answers 200 or the startup budget ends. True when healthy.
   bool HealthGate();
@@ -236,9 +282,9 @@ class EndpointInstance {
   bool reserved_;
   std::function<void()> on_change_;
   std::shared_ptr<serving::InstanceTarget> target_;
-  std::unique_ptr<LogPump> log_pump_;
+  std::vector<ContainerRun> containers_;  // fixed at construction
+  size_t launched_containers_ = 0;        // how many of containers_ run (all when adopted); run thread
   std::string shared_note_;
-  std::string last_ping_error_ = "no answer";
   agent::CancelFlag cancel_;
   std::thread thread_;
 

@@ -1,11 +1,23 @@
 #include "control/serving_launch.h"
 
+#include <algorithm>
+
 #include "base/strings.h"
 #include "control/training_launch.h"
 
 namespace kiln::control {
 
 using json = nlohmann::json;
+
+std::vector<int> MultiContainerCpus(const std::vector<int>& cpus, size_t index, size_t count) {
+  if (count <= 1 || cpus.size() < count || index >= count) return cpus;
+  const size_t per = cpus.size() / count;
+  const size_t extra = cpus.size() % count;
+  const size_t begin = index * per + std::min(index, extra);
+  const size_t length = per + (index < extra ? 1 : 0);
+  return std::vector<int>(cpus.begin() + static_cast<std::ptrdiff_t>(begin),
+                          cpus.begin() + static_cast<std::ptrdiff_t>(begin + length));
+}
 
 ServingLaunchPlan PlanServingLaunch(const json& container, const runtime::ImageResolution& image,
                                     const ServingLaunchContext& context) {

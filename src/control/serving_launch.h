@@ -53,6 +53,11 @@ struct ServingLaunchPlan {
   std::optional<runtime::ContainerImage> container;
 };
 
+// The CPUs container `index` of `count` on one instance gets (serving-contract.md §2 Resources:
+// equal shares): a contiguous slice of `cpus`, the first `cpus.size() % count` slices one longer;
+// all of `cpus` when there are fewer CPUs than containers (they then share them) or one container.
+std::vector<int> MultiContainerCpus(const std::vector<int>& cpus, size_t index, size_t count);
+
 // `container` is the model's ContainerDefinition (Image, Environment, ...); `image` its resolution.
 ServingLaunchPlan PlanServingLaunch(const nlohmann::json& container, const runtime::ImageResolution& image,
                                     const ServingLaunchContext& context);

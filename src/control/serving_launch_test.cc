@@ -141,5 +141,30 @@ TEST(ServingLaunchTest, AVirtualenvInterpreterInstallsItsOwnRequirementsAndTmpPa
   EXPECT_THAT(bound, ::testing::UnorderedElementsAre("/tmp/venv", "/tmp/build", "/tmp/src"));
 }
 
+// serving-contract.md §2 Resources: equal CPU shares for the containers of one instance.
+TEST(ServingLaunchTest, MultiContainerCpusAreEqualSlices) {
+  const std::vector<int> cpus = {4, 5, 6, 7, 8};
+  EXPECT_EQ(MultiContainerCpus(cpus, 0, 1), cpus);
+  EXPECT_EQ(MultiContainerCpus(cpus, 0, 2), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(MultiContainerCpus(cpus, 1, 2), (std::vector<int>{7, 8}));
+  EXPECT_EQ(MultiContainerCpus(cpus, 2, 5), (std::vector<int>{6}));
+  // Fewer CPUs than containers: they share them all.
+  EXPECT_EQ(MultiContainerCpus({0, 1}, 2, 3), (std::vector<int>{0, 1}));
+  EXPECT_EQ(MultiContainerCpus({}, 0, 2), std::vector<int>{});
+}
+
+// Every container of a multi-container model gets its own bind port and safe range.
+TEST(ServingLaunchTest, EachContainerItsOwnBindPortAndSafeRange) {
+  ServingLaunchContext context = Context();
+  context.port = 8180;
+  context.port_block = 100;
+  runtime::ImageResolution local;
+  local.kind = Kind::kLocalExecutable;
+  local.executable = "/opt/x/serve";
+  ServingLaunchPlan plan = PlanServingLaunch(nlohmann::json{{"Image", "local:/opt/x/serve"}}, local, context);
+  EXPECT_EQ(plan.env["SAGEMAKER_BIND_TO_PORT"], "8180");
+  EXPECT_EQ(plan.env["SAGEMAKER_SAFE_PORT_RANGE"], "8181-8279");
+}
+
 }  // namespace
 }  // namespace kiln::control

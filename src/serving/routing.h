@@ -31,6 +31,22 @@ namespace kiln::serving {
 
 struct DataCaptureSettings;  // serving/data_capture.h
 
+// One container of a multi-container instance (serving-contract.md §8): all of an instance's
+// containers share its network, each on its own port.
+struct ContainerTarget {
+  std::string hostname;    // ContainerHostname, or "container-<n>" for an unnamed pipeline container
+  std::string host;        // the instance's address
+  uint16_t port = 0;       // its SAGEMAKER_BIND_TO_PORT
+  std::string log_stream;  // "<VariantName>/<instance-id>/<hostname>"
+};
+
+// How a variant's model calls its containers (serving-contract.md §8).
+enum class ContainerMode {
+  kSingle,  // one container at InstanceTarget::host:port
+  kSerial,  // an inference pipeline: every container in order, each answer the next request
+  kDirect,  // X-Amzn-SageMaker-Target-Container-Hostname names the one container called
+};
+
 // One serving instance (a container listening on host:port).
 struct InstanceTarget {
   std::string instance_id;  // Kiln's id, "i-0a1b2c3d4e5f60718"; stable for the instance's life
@@ -52,6 +68,9 @@ struct InstanceTarget {
   // /opt/ml/models, and its vCPUs (requests in flight at or above them saturate it, §7.3).
   std::string models_dir;
   int vcpus = 1;
+  // Multi-container models: every container, in the model's order (host:port above is the
+  // first's). Empty for single-container models.
+  std::vector<ContainerTarget> containers;
 };
 
 enum class RoutingStrategy {
@@ -70,6 +89,8 @@ struct VariantRoute {
   // is relative to ("" for a single-model variant), and MultiModelConfig.ModelCacheSetting.
   std::string model_data_url;
   bool model_cache_enabled = true;
+  // Multi-container models (§8): Serial or Direct; kSingle otherwise.
+  ContainerMode container_mode = ContainerMode::kSingle;
 };
 
 struct EndpointRoute {
@@ -90,6 +111,12 @@ struct EndpointRoute {
   // Mode MultiModel: X-Amzn-SageMaker-Target-Model is accepted (and required by the container);
   // on any other endpoint the router refuses it with ValidationError.
   bool multi_model = false;
+  // Some variant's model is multi-container with Mode Direct: X-Amzn-SageMaker-Target-Container-
+  // Hostname is accepted (on any other endpoint the router refuses it with ValidationError).
+  bool direct = false;
+  // Some variant's model has several containers (Serial or Direct): the front door serves the
+  // endpoint's invocations on worker threads (Router::Invoke), FrontDoor::Claims.
+  bool multi_container = false;
   // Serverless (serving-contract.md §12; its one variant has a ServerlessConfig): MaxConcurrency,
   // the most requests in flight to the endpoint (0: not serverless), and ProvisionedConcurrency,
   // the instances kept warm (0 when unset). The router admits requests through its
