@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 
+#include "api/deployment_config.h"
 #include "api/endpoints.h"
 #include "api/inference_common.h"
 #include "api/paging.h"
@@ -226,6 +227,10 @@ JsonOutcome CreateEndpoint(Operations& ops, const json& in) {
   const int64_t now = NowMillis(ops.ctx);
   auto built = BuildDeployment(ops.ctx, ops.configs, ops.models, in["EndpointConfigName"].get<std::string>(), now);
   if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
+  // Kept for later updates (RetainDeploymentConfig); checked now as AWS does.
+  if (Has(in, "DeploymentConfig")) {
+    if (auto error = CheckDeploymentConfig(in["DeploymentConfig"], ops.ctx.database)) return *error;
+  }
   store::EndpointRecord record = NewEndpointRecord(ops, in, std::move(std::get<BuiltDeployment>(built)), now);
   Status inserted = ops.endpoints.Insert(record);
   if (inserted.IsAlreadyExists()) {
@@ -329,6 +334,20 @@ JsonOutcome UpdateEndpoint(Operations& ops, const json& in) {
   if (auto* error = std::get_if<aws::AwsError>(&built)) return *error;
   BuiltDeployment& deployment = std::get<BuiltDeployment>(built);
   const Retention retention = RetentionOf(in);
+  // The DeploymentConfig this update runs with (given, or retained from the last one): its rules,
+  // its alarms, and its sizes against the new deployment (serving-contract.md §9).
+  const bool retain_config = Has(in, "RetainDeploymentConfig") && in["RetainDeploymentConfig"].get<bool>();
+  const json* config = Has(in, "DeploymentConfig") ? &in["DeploymentConfig"]
+                       : retain_config && Has(current->request, "DeploymentConfig")
+                           ? &current->request["DeploymentConfig"]
+                           : nullptr;
+  if (config != nullptr) {
+    if (auto error = CheckDeploymentConfigForUpdate(*config, current->deployment, deployment.document,
+                                                    DesiredAfterUpdate(retention, deployment.desired, current->desired),
+                                                    ops.ctx.database)) {
+      return *error;
+    }
+  }
   std::optional<aws::AwsError> refused;
   auto updated = ops.endpoints.Mutate(name, [&](store::EndpointRecord& r) {
     // Checked again inside the transaction: the controller or another request may have moved it.

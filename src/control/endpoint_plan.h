@@ -17,6 +17,15 @@
 //   - when every variant has its desired healthy instances and none is surplus: Complete
 //     (InService; an update's pending deployment becomes the deployment, moving all traffic in
 //     one snapshot);
+//   - an update under a DeploymentConfig (control/endpoint_rollout.h): DecideRollout's move —
+//     Shift (record the next traffic step or the termination wait and route by it), a bake's
+//     hold (Publish and look again), Complete, or RollBack (an alarm in ALARM, the
+//     MaximumExecutionTimeout); a rolling update's batches set the new variant's desired count
+//     and how many old instances stay (the surplus stopped, not-yet-healthy and newest first);
+//   - RollingBack (an update rolled back after traffic had shifted): the rolled-back fleet stays
+//     until the current deployment has its desired healthy instances (it serves only while the
+//     old fleet has none routable), then goes; InService (Complete) once no other instance is
+//     left; a failure of the current deployment's instance meanwhile: kRollbackFailed;
 //   - otherwise Publish: route and record the observed state of the deployment that serves
 //     (the current one while an update's new fleet comes up).
 //
@@ -59,20 +68,28 @@ struct PlanInput {
   std::map<std::string, ReplacementBackoff> backoff;  // by variant
   int64_t now = 0;                                    // deadline milliseconds
   std::chrono::milliseconds replacement_backoff{1000};
+  // Guarded updates (control/endpoint_rollout.h): the wall clock (bakes and the execution timeout
+  // are recorded in it), a watched AutoRollbackConfiguration alarm now in ALARM ("" when none),
+  // and how often a bake looks at the alarms again.
+  int64_t wall_now = 0;
+  std::string alarm{};
+  int64_t alarm_poll_millis = 500;
 };
 
 struct EndpointAction {
   enum class Kind {
-    kHandleFailure,  // instance_id: its failure is acted on
-    kSetBackoff,     // variant, backoff
-    kClearBackoff,   // variant: its desired instances are healthy again
-    kStopInstance,   // instance_id: drain and stop it
-    kLaunch,         // variant, count: launch that many of the target deployment
-    kRetryAt,        // when: reconcile again then (a backoff's end)
-    kFailEndpoint,   // reason: a Creating endpoint fails (terminal for this pass)
-    kRollBack,       // reason: an update fails, the old fleet stays (terminal)
-    kComplete,       // promote_pending: InService now (terminal)
-    kPublish,        // route and record the serving deployment (terminal)
+    kHandleFailure,   // instance_id: its failure is acted on
+    kSetBackoff,      // variant, backoff
+    kClearBackoff,    // variant: its desired instances are healthy again
+    kStopInstance,    // instance_id: drain and stop it
+    kLaunch,          // variant, count: launch that many of the target deployment
+    kRetryAt,         // when: reconcile again then (a backoff's end)
+    kFailEndpoint,    // reason: a Creating endpoint fails (terminal for this pass)
+    kRollBack,        // reason: an update fails, the old fleet stays (terminal)
+    kComplete,        // promote_pending: InService now (terminal)
+    kPublish,         // route and record the serving deployment (terminal)
+    kShift,           // rollout: record it and route by it (terminal)
+    kRollbackFailed,  // reason: RollingBack ends UpdateRollbackFailed (terminal)
   };
   Kind kind;
   std::string instance_id;
@@ -82,13 +99,14 @@ struct EndpointAction {
   ReplacementBackoff backoff;
   std::string reason;
   bool promote_pending = false;
+  store::RolloutState rollout{};  // kShift
   bool operator==(const EndpointAction&) const = default;
 };
 
 std::string_view ToString(EndpointAction::Kind kind);
 
 // The actions of one reconcile pass; the last is always terminal (kFailEndpoint, kRollBack,
-// kComplete or kPublish). Precondition: record->status is neither Deleting nor Failed.
+// kComplete, kPublish, kShift or kRollbackFailed). Precondition: record->status is neither Deleting nor Failed.
 std::vector<EndpointAction> PlanEndpoint(const PlanInput& input);
 
 // The instance count a variant should have: the desired count when set, else the deployment's

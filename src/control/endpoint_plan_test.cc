@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "control/endpoint_rollout.h"
+
 namespace kiln::control {
 namespace {
 
@@ -74,6 +76,12 @@ std::string Text(const std::vector<EndpointAction>& actions) {
       case Kind::kRollBack: out += "(" + a.reason + ")"; break;
       case Kind::kComplete: out += a.promote_pending ? "(promote)" : "()"; break;
       case Kind::kPublish: break;
+      case Kind::kShift:
+        out += "(" + std::string(store::ToString(a.rollout.phase)) + "," + std::to_string(a.rollout.step) + "," +
+               std::to_string(static_cast<int>(a.rollout.fraction * 100)) + "%,@" +
+               std::to_string(a.rollout.until_millis) + ")";
+        break;
+      case Kind::kRollbackFailed: out += "(" + a.reason + ")"; break;
     }
   }
   return out;
@@ -247,6 +255,112 @@ TEST(EndpointPlanTest, Table) {
     input.backoff = c.backoff;
     input.now = kNow;
     input.replacement_backoff = std::chrono::milliseconds(1000);
+    EXPECT_EQ(Text(PlanEndpoint(input)), c.plan) << c.name;
+  }
+}
+
+// Guarded updates (DeploymentConfig): the plan asks DecideRollout once the new fleet is up, and
+// acts on its move; rolling updates size the batches; RollingBack ends when the old fleet is back.
+TEST(EndpointPlanTest, GuardedUpdates) {
+  constexpr int64_t kWall = 5'000'000;  // wall clock (the pending generation kGen2 is its start)
+  auto guarded = [](const char* config, int count = 1) {
+    store::EndpointRecord r = Record(EndpointStatus::kUpdating, count, /*pending=*/true);
+    r.request["DeploymentConfig"] = json::parse(config);
+    return r;
+  };
+  const char* canary = R"({"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "CANARY",
+      "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 25}, "WaitIntervalInSeconds": 4}},
+      "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "errors"}]}})";
+  const char* rolling = R"({"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1},
+      "WaitIntervalInSeconds": 1}})";
+  struct GuardedCase {
+    const char* name;
+    store::EndpointRecord record;
+    std::vector<ObservedInstance> instances;
+    std::string alarm;
+    std::string plan;
+  };
+  store::EndpointRecord baking = guarded(canary);
+  baking.state.rollout = store::RolloutState{.generation = kGen2,
+                                             .phase = store::RolloutState::Phase::kBaking,
+                                             .step = 1,
+                                             .fraction = 0.25,
+                                             .until_millis = kWall + 3000,
+                                             .started_millis = kWall - 1000};
+  store::EndpointRecord rolling_baking = guarded(rolling, 2);
+  rolling_baking.state.rollout = store::RolloutState{.generation = kGen2,
+                                                     .phase = store::RolloutState::Phase::kBaking,
+                                                     .step = 1,
+                                                     .fraction = 0.5,
+                                                     .until_millis = kWall + 1000,
+                                                     .started_millis = kWall};
+  store::EndpointRecord rolled_back = Record(EndpointStatus::kRollingBack, 2);
+  rolled_back.state.rollout = rolling_baking.state.rollout;
+  const std::vector<GuardedCase> cases = {
+      {"canary: the new fleet comes up first",
+       guarded(canary),
+       {Healthy("old"), Starting("new", kGen2)},
+       "",
+       "Publish"},
+      {"canary: ready, the canary's share, alarms polled",
+       guarded(canary),
+       {Healthy("old"), Healthy("new", kGen2)},
+       "",
+       "RetryAt(@50500) Shift(Baking,1,25%,@5004000)"},
+      {"canary: baking holds and polls",
+       baking,
+       {Healthy("old"), Healthy("new", kGen2)},
+       "",
+       "RetryAt(@50500) Publish"},
+      {"canary: an alarm rolls back",
+       baking,
+       {Healthy("old"), Healthy("new", kGen2)},
+       "errors",
+       "RollBack(" + AlarmRollbackReason("errors") + ")"},
+      {"rolling: batch 1 beside both old instances",
+       guarded(rolling, 2),
+       {Healthy("o1"), Healthy("o2")},
+       "",
+       "Launch(mainx1) Publish"},
+      {"rolling: batch 1 healthy: bake, one old goes",
+       guarded(rolling, 2),
+       {Healthy("o1", kGen1, 1), Healthy("o2", kGen1, 2), Healthy("n1", kGen2)},
+       "",
+       "RetryAt(@51000) Shift(Baking,1,50%,@5001000)"},
+      {"rolling: batch 1 baking: one old goes (newest first)",
+       rolling_baking,
+       {Healthy("o1", kGen1, 1), Healthy("o2", kGen1, 2), Healthy("n1", kGen2)},
+       "",
+       "StopInstance(o2) RetryAt(@51000) Publish"},
+      {"rolling: baking keeps one old",
+       rolling_baking,
+       {Healthy("o1"), Healthy("n1", kGen2)},
+       "",
+       "RetryAt(@51000) Publish"},
+      {"RollingBack keeps the new fleet until the old is back",
+       rolled_back,
+       {Healthy("o1"), Healthy("n1", kGen2)},
+       "",
+       "Launch(mainx1) Publish"},
+      {"RollingBack: the old fleet back, the new goes",
+       rolled_back,
+       {Healthy("o1"), Healthy("o2"), Healthy("n1", kGen2)},
+       "",
+       "StopInstance(n1) Publish"},
+      {"RollingBack: nothing else left: InService", rolled_back, {Healthy("o1"), Healthy("o2")}, "", "Complete()"},
+      {"RollingBack: the old fleet fails",
+       rolled_back,
+       {Healthy("o1"), Failed("o2", kGen1, "no ping"), Healthy("n1", kGen2)},
+       "",
+       "HandleFailure(o2) SetBackoff(main,1000ms,@51000) StopInstance(o2) RollbackFailed(no ping)"},
+  };
+  for (const GuardedCase& c : cases) {
+    PlanInput input;
+    input.record = &c.record;
+    input.instances = c.instances;
+    input.now = kNow;
+    input.wall_now = kWall;
+    input.alarm = c.alarm;
     EXPECT_EQ(Text(PlanEndpoint(input)), c.plan) << c.name;
   }
 }

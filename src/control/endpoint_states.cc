@@ -22,6 +22,11 @@ constexpr StatusEdge kStatusEdges[] = {
     {EndpointStatus::kInService, EndpointStatus::kUpdating},        // the API: an update starts
     {EndpointStatus::kUpdating, EndpointStatus::kInService},        // done, or rolled back
     {EndpointStatus::kSystemUpdating, EndpointStatus::kInService},  // done
+    // A guarded update (DeploymentConfig) rolled back after traffic had shifted: the old fleet
+    // takes it all back, then InService, or UpdateRollbackFailed when the old fleet cannot serve.
+    {EndpointStatus::kUpdating, EndpointStatus::kRollingBack},
+    {EndpointStatus::kRollingBack, EndpointStatus::kInService},
+    {EndpointStatus::kRollingBack, EndpointStatus::kUpdateRollbackFailed},
     // DeleteEndpoint, from any status but Deleting.
     {EndpointStatus::kOutOfService, EndpointStatus::kDeleting},
     {EndpointStatus::kCreating, EndpointStatus::kDeleting},

@@ -21,19 +21,14 @@ constexpr InstancePhase kAllPhases[] = {
 // Every (from, to) pair of statuses: exactly these changes (besides staying) are legal.
 TEST(EndpointStatesTest, StatusTable) {
   const std::set<std::pair<std::string_view, std::string_view>> legal = {
-      {"Creating", "InService"},
-      {"Creating", "Failed"},
-      {"InService", "Updating"},
-      {"Updating", "InService"},
-      {"SystemUpdating", "InService"},
-      {"OutOfService", "Deleting"},
-      {"Creating", "Deleting"},
-      {"Updating", "Deleting"},
-      {"SystemUpdating", "Deleting"},
-      {"RollingBack", "Deleting"},
-      {"InService", "Deleting"},
-      {"Failed", "Deleting"},
-      {"UpdateRollbackFailed", "Deleting"},
+      {"Creating", "InService"},       {"Creating", "Failed"},
+      {"InService", "Updating"},       {"Updating", "InService"},
+      {"SystemUpdating", "InService"}, {"Updating", "RollingBack"},
+      {"RollingBack", "InService"},    {"RollingBack", "UpdateRollbackFailed"},
+      {"OutOfService", "Deleting"},    {"Creating", "Deleting"},
+      {"Updating", "Deleting"},        {"SystemUpdating", "Deleting"},
+      {"RollingBack", "Deleting"},     {"InService", "Deleting"},
+      {"Failed", "Deleting"},          {"UpdateRollbackFailed", "Deleting"},
   };
   for (EndpointStatus from : kAllStatuses) {
     for (EndpointStatus to : kAllStatuses) {
