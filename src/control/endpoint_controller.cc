@@ -369,7 +369,8 @@ class EndpointController::EndpointRun {
   // control/autoscaler.cc), while the rollout of the pending deployment has shifted traffic; ""
   // otherwise (also for an alarm deleted meanwhile).
   std::string AlarmInAlarm(const store::EndpointRecord& record) const {
-    if (!record.pending || !record.state.rollout || record.state.rollout->generation != record.pending->deployed_millis) {
+    if (!record.pending || !record.state.rollout ||
+        record.state.rollout->generation != record.pending->deployed_millis) {
       return "";
     }
     if (!record.request.is_object() || !record.request.contains("DeploymentConfig")) return "";
@@ -776,7 +777,8 @@ class EndpointController::EndpointRun {
   // instance count) or a rollback's fallback.
   void PublishRollout(const store::EndpointRecord& record, const Deployment& routed,
                       const store::RolloutState* rollout) {
-    const bool shifting = rollout != nullptr && record.pending && rollout->generation == record.pending->deployed_millis;
+    const bool shifting =
+        rollout != nullptr && record.pending && rollout->generation == record.pending->deployed_millis;
     bool rolling = false;
     if (shifting && record.request.is_object() && record.request.contains("DeploymentConfig")) {
       auto policy = ParseDeploymentConfig(record.request["DeploymentConfig"]);
