@@ -178,10 +178,26 @@ void InvocationMetrics::Run() {
 }
 
 void InvocationMetrics::Record(std::string_view endpoint, std::string_view variant, const InvocationSample& sample) {
+  RecordKey(endpoint, variant, {}, false, sample);
+}
+
+void InvocationMetrics::RecordContainer(std::string_view endpoint, std::string_view variant, std::string_view container,
+                                        bool direct, const InvocationSample& sample) {
+  if (container.empty()) return;
+  RecordKey(endpoint, variant, container, direct, sample);
+}
+
+void InvocationMetrics::RecordKey(std::string_view endpoint, std::string_view variant, std::string_view container,
+                                  bool direct, const InvocationSample& sample) {
   thread_local std::string key;
   key.assign(endpoint);
   key.push_back('\x1f');
   key.append(variant);
+  if (!container.empty()) {
+    key.push_back('\x1f');
+    key.push_back(direct ? 'd' : 's');
+    key.append(container);
+  }
   Shard& shard = shards_[ThreadShard(kShards)];
   MutexLock lock(shard.mutex);
   auto it = shard.cells.find(std::string_view(key));
@@ -189,6 +205,8 @@ void InvocationMetrics::Record(std::string_view endpoint, std::string_view varia
     it = shard.cells.emplace(key, Cell{}).first;
     it->second.endpoint = endpoint;
     it->second.variant = variant;
+    it->second.container = container;
+    it->second.direct = direct;
     it->second.second = sample.epoch_second;
   }
   Cell& cell = it->second;
@@ -208,6 +226,8 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   struct Taken {
     const std::string* endpoint;  // points into the cell: only cells with nothing taken are erased
     const std::string* variant;
+    const std::string* container;
+    bool direct;
     int64_t second;
     InvocationCounts counts;
   };
@@ -223,11 +243,11 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
       }
       endpoints_with_cells.insert(cell.endpoint);
       for (auto& [second, counts] : cell.pending) {
-        taken.push_back({&cell.endpoint, &cell.variant, second, counts});
+        taken.push_back({&cell.endpoint, &cell.variant, &cell.container, cell.direct, second, counts});
       }
       cell.pending.clear();
       if (!cell.current.empty() && (everything || cell.second < now_epoch_second)) {
-        taken.push_back({&cell.endpoint, &cell.variant, cell.second, cell.current});
+        taken.push_back({&cell.endpoint, &cell.variant, &cell.container, cell.direct, cell.second, cell.current});
         cell.current = InvocationCounts();
       }
       ++it;
@@ -251,6 +271,8 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
   std::sort(taken.begin(), taken.end(), [](const Taken& a, const Taken& b) {
     if (*a.endpoint != *b.endpoint) return *a.endpoint < *b.endpoint;
     if (*a.variant != *b.variant) return *a.variant < *b.variant;
+    if (*a.container != *b.container) return *a.container < *b.container;
+    if (a.direct != b.direct) return a.direct < b.direct;
     return a.second < b.second;
   });
   std::vector<observe::MetricDatum> batch;
@@ -260,19 +282,21 @@ Status InvocationMetrics::Flush(int64_t now_epoch_second, bool everything) {
       InvocationCounts merged = taken[i].counts;
       size_t j = i + 1;
       while (j < taken.size() && *taken[j].endpoint == *taken[i].endpoint && *taken[j].variant == *taken[i].variant &&
+             *taken[j].container == *taken[i].container && taken[j].direct == taken[i].direct &&
              taken[j].second == taken[i].second) {
         merged.Merge(taken[j].counts);
         ++j;
       }
       if (store_ != nullptr) {
-        auto points = PointsFor(*taken[i].endpoint, *taken[i].variant, taken[i].second, merged);
+        auto points = PointsFor(*taken[i].endpoint, *taken[i].variant, taken[i].second, merged, *taken[i].container,
+                                taken[i].direct);
         batch.insert(batch.end(), std::make_move_iterator(points.begin()), std::make_move_iterator(points.end()));
       }
       // The totals serve Prometheus, whose histograms use the fixed buckets: they keep no
       // sketch, so a long-lived endpoint's totals stay at their fixed size.
       merged.model_latency.sketch = LatencySketch();
       merged.overhead_latency.sketch = LatencySketch();
-      totals_[{*taken[i].endpoint, *taken[i].variant}].Merge(merged);
+      if (taken[i].container->empty()) totals_[{*taken[i].endpoint, *taken[i].variant}].Merge(merged);
       i = j;
     }
   }
@@ -292,6 +316,7 @@ std::map<std::pair<std::string, std::string>, InvocationCounts> InvocationMetric
   for (const Shard& shard : shards_) {
     MutexLock lock(shard.mutex);
     for (const auto& [key, cell] : shard.cells) {
+      if (!cell.container.empty()) continue;  // RecordContainer's: CloudWatch only
       InvocationCounts& total = out[{cell.endpoint, cell.variant}];
       for (const auto& [second, counts] : cell.pending) total.Merge(counts);
       total.Merge(cell.current);
@@ -313,10 +338,12 @@ InvocationMetrics::MemoryStats InvocationMetrics::TEST_MemoryStats() const {
 }
 
 std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view endpoint, std::string_view variant,
-                                                               int64_t epoch_second, const InvocationCounts& counts) {
+                                                               int64_t epoch_second, const InvocationCounts& counts,
+                                                               std::string_view container, bool direct) {
   std::vector<observe::MetricDatum> points;
   if (counts.invocations == 0) return points;  // only `unavailable`: nothing AWS would count
-  const observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
+  observe::Dimensions dimensions{{"EndpointName", std::string(endpoint)}, {"VariantName", std::string(variant)}};
+  if (!container.empty()) dimensions.emplace("ContainerName", std::string(container));
   const int64_t ts = epoch_second * 1000;
   const double n = static_cast<double>(counts.invocations);
   auto add = [&](const char* name, const char* unit, observe::StatisticSet stats,
@@ -341,6 +368,12 @@ std::vector<observe::MetricDatum> InvocationMetrics::PointsFor(std::string_view 
          static_cast<double>(h.max_micros)},
         h.sketch.ValuesCounts());
   };
+  if (!container.empty()) {
+    // Multi-container (§8, §15.2): every container's own latency; a pipeline's containers
+    // give nothing else (its invocations are the variant's).
+    latency_set("ContainerLatency", counts.model_latency);
+    if (!direct) return points;
+  }
   count_set("Invocations", counts.invocations);
   add("InvocationsPerInstance", "Count",
       {n, counts.invocations_per_instance, counts.per_instance_min, counts.per_instance_max}, {});

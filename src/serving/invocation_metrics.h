@@ -153,6 +153,12 @@ class InvocationMetrics {
 
   // Counts one request of `endpoint`/`variant`. Cheap; never blocks on I/O.
   void Record(std::string_view endpoint, std::string_view variant, const InvocationSample& sample);
+  // Multi-container endpoints (serving-contract.md §8, §15.2): one container's part of a request,
+  // written with the extra dimension ContainerName. A pipeline container (`direct` false) gives
+  // ContainerLatency only (its model_micros); a Direct endpoint's container gives the invocation
+  // metrics of Record plus ContainerLatency. Not in Totals() (Prometheus shows the variant's).
+  void RecordContainer(std::string_view endpoint, std::string_view variant, std::string_view container, bool direct,
+                       const InvocationSample& sample);
 
   // Writes every second older than `now_epoch_second` (all of them when `everything`) into the
   // store and folds them into the totals. The flusher calls it; tests call it directly.
@@ -171,14 +177,18 @@ class InvocationMetrics {
   MemoryStats TEST_MemoryStats() const;
 
   // The MetricStore points of one second of `counts` (Invocations ... OverheadLatency).
+  // `container` non-empty: RecordContainer's points (ContainerName dimension; `direct` as there).
   static std::vector<observe::MetricDatum> PointsFor(std::string_view endpoint, std::string_view variant,
-                                                     int64_t epoch_second, const InvocationCounts& counts);
+                                                     int64_t epoch_second, const InvocationCounts& counts,
+                                                     std::string_view container = {}, bool direct = false);
 
  private:
   static constexpr size_t kShards = 16;
   struct Cell {
     std::string endpoint;
     std::string variant;
+    std::string container;  // RecordContainer's cells; "" for Record's
+    bool direct = false;
     int64_t second = 0;
     InvocationCounts current;
     std::vector<std::pair<int64_t, InvocationCounts>> pending;  // finished seconds, oldest first
@@ -189,10 +199,13 @@ class InvocationMetrics {
   };
   struct Shard {
     mutable Mutex mutex;
-    // key "endpoint\x1fvariant" (0x1f cannot appear in either name)
+    // key "endpoint\x1fvariant" (0x1f cannot appear in either name); RecordContainer's
+    // "endpoint\x1fvariant\x1f<d|s>container"
     std::unordered_map<std::string, Cell, KeyHash, std::equal_to<>> cells GUARDED_BY(mutex);
   };
   void Run();
+  void RecordKey(std::string_view endpoint, std::string_view variant, std::string_view container, bool direct,
+                 const InvocationSample& sample);
 
   const InvocationMetricsOptions options_;
   observe::MetricStore* const store_;

@@ -346,5 +346,41 @@ TEST_F(InvocationMetricsTest, CellsAndTotalsOfGoneEndpointsAreDropped) {
   EXPECT_EQ(metrics.TEST_MemoryStats().cells, 1u);
 }
 
+// Multi-container endpoints (serving-contract.md §8, §15.2): a pipeline container's cell gives
+// ContainerLatency only, a Direct container's the invocation metrics too, each with ContainerName;
+// Prometheus totals keep the variant's only.
+TEST(InvocationMetricsContainerTest, ContainerLatencyAndDirectMetricsCarryContainerName) {
+  InvocationMetrics metrics({}, nullptr);
+  InvocationSample sample;
+  sample.epoch_second = 1000;
+  sample.model_micros = 250;
+  metrics.RecordContainer("ep", "v", "pre", /*direct=*/false, sample);
+  metrics.Record("ep", "v", sample);
+  auto totals = metrics.Totals();
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_EQ(totals.begin()->second.invocations, 1u);
+
+  InvocationCounts counts;
+  counts.Add(sample);
+  auto serial = InvocationMetrics::PointsFor("ep", "v", 1000, counts, "pre", false);
+  ASSERT_EQ(serial.size(), 1u);
+  EXPECT_EQ(serial[0].name, "ContainerLatency");
+  EXPECT_EQ(serial[0].unit, "Microseconds");
+  EXPECT_EQ(serial[0].dimensions.at("ContainerName"), "pre");
+  EXPECT_EQ(serial[0].dimensions.at("EndpointName"), "ep");
+  EXPECT_DOUBLE_EQ(serial[0].statistics->sum, 250);
+  auto direct = InvocationMetrics::PointsFor("ep", "v", 1000, counts, "model", true);
+  std::set<std::string> names;
+  for (const auto& point : direct) {
+    names.insert(point.name);
+    EXPECT_EQ(point.dimensions.at("ContainerName"), "model");
+  }
+  EXPECT_TRUE(names.count("ContainerLatency") && names.count("Invocations") && names.count("ModelLatency"));
+  for (const auto& point : InvocationMetrics::PointsFor("ep", "v", 1000, counts)) {
+    EXPECT_FALSE(point.dimensions.count("ContainerName"));
+    EXPECT_NE(point.name, "ContainerLatency");
+  }
+}
+
 }  // namespace
 }  // namespace kiln::serving

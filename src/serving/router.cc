@@ -5,6 +5,8 @@
 #include <random>
 #include <thread>
 
+#include "serving/pipeline.h"
+
 namespace kiln::serving {
 
 namespace {
@@ -220,7 +222,7 @@ std::string CheckInvokeHeaders(const InvokeHeaders& h, const EndpointRoute& rout
     return "Endpoint " + route.name + " is not a multi-model endpoint; remove TargetModel (" +
            "X-Amzn-SageMaker-Target-Model) or invoke a multi-model endpoint.";
   }
-  if (h.target_container != nullptr) {
+  if (h.target_container != nullptr && !route.direct) {
     return "Endpoint " + route.name +
            " is not a multi-container endpoint with Direct invocation; remove TargetContainerHostname.";
   }
@@ -251,8 +253,7 @@ aws::AwsError NoHealthyInstance(const EndpointRoute& route, const VariantRoute& 
 
 // The ModelError for a call that got no answer (`error`), or whose answer was too large.
 aws::AwsError ModelCallError(const Status& error, const InstanceTarget& instance, const VariantRoute& variant,
-                             const EndpointRoute& route) {
-  std::string_view container = ContainerName(instance);
+                             const EndpointRoute& route, std::string_view container) {
   aws::AwsError model_error("ModelError", "", 424);
   if (instance.failure.cancelled()) {
     // Declared failed while the request was in flight (the call was cut, or the connection
@@ -283,15 +284,14 @@ aws::AwsError ModelCallError(const Status& error, const InstanceTarget& instance
 }
 
 // The ModelError for a container's non-2xx answer.
-aws::AwsError ModelStatusError(const net::ClientResponse& answer, const InstanceTarget& instance,
+aws::AwsError ModelStatusError(const net::ClientResponse& answer, std::string_view container,
                                const EndpointRoute& route) {
   bool client_error = answer.status >= 400 && answer.status < 500;
   std::string_view original = Utf8Prefix(answer.body, kMaxOriginalMessage);
   aws::AwsError model_error("ModelError", "", 424);
   model_error.message = std::string(client_error ? "Received client error (" : "Received server error (") +
-                        std::to_string(answer.status) + ") from " + std::string(ContainerName(instance)) +
-                        " with message \"" + std::string(original) +
-                        "\". See the endpoint's log group for more information.";
+                        std::to_string(answer.status) + ") from " + std::string(container) + " with message \"" +
+                        std::string(original) + "\". See the endpoint's log group for more information.";
   model_error.With("ErrorCode", client_error ? "CLIENT_ERROR_FROM_MODEL" : "SERVER_ERROR_FROM_MODEL")
       .With("LogStreamArn", route.log_group_arn)
       .With("OriginalMessage", std::string(original))
@@ -434,7 +434,32 @@ struct Router::Call {
   bool retried = false;     // the one second attempt was made
   // Multi-model: "/models/<name>/invoke" (request.target views it).
   std::string model_target;
+  // Direct multi-container (§8.1): the index in instance->containers of the container called
+  // (the same hostname on a retry's instance); -1: the instance's host:port.
+  int container = -1;
+  std::string_view container_hostname;  // the header's value (views the client's headers)
 };
+
+namespace {
+
+// Where an attempt of `instance` goes: the Direct call's container, else the instance.
+std::pair<const std::string*, uint16_t> Upstream(const InstanceTarget& instance, int container) {
+  if (container >= 0 && static_cast<size_t>(container) < instance.containers.size()) {
+    const ContainerTarget& c = instance.containers[static_cast<size_t>(container)];
+    return {&c.host, c.port};
+  }
+  return {&instance.host, instance.port};
+}
+
+// The container named in errors: the Direct call's, else the instance's.
+std::string_view CalledContainer(const InstanceTarget& instance, int container) {
+  if (container >= 0 && static_cast<size_t>(container) < instance.containers.size()) {
+    return instance.containers[static_cast<size_t>(container)].hostname;
+  }
+  return ContainerName(instance);
+}
+
+}  // namespace
 
 std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, Call& call) const {
   static const HeaderMap kNoHeaders;
@@ -467,6 +492,28 @@ std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, C
                                             "TargetVariant or update the weights.");
   }
 
+  // Multi-container (§8): Direct needs the header naming one of the containers; the other
+  // variants of an endpoint with a Direct one refuse it.
+  if (variant->container_mode == ContainerMode::kDirect) {
+    if (headers.target_container == nullptr || headers.target_container->empty()) {
+      return validation("Endpoint " + route.name +
+                        " is a multi-container endpoint with Direct invocation: set TargetContainerHostname "
+                        "(X-Amzn-SageMaker-Target-Container-Hostname) to the ContainerHostname of the container to "
+                        "invoke.");
+    }
+    if (!variant->instances.empty() && FindContainer(*variant->instances[0], *headers.target_container) < 0) {
+      std::string names;
+      for (const ContainerTarget& c : variant->instances[0]->containers)
+        names += (names.empty() ? "" : ", ") + c.hostname;
+      return validation("Container hostname " + *headers.target_container + " does not exist in production variant " +
+                        variant->name + " of endpoint " + route.name + " (its containers: " + names + ").");
+    }
+    call.container_hostname = *headers.target_container;
+  } else if (headers.target_container != nullptr) {
+    return validation("Production variant " + variant->name + " of endpoint " + route.name +
+                      " is not a multi-container endpoint with Direct invocation; remove TargetContainerHostname.");
+  }
+
   // From here on the request is counted.
   call.variant = variant;
   call.sample.per_instance = variant->instances.empty() ? 0.0 : 1.0 / static_cast<double>(variant->instances.size());
@@ -477,6 +524,7 @@ std::optional<aws::WireResponse> Router::Prepare(const InvokeRequest& request, C
     call.sample.reached_model = false;
     return ErrorAnswer(NoHealthyInstance(route, *variant, ""), request.request_id);
   }
+  if (!call.container_hostname.empty()) call.container = FindContainer(*call.instance, call.container_hostname);
 
   // 5. The call. Every call carries its instance's failure signal (set per attempt): when the
   // controller declares the instance failed, a call waiting on it ends at once (Aborted) and a
@@ -498,6 +546,7 @@ bool Router::Retry(const Result<net::ClientResponse>& result, Call& call) const 
   const InstanceTarget* other = PickInstance(*call.variant, call.instance);
   if (other == nullptr) return false;
   call.instance = other;
+  if (!call.container_hostname.empty()) call.container = FindContainer(*other, call.container_hostname);
   call.retried = true;
   return true;
 }
@@ -523,12 +572,14 @@ aws::WireResponse Router::Answer(Call& call, Result<net::ClientResponse> result)
   }
   if (!result.ok()) {
     call.sample.model_error = true;
-    return ErrorAnswer(ModelCallError(result.status(), instance, variant, route), call.request_id);
+    return ErrorAnswer(
+        ModelCallError(result.status(), instance, variant, route, CalledContainer(instance, call.container)),
+        call.request_id);
   }
   call.sample.model_status = result->status;
   if (result->status < 200 || result->status > 299) {
     call.sample.model_error = true;
-    return ErrorAnswer(ModelStatusError(*result, instance, route), call.request_id);
+    return ErrorAnswer(ModelStatusError(*result, CalledContainer(instance, call.container), route), call.request_id);
   }
   return SuccessAnswer(std::move(*result), variant, call.request_id);
 }
@@ -539,6 +590,11 @@ void Router::Record(Call& call) const {
   int64_t total = (SteadyNanos() - call.start_steady_ns) / 1000;
   call.sample.overhead_micros = std::max<int64_t>(0, total - call.sample.model_micros);
   metrics_->Record(call.route->name, call.variant->name, call.sample);
+  if (call.container >= 0 && call.instance != nullptr && call.sample.reached_model) {
+    // Direct (§8.1, §15.2): the container's own invocation metrics, dimension ContainerName.
+    metrics_->RecordContainer(call.route->name, call.variant->name, CalledContainer(*call.instance, call.container),
+                              /*direct=*/true, call.sample);
+  }
 }
 
 void Router::Observe(const Call& call, const aws::WireResponse& answer) const {
@@ -682,8 +738,17 @@ void Router::Invoke(const InvokeRequest& request, net::ResponseWriter& response)
     call.request.cancel = &call.instance->failure;
     call.model_start = SteadyNanos();
     OutstandingGuard guard(call.instance);
-    return client_->Send(call.instance->host, call.instance->port, call.request, call.timeouts);
+    auto [host, port] = Upstream(*call.instance, call.container);
+    return client_->Send(*host, port, call.request, call.timeouts);
   };
+  if (call.variant->container_mode == ContainerMode::kSerial) {
+    // An inference pipeline (§8.2): every container of the instance in order.
+    aws::WireResponse answer = InvokePipeline(call);
+    Send(response, answer);
+    Record(call);
+    Observe(call, answer);
+    return;
+  }
   // Multi-model (§7.3): the instance holding TargetModel, with the model loaded; released once answered.
   ModelLease lease;
   const bool place = multi_model_ != nullptr && call.route->multi_model && !call.variant->model_data_url.empty();
@@ -721,6 +786,17 @@ void Router::InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& cli
     done(std::move(*early));
     return;
   }
+  if (call->variant->container_mode == ContainerMode::kSerial) {
+    // The front door sends pipelines to worker threads (FrontDoor::Claims, IsMultiContainer);
+    // one reaching the loop (its route changed meanwhile) is answered as the retryable 503.
+    call->sample.reached_model = false;
+    aws::WireResponse answer =
+        ErrorAnswer(NoHealthyInstance(*call->route, *call->variant, " (its inference pipeline was just deployed)"),
+                    call->request_id);
+    Record(*call);
+    done(std::move(answer));
+    return;
+  }
   SendAsync(std::move(call), client, std::move(done));
 }
 
@@ -731,8 +807,9 @@ void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client,
   target->outstanding.fetch_add(1, std::memory_order_relaxed);
   // The client keeps call->request's views until the callback runs; `call` (captured) owns them.
   Call& c = *call;
+  auto [host, port] = Upstream(*target, c.container);
   client.Send(
-      target->host, target->port, c.request, c.timeouts,
+      *host, port, c.request, c.timeouts,
       [this, call = std::move(call), &client, done = std::move(done)](Result<net::ClientResponse> result) mutable {
         call->instance->outstanding.fetch_sub(1, std::memory_order_relaxed);
         if (Retry(result, *call)) {
@@ -745,6 +822,112 @@ void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client,
         Observe(*call, answer);  // before done() takes the answer: a copy, when observed
         done(std::move(answer));
       });
+}
+
+bool Router::IsMultiContainer(std::string_view endpoint) const {
+  std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
+  return route != nullptr && route->multi_container;
+}
+
+aws::WireResponse Router::InvokePipeline(Call& call) const {
+  const EndpointRoute& route = *call.route;
+  const VariantRoute& variant = *call.variant;
+  const std::string_view client_body = call.request.body;
+  // One attempt over the instance's chain; a first container that could not be reached (nothing
+  // delivered) is tried once on another instance (§5.2), as a single container is.
+  while (true) {
+    const InstanceTarget& instance = *call.instance;
+    OutstandingGuard guard(&instance);
+    const size_t count = instance.containers.size();
+    if (count == 0) {
+      call.sample.reached_model = false;
+      return ErrorAnswer(NoHealthyInstance(route, variant, " (the instance lists no containers)"), call.request_id);
+    }
+    const int64_t chain_start = SteadyNanos();
+    call.model_start = chain_start;
+    int64_t model_micros = 0;
+    net::ClientResponse previous;
+    bool have_previous = false;
+    std::optional<aws::WireResponse> failed;
+    bool retry = false;
+    for (size_t i = 0; i < count && !failed; ++i) {
+      const ContainerTarget& container = instance.containers[i];
+      HeaderMap hop_headers = PipelineHopHeaders(
+          call.forward, i, count, have_previous ? FindHeader(previous.headers, "Content-Type") : nullptr);
+      net::ClientRequest hop;
+      hop.method = "POST";
+      hop.target = "/invocations";
+      hop.headers = &hop_headers;
+      hop.body = have_previous ? std::string_view(previous.body) : client_body;
+      hop.cancel = &instance.failure;
+      net::ClientTimeouts timeouts = call.timeouts;
+      // The invocation budget covers the whole chain (§8.2).
+      timeouts.response_ms = RemainingBudgetMs(chain_start, SteadyNanos(), options_.invocation_timeout_ms);
+      const int64_t hop_start = SteadyNanos();
+      Result<net::ClientResponse> result =
+          timeouts.response_ms > 0
+              ? client_->Send(container.host, container.port, hop, timeouts)
+              : Result<net::ClientResponse>(Status::DeadlineExceeded("the chain's budget is spent"));
+      InvocationSample hop_sample;
+      hop_sample.epoch_second = EpochSecond();
+      hop_sample.model_micros = (SteadyNanos() - hop_start) / 1000;
+      model_micros += hop_sample.model_micros;
+      if (result.ok() && result->body.size() > options_.max_response_body_bytes) {
+        result = Status::ResourceExhausted("the response body is larger than " +
+                                           std::to_string(options_.max_response_body_bytes) + " bytes");
+      }
+      hop_sample.model_status = result.ok() ? result->status : 0;
+      hop_sample.model_error = !result.ok() || result->status < 200 || result->status > 299;
+      if (i == 0 && !result.ok() && result.status().code() == StatusCode::kUnavailable && !call.retried) {
+        // Nothing delivered to the chain: another instance may take it.
+        const InstanceTarget* other = PickInstance(variant, &instance);
+        if (other != nullptr) {
+          call.instance = other;
+          call.retried = true;
+          retry = true;
+          break;
+        }
+      }
+      if (metrics_ != nullptr) {
+        metrics_->RecordContainer(route.name, variant.name, container.hostname, /*direct=*/false, hop_sample);
+      }
+      if (!result.ok()) {
+        call.sample.model_error = true;
+        call.sample.model_micros = model_micros;
+        if (i == 0 && result.status().code() == StatusCode::kUnavailable && instance.failure.cancelled()) {
+          call.sample.reached_model = false;
+          call.sample.model_error = false;
+          failed = ErrorAnswer(
+              NoHealthyInstance(route, variant,
+                                " (instance " + instance.instance_id + " failed: " + instance.failure.reason() + ")"),
+              call.request_id);
+        } else if (result.status().code() == StatusCode::kDeadlineExceeded) {
+          failed = ErrorAnswer(
+              ModelCallError(Status::DeadlineExceeded("timed out"), instance, variant, route, container.hostname),
+              call.request_id);
+        } else {
+          failed = ErrorAnswer(ModelCallError(result.status(), instance, variant, route, container.hostname),
+                               call.request_id);
+        }
+        break;
+      }
+      if (result->status < 200 || result->status > 299) {
+        // A non-2xx stops the chain: ModelError naming that container (§8.2).
+        call.sample.model_error = true;
+        call.sample.model_status = result->status;
+        call.sample.model_micros = model_micros;
+        failed = ErrorAnswer(ModelStatusError(*result, container.hostname, route), call.request_id);
+        break;
+      }
+      previous = std::move(*result);
+      have_previous = true;
+    }
+    if (retry) continue;
+    if (failed) return std::move(*failed);
+    call.sample.model_micros = model_micros;  // ModelLatency: the sum over the containers
+    call.sample.model_status = previous.status;
+    return SuccessAnswer(std::move(previous), variant, call.request_id);
+  }
 }
 
 }  // namespace kiln::serving

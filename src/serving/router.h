@@ -147,6 +147,10 @@ class Router {
   // True when `endpoint`'s current route is multi-model and a manager is set: a request may wait
   // for its model to load, so the front door serves it on a worker thread (FrontDoor::Claims).
   bool IsMultiModel(std::string_view endpoint) const;
+  // True when `endpoint`'s current route has a multi-container variant (serving-contract.md §8):
+  // a pipeline makes one upstream call per container, so the front door serves it on a worker
+  // thread (FrontDoor::Claims), where Invoke runs the chain.
+  bool IsMultiContainer(std::string_view endpoint) const;
 
   // The same InvokeEndpoint without blocking: the container call goes through `client` (the
   // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,
@@ -200,6 +204,10 @@ class Router {
   // Invoke's multi-model step (§7.3): the model placed and loaded, call.instance and the target
   // set to it. The answer when the request ends there (the lease is then empty).
   std::optional<aws::WireResponse> PlaceModel(Call& call, ModelLease& lease) const;
+  // Invoke's inference pipeline (§8.2, serving/pipeline.h): every container of call.instance in
+  // order; the client's answer (the last container's, or the ModelError naming the one that
+  // failed). Counts ContainerLatency per container; call.sample gets the sum as ModelLatency.
+  aws::WireResponse InvokePipeline(Call& call) const;
   // InvokeAsync's attempt on call->instance; retries or completes from the client's callback.
   void SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client, InvokeCompletion done) const;
 

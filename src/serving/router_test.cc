@@ -813,5 +813,136 @@ TEST_F(ServerlessRouterTest, WaitsForAStartedInstanceAndReportsTheColdStart) {
   EXPECT_EQ(gate_.in_flight, 0);
 }
 
+// ---- Multi-container endpoints (serving-contract.md §8).
+
+class MultiContainerRouterTest : public RouterTest {
+ protected:
+  // Endpoint "mc": one instance whose containers listen on `ports` (hostnames `names`).
+  std::shared_ptr<InstanceTarget> PublishMultiContainer(ContainerMode mode, std::vector<std::string> names,
+                                                        std::vector<uint16_t> ports) {
+    auto route = std::make_shared<EndpointRoute>();
+    route->name = "mc";
+    route->status = "InService";
+    route->direct = mode == ContainerMode::kDirect;
+    route->multi_container = true;
+    auto instance = Instance("i-0", ports[0]);
+    for (size_t i = 0; i < ports.size(); ++i) {
+      instance->containers.push_back(
+          {.hostname = names[i], .host = "127.0.0.1", .port = ports[i], .log_stream = "AllTraffic/i-0/" + names[i]});
+    }
+    VariantRoute variant = Variant("AllTraffic", 1, {instance});
+    variant.container_mode = mode;
+    route->variants.push_back(variant);
+    routes_.Publish(route);
+    return instance;
+  }
+};
+
+TEST_F(MultiContainerRouterTest, DirectCallsOnlyTheNamedContainer) {
+  FakeContainer a, b;
+  a.Respond(200, "from-a", "Content-Type: text/plain\r\n");
+  b.Respond(200, "from-b", "Content-Type: text/plain\r\n");
+  PublishMultiContainer(ContainerMode::kDirect, {"alpha", "beta"}, {a.port(), b.port()});
+  EXPECT_TRUE(router_->IsMultiContainer("mc"));
+  auto w = Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "beta"}}, "x", "mc");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.body(), "from-b");
+  EXPECT_EQ(a.requests(), 0u);
+  EXPECT_EQ(b.requests(), 1u);
+  // Missing and unknown names are ValidationErrors; nothing is sent.
+  auto missing = Invoke({}, "x", "mc");
+  EXPECT_EQ(missing.status(), 400);
+  EXPECT_NE(Body(missing)["message"].get<std::string>().find("set TargetContainerHostname"), std::string::npos);
+  auto unknown = Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "gamma"}}, "x", "mc");
+  EXPECT_EQ(unknown.status(), 400);
+  EXPECT_NE(Body(unknown)["message"].get<std::string>().find("gamma does not exist"), std::string::npos);
+  EXPECT_EQ(a.requests() + b.requests(), 1u);
+  // A container error names that container.
+  b.Respond(500, "boom", "Content-Type: text/plain\r\n");
+  auto failed = Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "beta"}}, "x", "mc");
+  EXPECT_EQ(failed.status(), 424);
+  EXPECT_NE(Body(failed)["message"].get<std::string>().find("Received server error (500) from beta"),
+            std::string::npos);
+}
+
+TEST_F(MultiContainerRouterTest, TheHeaderIsRefusedOnOtherEndpoints) {
+  FakeContainer a, b;
+  a.Respond(200, "x");
+  b.Respond(200, "y");
+  PublishMultiContainer(ContainerMode::kSerial, {"container-1", "container-2"}, {a.port(), b.port()});
+  auto w = Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "container-1"}}, "x", "mc");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_NE(Body(w)["message"].get<std::string>().find("not a multi-container endpoint with Direct invocation"),
+            std::string::npos);
+  PublishEndpoint({a.port()});
+  EXPECT_EQ(Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "x"}}).status(), 400);
+  EXPECT_EQ(a.requests() + b.requests(), 0u);
+}
+
+TEST_F(MultiContainerRouterTest, SerialChainsTheContainers) {
+  FakeContainer pre, model;
+  pre.Respond(200, "{\"features\":[1,2]}",
+              "Content-Type: application/json\r\nX-Amzn-SageMaker-Custom-Attributes: pre=1\r\n");
+  model.Respond(200, "0.5", "Content-Type: text/csv\r\nX-Amzn-SageMaker-Custom-Attributes: model=1\r\n");
+  PublishMultiContainer(ContainerMode::kSerial, {"pre", "model"}, {pre.port(), model.port()});
+  auto w = Invoke({{"Content-Type", "text/csv"}, {"Accept", "text/csv"}, {"X-Amzn-SageMaker-Custom-Attributes", "c=1"}},
+                  "1,2", "mc");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.body(), "0.5");
+  EXPECT_EQ(w.header("Content-Type"), "text/csv");
+  EXPECT_EQ(w.header("X-Amzn-SageMaker-Custom-Attributes"), "model=1");  // the last container's
+  ASSERT_EQ(pre.requests(), 1u);
+  ASSERT_EQ(model.requests(), 1u);
+  const std::string first = pre.received()[0].head, second = model.received()[0].head;
+  EXPECT_EQ(pre.received()[0].body, "1,2");
+  EXPECT_NE(first.find("Content-Type: text/csv\r\n"), std::string::npos) << first;
+  EXPECT_EQ(first.find("Accept:"), std::string::npos) << first;
+  EXPECT_NE(first.find("X-Amzn-SageMaker-Custom-Attributes: c=1\r\n"), std::string::npos) << first;
+  EXPECT_EQ(model.received()[0].body, "{\"features\":[1,2]}");
+  EXPECT_NE(second.find("Content-Type: application/json\r\n"), std::string::npos) << second;
+  EXPECT_NE(second.find("Accept: text/csv\r\n"), std::string::npos) << second;
+  EXPECT_NE(second.find("X-Amzn-SageMaker-Custom-Attributes: c=1\r\n"), std::string::npos) << second;
+  auto totals = metrics_.Totals()[std::make_pair(std::string("mc"), std::string("AllTraffic"))];
+  EXPECT_EQ(totals.invocations, 1u);
+  EXPECT_EQ(totals.model_errors, 0u);
+}
+
+TEST_F(MultiContainerRouterTest, AFailingPipelineContainerStopsTheChainNamingIt) {
+  FakeContainer pre, model, post;
+  pre.Respond(200, "ok", "Content-Type: text/plain\r\n");
+  model.Respond(400, "bad features", "Content-Type: text/plain\r\n");
+  post.Respond(200, "never");
+  PublishMultiContainer(ContainerMode::kSerial, {"pre", "model", "post"}, {pre.port(), model.port(), post.port()});
+  auto w = Invoke({}, "x", "mc");
+  ASSERT_EQ(w.status(), 424) << w.body();
+  auto body = Body(w);
+  EXPECT_EQ(body["ErrorCode"], "CLIENT_ERROR_FROM_MODEL");
+  EXPECT_EQ(body["OriginalStatusCode"], 400);
+  EXPECT_NE(body["message"].get<std::string>().find("Received client error (400) from model"), std::string::npos);
+  EXPECT_EQ(post.requests(), 0u);
+  EXPECT_EQ((metrics_.Totals()[{"mc", "AllTraffic"}].model_errors), 1u);
+  // A container that cannot be reached mid-chain: ModelError naming it (nothing is retried:
+  // the first container already had the request).
+  model.SetMode(FakeContainer::Mode::kClose);
+  auto cut = Invoke({}, "x", "mc");
+  EXPECT_EQ(cut.status(), 424);
+  EXPECT_NE(Body(cut)["message"].get<std::string>().find("from model"), std::string::npos);
+}
+
+TEST_F(MultiContainerRouterTest, TheBudgetCoversTheWholeChain) {
+  SetInvocationTimeout(400);
+  FakeContainer pre, model;
+  pre.Respond(200, "ok", "Content-Type: text/plain\r\n");
+  pre.SetDelay(std::chrono::milliseconds(250));
+  model.Respond(200, "late", "Content-Type: text/plain\r\n");
+  model.SetDelay(std::chrono::milliseconds(250));  // each within 400 ms, the chain is not
+  PublishMultiContainer(ContainerMode::kSerial, {"pre", "model"}, {pre.port(), model.port()});
+  auto w = Invoke({}, "x", "mc");
+  ASSERT_EQ(w.status(), 424) << w.body();
+  EXPECT_NE(Body(w)["message"].get<std::string>().find("timed out while waiting for a response from container model"),
+            std::string::npos)
+      << w.body();
+}
+
 }  // namespace
 }  // namespace kiln::serving
