@@ -12,6 +12,7 @@
 #include "control/test_util/controller_fixture.h"
 #include "net/http_client.h"
 #include "runtime/test_util/fake_networks.h"
+#include "store/autoscaling_repository.h"
 
 // The endpoint controller over a fake runtime (control/test_util/controller_fixture.h): each
 // fake instance answers GET /ping on the port the controller gives it, so creation, health
@@ -665,6 +666,76 @@ TEST_F(EndpointControllerTest, ARestartDuringAnUpdateAdoptsBothFleetsAndFinishes
   ASSERT_TRUE(WaitFor([&] { return !runtime_->running(old_id); }));
   ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1 && RuntimeId("ep", Routed("ep")[0]) == *new_id; }));
   EXPECT_EQ(runtime_->launches().size(), 2u);  // adopted, never relaunched
+}
+
+// Deployment guardrails (serving-contract §9): a LINEAR update shifts half the traffic and bakes;
+// the recorded step survives a restart (the new server routes both fleets with the same share);
+// its alarm in ALARM sends all traffic back to the old fleet (RollingBack, then InService on the
+// old configuration with the alarm in FailureReason) and the new fleet goes.
+TEST_F(EndpointControllerTest, AGuardedUpdateShiftsBakesSurvivesARestartAndRollsBackOnItsAlarm) {
+  store::AutoscalingRecord alarm;
+  alarm.kind = store::AutoscalingKind::kAlarm;
+  alarm.service_namespace = "cloudwatch";
+  alarm.name = "errors";
+  alarm.state = {{"state", "OK"}};
+  ASSERT_TRUE(store::AutoscalingRepository(db_.get()).Put(alarm).ok());
+  StartController();
+  Create("ep");
+  WaitForStatus("ep", EndpointStatus::kInService);
+  const std::string old_id = runtime_->launches().at(0);
+  Change("ep", [](store::EndpointRecord& r) {
+    r.status = EndpointStatus::kUpdating;
+    r.pending = Deployment("cfg2", "local:/bin/cat", 1, 2000);
+    r.request["DeploymentConfig"] = json::parse(R"({"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+        "Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}, "WaitIntervalInSeconds": 60}},
+        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "errors"}]}})");
+  });
+  auto shifted = [&] {
+    auto route = routes_->Find("ep");
+    return route != nullptr && route->new_fleet_fraction == 0.5 && route->new_variants.size() == 1 &&
+           route->new_variants[0].instances.size() == 1 && route->variants.size() == 1 &&
+           route->variants[0].instances.size() == 1;
+  };
+  ASSERT_TRUE(WaitFor(shifted));
+  const std::string new_id = runtime_->launches().at(1);
+  EXPECT_EQ(RuntimeId("ep", routes_->Find("ep")->new_variants[0].instances[0]->instance_id), new_id);
+  store::RolloutState recorded;
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    if (r.ok() && r->state.rollout) recorded = *r->state.rollout;
+    return r.ok() && r->state.rollout.has_value();
+  }));
+  EXPECT_EQ(recorded.phase, store::RolloutState::Phase::kBaking);
+  EXPECT_EQ(recorded.step, 1);
+  EXPECT_EQ(recorded.generation, 2000);
+  EXPECT_EQ(recorded.until_millis, recorded.started_millis + 60000);
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kUpdating);
+
+  controller_.reset();  // both fleets keep running
+  RestartController();
+  ASSERT_TRUE(WaitFor(shifted));  // the same share, from the row
+  EXPECT_EQ(*Endpoint("ep")->state.rollout, recorded);
+  EXPECT_EQ(runtime_->launches().size(), 2u);
+
+  auto stored =
+      store::AutoscalingRepository(db_.get()).Get(store::AutoscalingKind::kAlarm, "cloudwatch", "", "", "errors");
+  ASSERT_TRUE(stored.ok());
+  ASSERT_TRUE(store::AutoscalingRepository(db_.get()).SetState(*stored, {{"state", "ALARM"}}).ok());
+  // The bake polls the alarms every 500 ms of the (fake, stopped) clock: Wake stands in for it.
+  ASSERT_TRUE(WaitFor([&] {
+    controller_->Wake();
+    auto route = routes_->Find("ep");
+    return route != nullptr && route->new_variants.empty() && route->variants[0].instances.size() == 1;
+  }));
+  auto rolled_back = WaitForStatus("ep", EndpointStatus::kInService);
+  EXPECT_THAT(rolled_back.failure_reason,
+              ::testing::StartsWith("UpdateEndpoint rolled back to cfg1: CloudWatch alarm errors went into ALARM"));
+  EXPECT_EQ(rolled_back.config_name, "cfg1");
+  EXPECT_FALSE(rolled_back.pending.has_value());
+  EXPECT_FALSE(rolled_back.state.rollout.has_value());
+  ASSERT_TRUE(WaitFor([&] { return !runtime_->running(new_id); }));
+  EXPECT_TRUE(runtime_->running(old_id));
+  EXPECT_EQ(RuntimeId("ep", Routed("ep").at(0)), old_id);
 }
 
 TEST_F(EndpointControllerTest, OrphanedEndpointInstancesAreStoppedAtStart) {
