@@ -63,22 +63,28 @@ std::optional<aws::AwsError> CheckS3Uri(const std::string& uri, const std::strin
   return std::nullopt;
 }
 
-// The model the job runs: one container, single-model mode.
+// The model the job runs: one container, or an inference pipeline (Serial, serving-contract.md
+// §8.2: every record batch goes through all of its containers); single-model mode.
 std::optional<aws::AwsError> CheckModel(const json& model, const std::string& name) {
-  const json* container = nullptr;
+  std::vector<const json*> containers;
   if (Has(model, "PrimaryContainer")) {
-    container = &model["PrimaryContainer"];
-  } else if (Has(model, "Containers") && model["Containers"].is_array() && model["Containers"].size() == 1) {
-    container = &model["Containers"][0];
-  } else {
-    return Validation("Model " + name +
-                      " has several containers (an inference pipeline); Kiln runs batch transform with "
-                      "single-container models only so far. Create a model with one container.");
+    containers.push_back(&model["PrimaryContainer"]);
+  } else if (Has(model, "Containers") && model["Containers"].is_array()) {
+    for (const json& c : model["Containers"]) containers.push_back(&c);
   }
-  if (StringOf(*container, "Mode") == "MultiModel") {
+  if (containers.size() > 1 && Has(model, "InferenceExecutionConfig") &&
+      StringOf(model["InferenceExecutionConfig"], "Mode") == "Direct") {
     return Validation("Model " + name +
-                      " is a multi-model container (Mode MultiModel), which batch transform does not run; create a "
-                      "model in SingleModel mode.");
+                      " is a multi-container model with InferenceExecutionConfig Mode Direct, which batch transform "
+                      "cannot call (no request names a container); use a Serial inference pipeline or one "
+                      "container.");
+  }
+  for (const json* container : containers) {
+    if (StringOf(*container, "Mode") == "MultiModel") {
+      return Validation("Model " + name +
+                        " is a multi-model container (Mode MultiModel), which batch transform does not run; create "
+                        "a model in SingleModel mode.");
+    }
   }
   return std::nullopt;
 }

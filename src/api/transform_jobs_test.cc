@@ -49,6 +49,12 @@ class TransformJobsApiTest : public ::testing::Test {
     for (const auto& [name, model] :
          {std::pair<std::string, json>{"m", {{"ModelName", "m"}, {"PrimaryContainer", {{"Image", "local:/x"}}}}},
           {"pipeline", {{"ModelName", "pipeline"}, {"Containers", {{{"Image", "local:/a"}}, {{"Image", "local:/b"}}}}}},
+          {"direct",
+           {{"ModelName", "direct"},
+            {"InferenceExecutionConfig", {{"Mode", "Direct"}}},
+            {"Containers",
+             {{{"Image", "local:/a"}, {"ContainerHostname", "a"}},
+              {{"Image", "local:/b"}, {"ContainerHostname", "b"}}}}}},
           {"mme", {{"ModelName", "mme"}, {"PrimaryContainer", {{"Image", "local:/x"}, {"Mode", "MultiModel"}}}}}}) {
       ASSERT_TRUE(models.Insert({name, std::string(kArnPrefix) + "model/" + name, model, 1}).ok());
     }
@@ -141,8 +147,9 @@ TEST_F(TransformJobsApiTest, MissingJobsAndModels) {
   json request = Request("j");
   request["ModelName"] = "missing";
   EXPECT_EQ(Invalid(request), "Could not find model \"" + std::string(kArnPrefix) + "model/missing\".");
-  request["ModelName"] = "pipeline";
-  EXPECT_THAT(Invalid(request), HasSubstr("single-container models only"));
+  // An inference pipeline runs (serving-contract.md §8.2); a Direct multi-container model cannot.
+  request["ModelName"] = "direct";
+  EXPECT_THAT(Invalid(request), HasSubstr("Mode Direct, which batch transform cannot call"));
   request["ModelName"] = "mme";
   EXPECT_THAT(Invalid(request), HasSubstr("Mode MultiModel"));
   EXPECT_TRUE(created_.empty());

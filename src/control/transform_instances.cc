@@ -1,5 +1,7 @@
 #include "control/transform_instances.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 #include "control/archive_caps.h"
 #include "control/training_launch.h"
@@ -31,7 +33,8 @@ std::shared_ptr<EndpointInstance> StandaloneInstances::New(EndpointController& c
       }
     }
   } else {
-    spec.port_base = controller.ReservePorts();
+    // One block of ports per container (an inference pipeline's, serving-contract.md §2).
+    spec.port_base = controller.ReservePorts(std::max<int>(1, static_cast<int>(spec.containers.size())));
     if (spec.port_base == 0) return nullptr;
   }
   return std::make_shared<EndpointInstance>(*controller.instance_env_, std::move(spec), false, std::nullopt,

@@ -1,5 +1,7 @@
 #include "control/transform_job_run.h"
 
+#include "serving/pipeline.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -55,6 +57,9 @@ struct TransformJobRun::Worker {
   std::shared_ptr<EndpointInstance> instance;
   std::string host;
   uint16_t port = 0;
+  // An inference pipeline's containers in order (serving-contract.md §8.2, §13): each record batch
+  // goes through all of them. Empty for a single-container model.
+  std::vector<serving::ContainerTarget> chain;
   std::string log_stream;  // <job>/<instance-id>-<epoch seconds>
   serving::TransformParameters params;
   std::vector<agent::SelectedObject> objects;
@@ -170,6 +175,12 @@ void TransformJobRun::Run() {
 Status TransformJobRun::LaunchInstances(const store::TransformJobRecord& record) {
   const json& model = record.state.model;
   container_ = ContainerOf(model);
+  // An inference pipeline (a Serial model with several containers, §8.2's last line): every
+  // container on every instance, the job's environment in each.
+  std::vector<json> pipeline;
+  if (model.contains("Containers") && model["Containers"].is_array() && model["Containers"].size() > 1) {
+    for (const json& c : model["Containers"]) pipeline.push_back(c);
+  }
   role_arn_ = StringOf(model, "ExecutionRoleArn");
   // §4.1: the job's Environment over the model's, then the batch variables.
   json env = container_.contains("Environment") && container_["Environment"].is_object() ? container_["Environment"]
@@ -187,6 +198,18 @@ Status TransformJobRun::LaunchInstances(const store::TransformJobRecord& record)
     env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = request_["MaxConcurrentTransforms"].dump();
   }
   container_["Environment"] = env;
+  for (json& c : pipeline) {
+    // Each container's own variables, then (winning) the job's and the batch variables.
+    json merged = c.contains("Environment") && c["Environment"].is_object() ? c["Environment"] : json::object();
+    if (request_.contains("Environment") && request_["Environment"].is_object()) {
+      for (const auto& [key, value] : request_["Environment"].items()) merged[key] = value;
+    }
+    for (const char* key : {"SAGEMAKER_BATCH", "SAGEMAKER_MAX_PAYLOAD_IN_MB", "SAGEMAKER_BATCH_STRATEGY",
+                            "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"}) {
+      if (env.contains(key)) merged[key] = env[key];
+    }
+    c["Environment"] = merged;
+  }
 
   // What the requests need (read by the workers).
   const json& input = request_["TransformInput"];
@@ -230,7 +253,8 @@ Status TransformJobRun::LaunchInstances(const store::TransformJobRecord& record)
     spec.variant = name_;
     spec.model_name = StringOf(model, "ModelName", StringOf(request_, "ModelName"));
     spec.instance_type = StringOf(resources, "InstanceType");
-    spec.container = container_;
+    spec.container = pipeline.empty() ? container_ : pipeline[0];
+    spec.containers = pipeline;
     spec.credential = credential_;
     spec.dir = context_.options->work_dir + "/" + name_ + "/" + spec.instance_id;
     spec.log_group = kTransformLogGroup;
@@ -249,6 +273,7 @@ Status TransformJobRun::LaunchInstances(const store::TransformJobRecord& record)
     worker->instance->Start();
     worker->host = worker->instance->target()->host;
     worker->port = worker->instance->target()->port;
+    worker->chain = worker->instance->target()->containers;
     (void)context_.deps->log_store->CreateGroup(kTransformLogGroup);
     (void)context_.deps->log_store->CreateStream(kTransformLogGroup, worker->log_stream + "/data-log");
     workers_.push_back(std::move(worker));
@@ -524,15 +549,37 @@ Result<std::string> TransformJobRun::Send(Worker& worker, const std::string& bod
   auto backoff = context_.options->retry_backoff;
   for (int attempt = 0; attempt <= max_retries_; ++attempt) {
     if (stop_requested_ || shutting_down_) return Status::Aborted("stopped");
-    auto response = context_.client->Send(worker.host, worker.port, request, timeouts);
+    // A pipeline (§8.2): each container's answer is the next one's request; the whole chain is
+    // one attempt, and a failing container is named.
+    std::string who = "the model";
+    Result<net::ClientResponse> response = Status::Internal("no container");
+    if (worker.chain.empty()) {
+      response = context_.client->Send(worker.host, worker.port, request, timeouts);
+    } else {
+      net::ClientResponse previous;
+      for (size_t i = 0; i < worker.chain.size(); ++i) {
+        const serving::ContainerTarget& c = worker.chain[i];
+        HeaderMap hop_headers = serving::PipelineHopHeaders(
+            headers, i, worker.chain.size(), i > 0 ? FindHeader(previous.headers, "Content-Type") : nullptr);
+        net::ClientRequest hop = request;
+        hop.headers = &hop_headers;
+        if (i > 0) hop.body = previous.body;
+        response = context_.client->Send(c.host, c.port, hop, timeouts);
+        if (!response.ok() || response->status < 200 || response->status >= 300) {
+          who = "container " + c.hostname + " of the inference pipeline";
+          break;
+        }
+        if (i + 1 < worker.chain.size()) previous = std::move(*response);
+      }
+    }
     if (response.ok() && response->status >= 200 && response->status < 300) return std::move(response->body);
     if (!response.ok()) {
-      last_error = response.status().code() == StatusCode::kDeadlineExceeded
-                       ? "the model did not answer within InvocationsTimeoutInSeconds (" +
-                             std::to_string(timeout_seconds_) + " s)"
-                       : "the request to the model failed: " + response.status().message();
+      last_error =
+          response.status().code() == StatusCode::kDeadlineExceeded
+              ? who + " did not answer within InvocationsTimeoutInSeconds (" + std::to_string(timeout_seconds_) + " s)"
+              : "the request to " + who + " failed: " + response.status().message();
     } else {
-      last_error = "the model answered " + std::to_string(response->status) + ": " + Truncated(response->body, 512);
+      last_error = who + " answered " + std::to_string(response->status) + ": " + Truncated(response->body, 512);
     }
     DataLog(worker, "request of " + what + " (attempt " + std::to_string(attempt + 1) + " of " +
                         std::to_string(max_retries_ + 1) + ") failed: " + last_error);

@@ -232,3 +232,28 @@ def test_one_log_stream_per_container_and_container_latency(srv, cw, sdk_result,
     second = sum(p["SampleCount"] for p in points(pipe, "ContainerLatency", "container-2"))
     assert first >= second > 0, (first, second)  # a failing first container stops the chain
     assert sum(p["Sum"] for p in points(direct, "Invocations", "alpha")) >= 2
+
+
+def test_batch_transform_runs_the_inference_pipeline(sm, s3, sdk_result):  # noqa: F811
+    """serving-contract.md §8.2's last line: the same pipeline model in a transform job, every record through
+    both containers (SingleRecord: the preprocessing container reads one CSV line)."""
+    import time
+    model = sdk_result["model"]["ModelName"]
+    s3.put_object(Bucket=BUCKET, Key="tf-in/a.csv", Body=b"1,2,3\n4,5,6\n0.5\n")
+    name = eh.unique_name("pipe-tf")
+    sm.create_transform_job(
+        TransformJobName=name, ModelName=model, BatchStrategy="SingleRecord",
+        TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://%s/tf-in/" % BUCKET}},
+                        "ContentType": "text/csv", "SplitType": "Line"},
+        TransformOutput={"S3OutputPath": "s3://%s/tf-out" % BUCKET, "AssembleWith": "Line", "Accept": "text/csv"},
+        TransformResources={"InstanceType": "ml.m5.large", "InstanceCount": 1})
+    deadline = time.monotonic() + 60
+    while True:
+        d = sm.describe_transform_job(TransformJobName=name)
+        if d["TransformJobStatus"] in ("Completed", "Failed", "Stopped"):
+            break
+        assert time.monotonic() < deadline, d["TransformJobStatus"]
+        time.sleep(0.2)
+    assert d["TransformJobStatus"] == "Completed", d.get("FailureReason")
+    out = s3.get_object(Bucket=BUCKET, Key="tf-out/a.csv.out")["Body"].read().decode()
+    assert out.split() == ["12", "30", "1"], out  # (sum of the line) × the model container's scale 2
