@@ -12,7 +12,9 @@ every container of the instance shares) and the test serving program endpoints/p
   container answering 500 → ModelError naming it (container-1 / container-2: the SDK names none), while the other
   endpoint's and the pipeline's good requests keep being answered.
 Plus one log stream per container (<variant>/<instance-id>/<hostname>), ContainerLatency per container in
-CloudWatch, and the pipeline model in a batch transform job. ~13 s on 2 cores."""
+CloudWatch, the pipeline model in a batch transform job, and (a server of its own in network mode host) a port
+block per container on the node's loopback and every container adopted after a kill -9 of the server. ~20 s on
+2 cores."""
 
 import datetime
 import os
@@ -257,3 +259,40 @@ def test_batch_transform_runs_the_inference_pipeline(sm, s3, sdk_result):  # noq
     assert d["TransformJobStatus"] == "Completed", d.get("FailureReason")
     out = s3.get_object(Bucket=BUCKET, Key="tf-out/a.csv.out")["Body"].read().decode()
     assert out.split() == ["12", "30", "1"], out  # (sum of the line) × the model container's scale 2
+
+
+def test_host_mode_port_blocks_and_adoption_after_a_kill(kiln_factory):
+    """Network mode host: each container its own block of 100 ports on the node's network; after kill -9 and a
+    restart the next server adopts every container of the instance (the same processes answer)."""
+    server = kiln_factory("host", config=dict(KILN_CONFIG, network={"mode": "host"}))
+    sm_h, rt_h, s3_h = server.client("sagemaker"), server.client("sagemaker-runtime"), server.client("s3")
+    s3_h.create_bucket(Bucket=BUCKET)
+    name = eh.unique_name("host-direct")
+    containers = [{"Image": IMAGE, "ContainerHostname": host, "Environment": {"ROLE": "echo", "CONTAINER_TAG": host},
+                   "ModelDataUrl": scale_archive(s3_h, "host/%s.tar.gz" % host, value)}
+                  for host, value in (("alpha", 7), ("beta", 11))]
+    sm_h.create_model(ModelName=name, Containers=containers, InferenceExecutionConfig={"Mode": "Direct"},
+                      ExecutionRoleArn=eh.ROLE_ARN)
+    try:
+        eh.deploy(sm_h, name, [("AllTraffic", name, 1, 1.0)], server=server, timeout=60)
+
+        def both():
+            return {h: eh.invoke(rt_h, name, body=b"x", ContentType="text/plain", TargetContainerHostname=h)[0]
+                    for h in ("alpha", "beta")}
+
+        before = both()
+        assert before["alpha"]["scale"] == 7 and before["beta"]["scale"] == 11, before
+        assert before["alpha"]["port"] != 8080, before  # a block of the server's port range
+        assert before["beta"]["port"] == before["alpha"]["port"] + 100, before
+        server.kill()
+        server.start()
+        eh.wait_endpoint(sm_h, name, server=server, timeout=30)
+        wait_until(lambda: sm_h.describe_endpoint(EndpointName=name)["ProductionVariants"][0]
+                   .get("CurrentInstanceCount") == 1, timeout=20, what="the adopted instance routed")
+        after = both()
+        for host in ("alpha", "beta"):
+            assert after[host]["boot"] == before[host]["boot"], (host, before[host], after[host])  # not relaunched
+            assert after[host]["port"] == before[host]["port"]
+    finally:
+        sm_h.delete_endpoint(EndpointName=name)
+        wait_until(lambda: eh.endpoint_gone(sm_h, name), timeout=30, what="the endpoint deleted")

@@ -14,7 +14,7 @@ and host name, then one line per request. What it does is chosen by the environm
          {"value", "pre", "model": {"host", "port", "content_type", "accept", "custom_attributes"}};
          features containing 13 → 500 "model failed on 13" (a failing pipeline container).
   echo   a Direct container: any body → 200 application/json {"container": $CONTAINER_TAG, "host",
-         "port", "scale" (as model), "echo": body as text}.
+         "port", "scale" (as model), "boot" (random per process start), "echo": body as text}.
 
 Every answer echoes X-Amzn-SageMaker-Custom-Attributes back with ";<ROLE>" appended. GET /ping: 200.
 The start line also lists SAGEMAKER_SAFE_PORT_RANGE and whether the port range's second port can be
@@ -28,6 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROLE = os.environ.get("ROLE", "echo")
+BOOT = os.urandom(8).hex()
 PORT = int(os.environ.get("SAGEMAKER_BIND_TO_PORT", "8080"))
 LOCK = threading.Lock()
 
@@ -101,7 +102,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.answer(200, "%g" % value, "text/csv")
         else:
             self.answer(200, json.dumps({"container": os.environ.get("CONTAINER_TAG"), "host": socket.gethostname(),
-                                         "port": PORT, "scale": scale(), "echo": body.decode(errors="replace")}),
+                                         "port": PORT, "scale": scale(), "boot": BOOT,
+                                         "echo": body.decode(errors="replace")}),
                         "application/json")
 
 
