@@ -108,7 +108,8 @@ std::vector<EndpointAction> PlanEndpoint(const PlanInput& input) {
   // A guarded update (control/endpoint_rollout.h); the API validated the DeploymentConfig, so a
   // parse error means none.
   DeploymentPolicy policy;
-  if (record.pending && record.request.is_object() && record.request.contains("DeploymentConfig")) {
+  if ((record.pending || record.status == EndpointStatus::kRollingBack) && record.request.is_object() &&
+      record.request.contains("DeploymentConfig")) {
     if (auto parsed = ParseDeploymentConfig(record.request["DeploymentConfig"]); parsed.ok()) policy = *parsed;
   }
   const bool rolling = record.pending && policy.given && policy.kind == DeploymentPolicy::Kind::kRolling;
@@ -206,7 +207,14 @@ std::vector<EndpointAction> PlanEndpoint(const PlanInput& input) {
         EndpointAction launch = Action(Kind::kLaunch);
         launch.variant = variant;
         launch.count = desired - count;
-        actions.push_back(std::move(launch));
+        // A rolling update's rollback brings the old fleet back RollbackMaximumBatchSize at a time
+        // (AWS: all of it at once when not given).
+        if (rolling_back && policy.kind == DeploymentPolicy::Kind::kRolling && policy.rollback_batch) {
+          launch.count = std::min<int>(
+              launch.count, static_cast<int>(policy.rollback_batch->Instances(DesiredCount(record, target, variant))) -
+                                (count - healthy));
+        }
+        if (launch.count > 0) actions.push_back(std::move(launch));
       } else {
         EndpointAction retry = Action(Kind::kRetryAt);
         retry.when = b->second.not_before;

@@ -296,6 +296,10 @@ TEST(EndpointPlanTest, GuardedUpdates) {
                                                      .started_millis = kWall};
   store::EndpointRecord rolled_back = Record(EndpointStatus::kRollingBack, 2);
   rolled_back.state.rollout = rolling_baking.state.rollout;
+  store::EndpointRecord rolled_back_in_batches = rolled_back;
+  rolled_back_in_batches.request["DeploymentConfig"] = json::parse(R"({"RollingUpdatePolicy": {"MaximumBatchSize":
+      {"Type": "INSTANCE_COUNT", "Value": 1}, "WaitIntervalInSeconds": 1,
+      "RollbackMaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}}})");
   const std::vector<GuardedCase> cases = {
       {"canary: the new fleet comes up first",
        guarded(canary),
@@ -342,6 +346,16 @@ TEST(EndpointPlanTest, GuardedUpdates) {
        {Healthy("o1"), Healthy("n1", kGen2)},
        "",
        "Launch(mainx1) Publish"},
+      {"RollingBack: the old fleet back RollbackMaximumBatchSize (1) at a time",
+       rolled_back_in_batches,
+       {Healthy("n1", kGen2), Healthy("n2", kGen2)},
+       "",
+       "Launch(mainx1) Publish"},
+      {"RollingBack: the next batch once the last is healthy",
+       rolled_back_in_batches,
+       {Starting("o1"), Healthy("n1", kGen2), Healthy("n2", kGen2)},
+       "",
+       "Publish"},
       {"RollingBack: the old fleet back, the new goes",
        rolled_back,
        {Healthy("o1"), Healthy("o2"), Healthy("n1", kGen2)},

@@ -9,7 +9,8 @@ VARIANT_TAG telling the fleets apart, the failing canary `endpoints/failing_app.
 - LINEAR (50 % steps): answers of the old and new model mixed (about half each), then only the new.
 - ALL_AT_ONCE with a bake and a termination wait: all answers new while the endpoint is still Updating
   for at least the bake plus the wait, then InService.
-- RollingUpdatePolicy (batches of 1 of 2 instances): mixed, then only new, no failed invocation.
+- RollingUpdatePolicy (batches of 1 of 2 instances): mixed, then only new, no failed invocation; one whose
+  first batch fails its alarm: RollingBack -> InService on the old configuration with both instances again.
 - Bad input: an alarm that does not exist, sizes out of range, both policies, a timeout below the waits.
 ~45 s on 2 cores."""
 
@@ -58,10 +59,11 @@ def endpoints(sm, module_kiln):  # noqa: F811
     green = model(sm, base + "-green", "green")
     failing = model(sm, base + "-failing", image=FAILING_IMAGE)
     out = {}
-    for kind, count in (("canary", 1), ("linear", 1), ("allatonce", 1), ("rolling", 2)):
+    for kind, count in (("canary", 1), ("linear", 1), ("allatonce", 1), ("rolling", 2), ("rollingback", 2)):
         name = "%s-%s" % (base, kind)
         eh.create_config(sm, name + "-old", [("AllTraffic", blue, count, 1.0)])
-        eh.create_config(sm, name + "-new", [("AllTraffic", failing if kind == "canary" else green, count, 1.0)])
+        eh.create_config(sm, name + "-new", [("AllTraffic", failing if kind in ("canary", "rollingback") else green,
+                                              count, 1.0)])
         sm.create_endpoint(EndpointName=name, EndpointConfigName=name + "-old")
         out[kind] = name
     for name in out.values():
@@ -220,6 +222,36 @@ def test_rolling_update_replaces_instances_in_batches(sm, rt, endpoints, module_
     last_blue = len(tags) - 1 - tags[::-1].index("blue")
     assert last_blue > first_green, "the batches overlap: old and new answered side by side"
     assert set(tags[last_blue + 1:]) == {"green"}
+
+
+def test_rolling_update_rolls_back_when_its_alarm_fires(sm, rt, cw, endpoints, module_kiln):  # noqa: F811
+    """Batch 1 of 2 runs a failing model: its alarm fires during the batch's bake, the old fleet (one
+    instance left) takes all traffic at once, its stopped instance is launched again, then the new batch
+    goes: RollingBack -> InService on the old configuration with 2 instances."""
+    name = endpoints["rollingback"]
+    alarm = name + "-errors"
+    cw.put_metric_alarm(AlarmName=alarm, Namespace="AWS/SageMaker", MetricName="InvocationModelErrors",
+                        Dimensions=[{"Name": "EndpointName", "Value": name}, {"Name": "VariantName", "Value": "AllTraffic"}],
+                        Statistic="Sum", Period=1, EvaluationPeriods=1, Threshold=0,
+                        ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
+    config = {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1},
+                                      "WaitIntervalInSeconds": 60,
+                                      "RollbackMaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}},
+              "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": alarm}]}}
+    traffic = Traffic(rt, name)
+    status, body = update_raw(module_kiln, EndpointName=name, EndpointConfigName=name + "-new", DeploymentConfig=config)
+    assert status == 200, body
+    seen, d = statuses_until(sm, name, lambda d: d["EndpointStatus"] == "InService" and d.get("FailureReason"))
+    time.sleep(0.5)
+    answers = traffic.finish()
+    assert seen[0] == "Updating" and set(seen) <= {"Updating", "RollingBack", "InService"}, seen
+    assert d["EndpointConfigName"] == name + "-old", d
+    assert "CloudWatch alarm %s went into ALARM" % alarm in d["FailureReason"], d["FailureReason"]
+    assert d["ProductionVariants"][0]["CurrentInstanceCount"] == 2, d
+    tags = [a[2] for a in answers]
+    assert "ModelError" in tags and set(tags) <= {"blue", "ModelError"}, sorted(set(tags))
+    last_error = len(tags) - 1 - tags[::-1].index("ModelError")
+    assert len(tags) - last_error > 10 and set(tags[last_error + 1:]) == {"blue"}
 
 
 def test_bad_deployment_configs_are_refused(sm, endpoints, module_kiln):  # noqa: F811
