@@ -68,6 +68,13 @@ std::optional<aws::AwsError> CheckServerlessVariant(const json& variant, const j
 
 bool IsS3Uri(const std::string& uri);  // below
 
+// True when `variant`'s model exists and has several containers (serving-contract.md §8).
+bool IsMultiContainerVariant(store::DefinitionRepository& models, const json& variant) {
+  if (!Has(variant, "ModelName")) return false;
+  auto model = models.Get(variant["ModelName"].get<std::string>());
+  return model.ok() && Has(model->request, "Containers") && model->request["Containers"].size() > 1;
+}
+
 // True when `variant`'s model exists and its container has Mode MultiModel.
 bool IsMultiModelVariant(store::DefinitionRepository& models, const json& variant) {
   if (!Has(variant, "ModelName")) return false;
@@ -227,6 +234,12 @@ std::optional<aws::AwsError> CheckShadowVariants(const EndpointsContext& ctx, st
                         "InitialInstanceCount.");
     }
     if (auto error = CheckVariant(ctx, models, shadow)) return error;
+    // Kiln copies a request to a shadow's instance address only (serving/shadow_variants.h).
+    if (IsMultiContainerVariant(models, shadow)) {
+      return Validation("Shadow variant " + name +
+                        " serves a multi-container model: Kiln does not run multi-container endpoints or inference "
+                        "pipelines as shadow variants yet.");
+    }
   }
   return std::nullopt;
 }
@@ -281,6 +294,12 @@ std::optional<aws::AwsError> CheckCreateEndpointConfig(const EndpointsContext& c
       return Validation("Production variant " + variant["VariantName"].get<std::string>() +
                         " serves a multi-model model (Mode MultiModel): asynchronous inference endpoints do not "
                         "support multi-model endpoints.");
+    }
+    // The async dispatcher calls one container per request (control/async_dispatcher.cc).
+    if (Has(in, "AsyncInferenceConfig") && IsMultiContainerVariant(models, variant)) {
+      return Validation("Production variant " + variant["VariantName"].get<std::string>() +
+                        " serves a multi-container model: Kiln does not run multi-container endpoints or inference "
+                        "pipelines for asynchronous inference yet; use a real-time endpoint.");
     }
   }
   return std::nullopt;

@@ -69,6 +69,14 @@ TEST_F(EndpointConfigsApiTest, RefusesWhatKilnCannotRun) {
                     {{"EndpointConfigName", "c"}, {"ProductionVariants", json::array({serverless_multi})}})
                 .find("does not support multi-container endpoints or inference pipelines"),
             std::string::npos);
+  json async_multi = {{"EndpointConfigName", "c"},
+                      {"ProductionVariants", json::array({Variant("v", "multi")})},
+                      {"AsyncInferenceConfig", {{"OutputConfig", {{"S3OutputPath", "s3://b/o"}}}}}};
+  EXPECT_NE(Invalid("CreateEndpointConfig", async_multi).find("for asynchronous inference yet"), std::string::npos);
+  json shadow_multi = {{"EndpointConfigName", "c"},
+                       {"ProductionVariants", json::array({Variant("v", "m")})},
+                       {"ShadowProductionVariants", json::array({Variant("s", "multi")})}};
+  EXPECT_NE(Invalid("CreateEndpointConfig", shadow_multi).find("as shadow variants yet"), std::string::npos);
   Ok("CreateModel",
      {{"ModelName", "multi-mme"},
       {"Containers", json::array({json{{"Image", "x"}, {"Mode", "MultiModel"}}, json{{"Image", "y"}}})}});
