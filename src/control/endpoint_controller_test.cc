@@ -1014,5 +1014,39 @@ TEST_F(EndpointControllerTest, EveryContainerOfAMultiContainerModelRunsOnTheInst
   EXPECT_FALSE(runtime_->running(first));
 }
 
+// Namespaced mode: the second container joins the first's network namespace (its Access pid),
+// both at the instance's one address, on 8080 and 8180.
+TEST_F(EndpointControllerTest, NamespacedContainersShareTheFirstContainersNamespace) {
+  UseNetworks();
+  StartController();
+  json model = {{"PrimaryContainer", nullptr},
+                {"Containers", json::array({json{{"Image", "local:/bin/true"}}, json{{"Image", "local:/bin/true"}}})}};
+  Create("ep", "local:/bin/true", 1, json::object(), model);
+  WaitForStatus("ep", EndpointStatus::kInService);
+  ASSERT_TRUE(WaitFor([&] { return Routed("ep").size() == 1; }));
+  const std::string first = runtime_->launches().at(0);
+  auto spec1 = runtime_->spec(first);
+  auto spec2 = runtime_->spec(first + "-c2");
+  ASSERT_TRUE(spec1 && spec2);
+  ASSERT_TRUE(spec1->network.has_value());
+  EXPECT_TRUE(spec1->network_namespace.empty());
+  EXPECT_FALSE(spec2->network.has_value());
+  EXPECT_EQ(spec2->network_namespace, "/proc/" + std::to_string(getpid()) + "/ns/net");
+  EXPECT_EQ(spec1->env.at("SAGEMAKER_BIND_TO_PORT"), "8080");
+  EXPECT_EQ(spec2->env.at("SAGEMAKER_BIND_TO_PORT"), "8180");
+  EXPECT_EQ(spec2->env.at("SAGEMAKER_SAFE_PORT_RANGE"), "8181-8279");
+  auto targets = Targets("ep");
+  ASSERT_EQ(targets.size(), 1u);
+  ASSERT_EQ(targets[0]->containers.size(), 2u);
+  EXPECT_EQ(targets[0]->containers[0].hostname, "container-1");
+  EXPECT_EQ(targets[0]->containers[1].hostname, "container-2");
+  EXPECT_EQ(targets[0]->containers[1].host, spec1->network->address);
+  EXPECT_EQ(targets[0]->containers[1].port, 8180);
+  auto route = routes_->Find("ep");
+  ASSERT_TRUE(route);
+  EXPECT_FALSE(route->direct);
+  EXPECT_EQ(route->variants.at(0).container_mode, serving::ContainerMode::kSerial);
+}
+
 }  // namespace
 }  // namespace kiln::control

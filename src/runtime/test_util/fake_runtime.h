@@ -307,7 +307,15 @@ class FakeRuntime final : public Runtime {
     for (const auto& [stream, line] : behavior.output) (void)AppendOutputLocked(spec.instance_id, stream, line);
     auto port = spec.env.find("SAGEMAKER_BIND_TO_PORT");
     if (behavior.serve_ping && port != spec.env.end() && behavior.on_launch == Behavior::OnLaunch::kRun) {
-      const std::string address = spec.network ? spec.network->address : "127.0.0.1";
+      // An instance joining another's namespace (InstanceSpec::network_namespace) listens at that
+      // one's address: the running instance with a network whose id prefixes its own followed
+      // by "-c" (the multi-container naming, control/endpoint_instance.h).
+      std::string address = spec.network ? spec.network->address : "127.0.0.1";
+      if (!spec.network && !spec.network_namespace.empty()) {
+        for (const auto& [other_id, other] : specs_) {
+          if (other.network && spec.instance_id.rfind(other_id + "-c", 0) == 0) address = other.network->address;
+        }
+      }
       auto server = PingServer::Open(address, std::atoi(port->second.c_str()), instance->ping_status);
       if (server) {
         instance->ping = std::move(server);
