@@ -1006,5 +1006,21 @@ TEST_F(DockerRuntimePodmanNetworkTest, AContainerRunsInItsHoldersNetworkNamespac
   EXPECT_TRUE(netlink::ListLinks(kVethPrefix).value_or({"?"}).empty());
 }
 
+// InstanceSpec::network_namespace: the container joins that namespace (ns:<path>), no holder of
+// its own; a spec with a network as well is refused.
+TEST_F(DockerRuntimeTest, AContainerJoinsAnExistingNetworkNamespace) {
+  InstanceSpec spec = Spec("joined");
+  spec.network_namespace = "/proc/4242/ns/net";
+  LaunchRunning(spec);
+  std::optional<FakeEngine::Container> c = engine_.container(Name("joined"));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->body["HostConfig"]["NetworkMode"], "ns:/proc/4242/ns/net");
+  InstanceSpec both = Spec("both");
+  both.network_namespace = "/proc/4242/ns/net";
+  both.network = NetworkAttachment{};
+  both.network->network = "endpoint-x";
+  EXPECT_EQ(runtime_->Launch(both).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kiln::runtime::docker
