@@ -12,7 +12,9 @@ VARIANT_TAG telling the fleets apart, the failing canary `endpoints/failing_app.
 - RollingUpdatePolicy (batches of 1 of 2 instances): mixed, then only new, no failed invocation; one whose
   first batch fails its alarm: RollingBack -> InService on the old configuration with both instances again.
 - Bad input: an alarm that does not exist, sizes out of range, both policies, a timeout below the waits.
-~45 s on 2 cores."""
+- A LINEAR shift survives kill -9 of the server in its first bake (the share and the bake deadline are
+  read back from the endpoint row).
+~40 s on 2 cores."""
 
 import json
 import os
@@ -21,7 +23,7 @@ import threading
 import time
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 import endpoint_helpers as eh
 import kiln_harness as kh
@@ -59,7 +61,8 @@ def endpoints(sm, module_kiln):  # noqa: F811
     green = model(sm, base + "-green", "green")
     failing = model(sm, base + "-failing", image=FAILING_IMAGE)
     out = {}
-    for kind, count in (("canary", 1), ("linear", 1), ("allatonce", 1), ("rolling", 2), ("rollingback", 2)):
+    for kind, count in (("canary", 1), ("linear", 1), ("allatonce", 1), ("rolling", 2), ("rollingback", 2),
+                        ("restart", 1)):
         name = "%s-%s" % (base, kind)
         eh.create_config(sm, name + "-old", [("AllTraffic", blue, count, 1.0)])
         eh.create_config(sm, name + "-new", [("AllTraffic", failing if kind in ("canary", "rollingback") else green,
@@ -86,6 +89,8 @@ class Traffic:
                 what = body.get("variant_env") if isinstance(body, dict) else "?"
             except ClientError as e:
                 what = e.response["Error"]["Code"]
+            except BotoCoreError:  # the server is down (test_a_shift_survives_a_server_kill)
+                what = "unreachable"
             self.seen.append((time.monotonic(), time.time(), what))
             time.sleep(0.02)
 
@@ -293,3 +298,35 @@ def test_bad_deployment_configs_are_refused(sm, endpoints, module_kiln):  # noqa
     assert "waitIntervalInSeconds" in message and "less than or equal to 3600" in message, message
     # Nothing changed, and the endpoint still serves.
     assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService"
+
+
+def test_a_shift_survives_a_server_kill(sm, rt, endpoints, module_kiln):  # noqa: F811
+    """kill -9 of the server in the first step's bake (LINEAR 50 %, 6 s bakes): the next server adopts both
+    fleets, routes them with the recorded share again (both models answer) and completes on time; runs last
+    (it restarts the module's server)."""
+    name = endpoints["restart"]
+    config = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+        "Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}, "WaitIntervalInSeconds": 6}}}
+    traffic = Traffic(rt, name)
+    sm.update_endpoint(EndpointName=name, EndpointConfigName=name + "-new", DeploymentConfig=config)
+    eh.wait_until(lambda: {"blue", "green"} <= {a[2] for a in traffic.seen[-20:]}, timeout=30, poll=0.05,
+                  what="both models answering")
+    shifted_at = time.monotonic()
+    time.sleep(3)  # half the bake: a bake that started again would end 3 s late
+    module_kiln.kill()
+    module_kiln.start()
+    restarted = len(traffic.seen)
+    assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "Updating"
+    seen, d = statuses_until(sm, name, lambda d: d["EndpointStatus"] == "InService")
+    done_at = time.monotonic()
+    time.sleep(0.3)
+    answers = traffic.finish()
+    assert d["EndpointConfigName"] == name + "-new" and "FailureReason" not in d, d
+    after = [a[2] for a in answers[restarted:]]
+    last_blue = len(after) - 1 - after[::-1].index("blue")
+    assert "green" in after[:last_blue], "the restarted server did not route both fleets: %s" % after[:40]
+    print("\nkill -9 in a bake: %d answers unreachable/unavailable while the server was down, both models again "
+          "after the restart, InService %.1f s after the first shift (two 6-s bakes)" % (
+              sum(1 for a in answers[restarted - 5:] if a[2] not in ("blue", "green")), done_at - shifted_at))
+    # Two 6-s bakes from the first shift: the recorded bake went on, it did not start again.
+    assert 11.0 < done_at - shifted_at < 14.5, done_at - shifted_at
