@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "base/time.h"
+#include "serving/router.h"
 
 namespace kiln::control {
 
@@ -164,26 +165,35 @@ void AsyncDispatcher::DispatchAll() {
         config["ClientConfig"].contains("MaxConcurrentInvocationsPerInstance")) {
       max_concurrency = config["ClientConfig"]["MaxConcurrentInvocationsPerInstance"].get<int>();
     }
-    // Variants with traffic; all of them when every weight is 0.
-    bool any_weight = false;
-    for (const auto& v : route->variants) any_weight = any_weight || (v.weight > 0 && !v.instances.empty());
     for (;;) {
       const serving::InstanceTarget* best = nullptr;
       std::shared_ptr<const serving::InstanceTarget> best_ptr;
       std::string best_variant;
-      for (const auto& v : route->variants) {
-        if (any_weight && v.weight <= 0) continue;
-        for (const auto& instance : v.instances) {
-          if (instance->failure.cancelled()) continue;
-          const int64_t n = instance->outstanding.load();
-          if (n >= max_concurrency) continue;
-          if (best == nullptr || n < best->outstanding.load()) {
-            best = instance.get();
-            best_ptr = instance;
-            best_variant = v.name;
+      // The least busy instance below the concurrency bound among a fleet's variants with traffic
+      // (all of them when every weight is 0).
+      auto pick = [&](const std::vector<serving::VariantRoute>& variants) {
+        bool any_weight = false;
+        for (const auto& v : variants) any_weight = any_weight || (v.weight > 0 && !v.instances.empty());
+        for (const auto& v : variants) {
+          if (any_weight && v.weight <= 0) continue;
+          for (const auto& instance : v.instances) {
+            if (instance->failure.cancelled()) continue;
+            const int64_t n = instance->outstanding.load();
+            if (n >= max_concurrency) continue;
+            if (best == nullptr || n < best->outstanding.load()) {
+              best = instance.get();
+              best_ptr = instance;
+              best_variant = v.name;
+            }
           }
         }
-      }
+      };
+      // An UpdateEndpoint shifting traffic (DeploymentConfig, serving-contract §9): the new fleet
+      // gets its share of the requests; a fleet without room leaves the request to the other.
+      const bool shifting = !route->new_variants.empty() && route->new_fleet_fraction > 0;
+      const bool to_new = shifting && serving::ThreadUniform() < route->new_fleet_fraction;
+      pick(to_new ? route->new_variants : route->variants);
+      if (best == nullptr && shifting) pick(to_new ? route->variants : route->new_variants);
       if (best == nullptr) break;
       std::optional<serving::AsyncRequest> request = deps_.queue->Take(endpoint);
       if (!request) break;

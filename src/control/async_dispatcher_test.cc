@@ -131,6 +131,27 @@ TEST_F(AsyncDispatcherTest, WritesTheOutputWithTheResponseContentType) {
   EXPECT_TRUE(queue_->Backlogs()["ep"].waiting == 0 && queue_->Backlogs()["ep"].in_flight == 0);
 }
 
+// A traffic shift (DeploymentConfig): with all of it on the new fleet, requests go to the new
+// fleet's instance, never to the old one's (which nothing answers here).
+TEST_F(AsyncDispatcherTest, AShiftSendsRequestsToTheNewFleetByItsShare) {
+  Put("in.csv", "1");
+  container_.Respond(200, "{\"y\":2}", "Content-Type: application/json\r\n");
+  Publish(1);
+  auto shifted = std::make_shared<serving::EndpointRoute>(*routes_.Find("ep"));
+  auto old_target = std::make_shared<serving::InstanceTarget>();
+  old_target->instance_id = "i-old";
+  old_target->port = 1;  // nothing listens
+  shifted->new_variants = shifted->variants;
+  shifted->variants[0].instances = {old_target};
+  shifted->new_fleet_fraction = 1.0;
+  routes_.Publish(shifted);
+  for (const char* id : {"a", "b", "c"}) Enqueue(id);
+  Start();
+  ASSERT_TRUE(WaitFinished(3));
+  for (const char* id : {"a", "b", "c"}) EXPECT_EQ(Get(std::string("out/") + id + ".out"), "{\"y\":2}") << id;
+  EXPECT_EQ(container_.received().size(), 3u);
+}
+
 TEST_F(AsyncDispatcherTest, ModelErrorWritesTheFailureObject) {
   Put("in.csv", "x");
   container_.Respond(500, "bad input", "Content-Type: text/plain\r\n");
