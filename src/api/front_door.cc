@@ -951,8 +951,8 @@ bool FrontDoor::Claims(const net::HttpRequest& head) const {
   if (runtime_->IsServerless(name)) return false;
   // A multi-model request may wait for its model to download and load (serving/multi_model.h).
   if (runtime_->IsMultiModel(name)) return false;
-  // A multi-container endpoint's pipeline calls its containers one after another (§8.2).
-  if (runtime_->IsMultiContainer(name)) return false;
+  // An inference pipeline calls its containers one after another (§8.2).
+  if (runtime_->IsPipeline(name)) return false;
   // Handle's own classification decides, so both paths agree: an X-Amz-Target, or a credential
   // scope other than sagemaker's, sends the request elsewhere there.
   return Classify(head).kind == Route::Kind::kRuntime;

@@ -518,7 +518,7 @@ class EndpointController::EndpointRun {
         // Multi-container (§8): how the variant's containers are called.
         v.container_mode = ContainerModeOf(routed.Model(config_variant->value("ModelName", "")));
         if (v.container_mode != serving::ContainerMode::kSingle) {
-          route->multi_container = true;
+          if (v.container_mode == serving::ContainerMode::kSerial) route->pipeline = true;
           if (v.container_mode == serving::ContainerMode::kDirect) route->direct = true;
           signature += "|containers:" + std::to_string(static_cast<int>(v.container_mode));
         }

@@ -985,7 +985,7 @@ TEST_F(EndpointControllerTest, EveryContainerOfAMultiContainerModelRunsOnTheInst
   auto route = routes_->Find("ep");
   ASSERT_TRUE(route);
   EXPECT_TRUE(route->direct);
-  EXPECT_TRUE(route->multi_container);
+  EXPECT_FALSE(route->pipeline);  // Direct: one call, on the event loop
   ASSERT_EQ(route->variants.size(), 1u);
   EXPECT_EQ(route->variants[0].container_mode, serving::ContainerMode::kDirect);
   auto targets = Targets("ep");

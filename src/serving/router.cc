@@ -787,7 +787,7 @@ void Router::InvokeAsync(const InvokeRequest& request, net::AsyncHttpClient& cli
     return;
   }
   if (call->variant->container_mode == ContainerMode::kSerial) {
-    // The front door sends pipelines to worker threads (FrontDoor::Claims, IsMultiContainer);
+    // The front door sends pipelines to worker threads (FrontDoor::Claims, IsPipeline);
     // one reaching the loop (its route changed meanwhile) is answered as the retryable 503.
     call->sample.reached_model = false;
     aws::WireResponse answer =
@@ -824,9 +824,9 @@ void Router::SendAsync(std::shared_ptr<Call> call, net::AsyncHttpClient& client,
       });
 }
 
-bool Router::IsMultiContainer(std::string_view endpoint) const {
+bool Router::IsPipeline(std::string_view endpoint) const {
   std::shared_ptr<const EndpointRoute> route = routes_->Find(endpoint);
-  return route != nullptr && route->multi_container;
+  return route != nullptr && route->pipeline;
 }
 
 aws::WireResponse Router::InvokePipeline(Call& call) const {

@@ -147,10 +147,11 @@ class Router {
   // True when `endpoint`'s current route is multi-model and a manager is set: a request may wait
   // for its model to load, so the front door serves it on a worker thread (FrontDoor::Claims).
   bool IsMultiModel(std::string_view endpoint) const;
-  // True when `endpoint`'s current route has a multi-container variant (serving-contract.md §8):
-  // a pipeline makes one upstream call per container, so the front door serves it on a worker
-  // thread (FrontDoor::Claims), where Invoke runs the chain.
-  bool IsMultiContainer(std::string_view endpoint) const;
+  // True when `endpoint`'s current route has an inference pipeline (serving-contract.md §8.2):
+  // it makes one upstream call per container, so the front door serves it on a worker thread
+  // (FrontDoor::Claims), where Invoke runs the chain. Direct multi-container calls are single
+  // calls and take either path.
+  bool IsPipeline(std::string_view endpoint) const;
 
   // The same InvokeEndpoint without blocking: the container call goes through `client` (the
   // calling loop's; call on its thread) and `done` receives the answer on that thread — inline,

@@ -735,6 +735,34 @@ namespace kiln::serving {
 namespace {
 
 // A gate admitting up to `max` requests and recording cold starts.
+// Direct multi-container calls on the event loop (FrontDoor::Claims leaves them there): the named
+// container answers; a missing header is refused inline.
+TEST_F(AsyncRouterTest, DirectMultiContainerCallsTheNamedContainer) {
+  FakeContainer a, b;
+  a.Respond(200, "from-a", "Content-Type: text/plain\r\n");
+  b.Respond(200, "from-b", "Content-Type: text/plain\r\n");
+  auto route = std::make_shared<EndpointRoute>();
+  route->name = "ep";
+  route->status = "InService";
+  route->direct = true;
+  auto instance = Instance("i-0", a.port());
+  instance->containers = {{.hostname = "alpha", .host = "127.0.0.1", .port = a.port(), .log_stream = "v/i-0/alpha"},
+                          {.hostname = "beta", .host = "127.0.0.1", .port = b.port(), .log_stream = "v/i-0/beta"}};
+  VariantRoute variant = Variant("AllTraffic", 1, {instance});
+  variant.container_mode = ContainerMode::kDirect;
+  route->variants.push_back(variant);
+  routes_.Publish(route);
+  auto answer = InvokeAsync({{"X-Amzn-SageMaker-Target-Container-Hostname", "beta"}});
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(answer.body, "from-b");
+  EXPECT_EQ(a.requests(), 0u);
+  EXPECT_EQ(InvokeAsync({}).status, 400);
+  b.Respond(503, "busy", "Content-Type: text/plain\r\n");
+  auto failed = InvokeAsync({{"X-Amzn-SageMaker-Target-Container-Hostname", "beta"}});
+  EXPECT_EQ(failed.status, 424);
+  EXPECT_NE(Body(failed)["message"].get<std::string>().find("from beta"), std::string::npos) << failed.body;
+}
+
 class FakeGate : public ServerlessGate {
  public:
   bool Admit(const EndpointRoute&) override {
@@ -824,7 +852,7 @@ class MultiContainerRouterTest : public RouterTest {
     route->name = "mc";
     route->status = "InService";
     route->direct = mode == ContainerMode::kDirect;
-    route->multi_container = true;
+    route->pipeline = mode == ContainerMode::kSerial;
     auto instance = Instance("i-0", ports[0]);
     for (size_t i = 0; i < ports.size(); ++i) {
       instance->containers.push_back(
@@ -843,7 +871,7 @@ TEST_F(MultiContainerRouterTest, DirectCallsOnlyTheNamedContainer) {
   a.Respond(200, "from-a", "Content-Type: text/plain\r\n");
   b.Respond(200, "from-b", "Content-Type: text/plain\r\n");
   PublishMultiContainer(ContainerMode::kDirect, {"alpha", "beta"}, {a.port(), b.port()});
-  EXPECT_TRUE(router_->IsMultiContainer("mc"));
+  EXPECT_FALSE(router_->IsPipeline("mc"));  // a Direct call may stay on the event loop
   auto w = Invoke({{"X-Amzn-SageMaker-Target-Container-Hostname", "beta"}}, "x", "mc");
   ASSERT_EQ(w.status(), 200) << w.body();
   EXPECT_EQ(w.body(), "from-b");

@@ -114,9 +114,11 @@ struct EndpointRoute {
   // Some variant's model is multi-container with Mode Direct: X-Amzn-SageMaker-Target-Container-
   // Hostname is accepted (on any other endpoint the router refuses it with ValidationError).
   bool direct = false;
-  // Some variant's model has several containers (Serial or Direct): the front door serves the
-  // endpoint's invocations on worker threads (Router::Invoke), FrontDoor::Claims.
-  bool multi_container = false;
+  // Some variant is an inference pipeline (several containers, Mode Serial): it makes one
+  // blocking upstream call per container, so the front door serves the endpoint's invocations on
+  // worker threads (Router::Invoke; FrontDoor::Claims). Direct variants need no such thing: one
+  // call, on the event loop like any other.
+  bool pipeline = false;
   // Serverless (serving-contract.md §12; its one variant has a ServerlessConfig): MaxConcurrency,
   // the most requests in flight to the endpoint (0: not serverless), and ProvisionedConcurrency,
   // the instances kept warm (0 when unset). The router admits requests through its
