@@ -13,7 +13,8 @@ one's request (worker threads, Router::InvokePipeline). Each round runs wrk agai
 request (utime+stime of the kiln process). The summary gives, per connection count, the median over rounds of the
 p50 latency and CPU per request of each endpoint, and the cost per extra hop: (last - first) / (containers
 difference). Note that `c1` is served on the event loop, the pipelines on worker threads: the first extra hop
-includes that switch.
+includes that switch. With --direct, a Direct endpoint `d2` of two copies (TargetContainerHostname names the
+second, added to the signed request's headers) is measured as well: one call, on the event loop, like `c1`.
 
 $KILN_BIN selects the kiln binary (default build/src/cli/kiln)."""
 
@@ -32,11 +33,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
 import serving_bench as sb  # noqa: E402 (wrk, the backend, CPU accounting)
 
 
-def start_endpoint(server, backend, name, containers):
+def start_endpoint(server, backend, name, containers, direct=False):
     sm = server.client("sagemaker")
     definition = {"Image": "local:" + backend, "Environment": {"BACKEND_THREADS": "2"}}
     if containers == 1:
         sm.create_model(ModelName=name, ExecutionRoleArn=sb.ROLE, PrimaryContainer=definition)
+    elif direct:
+        sm.create_model(ModelName=name, ExecutionRoleArn=sb.ROLE,
+                        Containers=[dict(definition, ContainerHostname="b%d" % (i + 1)) for i in range(containers)],
+                        InferenceExecutionConfig={"Mode": "Direct"})
     else:
         sm.create_model(ModelName=name, ExecutionRoleArn=sb.ROLE, Containers=[definition] * containers,
                         InferenceExecutionConfig={"Mode": "Serial"})
@@ -52,6 +57,7 @@ def main():
     parser.add_argument("--connections", default="1,16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--containers", default="1,2,3")
+    parser.add_argument("--direct", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
     connections = [int(c) for c in args.connections.split(",")]
@@ -66,23 +72,32 @@ def main():
     server.start()
     rows = []
     names = {n: "bench-c%d" % n for n in counts}
+    labels = list(counts)
+    if args.direct:
+        names["d2"] = "bench-d2"
+        labels.append("d2")
     try:
         for n in counts:
             start_endpoint(server, backend, names[n], n)
+        if args.direct:
+            start_endpoint(server, backend, names["d2"], 2, direct=True)
         luas = {}
-        for n in counts:
+        for n in labels:
             path = "/endpoints/%s/invocations" % names[n]
-            luas[n] = (server.endpoint + path, os.path.join(work, "c%d.lua" % n))
-            sb.write_lua(luas[n][1], sb.signed_headers(server, path), sb.BODY)
+            luas[n] = (server.endpoint + path, os.path.join(work, "%s.lua" % n))
+            headers = sb.signed_headers(server, path)
+            if n == "d2":
+                headers["X-Amzn-SageMaker-Target-Container-Hostname"] = "b2"  # not signed: allowed
+            sb.write_lua(luas[n][1], headers, sb.BODY)
         bpids = sb.pids_running(backend)
         for round_index in range(args.rounds):
             for c in connections:
-                for n in counts:
+                for n in labels:
                     url, lua = luas[n]
                     r = sb.run_wrk(url, lua, c, args.duration, [server.proc.pid], bpids)
                     r.update(containers=n, round=round_index)
                     rows.append(r)
-                    print("round %d  containers %d c=%-3d %8.0f req/s  p50 %6d us  p99 %6d us  cpu %5.1f us/req" % (
+                    print("round %d  containers %s c=%-3d %8.0f req/s  p50 %6d us  p99 %6d us  cpu %5.1f us/req" % (
                         round_index, n, c, r["rps"], r["p50_us"], r["p99_us"], r["proxy_cpu_us"]), flush=True)
     finally:
         # Endpoint instances outlive a stopped server by design: delete them first.
@@ -102,7 +117,7 @@ def main():
         def med(n, key):
             return statistics.median(r[key] for r in rows if r["containers"] == n and r["connections"] == c)
         per = {n: {"p50_us": med(n, "p50_us"), "cpu_us": med(n, "proxy_cpu_us"), "rps": med(n, "rps")}
-               for n in counts}
+               for n in labels}
         first, last = counts[0], counts[-1]
         hops = max(1, last - first)
         summary[c] = {"by_containers": per,
@@ -113,7 +128,7 @@ def main():
             summary[c]["p50_per_later_hop_us"] = (per[last]["p50_us"] - per[counts[1]]["p50_us"]) / max(
                 1, last - counts[1])
         print("  c=%-3d %s   per hop: p50 %+5.0f us, cpu %+5.1f us/req%s" % (
-            c, "  ".join("%d: p50 %d us %.0f req/s" % (n, per[n]["p50_us"], per[n]["rps"]) for n in counts),
+            c, "  ".join("%s: p50 %d us %.0f req/s" % (n, per[n]["p50_us"], per[n]["rps"]) for n in labels),
             summary[c]["p50_per_hop_us"], summary[c]["cpu_per_hop_us"],
             ("  (after the 2nd: p50 %+.0f us)" % summary[c]["p50_per_later_hop_us"])
             if "p50_per_later_hop_us" in summary[c] else ""))
