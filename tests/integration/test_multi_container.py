@@ -12,8 +12,9 @@ every container of the instance shares) and the test serving program endpoints/p
   container answering 500 → ModelError naming it (container-1 / container-2: the SDK names none), while the other
   endpoint's and the pipeline's good requests keep being answered.
 Plus one log stream per container (<variant>/<instance-id>/<hostname>), ContainerLatency per container in
-CloudWatch, the pipeline model in a batch transform job, and (a server of its own in network mode host) a port
-block per container on the node's loopback and every container adopted after a kill -9 of the server. ~20 s on
+CloudWatch, the pipeline model in a batch transform job, (a server of its own in network mode host) a port
+block per container on the node's loopback and every container adopted after a kill -9 of the server, and the
+same adoption of the namespaced endpoints after a kill -9 of the module's server (the last test). ~16 s on
 2 cores."""
 
 import datetime
@@ -296,3 +297,29 @@ def test_host_mode_port_blocks_and_adoption_after_a_kill(kiln_factory):
     finally:
         sm_h.delete_endpoint(EndpointName=name)
         wait_until(lambda: eh.endpoint_gone(sm_h, name), timeout=30, what="the endpoint deleted")
+
+
+def test_namespaced_containers_adopted_after_a_kill(srv, sm, rt, sdk_result, direct):  # noqa: F811
+    """Last in the module (it kills the module's server): after kill -9 and a restart the next server adopts
+    every container of both endpoints, whose containers share the first's network namespace — the same
+    processes answer, the pipeline chains again."""
+    pipe = sdk_result["describe"]["EndpointName"]
+
+    def both():
+        return {h: eh.invoke(rt, direct, body=b"x", ContentType="text/plain", TargetContainerHostname=h)[0]
+                for h in ("alpha", "beta")}
+
+    before = both()
+    assert before["alpha"]["port"] == 8080 and before["beta"]["port"] == 8180, before  # one namespace, 100 apart
+    srv.kill()
+    srv.start()
+    for name in (direct, pipe):
+        eh.wait_endpoint(sm, name, server=srv, timeout=30)
+        wait_until(lambda: sm.describe_endpoint(EndpointName=name)["ProductionVariants"][0]
+                   .get("CurrentInstanceCount") == 1, timeout=20, what="the adopted instance of %s routed" % name)
+    after = both()
+    for host in ("alpha", "beta"):
+        assert after[host]["boot"] == before[host]["boot"], (host, before[host], after[host])  # not relaunched
+    answer, _ = eh.invoke(rt, pipe, body=b"2,3", ContentType="text/csv", Accept="text/csv")
+    assert answer == 10, answer
+    assert "endpoint instance launched" not in srv.log_text().split("listening")[-1], srv.log_tail(30)
