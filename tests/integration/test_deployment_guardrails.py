@@ -14,7 +14,7 @@ VARIANT_TAG telling the fleets apart, the failing canary `endpoints/failing_app.
 - Bad input: an alarm that does not exist, sizes out of range, both policies, a timeout below the waits.
 - A LINEAR shift survives kill -9 of the server in its first bake (the share and the bake deadline are
   read back from the endpoint row).
-~40 s on 2 cores."""
+~45 s on 2 cores."""
 
 import json
 import os
@@ -249,7 +249,8 @@ def test_rolling_update_rolls_back_when_its_alarm_fires(sm, rt, cw, endpoints, m
     seen, d = statuses_until(sm, name, lambda d: d["EndpointStatus"] == "InService" and d.get("FailureReason"))
     time.sleep(0.5)
     answers = traffic.finish()
-    assert seen[0] == "Updating" and set(seen) <= {"Updating", "RollingBack", "InService"}, seen
+    # RollingBack lasts while the old fleet's stopped instance comes back (about a second).
+    assert seen == ["Updating", "RollingBack", "InService"], seen
     assert d["EndpointConfigName"] == name + "-old", d
     assert "CloudWatch alarm %s went into ALARM" % alarm in d["FailureReason"], d["FailureReason"]
     assert d["ProductionVariants"][0]["CurrentInstanceCount"] == 2, d
@@ -301,18 +302,18 @@ def test_bad_deployment_configs_are_refused(sm, endpoints, module_kiln):  # noqa
 
 
 def test_a_shift_survives_a_server_kill(sm, rt, endpoints, module_kiln):  # noqa: F811
-    """kill -9 of the server in the first step's bake (LINEAR 50 %, 6 s bakes): the next server adopts both
+    """kill -9 of the server in the first step's bake (LINEAR 50 %, 8 s bakes): the next server adopts both
     fleets, routes them with the recorded share again (both models answer) and completes on time; runs last
     (it restarts the module's server)."""
     name = endpoints["restart"]
     config = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
-        "Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}, "WaitIntervalInSeconds": 6}}}
+        "Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}, "WaitIntervalInSeconds": 8}}}
     traffic = Traffic(rt, name)
     sm.update_endpoint(EndpointName=name, EndpointConfigName=name + "-new", DeploymentConfig=config)
     eh.wait_until(lambda: {"blue", "green"} <= {a[2] for a in traffic.seen[-20:]}, timeout=30, poll=0.05,
                   what="both models answering")
     shifted_at = time.monotonic()
-    time.sleep(3)  # half the bake: a bake that started again would end 3 s late
+    time.sleep(3)  # into the bake: a bake that started again would end 3 s late
     module_kiln.kill()
     module_kiln.start()
     restarted = len(traffic.seen)
@@ -323,10 +324,11 @@ def test_a_shift_survives_a_server_kill(sm, rt, endpoints, module_kiln):  # noqa
     answers = traffic.finish()
     assert d["EndpointConfigName"] == name + "-new" and "FailureReason" not in d, d
     after = [a[2] for a in answers[restarted:]]
+    assert "blue" in after, "no answer of the old model after the restart: %s" % after[:40]
     last_blue = len(after) - 1 - after[::-1].index("blue")
     assert "green" in after[:last_blue], "the restarted server did not route both fleets: %s" % after[:40]
     print("\nkill -9 in a bake: %d answers unreachable/unavailable while the server was down, both models again "
-          "after the restart, InService %.1f s after the first shift (two 6-s bakes)" % (
+          "after the restart, InService %.1f s after the first shift (two 8-s bakes)" % (
               sum(1 for a in answers[restarted - 5:] if a[2] not in ("blue", "green")), done_at - shifted_at))
-    # Two 6-s bakes from the first shift: the recorded bake went on, it did not start again.
-    assert 11.0 < done_at - shifted_at < 14.5, done_at - shifted_at
+    # Two 8-s bakes from the first shift: the recorded bake went on, it did not start again.
+    assert 15.0 < done_at - shifted_at < 18.5, done_at - shifted_at
