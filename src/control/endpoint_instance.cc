@@ -436,13 +436,14 @@ void EndpointInstance::StartLogPump() {
     c.log_pump = std::make_unique<LogPump>(std::move(pump), deps().log_store);
     c.log_pump->Start();
   }
-  // Instance metrics (serving-contract.md §15.3) from now until Finish (of the first container:
-  // the runtime measures one instance id).
+  // Instance metrics (serving-contract.md §15.3) from now until Finish, over all its containers.
   if (deps().instance_metrics != nullptr) {
-    (void)deps().instance_metrics->Track(
+    InstanceMetricsTarget target =
         spec_.metrics ? *spec_.metrics
                       : EndpointInstanceMetricsTarget(spec_.runtime_id, spec_.endpoint_name, spec_.variant,
-                                                      spec_.instance_id, spec_.dir + "/opt_ml"));
+                                                      spec_.instance_id, spec_.dir + "/opt_ml");
+    for (size_t i = 1; i < containers_.size(); ++i) target.more_instance_ids.push_back(containers_[i].runtime_id);
+    (void)deps().instance_metrics->Track(target);
   }
 }
 

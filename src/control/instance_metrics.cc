@@ -234,6 +234,19 @@ bool InstanceMetrics::ReadUsage(std::vector<Sample>& samples) {
   bool any_gpus = false;
   for (Sample& s : samples) {
     s.usage = runtime_->Usage(s.id);
+    for (const std::string& more : s.target.more_instance_ids) {
+      if (!s.usage.ok()) break;
+      Result<runtime::InstanceUsage> other = runtime_->Usage(more);
+      if (!other.ok() || other->source != s.usage->source) continue;
+      s.usage->cpu_usec += other->cpu_usec;
+      s.usage->memory_bytes += other->memory_bytes;
+      // Limits add up to the instance's (each container has its share); one without a limit
+      // means the instance has none.
+      s.usage->memory_limit_bytes = s.usage->memory_limit_bytes == 0 || other->memory_limit_bytes == 0
+                                        ? 0
+                                        : s.usage->memory_limit_bytes + other->memory_limit_bytes;
+      s.usage->process_count += other->process_count;
+    }
     s.sampled_at = std::chrono::steady_clock::now();
     s.timestamp_millis = NowMillis();
     if (s.usage.ok() && !s.usage->gpus.empty()) any_gpus = true;

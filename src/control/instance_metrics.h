@@ -73,6 +73,11 @@ struct InstanceMetricsTarget {
   std::string ns;                                   // the namespace of its points
   std::vector<observe::Dimensions> dimension_sets;  // each metric is written under each set
   std::string opt_ml_dir;                           // host directory of its /opt/ml (DiskUtilization); "" for none
+  // A multi-container endpoint instance's other containers (serving-contract.md §8, §15.3: the
+  // metrics cover all containers of the instance): their runtime ids, whose CPU time, memory and
+  // memory limits are added to `instance_id`'s (one measured with another source, or not
+  // running, is left out).
+  std::vector<std::string> more_instance_ids = {};
 };
 
 // The dimension sets of a training host / an endpoint instance (see the file comment).

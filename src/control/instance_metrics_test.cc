@@ -352,5 +352,29 @@ TEST_F(InstanceMetricsTest, RealChildBurningCpuShowsCpuUtilization) {
   EXPECT_EQ(metrics.TEST_Tracked(), 0u);
 }
 
+// A multi-container instance (serving-contract.md §15.3): the other containers' CPU and memory
+// count as the instance's; one measured another way is left out.
+TEST_F(InstanceMetricsTest, AMultiContainerInstanceSumsItsContainers) {
+  runtime_.Set("endpoint-ep-i", {.fixed_cpu_usec = 1000, .memory_bytes = 100 * kMiB, .memory_limit_bytes = 512 * kMiB});
+  runtime_.Set("endpoint-ep-i-c2",
+               {.fixed_cpu_usec = 3000, .memory_bytes = 156 * kMiB, .memory_limit_bytes = 512 * kMiB});
+  runtime_.Set("endpoint-ep-i-c3", {.fixed_cpu_usec = 0, .memory_bytes = 999 * kMiB, .source = "cgroup"});
+  auto metrics = Make();
+  InstanceMetricsTarget target = EndpointInstanceMetricsTarget("endpoint-ep-i", "ep", "AllTraffic", "i-i", "");
+  target.more_instance_ids = {"endpoint-ep-i-c2", "endpoint-ep-i-c3"};
+  ASSERT_TRUE(metrics->Track(target).ok());
+  const Dimensions host = {{"Host", "ep/AllTraffic/i-i"}};
+  EXPECT_EQ(metrics->TEST_SampleOnce(), 2u);  // memory under both dimension sets
+  std::vector<SeriesPoint> memory = Points(kEndpointNs, "MemoryUtilization", host);
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_DOUBLE_EQ(memory[0].value, 25.0);  // (100 + 156) MiB of 1024 MiB
+  runtime_.Edit("endpoint-ep-i-c2", [](FakeRuntime::Instance& in) { in.fixed_cpu_usec = 3000 + 50000; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  metrics->TEST_SampleOnce();
+  std::vector<SeriesPoint> cpu = Points(kEndpointNs, "CPUUtilization", host);
+  ASSERT_EQ(cpu.size(), 1u);
+  EXPECT_GT(cpu[0].value, 5.0);  // the second container's 50 ms of CPU over ~0.1 s
+}
+
 }  // namespace
 }  // namespace kiln::control
