@@ -114,6 +114,27 @@ struct InstanceSpec {
   // Set: run this image through the container engine (runtime/docker/docker_runtime.h) instead of
   // a host program. extra_mounts, hosts_file_lines, cpus, memory, GPUs and network apply as above.
   std::optional<ContainerImage> container;
+
+  // Fields below matter only to backends that place instances on other machines (the Slurm
+  // runtime, runtime/slurm/); every other backend ignores them.
+
+  // Instances launched together as one allocation (a multi-host training job): the backend may
+  // start none of them until all `group_size` were launched. Empty: a group of one.
+  std::string group;   // e.g. the training job's name
+  int group_size = 1;  // how many Launch calls make the group; group_index is the order
+  int group_index = 0;
+  // The ml.* shape, for backends that allocate elsewhere (Slurm): vCPUs, memory and GPUs of one
+  // instance from the instance catalog, whatever the local scheduler granted (cpus, gpus,
+  // memory_limit_bytes above describe this machine and mean nothing on another).
+  int shape_vcpus = 0;
+  uint64_t shape_memory_bytes = 0;
+  int shape_gpus = 0;
+  std::string instance_type;  // e.g. "ml.m5.xlarge"; empty when unknown
+  // Wall-clock limit (MaxRuntimeInSeconds + the stop grace); 0: none. Backends that enforce
+  // limits themselves (Slurm --time, in whole minutes, rounded up) use it.
+  int64_t time_limit_seconds = 0;
+  // Scheduler hints from configuration or the resource's tags, e.g. {"partition":"gpu","qos":"high"}.
+  std::map<std::string, std::string> placement;
 };
 
 enum class InstanceState {
@@ -137,6 +158,15 @@ struct InstanceStatus {
   // kiln-...", "the container engine at unix:///run/podman/podman.sock has been unreachable for
   // 30 s: ..."). Empty: the supervisor vanished without a word.
   std::string lost_reason;
+  // kRunning but the program has not started yet because the backend waits (e.g. "Slurm job 812
+  // is pending: Resources"); empty once it runs. Controllers show it as the status message.
+  std::string waiting_reason;
+  // Where the instance's network is reachable from the server when it is not this machine (the
+  // Slurm node's address); empty: as launched (127.0.0.1 or its NetworkAttachment address).
+  std::string address;
+  // kLost/kExited because the cluster preempted it: managed spot jobs treat this as an
+  // interruption, not a failure.
+  bool preempted = false;
 };
 
 // What a running instance uses now (Runtime::Usage), for the instance metrics of
