@@ -52,6 +52,7 @@ test_pkgs=(
   docker-registry                          # a registry on loopback for the container runtime's pull tests (test_container_registry.py)
   openssh-client python3-pexpect           # access_test, test_remote_access.py: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
   python3-debugpy                          # test_remote_access.py: the training script's debugpy attached through an ssh -L forward
+  slurm-wlm slurm-client munge             # the Slurm runtime's tests: a real cluster on this host (scripts/slurm-setup.sh, test_slurm.py)
 )
 # bench/remote_access_bench.py also compares scp against a local sshd (Debian openssh-server); it is
 # not installed here (its package starts a system sshd): `apt-get install openssh-server` by hand.
