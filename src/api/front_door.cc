@@ -31,6 +31,9 @@ constexpr std::string_view kHealthPath = "/_kiln/health";
 constexpr std::string_view kRemotePrefix = "/_kiln/remote/";
 // Training job actions outside the SageMaker API (issue 18: `kiln interrupt`); never S3's either.
 constexpr std::string_view kTrainingPrefix = "/_kiln/training/";
+// The Slurm runtime's node protocol (issue 21, runtime/slurm/node_service.h): token-authenticated,
+// never SigV4, never S3's.
+constexpr std::string_view kNodePrefix = "/_kiln/node/";
 constexpr std::string_view kMetricsPath = "/metrics";
 constexpr std::string_view kEndpointsPrefix = "/endpoints/";
 // The per-thread invoke body buffer keeps its capacity between requests up to this size; a
@@ -134,7 +137,18 @@ std::string_view ProtocolName(aws::Protocol p) {
 }  // namespace
 
 struct FrontDoor::Route {
-  enum class Kind { kHealth, kMetrics, kRemote, kTraining, kJson, kQuery, kCbor, kRuntime, kS3 } kind = Kind::kS3;
+  enum class Kind {
+    kHealth,
+    kMetrics,
+    kRemote,
+    kTraining,
+    kNode,
+    kJson,
+    kQuery,
+    kCbor,
+    kRuntime,
+    kS3
+  } kind = Kind::kS3;
   const JsonService* json = nullptr;  // kJson with a known prefix
   std::string target_prefix;          // kJson
   std::string operation;              // kJson: from X-Amz-Target
@@ -248,6 +262,11 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
     route.protocol = aws::Protocol::kJson11;
     return route;
   }
+  if (StartsWith(request.raw_path, kNodePrefix)) {
+    route.kind = Route::Kind::kNode;
+    route.protocol = aws::Protocol::kJson11;
+    return route;
+  }
   if (StartsWith(request.raw_path, kTrainingPrefix)) {
     route.kind = Route::Kind::kTraining;
     route.signing_name = "sagemaker";
@@ -349,6 +368,18 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
       case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
       case Route::Kind::kRemote: ServeRemote(request, response, context, verified); break;
       case Route::Kind::kTraining: ServeTraining(request, response, context, verified); break;
+      case Route::Kind::kNode: {
+        context.service = "kiln";
+        context.operation = "Node";
+        if (node_service_) {
+          node_service_(request, response);
+        } else {
+          nlohmann::json body = {{"error", "NotFound"},
+                                 {"message", "this Kiln server runs no Slurm runtime (\"runtime\": \"slurm\")"}};
+          (void)response.Send(404, {{"Content-Type", "application/json"}}, body.dump());
+        }
+        break;
+      }
       case Route::Kind::kRuntime:
         if (runtime_ != nullptr) {
           ServeRuntime(request, response, context, verified, start_steady_ns);

@@ -16,6 +16,9 @@
 //                                                  SetTrainingInterrupter (managed spot: a reclaim
 //                                                  of the job's instances; errors in JSON 1.1's
 //                                                  shape)
+//   /_kiln/node/…  (no SigV4: the Slurm job's   → the node service given to SetNodeService
+//   token is the credential)                       (runtime/slurm/node_service.h); without one,
+//                                                  404 JSON
 //   X-Amz-Target: <prefix>.<Op>                  → the JsonService registered for <prefix>
 //   POST /service/GraniteServiceVersion20100801/operation/<Op> signed for "monitoring" (or
 //   unsigned with a smithy-protocol header)      → CloudWatch, Smithy RPC v2 CBOR
@@ -121,6 +124,11 @@ class FrontDoor final : public net::AsyncService {
     training_interrupter_ = std::move(interrupter);
   }
 
+  // Every request under /_kiln/node/ (the Slurm runtime's node protocol, issue 21) goes to
+  // `service`, unauthenticated here: the service checks its own token (node_service.h). Unset (the
+  // default): such requests answer 404 with a JSON error. Call before serving.
+  void SetNodeService(net::Handler service) { node_service_ = std::move(service); }
+
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
 
@@ -196,6 +204,7 @@ class FrontDoor final : public net::AsyncService {
   const serving::PrometheusExporter* metrics_exporter_ = nullptr;
   access::TunnelService* remote_access_ = nullptr;
   std::function<Status(const std::string& job)> training_interrupter_;
+  net::Handler node_service_;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.
   Mutex large_rpc_mutex_;

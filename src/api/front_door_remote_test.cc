@@ -1,6 +1,6 @@
 // The front door's /_kiln/remote/* routes (issue 16): SigV4, the JSON 1.1 error shapes of the
 // TunnelService's refusals, and the upgrade of a connect; and /_kiln/training/interrupt (issue 18),
-// signed and answered the same way.
+// signed and answered the same way; and /_kiln/node/ (issue 21), handed on unsigned.
 #include <poll.h>
 #include <unistd.h>
 
@@ -269,6 +269,25 @@ TEST_F(FrontDoorRemoteTest, TrainingInterruptAnswersTheInterruptersOutcome) {
   net::FakeResponseWriter broken = Send("POST", "/_kiln/training/interrupt", "job=broken", {});
   EXPECT_EQ(broken.status(), 500);
   EXPECT_EQ(ErrorType(broken), "InternalFailure");
+}
+
+// /_kiln/node/ (issue 21): never SigV4-checked (the node service checks its own token); without a
+// node service, a JSON 404.
+TEST_F(FrontDoorRemoteTest, NodeRoutesGoToTheNodeServiceUnsigned) {
+  net::FakeResponseWriter none = Send("GET", "/_kiln/node/v1/instances/i/spec", "", {}, "");
+  EXPECT_EQ(none.status(), 404);
+  EXPECT_NE(none.body().find("runs no Slurm runtime"), std::string::npos) << none.body();
+  std::vector<std::string> seen;
+  door_->SetNodeService([&seen](net::HttpRequest& request, net::ResponseWriter& response) {
+    seen.push_back(request.method + " " + request.raw_path + "?" + request.raw_query);
+    (void)response.Send(200, {{"Content-Type", "application/json"}}, "{}");
+  });
+  net::FakeResponseWriter ok = Send("POST", "/_kiln/node/v1/instances/i/output", "offset=0", {}, "");
+  EXPECT_EQ(ok.status(), 200);
+  // A signature does not matter either way (a node never signs).
+  EXPECT_EQ(Send("GET", "/_kiln/node/v1/instances/i/spec", "", {}).status(), 200);
+  EXPECT_EQ(seen, (std::vector<std::string>{"POST /_kiln/node/v1/instances/i/output?offset=0",
+                                            "GET /_kiln/node/v1/instances/i/spec?"}));
 }
 
 }  // namespace

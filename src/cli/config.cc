@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/fs.h"
+#include "base/strings.h"
 #include "net/http_server.h"
 
 namespace kiln::cli {
@@ -510,6 +511,40 @@ Status LoadMultiModel(const json& doc, Config* config, const std::string& path) 
   return Status::Ok();
 }
 
+Status LoadSlurm(const json& doc, Config* config, const std::string& path) {
+  RETURN_IF_ERROR(Field(doc, "runtime", &config->runtime, path));
+  if (!doc.contains("slurm")) return Status::Ok();
+  const json& s = doc["slurm"];
+  const std::string where = path + ": slurm";
+  if (!s.is_object()) {
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"server_url\": \"http://10.77.0.1:5456\"}");
+  }
+  static const std::set<std::string> kKeys = {"server_url",   "partition",      "qos",          "account",
+                                              "node_command", "scratch_dir",    "poll_seconds", "sbatch_args",
+                                              "request_cpus", "request_memory", "bin_dir"};
+  for (const auto& [key, value] : s.items()) {
+    if (kKeys.count(key) == 0) {
+      return Status::InvalidArgument(
+          where + ": unknown key \"" + key +
+          "\"; the keys are server_url, partition, qos, account, node_command, "
+          "scratch_dir, poll_seconds, sbatch_args, request_cpus, request_memory and bin_dir");
+    }
+  }
+  SlurmConfig& c = config->slurm;
+  RETURN_IF_ERROR(Field(s, "server_url", &c.server_url, where));
+  RETURN_IF_ERROR(Field(s, "partition", &c.partition, where));
+  RETURN_IF_ERROR(Field(s, "qos", &c.qos, where));
+  RETURN_IF_ERROR(Field(s, "account", &c.account, where));
+  RETURN_IF_ERROR(StringList(s, "node_command", &c.node_command, where));
+  RETURN_IF_ERROR(Field(s, "scratch_dir", &c.scratch_dir, where));
+  RETURN_IF_ERROR(Field(s, "poll_seconds", &c.poll_seconds, where));
+  RETURN_IF_ERROR(StringList(s, "sbatch_args", &c.sbatch_args, where));
+  RETURN_IF_ERROR(Field(s, "request_cpus", &c.request_cpus, where));
+  RETURN_IF_ERROR(Field(s, "request_memory", &c.request_memory, where));
+  RETURN_IF_ERROR(Field(s, "bin_dir", &c.bin_dir, where));
+  return Status::Ok();
+}
+
 Status LoadServerless(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("serverless")) return Status::Ok();
   const json& a = doc["serverless"];
@@ -687,6 +722,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadServerless(doc, config, path));
   RETURN_IF_ERROR(LoadMultiModel(doc, config, path));
   RETURN_IF_ERROR(LoadDataCapture(doc, config, path));
+  RETURN_IF_ERROR(LoadSlurm(doc, config, path));
   return Status::Ok();
 }
 
@@ -720,6 +756,31 @@ Status Validate(Config* config) {
   }
   if (os.backend == "s3" && (os.endpoint.empty() || os.access_key_id.empty() || os.secret_access_key.empty())) {
     return Status::InvalidArgument("object_store backend \"s3\" needs endpoint, access_key_id and secret_access_key");
+  }
+  if (config->runtime != "process" && config->runtime != "slurm") {
+    return Status::InvalidArgument("runtime must be \"process\" or \"slurm\", got \"" + config->runtime + "\"");
+  }
+  if (config->runtime == "slurm") {
+    const SlurmConfig& s = config->slurm;
+    if (!StartsWith(s.server_url, "http://") && !StartsWith(s.server_url, "https://")) {
+      return Status::InvalidArgument(
+          "runtime \"slurm\" needs slurm.server_url, the http:// URL at which the compute nodes reach this server "
+          "(e.g. http://10.77.0.1:5456), got \"" +
+          s.server_url + "\"");
+    }
+    if (s.node_command.empty() || s.node_command.front().empty()) {
+      return Status::InvalidArgument("slurm.node_command must name the kiln binary on the compute nodes");
+    }
+    if (s.scratch_dir.empty() || s.scratch_dir.front() != '/') {
+      return Status::InvalidArgument("slurm.scratch_dir must be an absolute path, got \"" + s.scratch_dir + "\"");
+    }
+    if (s.poll_seconds < 0.2 || s.poll_seconds > 60) {
+      return Status::InvalidArgument("slurm.poll_seconds must be 0.2..60, got " + std::to_string(s.poll_seconds));
+    }
+    if (config->container_engine.enabled()) {
+      return Status::InvalidArgument(
+          "runtime \"slurm\" cannot run container images yet: remove container_engine from the config file");
+    }
   }
   if (!net::IsLoopbackHost(host)) {
     if (config->credentials.empty()) {

@@ -65,6 +65,15 @@
 //              "preempt_for_on_demand": true,         // on-demand jobs reclaim spot jobs' capacity
 //              "seed": 0}                             // the random draws' seed; 0: from the clock
 //     "autoscaling": {"period_seconds": 60},           // scaling alarms' evaluation period
+//     "runtime": "process",              // or "slurm": instances run on a Slurm cluster (issue 21)
+//     "slurm": {"server_url": "http://10.77.0.1:5456",   // how the compute nodes reach this server
+//               "partition": "", "qos": "", "account": "",   // defaults; tags kiln:slurm-* override
+//               "node_command": ["/usr/local/bin/kiln"],     // `kiln` on the compute nodes
+//               "scratch_dir": "/tmp",                       // node-local scratch for /opt/ml
+//               "poll_seconds": 2,                           // one squeue per round
+//               "sbatch_args": [],                           // appended to every sbatch
+//               "request_cpus": true, "request_memory": true, // ask Slurm for the ml.* shape's
+//               "bin_dir": ""},                              // where sbatch/squeue/...; "": PATH
 //   }
 
 #include <cstdint>
@@ -240,6 +249,19 @@ struct MultiModelSection {
   double load_wait_seconds = 60;
 };
 
+// The Slurm runtime (runtime/slurm/slurm_runtime.h, issue 21), used with "runtime": "slurm".
+struct SlurmConfig {
+  std::string server_url;               // required with runtime "slurm": http://<address the nodes reach>:<port>
+  std::string partition, qos, account;  // "": Slurm's defaults
+  std::vector<std::string> node_command = {"/usr/local/bin/kiln"};
+  std::string scratch_dir = "/tmp";
+  double poll_seconds = 2;  // 0.2..60: shorter notices pending reasons and dead nodes sooner
+  std::vector<std::string> sbatch_args;
+  bool request_cpus = true;    // --cpus-per-task from the ml.* shape's vCPUs
+  bool request_memory = true;  // --mem from the ml.* shape's memory
+  std::string bin_dir;         // "": sbatch, squeue, scontrol, scancel from PATH
+};
+
 struct Config {
   std::string listen = "127.0.0.1:5456";
   std::string data_dir = "~/.kiln";
@@ -273,6 +295,8 @@ struct Config {
   ServerlessConfig serverless;
   MultiModelSection multi_model;
   DataCaptureSection data_capture;
+  std::string runtime = "process";  // "process" | "slurm"
+  SlurmConfig slurm;
 };
 
 // Applies the JSON document at `path` over `config`. Errors name the file and the bad field.

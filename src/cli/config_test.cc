@@ -487,5 +487,51 @@ TEST(ConfigTest, MultiModelLoadWaitDefaultsAndParses) {
   }
 }
 
+TEST(ConfigTest, SlurmSection) {
+  std::string path = WriteTemp(R"({"runtime": "slurm",
+    "slurm": {"server_url": "http://10.77.0.1:5456", "partition": "gpu", "qos": "high", "account": "ml",
+              "node_command": ["/opt/kiln/bin/kiln"], "scratch_dir": "/scratch", "poll_seconds": 1,
+              "sbatch_args": ["--constraint=a100"], "request_memory": false, "bin_dir": "/opt/slurm/bin"}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  ASSERT_TRUE(Validate(&c).ok());
+  EXPECT_EQ(c.runtime, "slurm");
+  EXPECT_EQ(c.slurm.server_url, "http://10.77.0.1:5456");
+  EXPECT_EQ(c.slurm.partition, "gpu");
+  EXPECT_EQ(c.slurm.qos, "high");
+  EXPECT_EQ(c.slurm.account, "ml");
+  EXPECT_EQ(c.slurm.node_command, std::vector<std::string>{"/opt/kiln/bin/kiln"});
+  EXPECT_EQ(c.slurm.scratch_dir, "/scratch");
+  EXPECT_EQ(c.slurm.poll_seconds, 1);
+  EXPECT_EQ(c.slurm.sbatch_args, std::vector<std::string>{"--constraint=a100"});
+  EXPECT_TRUE(c.slurm.request_cpus);
+  EXPECT_FALSE(c.slurm.request_memory);
+  EXPECT_EQ(c.slurm.bin_dir, "/opt/slurm/bin");
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, SlurmMistakesAreNamed) {
+  Config defaults;
+  EXPECT_EQ(defaults.runtime, "process");
+  auto check = [](const std::string& text, const std::string& expected) {
+    std::string path = WriteTemp(text);
+    Config c;
+    Status s = LoadConfigFile(path, &c);
+    if (s.ok()) s = Validate(&c);
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
+    std::filesystem::remove(path);
+  };
+  check(R"({"runtime": "kubernetes"})", "runtime must be \"process\" or \"slurm\"");
+  check(R"({"runtime": "slurm"})", "needs slurm.server_url");
+  check(R"({"runtime": "slurm", "slurm": {"server_url": "http://h:1", "node_command": []}})", "node_command");
+  check(R"({"runtime": "slurm", "slurm": {"server_url": "http://h:1", "scratch_dir": "tmp"}})", "absolute");
+  check(R"({"runtime": "slurm", "slurm": {"server_url": "http://h:1", "poll_seconds": 0}})", "poll_seconds");
+  check(R"({"slurm": {"partiton": "x"}})", "unknown key \"partiton\"");
+  check(R"({"runtime": "slurm", "slurm": {"server_url": "http://h:1"},
+            "container_engine": {"socket": "/run/docker.sock"}})",
+        "cannot run container images");
+}
+
 }  // namespace
 }  // namespace kiln::cli

@@ -34,6 +34,7 @@
 #include "runtime/process/bridge_networks.h"
 #include "runtime/process/process_runtime.h"
 #include "runtime/routed_runtime.h"
+#include "runtime/slurm/slurm_client.h"
 
 namespace kiln::cli {
 
@@ -91,7 +92,9 @@ control::TrainingControllerOptions TrainingOptions(const Config& c, const contro
   control::TrainingControllerOptions training;
   training.work_dir = c.data_dir + "/training";
   training.region = c.regions.front();
-  training.endpoint_url = ClientEndpoint(c);
+  // On a Slurm cluster the instances run elsewhere: they reach this server where the nodes do.
+  training.endpoint_url = c.runtime == "slurm" ? c.slurm.server_url : ClientEndpoint(c);
+  training.remote_instances = c.runtime == "slurm";
   training.toolkit_script = ToolkitScript(c);
   training.kiln_binary = SelfExecutable();
   training.stop_grace = std::chrono::seconds(c.training.stop_grace_seconds);
@@ -112,7 +115,8 @@ control::EndpointControllerOptions EndpointOptions(const Config& c, const contro
   endpoints.model_cache_dir = c.data_dir + "/model-cache";
   endpoints.region = c.regions.front();
   endpoints.account_id = c.account_id;
-  endpoints.endpoint_url = ClientEndpoint(c);
+  endpoints.endpoint_url = c.runtime == "slurm" ? c.slurm.server_url : ClientEndpoint(c);
+  endpoints.remote_instances = c.runtime == "slurm";
   endpoints.model_server = ModelServerProgram(c);
   endpoints.serve_worker = std::filesystem::path(ToolkitScript(c)).replace_filename("serve_worker.py").string();
   endpoints.port_range_begin = c.endpoints.port_range_begin;
@@ -223,10 +227,14 @@ Status Server::OpenState() {
 // capacity, the per-instance metrics sampler and the environment table.
 Status Server::OpenRuntimeAndCapacity() {
   const Config& c = config_;
-  runtime::ProcessRuntimeOptions runtime_options;
-  runtime_options.state_dir = c.data_dir + "/instances";
-  runtime_options.shim_command = {SelfExecutable(), "shim"};
-  ASSIGN_OR_RETURN(runtime_, runtime::OpenProcessRuntime(runtime_options));
+  if (c.runtime == "slurm") {
+    RETURN_IF_ERROR(OpenSlurmRuntime());
+  } else {
+    runtime::ProcessRuntimeOptions runtime_options;
+    runtime_options.state_dir = c.data_dir + "/instances";
+    runtime_options.shim_command = {SelfExecutable(), "shim"};
+    ASSIGN_OR_RETURN(runtime_, runtime::OpenProcessRuntime(runtime_options));
+  }
   // With an engine, instances whose spec carries a container image go to the container runtime.
   // Without one nothing changes: no image resolves to a container (no patterns below).
   if (c.container_engine.enabled()) {
@@ -240,9 +248,10 @@ Status Server::OpenRuntimeAndCapacity() {
   } else {
     catalog_ = std::make_unique<control::InstanceCatalog>(control::InstanceCatalog::BuiltIn());
   }
-  ASSIGN_OR_RETURN(auto scheduler_options,
-                   control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
-                                                     control::DiscoverHostCapacity()));
+  ASSIGN_OR_RETURN(
+      auto scheduler_options,
+      control::SchedulerOptionsFromJson(c.scheduler.is_null() ? nlohmann::json::object() : c.scheduler,
+                                        c.runtime == "slurm" ? SlurmCapacity() : control::DiscoverHostCapacity()));
   // From the spot section: whether a queued on-demand job reclaims spot jobs' grants (issue 18).
   scheduler_options.preempt_for_on_demand = c.spot.preempt_for_on_demand;
   scheduler_ = std::make_unique<control::Scheduler>(scheduler_options, catalog_.get());
@@ -261,6 +270,49 @@ Status Server::OpenRuntimeAndCapacity() {
     environments_ = std::make_unique<runtime::EnvironmentTable>(runtime::EnvironmentTable::Default());
   }
   if (c.container_engine.enabled()) environments_->SetContainerImages(c.container_engine.images);
+  return Status::Ok();
+}
+
+// "runtime": "slurm": instances run on the cluster's nodes, which Slurm allocates; the local
+// scheduler must never hold work for this machine's capacity, so it sees a capacity no request
+// exhausts (its grants' CPU and GPU indices mean nothing there: the node uses what Slurm gave).
+control::HostCapacity Server::SlurmCapacity() {
+  control::HostCapacity capacity;
+  capacity.cpus.resize(1 << 16);
+  for (size_t i = 0; i < capacity.cpus.size(); ++i) capacity.cpus[i] = static_cast<int>(i);
+  capacity.memory_bytes = uint64_t{1} << 50;
+  for (int i = 0; i < 4096; ++i) {
+    runtime::GpuInfo gpu;
+    gpu.index = i;
+    gpu.name = "Slurm GPU";
+    capacity.gpus.push_back(gpu);
+  }
+  return capacity;
+}
+
+Status Server::OpenSlurmRuntime() {
+  const Config& c = config_;
+  runtime::slurm::SlurmRuntimeOptions options;
+  options.state_dir = c.data_dir + "/slurm-instances";
+  options.client = runtime::slurm::NewCliSlurmClient({.bin_dir = c.slurm.bin_dir});
+  options.server_url = c.slurm.server_url;
+  options.node_command = c.slurm.node_command;
+  options.scratch_dir = c.slurm.scratch_dir;
+  if (!c.slurm.partition.empty()) options.placement["partition"] = c.slurm.partition;
+  if (!c.slurm.qos.empty()) options.placement["qos"] = c.slurm.qos;
+  if (!c.slurm.account.empty()) options.placement["account"] = c.slurm.account;
+  options.sbatch_args = c.slurm.sbatch_args;
+  options.request_cpus = c.slurm.request_cpus;
+  options.request_memory = c.slurm.request_memory;
+  options.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(c.slurm.poll_seconds * 1000));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::slurm::SlurmRuntime> slurm, runtime::slurm::OpenSlurmRuntime(options));
+  slurm_runtime_ = slurm.get();
+  node_service_ = std::make_unique<runtime::slurm::NodeService>(slurm_runtime_);
+  runtime_ = std::move(slurm);
+  KLOG(info, "instances run on a Slurm cluster",
+       {{"server_url", c.slurm.server_url},
+        {"partition", c.slurm.partition.empty() ? "(default)" : c.slurm.partition},
+        {"state_dir", options.state_dir}});
   return Status::Ok();
 }
 
@@ -450,6 +502,10 @@ Result<std::unique_ptr<runtime::Runtime>> Server::OpenContainerRuntime() {
 // server that crashed) are swept here, before the controllers adopt the running instances.
 Status Server::OpenNetworks() {
   const NetworkConfig& n = config_.network;
+  if (config_.runtime == "slurm") {
+    KLOG(info, "instances use their Slurm nodes' networks", {{"reason", "runtime is slurm"}});
+    return Status::Ok();
+  }
   if (n.mode == "host") {
     KLOG(info, "instances share the node's network", {{"reason", "network.mode is host"}});
     return Status::Ok();
@@ -522,6 +578,11 @@ void Server::BuildFrontDoor() {
   door.account_id = c.account_id;
   door.version = KilnVersion();
   front_door_ = std::make_unique<api::FrontDoor>(door, all_credentials_.get(), s3_.get());
+  if (node_service_ != nullptr) {
+    runtime::slurm::NodeService* service = node_service_.get();
+    front_door_->SetNodeService(
+        [service](net::HttpRequest& request, net::ResponseWriter& response) { service->Handle(request, response); });
+  }
 }
 
 // The log store and the training controller that writes into it.

@@ -29,6 +29,8 @@
 #include "runtime/environments.h"
 #include "runtime/networks.h"
 #include "runtime/runtime.h"
+#include "runtime/slurm/node_service.h"
+#include "runtime/slurm/slurm_runtime.h"
 #include "net/http_client.h"
 #include "serving/data_capture.h"
 #include "serving/invocation_metrics.h"
@@ -72,6 +74,10 @@ class Server {
   // The container runtime over the configured engine (config "container_engine"), with its network
   // holders in network_holders_; starts whether or not the engine answers now.
   Result<std::unique_ptr<runtime::Runtime>> OpenContainerRuntime();
+  // "runtime": "slurm": the Slurm runtime in runtime_ (and slurm_runtime_) and its node service.
+  Status OpenSlurmRuntime();
+  // The scheduler's capacity under Slurm: more than any request asks (Slurm's is the capacity).
+  static control::HostCapacity SlurmCapacity();
   Status OpenNetworks();
   void BuildFrontDoor();
   // The log store and the training controller, which the front door's /_kiln/training/interrupt
@@ -106,6 +112,10 @@ class Server {
   // The process runtime, or (with a container engine) the routed runtime over the process and
   // container runtimes.
   std::unique_ptr<runtime::Runtime> runtime_;
+  // With "runtime": "slurm": runtime_ is the Slurm runtime, this is the same object (for the node
+  // service), and the node service the front door hands /_kiln/node/ to. Null otherwise.
+  runtime::slurm::SlurmRuntime* slurm_runtime_ = nullptr;
+  std::unique_ptr<runtime::slurm::NodeService> node_service_;
   // Before the controllers (which untrack instances while they shut down), after the runtime and
   // the metric store it reads and writes.
   std::unique_ptr<control::InstanceMetrics> instance_metrics_;

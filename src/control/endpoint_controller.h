@@ -114,6 +114,11 @@ struct EndpointControllerOptions {
   // A replacement that failed waits this long (doubling up to 60 s) before the next try.
   std::chrono::milliseconds replacement_backoff{1000};
   ArchiveCapOptions archive_caps;  // bounds model.tar.gz (archive_caps.h)
+  // The runtime places instances on other machines (the Slurm runtime, issue 21): an instance is
+  // pinged (and routed) at InstanceStatus::address once the runtime reports it, and the time it
+  // waits for the backend to start it (InstanceStatus::waiting_reason, shown as the variant's
+  // status message) does not count against its startup health-check budget.
+  bool remote_instances = false;
 };
 
 struct EndpointControllerDeps {

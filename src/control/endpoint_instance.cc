@@ -308,6 +308,14 @@ bool EndpointInstance::LaunchContainer(size_t index, const runtime::ImageResolut
   } else {
     env["NVIDIA_VISIBLE_DEVICES"] = "void";
   }
+  // Backends that allocate elsewhere (Slurm): the type's whole shape, one allocation per
+  // container, no time limit (an endpoint runs until deleted).
+  spec.instance_type = spec_.instance_type;
+  if (allocation_) {
+    spec.shape_vcpus = static_cast<int>(allocation_->cpus.size());
+    spec.shape_memory_bytes = allocation_->memory_bytes;
+    spec.shape_gpus = static_cast<int>(allocation_->gpus.size());
+  }
   env.erase("CUDA_VISIBLE_DEVICES");  // serving-contract.md §2: NVIDIA_VISIBLE_DEVICES only
   // Every container's name resolves to the instance's address (§2).
   std::vector<std::string> names = {spec_.instance_id};
@@ -486,6 +494,19 @@ std::string EndpointInstance::LastOutputLine(const ContainerRun& c) const {
   return line.empty() ? "" : " Last error output: " + line;
 }
 
+bool EndpointInstance::RemoteStarted() {
+  auto status = deps().runtime->Inspect(containers_[0].runtime_id);
+  if (!status.ok() || status->state != runtime::InstanceState::kRunning) return true;  // Exited() says
+  SetWaiting(status->waiting_reason);
+  if (!status->waiting_reason.empty() || status->address.empty()) return false;
+  // Not yet routed (the gate has not passed), so nothing reads the target's host meanwhile.
+  if (target_->host != status->address) {
+    target_->host = status->address;
+    for (serving::ContainerTarget& c : target_->containers) c.host = status->address;
+  }
+  return true;
+}
+
 // Pings until every container answers 200 or the startup budget ends. True when healthy.
 bool EndpointInstance::HealthGate() {
   auto start = SteadyClock::now();
@@ -499,6 +520,12 @@ bool EndpointInstance::HealthGate() {
       Fail("ClientError: " + ContainerPhrase(c) + " " + FormatExit(exited->second) +
            " before it passed the ping health check." + LastOutputLine(c));
       return false;
+    }
+    if (options().remote_instances && !RemoteStarted()) {
+      // Queued on the cluster: not yet the container's time to answer.
+      deadline = SteadyClock::now() + spec_.startup_timeout;
+      if (SleepFor(std::chrono::milliseconds(500))) return false;
+      continue;
     }
     bool all = true;
     for (size_t i = 0; i < containers_.size(); ++i) {

@@ -261,6 +261,10 @@ class EndpointInstance {
 
   // Pings until the container answers 200 or the startup budget ends. True when healthy.
   bool HealthGate();
+  // options().remote_instances: whether the first container runs where the runtime says
+  // (InstanceStatus::address, then the target's host, and every container's, points there);
+  // meanwhile its waiting reason is the instance's waiting_for(). False while it waits.
+  bool RemoteStarted();
 
   void Monitor();
 

@@ -12,6 +12,7 @@
 #include "agent/training_layout.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "control/instance_placement.h"
 #include "control/log_pump.h"
 #include "control/processing_launch.h"
 #include "control/training_launch.h"
@@ -412,7 +413,18 @@ Status ProcessingJobRun::Launch(const ProcessingJobRecord& record) {
       spec.cpus = allocation.cpus;
       spec.memory_limit_bytes = allocation.memory_bytes;
       spec.gpus = allocation.gpus;
+      spec.shape_vcpus = static_cast<int>(allocation.cpus.size());
+      spec.shape_memory_bytes = allocation.memory_bytes;
+      spec.shape_gpus = static_cast<int>(allocation.gpus.size());
     }
+    // One allocation for all hosts where the backend allocates (Slurm: one job of N nodes).
+    spec.group = record.name;
+    spec.group_size = static_cast<int>(hosts_.size());
+    spec.group_index = static_cast<int>(i);
+    spec.instance_type = request_.value("ProcessingResources", json::object())
+                             .value("ClusterConfig", json::object())
+                             .value("InstanceType", "");
+    spec.time_limit_seconds = InstanceTimeLimitSeconds(request_, options().stop_grace);
     spec.working_dir = plan.working_dir;
     spec.network = attachments[i];
     spec.container = plan.container;

@@ -124,6 +124,9 @@ struct TrainingControllerOptions {
   bool keep_host_dirs = false;     // keep <work_dir>/<job> after the job ends (debugging)
   ArchiveCapOptions archive_caps;  // bounds sourcedir.tar.gz (archive_caps.h)
   SpotOptions spot;
+  // The runtime places instances on other machines (the Slurm runtime, issue 21): Pipe input mode
+  // is refused (its FIFOs cannot cross machines), and the hold before start is not offered.
+  bool remote_instances = false;
 };
 
 struct TrainingControllerDeps {

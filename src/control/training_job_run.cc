@@ -1,5 +1,7 @@
 #include "control/training_job_run.h"
 
+#include "control/instance_placement.h"
+
 #include "control/training_hold.h"
 #include "control/training_job_run_host.h"
 
@@ -315,6 +317,17 @@ Status TrainingJobRun::Stage(const store::TrainingJobRecord& record) {
     // image fails the job at once, and the pull's progress is the status message meanwhile.
     RETURN_IF_ERROR(PrepareImage(resolved->image));
   }
+  if (options().remote_instances) {
+    // A FIFO on this machine cannot feed a program on a Slurm node.
+    for (const json& channel : request_.value("InputDataConfig", json::array())) {
+      if (agent::ChannelInputMode(request_, channel) == "Pipe") {
+        return agent::ClientError("Channel " + channel.value("ChannelName", std::string("?")) +
+                                  " uses Pipe input mode, which this Kiln server cannot offer: its instances run "
+                                  "on a Slurm cluster, and a pipe cannot cross machines. Use File or "
+                                  "FastFile input mode.");
+      }
+    }
+  }
   SetSecondary(SecondaryStatus::kDownloading, kMsgDownloading);
   const int host_count = static_cast<int>(hosts_.size());
   // Script-mode code (sagemaker_submit_directory) is fetched here, while the channels download,
@@ -427,6 +440,11 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     idle_stop_seconds_ = idle->value_or(0);
     auto hold_exit = HoldExitSeconds(*tags);
     if (!hold_exit.ok()) return agent::ClientError(hold_exit.status().message());
+    // Holds need remote access into the instance, which instances on other machines lack so far.
+    if (options().remote_instances) {
+      hold = std::optional<int>();
+      hold_exit = std::optional<int>();
+    }
     if (hold_exit->value_or(0) > 0 && remote_access) {
       if (plan.container) {
         return agent::ClientError("The tag " + std::string(kHoldExitTag) +
@@ -449,6 +467,14 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
       holding_ = true;
     }
   }
+  // Backends that place instances elsewhere (Slurm): scheduler hints from the job's tags.
+  std::map<std::string, std::string> placement;
+  if (deps().database != nullptr) {
+    if (auto tags = store::TagRepository(deps().database).List(record.arn); tags.ok()) {
+      placement = PlacementFromTags(*tags);
+    }
+  }
+  const std::string instance_type = request_.value("ResourceConfig", json::object()).value("InstanceType", "");
   // Namespaced hosts: an address each on the job's network (algo-1, algo-2, ... in order), and
   // /etc/hosts naming them all; otherwise they share the node's network and every name is 127.0.0.1.
   std::vector<std::optional<runtime::NetworkAttachment>> attachments(hosts_.size());
@@ -494,6 +520,17 @@ Status TrainingJobRun::Launch(store::TrainingJobRecord& record) {
     spec.gpus = allocation.gpus;
     spec.network = attachments[i];
     spec.container = plan.container;
+    // One allocation for all hosts where the backend allocates (Slurm: one job of N nodes), of the
+    // type's shape (the scheduler granted it whole: Slurm's is the capacity there).
+    spec.group = record.name;
+    spec.group_size = static_cast<int>(hosts_.size());
+    spec.group_index = static_cast<int>(i);
+    spec.shape_vcpus = static_cast<int>(allocation.cpus.size());
+    spec.shape_memory_bytes = allocation.memory_bytes;
+    spec.shape_gpus = static_cast<int>(allocation.gpus.size());
+    spec.instance_type = instance_type;
+    spec.time_limit_seconds = InstanceTimeLimitSeconds(request_, options().stop_grace);
+    spec.placement = placement;
     host.spec = spec;
     Status launched = deps().runtime->Launch(spec);
     if (!launched.ok()) {

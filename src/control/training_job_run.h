@@ -172,6 +172,9 @@ class TrainingJobRun {
   // Hosts were started behind the hold before start (training_hold.h) and not every one has
   // started its program yet (ObserveHold).
   bool holding_ = false;
+  // The backend's waiting reason last shown as the Training status message (Slurm's pending
+  // reason, ObserveHosts); "" when none is shown.
+  std::string waiting_shown_;
   // kiln:remote-idle-stop-seconds (training_hold.h); 0: none.
   int idle_stop_seconds_ = 0;
   int hold_exit_seconds_ = 0;  // kiln:remote-hold-exit-seconds when it applies; 0: no hold

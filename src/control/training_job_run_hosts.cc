@@ -29,11 +29,31 @@ constexpr char kMetricNamespace[] = "/aws/sagemaker/TrainingJobs";
 }  // namespace
 
 void TrainingJobRun::ObserveHosts() {
+  std::string waiting;
   for (auto& host : hosts_) {
     if (host->exited) continue;
     auto status = deps().runtime->Inspect(host->instance_id);
-    if (status.ok() && status->state == runtime::InstanceState::kRunning) continue;
+    if (status.ok() && status->state == runtime::InstanceState::kRunning) {
+      // Not started yet because the backend waits (Slurm's queue): the first host's reason.
+      if (waiting.empty() && !status->waiting_reason.empty()) {
+        waiting = hosts_.size() > 1 ? host->host + ": " + status->waiting_reason : status->waiting_reason;
+      }
+      continue;
+    }
     host->exited = true;
+    if (status.ok() && status->preempted) {
+      // The cluster took the instance back: a managed spot job is interrupted (it resumes from its
+      // checkpoints); any other job fails saying so.
+      const std::string why = status->lost_reason.empty() ? "the cluster preempted it" : status->lost_reason;
+      host->exit_code = -1;
+      host->term_signal = 0;
+      host->lost_reason = why;
+      if (IsManagedSpot(request_) && !stop_requested_.load()) {
+        stop_reason_ = StopReason::kInterruption;
+        (void)InterruptSelf("spot capacity reclaimed: " + why);
+      }
+      continue;
+    }
     if (status.ok() && status->state == runtime::InstanceState::kExited) {
       host->exit_code = status->exit_code;
       host->term_signal = status->term_signal;
@@ -43,6 +63,15 @@ void TrainingJobRun::ObserveHosts() {
       host->exit_code = -1;  // lost: the shim (or container) vanished without recording an exit
       if (status.ok()) host->lost_reason = status->lost_reason;
     }
+  }
+  if (waiting != waiting_shown_) {
+    waiting_shown_ = waiting;
+    const int64_t now = Now();
+    (void)Update([&](store::TrainingJobRecord& rec) {
+      if (rec.status != JobStatus::kInProgress || rec.secondary_status != SecondaryStatus::kTraining) return;
+      RecordSecondaryStatus(rec, SecondaryStatus::kTraining,
+                            waiting.empty() ? kMsgTraining + allocation_note_ : waiting, now);
+    });
   }
 }
 
