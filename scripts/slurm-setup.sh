@@ -12,7 +12,8 @@
 # (nothing here needs them, and the host's cgroup layout then does not matter). Each node claims
 # 64 CPUs and ~500 GB (SlurmdParameters=config_overrides) so that jobs shaped like ml.* instances
 # fit; CPUs are not really reserved. SlurmdTimeout=10 s: a node whose slurmd is gone is DOWN within
-# seconds. Partitions: "debug" (default, both nodes) and "kdown" (State=DOWN: jobs sent there stay
+# seconds. batch_sched_delay=0: a batch job is placed as soon as it is submitted (Slurm's default
+# delays it up to 3 s, which would dominate the job-start numbers). Partitions: "debug" (default, both nodes) and "kdown" (State=DOWN: jobs sent there stay
 # PENDING with reason PartitionDown, for the tests of pending reasons).
 #
 # /etc/slurm/slurm.conf is written by this script (clients find it there); an existing one that
@@ -215,7 +216,7 @@ InactiveLimit=0
 KillWait=10
 MinJobAge=300
 JobRequeue=0
-SchedulerParameters=defer_batch
+SchedulerParameters=batch_sched_delay=0
 NodeName=kn1 NodeAddr=${node_addr[kn1]} CPUs=64 RealMemory=500000 State=UNKNOWN
 NodeName=kn2 NodeAddr=${node_addr[kn2]} CPUs=64 RealMemory=500000 State=UNKNOWN
 PartitionName=debug Nodes=kn1,kn2 Default=YES MaxTime=INFINITE State=UP

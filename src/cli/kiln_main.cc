@@ -29,6 +29,7 @@
 #include "cli/version.h"
 #include "runtime/docker/engine.h"
 #include "runtime/process/process_runtime.h"
+#include "runtime/slurm/node_agent.h"
 
 namespace kiln::cli {
 namespace {
@@ -275,6 +276,9 @@ int Main(int argc, char** argv) {
   // `kiln hold-start` likewise: a training host's program while it is held before start
   // (control/training_hold.h); it exec()s the real program.
   if (argc >= 2 && std::string_view(argv[1]) == "hold-start") return RunHoldStart(argc - 1, argv + 1);
+  // `kiln node` likewise: started by srun inside a Slurm job the server submitted (runtime/slurm/
+  // node_agent.h); its flags are the batch script's, a contract with the server side.
+  if (argc >= 2 && std::string_view(argv[1]) == "node") return runtime::slurm::RunNodeMain(argc - 1, argv + 1);
   CLI::App app{"kiln: a self-hosted, SageMaker-compatible platform"};
   app.require_subcommand(1);
   CommonFlags flags;
@@ -314,6 +318,8 @@ int Main(int argc, char** argv) {
   app.add_subcommand("shim", "internal: the per-instance supervisor started by the process runtime")->allow_extras();
   app.add_subcommand("agent", "internal: the remote-access agent started by the server per connection")->allow_extras();
   app.add_subcommand("hold-start", "internal: a training program held before start for a remote connection")
+      ->allow_extras();
+  app.add_subcommand("node", "internal: runs an instance on a Slurm node (started by srun in a job Kiln submitted)")
       ->allow_extras();
 
   CLI::App* keys = app.add_subcommand("keys", "manage access keys");

@@ -550,6 +550,13 @@ int Shim::Run() {
   close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  // The shim ends with its program (Stop, or SIGKILL), never by a signal sent to every process
+  // of a group: Slurm's scancel and time limit SIGTERM every process of a job step, which would
+  // otherwise end the shim before the program's exit is recorded (runtime/slurm: `kiln node`
+  // stops the program itself and reports the exit). The program gets default dispositions
+  // (sandbox.cc), so this does not reach it.
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   if (args_.lock_fd < 0) {
     // Started by hand: take the lock ourselves.
     args_.lock_fd = open(ps::Join(args_.state_dir, ps::kLockFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
