@@ -64,6 +64,7 @@ class EndpointControllerTest : public testing::ControllerTest {
     options.default_startup_timeout = std::chrono::seconds(10);
     options.drain_timeout = std::chrono::seconds(2);
     options.replacement_backoff = replacement_backoff_;
+    options.remote_instances = remote_instances_;
     EndpointControllerDeps deps;
     deps.database = db_.get();
     deps.object_store = object_store_.get();
@@ -225,6 +226,7 @@ class EndpointControllerTest : public testing::ControllerTest {
   }
 
   std::chrono::milliseconds replacement_backoff_{20};
+  bool remote_instances_ = false;                    // EndpointControllerOptions::remote_instances (a Slurm runtime)
   std::unique_ptr<runtime::FakeNetworks> networks_;  // UseNetworks()
   std::unique_ptr<serving::RoutingTable> routes_;
   std::unique_ptr<EndpointController> controller_;
@@ -410,6 +412,31 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
               ::testing::StartsWith("Unable to provision requested ML compute capacity. Please retry using a "
                                     "different ML instance type. Kiln: production variant main waited 1 s"));
   EXPECT_EQ(runtime_->launch_attempts(), 0);
+}
+
+// A backend that places instances elsewhere (the Slurm runtime, issue 21): the instance is not
+// pinged until the runtime says where it runs; its waiting reason is the variant's message, and
+// the wait does not spend the startup budget (10 s here).
+TEST_F(EndpointControllerTest, ARemoteInstanceIsPingedOnlyOnceTheRuntimeSaysWhereItRuns) {
+  remote_instances_ = true;
+  StartController();
+  Create("ep");
+  ASSERT_TRUE(WaitFor([&] { return runtime_->launches().size() == 1; }));
+  const std::string runtime_id = runtime_->launches()[0];
+  EXPECT_EQ(runtime_->spec(runtime_id)->instance_type, "ml.m5.large");
+  EXPECT_EQ(runtime_->spec(runtime_id)->shape_vcpus, 2);
+  ASSERT_TRUE(runtime_->SetWaiting(runtime_id, "Slurm job 4 is pending: Priority").ok());
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = Endpoint("ep");
+    if (!r.ok() || r->state.production_variants.empty()) return false;
+    const auto& status = r->state.production_variants[0].variant_status;
+    return !status.empty() && status[0].status_message == "Slurm job 4 is pending: Priority";
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Endpoint("ep")->status, EndpointStatus::kCreating);
+  ASSERT_TRUE(runtime_->SetWaiting(runtime_id, "", "127.0.0.1").ok());
+  WaitForStatus("ep", EndpointStatus::kInService);
+  EXPECT_EQ(Routed("ep").size(), 1u);
 }
 
 TEST_F(EndpointControllerTest, AnInstanceThatDiesIsReplaced) {

@@ -15,6 +15,7 @@
 #include "base/fs.h"
 #include "control/test_util/controller_fixture.h"
 #include "control/training_launch.h"
+#include "control/training_plan.h"
 #include "control/training_states.h"
 #include "runtime/test_util/fake_networks.h"
 
@@ -82,6 +83,7 @@ class TrainingControllerTest : public testing::ControllerTest {
     options.endpoint_url = "http://127.0.0.1:1";
     options.stop_grace = kStopGrace;
     options.spot = spot_options_;
+    options.remote_instances = remote_instances_;
     TrainingControllerDeps deps;
     deps.database = db_.get();
     deps.object_store = object_store_.get();
@@ -188,6 +190,7 @@ class TrainingControllerTest : public testing::ControllerTest {
   }
 
   SpotOptions spot_options_;
+  bool remote_instances_ = false;  // TrainingControllerOptions::remote_instances (a Slurm runtime)
   std::unique_ptr<TrainingController> controller_;
   // Per-job networks; null (the default): hosts share the node's network.
   std::unique_ptr<runtime::FakeNetworks> networks_;
@@ -793,6 +796,85 @@ TEST_F(TrainingControllerTest, MaxRuntimeStopsTheJob) {
   EXPECT_EQ(stops[0].grace, kStopGrace);
   EXPECT_EQ(StateJson(stopped)["transitions"].back().value("StatusMessage", ""),
             "Job stopped because max runtime was exceeded");
+}
+
+// Backends that place instances elsewhere (the Slurm runtime, issue 21).
+
+TEST_F(TrainingControllerTest, SpecCarriesTheGroupShapeTimeLimitAndPlacementTags) {
+  StartController();
+  Create("placed", {{"ResourceConfig", {{"InstanceCount", 1}}}}, /*submit=*/false);
+  ASSERT_TRUE(store::TagRepository(db_.get())
+                  .Add("arn:aws:sagemaker:us-east-1:000000000000:training-job/placed",
+                       {{"kiln:slurm-partition", "gpu"}, {"kiln:slurm-qos", "high"}, {"team", "x"}})
+                  .ok());
+  controller_->Submit("placed");
+  ASSERT_TRUE(WaitForLaunch("placed"));
+  std::optional<runtime::InstanceSpec> spec = runtime_->spec(Instance("placed"));
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->group, "placed");
+  EXPECT_EQ(spec->group_size, 1);
+  EXPECT_EQ(spec->group_index, 0);
+  EXPECT_EQ(spec->instance_type, "ml.m5.large");
+  EXPECT_EQ(spec->shape_vcpus, 2);
+  EXPECT_GT(spec->shape_memory_bytes, 0u);
+  EXPECT_EQ(spec->shape_gpus, 0);
+  EXPECT_EQ(spec->time_limit_seconds, 3600 + kStopGrace.count() + 300);
+  EXPECT_EQ(spec->placement, (std::map<std::string, std::string>{{"partition", "gpu"}, {"qos", "high"}}));
+  ASSERT_TRUE(runtime_->Exit(Instance("placed"), 0).ok());
+  WaitForStatus("placed", "Completed");
+}
+
+TEST_F(TrainingControllerTest, TheBackendsWaitingReasonIsTheMessageAndMaxRuntimeCountsFromTheStart) {
+  StartController();
+  Create("queued", {{"StoppingCondition", {{"MaxRuntimeInSeconds", 60}}}});
+  ASSERT_TRUE(WaitForLaunch("queued"));
+  ASSERT_TRUE(runtime_->SetWaiting(Instance("queued"), "Slurm job 7 is pending: Resources").ok());
+  ASSERT_TRUE(WaitFor([&] { return Job("queued").state.status_message == "Slurm job 7 is pending: Resources"; }));
+  // Queued on the cluster for longer than MaxRuntimeInSeconds: not stopped for it.
+  clock_.Advance(std::chrono::seconds(120));
+  ASSERT_TRUE(runtime_->SetWaiting(Instance("queued"), "").ok());
+  ASSERT_TRUE(WaitFor([&] { return Job("queued").state.status_message == training::kMsgTraining; }));
+  EXPECT_TRUE(runtime_->stops().empty());
+  EXPECT_EQ(Job("queued").state.attempt_start_millis.value_or(-1), clock_.NowMillis());
+  clock_.Advance(std::chrono::seconds(61));
+  WaitForStatus("queued", "Stopped", "MaxRuntimeExceeded");
+}
+
+TEST_F(TrainingControllerTest, APreemptedSpotJobIsInterruptedAndResumes) {
+  StartController();
+  Create("pre", SpotJob(3600, 7200));
+  ASSERT_TRUE(WaitForLaunch("pre"));
+  WaitForStatus("pre", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Preempt(Instance("pre"), "Slurm preempted job 9 (on kn1)").ok());
+  ASSERT_TRUE(runtime_->WaitForLaunchNumber(2, kPatience).has_value());
+  auto resumed = WaitForStatus("pre", "InProgress", "Training");
+  EXPECT_EQ(resumed.state.interruptions, 1);
+  ASSERT_TRUE(runtime_->Exit(Instance("pre"), 0).ok());
+  WaitForStatus("pre", "Completed");
+}
+
+TEST_F(TrainingControllerTest, APreemptedOnDemandJobFailsSayingSo) {
+  StartController();
+  Create("pre2");
+  ASSERT_TRUE(WaitForLaunch("pre2"));
+  WaitForStatus("pre2", "InProgress", "Training");
+  ASSERT_TRUE(runtime_->Preempt(Instance("pre2"), "Slurm preempted job 9 (on kn1)").ok());
+  auto failed = WaitForStatus("pre2", "Failed");
+  EXPECT_THAT(failed.state.failure_reason.value_or(""), ::testing::HasSubstr("Slurm preempted job 9 (on kn1)"));
+}
+
+TEST_F(TrainingControllerTest, PipeInputModeIsRefusedWhenInstancesRunElsewhere) {
+  remote_instances_ = true;
+  StartController();
+  Create(
+      "piped",
+      {{"AlgorithmSpecification", {{"TrainingInputMode", "Pipe"}}},
+       {"InputDataConfig",
+        json::array({{{"ChannelName", "train"},
+                      {"DataSource", {{"S3DataSource", {{"S3DataType", "S3Prefix"}, {"S3Uri", "s3://bkt/in"}}}}}}})}});
+  auto failed = WaitForStatus("piped", "Failed");
+  EXPECT_THAT(failed.state.failure_reason.value_or(""), ::testing::HasSubstr("Pipe input mode"));
+  EXPECT_TRUE(runtime_->launches().empty());
 }
 
 TEST_F(TrainingControllerTest, ARestartedControllerAdoptsARunningJobAndRequeuesAWaitingOne) {

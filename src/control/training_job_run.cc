@@ -671,6 +671,8 @@ void TrainingJobRun::Monitor(const store::TrainingJobRecord& record) {
   while (!shutting_down_.load()) {
     // Exit statuses first: a host that ended is recorded even if a stop is also under way.
     ObserveHosts();
+    // ObserveHosts moves the attempt's start to when a backend's queue let the hosts run.
+    input.deadline_millis = AttemptDeadline(request_, training_start_millis_, billable_before_);
     if (spot && !input.stop_sent) CheckSpotSources();
     input.stop_requested = stop_requested_.load();
     input.requested_reason = stop_reason_;

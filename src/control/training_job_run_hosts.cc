@@ -65,9 +65,17 @@ void TrainingJobRun::ObserveHosts() {
     }
   }
   if (waiting != waiting_shown_) {
+    // Every host's program runs only now (it waited in the cluster's queue): the attempt's
+    // training time, and its MaxRuntimeInSeconds, count from here, not from the submission.
+    const bool started_now = !waiting_shown_.empty() && waiting.empty();
     waiting_shown_ = waiting;
     const int64_t now = Now();
+    if (started_now) training_start_millis_ = now;
     (void)Update([&](store::TrainingJobRecord& rec) {
+      if (started_now && rec.status == JobStatus::kInProgress) {
+        rec.state.attempt_start_millis = now;
+        if (rec.state.interruptions == 0) rec.state.training_start_millis = now;
+      }
       if (rec.status != JobStatus::kInProgress || rec.secondary_status != SecondaryStatus::kTraining) return;
       RecordSecondaryStatus(rec, SecondaryStatus::kTraining,
                             waiting.empty() ? kMsgTraining + allocation_note_ : waiting, now);

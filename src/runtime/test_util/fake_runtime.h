@@ -174,6 +174,38 @@ class FakeRuntime final : public Runtime {
     if (!instances_.count(id)) return Status::NotFound("instance " + id + " not found");
     return AppendOutputLocked(id, stream, line);
   }
+  // As a backend that places instances elsewhere (the Slurm runtime) reports them: still running
+  // but waiting to start (`reason`; "" once started), and where its network is (`address`).
+  Status SetWaiting(const std::string& id, std::string reason, std::string address = "") {
+    {
+      MutexLock lock(mutex_);
+      auto it = instances_.find(id);
+      if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
+      it->second->status.waiting_reason = std::move(reason);
+      it->second->status.address = std::move(address);
+      ++events_;
+    }
+    cv_.NotifyAll();
+    return Status::Ok();
+  }
+  // The cluster took the instance back: kLost with `reason`, preempted.
+  Status Preempt(const std::string& id, std::string reason) {
+    std::shared_ptr<Instance> instance;
+    {
+      MutexLock lock(mutex_);
+      auto it = instances_.find(id);
+      if (it == instances_.end()) return Status::NotFound("instance " + id + " not found");
+      if (it->second->status.state != InstanceState::kRunning) {
+        return Status::FailedPrecondition("instance " + id + " is not running");
+      }
+      instance = it->second;
+      instance->status.preempted = true;
+      EndLocked(*instance, -1, 0, InstanceState::kLost, false, std::move(reason));
+    }
+    cv_.NotifyAll();
+    ClosePingIfEnded(instance);
+    return Status::Ok();
+  }
   Status SetPingStatus(const std::string& id, int status) {
     MutexLock lock(mutex_);
     auto it = instances_.find(id);
