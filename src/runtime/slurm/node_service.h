@@ -8,7 +8,8 @@
 //   GET  /_kiln/node/v1/instances/<id>/spec              200 the InstanceSpec (spec_json.h)
 //   GET  /_kiln/node/v1/instances/<id>/opt-ml            200 application/x-tar of opt_ml_dir
 //   POST /_kiln/node/v1/instances/<id>/output?offset=<n> 200 {"size": m} | 409 {"error":"Conflict","size": m}
-//   POST /_kiln/node/v1/instances/<id>/files             200 {} (a tar of model/ output/ checkpoints/ files)
+//   POST /_kiln/node/v1/instances/<id>/files             200 {} (a tar of model/ output/ checkpoints/
+//                                                        processing/ files)
 //   POST /_kiln/node/v1/instances/<id>/report            200 NodeReportAnswer (spec_json.h)
 //
 // Errors are JSON {"error": <code>, "message": <text>}: 401 for a missing or wrong token, 404 for

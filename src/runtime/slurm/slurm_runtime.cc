@@ -108,10 +108,12 @@ la_ssize_t ReadBody(struct archive* a, void* opaque, const void** out) {
   return static_cast<la_ssize_t>(*n);
 }
 
-// Whether a files push may write `relative` (a path under /opt/ml).
+// Whether a files push may write `relative` (a path under /opt/ml): the program's results only —
+// model/, output/, checkpoints/, and processing/ (a processing job's S3Output LocalPaths live
+// there) — never config/, input/ or code/.
 bool PushablePath(std::string_view relative) {
   std::string_view top = relative.substr(0, relative.find('/'));
-  return top == "model" || top == "output" || top == "checkpoints";
+  return top == "model" || top == "output" || top == "checkpoints" || top == "processing";
 }
 
 // Moves every entry of `from` over the same relative path under `to` (files replace files;
@@ -462,7 +464,8 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       closedir(d);
       for (const std::string& top : tops) {
         if (!PushablePath(top)) {
-          return Status::InvalidArgument("the pushed files may only hold model/, output/ and checkpoints/, not " + top);
+          return Status::InvalidArgument(
+              "the pushed files may only hold model/, output/, checkpoints/ and processing/, not " + top);
         }
       }
       RETURN_IF_ERROR(MergeTree(staging, opt_ml));

@@ -93,7 +93,8 @@ class SlurmRuntime : public Runtime {
   virtual Status AppendOutput(const std::string& instance_id, uint64_t offset, std::string_view data,
                               uint64_t* size) = 0;
   // Extracts the tar read from `body` over the instance's opt_ml_dir; only members under model/,
-  // output/ and checkpoints/ are accepted (InvalidArgument otherwise, nothing applied). Each file
+  // output/, checkpoints/ and processing/ are accepted (InvalidArgument otherwise, nothing
+  // applied). Each file
   // replaces the server's copy whole (through a staging directory and rename).
   virtual Status ApplyFiles(const std::string& instance_id, ByteSource& body) = 0;
   // Records the node's report and answers what the node must do (stop, signals).

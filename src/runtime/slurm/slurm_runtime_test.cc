@@ -364,13 +364,17 @@ TEST_F(SlurmRuntimeTest, FilesPushReplacesResultsOnly) {
   ASSERT_TRUE(runtime_->Launch(Spec("f-1")).ok());
   fs::create_directories(root_ / "opt_ml" / "checkpoints");
   ASSERT_TRUE(WriteFileAtomic((root_ / "opt_ml" / "checkpoints" / "c.pt").string(), "old").ok());
-  std::string tar = Tar({{"checkpoints/c.pt", "new"}, {"model/m.bin", "weights"}, {"output/data/x", "1"}});
+  std::string tar = Tar({{"checkpoints/c.pt", "new"},
+                         {"model/m.bin", "weights"},
+                         {"output/data/x", "1"},
+                         {"processing/out/part-0", "p"}});
   StringByteSource body(tar);
   kiln::Status applied = runtime_->ApplyFiles("f-1", body);
   ASSERT_TRUE(applied.ok()) << applied.ToString();
   EXPECT_EQ(*ReadFile((root_ / "opt_ml" / "checkpoints" / "c.pt").string()), "new");
   EXPECT_EQ(*ReadFile((root_ / "opt_ml" / "model" / "m.bin").string()), "weights");
   EXPECT_EQ(*ReadFile((root_ / "opt_ml" / "output" / "data" / "x").string()), "1");
+  EXPECT_EQ(*ReadFile((root_ / "opt_ml" / "processing" / "out" / "part-0").string()), "p");
   // A second push of the same file replaces it again.
   std::string again = Tar({{"checkpoints/c.pt", "newer"}});
   StringByteSource body2(again);
