@@ -13,7 +13,9 @@
 # 64 CPUs and ~500 GB (SlurmdParameters=config_overrides) so that jobs shaped like ml.* instances
 # fit; CPUs are not really reserved. SlurmdTimeout=10 s: a node whose slurmd is gone is DOWN within
 # seconds. batch_sched_delay=0: a batch job is placed as soon as it is submitted (Slurm's default
-# delays it up to 3 s, which would dominate the job-start numbers). Partitions: "debug" (default, both nodes) and "kdown" (State=DOWN: jobs sent there stay
+# delays it up to 3 s, which would dominate the job-start numbers). BatchStartTimeout=120: with
+# dozens of jobs starting at once on a 2-core host a batch step may take longer than Slurm's 10 s
+# default to start, and slurmctld then ends the job as a node failure. Partitions: "debug" (default, both nodes) and "kdown" (State=DOWN: jobs sent there stay
 # PENDING with reason PartitionDown, for the tests of pending reasons).
 #
 # /etc/slurm/slurm.conf is written by this script (clients find it there); an existing one that
@@ -211,7 +213,8 @@ SlurmdDebug=info
 ReturnToService=2
 SlurmdTimeout=10
 SlurmctldTimeout=10
-MessageTimeout=5
+MessageTimeout=20
+BatchStartTimeout=120
 InactiveLimit=0
 KillWait=10
 MinJobAge=300

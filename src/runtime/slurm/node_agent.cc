@@ -630,11 +630,26 @@ class NodeAgent::Impl {
     Clock::time_point next_call = Clock::now();
     auto delay = options_.backoff_min;
     bool server_gone = false;
+    int wait_failures = 0;
     for (;;) {
       auto waited = runtime_->Wait(id_, options_.tick);
       ReapChildren();
-      if (waited.ok()) status = *waited;
-      if (waited.ok() && status.state != InstanceState::kRunning) break;
+      if (waited.ok()) {
+        status = *waited;
+        wait_failures = 0;
+        if (status.state != InstanceState::kRunning) break;
+      } else {
+        // The local state cannot be read (scratch removed under us, say): not a busy loop, and
+        // after a minute the instance counts as lost.
+        std::this_thread::sleep_for(options_.tick);
+        if (++wait_failures * options_.tick > std::chrono::seconds(60)) {
+          KLOG(error, "node: the local instance cannot be read; giving it up", {{"error", waited.status().message()}});
+          runtime_->Stop(id_, std::chrono::seconds(0)).ok();
+          status.state = InstanceState::kLost;
+          status.lost_reason = "its state on the node cannot be read: " + waited.status().message();
+          break;
+        }
+      }
       if (stop_->load() && !stop_applied) {
         stop_applied = true;
         std::chrono::seconds grace = grace_;
