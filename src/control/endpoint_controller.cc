@@ -20,6 +20,7 @@
 #include "control/endpoint_rollout.h"
 #include "control/endpoint_states.h"
 #include "control/endpoint_status.h"
+#include "control/instance_placement.h"
 #include "control/log_pump.h"
 #include "control/training_launch.h"
 #include "serving/data_capture.h"
@@ -181,6 +182,12 @@ class EndpointController::EndpointRun {
     spec.endpoint_name = record.name;
     spec.instance_id = NewInstanceId();
     spec.runtime_id = std::string(kRuntimePrefix) + record.name + "-" + spec.instance_id;
+    if (options().remote_instances && deps().database != nullptr) {
+      // Where the cluster should place it: the endpoint's kiln:slurm-* tags.
+      if (auto tags = store::TagRepository(deps().database).List(record.arn); tags.ok()) {
+        spec.placement = PlacementFromTags(*tags);
+      }
+    }
     int port_base = 0;
     if (deps().networks != nullptr) {
       // Namespaced: no port block; a lease on the endpoint's network (a failure fails the

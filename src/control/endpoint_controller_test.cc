@@ -13,6 +13,7 @@
 #include "net/http_client.h"
 #include "runtime/test_util/fake_networks.h"
 #include "store/autoscaling_repository.h"
+#include "store/training_job_repository.h"
 
 // The endpoint controller over a fake runtime (control/test_util/controller_fixture.h): each
 // fake instance answers GET /ping on the port the controller gives it, so creation, health
@@ -420,11 +421,15 @@ TEST_F(EndpointControllerTest, AnInstanceThatDoesNotFitWaitsThenFailsWithTheCapa
 TEST_F(EndpointControllerTest, ARemoteInstanceIsPingedOnlyOnceTheRuntimeSaysWhereItRuns) {
   remote_instances_ = true;
   StartController();
+  ASSERT_TRUE(store::TagRepository(db_.get())
+                  .Add("arn:aws:sagemaker:us-east-1:000000000000:endpoint/ep", {{"kiln:slurm-partition", "serve"}})
+                  .ok());
   Create("ep");
   ASSERT_TRUE(WaitFor([&] { return runtime_->launches().size() == 1; }));
   const std::string runtime_id = runtime_->launches()[0];
   EXPECT_EQ(runtime_->spec(runtime_id)->instance_type, "ml.m5.large");
   EXPECT_EQ(runtime_->spec(runtime_id)->shape_vcpus, 2);
+  EXPECT_EQ(runtime_->spec(runtime_id)->placement, (std::map<std::string, std::string>{{"partition", "serve"}}));
   ASSERT_TRUE(runtime_->SetWaiting(runtime_id, "Slurm job 4 is pending: Priority").ok());
   ASSERT_TRUE(WaitFor([&] {
     auto r = Endpoint("ep");

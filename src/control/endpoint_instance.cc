@@ -311,6 +311,7 @@ bool EndpointInstance::LaunchContainer(size_t index, const runtime::ImageResolut
   // Backends that allocate elsewhere (Slurm): the type's whole shape, one allocation per
   // container, no time limit (an endpoint runs until deleted).
   spec.instance_type = spec_.instance_type;
+  spec.placement = spec_.placement;
   if (allocation_) {
     spec.shape_vcpus = static_cast<int>(allocation_->cpus.size());
     spec.shape_memory_bytes = allocation_->memory_bytes;

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,6 +126,9 @@ class EndpointInstance {
     std::string log_group;
     std::string log_stream;
     std::optional<InstanceMetricsTarget> metrics;
+    // InstanceSpec::placement for backends that allocate elsewhere (the endpoint's kiln:slurm-*
+    // tags, instance_placement.h); empty otherwise.
+    std::map<std::string, std::string> placement;
   };
 
   // `adopted`: the instance was launched by an earlier server (Start pings it, never launches
