@@ -25,6 +25,7 @@ on the process runtime (the 2-core build host runs them a few at a time).
 """
 
 import argparse
+import fcntl
 import os
 import statistics
 import subprocess
@@ -151,6 +152,9 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("slurm_bench: needs root (the test cluster's namespaces)")
+    # One user of the cluster at a time (tests/integration/test_slurm.py takes the same lock).
+    lock = open("/run/lock/kiln-slurm-cluster.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     p = subprocess.run([SETUP, "up"], capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit("slurm_bench: the cluster cannot start: " + (p.stdout + p.stderr).strip().splitlines()[-1])

@@ -11,6 +11,7 @@ exit back to the server, which listens on 10.77.0.1 (the nodes' way in).
   * `scontrol update nodename=... state=down` mid-job: Failed naming the node, squeue empty;
   * kill -9 of the server mid-job and a restart: adopted, Completed, the log complete;
   * an endpoint served from an allocation: invoke works, DeleteEndpoint leaves nothing in squeue;
+  * a processing job: its EndOfJob output, written under /opt/ml/processing on the node, in S3;
   * a partition that does not exist: Failed with Slurm's words;
   * a pending job (partition kdown is DOWN): its status message names Slurm's reason.
 
@@ -18,13 +19,12 @@ Root only. One cluster and one server for the module (the tests run one after th
 share them); skipped, saying why, when the cluster cannot start (no root, no slurm-wlm, no
 network namespaces)."""
 
-import json
+import fcntl
 import os
 import subprocess
 import time
 
 import pytest
-from botocore.exceptions import ClientError
 
 import endpoint_helpers as eh
 import kiln_harness as kh
@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SETUP = os.path.join(kh.REPO_ROOT, "scripts", "slurm-setup.sh")
 CTL_ADDR = "10.77.0.1"
 NODE_ADDRS = {"kn1": "10.77.0.11", "kn2": "10.77.0.12"}
+CLUSTER_LOCK = "/run/lock/kiln-slurm-cluster.lock"
 
 
 def slurm_config(port):
@@ -46,6 +47,8 @@ def slurm_config(port):
         "slurm": {"server_url": "http://%s:%d" % (CTL_ADDR, port), "node_command": [kh.kiln_bin()],
                   "scratch_dir": "/tmp", "poll_seconds": 1},
         "training": {"stop_grace_seconds": 10},
+        # Processing images run as host programs under this interpreter (as in test_processing.py).
+        "environments": [{"name": "kiln-proc", "images": ["*kiln-processing-python*"], "interpreter": "/usr/bin/python3"}],
         "endpoints": {"invocation_timeout_seconds": 5, "stop_grace_seconds": 5, "health_interval_seconds": 0.5},
     }
 
@@ -101,7 +104,12 @@ def cluster():
     if p.returncode != 0:
         lines = (p.stdout + p.stderr).strip().splitlines()
         pytest.skip("the Slurm test cluster cannot start: %s" % (lines[-1] if lines else "rc %d" % p.returncode))
+    # One user of the cluster at a time (this module, bench/slurm_bench.py): the tests take nodes
+    # down and count Slurm's jobs.
+    lock = open(CLUSTER_LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     yield
+    lock.close()
     # Left up for the next run (setup is idempotent); `scripts/slurm-setup.sh down` removes it.
 
 
@@ -286,6 +294,31 @@ def test_endpoint_from_an_allocation(server, sm, bucket):
     sm.delete_endpoint(EndpointName=name)
     th.wait_until(lambda: eh.endpoint_gone(sm, name), timeout=60, what="endpoint deleted")
     th.wait_until(lambda: not mine(), timeout=40, what="Slurm to forget the endpoint's job (%s)" % squeue())
+
+
+def test_processing_job_output_comes_back(server, sm, s3, bucket):
+    name = th.unique_name("slurm-proc")
+    code = ("import os, socket; os.makedirs('/opt/ml/processing/out/sub', exist_ok=True); "
+            "open('/opt/ml/processing/out/sub/r.txt', 'w').write('from ' + socket.gethostname())")
+    sm.create_processing_job(
+        ProcessingJobName=name, RoleArn=th.ROLE_ARN, StoppingCondition={"MaxRuntimeInSeconds": 300},
+        AppSpecification={"ImageUri": "kiln.test/kiln-processing-python:3.11",
+                          "ContainerEntrypoint": ["python3", "-c", code]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large",
+                                               "VolumeSizeInGB": 1}},
+        ProcessingOutputConfig={"Outputs": [{"OutputName": "out", "S3Output": {
+            "S3Uri": "s3://%s/proc/%s" % (bucket, name), "LocalPath": "/opt/ml/processing/out",
+            "S3UploadMode": "EndOfJob"}}]})
+
+    def done():
+        d = sm.describe_processing_job(ProcessingJobName=name)
+        return d if d["ProcessingJobStatus"] in ("Completed", "Failed", "Stopped") else None
+
+    d = th.wait_until(done, timeout=90, what="processing job " + name)
+    assert d["ProcessingJobStatus"] == "Completed", (d.get("FailureReason"), d.get("ExitMessage"))
+    body = s3.get_object(Bucket=bucket, Key="proc/%s/sub/r.txt" % name)["Body"].read()
+    assert body == b"from algo-1", body
+    wait_slurm_gone(name)
 
 
 def test_partition_that_does_not_exist(server, sm, bucket):

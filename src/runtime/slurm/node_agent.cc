@@ -604,7 +604,7 @@ class NodeAgent::Impl {
     if (stop_->load()) return FinishWithoutProgram("", SIGTERM);
     if (!s.ok()) return FinishWithoutProgram("/opt/ml could not be downloaded to the node: " + s.message());
     // What came from the server is not pushed back (checkpoints restored from S3, model data).
-    pushed_ = ScanFiles(opt_ml_, {"model", "output", "checkpoints"});
+    pushed_ = ScanFiles(opt_ml_, {"model", "output", "checkpoints", "processing"});
 
     // 3, 4. Launch under the local process runtime.
     ProcessRuntimeOptions ro;
@@ -694,7 +694,11 @@ class NodeAgent::Impl {
     // 6. The exit sequence: output, files, then the report that makes the server see the exit.
     const Clock::time_point deadline = GiveUpFrom(Clock::now());
     s = Retry(deadline, "output", [&] { return PushOutput(true); });
-    if (s.ok()) s = Retry(deadline, "files", [&] { return PushFiles({"model", "output", "checkpoints"}); });
+    // processing/ (a processing job's output LocalPaths) only here: while running it would mean
+    // scanning the job's input data every second.
+    if (s.ok()) {
+      s = Retry(deadline, "files", [&] { return PushFiles({"model", "output", "checkpoints", "processing"}); });
+    }
     if (s.ok()) {
       NodeReport report = BaseReport("exited");
       report.started_millis = status.started_millis;

@@ -16,7 +16,8 @@
 //      409 {"size": m} resends from m), files changed under checkpoints/ and output/
 //      (POST .../files, a tar), and a report (POST .../report) whose answer may ask for a stop
 //      (with a grace) or signals, which the node carries out
-//   6. at exit: the output to its end, then model/ + output/ + checkpoints/, then the "exited"
+//   6. at exit: the output to its end, then model/ + output/ + checkpoints/ + processing/ (a
+//      processing job's outputs; not pushed while running), then the "exited"
 //      report; each call retries with backoff (0.5 s -> 5 s) for up to an hour, so either side
 //      may restart meanwhile. SIGTERM (scancel) stops the program with the last stop grace
 //      (default 30 s) and still runs the exit sequence.

@@ -304,8 +304,7 @@ TEST(NodeSpecTest, SlurmsResourcesReplaceTheServers) {
 // The whole sequence: spec, /opt/ml from the server, the program, output and files mirrored,
 // the exit report last, the scratch gone, the program's exit status returned.
 TEST_F(NodeAgentTest, RunsTheProgramAndMirrorsEverythingBeforeTheExitReport) {
-  FakeServer server(
-      ShellSpec("job-a-1", R"sh(
+  FakeServer server(ShellSpec("job-a-1", R"sh(
     cat /opt/ml/input/config/hyperparameters.json
     echo "host $(hostname)"
     echo oops >&2
@@ -313,8 +312,11 @@ TEST_F(NodeAgentTest, RunsTheProgramAndMirrorsEverythingBeforeTheExitReport) {
     echo weights > /opt/ml/model/model.bin
     echo ckpt > /opt/ml/checkpoints/step-1
     echo failure reason > /opt/ml/output/failure
+    mkdir -p /opt/ml/processing/out && echo result > /opt/ml/processing/out/part-0
     exit 3)sh"),
-      {{"input/config/hyperparameters.json", "{\"epochs\": \"2\"}\n"}, {"checkpoints/restored", "from s3"}});
+                    {{"input/config/hyperparameters.json", "{\"epochs\": \"2\"}\n"},
+                     {"checkpoints/restored", "from s3"},
+                     {"processing/input/data.csv", "a,b\n"}});
   auto agent = NodeAgent::Create(Options(server, "job-a-1"));
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   EXPECT_EQ((*agent)->Run(), 3);
@@ -328,7 +330,9 @@ TEST_F(NodeAgentTest, RunsTheProgramAndMirrorsEverythingBeforeTheExitReport) {
   EXPECT_EQ(files["checkpoints/step-1"], "ckpt\n");
   EXPECT_EQ(files["output/failure"], "failure reason\n");
   // What came from the server is not sent back.
+  EXPECT_EQ(files["processing/out/part-0"], "result\n");
   EXPECT_EQ(files.count("checkpoints/restored"), 0u);
+  EXPECT_EQ(files.count("processing/input/data.csv"), 0u);
   EXPECT_EQ(files.count("input/config/hyperparameters.json"), 0u);
 
   auto reports = server.reports();
