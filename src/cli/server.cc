@@ -261,6 +261,14 @@ Status Server::OpenRuntimeAndCapacity() {
   if (!c.instance_metrics.gpu_command.empty()) instance_metrics.gpu_command = c.instance_metrics.gpu_command;
   // MemoryUtilization of an instance without a limit: of the node's memory as the scheduler sees it.
   instance_metrics.host_memory_bytes = scheduler_options.capacity.memory_bytes;
+  if (c.runtime == "slurm") {
+    // The instances' GPUs are on the Slurm nodes, not here: this machine's nvidia-smi says
+    // nothing about them (their usage comes with the node's reports, Runtime::Usage).
+    instance_metrics.gpu_sampler = [] {
+      return Result<std::vector<runtime::GpuUsage>>(std::vector<runtime::GpuUsage>{});
+    };
+    instance_metrics.host_memory_bytes = 0;  // not the synthetic capacity: this machine's MemTotal
+  }
   instance_metrics_ =
       std::make_unique<control::InstanceMetrics>(std::move(instance_metrics), runtime_.get(), metric_store_.get());
   if (c.environments.is_array()) {

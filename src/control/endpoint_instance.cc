@@ -278,6 +278,15 @@ bool EndpointInstance::DownloadModelData(const ContainerRun& c) {
 bool EndpointInstance::LaunchContainer(size_t index, const runtime::ImageResolution& image) {
   ContainerRun& c = containers_[index];
   const bool multi = containers_.size() > 1;
+  if (multi && options().remote_instances) {
+    // Each container would be an allocation of its own, possibly on another node, where
+    // serving-contract.md §2 has them share one host and network.
+    Fail("ClientError: The model of production variant " + spec_.variant + " has " +
+         std::to_string(containers_.size()) +
+         " containers; this Kiln server runs its instances on a Slurm cluster, which cannot host a multi-container "
+         "model yet. Use a single-container model.");
+    return false;
+  }
   // The command: `<image entrypoint> serve`, or the model server for framework images.
   ServingLaunchContext launch;
   launch.region = options().region;
