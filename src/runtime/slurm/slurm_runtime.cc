@@ -301,7 +301,10 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       }
       // Pending in Slurm (or the node is still preparing): nothing runs that a grace would
       // serve; cancel the job now. A running program gets the stop in its node's next answer.
-      if (!live.job_id.empty() && (!live.report || live.report->state == "starting")) cancel_job = live.job_id;
+      if (!live.job_id.empty() && (!live.report || live.report->state == "starting")) {
+        cancel_job = live.job_id;
+        live.last_cancel_millis = NowMillis();
+      }
     }
     if (!cancel_job.empty()) {
       Status cancelled = options_.client->Cancel(cancel_job);
@@ -343,14 +346,23 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       Live& live = it->second;
       if (!live.final_status) return Status::FailedPrecondition("instance " + instance_id + " is still running");
       // Nothing orphaned on the cluster: once no instance of its job is left unfinished, a job
-      // Slurm still runs (a node that outlived its final report) is cancelled.
+      // Slurm still runs is cancelled — at once when a node never reported its exit (it may run
+      // on), later (options_.finish_grace) when every node did: they are only cleaning up their
+      // scratch and end by themselves, and a job they end is COMPLETED in Slurm's records.
       if (!live.job_id.empty() && !live.job_terminal) {
         bool others_running = false;
+        bool all_reported_exit = live.report && live.report->state == "exited";
         for (const std::string& other : live.members) {
           auto o = live_.find(other);
-          if (other != instance_id && o != live_.end() && !o->second.final_status) others_running = true;
+          if (other == instance_id || o == live_.end()) continue;
+          if (!o->second.final_status) others_running = true;
+          if (!o->second.report || o->second.report->state != "exited") all_reported_exit = false;
         }
-        if (!others_running) cancel_job = live.job_id;
+        if (!others_running && all_reported_exit) {
+          deferred_cancels_[live.job_id] = NowMillis() + static_cast<int64_t>(options_.finish_grace.count());
+        } else if (!others_running) {
+          cancel_job = live.job_id;
+        }
       }
       if (live.spec.group_size > 1 && live.job_id.empty()) {
         auto g = groups_.find(live.spec.group);
@@ -532,8 +544,16 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
         }
       }
     }
+    {
+      MutexLock lock(mu_);
+      for (const auto& [job, deadline] : deferred_cancels_) {
+        jobs.insert(job);
+        if (now >= deadline) backstops.push_back(job);
+      }
+      for (const std::string& job : backstops) deferred_cancels_.erase(job);
+    }
     for (const std::string& job : backstops) {
-      KLOG(info, "cancelling Slurm job of a stopped instance", {{"job", job}});
+      KLOG(info, "cancelling the Slurm job of stopped or removed instances", {{"job", job}});
       (void)options_.client->Cancel(job);
     }
     if (jobs.empty()) return;
@@ -546,6 +566,11 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       return;
     }
     query_error_.clear();
+    // Deferred cancels of jobs that ended by themselves (or that Slurm forgot) are done.
+    for (auto it = deferred_cancels_.begin(); it != deferred_cancels_.end();) {
+      auto info = found->find(it->first);
+      it = info == found->end() || IsTerminalState(info->second.state) ? deferred_cancels_.erase(it) : std::next(it);
+    }
     for (auto& [id, live] : live_) {
       if (live.final_status || live.job_id.empty() || jobs.count(live.job_id) == 0) continue;
       auto info = found->find(live.job_id);
@@ -900,6 +925,9 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
   std::map<std::string, Live> live_ GUARDED_BY(mu_);
   std::map<std::string, PendingGroup> groups_ GUARDED_BY(mu_);  // incomplete groups, by name
   std::string query_error_ GUARDED_BY(mu_);                     // the last poll's failure, if any
+  // Jobs of removed instances whose nodes all reported their exit, by id: cancelled at the
+  // deadline (millis) unless Slurm says first that they ended. Not kept across restarts.
+  std::map<std::string, int64_t> deferred_cancels_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread poller_;
 };

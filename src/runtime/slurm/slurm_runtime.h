@@ -71,6 +71,9 @@ struct SlurmRuntimeOptions {
   // An exit by a signal Kiln did not send is held back (kRunning) until Slurm says how the job
   // ended (preempted, time limit) or this long has passed.
   std::chrono::milliseconds exit_settle = std::chrono::seconds(10);
+  // After the last instance of a job whose nodes all reported their exit is removed, how long the
+  // job may take to end by itself (the nodes clean their scratch) before it is cancelled.
+  std::chrono::milliseconds finish_grace = std::chrono::seconds(60);
   // false: no poller thread; tests call PollOnce themselves.
   bool start_poller = true;
 };

@@ -41,6 +41,7 @@ class SlurmRuntimeTest : public ::testing::Test {
     o.start_poller = false;
     o.exit_settle = settle;
     o.stop_backstop = std::chrono::seconds(0);
+    o.finish_grace = finish_grace_;
     auto r = OpenSlurmRuntime(std::move(o));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     runtime_ = std::move(r).value();
@@ -76,6 +77,7 @@ class SlurmRuntimeTest : public ::testing::Test {
   fs::path root_;
   std::shared_ptr<FakeSlurmClient> fake_;
   std::unique_ptr<SlurmRuntime> runtime_;
+  std::chrono::milliseconds finish_grace_ = std::chrono::seconds(60);
 };
 
 TEST_F(SlurmRuntimeTest, SingleInstanceIsOneJobWithItsShape) {
@@ -292,6 +294,7 @@ TEST_F(SlurmRuntimeTest, StateSurvivesAReopenAndRemoveCancelsWhatSlurmStillRuns)
   ASSERT_TRUE(runtime_->Report("a-1", Report("running")).ok());
   uint64_t size = 0;
   ASSERT_TRUE(runtime_->AppendOutput("a-1", 0, "1 o hello\n", &size).ok());
+  finish_grace_ = std::chrono::milliseconds(0);
   Reopen();
   EXPECT_TRUE(runtime_->Authenticate("a-1", token).ok());
   EXPECT_EQ(StatusOf("a-1").started_millis, 1000);
@@ -306,9 +309,27 @@ TEST_F(SlurmRuntimeTest, StateSurvivesAReopenAndRemoveCancelsWhatSlurmStillRuns)
   ASSERT_TRUE(runtime_->Report("a-1", broken).ok());
   EXPECT_EQ(StatusOf("a-1").lost_reason, broken.error);
   EXPECT_TRUE(runtime_->Remove("a-1").ok());
+  // The node reported its exit: its job gets finish_grace (0 here) to end by itself, then goes.
+  EXPECT_TRUE(fake_->cancelled().empty());
+  runtime_->PollOnce();
   EXPECT_EQ(fake_->cancelled(), std::vector<std::string>{"100"});
   EXPECT_TRUE(runtime_->Inspect("a-1").status().IsNotFound());
   EXPECT_TRUE(runtime_->List()->empty());
+}
+
+TEST_F(SlurmRuntimeTest, RemoveLeavesAJobWhoseNodesReportedTheirExitToEndByItself) {
+  ASSERT_TRUE(runtime_->Launch(Spec("d-1")).ok());
+  ASSERT_TRUE(runtime_->Report("d-1", Report("exited")).ok());
+  fake_->SetState("100", "RUNNING", "None", "kn1");
+  ASSERT_TRUE(runtime_->Remove("d-1").ok());
+  EXPECT_TRUE(fake_->cancelled().empty());
+  runtime_->PollOnce();  // still within finish_grace (60 s)
+  EXPECT_TRUE(fake_->cancelled().empty());
+  fake_->SetState("100", "COMPLETED", "None", "kn1");
+  runtime_->PollOnce();  // ended by itself: nothing to cancel, ever
+  fake_->SetState("100", "RUNNING", "None", "kn1");
+  runtime_->PollOnce();
+  EXPECT_TRUE(fake_->cancelled().empty());
 }
 
 TEST_F(SlurmRuntimeTest, IncompleteGroupSurvivesAReopen) {
