@@ -245,6 +245,22 @@ def test_stop_training_job(server, sm, s3, logs, bucket):
     wait_slurm_gone(name)
 
 
+def test_scancel_by_someone_else(server, sm, logs, bucket):
+    """scancel SIGTERMs every process of the step: `kiln node` stops the program itself (its TERM
+    handler runs), still delivers the output and the exit, and the job fails saying Slurm ended it."""
+    name = th.unique_name("slurm-scancel")
+    sm.create_training_job(**th.training_request(name, bucket, hyperparameters={"sigterm": "1", "ticks": "120",
+                                                                                "sigterm_exit": "3"}))
+    wait_log(logs, name, "tick 1")
+    jobs = slurm_jobs_named(name)
+    assert len(jobs) == 1, jobs
+    run("scancel", list(jobs)[0])
+    d = th.wait_for_status(sm, name, timeout=60, server=server)
+    assert d["TrainingJobStatus"] == "Failed", (d["TrainingJobStatus"], d.get("FailureReason"))
+    assert "caught SIGTERM" in th.job_log_lines(logs, name)
+    wait_slurm_gone(name)
+
+
 def test_node_down_fails_the_job(server, sm, logs, bucket):
     name = th.unique_name("slurm-down")
     sm.create_training_job(**th.training_request(name, bucket, hyperparameters={"ticks": "120"}))
