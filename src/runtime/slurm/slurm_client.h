@@ -34,9 +34,10 @@ struct SubmitRequest {
   // batch script (%j expands to the job id). Empty: Slurm's default (slurm-%j.out in the cwd).
   std::string output_path;
   std::string working_dir;  // --chdir on the node; empty: not passed
-  // Variables passed to the job through --export=<names> and sbatch's own environment, never on
-  // a command line (they may be secrets: /proc/<pid>/cmdline is world-readable). Only these and
-  // PATH (plus Slurm's SLURM_*) reach the job.
+  // Variables passed to the job through sbatch's own environment and --export=ALL, never on a
+  // command line (they may be secrets: /proc/<pid>/cmdline is world-readable). sbatch runs in a
+  // clean environment: only these, and of the server's PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ,
+  // TMPDIR, SLURM_* and SBATCH_*, reach the job.
   std::map<std::string, std::string> env;
   // Operator's further sbatch arguments, appended last (e.g. "--constraint=a100").
   std::vector<std::string> extra_args;

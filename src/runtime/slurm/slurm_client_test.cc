@@ -87,7 +87,7 @@ TEST(SlurmClientParse, SbatchArguments) {
                                        "--partition=gpu",
                                        "--qos=high",
                                        "--output=/tmp/kiln-%j.log",
-                                       "--export=PATH,KILN_NODE_TOKEN",
+                                       "--export=ALL",
                                        "--constraint=a100",
                                        "/state/x/batch.sh"};
   EXPECT_EQ(a, expected);
@@ -113,7 +113,9 @@ class CliSlurmClientTest : public ::testing::Test {
 
 TEST_F(CliSlurmClientTest, SubmitPassesTheTokenInTheEnvironment) {
   Tool("sbatch", "echo \"$@\" > " + (dir_ / "args").string() + "\necho \"$KILN_NODE_TOKEN\" > " +
-                     (dir_ / "env").string() + "\necho '812;c1'\n");
+                     (dir_ / "env").string() + "\necho \"[$KILN_SECRET_FOR_TEST]\" > " + (dir_ / "leak").string() +
+                     "\necho '812;c1'\n");
+  setenv("KILN_SECRET_FOR_TEST", "server-only", 1);
   SubmitRequest r;
   r.job_name = "kiln-x";
   r.script_path = "/x.sh";
@@ -122,7 +124,9 @@ TEST_F(CliSlurmClientTest, SubmitPassesTheTokenInTheEnvironment) {
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(*id, "812");
   EXPECT_EQ(Read("env"), "tok\n");
-  EXPECT_NE(Read("args").find("--export=PATH,KILN_NODE_TOKEN"), std::string::npos);
+  EXPECT_NE(Read("args").find("--export=ALL"), std::string::npos);
+  // The server's own environment stays here: only the tools' variables and the request's go.
+  EXPECT_EQ(Read("leak"), "[]\n");
 }
 
 TEST_F(CliSlurmClientTest, SubmitRefusalCarriesSlurmsWords) {
