@@ -571,6 +571,7 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       auto info = found->find(it->first);
       it = info == found->end() || IsTerminalState(info->second.state) ? deferred_cancels_.erase(it) : std::next(it);
     }
+    std::set<std::string> unheard;  // jobs whose nodes never reached this server: cancelled below
     for (auto& [id, live] : live_) {
       if (live.final_status || live.job_id.empty() || jobs.count(live.job_id) == 0) continue;
       auto info = found->find(live.job_id);
@@ -587,6 +588,21 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       }
       live.missing_polls = 0;
       live.slurm = info->second;
+      if (info->second.state == "RUNNING" && !live.report) {
+        // Allocated, but its node has not called: a wrong server_url or node_command would
+        // otherwise hold the allocation, and the job, forever.
+        if (live.unheard_since_millis == 0) live.unheard_since_millis = now;
+        if (now - live.unheard_since_millis >= static_cast<int64_t>(options_.node_contact_timeout.count())) {
+          unheard.insert(live.job_id);
+          FinalizeLocked(id, LostStatus(id, "Slurm job " + live.job_id + " ran on " + NodeOf(live) + " for " +
+                                                std::to_string(options_.node_contact_timeout.count() / 1000) +
+                                                " s without its node reaching this server at " + options_.server_url +
+                                                ": check slurm.server_url (how the nodes reach this server) and "
+                                                "slurm.node_command (kiln on the nodes); the batch log is " +
+                                                options_.scratch_dir + "/kiln-" + live.job_id + ".log on the node"));
+        }
+        continue;
+      }
       if (!IsTerminalState(info->second.state)) continue;
       live.job_terminal = true;
       // The node's exit report is written before its process ends, so it is on disk by the time
@@ -597,6 +613,11 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
       }
       if (++live.terminal_polls < 2) continue;
       FinalizeLocked(id, FromSlurmEnd(id, live));
+    }
+    lock.Unlock();
+    for (const std::string& job : unheard) {
+      KLOG(warn, "cancelling a Slurm job whose node never reached the server", {{"job", job}});
+      (void)options_.client->Cancel(job);
     }
   }
 
@@ -617,6 +638,7 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
     std::optional<JobInfo> slurm;  // what the last poll said
     bool job_terminal = false;     // Slurm said the job ended (or forgot it)
     int missing_polls = 0, terminal_polls = 0;
+    int64_t unheard_since_millis = 0;  // first poll that saw the job RUNNING without a report
     std::optional<InstanceStatus> final_status;
   };
   struct PendingGroup {

@@ -74,6 +74,10 @@ struct SlurmRuntimeOptions {
   // After the last instance of a job whose nodes all reported their exit is removed, how long the
   // job may take to end by itself (the nodes clean their scratch) before it is cancelled.
   std::chrono::milliseconds finish_grace = std::chrono::seconds(60);
+  // How long a job may run (Slurm says RUNNING) without any report from its node before its
+  // instances are lost and the job cancelled: the node cannot reach server_url, or node_command
+  // is wrong. Longer than the node's start (a few seconds) by far.
+  std::chrono::milliseconds node_contact_timeout = std::chrono::minutes(5);
   // false: no poller thread; tests call PollOnce themselves.
   bool start_poller = true;
 };

@@ -42,6 +42,7 @@ class SlurmRuntimeTest : public ::testing::Test {
     o.exit_settle = settle;
     o.stop_backstop = std::chrono::seconds(0);
     o.finish_grace = finish_grace_;
+    o.node_contact_timeout = node_contact_timeout_;
     auto r = OpenSlurmRuntime(std::move(o));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     runtime_ = std::move(r).value();
@@ -78,6 +79,7 @@ class SlurmRuntimeTest : public ::testing::Test {
   std::shared_ptr<FakeSlurmClient> fake_;
   std::unique_ptr<SlurmRuntime> runtime_;
   std::chrono::milliseconds finish_grace_ = std::chrono::seconds(60);
+  std::chrono::milliseconds node_contact_timeout_ = std::chrono::minutes(5);
 };
 
 TEST_F(SlurmRuntimeTest, SingleInstanceIsOneJobWithItsShape) {
@@ -216,6 +218,22 @@ TEST_F(SlurmRuntimeTest, EndStatesMapToStatuses) {
     EXPECT_EQ(s.preempted, c.preempted) << c.state;
     EXPECT_EQ(s.oom_killed, c.oom) << c.state;
   }
+}
+
+TEST_F(SlurmRuntimeTest, ANodeThatNeverCallsIsLostAndItsJobCancelled) {
+  ASSERT_TRUE(runtime_->Launch(Spec("n-1")).ok());
+  fake_->SetState("100", "RUNNING", "None", "kn2");
+  runtime_->PollOnce();
+  EXPECT_EQ(StatusOf("n-1").state, InstanceState::kRunning);  // within the timeout (5 min)
+  node_contact_timeout_ = std::chrono::milliseconds(0);
+  Reopen();
+  runtime_->PollOnce();
+  InstanceStatus s = StatusOf("n-1");
+  EXPECT_EQ(s.state, InstanceState::kLost);
+  EXPECT_NE(s.lost_reason.find("without its node reaching this server at http://10.77.0.1:5456"), std::string::npos)
+      << s.lost_reason;
+  EXPECT_NE(s.lost_reason.find("on kn2"), std::string::npos) << s.lost_reason;
+  EXPECT_EQ(fake_->cancelled(), std::vector<std::string>{"100"});
 }
 
 TEST_F(SlurmRuntimeTest, PurgedJobWithoutReportIsLost) {
