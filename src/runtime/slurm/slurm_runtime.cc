@@ -740,7 +740,9 @@ class SlurmRuntimeImpl final : public SlurmRuntime {
     Result<std::string> job = status.ok() ? options_.client->Submit(request) : Result<std::string>(status);
     MutexLock lock(mu_);
     if (!job.ok()) {
-      const std::string why = "Slurm refused the job: " + job.status().message();
+      const std::string why = (job.status().code() == StatusCode::kUnavailable ? "Slurm could not be reached: "
+                                                                               : "Slurm refused the job: ") +
+                              job.status().message();
       for (const std::string& id : members) {
         auto it = live_.find(id);
         if (it == live_.end()) continue;

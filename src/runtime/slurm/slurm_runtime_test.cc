@@ -176,6 +176,16 @@ TEST_F(SlurmRuntimeTest, RefusedSubmissionLosesTheGroupWithSlurmsWords) {
   EXPECT_TRUE(fake_->cancelled().empty());
 }
 
+TEST_F(SlurmRuntimeTest, AControllerThatIsDownFailsTheLaunchAsUnavailable) {
+  fake_->SetSubmitError(Status::Unavailable(
+      "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"));
+  kiln::Status launched = runtime_->Launch(Spec("down-1"));
+  EXPECT_EQ(launched.code(), StatusCode::kUnavailable);
+  EXPECT_NE(launched.message().find("Slurm could not be reached: sbatch: error"), std::string::npos)
+      << launched.message();
+  EXPECT_EQ(StatusOf("down-1").state, InstanceState::kLost);
+}
+
 TEST_F(SlurmRuntimeTest, NodeFailureBeforeTheExitReportIsLostNamingTheNode) {
   ASSERT_TRUE(runtime_->Launch(Spec("t-1")).ok());
   ASSERT_TRUE(runtime_->Report("t-1", Report("running")).ok());
