@@ -12,6 +12,7 @@
 #include "base/encoding.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "runtime/instance_spec_json.h"
 
 namespace kiln::runtime::process_state {
 
@@ -57,75 +58,15 @@ std::string SocketPath(const std::string& instance_dir) {
   return "/tmp/kiln-" + Sha256Hex(instance_dir).substr(0, 24) + ".sock";
 }
 
-std::string EncodeSpec(const InstanceSpec& spec) {
-  json mounts = json::array();
-  for (const BindMount& m : spec.extra_mounts) {
-    mounts.push_back({{"host_path", m.host_path}, {"sandbox_path", m.sandbox_path}, {"read_only", m.read_only}});
-  }
-  json j = {
-      {"instance_id", spec.instance_id},
-      {"opt_ml_dir", spec.opt_ml_dir},
-      {"extra_mounts", mounts},
-      {"hostname", spec.hostname},
-      {"hosts_file_lines", spec.hosts_file_lines},
-      {"argv", spec.argv},
-      {"env", spec.env},
-      {"working_dir", spec.working_dir},
-      {"cpus", spec.cpus},
-      {"memory_limit_bytes", spec.memory_limit_bytes},
-      {"gpus", spec.gpus},
-  };
-  if (!spec.network_namespace.empty()) j["network_namespace"] = spec.network_namespace;
-  if (spec.network) {
-    const NetworkAttachment& n = *spec.network;
-    j["network"] = {{"network", n.network},
-                    {"bridge", n.bridge},
-                    {"host_veth", n.host_veth},
-                    {"address", n.address},
-                    {"prefix_length", n.prefix_length},
-                    {"gateway", n.gateway},
-                    {"isolated", n.isolated},
-                    {"interface_name", n.interface_name},
-                    {"loopback_forwards", n.loopback_forwards}};
-  }
-  return j.dump();
-}
+// One JSON form for every backend (runtime/instance_spec_json.h); the lenient decoder also reads
+// the specs earlier Kilns wrote here.
+std::string EncodeSpec(const InstanceSpec& spec) { return ::kiln::runtime::EncodeSpec(spec); }
 
+// DataLoss, as for every state file: what the shim wrote cannot be read back.
 Result<InstanceSpec> DecodeSpec(std::string_view text) {
-  return DecodeJson(text, "instance spec", [](const json& j) {
-    InstanceSpec spec;
-    spec.instance_id = j.at("instance_id").get<std::string>();
-    spec.opt_ml_dir = j.at("opt_ml_dir").get<std::string>();
-    for (const json& m : j.at("extra_mounts")) {
-      spec.extra_mounts.push_back({m.at("host_path").get<std::string>(), m.at("sandbox_path").get<std::string>(),
-                                   m.at("read_only").get<bool>()});
-    }
-    spec.hostname = j.at("hostname").get<std::string>();
-    spec.hosts_file_lines = j.at("hosts_file_lines").get<std::vector<std::string>>();
-    spec.argv = j.at("argv").get<std::vector<std::string>>();
-    spec.env = j.at("env").get<std::map<std::string, std::string>>();
-    spec.working_dir = j.at("working_dir").get<std::string>();
-    spec.cpus = j.at("cpus").get<std::vector<int>>();
-    spec.memory_limit_bytes = j.at("memory_limit_bytes").get<uint64_t>();
-    spec.gpus = j.at("gpus").get<std::vector<int>>();
-    spec.network_namespace = j.value("network_namespace", "");
-    // Absent in specs written before per-instance networks: the node's network, as then.
-    if (auto it = j.find("network"); it != j.end() && !it->is_null()) {
-      const json& n = *it;
-      NetworkAttachment a;
-      a.network = n.at("network").get<std::string>();
-      a.bridge = n.at("bridge").get<std::string>();
-      a.host_veth = n.at("host_veth").get<std::string>();
-      a.address = n.at("address").get<std::string>();
-      a.prefix_length = n.at("prefix_length").get<int>();
-      a.gateway = n.at("gateway").get<std::string>();
-      a.isolated = n.at("isolated").get<bool>();
-      a.interface_name = n.at("interface_name").get<std::string>();
-      a.loopback_forwards = n.at("loopback_forwards").get<std::vector<int>>();
-      spec.network = std::move(a);
-    }
-    return spec;
-  });
+  Result<InstanceSpec> spec = ::kiln::runtime::DecodeSpec(text);
+  if (!spec.ok()) return Status::DataLoss(spec.status().message());
+  return spec;
 }
 
 std::string EncodeExit(const ExitRecord& r) {

@@ -18,19 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "runtime/instance_spec_json.h"
 #include "runtime/runtime.h"
 
 namespace kiln::runtime::slurm {
 
-// Every InstanceSpec member, including container (with entrypoint), network and the
-// group/shape/placement members. Required when decoding: instance_id and argv.
-nlohmann::json SpecToJson(const InstanceSpec& spec);
-// InvalidArgument("bad instance spec: <what>") for a document that is not an object, lacks a
-// required member or has a member of the wrong type.
-Result<InstanceSpec> SpecFromJson(const nlohmann::json& j);
-// The text forms of the two above (parse errors are InvalidArgument too).
-std::string EncodeSpec(const InstanceSpec& spec);
-Result<InstanceSpec> DecodeSpec(std::string_view text);
+// The InstanceSpec itself: runtime/instance_spec_json.h (SpecToJson, SpecFromJson, EncodeSpec,
+// DecodeSpec), shared with the process runtime's on-disk spec.
 
 // POST /_kiln/node/v1/instances/<id>/report: what the node says about its local instance.
 struct NodeReport {
