@@ -34,6 +34,13 @@ constexpr std::string_view kTrainingPrefix = "/_kiln/training/";
 // The Slurm runtime's node protocol (issue 21, runtime/slurm/node_service.h): token-authenticated,
 // never SigV4, never S3's.
 constexpr std::string_view kNodePrefix = "/_kiln/node/";
+// The web console (issue 22): its sign-in route (never S3's) and its files (S3's too: front_door.h).
+constexpr std::string_view kConsoleSessionPath = "/_kiln/console/session";
+constexpr std::string_view kConsoleSessionPrefix = "/_kiln/console/";
+constexpr std::string_view kConsolePath = "/console";
+constexpr std::string_view kConsolePrefix = "/console/";
+// The sign-in body is `{}`; anything near this size is not a console.
+constexpr size_t kMaxConsoleSessionBody = 64 * 1024;
 constexpr std::string_view kMetricsPath = "/metrics";
 constexpr std::string_view kEndpointsPrefix = "/endpoints/";
 // The per-thread invoke body buffer keeps its capacity between requests up to this size; a
@@ -143,6 +150,8 @@ struct FrontDoor::Route {
     kRemote,
     kTraining,
     kNode,
+    kConsole,
+    kConsoleSession,
     kJson,
     kQuery,
     kCbor,
@@ -236,6 +245,28 @@ aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error) 
   return aws::AwsError("AccessDeniedException", m, status);
 }
 
+namespace {
+
+// A console request (cookie, no signature) that changes state without X-Kiln-Console: 1.
+aws::AwsError ConsoleCsrfError(aws::Protocol protocol) {
+  const std::string message = "Console requests must carry X-Kiln-Console: 1";
+  if (protocol == aws::Protocol::kRestXml || protocol == aws::Protocol::kQuery) {
+    return aws::AwsError("AccessDenied", message, 403);
+  }
+  return aws::AwsError("AccessDeniedException", message, 403);
+}
+
+// A console cookie naming no live session: unknown, expired, signed out, or its key revoked.
+aws::AwsError ConsoleSessionExpiredError(aws::Protocol protocol) {
+  const std::string message = "The console session expired or was signed out: sign in again";
+  if (protocol == aws::Protocol::kRestXml || protocol == aws::Protocol::kQuery) {
+    return aws::AwsError("ExpiredToken", message, 400);
+  }
+  return aws::AwsError("ExpiredTokenException", message, protocol == aws::Protocol::kRestJson ? 403 : 400);
+}
+
+}  // namespace
+
 FrontDoor::FrontDoor(FrontDoorOptions options, const aws::CredentialProvider* credentials, objects::S3Api* s3)
     : options_(std::move(options)), credentials_(credentials), s3_(s3) {}
 
@@ -260,6 +291,19 @@ FrontDoor::Route FrontDoor::Classify(const net::HttpRequest& request) const {
     route.kind = Route::Kind::kRemote;
     route.signing_name = "sagemaker";
     route.protocol = aws::Protocol::kJson11;
+    return route;
+  }
+  if (StartsWith(request.raw_path, kConsoleSessionPrefix)) {
+    route.kind = Route::Kind::kConsoleSession;
+    route.signing_name = "sagemaker";
+    route.protocol = aws::Protocol::kJson11;
+    return route;
+  }
+  if (console_ != nullptr && (request.method == "GET" || request.method == "HEAD") &&
+      (request.raw_path == kConsolePath || StartsWith(request.raw_path, kConsolePrefix)) &&
+      request.Header(Console::kCsrfHeader) == nullptr && !CarriesSignature(request)) {
+    route.kind = Route::Kind::kConsole;
+    route.protocol = aws::Protocol::kRestXml;
     return route;
   }
   if (StartsWith(request.raw_path, kNodePrefix)) {
@@ -368,6 +412,12 @@ void FrontDoor::Handle(net::HttpRequest& request, net::ResponseWriter& raw_respo
       case Route::Kind::kS3: ServeS3(request, response, context, verified); break;
       case Route::Kind::kRemote: ServeRemote(request, response, context, verified); break;
       case Route::Kind::kTraining: ServeTraining(request, response, context, verified); break;
+      case Route::Kind::kConsole:
+        context.service = "kiln";
+        context.operation = "Console";
+        console_->ServeStatic(request, response);
+        break;
+      case Route::Kind::kConsoleSession: ServeConsoleSession(request, response, context, verified); break;
       case Route::Kind::kNode: {
         context.service = "kiln";
         context.operation = "Node";
@@ -431,10 +481,38 @@ void FrontDoor::LogRequest(const net::HttpRequest& request, const aws::RequestCo
         {"duration_ms", millis}});
 }
 
-std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& request, std::string_view signing_name,
-                                                      std::optional<std::string_view> body,
-                                                      aws::RequestContext& context,
-                                                      std::optional<aws::VerifiedRequest>& verified) const {
+bool CarriesSignature(const net::HttpRequest& request) {
+  const std::string& q = request.raw_query;
+  return request.Header("Authorization") != nullptr || q.find("X-Amz-Credential=") != std::string::npos ||
+         q.find("X-Amz-Signature=") != std::string::npos || q.find("AWSAccessKeyId=") != std::string::npos;
+}
+
+std::optional<aws::AwsError> FrontDoor::Authenticate(const net::HttpRequest& request, std::string_view signing_name,
+                                                     std::optional<std::string_view> body, aws::Protocol protocol,
+                                                     aws::RequestContext& context,
+                                                     std::optional<aws::VerifiedRequest>& verified) const {
+  // The console's session cookie, for requests without any signature (front_door.h).
+  std::optional<std::string_view> cookie;
+  if (console_ != nullptr && !CarriesSignature(request)) cookie = Console::SessionCookie(request);
+  if (cookie) {
+    const bool safe_method = request.method == "GET" || request.method == "HEAD";
+    std::optional<ConsoleSessions::Live> live;
+    if (safe_method || request.HeaderOr(Console::kCsrfHeader, "") == "1") {
+      live = console_->sessions().Find(*cookie);
+      if (!live && options_.auth_enabled) return ConsoleSessionExpiredError(protocol);
+    } else if (options_.auth_enabled) {
+      return ConsoleCsrfError(protocol);
+    }
+    // With listener auth "off", a refused cookie leaves the request unsigned, as it was before.
+    if (!live) return std::nullopt;
+    verified.emplace();
+    verified->credential = std::move(live->credential);
+    verified->region = context.region;
+    verified->service = std::string(signing_name);
+    verified->payload_mode = std::string(aws::kUnsignedPayload);
+    context.auth = &*verified;
+    return std::nullopt;
+  }
   const aws::SignableRequest signable = Signable(request);
   const bool s3 = !body.has_value();
   const bool sigv2 = s3 && aws::IsSigV2(signable);
@@ -458,7 +536,7 @@ std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& re
           {"reason", error->message},
           {"canonical_request", error->canonical_request},
           {"string_to_sign", error->string_to_sign}});
-    return std::move(*error);
+    return AuthErrorFor(protocol, *error);
   }
   verified = std::get<aws::VerifiedRequest>(std::move(outcome));
   context.auth = &*verified;
@@ -468,9 +546,9 @@ std::optional<aws::AuthError> FrontDoor::Authenticate(const net::HttpRequest& re
 
 void FrontDoor::ServeS3(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
                         std::optional<aws::VerifiedRequest>& verified) {
-  if (auto error = Authenticate(request, "s3", std::nullopt, context, verified)) {
-    SendWire(response, aws::SerializeError(aws::Protocol::kRestXml, AuthErrorFor(aws::Protocol::kRestXml, *error),
-                                           context.request_id, request.method == "HEAD"));
+  if (auto error = Authenticate(request, "s3", std::nullopt, aws::Protocol::kRestXml, context, verified)) {
+    SendWire(response,
+             aws::SerializeError(aws::Protocol::kRestXml, *error, context.request_id, request.method == "HEAD"));
     response.CloseAfterResponse();
     return;
   }
@@ -524,8 +602,8 @@ void FrontDoor::ServeRemote(net::HttpRequest& request, net::ResponseWriter& resp
     return;
   }
   // The signature covers an empty body (the client sends none).
-  if (auto error = Authenticate(request, "sagemaker", std::string_view(), context, verified)) {
-    send_error(AuthErrorFor(aws::Protocol::kJson11, *error));
+  if (auto error = Authenticate(request, "sagemaker", std::string_view(), aws::Protocol::kJson11, context, verified)) {
+    send_error(*error);
     return;
   }
   if (remote_access_ == nullptr) {
@@ -629,8 +707,8 @@ void FrontDoor::ServeTraining(net::HttpRequest& request, net::ResponseWriter& re
   }
   context.operation = "InterruptTrainingJob";
   // The signature covers an empty body (the client sends none).
-  if (auto error = Authenticate(request, "sagemaker", std::string_view(), context, verified)) {
-    send_error(AuthErrorFor(aws::Protocol::kJson11, *error));
+  if (auto error = Authenticate(request, "sagemaker", std::string_view(), aws::Protocol::kJson11, context, verified)) {
+    send_error(*error);
     return;
   }
   if (!training_interrupter_) {
@@ -700,6 +778,106 @@ Result<std::string> ReadWholeBody(ByteSource& body, std::optional<uint64_t> decl
 }
 
 }  // namespace
+
+void FrontDoor::ServeConsoleSession(net::HttpRequest& request, net::ResponseWriter& response,
+                                    aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified) {
+  HeaderMap headers = {{"Content-Type", "application/x-amz-json-1.1"},
+                       {"x-amzn-RequestId", context.request_id},
+                       {"Cache-Control", "no-store"}};
+  Console::AddSecurityHeaders(headers);
+  auto send_error = [&](const aws::AwsError& error) {
+    aws::WireResponse wire = aws::SerializeError(aws::Protocol::kJson11, error, context.request_id);
+    wire.headers.emplace("Cache-Control", "no-store");
+    SendWire(response, wire);
+  };
+  context.operation = request.method == "POST"     ? "ConsoleSignIn"
+                      : request.method == "DELETE" ? "ConsoleSignOut"
+                                                   : "ConsoleSession";
+  if (request.raw_path != kConsoleSessionPath ||
+      (request.method != "GET" && request.method != "HEAD" && request.method != "POST" && request.method != "DELETE")) {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "Kiln does not serve " + request.method + " " + request.raw_path.substr(0, 256) +
+                                 " (the console signs in with GET, POST and DELETE /_kiln/console/session).",
+                             404));
+    return;
+  }
+  if (console_ == nullptr) {
+    send_error(aws::AwsError("UnknownOperationException",
+                             "The console is not served by this Kiln server (config \"console\": {\"enabled\": "
+                             "true} turns it on).",
+                             404));
+    return;
+  }
+  // The session's JSON: what the console needs to know before and after signing in.
+  auto answer = [&](const std::optional<ConsoleSessions::Live>& live) {
+    nlohmann::json body = {{"auth", options_.auth_enabled ? "sigv4" : "off"},
+                           {"region", options_.regions.empty() ? "us-east-1" : options_.regions.front()},
+                           {"signed_in", live.has_value()}};
+    if (live) {
+      body["access_key_id"] = live->credential.access_key_id;
+      body["principal_arn"] = live->credential.principal_arn;
+      body["expires_at"] = live->expires_at_millis / 1000;
+    }
+    (void)response.Send(200, headers, request.method == "HEAD" ? std::string() : body.dump());
+  };
+  const std::optional<std::string_view> cookie = Console::SessionCookie(request);
+
+  if (request.method == "GET" || request.method == "HEAD") {
+    std::optional<ConsoleSessions::Live> live;
+    if (cookie) live = console_->sessions().Find(*cookie);
+    answer(live);
+    return;
+  }
+
+  if (request.method == "DELETE") {
+    if (request.HeaderOr(Console::kCsrfHeader, "") != "1") {
+      send_error(ConsoleCsrfError(aws::Protocol::kJson11));
+      return;
+    }
+    if (cookie) console_->sessions().Remove(*cookie);
+    headers.emplace("Set-Cookie", Console::ClearSessionSetCookie());
+    (void)response.Send(200, headers, "{}");
+    return;
+  }
+
+  // POST: sign in with a request signed by the user's key (never by a cookie).
+  const std::optional<uint64_t> declared = request.body->size_hint();
+  Result<std::string> body = declared && *declared > kMaxConsoleSessionBody
+                                 ? Result<std::string>(Status::ResourceExhausted("too large"))
+                                 : ReadWholeBody(*request.body, declared, kMaxConsoleSessionBody);
+  if (!body.ok()) {
+    send_error(aws::AwsError("SerializationException",
+                             "The sign-in request's body is `{}`: " + body.status().message() + ".",
+                             body.status().code() == StatusCode::kResourceExhausted ? 413 : 400));
+    response.CloseAfterResponse();
+    return;
+  }
+  if (!CarriesSignature(request)) {
+    if (!options_.auth_enabled) {
+      // Listener auth "off": nothing to sign in with, and nothing needed.
+      answer(std::nullopt);
+      return;
+    }
+    send_error(aws::AwsError("MissingAuthenticationTokenException",
+                             "Sign in with a request signed (SigV4, service sagemaker) by your access key.", 400));
+    return;
+  }
+  if (auto error = Authenticate(request, "sagemaker", *body, aws::Protocol::kJson11, context, verified)) {
+    send_error(*error);
+    return;
+  }
+  if (!verified) {
+    send_error(aws::AwsError("InternalFailure", "the signature was not verified", 500));
+    return;
+  }
+  ConsoleSessions::Created created = console_->sessions().Create(verified->credential);
+  headers.emplace("Set-Cookie", Console::SessionSetCookie(created.token, console_->sessions().ttl_millis() / 1000));
+  KLOG(info, "console sign-in",
+       {{"request_id", context.request_id},
+        {"key", verified->credential.access_key_id},
+        {"remote", request.remote_address}});
+  answer(ConsoleSessions::Live{verified->credential, created.expires_at_millis});
+}
 
 aws::WireResponse FrontDoor::RpcError(const Route& route, const aws::AwsError& error, const std::string& request_id) {
   if (route.kind == Route::Kind::kCbor) return aws::SerializeCborError(error, request_id);
@@ -788,8 +966,8 @@ void FrontDoor::ServeRpc(const Route& route, net::HttpRequest& request, net::Res
     response.CloseAfterResponse();
     return;
   }
-  if (auto error = Authenticate(request, route.signing_name, *body, context, verified)) {
-    SendWire(response, rpc_error(AuthErrorFor(route.protocol, *error)));
+  if (auto error = Authenticate(request, route.signing_name, *body, route.protocol, context, verified)) {
+    SendWire(response, rpc_error(*error));
     return;
   }
 
@@ -881,8 +1059,8 @@ std::optional<aws::AwsError> FrontDoor::CheckRuntime(const net::HttpRequest& req
                                                      aws::RequestContext& context,
                                                      std::optional<aws::VerifiedRequest>& verified,
                                                      serving::InvokeRequest& invoke) const {
-  if (auto error = Authenticate(request, "sagemaker", body, context, verified)) {
-    return AuthErrorFor(aws::Protocol::kRestJson, *error);
+  if (auto error = Authenticate(request, "sagemaker", body, aws::Protocol::kRestJson, context, verified)) {
+    return error;
   }
   std::string_view name, op;
   bool runtime_path = SplitRuntimePath(request.raw_path, &name, &op);

@@ -16,6 +16,10 @@
 //                                                  SetTrainingInterrupter (managed spot: a reclaim
 //                                                  of the job's instances; errors in JSON 1.1's
 //                                                  shape)
+//   GET|POST|DELETE /_kiln/console/session      → the console's sign-in (below; JSON 1.1 errors)
+//   unsigned GET|HEAD /console, /console/…
+//   without an X-Kiln-Console header, once
+//   SetConsole was called                        → the web console's files (Console::ServeStatic)
 //   /_kiln/node/…  (no SigV4: the Slurm job's   → the node service given to SetNodeService
 //   token is the credential)                       (runtime/slurm/node_service.h); without one,
 //                                                  404 JSON
@@ -34,6 +38,25 @@
 //   no SigV4 scope + POST /endpoints/<n>/<op>     → SageMaker Runtime too, once SetRuntime was
 //                                                  called (listener auth "off")
 //   anything else                                → S3 (REST-XML)
+//
+// The console (issue 22, console.h). Its files live under /console/, which S3 path-style also
+// owns (a bucket named "console"): an unsigned GET or HEAD there without an X-Kiln-Console header
+// is the console's; a signed one, any other method, or one with the header (the console's own
+// object-store calls send it) stays S3's, so SDKs keep reaching such a bucket, while a browser
+// only sees it through the console's /<bucket>/<key> links.
+// Sign-in: GET /_kiln/console/session (no auth) answers {"auth": "sigv4"|"off", "region",
+// "signed_in", and for a live kiln_session cookie "access_key_id", "principal_arn", "expires_at"
+// (epoch seconds)}; POST (body `{}` signed with SigV4 for "sagemaker", verified as any API call)
+// starts a session and sets the kiln_session cookie (HttpOnly, SameSite=Strict, Path=/); DELETE
+// (with X-Kiln-Console: 1) ends it and clears the cookie.
+// Cookie authentication (Authenticate): a request without any signature (no Authorization
+// header, no X-Amz-Credential, X-Amz-Signature or AWSAccessKeyId query parameter) that carries
+// kiln_session acts as the session's access key: context.auth holds that key's Credential as a
+// SigV4 caller's would (payload UNSIGNED-PAYLOAD). Methods other than GET and HEAD must also carry
+// X-Kiln-Console: 1 (else AccessDenied: a cross-site form cannot set it); an unknown, expired or
+// revoked session is ExpiredToken(Exception) in the route's protocol. With listener auth "off"
+// such failures are ignored (the request goes on unsigned, as before). A signed request ignores
+// the cookie.
 //
 // The invoke path also runs without a thread (net::AsyncService): the server offers each request
 // header on its event loop, Claims() takes POST /endpoints/<name>/invocations whenever Handle
@@ -55,6 +78,7 @@
 
 #include "access/tunnel_service.h"
 #include "api/async_invocations.h"
+#include "api/console.h"
 #include "api/cloudwatch.h"
 #include "api/json_service.h"
 #include "aws/credentials.h"
@@ -129,6 +153,11 @@ class FrontDoor final : public net::AsyncService {
   // default): such requests answer 404 with a JSON error. Call before serving.
   void SetNodeService(net::Handler service) { node_service_ = std::move(service); }
 
+  // The web console's files and sign-in sessions (issue 22; not owned; must outlive the
+  // FrontDoor). Null (the default): /console/ is S3's as before, /_kiln/console/session answers
+  // 404 and kiln_session cookies are ignored. Call before serving.
+  void SetConsole(Console* console) { console_ = console; }
+
   // The net::Handler.
   void Handle(net::HttpRequest& request, net::ResponseWriter& response);
 
@@ -147,16 +176,22 @@ class FrontDoor final : public net::AsyncService {
  private:
   struct Route;
   Route Classify(const net::HttpRequest& request) const;
-  // The one signature check of every route. Verifies `request` when it carries credentials (an
+  // The one authentication of every route. Verifies `request` when it carries credentials (an
   // Authorization header or a presigned signature) or auth is enabled: SigV4 signed for
   // `signing_name` over `body` (JSON, Query, CBOR and runtime bodies, read whole before), or, with
   // no body (nullopt: S3, which streams its payload), S3's rules, SigV2, and presigned URLs that
-  // merely name a credential. On success fills `verified` (owned by Handle), points context.auth
-  // at it and takes its region; on failure logs the canonical request at debug level and returns
-  // the failure, for the caller to answer in its protocol (AuthErrorFor).
-  std::optional<aws::AuthError> Authenticate(const net::HttpRequest& request, std::string_view signing_name,
-                                             std::optional<std::string_view> body, aws::RequestContext& context,
-                                             std::optional<aws::VerifiedRequest>& verified) const;
+  // merely name a credential. A request with no signature and a console session cookie is
+  // authenticated by the session instead (see the top of this file). On success fills `verified`
+  // (owned by Handle), points context.auth at it and takes its region; on failure logs the
+  // canonical request at debug level and returns the error to answer, in `protocol`'s shape
+  // (AuthErrorFor, or the console's AccessDenied / ExpiredToken).
+  std::optional<aws::AwsError> Authenticate(const net::HttpRequest& request, std::string_view signing_name,
+                                            std::optional<std::string_view> body, aws::Protocol protocol,
+                                            aws::RequestContext& context,
+                                            std::optional<aws::VerifiedRequest>& verified) const;
+  // /_kiln/console/session: the console's sign-in, sign-out and session check.
+  void ServeConsoleSession(net::HttpRequest& request, net::ResponseWriter& response, aws::RequestContext& context,
+                           std::optional<aws::VerifiedRequest>& verified);
   // The Serve* functions authenticate (above), then hand the request to the service.
   void ServeRpc(const Route& route, net::HttpRequest& request, net::ResponseWriter& response,
                 aws::RequestContext& context, std::optional<aws::VerifiedRequest>& verified);
@@ -205,6 +240,7 @@ class FrontDoor final : public net::AsyncService {
   access::TunnelService* remote_access_ = nullptr;
   std::function<Status(const std::string& job)> training_interrupter_;
   net::Handler node_service_;
+  Console* console_ = nullptr;
   // Bytes of large RPC bodies being read or handled now (see FrontDoorOptions); waiters queue on
   // the condition variable. Only large bodies touch these.
   Mutex large_rpc_mutex_;
@@ -214,5 +250,10 @@ class FrontDoor final : public net::AsyncService {
 
 // The AWS error a protocol answers for an authentication failure (spec/control-plane-api.md §3.6).
 aws::AwsError AuthErrorFor(aws::Protocol protocol, const aws::AuthError& error);
+
+// True when `request` carries any AWS signature or presigned credential (an Authorization header,
+// or an X-Amz-Credential, X-Amz-Signature or AWSAccessKeyId query parameter): such a request is
+// verified by its signature and never by a console cookie.
+bool CarriesSignature(const net::HttpRequest& request);
 
 }  // namespace kiln::api
