@@ -1,0 +1,44 @@
+// The uPlot half of the charts, in its own chunk: loaded on the first page that shows a chart, so
+// the sign-in page and the lists do not carry uPlot's ~50 KB.
+
+import uPlot from "uplot";
+
+export interface DrawnChart {
+  setData(xs: number[], ys: number[]): void;
+  setWidth(width: number): void;
+  destroy(): void;
+}
+
+export function drawChart(el: HTMLElement, label: string, unit: string, xs: number[], ys: number[], width: number): DrawnChart {
+  const opts: uPlot.Options = {
+    width: Math.max(200, width),
+    height: 170,
+    legend: { show: true, live: true },
+    cursor: { drag: { x: true, y: false } },
+    scales: { x: { time: true } },
+    series: [
+      {},
+      {
+        label: unit ? `${label} (${unit})` : label,
+        stroke: "#1f5fbf",
+        fill: "rgba(31, 95, 191, 0.08)",
+        width: 1.5,
+        points: { show: xs.length < 60, size: 4 },
+        spanGaps: false,
+      },
+    ],
+    axes: [{ stroke: "#444", grid: { stroke: "#eee" } }, { stroke: "#444", grid: { stroke: "#eee" }, size: 60 }],
+  };
+  const chart = new uPlot(opts, [xs, ys], el);
+  return {
+    setData(nx, ny) {
+      chart.setData([nx, ny]);
+    },
+    setWidth(w) {
+      chart.setSize({ width: Math.max(200, w), height: 170 });
+    },
+    destroy() {
+      chart.destroy();
+    },
+  };
+}
