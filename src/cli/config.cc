@@ -467,6 +467,27 @@ Status LoadAutoscaling(const json& doc, Config* config, const std::string& path)
   return Status::Ok();
 }
 
+Status LoadConsole(const json& doc, Config* config, const std::string& path) {
+  if (!doc.contains("console")) return Status::Ok();
+  const json& c = doc["console"];
+  const std::string where = path + ": console";
+  if (!c.is_object()) {
+    return Status::InvalidArgument(where + " must be an object, e.g. {\"enabled\": true, \"session_minutes\": 720}");
+  }
+  for (const auto& [key, value] : c.items()) {
+    if (key != "enabled" && key != "session_minutes") {
+      return Status::InvalidArgument(where + ": unknown key \"" + key + "\"; the keys are enabled and session_minutes");
+    }
+  }
+  RETURN_IF_ERROR(Field(c, "enabled", &config->console.enabled, where));
+  RETURN_IF_ERROR(Field(c, "session_minutes", &config->console.session_minutes, where));
+  if (config->console.session_minutes < 1 || config->console.session_minutes > 43200) {
+    return Status::InvalidArgument(where + ".session_minutes must be 1..43200 (30 days), got " +
+                                   std::to_string(config->console.session_minutes));
+  }
+  return Status::Ok();
+}
+
 Status LoadDataCapture(const json& doc, Config* config, const std::string& path) {
   if (!doc.contains("data_capture")) return Status::Ok();
   const json& a = doc["data_capture"];
@@ -722,6 +743,7 @@ Status LoadConfigFile(const std::string& path, Config* config) {
   RETURN_IF_ERROR(LoadServerless(doc, config, path));
   RETURN_IF_ERROR(LoadMultiModel(doc, config, path));
   RETURN_IF_ERROR(LoadDataCapture(doc, config, path));
+  RETURN_IF_ERROR(LoadConsole(doc, config, path));
   RETURN_IF_ERROR(LoadSlurm(doc, config, path));
   return Status::Ok();
 }

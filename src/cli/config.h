@@ -65,6 +65,8 @@
 //              "preempt_for_on_demand": true,         // on-demand jobs reclaim spot jobs' capacity
 //              "seed": 0}                             // the random draws' seed; 0: from the clock
 //     "autoscaling": {"period_seconds": 60},           // scaling alarms' evaluation period
+//     "console": {"enabled": true,       // the web console under /console/ (issue 22)
+//                 "session_minutes": 720},  // a sign-in lasts this long (12 h, as the AWS console)
 //     "runtime": "process",              // or "slurm": instances run on a Slurm cluster (issue 21)
 //     "slurm": {"server_url": "http://10.77.0.1:5456",   // how the compute nodes reach this server
 //               "partition": "", "qos": "", "account": "",   // defaults; tags kiln:slurm-* override
@@ -249,6 +251,13 @@ struct MultiModelSection {
   double load_wait_seconds = 60;
 };
 
+// The web console (api/console.h, issue 22): the browser app under /console/ and its sign-in
+// sessions. Sessions live in memory: a restart signs everyone out.
+struct ConsoleConfig {
+  bool enabled = true;        // off: /console/ is S3's path as before, console cookies are ignored
+  int session_minutes = 720;  // 1..43200 (30 days); longer keeps a stolen cookie useful longer
+};
+
 // The Slurm runtime (runtime/slurm/slurm_runtime.h, issue 21), used with "runtime": "slurm".
 struct SlurmConfig {
   std::string server_url;               // required with runtime "slurm": http://<address the nodes reach>:<port>
@@ -295,6 +304,7 @@ struct Config {
   ServerlessConfig serverless;
   MultiModelSection multi_model;
   DataCaptureSection data_capture;
+  ConsoleConfig console;
   std::string runtime = "process";  // "process" | "slurm"
   SlurmConfig slurm;
 };

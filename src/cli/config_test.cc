@@ -487,6 +487,30 @@ TEST(ConfigTest, MultiModelLoadWaitDefaultsAndParses) {
   }
 }
 
+TEST(ConfigTest, ConsoleDefaultsAndParses) {
+  EXPECT_TRUE(Config().console.enabled);
+  EXPECT_EQ(Config().console.session_minutes, 720);
+  std::string path = WriteTemp(R"({"console": {"enabled": false, "session_minutes": 30}})");
+  Config c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_FALSE(c.console.enabled);
+  EXPECT_EQ(c.console.session_minutes, 30);
+  std::filesystem::remove(path);
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"console": true})", "console must be an object"},
+           {R"({"console": {"ttl": 1}})", "unknown key \"ttl\""},
+           {R"({"console": {"session_minutes": 0}})", "session_minutes must be 1..43200"},
+           {R"({"console": {"enabled": "yes"}})", "enabled"},
+       }) {
+    std::string bad = WriteTemp(text);
+    Config b;
+    Status s = LoadConfigFile(bad, &b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << text << " -> " << s.message();
+    std::filesystem::remove(bad);
+  }
+}
+
 TEST(ConfigTest, SlurmSection) {
   std::string path = WriteTemp(R"({"runtime": "slurm",
     "slurm": {"server_url": "http://10.77.0.1:5456", "partition": "gpu", "qos": "high", "account": "ml",

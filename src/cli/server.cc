@@ -586,6 +586,17 @@ void Server::BuildFrontDoor() {
   door.account_id = c.account_id;
   door.version = KilnVersion();
   front_door_ = std::make_unique<api::FrontDoor>(door, all_credentials_.get(), s3_.get());
+  if (c.console.enabled) {
+    api::Console::Options console;
+    console.sessions.ttl_millis = int64_t{c.console.session_minutes} * 60 * 1000;
+    console.assets = api::EmbeddedConsoleAssets();
+    console_ = std::make_unique<api::Console>(std::move(console), all_credentials_.get());
+    front_door_->SetConsole(console_.get());
+    if (!console_->built()) {
+      KLOG(warn, "the web console was not built into this binary: /console/ answers 503",
+           {{"fix", "run scripts/build.sh (it needs npm: scripts/install-deps.sh installs it)"}});
+    }
+  }
   if (node_service_ != nullptr) {
     runtime::slurm::NodeService* service = node_service_.get();
     front_door_->SetNodeService(

@@ -161,6 +161,9 @@ class Server {
   std::unique_ptr<serving::AsyncQueue> async_queue_;
   std::unique_ptr<api::AsyncInvoker> async_invoker_;
   std::unique_ptr<control::AsyncDispatcher> async_dispatcher_;
+  // The web console's files and sign-in sessions (issue 22; null when "console.enabled" is
+  // false); the front door points at it.
+  std::unique_ptr<api::Console> console_;
   std::unique_ptr<api::FrontDoor> front_door_;
   std::unique_ptr<net::HttpServer> http_;
 };
