@@ -2,7 +2,10 @@
 # Installs everything Kiln needs to build, run and test on Debian 12, by package name.
 # Idempotent: packages already present are left alone. Run as root (or with sudo available).
 #   scripts/install-deps.sh          build + run dependencies
-#   scripts/install-deps.sh --test   also the test clients (boto3, awscli, pytest, ...)
+#   scripts/install-deps.sh --test   also the test clients (boto3, awscli, pytest, a browser, ...)
+# The web console (ui/) is built by npm: node and npm are installed from Debian (node 18, npm 9)
+# unless an `npm` is already on PATH (e.g. NodeSource's nodejs, which bundles npm and conflicts
+# with Debian's npm package), so it is checked with `command -v`, not dpkg.
 set -euo pipefail
 
 want_test=0
@@ -53,6 +56,7 @@ test_pkgs=(
   openssh-client python3-pexpect           # access_test, test_remote_access.py: OpenSSH's ssh/sftp/scp and an interactive terminal (pexpect) against the agent
   python3-debugpy                          # test_remote_access.py: the training script's debugpy attached through an ssh -L forward
   slurm-wlm slurm-client munge             # the Slurm runtime's tests: a real cluster on this host (scripts/slurm-setup.sh, test_slurm.py)
+  chromium chromium-driver python3-selenium  # the web console's browser tests (test_console.py) and bench/console_bench.py
 )
 # bench/remote_access_bench.py also compares scp against a local sshd (Debian openssh-server); it is
 # not installed here (its package starts a system sshd): `apt-get install openssh-server` by hand.
@@ -66,6 +70,8 @@ if [ -r "$sdk_pkgs_file" ]; then
 fi
 
 pkgs=("${build_pkgs[@]}")
+# The console's build (scripts/build.sh: npm ci, npm run build in ui/).
+if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi
 if [ "$want_test" = 1 ]; then pkgs+=("${test_pkgs[@]}"); fi
 
 missing=()
