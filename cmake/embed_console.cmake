@@ -2,7 +2,10 @@
 # ui build's output. Run at build time (cmake -P) by src/api/CMakeLists.txt:
 #   cmake -DDIST=<ui/dist> -DOUT=<build>/src/api/console_assets.cc -P cmake/embed_console.cmake
 # The file's bytes are pulled in by .incbin (base/embed.h): no hex dump, so the step is quick.
-# OUT is rewritten only when its text changes (no needless recompile). Without DIST/manifest.json
+# Each listed file is first copied to <OUT>.files/ (ui/build.mjs empties dist/ while it runs, so
+# a ui build running beside a server build must not be what the assembler reads), and the
+# SHA-256 is taken from that copy. OUT is rewritten only when its text changes (no needless
+# recompile; a changed file changes its hash, hence the text). Without DIST/manifest.json
 # (npm absent, ui not built) it writes an empty table and the console answers 503 "not built".
 #
 # DIST/manifest.json (written last by ui/build.mjs; /work/notes/issue22-manifest.md):
@@ -60,9 +63,11 @@ set(built false)
 set(embeds "")
 set(rows "")
 if(EXISTS "${manifest}")
-  if(DIST MATCHES "[\"\\\\\n]")
-    message(FATAL_ERROR "embed_console.cmake: the dist path ${DIST} must not hold quotes or backslashes")
+  set(copies "${OUT}.files")
+  if(copies MATCHES "[\"\\\\\n]")
+    message(FATAL_ERROR "embed_console.cmake: the build path ${copies} must not hold quotes or backslashes")
   endif()
+  file(MAKE_DIRECTORY "${copies}")
   file(READ "${manifest}" json)
   string(JSON count ERROR_VARIABLE error LENGTH "${json}" files)
   if(error)
@@ -87,7 +92,8 @@ if(EXISTS "${manifest}")
         kiln_console_type("${path}" type)
       endif()
       string(JSON hash ERROR_VARIABLE error GET "${json}" files ${i} hash)
-      file(SHA256 "${DIST}/${path}" actual)
+      file(COPY_FILE "${DIST}/${path}" "${copies}/${i}" ONLY_IF_DIFFERENT)
+      file(SHA256 "${copies}/${i}" actual)
       if(NOT error AND NOT hash STREQUAL actual)
         message(WARNING "${manifest}: the hash of ${path} is stale (${hash}, the file has ${actual}): rebuild the ui")
       endif()
@@ -97,7 +103,7 @@ if(EXISTS "${manifest}")
         set(immutable true)
       endif()
       set(symbol "kiln_console_${i}")
-      string(APPEND embeds "KILN_EMBED_FILE(${symbol}, \"${DIST}/${path}\");\n")
+      string(APPEND embeds "KILN_EMBED_FILE(${symbol}, \"${copies}/${i}\");\n")
       set(variants "")
       foreach(coding gzip br)
         if(coding STREQUAL "gzip")
@@ -110,7 +116,8 @@ if(EXISTS "${manifest}")
           if(NOT EXISTS "${DIST}/${path}.${suffix}")
             message(FATAL_ERROR "${manifest}: ${path} says ${coding} but ${path}.${suffix} is missing: rebuild the ui")
           endif()
-          string(APPEND embeds "KILN_EMBED_FILE(${symbol}_${suffix}, \"${DIST}/${path}.${suffix}\");\n")
+          file(COPY_FILE "${DIST}/${path}.${suffix}" "${copies}/${i}.${suffix}" ONLY_IF_DIFFERENT)
+          string(APPEND embeds "KILN_EMBED_FILE(${symbol}_${suffix}, \"${copies}/${i}.${suffix}\");\n")
           string(APPEND variants ", KILN_EMBEDDED(${symbol}_${suffix})")
         else()
           string(APPEND variants ", {}")
