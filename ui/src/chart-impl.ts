@@ -3,19 +3,40 @@
 
 import uPlot from "uplot";
 
+// [min, max] of the x axis (epoch s); null: fitted to the data.
+export type XRange = [number, number] | null;
+
 export interface DrawnChart {
-  setData(xs: number[], ys: number[]): void;
+  setData(xs: number[], ys: number[], range: XRange): void;
   setWidth(width: number): void;
   destroy(): void;
 }
 
-export function drawChart(el: HTMLElement, label: string, unit: string, xs: number[], ys: number[], width: number): DrawnChart {
+export function drawChart(
+  el: HTMLElement,
+  label: string,
+  unit: string,
+  xs: number[],
+  ys: number[],
+  width: number,
+  range: XRange,
+): DrawnChart {
+  // The time axis spans the whole window asked for (a lone point is not stretched over years).
+  let xRange = range;
   const opts: uPlot.Options = {
     width: Math.max(200, width),
     height: 170,
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } },
-    scales: { x: { time: true } },
+    scales: {
+      x: {
+        time: true,
+        range: (_u, min, max) => {
+          if (xRange) return [Math.min(xRange[0], min), Math.max(xRange[1], max)];
+          return min === max ? [min - 60, max + 60] : [min, max];
+        },
+      },
+    },
     series: [
       {},
       {
@@ -23,7 +44,7 @@ export function drawChart(el: HTMLElement, label: string, unit: string, xs: numb
         stroke: "#1f5fbf",
         fill: "rgba(31, 95, 191, 0.08)",
         width: 1.5,
-        points: { show: xs.length < 60, size: 4 },
+        points: { show: (u) => u.data[0].length < 90, size: 5 },
         spanGaps: false,
       },
     ],
@@ -31,7 +52,8 @@ export function drawChart(el: HTMLElement, label: string, unit: string, xs: numb
   };
   const chart = new uPlot(opts, [xs, ys], el);
   return {
-    setData(nx, ny) {
+    setData(nx, ny, r) {
+      xRange = r;
       chart.setData([nx, ny]);
     },
     setWidth(w) {

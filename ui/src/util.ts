@@ -33,8 +33,10 @@ export function nowSeconds(): number {
 // Calls `tick` at once and then every `intervalMs` while the page is visible (a hidden tab costs
 // the server nothing); again at once when it becomes visible. `tick` returns false to stop
 // polling (a finished or deleted resource). Ticks never overlap: the next is scheduled after the
-// previous one settles. Stops on unmount; `deps` restart it.
-export function usePoll(tick: () => Promise<boolean | void>, intervalMs: number, deps: unknown[]): void {
+// previous one settles. A number returned is the delay before the next tick instead of
+// `intervalMs` (a finished resource is still watched, slowly, for its deletion). Stops on unmount;
+// `deps` restart it.
+export function usePoll(tick: () => Promise<boolean | number | void>, intervalMs: number, deps: unknown[]): void {
   const tickRef = useRef(tick);
   tickRef.current = tick;
   useEffect(() => {
@@ -45,7 +47,7 @@ export function usePoll(tick: () => Promise<boolean | void>, intervalMs: number,
       if (stopped || running) return;
       if (document.visibilityState !== "visible") return; // resumed by visibilitychange
       running = true;
-      let again: boolean | void = true;
+      let again: boolean | number | void = true;
       try {
         again = await tickRef.current();
       } catch {
@@ -57,7 +59,7 @@ export function usePoll(tick: () => Promise<boolean | void>, intervalMs: number,
         stopped = true;
         return;
       }
-      timer = setTimeout(run, intervalMs);
+      timer = setTimeout(run, typeof again === "number" ? again : intervalMs);
     };
     const onVisible = () => {
       if (document.visibilityState === "visible" && !running && !stopped) {

@@ -4,7 +4,7 @@
 
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, cloudwatch, Json } from "../api";
-import type { DrawnChart } from "../chart-impl";
+import type { DrawnChart, XRange } from "../chart-impl";
 import { nowSeconds, usePoll } from "../util";
 
 let implPromise: Promise<typeof import("../chart-impl")> | null = null;
@@ -13,7 +13,15 @@ function loadImpl() {
   return implPromise;
 }
 
-export function ChartFigure(props: { metric: string; caption?: string; unit?: string; xs: number[]; ys: number[]; extra?: Record<string, string> }) {
+export function ChartFigure(props: {
+  metric: string;
+  caption?: string;
+  unit?: string;
+  xs: number[];
+  ys: number[];
+  range?: XRange;
+  extra?: Record<string, string>;
+}) {
   const { xs, ys } = props;
   const holder = useRef<HTMLDivElement>(null);
   const chart = useRef<DrawnChart | null>(null);
@@ -39,7 +47,7 @@ export function ChartFigure(props: { metric: string; caption?: string; unit?: st
     const el = holder.current;
     if (!el) return;
     if (chart.current) {
-      chart.current.setData(xs, ys);
+      chart.current.setData(xs, ys, props.range || null);
       return;
     }
     let cancelled = false;
@@ -47,7 +55,7 @@ export function ChartFigure(props: { metric: string; caption?: string; unit?: st
       .then((impl) => {
         if (cancelled || !holder.current) return;
         chart.current?.destroy();
-        chart.current = impl.drawChart(holder.current, props.metric, props.unit || "", xs, ys, holder.current.clientWidth);
+        chart.current = impl.drawChart(holder.current, props.metric, props.unit || "", xs, ys, holder.current.clientWidth, props.range || null);
       })
       .catch((e) => setLoadError(`The chart code could not be loaded: ${e}`));
     return () => {
@@ -219,6 +227,7 @@ export function MetricCharts(props: { specs: MetricSpec[]; start: number; end?: 
             xs={series[s.id]?.xs || []}
             ys={series[s.id]?.ys || []}
             extra={s.extra}
+            range={[start, end != null && !live ? end : nowSeconds()]}
           />
         ))}
       </div>

@@ -163,9 +163,6 @@ export function ListPage(props: { config: ListConfig }) {
                   {col.sortBy ? (
                     <button type="button" class="sort" onClick={() => sort(col.sortBy!)}>
                       {col.label}
-                      <span aria-hidden="true" class="arrow">
-                        {sorted ? (sortOrder === "Ascending" ? " ▲" : " ▼") : ""}
-                      </span>
                     </button>
                   ) : (
                     col.label

@@ -12,9 +12,9 @@ export interface Described {
   gone: boolean;
 }
 
-// Polls `operation` every 2 s while `isLive(answer)` holds (then once more is not needed: the
-// answer that showed it finished is the final one). A missing resource stops the polling with
-// "This <noun> no longer exists" (or "does not exist" when it never loaded).
+// Polls `operation` every 2 s while `isLive(answer)` holds, then every 5 s (only to notice a
+// deletion). A missing resource stops the polling with "This <noun> no longer exists" (or "There
+// is no <noun> ..." when it never loaded).
 export function useDescribe(operation: string, input: Record<string, unknown>, noun: string, isLive: (d: Json) => boolean): Described {
   const [state, setState] = useState<Described>({ data: null, error: null, gone: false });
   const key = JSON.stringify(input);
@@ -23,7 +23,7 @@ export function useDescribe(operation: string, input: Record<string, unknown>, n
       try {
         const data = await sagemaker(operation, input);
         setState({ data, error: null, gone: false });
-        return isLive(data);
+        return isLive(data) ? true : 5000;
       } catch (e) {
         if (e instanceof ApiError && e.notFound) {
           setState((s) => ({
@@ -103,7 +103,7 @@ export function ConnectPanel(props: { resource: string; enableHint: string; live
               <th scope="col">Target</th>
               <th scope="col">Host</th>
               <th scope="col">State</th>
-              <th scope="col">Commands</th>
+              {answer?.AccessEnabled && <th scope="col">Commands</th>}
             </tr>
           </thead>
           <tbody>
@@ -116,10 +116,12 @@ export function ConnectPanel(props: { resource: string; enableHint: string; live
                 <td>
                   <Status status={t.State} />
                 </td>
-                <td>
-                  <Copyable label={`connect command for ${t.Target}`} text={`kiln connect ${t.Target}`} />
-                  <Copyable label={`ssh-config command for ${t.Target}`} text={`kiln ssh-config ${t.Target}`} />
-                </td>
+                {answer?.AccessEnabled && (
+                  <td>
+                    <Copyable label={`connect command for ${t.Target}`} text={`kiln connect ${t.Target}`} />
+                    <Copyable label={`ssh-config command for ${t.Target}`} text={`kiln ssh-config ${t.Target}`} />
+                  </td>
+                )}
               </tr>
             ))}
           </tbody>

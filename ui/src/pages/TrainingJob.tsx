@@ -112,15 +112,15 @@ export function TrainingJobPage(props: { name: string }) {
       <Section title="Status timeline">
         <Timeline transitions={d.SecondaryStatusTransitions} />
       </Section>
-      <Section title="Logs">
-        <LogTail group={TRAINING_NS} prefix={`${name}/`} live={live} emptyText="No log stream yet: the job has not started a host." />
-      </Section>
       <Section title="Metrics">
         {metricSpecs.length === 0 ? (
           <p class="muted">The job defines no metrics (AlgorithmSpecification.MetricDefinitions).</p>
         ) : (
           <MetricCharts specs={metricSpecs} start={start} end={end} live={live} />
         )}
+      </Section>
+      <Section title="Logs">
+        <LogTail group={TRAINING_NS} prefix={`${name}/`} live={live} emptyText="No log stream yet: the job has not started a host." />
       </Section>
       <Section title="Instance metrics">
         {count > 1 && (
