@@ -372,12 +372,27 @@ TEST_F(ConsoleTest, PostWithoutTheConsoleHeaderIsRefused) {
   EXPECT_NE(w.body().find("Console requests must carry X-Kiln-Console: 1"), std::string::npos);
 }
 
-TEST_F(ConsoleTest, GetWithTheCookieNeedsNoHeader) {
+TEST_F(ConsoleTest, KilnRoutesNeedTheHeaderEvenForGet) {
+  std::string token = SignIn();
+  // /_kiln/remote/release accepts GET and acts: a GET another app on the host triggers must not.
+  auto bare = Send("GET", "/_kiln/remote/release", {{"Cookie", "kiln_session=" + token}});
+  EXPECT_EQ(bare.status(), 403);
+  EXPECT_EQ(ErrorType(bare), "AccessDeniedException");
+  // With the header the request is authenticated (and then finds no remote access here).
+  auto marked = Send("GET", "/_kiln/remote/targets", {{"Cookie", "kiln_session=" + token}, {"X-Kiln-Console", "1"}});
+  EXPECT_EQ(ErrorType(marked), "UnknownOperationException");
+}
+
+TEST_F(ConsoleTest, S3GetWithTheCookieNeedsNoHeader) {
   SetUpS3();
   std::string token = SignIn();
   // A download link: a plain GET with the cookie.
-  auto w = Send("GET", "/console/index.html", {{"Cookie", "kiln_session=" + token}, {"X-Kiln-Console", "1"}});
-  EXPECT_EQ(w.status(), 200);
+  StringByteSource object("object bytes");
+  ASSERT_TRUE(objects_->PutObject("console", "dir/a.txt", object, {}).ok());
+  auto w = Send("GET", "/console/dir/a.txt", {{"Cookie", "kiln_session=" + token}, {"X-Kiln-Console", "1"}});
+  EXPECT_EQ(w.body(), "object bytes");
+  auto link = Send("GET", "/other/x", {{"Cookie", "kiln_session=" + token}});
+  EXPECT_NE(link.body().find("<Code>NoSuchBucket</Code>"), std::string::npos) << link.body();
   auto list = Send("GET", "/", {{"Cookie", "kiln_session=" + token}});
   EXPECT_EQ(list.status(), 200) << list.body();
   EXPECT_NE(list.body().find("<Name>console</Name>"), std::string::npos);

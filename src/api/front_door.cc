@@ -495,9 +495,14 @@ std::optional<aws::AwsError> FrontDoor::Authenticate(const net::HttpRequest& req
   std::optional<std::string_view> cookie;
   if (console_ != nullptr && !CarriesSignature(request)) cookie = Console::SessionCookie(request);
   if (cookie) {
-    const bool safe_method = request.method == "GET" || request.method == "HEAD";
+    // Only S3 GETs and HEADs (the console's download links) go without the header: cookies are
+    // not port-scoped and SameSite counts every port of the host as the same site, so another web
+    // app on the GPU box (a notebook, TensorBoard) could make the browser send GETs here with the
+    // cookie; S3 GETs change nothing, while some Kiln routes accept GET for actions
+    // (/_kiln/remote/release).
+    const bool download = !body.has_value() && (request.method == "GET" || request.method == "HEAD");
     std::optional<ConsoleSessions::Live> live;
-    if (safe_method || request.HeaderOr(Console::kCsrfHeader, "") == "1") {
+    if (download || request.HeaderOr(Console::kCsrfHeader, "") == "1") {
       live = console_->sessions().Find(*cookie);
       if (!live && options_.auth_enabled) return ConsoleSessionExpiredError(protocol);
     } else if (options_.auth_enabled) {

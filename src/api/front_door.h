@@ -52,8 +52,11 @@
 // Cookie authentication (Authenticate): a request without any signature (no Authorization
 // header, no X-Amz-Credential, X-Amz-Signature or AWSAccessKeyId query parameter) that carries
 // kiln_session acts as the session's access key: context.auth holds that key's Credential as a
-// SigV4 caller's would (payload UNSIGNED-PAYLOAD). Methods other than GET and HEAD must also carry
-// X-Kiln-Console: 1 (else AccessDenied: a cross-site form cannot set it); an unknown, expired or
+// SigV4 caller's would (payload UNSIGNED-PAYLOAD). Every such request but an S3 GET or HEAD (the
+// console's download links) must also carry X-Kiln-Console: 1, else AccessDenied: a cross-site
+// form or image cannot set it, and SameSite=Strict does not separate the ports of one host (a
+// notebook on :8888 is the same site as Kiln on :5456), while some routes accept GET for actions
+// (/_kiln/remote/release). An unknown, expired or
 // revoked session is ExpiredToken(Exception) in the route's protocol. With listener auth "off"
 // such failures are ignored (the request goes on unsigned, as before). A signed request ignores
 // the cookie.
