@@ -56,8 +56,8 @@
 // console's download links) must also carry X-Kiln-Console: 1, else AccessDenied: a cross-site
 // form or image cannot set it, and SameSite=Strict does not separate the ports of one host (a
 // notebook on :8888 is the same site as Kiln on :5456), while some routes accept GET for actions
-// (/_kiln/remote/release). An unknown, expired or
-// revoked session is ExpiredToken(Exception) in the route's protocol. With listener auth "off"
+// (/_kiln/remote/release). An unknown, expired or revoked session is ExpiredToken(Exception) in
+// the route's protocol. With listener auth "off"
 // such failures are ignored (the request goes on unsigned, as before). A signed request ignores
 // the cookie.
 //
