@@ -162,7 +162,7 @@ export function LogTail(props: { group: string; prefix: string; live: boolean; e
         tabIndex={0}
         data-line-count={String(received)}
         ref={box}
-        class="log"
+        class={lines.length === 0 ? "log empty" : "log"}
       >
         {lines.length === 0 && <p class="muted">{stream ? "No log lines yet." : props.emptyText || "No log stream yet."}</p>}
         {lines.map((l) => (

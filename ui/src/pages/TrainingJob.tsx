@@ -88,30 +88,32 @@ export function TrainingJobPage(props: { name: string }) {
           <strong>Failure reason:</strong> {d.FailureReason}
         </p>
       )}
-      <Section title="Summary">
-        <Fields
-          rows={[
-            ["ARN", <code class="wrap">{d.TrainingJobArn}</code>],
-            ["Created", fmtTime(d.CreationTime)],
-            ["Started", fmtTime(d.TrainingStartTime)],
-            ["Ended", fmtTime(d.TrainingEndTime)],
-            ["Duration", duration(d.CreationTime, d.TrainingEndTime)],
-            ["Training time", d.TrainingTimeInSeconds != null ? fmtDuration(d.TrainingTimeInSeconds) : undefined],
-            ["Billable time", d.BillableTimeInSeconds != null ? fmtDuration(d.BillableTimeInSeconds) : undefined],
-            ["Tuning job", d.TuningJobArn ? <Link to={`/tuning-jobs/${encodeURIComponent(d.TuningJobArn.split("/").pop())}`}>{d.TuningJobArn.split("/").pop()}</Link> : undefined],
-            ["Warm pool", d.WarmPoolStatus?.Status],
-          ]}
-        />
-        {(d.FinalMetricDataList || []).length > 0 && (
-          <>
-            <h3>Final metrics</h3>
-            <Fields rows={d.FinalMetricDataList.map((m: Json) => [m.MetricName, String(m.Value)] as [string, string])} />
-          </>
-        )}
-      </Section>
-      <Section title="Status timeline">
-        <Timeline transitions={d.SecondaryStatusTransitions} />
-      </Section>
+      <div class="split">
+        <Section title="Summary">
+          <Fields
+            rows={[
+              ["ARN", <code class="wrap">{d.TrainingJobArn}</code>],
+              ["Created", fmtTime(d.CreationTime)],
+              ["Started", fmtTime(d.TrainingStartTime)],
+              ["Ended", fmtTime(d.TrainingEndTime)],
+              ["Duration", duration(d.CreationTime, d.TrainingEndTime)],
+              ["Training time", d.TrainingTimeInSeconds != null ? fmtDuration(d.TrainingTimeInSeconds) : undefined],
+              ["Billable time", d.BillableTimeInSeconds != null ? fmtDuration(d.BillableTimeInSeconds) : undefined],
+              ["Tuning job", d.TuningJobArn ? <Link to={`/tuning-jobs/${encodeURIComponent(d.TuningJobArn.split("/").pop())}`}>{d.TuningJobArn.split("/").pop()}</Link> : undefined],
+              ["Warm pool", d.WarmPoolStatus?.Status],
+            ]}
+          />
+          {(d.FinalMetricDataList || []).length > 0 && (
+            <>
+              <h3>Final metrics</h3>
+              <Fields rows={d.FinalMetricDataList.map((m: Json) => [m.MetricName, String(m.Value)] as [string, string])} />
+            </>
+          )}
+        </Section>
+        <Section title="Status timeline">
+          <Timeline transitions={d.SecondaryStatusTransitions} />
+        </Section>
+      </div>
       <Section title="Metrics">
         {metricSpecs.length === 0 ? (
           <p class="muted">The job defines no metrics (AlgorithmSpecification.MetricDefinitions).</p>
