@@ -6,13 +6,8 @@ import { useEffect, useState } from "preact/hooks";
 import { getSession, onAuthLost, SessionInfo, signOut } from "./api";
 import { ListPage } from "./components/ListPage";
 import type { ListConfig } from "./components/ListPage";
-import { EndpointPage } from "./pages/Endpoint";
-import { EndpointConfigPage, ModelPage, ProcessingJobPage, TransformJobPage } from "./pages/details";
 import * as lists from "./pages/lists";
-import { BucketPage, BucketsPage } from "./pages/Objects";
 import { SignIn } from "./pages/SignIn";
-import { TrainingJobPage } from "./pages/TrainingJob";
-import { TuningJobPage } from "./pages/TuningJob";
 import { Link, navigate, useRoute } from "./router";
 import "./styles.css";
 
@@ -27,15 +22,59 @@ const NAV: [string, string][] = [
   ["/objects", "Object store"],
 ];
 
+type LazyModule = typeof import("./pages/lazy");
+let lazyModule: LazyModule | null = null;
+let lazyPromise: Promise<LazyModule> | null = null;
+
+// A page of the lazily loaded chunk: "Loading…" until it has arrived (at most once per page load).
+// A chunk that cannot be loaded (the server was upgraded under an open page: the old hashed file is
+// gone) says to reload.
+function lazy<P extends object>(name: keyof LazyModule): FunctionComponent<P> {
+  return function Lazy(props: P) {
+    const [, setLoaded] = useState(0);
+    const [error, setError] = useState<string | null>(null);
+    useEffect(() => {
+      if (lazyModule) return;
+      let live = true;
+      lazyPromise ||= import("./pages/lazy");
+      lazyPromise
+        .then((m) => {
+          lazyModule = m;
+          if (live) setLoaded((n) => n + 1);
+        })
+        .catch((e) => {
+          lazyPromise = null;
+          if (live) setError(`This page could not be loaded (${e}). The console may have been updated: reload the page.`);
+        });
+      return () => {
+        live = false;
+      };
+    }, []);
+    if (error) {
+      return (
+        <p id="page-error" role="alert" class="error">
+          {error}
+        </p>
+      );
+    }
+    if (!lazyModule) return <p class="loading">Loading…</p>;
+    const C = lazyModule[name] as unknown as FunctionComponent<P>;
+    return <C {...props} />;
+  };
+}
+
+const BucketsPage = lazy<Record<string, never>>("BucketsPage");
+const BucketPage = lazy<{ bucket: string; prefix: string }>("BucketPage");
+
 // Route segment → its list and detail page.
 const KINDS: Record<string, { list: ListConfig; detail: FunctionComponent<{ name: string }> }> = {
-  "training-jobs": { list: lists.trainingJobs, detail: TrainingJobPage },
-  endpoints: { list: lists.endpoints, detail: EndpointPage },
-  models: { list: lists.models, detail: ModelPage },
-  "endpoint-configs": { list: lists.endpointConfigs, detail: EndpointConfigPage },
-  "tuning-jobs": { list: lists.tuningJobs, detail: TuningJobPage },
-  "processing-jobs": { list: lists.processingJobs, detail: ProcessingJobPage },
-  "transform-jobs": { list: lists.transformJobs, detail: TransformJobPage },
+  "training-jobs": { list: lists.trainingJobs, detail: lazy("TrainingJobPage") },
+  endpoints: { list: lists.endpoints, detail: lazy("EndpointPage") },
+  models: { list: lists.models, detail: lazy("ModelPage") },
+  "endpoint-configs": { list: lists.endpointConfigs, detail: lazy("EndpointConfigPage") },
+  "tuning-jobs": { list: lists.tuningJobs, detail: lazy("TuningJobPage") },
+  "processing-jobs": { list: lists.processingJobs, detail: lazy("ProcessingJobPage") },
+  "transform-jobs": { list: lists.transformJobs, detail: lazy("TransformJobPage") },
 };
 
 function decode(s: string): string {
@@ -133,10 +172,12 @@ function App() {
       setBootError(null);
     } catch (e) {
       setBootError(`The Kiln server did not answer the session check: ${(e as Error).message}`);
-    } finally {
-      document.body.dataset.ready = "1";
     }
   };
+  // Ready (the tests' hook) once the answer to the session check is on the screen.
+  useEffect(() => {
+    if (session || bootError) document.body.dataset.ready = "1";
+  }, [session, bootError]);
   useEffect(() => {
     check();
     onAuthLost((m) => {
