@@ -2,7 +2,7 @@
 
 import { render } from "preact";
 import type { FunctionComponent } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { getSession, onAuthLost, SessionInfo, signOut } from "./api";
 import { ListPage } from "./components/ListPage";
 import type { ListConfig } from "./components/ListPage";
@@ -116,6 +116,16 @@ function Shell(props: { session: SessionInfo; onSignOut: () => void }) {
   const path = useRoute();
   useEffect(() => {
     if (path === "/" || path === "") navigate("/training-jobs", true);
+  }, [path]);
+  // After an in-app navigation, focus moves to the page (screen readers start there; Tab continues
+  // from it), as a full page load would do.
+  const firstPath = useRef(true);
+  useEffect(() => {
+    if (firstPath.current) {
+      firstPath.current = false;
+      return;
+    }
+    document.getElementById("main")?.focus({ preventScroll: true });
   }, [path]);
   const top = "/" + (path.split("/")[1] || "");
   useEffect(() => {

@@ -32,15 +32,28 @@ export interface ListConfig {
 
 let listMarked = false;
 
+// Where each list was left (filter, sort, page), so Back from a detail page returns to it.
+interface ListState {
+  nameInput: string;
+  status: string;
+  sortBy: string;
+  sortOrder: "Ascending" | "Descending";
+  tokens: (string | undefined)[];
+  page: number;
+}
+const remembered = new Map<string, ListState>();
+
 export function ListPage(props: { config: ListConfig }) {
   const c = props.config;
-  const [nameInput, setNameInput] = useState("");
-  const [name, setName] = useState("");
-  const [status, setStatus] = useState("");
-  const [sortBy, setSortBy] = useState("CreationTime");
-  const [sortOrder, setSortOrder] = useState<"Ascending" | "Descending">("Descending");
-  const [tokens, setTokens] = useState<(string | undefined)[]>([undefined]);
-  const [page, setPage] = useState(0);
+  const saved = remembered.get(c.route);
+  const [nameInput, setNameInput] = useState(saved?.nameInput || "");
+  const [name, setName] = useState(saved?.nameInput.trim() || "");
+  const [status, setStatus] = useState(saved?.status || "");
+  const [sortBy, setSortBy] = useState(saved?.sortBy || "CreationTime");
+  const [sortOrder, setSortOrder] = useState<"Ascending" | "Descending">(saved?.sortOrder || "Descending");
+  const [tokens, setTokens] = useState<(string | undefined)[]>(saved?.tokens || [undefined]);
+  const [page, setPage] = useState(saved?.page || 0);
+  remembered.set(c.route, { nameInput, status, sortBy, sortOrder, tokens, page });
   const [rows, setRows] = useState<Json[] | null>(null);
   const [nextToken, setNextToken] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | null>(null);
