@@ -111,9 +111,15 @@ interface Series {
   ys: number[];
 }
 
-// CloudWatch: periods under a minute only while StartTime is less than 3 hours old.
+// CloudWatch's rule: periods under a minute only while StartTime is less than 3 hours old, then a
+// multiple of 60; of 300 past 15 days; of 3600 past 63 days (a margin keeps a page opened just
+// before a boundary valid for a while).
 export function periodFor(startSeconds: number): number {
-  return nowSeconds() - startSeconds < 3 * 3600 - 120 ? 1 : 60;
+  const age = nowSeconds() - startSeconds + 600;
+  if (age < 3 * 3600) return 1;
+  if (age < 15 * 86400) return 60;
+  if (age < 63 * 86400) return 300;
+  return 3600;
 }
 
 // Fetches every spec from `start` (epoch s) to `end` (or now, while `live`), then, while live,
@@ -137,7 +143,7 @@ export function MetricCharts(props: { specs: MetricSpec[]; start: number; end?: 
     async () => {
       if (specs.length === 0) return false;
       const p = period.current;
-      const overlap = p === 1 ? 30 : 180;
+      const overlap = p === 1 ? 30 : 3 * p;
       const from = fetchedTo.current === null ? start : Math.max(start, fetchedTo.current - overlap);
       const to = end != null && !live ? end + p : nowSeconds() + p;
       const fromAligned = Math.floor(from / p) * p;

@@ -63,7 +63,7 @@ const LIVE = new Set(["Pending", "Ready", "Held"]);
 
 // Remote access (kiln connect / kiln ssh-config) to a training job's hosts or an endpoint's
 // instances: the targets route says which exist, their state and whether access is enabled.
-export function ConnectPanel(props: { resource: string; enableHint: string; live: boolean }) {
+export function ConnectPanel(props: { resource: string; enableHint: string; live: boolean; title?: string }) {
   const [answer, setAnswer] = useState<Json | null>(null);
   const [error, setError] = useState<string | null>(null);
   usePoll(
@@ -87,7 +87,7 @@ export function ConnectPanel(props: { resource: string; enableHint: string; live
   );
   const targets: Json[] = answer?.Targets || [];
   return (
-    <Section title="Connect" id="connect">
+    <Section title={props.title || "Connect"} id="connect">
       {error && <p class="muted">{error}</p>}
       {answer && !answer.AccessEnabled && (
         <p class="muted">
@@ -102,6 +102,7 @@ export function ConnectPanel(props: { resource: string; enableHint: string; live
             <tr>
               <th scope="col">Target</th>
               <th scope="col">Host</th>
+              {targets.some((t) => t.Variant) && <th scope="col">Variant</th>}
               <th scope="col">State</th>
               {answer?.AccessEnabled && <th scope="col">Commands</th>}
             </tr>
@@ -113,6 +114,7 @@ export function ConnectPanel(props: { resource: string; enableHint: string; live
                   <code>{t.Target}</code>
                 </th>
                 <td>{t.Hostname}</td>
+                {targets.some((x) => x.Variant) && <td>{t.Variant}</td>}
                 <td>
                   <Status status={t.State} />
                 </td>

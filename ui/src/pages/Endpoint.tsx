@@ -120,6 +120,7 @@ export function EndpointPage(props: { name: string }) {
         <LogTail group={`/aws/sagemaker/Endpoints/${name}`} prefix="" live={live} emptyText="No log stream yet: no instance has started." />
       </Section>
       <ConnectPanel
+        title="Instances and remote access"
         resource={`endpoint/${name}`}
         live={live}
         enableHint="Enable it with EnableSSMAccess: true on the variant in a new endpoint config, then update the endpoint to it."
