@@ -83,8 +83,8 @@ export const TERMINAL = new Set(["Completed", "Failed", "Stopped", "InService", 
 // CSS class of a status badge.
 export function statusClass(status: string | undefined): string {
   if (!status) return "status";
-  if (/^(Completed|InService)$/.test(status)) return "status ok";
+  if (/^(Completed|InService|Ready|Held)$/.test(status)) return "status ok";
   if (/Failed/.test(status)) return "status bad";
-  if (/^(Stopped|Stopping|OutOfService|Deleting)$/.test(status)) return "status off";
+  if (/^(Stopped|Stopping|OutOfService|Deleting|Gone)$/.test(status)) return "status off";
   return "status busy";
 }

@@ -1,6 +1,7 @@
 // Small building blocks of the detail pages.
 
 import type { ComponentChildren } from "preact";
+import { useState } from "preact/hooks";
 import { objectPath, parseS3Uri } from "../api";
 import { Link, seg } from "../router";
 import { statusClass } from "../util";
@@ -107,7 +108,36 @@ export function PageError(props: { message?: string | null }) {
   );
 }
 
+// Copies `text`: the Clipboard API where the page is a secure context, else the older
+// execCommand("copy") on a temporary textarea (plain-http pages have no navigator.clipboard).
+async function copyText(text: string): Promise<boolean> {
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+      return true;
+    }
+  } catch {
+    /* fall back below */
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.style.position = "fixed";
+  area.style.opacity = "0";
+  document.body.appendChild(area);
+  area.select();
+  let ok = false;
+  try {
+    ok = document.execCommand("copy");
+  } catch {
+    ok = false;
+  }
+  area.remove();
+  return ok;
+}
+
 export function Copyable(props: { text: string; label: string }) {
+  const [done, setDone] = useState<string | null>(null);
   return (
     <div class="copyable">
       <pre>
@@ -117,12 +147,16 @@ export function Copyable(props: { text: string; label: string }) {
         type="button"
         class="small"
         aria-label={`Copy ${props.label}`}
-        onClick={() => {
-          navigator.clipboard?.writeText(props.text).catch(() => undefined);
+        onClick={async () => {
+          setDone((await copyText(props.text)) ? "Copied" : "Select and copy the text");
+          setTimeout(() => setDone(null), 2000);
         }}
       >
         Copy
       </button>
+      <span class="muted" aria-live="polite">
+        {done || ""}
+      </span>
     </div>
   );
 }
