@@ -78,8 +78,6 @@ export function usePoll(tick: () => Promise<boolean | number | void>, intervalMs
   }, deps);
 }
 
-export const TERMINAL = new Set(["Completed", "Failed", "Stopped", "InService", "OutOfService", "DeleteFailed", "UpdateRollbackFailed"]);
-
 // CSS class of a status badge.
 export function statusClass(status: string | undefined): string {
   if (!status) return "status";

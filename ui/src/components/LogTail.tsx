@@ -50,19 +50,30 @@ export function LogTail(props: { group: string; prefix: string; live: boolean; e
         // The streams: until one exists, then every 5th round (a restarted host adds a stream).
         if (streams.length === 0 || ticks.current % 5 === 0) {
           const found: string[] = [];
+          // The default stream: the newest (a retried or resumed job starts a new epoch's
+          // stream); among equals, the first by name (algo-1 before algo-2).
+          let newest = "";
+          let newestTime = -Infinity;
           let next: string | undefined;
           for (let i = 0; i < 10; i++) {
             const input: Record<string, unknown> = { logGroupName: group, limit: 50 };
             if (prefix) input.logStreamNamePrefix = prefix;
             if (next) input.nextToken = next;
             const out: Json = await logs("DescribeLogStreams", input);
-            for (const s of out.logStreams || []) found.push(s.logStreamName);
+            for (const s of out.logStreams || []) {
+              found.push(s.logStreamName);
+              const t = Number(s.creationTime || 0);
+              if (t > newestTime) {
+                newestTime = t;
+                newest = s.logStreamName;
+              }
+            }
             next = out.nextToken;
             if (!next) break;
           }
           if (found.join("\n") !== streams.join("\n")) setStreams(found);
           if (!stream && found.length > 0) {
-            setStream(found[0]);
+            setStream(newest || found[0]);
             return true; // the stream effect resets; the next round reads it
           }
         }
