@@ -5,6 +5,7 @@
 //   dist/assets/chart-impl-<hash>.js uPlot, loaded on the first page that draws a chart
 //   dist/assets/chunk-<hash>.js      code shared by the two, if any
 //   dist/favicon.svg
+//   dist/licenses.txt                the bundled packages' licenses
 //   dist/<file>.gz, dist/<file>.br   precompressed variants of every text file (when smaller)
 //   dist/manifest.json               what the server embeds (format: /work/notes/issue22-manifest.md,
 //                                    restated in README.md): written last
@@ -79,6 +80,19 @@ html = html.replace(
 );
 fs.writeFileSync(path.join(dist, "index.html"), html);
 fs.copyFileSync(path.join(src, "favicon.svg"), path.join(dist, "favicon.svg"));
+
+// The licenses of the bundled packages (minifying drops their header comments), served at
+// /console/licenses.txt.
+const bundled = ["preact", "uplot", "@noble/hashes"];
+const notices = bundled.map((name) => {
+  const dir = path.join(root, "node_modules", name);
+  const version = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).version;
+  return `${name} ${version}\n\n${fs.readFileSync(path.join(dir, "LICENSE"), "utf8").trim()}\n`;
+});
+fs.writeFileSync(
+  path.join(dist, "licenses.txt"),
+  "The Kiln console bundles these packages:\n\n" + notices.join("\n" + "-".repeat(72) + "\n\n"),
+);
 
 // Every file written, relative to dist/.
 function walk(dir) {
