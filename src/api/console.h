@@ -60,8 +60,9 @@ class Console {
   static std::string ClearSessionSetCookie();
 
   static constexpr std::string_view kCookieName = "kiln_session";
-  // Non-GET/HEAD requests authenticated by the cookie must carry this header set to "1": a
-  // cross-site form cannot set it (SameSite=Strict on the cookie is the second fence).
+  // Requests authenticated by the cookie must carry this header set to "1", except S3 GETs and
+  // HEADs (the download links): a cross-site form cannot set it, and SameSite=Strict alone is not
+  // enough since every port of the host counts as the same site (front_door.cc, Authenticate).
   static constexpr std::string_view kCsrfHeader = "X-Kiln-Console";
 
  private:

@@ -51,10 +51,17 @@ export function drawChart(
     axes: [{ stroke: "#444", grid: { stroke: "#eee" } }, { stroke: "#444", grid: { stroke: "#eee" }, size: 60 }],
   };
   const chart = new uPlot(opts, [xs, ys], el);
+  // uPlot does not consult the range function for a time axis with a single x value (it spans
+  // years instead): set that case's window explicitly.
+  const pinLonePoint = (nx: number[]) => {
+    if (xRange && nx.length === 1) chart.setScale("x", { min: Math.min(xRange[0], nx[0]), max: Math.max(xRange[1], nx[0]) });
+  };
+  pinLonePoint(xs);
   return {
     setData(nx, ny, r) {
       xRange = r;
       chart.setData([nx, ny]);
+      pinLonePoint(nx);
     },
     setWidth(w) {
       chart.setSize({ width: Math.max(200, w), height: 170 });
