@@ -271,8 +271,10 @@ def test_a_session_ended_elsewhere_returns_the_page_to_sign_in(module_kiln, brow
     assert "sign in" in driver.find_element(By.TAG_NAME, "body").text.lower()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pytorch_job(module_kiln):
+    """A PyTorch job of 80 half-second epochs, stopped once its test is done (it holds the 2-core
+    host's capacity while it runs)."""
     sm, s3 = module_kiln.client("sagemaker"), module_kiln.client("s3")
     bucket = th.unique_name("console")
     s3.create_bucket(Bucket=bucket)
