@@ -30,6 +30,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
@@ -97,6 +98,11 @@ def measure(server, cookie, path="training-jobs"):
         driver.quit()
 
 
+def is_asset(entry):
+    """The console's own files (/console/...), not its API calls (/, /_kiln/console/session)."""
+    return urllib.parse.urlsplit(entry["name"]).path.startswith("/console/")
+
+
 def summarize(label, runs):
     cold = [r[0] for r in runs]
     warm = [r[1] for r in runs]
@@ -104,8 +110,8 @@ def summarize(label, runs):
         label, statistics.median(c["render"] for c in cold), min(c["render"] for c in cold),
         statistics.median(w["render"] for w in warm)))
     c = cold[0]
-    assets = [r for r in c["res"] if "/console/" in r["name"]]
-    api = [r for r in c["res"] if "/console/" not in r["name"]]
+    assets = [r for r in c["res"] if is_asset(r)]
+    api = [r for r in c["res"] if not is_asset(r)]
     wire = c["nav"]["transfer"] + sum(r["transfer"] for r in assets)
     encoded = c["nav"]["encoded"] + sum(r["encoded"] for r in assets)
     decoded = c["nav"]["decoded"] + sum(r["decoded"] for r in assets)
@@ -115,9 +121,9 @@ def summarize(label, runs):
         print("    %-60s %7d B wire  %7d B body  %7d B decoded" % (r["name"].split("/console/")[-1][:60],
                                                                     r["transfer"], r["encoded"], r["decoded"]))
     for r in api:
-        print("    api %-56s %7d B wire  %5.0f ms" % (r["name"].split("//", 1)[-1].split("/", 1)[-1][:56] or "/",
+        print("    api %-56s %7d B wire  %5.0f ms" % (urllib.parse.urlsplit(r["name"]).path[:56],
                                                       r["transfer"], r["duration"]))
-    warm_wire = warm[0]["nav"]["transfer"] + sum(r["transfer"] for r in warm[0]["res"] if "/console/" in r["name"])
+    warm_wire = warm[0]["nav"]["transfer"] + sum(r["transfer"] for r in warm[0]["res"] if is_asset(r))
     print("  warm load: %d B on the wire" % warm_wire)
 
 
