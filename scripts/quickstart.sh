@@ -24,6 +24,8 @@ Point AWS clients at it from another shell:
   aws s3 mb s3://my-bucket                       # AWS CLI >= 2.13 reads AWS_ENDPOINT_URL
   aws --endpoint-url "\$AWS_ENDPOINT_URL" s3 ls  # older clients need the flag
 
+The web console: http://$listen/console/ (sign in with the key \`kiln env\` prints).
+
 Stop with Ctrl-C.
 MSG
 wait $server_pid

@@ -438,6 +438,7 @@ def test_paging_filtering_and_sorting_2000_jobs(kiln_factory, browser):
         first = rows(driver)
         assert first == ["page-%04d" % i for i in range(1999, 1949, -1)], first[:5]
         assert find(driver, "#prev-page").get_attribute("disabled") is not None
+        screenshot(driver, "training-jobs-2000")
         seen = list(first)
         for page in range(2, 42):
             before = rows(driver)
