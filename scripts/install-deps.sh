@@ -70,8 +70,11 @@ if [ -r "$sdk_pkgs_file" ]; then
 fi
 
 pkgs=("${build_pkgs[@]}")
-# The console's build (scripts/build.sh: npm ci, npm run build in ui/).
-if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi
+# The console's build (scripts/build.sh: npm ci, npm run build in ui/). nodejs first, npm only if
+# that nodejs did not bring one: where NodeSource's apt source is configured, its nodejs (bundling
+# npm, "Conflicts: npm") is the candidate and asking for both at once fails.
+want_npm=0
+if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs); want_npm=1; fi
 if [ "$want_test" = 1 ]; then pkgs+=("${test_pkgs[@]}"); fi
 
 missing=()
@@ -81,14 +84,21 @@ for p in "${pkgs[@]}"; do
   fi
 done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+updated=0
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+else
+  $SUDO apt-get update -qq
+  updated=1
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ "$want_npm" = 1 ] && ! command -v npm >/dev/null 2>&1; then
+  # Debian's nodejs: npm is a package of its own.
+  if [ "$updated" = 0 ]; then $SUDO apt-get update -qq; fi
+  $SUDO apt-get install -y -qq --no-install-recommends npm
+fi
 echo "install-deps: done"
