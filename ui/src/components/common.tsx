@@ -15,6 +15,16 @@ export function Status(props: { status?: string; id?: string }) {
 }
 
 // A definition list of label → value; empty values are left out.
+// A resource's FailureReason, when it has one.
+export function FailureReason(props: { reason?: string | null }) {
+  if (!props.reason) return null;
+  return (
+    <p class="failure" role="note">
+      <strong>Failure reason:</strong> {props.reason}
+    </p>
+  );
+}
+
 export function Fields(props: { rows: [string, ComponentChildren][] }) {
   const rows = props.rows.filter(([, v]) => v !== undefined && v !== null && v !== "");
   if (rows.length === 0) return null;

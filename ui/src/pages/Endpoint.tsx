@@ -6,7 +6,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { ApiError, Json, logs } from "../api";
 import { MetricCharts, MetricSpec } from "../components/Charts";
-import { Fields, Section, Status } from "../components/common";
+import { FailureReason, Fields, Section, Status } from "../components/common";
 import { ConnectPanel, DetailHeader, useDescribe } from "../components/describe";
 import { LogTail } from "../components/LogTail";
 import { Link } from "../router";
@@ -41,11 +41,7 @@ export function EndpointPage(props: { name: string }) {
   return (
     <>
       <DetailHeader kind="Endpoint" name={name} status={d.EndpointStatus} error={error} />
-      {d.FailureReason && (
-        <p class="failure" role="note">
-          <strong>Failure reason:</strong> {d.FailureReason}
-        </p>
-      )}
+      <FailureReason reason={d.FailureReason} />
       <Section title="Summary">
         <Fields
           rows={[

@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { Json } from "../api";
 import { MetricCharts, MetricSpec } from "../components/Charts";
-import { Fields, KeyValueTable, S3Link, Section } from "../components/common";
+import { FailureReason, Fields, KeyValueTable, S3Link, Section } from "../components/common";
 import { ConnectPanel, DetailHeader, useDescribe } from "../components/describe";
 import { LogTail } from "../components/LogTail";
 import { Link } from "../router";
@@ -83,11 +83,7 @@ export function TrainingJobPage(props: { name: string }) {
       <DetailHeader kind="Training job" name={name} status={d.TrainingJobStatus} error={error}>
         {d.SecondaryStatus && <span class="secondary"> · {d.SecondaryStatus}</span>}
       </DetailHeader>
-      {d.FailureReason && (
-        <p class="failure" role="note">
-          <strong>Failure reason:</strong> {d.FailureReason}
-        </p>
-      )}
+      <FailureReason reason={d.FailureReason} />
       <div class="split">
         <Section title="Summary">
           <Fields

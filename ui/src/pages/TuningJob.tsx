@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { ApiError, Json, sagemaker } from "../api";
 import { ChartFigure } from "../components/Charts";
-import { Fields, Section, Status } from "../components/common";
+import { FailureReason, Fields, Section, Status } from "../components/common";
 import { DetailHeader, useDescribe } from "../components/describe";
 import { Link } from "../router";
 import { duration, fmtTime, usePoll } from "../util";
@@ -57,11 +57,7 @@ export function TuningJobPage(props: { name: string }) {
   return (
     <>
       <DetailHeader kind="Tuning job" name={name} status={d.HyperParameterTuningJobStatus} error={error} />
-      {d.FailureReason && (
-        <p class="failure" role="note">
-          <strong>Failure reason:</strong> {d.FailureReason}
-        </p>
-      )}
+      <FailureReason reason={d.FailureReason} />
       <Section title="Summary">
         <Fields
           rows={[

@@ -1,7 +1,7 @@
 // Detail pages of models, endpoint configs, processing jobs and transform jobs.
 
 import { Json } from "../api";
-import { Fields, KeyValueTable, S3Link, Section } from "../components/common";
+import { FailureReason, Fields, KeyValueTable, S3Link, Section } from "../components/common";
 import { DetailHeader, useDescribe } from "../components/describe";
 import { LogTail } from "../components/LogTail";
 import { Link } from "../router";
@@ -123,11 +123,7 @@ export function ProcessingJobPage(props: { name: string }) {
   return (
     <>
       <DetailHeader kind="Processing job" name={name} status={d.ProcessingJobStatus} error={error} />
-      {d.FailureReason && (
-        <p class="failure" role="note">
-          <strong>Failure reason:</strong> {d.FailureReason}
-        </p>
-      )}
+      <FailureReason reason={d.FailureReason} />
       <Section title="Summary">
         <Fields
           rows={[
@@ -206,11 +202,7 @@ export function TransformJobPage(props: { name: string }) {
   return (
     <>
       <DetailHeader kind="Transform job" name={name} status={d.TransformJobStatus} error={error} />
-      {d.FailureReason && (
-        <p class="failure" role="note">
-          <strong>Failure reason:</strong> {d.FailureReason}
-        </p>
-      )}
+      <FailureReason reason={d.FailureReason} />
       <Section title="Summary">
         <Fields
           rows={[
