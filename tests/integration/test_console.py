@@ -14,6 +14,7 @@ The DOM hooks used here are the console's test contract (ui/README.md)."""
 import json
 import os
 import shutil
+import time
 
 import pytest
 import requests
@@ -353,6 +354,26 @@ def test_a_job_deleted_while_open_says_so(module_kiln, browser):
     assert name in error.text or "training job" in error.text.lower(), error.text
 
 
+def test_a_huge_log_shows_its_tail_without_hanging(module_kiln, browser):
+    """200,000 lines in the job's stream: the page asks for the tail only and keeps at most 2,000
+    lines in the DOM, saying how many it left out."""
+    sm, s3 = module_kiln.client("sagemaker"), module_kiln.client("s3")
+    bucket = th.unique_name("console-log")
+    s3.create_bucket(Bucket=bucket)
+    name = th.unique_name("console-log")
+    sm.create_training_job(**th.training_request(name, bucket, image=th.probe_image(),
+                                                 hyperparameters={"lines": "200000"}))
+    assert th.wait_for_status(sm, name, timeout=180)["TrainingJobStatus"] == "Completed"
+    driver = signed_in(browser(), module_kiln)
+    started = time.monotonic()
+    open_console(driver, module_kiln, "training-jobs/" + name)
+    log = wait(driver, lambda d: find(d, "#log-tail") if "line 199999" in (find(d, "#log-tail").text
+               if find(d, "#log-tail") else "") else None, timeout=30, what="the log's last line")
+    print("a 200,000-line log's tail shown %.2f s after navigating" % (time.monotonic() - started))
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#log-tail .log-line")) <= 2000
+    assert 0 < attr_int(log, "data-line-count") < 200000
+
+
 def test_an_endpoint_page_shows_invocations_after_traffic(module_kiln, browser):
     sm = module_kiln.client("sagemaker")
     rt = module_kiln.client("sagemaker-runtime")
@@ -364,6 +385,9 @@ def test_an_endpoint_page_shows_invocations_after_traffic(module_kiln, browser):
     wait(driver, lambda d: find(d, "#resource-title") and find(d, "#resource-title").text == name, what="endpoint page")
     wait(driver, lambda d: "InService" in find(d, "#resource-status").text, what="InService")
     assert "AllTraffic" in driver.find_element(By.TAG_NAME, "main").text
+    # Before any traffic the chart says so (a metric with no points is not an empty frame or a spinner).
+    wait(driver, lambda d: chart(d, "Invocations") is not None and "No data points yet" in chart(d, "Invocations").text,
+         what="the empty Invocations chart")
     for i in range(25):
         eh.invoke(rt, name, body=json.dumps({"i": i}).encode())
     with pytest.raises(ClientError):  # one client error for the error chart
